@@ -1,0 +1,39 @@
+# The two front doors: `make demo` and `make test`. Both install what they need first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN_DIR = $(shell tools/controlplane/build.sh)
+
+.PHONY: setup debs venv binaries test unit demo lint clean-binaries
+
+setup: debs venv binaries
+
+# Debian packages the control plane needs at run time (only installed when missing).
+debs:
+	@command -v openssl >/dev/null || { apt-get update -qq && apt-get install -y -qq openssl; }
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+binaries:
+	tools/controlplane/build.sh
+
+test: setup
+	TIDINGS_BIN_DIR=$(BIN_DIR) $(VENV)/bin/pytest
+
+unit: venv
+	$(VENV)/bin/pytest tests/unit
+
+demo: setup
+	TIDINGS_BIN_DIR=$(BIN_DIR) deploy/demo.sh
+
+lint: venv
+	$(VENV)/bin/ruff check schemas emitter watcher cli tests bench
+	$(VENV)/bin/mypy --strict schemas
+
+clean-binaries:
+	rm -rf .cache/controlplane

@@ -1,0 +1,422 @@
+"""The local control plane: etcd, kube-apiserver and kwok on 127.0.0.1, for tests and the demo.
+
+Real components built from their Go modules (tools/controlplane/build.sh), RBAC on,
+service-account tokens issuable, a fake kwok node that runs pods and serves their logs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BINARIES = ("etcd", "kube-apiserver", "kwok", "kubectl")
+NODE_NAME = "kwok-node-0"
+# Identities with their own kubeconfig: the admin, and two ordinary users for RBAC tests.
+USERS = {"admin": ["system:masters"], "alice": ["tidings:devs"], "bob": ["tidings:devs"]}
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+STATE_FILE = "cluster.json"
+
+
+class ControlPlaneError(RuntimeError):
+    """A one-line, user-facing reason why the control plane cannot start or be reached."""
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(os.environ.get("TIDINGS_DEV_DIR", str(Path(base) / "tidings" / "dev")))
+
+
+def find_bin_dir() -> Path:
+    """The folder with the built binaries: $TIDINGS_BIN_DIR, else the newest repo cache."""
+    explicit = os.environ.get("TIDINGS_BIN_DIR")
+    candidates = [Path(explicit)] if explicit else sorted(
+        (REPO_ROOT / ".cache" / "controlplane").glob("*/.complete"),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for candidate in candidates:
+        folder = candidate.parent if candidate.name == ".complete" else candidate
+        missing = [b for b in BINARIES if not (folder / b).is_file()]
+        if not missing:
+            return folder
+    raise ControlPlaneError(
+        "control-plane binaries not found (looked in "
+        f"{explicit or REPO_ROOT / '.cache/controlplane'}); build them with "
+        "`make binaries` (tools/controlplane/build.sh)"
+    )
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ensure_port_free(port: int, what: str) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise ControlPlaneError(f"port {port} on 127.0.0.1 is taken (wanted for {what})") from None
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str,
+             proc: Process | None = None) -> None:
+    """Poll a condition until it holds; fail fast if the process it depends on died."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while time.monotonic() < deadline:
+        if proc is not None and not proc.alive():
+            raise ControlPlaneError(f"{proc.name} exited while waiting for {what}: {proc.tail()}")
+        with contextlib.suppress(Exception):
+            if condition():
+                return
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+    raise ControlPlaneError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _openssl(*args: str) -> None:
+    if shutil.which("openssl") is None:
+        raise ControlPlaneError("openssl is not installed (apt-get install openssl)")
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def make_pki(pki: Path) -> None:
+    """A throwaway CA, one serving cert for 127.0.0.1 (apiserver and kwok) and an SA key."""
+    pki.mkdir(parents=True, exist_ok=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl("req", "-x509", *ec, "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"),
+             "-days", "7", "-subj", "/CN=tidings-dev-ca")
+    _openssl("req", *ec, "-keyout", str(pki / "serving.key"), "-out", str(pki / "serving.csr"),
+             "-subj", "/CN=127.0.0.1")
+    ext = pki / "serving.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n")
+    _openssl("x509", "-req", "-in", str(pki / "serving.csr"), "-CA", str(pki / "ca.crt"),
+             "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-out", str(pki / "serving.crt"),
+             "-days", "7", "-extfile", str(ext))
+    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(pki / "sa.key"))
+
+
+@dataclass
+class Process:
+    """One control-plane binary run in its own session, logging to a file in the state dir."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    popen: subprocess.Popen[bytes] | None = None
+    pid: int | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.popen = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.pid = self.popen.pid
+
+    def alive(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is None
+        return self.pid is not None and _pid_alive(self.pid)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+        if self.pid is None or not self.alive():
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, sig)
+        deadline = time.monotonic() + timeout
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGKILL)
+            if self.popen is not None:
+                self.popen.wait(timeout=5)
+        if self.popen is not None:
+            self.popen.poll()
+
+    def tail(self, lines: int = 3) -> str:
+        try:
+            text = self.log.read_text(errors="replace").strip().splitlines()[-lines:]
+        except OSError:
+            return "(no log)"
+        return " | ".join(text)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); reap it if it is ours.
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    return True
+
+
+@dataclass
+class ControlPlane:
+    """etcd + kube-apiserver + kwok, started and stopped as one; usable as a context manager."""
+
+    state_dir: Path
+    bin_dir: Path = field(default_factory=find_bin_dir)
+    apiserver_port: int = 0
+    processes: dict[str, Process] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+
+    # ---- paths and URLs -------------------------------------------------------------
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    @property
+    def etcd_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['etcd']}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.state_dir / "pki" / "ca.crt"
+
+    def kubeconfig(self, user: str = "admin") -> Path:
+        return self.state_dir / f"kubeconfig-{user}.yaml"
+
+    @property
+    def kubectl(self) -> Path:
+        return self.bin_dir / "kubectl"
+
+    # ---- lifecycle ------------------------------------------------------------------
+    def start(self, timeout: float = 90.0) -> ControlPlane:
+        for name in BINARIES:
+            if not (self.bin_dir / name).is_file():
+                raise ControlPlaneError(f"{name} binary missing in {self.bin_dir}; run `make binaries`")
+        if self.apiserver_port:
+            ensure_port_free(self.apiserver_port, "kube-apiserver")
+        if self.state_dir.exists():
+            shutil.rmtree(self.state_dir)
+        (self.state_dir / "logs").mkdir(parents=True)
+        self.ports = {
+            "apiserver": self.apiserver_port or free_port(),
+            "etcd": free_port(),
+            "etcd-peer": free_port(),
+            "kwok": free_port(),
+        }
+        make_pki(self.state_dir / "pki")
+        self._write_identities()
+        try:
+            self._start_etcd(timeout)
+            self.start_apiserver(timeout)
+            self._start_kwok(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.save()
+        return self
+
+    def _proc(self, name: str, argv: list[str]) -> Process:
+        proc = Process(name, argv, self.state_dir / "logs" / f"{name}.log")
+        self.processes[name] = proc
+        proc.start()
+        return proc
+
+    def _start_etcd(self, timeout: float) -> None:
+        url, peer = self.etcd_url, f"http://127.0.0.1:{self.ports['etcd-peer']}"
+        proc = self._proc("etcd", [
+            str(self.bin_dir / "etcd"), "--name", "default",
+            "--data-dir", str(self.state_dir / "etcd"),
+            "--listen-client-urls", url, "--advertise-client-urls", url,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"default={peer}",
+            # Test data is disposable; fsync only slows the suite down.
+            "--unsafe-no-fsync", "--log-level", "warn",
+        ])
+        wait_for(lambda: b'"health":"true"' in _http_get(f"{url}/health"), timeout, "etcd health",
+                 proc)
+
+    def apiserver_argv(self) -> list[str]:
+        pki = self.state_dir / "pki"
+        return [
+            str(self.bin_dir / "kube-apiserver"),
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={self.ports['apiserver']}",
+            f"--etcd-servers={self.etcd_url}",
+            f"--tls-cert-file={pki / 'serving.crt'}", f"--tls-private-key-file={pki / 'serving.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--token-auth-file={self.state_dir / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            f"--service-account-issuer={SA_ISSUER}",
+            f"--service-account-key-file={pki / 'sa.key'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+            f"--cert-dir={pki / 'generated'}",
+            "--v=1",
+        ]
+
+    def start_apiserver(self, timeout: float = 90.0) -> None:
+        """(Re)start kube-apiserver on its port and wait for /readyz."""
+        proc = self._proc("kube-apiserver", self.apiserver_argv())
+        wait_for(lambda: _http_get(f"{self.server}/readyz", self._ssl(), self.tokens["admin"])
+                 == b"ok", timeout, "kube-apiserver /readyz", proc)
+
+    def stop_apiserver(self) -> None:
+        self.processes["kube-apiserver"].stop()
+
+    def _start_kwok(self, timeout: float) -> None:
+        upstream = self.bin_dir / "kwok-manifests"
+        if not upstream.is_dir():
+            raise ControlPlaneError(f"kwok manifests missing in {upstream}; rerun `make binaries`")
+        for crd in sorted(upstream.glob("kwok.x-k8s.io_*.yaml")):
+            self.kubectl_run("apply", "--server-side", "-f", str(crd))
+        for crd in ("logs.kwok.x-k8s.io", "clusterlogs.kwok.x-k8s.io"):
+            self.kubectl_run("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        stages = [doc for f in sorted(upstream.glob("*.yaml")) if "_" not in f.name
+                  for doc in yaml.safe_load_all(f.read_text()) if doc]
+        stages += [d for d in yaml.safe_load_all(
+            (Path(__file__).parent / "devcluster_stages.yaml").read_text()) if d]
+        config = self.state_dir / "kwok.yaml"
+        config.write_text(yaml.safe_dump_all(stages))
+        pki, port = self.state_dir / "pki", self.ports["kwok"]
+        proc = self._proc("kwok", [
+            str(self.bin_dir / "kwok"),
+            f"--kubeconfig={self.kubeconfig('admin')}", f"--config={config}",
+            "--manage-all-nodes=true", "--node-ip=127.0.0.1", f"--node-name={NODE_NAME}",
+            f"--node-port={port}", f"--server-address=127.0.0.1:{port}",
+            f"--tls-cert-file={pki / 'serving.crt'}", f"--tls-private-key-file={pki / 'serving.key'}",
+            "--enable-crds=Logs,ClusterLogs", "--node-lease-duration-seconds=40",
+        ])
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": NODE_NAME, "labels": {"type": "kwok", "kubernetes.io/hostname": NODE_NAME},
+            "annotations": {"kwok.x-k8s.io/node": "fake"}}}
+        self.kubectl_run("apply", "-f", "-", input_text=json.dumps(node))
+        wait_for(lambda: self._node_ready(), timeout, f"kwok node {NODE_NAME} Ready", proc)
+
+    def _node_ready(self) -> bool:
+        out = self.kubectl_run("get", "node", NODE_NAME, "-o",
+                               "jsonpath={.status.conditions[?(@.type=='Ready')].status}")
+        return out.strip() == "True"
+
+    def stop(self) -> None:
+        # kwok first, etcd last, so nothing logs connection errors while it goes.
+        for name in ("kwok", "kube-apiserver", "etcd"):
+            if name in self.processes:
+                self.processes[name].stop()
+        with contextlib.suppress(OSError):
+            (self.state_dir / STATE_FILE).unlink()
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- persistence for `tidings dev up` / `down` ------------------------------------
+    def save(self) -> None:
+        data = {"bin_dir": str(self.bin_dir), "ports": self.ports, "tokens": self.tokens,
+                "pids": {n: p.pid for n, p in self.processes.items()}}
+        path = self.state_dir / STATE_FILE
+        path.write_text(json.dumps(data))
+        path.chmod(0o600)
+
+    @classmethod
+    def load(cls, state_dir: Path) -> ControlPlane:
+        try:
+            data = json.loads((state_dir / STATE_FILE).read_text())
+        except (OSError, ValueError):
+            raise ControlPlaneError(f"no local control plane recorded in {state_dir}") from None
+        cp = cls(state_dir=state_dir, bin_dir=Path(data["bin_dir"]))
+        cp.ports, cp.tokens = data["ports"], data["tokens"]
+        for name, pid in data["pids"].items():
+            cp.processes[name] = Process(name, [], state_dir / "logs" / f"{name}.log", pid=pid)
+        return cp
+
+    def running(self) -> bool:
+        return bool(self.processes) and all(p.alive() for p in self.processes.values())
+
+    # ---- identities -------------------------------------------------------------------
+    def _write_identities(self) -> None:
+        # Tokens are made fresh for every control plane and never leave its state dir.
+        self.tokens = {user: secrets.token_hex(24) for user in USERS}
+        rows = [f'{self.tokens[u]},{u},{u},"{",".join(groups)}"' for u, groups in USERS.items()]
+        tokens_csv = self.state_dir / "tokens.csv"
+        tokens_csv.write_text("\n".join(rows) + "\n")
+        tokens_csv.chmod(0o600)
+        for user in USERS:
+            self.write_kubeconfig(self.kubeconfig(user), user, self.tokens[user])
+
+    def write_kubeconfig(self, path: Path, user: str, token: str) -> Path:
+        config: dict[str, Any] = {
+            "apiVersion": "v1", "kind": "Config", "current-context": f"tidings-dev-{user}",
+            "clusters": [{"name": "tidings-dev", "cluster": {
+                "server": f"https://127.0.0.1:{self.ports['apiserver']}",
+                "certificate-authority": str(self.ca_file)}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": f"tidings-dev-{user}", "context": {
+                "cluster": "tidings-dev", "user": user, "namespace": "default"}}],
+        }
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+        return path
+
+    def kubectl_run(self, *args: str, user: str = "admin", input_text: str | None = None,
+                    check: bool = True) -> str:
+        result = subprocess.run(
+            [str(self.kubectl), f"--kubeconfig={self.kubeconfig(user)}", *args],
+            input=input_text, capture_output=True, text=True, timeout=120,
+        )
+        if check and result.returncode != 0:
+            raise ControlPlaneError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+        return result.stdout
+
+    def _ssl(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def get_raw(self, path: str, user: str = "admin") -> bytes:
+        return _http_get(f"{self.server}{path}", self._ssl(), self.tokens[user])
+
+    def env(self) -> dict[str, str]:
+        """What `tidings dev up` exports: KUBECONFIG and a PATH with the built kubectl first."""
+        return {"KUBECONFIG": str(self.kubeconfig("admin")),
+                "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '')}"}
+
+
+def _http_get(url: str, context: ssl.SSLContext | None = None, token: str | None = None) -> bytes:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=5, context=context) as response:
+            return bytes(response.read())
+    except urllib.error.HTTPError as err:
+        return bytes(err.read())
+
+
+@contextlib.contextmanager
+def running_control_plane(state_dir: Path) -> Iterator[ControlPlane]:
+    cp = ControlPlane(state_dir=state_dir)
+    with cp:
+        yield cp

@@ -1,0 +1,163 @@
+"""The local control plane behaves like a real cluster where tidings depends on it."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from tests.support import create_kwok_pod, eventually, pod_phase, raw_event, write_cri_log
+from tidings.cli.devcluster import REPO_ROOT, ControlPlane, ControlPlaneError
+
+
+def _versions() -> dict[str, str]:
+    env = (REPO_ROOT / "tools/controlplane/versions.env").read_text().splitlines()
+    return dict(line.split("=", 1) for line in env if line and not line.startswith("#"))
+
+
+def test_version_reports_the_built_release(control_plane: ControlPlane) -> None:
+    info = json.loads(control_plane.get_raw("/version"))
+    assert info["gitVersion"] == _versions()["KUBERNETES_VERSION"]
+    assert info["gitTreeState"] == "clean"
+    out = control_plane.kubectl_run("version", "--client", "-o", "json")
+    assert json.loads(out)["clientVersion"]["gitVersion"] == _versions()["KUBERNETES_VERSION"]
+
+
+def test_note_limit_counts_bytes_not_characters(admin: Any, namespace: str) -> None:
+    events = client.EventsV1Api(admin)
+    two_byte = "é" * 512  # 512 characters, 1024 UTF-8 bytes
+    assert len(two_byte.encode()) == 1024
+    events.create_namespaced_event(namespace, raw_event(namespace, "fits", controller="x/y",
+                                                        note=two_byte))
+    with pytest.raises(ApiException) as err:
+        events.create_namespaced_event(namespace, raw_event(namespace, "too-big", controller="x/y",
+                                                            note=two_byte + "a"))
+    assert err.value.status == 422
+    assert "note" in err.value.body
+
+
+def test_field_selected_watch_delivers_only_that_controller(admin: Any, namespace: str) -> None:
+    events = client.EventsV1Api(admin)
+    selector = "reportingController=tidings.dev/test-x"
+    rv = events.list_namespaced_event(namespace, field_selector=selector).metadata.resource_version
+    for name, controller in [("y1", "other/y"), ("x1", "tidings.dev/test-x"),
+                             ("y2", "other/y"), ("x2", "tidings.dev/test-x")]:
+        events.create_namespaced_event(namespace, raw_event(namespace, name, controller=controller))
+    seen: list[tuple[str, str]] = []
+    for item in watch.Watch().stream(events.list_namespaced_event, namespace,
+                                     field_selector=selector, resource_version=rv,
+                                     timeout_seconds=30):
+        obj = item["object"]
+        seen.append((obj.metadata.name, obj.reporting_controller))
+        if obj.metadata.name == "x2":
+            break
+    assert seen == [("x1", "tidings.dev/test-x"), ("x2", "tidings.dev/test-x")]
+
+
+def test_rbac_denies_then_allows_a_non_admin(api_client: Any, admin: Any, namespace: str) -> None:
+    alice = client.EventsV1Api(api_client("alice"))
+    with pytest.raises(ApiException) as err:
+        alice.list_namespaced_event(namespace)
+    assert err.value.status == 403
+    rbac = client.RbacAuthorizationV1Api(admin)
+    rbac.create_namespaced_role(namespace, {
+        "metadata": {"name": "event-reader"},
+        "rules": [{"apiGroups": ["events.k8s.io"], "resources": ["events"],
+                   "verbs": ["list", "watch"]}]})
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": "alice-reads-events"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "event-reader"},
+        "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}]})
+    eventually(lambda: alice.list_namespaced_event(namespace) is not None, 10,
+               "alice's grant to take effect")
+    # bob shares alice's group but not her binding.
+    with pytest.raises(ApiException) as err:
+        client.EventsV1Api(api_client("bob")).list_namespaced_event(namespace)
+    assert err.value.status == 403
+
+
+def bound_token(admin: Any, namespace: str, service_account: str, pod: dict[str, str]) -> str:
+    review = client.CoreV1Api(admin).create_namespaced_service_account_token(
+        service_account, namespace, {"spec": {"boundObjectRef": {
+            "kind": "Pod", "apiVersion": "v1", "name": pod["name"], "uid": pod["uid"]}}})
+    return str(review.status.token)
+
+
+def client_with_token(control_plane: ControlPlane, token: str) -> client.ApiClient:
+    conf = client.Configuration()
+    conf.host = control_plane.server
+    conf.ssl_ca_cert = str(control_plane.ca_file)
+    conf.api_key = {"authorization": token}
+    conf.api_key_prefix = {"authorization": "Bearer"}
+    return client.ApiClient(conf)
+
+
+def test_pod_bound_token_carries_pod_identity(control_plane: ControlPlane, admin: Any,
+                                              namespace: str) -> None:
+    core = client.CoreV1Api(admin)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "worker"}})
+    pod = create_kwok_pod(admin, namespace, "worker-0", service_account="worker")
+    token = bound_token(admin, namespace, "worker", pod)
+    review = client.AuthenticationV1Api(client_with_token(control_plane, token)) \
+        .create_self_subject_review({"apiVersion": "authentication.k8s.io/v1",
+                                     "kind": "SelfSubjectReview"})
+    user = review.status.user_info
+    assert user.username == f"system:serviceaccount:{namespace}:worker"
+    assert user.extra["authentication.kubernetes.io/pod-name"] == ["worker-0"]
+    assert user.extra["authentication.kubernetes.io/pod-uid"] == [pod["uid"]]
+
+
+def test_kwok_runs_pods_and_serves_their_logs(admin: Any, namespace: str, tmp_path: Path) -> None:
+    log = write_cri_log(tmp_path / "runner.log", ["line one", "line two"])
+    create_kwok_pod(admin, namespace, "runner", log_file=log)
+    eventually(lambda: pod_phase(admin, namespace, "runner") == "Running", 30, "pod Running")
+    text = eventually(lambda: client.CoreV1Api(admin).read_namespaced_pod_log(
+        "runner", namespace, container="main"), 30, "pod logs")
+    assert text.splitlines() == ["line one", "line two"]
+
+
+def test_kwok_completes_pods_that_ask_to_finish(admin: Any, namespace: str) -> None:
+    create_kwok_pod(admin, namespace, "short", run_for="500ms")
+    phases: list[str] = []
+
+    def reached_succeeded() -> bool:
+        phase = pod_phase(admin, namespace, "short")
+        if not phases or phases[-1] != phase:
+            phases.append(phase)
+        return phase == "Succeeded"
+
+    eventually(reached_succeeded, 30, "pod Succeeded")
+    assert "Running" in phases or phases == ["Succeeded"]
+
+
+def test_missing_binaries_give_one_clear_line(tmp_path: Path) -> None:
+    with pytest.raises(ControlPlaneError) as err:
+        ControlPlane(state_dir=tmp_path / "cp", bin_dir=tmp_path).start()
+    assert "binary missing" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_taken_port_gives_one_clear_line(control_plane: ControlPlane, tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with pytest.raises(ControlPlaneError, match=f"port {port} on 127.0.0.1 is taken"):
+            ControlPlane(state_dir=tmp_path / "cp", bin_dir=control_plane.bin_dir,
+                         apiserver_port=port).start()
+
+
+def test_teardown_leaves_no_process_even_when_the_body_fails(control_plane: ControlPlane,
+                                                             tmp_path: Path) -> None:
+    cp = ControlPlane(state_dir=tmp_path / "second", bin_dir=control_plane.bin_dir)
+    with pytest.raises(RuntimeError, match="boom"), cp:
+        assert cp.running()
+        raise RuntimeError("boom")
+    assert cp.processes
+    assert not any(p.alive() for p in cp.processes.values())

@@ -1,0 +1,60 @@
+"""Shared fixtures: one real control plane per test session, clients per identity, and a
+fresh namespace per test. Unit tests never touch these, so they run without the binaries."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tidings.cli.devcluster import ControlPlane
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    cp = ControlPlane(state_dir=tmp_path_factory.mktemp("control-plane"))
+    with cp:
+        os.environ["TIDINGS_TEST_KUBECONFIG"] = str(cp.kubeconfig("admin"))
+        yield cp
+
+
+@pytest.fixture(scope="session")
+def api_client(control_plane: ControlPlane) -> Callable[[str], object]:
+    """api_client(user) -> kubernetes.client.ApiClient for admin, alice or bob."""
+    from kubernetes import config
+
+    cache: dict[str, object] = {}
+
+    def make(user: str = "admin") -> object:
+        if user not in cache:
+            cache[user] = config.new_client_from_config(config_file=str(
+                control_plane.kubeconfig(user)))
+        return cache[user]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def admin(api_client: Callable[[str], object]) -> object:
+    return api_client("admin")
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane, admin: object) -> Iterator[str]:
+    """A fresh namespace with its `default` ServiceAccount (no controller-manager runs)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(admin)
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    core.create_namespace({"metadata": {"name": name}})
+    core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    return tmp_path

@@ -1,0 +1,85 @@
+"""Helpers shared by the cluster tests: condition polling, kwok pods with logs, raw events."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tidings.cli.devcluster import NODE_NAME
+
+T = TypeVar("T")
+
+
+def eventually(probe: Callable[[], T | None], timeout: float = 30.0, what: str = "condition",
+               interval: float = 0.05) -> T:
+    """Return the first truthy result of probe(); fail with `what` when the deadline passes."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = probe()
+            if result:
+                return result
+        except Exception as err:  # the probe may race the thing it waits for
+            last_error = err
+        time.sleep(interval)
+        interval = min(interval * 1.5, 0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_error})")
+
+
+def cri_log_line(text: str, when: datetime | None = None, stream: str = "stdout") -> str:
+    stamp = (when or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return f"{stamp} {stream} F {text}\n"
+
+
+def write_cri_log(path: Path, lines: list[str]) -> Path:
+    """A container log file in the CRI format that kwok serves through the kubelet API."""
+    path.write_text("".join(cri_log_line(line) for line in lines))
+    return path
+
+
+def create_kwok_pod(admin: Any, namespace: str, name: str, *, labels: dict[str, str] | None = None,
+                    log_file: Path | None = None, run_for: str | None = None,
+                    service_account: str = "default", containers: tuple[str, ...] = ("main",)
+                    ) -> dict[str, Any]:
+    """A Pod bound to the kwok node (no scheduler runs), with its logs served from log_file."""
+    from kubernetes import client
+
+    annotations = {"tidings.dev/run-for": run_for} if run_for else {}
+    body = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations},
+        "spec": {"nodeName": NODE_NAME, "serviceAccountName": service_account,
+                 "containers": [{"name": c, "image": "busybox"} for c in containers]},
+    }
+    if log_file is not None:
+        client.CustomObjectsApi(admin).create_namespaced_custom_object(
+            "kwok.x-k8s.io", "v1alpha1", namespace, "logs",
+            {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
+             "metadata": {"name": name, "namespace": namespace},
+             "spec": {"logs": [{"containers": list(containers), "logsFile": str(log_file),
+                                "follow": True}]}})
+    pod = client.CoreV1Api(admin).create_namespaced_pod(namespace, body)
+    return {"name": pod.metadata.name, "uid": pod.metadata.uid}
+
+
+def pod_phase(admin: Any, namespace: str, name: str) -> str:
+    from kubernetes import client
+
+    return str(client.CoreV1Api(admin).read_namespaced_pod(name, namespace).status.phase)
+
+
+def raw_event(namespace: str, name: str, *, controller: str, note: str = "hello",
+              reason: str = "Test") -> dict[str, Any]:
+    """A minimal events.k8s.io/v1 Event with eventTime set (so the note limit applies)."""
+    return {
+        "apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": name, "namespace": namespace},
+        "eventTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "reportingController": controller, "reportingInstance": "test",
+        "action": "Report", "reason": reason, "type": "Normal", "note": note,
+        "regarding": {"apiVersion": "v1", "kind": "Namespace", "name": namespace},
+    }

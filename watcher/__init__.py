@@ -1,0 +1,1 @@
+"""tidings.watcher"""

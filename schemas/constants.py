@@ -1,0 +1,34 @@
+"""Fixed names and limits of the tidings wire contract.
+
+Everything here is shared by the emitter, the watcher and the CLI; change nothing lightly.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+BUS_CONTROLLER: Final = "tidings.dev/bus"
+TASK_LABEL: Final = "tidings.dev/task"
+API_GROUP: Final = "tidings.dev"
+API_VERSION: Final = "tidings.dev/v1alpha1"
+KIND: Final = "TaskFeedback"
+PLURAL: Final = "taskfeedbacks"
+
+EVENTS_API_VERSION: Final = "events.k8s.io/v1"
+ACTION: Final = "Report"
+INSTANCE_ANNOTATION: Final = "tidings.dev/instance"
+SEQ_ANNOTATION: Final = "tidings.dev/seq"
+
+# The API server counts note bytes (its message says "characters").
+NOTE_LIMIT: Final = 1024
+SCHEMA_VERSION: Final = 1
+
+# Bounds chosen so that every valid payload fits in NOTE_LIMIT once its shrinkable text
+# is cut: the URL, the envelope and the fixed fields alone stay well under 1024 bytes.
+URL_LIMIT: Final = 800
+INSTANCE_LIMIT: Final = 64
+SEQ_MAX: Final = 2**63 - 1
+# Names are map keys in the persisted status; bounding them bounds the status size.
+NAME_LIMIT: Final = 64
+TYPE_LIMIT: Final = 128
+REPORTING_INSTANCE_LIMIT: Final = 128

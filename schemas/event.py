@@ -1,0 +1,399 @@
+"""The Event contract: build an events.k8s.io/v1 Event for a payload, and parse one back.
+
+``parse_event`` and ``parse_watch_line`` are total: any input yields a value, never an exception.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from .constants import (
+    ACTION,
+    API_VERSION,
+    BUS_CONTROLLER,
+    EVENTS_API_VERSION,
+    INSTANCE_ANNOTATION,
+    KIND,
+    REPORTING_INSTANCE_LIMIT,
+    SEQ_ANNOTATION,
+)
+from .note import decode_envelope, encode_note, valid_instance, valid_seq
+from .payloads import Payload, PodSpawned, payload_type
+from .rejection import Rejection, RejectReason
+from .text import sanitize_text
+
+_DIGEST_HEX = 16
+_NAME_MAX = 253
+_NON_DNS = re.compile(r"[^a-z0-9.\-]+")
+_UID = re.compile(r"^[A-Za-z0-9\-]{1,64}$")
+_POD_NAME = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?$")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TaskRef:
+    """A task: the TaskFeedback object ``namespace/name`` (for lineage: the app or owner)."""
+
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PodRef:
+    """A pod by name and uid (the sender of an event, or a spawned pod)."""
+
+    name: str
+    uid: str
+    namespace: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """Any Kubernetes object, used as the ``regarding`` subject of lineage events."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str = ""
+    uid: str = ""
+
+
+def format_time(t: datetime) -> str:
+    """RFC 3339 UTC with microseconds, the MicroTime form: ``2026-11-30T03:55:49.123456Z``.
+
+    Naive datetimes are taken as UTC. Strings in this form sort chronologically.
+    """
+    if t.tzinfo is not None:
+        t = t.astimezone(UTC)
+    return (
+        f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
+        f".{t.microsecond:06d}Z"
+    )
+
+
+def parse_time(s: object) -> datetime | None:
+    """Parse an RFC 3339 time into an aware UTC datetime; None when it is not one."""
+    if not isinstance(s, str) or not 10 <= len(s) <= 40:
+        return None
+    try:
+        t = datetime.fromisoformat(s)
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        return t.replace(tzinfo=UTC)
+    if t.utcoffset():
+        try:
+            return t.astimezone(UTC)
+        except (OverflowError, ValueError):
+            return None
+    return t if t.tzinfo is UTC else t.replace(tzinfo=UTC)
+
+
+def _dns_prefix(name: str) -> str:
+    labels = [lab.strip("-") for lab in _NON_DNS.sub("-", name.lower()).split(".")]
+    s = ".".join(lab for lab in labels if lab)
+    s = s[: _NAME_MAX - _DIGEST_HEX - 1].rstrip("-.")
+    return s or "task"
+
+
+def event_name(task_name: str, instance: str, seq: int) -> str:
+    """Deterministic Event name ``<task>.<sha256(instance, seq)[:16]>``, a DNS subdomain.
+
+    The task part is lowercased, made DNS-safe and truncated so the whole stays <= 253 chars.
+    """
+    digest = hashlib.sha256(f"{instance}\x00{seq}".encode()).hexdigest()[:_DIGEST_HEX]
+    return f"{_dns_prefix(task_name)}.{digest}"
+
+
+def _truncate_bytes(s: str, limit: int) -> str:
+    b = s.encode()
+    return s if len(b) <= limit else b[:limit].decode("utf-8", "ignore")
+
+
+def build_event(
+    *,
+    task: TaskRef,
+    pod: PodRef,
+    payload: Payload,
+    instance: str,
+    seq: int,
+    time: datetime,
+    warning: bool = False,
+    regarding: ObjectRef | None = None,
+) -> dict[str, Any]:
+    """An events.k8s.io/v1 Event dict, ready to POST to ``.../namespaces/{task.namespace}/events``.
+
+    ``regarding`` defaults to the task's TaskFeedback; lineage passes the app/owner instead.
+    Raises ValueError only for an invalid ``instance`` or ``seq``.
+    """
+    if not valid_instance(instance) or not valid_seq(seq):
+        raise ValueError("invalid emitter instance id or seq")
+    ns = task.namespace
+    if regarding is None:
+        subject: dict[str, str] = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "namespace": ns,
+            "name": task.name,
+        }
+        subject_name = task.name
+    else:
+        subject = {
+            "apiVersion": regarding.api_version,
+            "kind": regarding.kind,
+            "namespace": regarding.namespace or ns,
+            "name": regarding.name,
+        }
+        if regarding.uid:
+            subject["uid"] = regarding.uid
+        subject_name = regarding.name
+    return {
+        "apiVersion": EVENTS_API_VERSION,
+        "kind": "Event",
+        "metadata": {
+            "name": event_name(subject_name, instance, seq),
+            "namespace": ns,
+            "annotations": {INSTANCE_ANNOTATION: instance, SEQ_ANNOTATION: str(seq)},
+        },
+        "eventTime": format_time(time),
+        "reportingController": BUS_CONTROLLER,
+        "reportingInstance": _truncate_bytes(pod.name, REPORTING_INSTANCE_LIMIT),
+        "action": ACTION,
+        "reason": payload_type(payload),
+        "type": "Warning" if warning else "Normal",
+        "regarding": subject,
+        "related": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": pod.namespace or ns,
+            "name": pod.name,
+            "uid": pod.uid,
+        },
+        "note": encode_note(payload, instance=instance, seq=seq),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedEvent:
+    """A validated bus event. ``task`` is the regarding subject's namespace/name."""
+
+    task: TaskRef
+    sender: PodRef
+    payload: Payload
+    instance: str
+    seq: int
+    event_time: datetime  # aware, UTC
+    name: str
+    regarding_kind: str
+    warning: bool = False
+    regarding_api_version: str = API_VERSION
+    regarding_uid: str = ""
+    resource_version: str = ""
+
+    @property
+    def order_key(self) -> tuple[datetime, str, int]:
+        """Total order for last-writer-wins: (eventTime, instance, seq)."""
+        return (self.event_time, self.instance, self.seq)
+
+    @property
+    def reason(self) -> str:
+        """The payload type (the Event reason)."""
+        return payload_type(self.payload)
+
+
+def _str(m: Mapping[str, Any], key: str) -> str:
+    v = m.get(key)
+    return v if isinstance(v, str) else ""
+
+
+def _reject(reason: RejectReason, msg: str) -> Rejection:
+    return Rejection(reason, msg)
+
+
+def _parse(obj: Any) -> ParsedEvent | Rejection:
+    if not isinstance(obj, Mapping):
+        return _reject(RejectReason.NOT_A_BUS_EVENT, "event is not an object")
+    api = obj.get("apiVersion")
+    if api is not None and api != EVENTS_API_VERSION:
+        return _reject(RejectReason.NOT_A_BUS_EVENT, "not an events.k8s.io/v1 Event")
+    kind = obj.get("kind")
+    if kind is not None and kind != "Event":
+        return _reject(RejectReason.NOT_A_BUS_EVENT, "not an Event")
+    if obj.get("reportingController") != BUS_CONTROLLER:
+        return _reject(RejectReason.NOT_A_BUS_EVENT, "reportingController is not the bus")
+    if obj.get("action") != ACTION:
+        return _reject(RejectReason.NOT_A_BUS_EVENT, "action is not Report")
+
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return _reject(RejectReason.MISSING_FIELD, "metadata missing")
+    name = _str(meta, "name")
+    ns = _str(meta, "namespace")
+    if not name or not ns:
+        return _reject(RejectReason.MISSING_FIELD, "metadata.name or metadata.namespace missing")
+    rv = _str(meta, "resourceVersion")
+
+    raw_time = obj.get("eventTime")
+    if raw_time is None:
+        return _reject(RejectReason.MISSING_FIELD, "eventTime missing")
+    event_time = parse_time(raw_time)
+    if event_time is None:
+        return _reject(RejectReason.BAD_TIME, "eventTime is not an RFC 3339 time")
+
+    etype = obj.get("type")
+    if etype == "Normal":
+        warning = False
+    elif etype == "Warning":
+        warning = True
+    else:
+        return _reject(RejectReason.INVALID_PAYLOAD, "type is neither Normal nor Warning")
+
+    note = obj.get("note")
+    if note is None:
+        return _reject(RejectReason.MISSING_FIELD, "note missing")
+    decoded = decode_envelope(note)
+    if isinstance(decoded, Rejection):
+        return decoded
+    payload, instance, seq = decoded
+    reason = payload_type(payload)
+    if obj.get("reason") != reason:
+        return _reject(RejectReason.INVALID_PAYLOAD, "reason does not match the note's type")
+
+    # The note is the authoritative home of the dedup key; annotations are the fallback.
+    if instance is None or seq is None:
+        ann = meta.get("annotations")
+        if isinstance(ann, Mapping):
+            if instance is None:
+                a = ann.get(INSTANCE_ANNOTATION)
+                instance = a if valid_instance(a) else None
+            if seq is None:
+                s = ann.get(SEQ_ANNOTATION)
+                if isinstance(s, str) and s.isascii() and s.isdigit() and len(s) <= 19:
+                    seq = int(s) if valid_seq(int(s)) else None
+        if instance is None or seq is None:
+            return _reject(RejectReason.MISSING_FIELD, "emitter instance or seq missing")
+
+    reg = obj.get("regarding")
+    if not isinstance(reg, Mapping):
+        return _reject(RejectReason.BAD_REGARDING, "regarding missing")
+    reg_kind = _str(reg, "kind")
+    reg_api = _str(reg, "apiVersion")
+    reg_name = _str(reg, "name")
+    reg_ns = _str(reg, "namespace") or ns
+    if not reg_name or not reg_kind:
+        return _reject(RejectReason.BAD_REGARDING, "regarding lacks kind or name")
+    if reg_ns != ns:
+        return _reject(RejectReason.BAD_REGARDING, "regarding is in another namespace")
+    if not isinstance(payload, PodSpawned) and (reg_kind != KIND or reg_api != API_VERSION):
+        return _reject(RejectReason.BAD_REGARDING, "regarding is not a TaskFeedback")
+    if sanitize_text(reg_name) != reg_name or len(reg_name) > 253:
+        return _reject(RejectReason.BAD_REGARDING, "regarding name is not a valid name")
+
+    rel = obj.get("related")
+    if not isinstance(rel, Mapping):
+        return _reject(RejectReason.BAD_RELATED, "related pod missing")
+    if rel.get("kind") != "Pod" or rel.get("apiVersion", "v1") != "v1":
+        return _reject(RejectReason.BAD_RELATED, "related is not a v1 Pod")
+    pod_name = _str(rel, "name")
+    pod_uid = _str(rel, "uid")
+    pod_ns = _str(rel, "namespace") or ns
+    if not _POD_NAME.match(pod_name) or not _UID.match(pod_uid):
+        return _reject(RejectReason.BAD_RELATED, "related pod lacks a valid name or uid")
+    if pod_ns != ns:
+        return _reject(RejectReason.BAD_RELATED, "related pod is in another namespace")
+
+    # The name binds the dedup key to one object: the API server refuses a second object of
+    # the same name, so one (instance, seq) can never carry two different payloads per task.
+    if name != event_name(reg_name, instance, seq):
+        return _reject(RejectReason.BAD_NAME, "metadata.name does not match task/instance/seq")
+
+    return ParsedEvent(
+        task=TaskRef(ns, reg_name),
+        sender=PodRef(pod_name, pod_uid, ns),
+        payload=payload,
+        instance=instance,
+        seq=seq,
+        event_time=event_time,
+        name=name,
+        regarding_kind=reg_kind,
+        warning=warning,
+        regarding_api_version=reg_api,
+        regarding_uid=_str(reg, "uid"),
+        resource_version=rv,
+    )
+
+
+def parse_event(obj: Mapping[str, Any]) -> ParsedEvent | Rejection:
+    """Validate an Event as the API server returns it (camelCase JSON). Never raises."""
+    try:
+        return _parse(obj)
+    except Exception as e:  # totality: a surprise in hostile input is a rejection, not a crash
+        return Rejection.of(RejectReason.INVALID_PAYLOAD, f"unparseable event: {type(e).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class WatchItem:
+    """One watch-stream line: its type, resourceVersion and parse result.
+
+    ``result`` is None for BOOKMARK and ERROR; ERROR carries the Status ``code`` (410 = Gone)
+    and its sanitised ``message``. A line that is not a watch event has type "" and a Rejection.
+    """
+
+    type: str
+    resource_version: str
+    result: ParsedEvent | Rejection | None
+    code: int | None = None
+    message: str = ""
+
+
+_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED"})
+
+
+def _watch(line: bytes | str) -> WatchItem:
+    try:
+        msg = orjson.loads(line)
+    except Exception:
+        return WatchItem("", "", Rejection(RejectReason.MALFORMED_JSON, "watch line is not JSON"))
+    if type(msg) is not dict:
+        return WatchItem("", "", Rejection(RejectReason.BAD_WATCH_LINE, "not a watch event"))
+    wtype = msg.get("type")
+    obj = msg.get("object")
+    if not isinstance(wtype, str) or type(obj) is not dict:
+        return WatchItem("", "", Rejection(RejectReason.BAD_WATCH_LINE, "not a watch event"))
+    meta = obj.get("metadata")
+    rv = ""
+    if type(meta) is dict:
+        r = meta.get("resourceVersion")
+        if isinstance(r, str) and len(r) <= 64:
+            rv = r
+    if wtype in _EVENT_TYPES:
+        return WatchItem(wtype, rv, _parse(obj))
+    if wtype == "BOOKMARK":
+        return WatchItem(wtype, rv, None)
+    if wtype == "ERROR":
+        code = obj.get("code")
+        message = obj.get("message")
+        return WatchItem(
+            wtype,
+            rv,
+            None,
+            code if type(code) is int else None,
+            sanitize_text(message)[:500] if isinstance(message, str) else "",
+        )
+    return WatchItem("", rv, Rejection(RejectReason.BAD_WATCH_LINE, "unknown watch event type"))
+
+
+def parse_watch_line(line: bytes | str) -> WatchItem:
+    """Parse one raw watch-stream line (``{"type":...,"object":...}``). Never raises."""
+    try:
+        return _watch(line)
+    except Exception as e:  # totality on the hot path: hostile bytes never stop the watch loop
+        return WatchItem(
+            "", "", Rejection.of(RejectReason.INVALID_PAYLOAD, f"unparseable: {type(e).__name__}")
+        )

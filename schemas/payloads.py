@@ -1,0 +1,257 @@
+"""Typed, versioned payloads carried in an Event note.
+
+Strict, frozen pydantic models; every text field is sanitised and every URL vetted on the way in.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar, TypeAlias
+from urllib.parse import quote, urlsplit
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from .constants import NAME_LIMIT, TYPE_LIMIT, URL_LIMIT
+from .text import is_continuation, sanitize_text
+
+ELLIPSIS = "…"
+
+_MODEL_CONFIG = ConfigDict(
+    strict=True,
+    frozen=True,
+    extra="forbid",
+    allow_inf_nan=False,
+    # Pydantic would otherwise copy dicts/lists on validation; the models are frozen anyway.
+    revalidate_instances="never",
+)
+
+
+def cut_text(s: str, limit: int) -> str:
+    """Shorten ``s`` to at most ``limit`` characters, ending in ``…`` when cut.
+
+    The cut never separates a base character from its combining marks or joiners.
+    """
+    if len(s) <= limit:
+        return s
+    if limit <= 0:
+        return ""
+    k = limit - 1
+    while k > 0 and is_continuation(s[k]):
+        k -= 1
+    return s[:k] + ELLIPSIS
+
+
+def _clean_text(v: Any) -> Any:
+    # Non-strings pass through untouched so strict validation rejects them with its own error.
+    return sanitize_text(v) if isinstance(v, str) else v
+
+
+def _clean_name(v: Any) -> Any:
+    if not isinstance(v, str):
+        return v
+    return cut_text(sanitize_text(v).strip(), NAME_LIMIT)
+
+
+Text = Annotated[str, BeforeValidator(_clean_text)]
+Name = Annotated[str, BeforeValidator(_clean_name), Field(min_length=1)]
+OptName = Annotated[str, BeforeValidator(_clean_name)]
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*$")
+# Whitespace, controls, bidi marks and characters that are never legal unescaped in a URL.
+# Browsers silently drop tabs/newlines inside URLs ("java\tscript:"), so rejecting them outright
+# is the only safe answer; '\\' is rejected because browsers read it as '/'.
+_URL_FORBIDDEN = re.compile(
+    r"[\x00-\x20\x7f-\x9f\"<>\\`\u00a0\u1680\u2000-\u200f\u2028-\u202f\u205f-\u206f\u3000\ufeff\ud800-\udfff]"
+)
+_DANGEROUS_SCHEMES = frozenset({"javascript", "data", "vbscript", "livescript", "mocha"})
+# Non-ASCII is percent-encoded outside the host; these are kept as they are.
+_URL_SAFE = "!#$%&'()*+,-./:;=?@[]^_{|}~"
+
+
+def _normalise_url(v: Any, *, web_only: bool) -> Any:
+    if not isinstance(v, str):
+        return v
+    v = v.strip(" ")
+    if _URL_FORBIDDEN.search(v):
+        raise ValueError("URL contains whitespace, control or forbidden characters")
+    if not v.isascii():
+        # Keep the host strict (an IDN must arrive in punycode); encode the rest.
+        head, sep, rest = v.partition("//")
+        host_end = len(rest)
+        for ch in "/?#":
+            i = rest.find(ch)
+            if i != -1:
+                host_end = min(host_end, i)
+        if not sep or not rest[:host_end].isascii() or not head.isascii():
+            raise ValueError("URL host and scheme must be ASCII (use punycode)")
+        v = head + sep + rest[:host_end] + quote(rest[host_end:], safe=_URL_SAFE)
+    if len(v) > URL_LIMIT:
+        raise ValueError(f"URL longer than {URL_LIMIT} characters")
+    scheme, colon, _ = v.partition(":")
+    if not colon or not _SCHEME.match(scheme):
+        raise ValueError("URL must be absolute, with a scheme")
+    scheme = scheme.lower()
+    try:
+        parts = urlsplit(v)
+        port = parts.port  # raises on a malformed port
+    except ValueError as e:
+        raise ValueError(f"malformed URL: {e}") from None
+    del port
+    if "@" in parts.netloc:
+        raise ValueError("credentials (userinfo) are not allowed in URLs")
+    if web_only:
+        if scheme not in ("http", "https"):
+            raise ValueError("only http and https URLs are allowed")
+        if not parts.hostname:
+            raise ValueError("URL has no host")
+    elif scheme in _DANGEROUS_SCHEMES:
+        raise ValueError(f"the {scheme}: scheme is not allowed")
+    return v
+
+
+def _web_url(v: Any) -> Any:
+    return _normalise_url(v, web_only=True)
+
+
+def _any_uri(v: Any) -> Any:
+    return _normalise_url(v, web_only=False)
+
+
+WebUrl = Annotated[str, BeforeValidator(_web_url)]
+SafeUri = Annotated[str, BeforeValidator(_any_uri)]
+
+_K8S_NAME = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?$")
+_UID = re.compile(r"^[A-Za-z0-9\-]{1,64}$")
+_TYPE = re.compile(rf"^[A-Za-z][A-Za-z0-9_.\-]{{0,{TYPE_LIMIT - 1}}}$")
+
+
+def _check(pattern: re.Pattern[str], what: str) -> AfterValidator:
+    def check(v: str) -> str:
+        if not pattern.match(v):
+            raise ValueError(f"not a valid {what}")
+        return v
+
+    return AfterValidator(check)
+
+
+PodName = Annotated[str, _check(_K8S_NAME, "Kubernetes object name")]
+Uid = Annotated[str, _check(_UID, "UID")]
+TypeName = Annotated[str, _check(_TYPE, "payload type")]
+Seconds = Annotated[float, Field(ge=0.0, le=9.0e9)]
+Epoch = Annotated[float, Field(ge=0.0, le=1.0e11)]
+Counter = Annotated[int, Field(ge=0, le=2**53)]
+
+
+class LogLink(BaseModel):
+    """A named link to logs or a dashboard (http/https only, no credentials)."""
+
+    model_config = _MODEL_CONFIG
+    TYPE: ClassVar[str] = "LogLink"
+
+    name: Name
+    url: WebUrl
+
+
+class DeckReady(BaseModel):
+    """A report deck is ready at ``uri`` (s3://, gs://, https://, ...; never script/data URIs)."""
+
+    model_config = _MODEL_CONFIG
+    TYPE: ClassVar[str] = "DeckReady"
+
+    name: Name
+    uri: SafeUri
+
+
+class SpanSummary(BaseModel):
+    """Aggregates of ``count`` spans named ``name`` over one window; one span is count=1."""
+
+    model_config = _MODEL_CONFIG
+    TYPE: ClassVar[str] = "SpanSummary"
+
+    name: Name
+    count: Annotated[int, Field(ge=1, le=2**53)]
+    total_s: Seconds
+    min_s: Seconds
+    max_s: Seconds
+    first_start: Epoch
+    last_end: Epoch
+    errors: Counter = 0
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SpanSummary:
+        if self.min_s > self.max_s:
+            raise ValueError("min_s must not exceed max_s")
+        if self.first_start > self.last_end:
+            raise ValueError("first_start must not be after last_end")
+        return self
+
+
+class Progress(BaseModel):
+    """How far the task is; ``final=True`` marks terminal progress (critical, never dropped)."""
+
+    model_config = _MODEL_CONFIG
+    TYPE: ClassVar[str] = "Progress"
+
+    fraction: Annotated[float, Field(ge=0.0, le=1.0)]
+    message: Text = ""
+    final: bool = False
+
+
+class PodSpawned(BaseModel):
+    """Lineage record: pod ``pod_name``/``pod_uid`` was spawned for app or owner ``app``."""
+
+    model_config = _MODEL_CONFIG
+    TYPE: ClassVar[str] = "PodSpawned"
+
+    pod_name: PodName
+    pod_uid: Uid
+    app: Name
+    role: OptName = ""
+    attempt: Annotated[int, Field(ge=0, le=2**31)] = 0
+
+
+def _clean_json(v: Any, depth: int = 0) -> Any:
+    if depth > 64:
+        raise ValueError("raw payload nested too deeply")
+    if isinstance(v, str):
+        return sanitize_text(v)
+    if isinstance(v, dict):
+        return {sanitize_text(str(k)): _clean_json(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_clean_json(x, depth + 1) for x in v]
+    if v is None or isinstance(v, bool | int | float):
+        return v
+    raise ValueError(f"raw payload holds a non-JSON value of type {type(v).__name__}")
+
+
+class UnknownPayload(BaseModel):
+    """A payload of a type or schema version this code does not know: kept and counted."""
+
+    model_config = _MODEL_CONFIG
+    # The Event reason of an unknown payload is its ``type`` field; see ``payload_type``.
+    TYPE: ClassVar[str] = "Unknown"
+
+    type: Annotated[str, BeforeValidator(_clean_text), _check(_TYPE, "payload type")]
+    version: Annotated[int, Field(ge=1, le=2**31)]
+    raw: Annotated[dict[str, Any], BeforeValidator(_clean_json)] = Field(default_factory=dict)
+
+
+Payload: TypeAlias = LogLink | DeckReady | SpanSummary | Progress | PodSpawned | UnknownPayload
+
+KNOWN_PAYLOADS: dict[str, type[LogLink | DeckReady | SpanSummary | Progress | PodSpawned]] = {
+    m.TYPE: m for m in (LogLink, DeckReady, SpanSummary, Progress, PodSpawned)
+}
+
+# Text fields that may be cut to make a note fit, in the order they are given up.
+SHRINKABLE: dict[str, tuple[str, ...]] = {
+    "LogLink": ("name",),
+    "DeckReady": ("name",),
+    "SpanSummary": ("name",),
+    "Progress": ("message",),
+    "PodSpawned": ("role", "app"),
+}
+
+
+def payload_type(p: Payload) -> str:
+    """The Event reason for ``p``: its TYPE, or the carried type of an UnknownPayload."""
+    return p.type if isinstance(p, UnknownPayload) else p.TYPE

@@ -1,0 +1,528 @@
+"""Task state and the fold: merge parsed events into one bounded, order-insensitive record.
+
+``fold`` is pure and total; the state round-trips through the TaskFeedback ``.status`` dict.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+from .constants import NAME_LIMIT, SCHEMA_VERSION, TYPE_LIMIT
+from .event import ParsedEvent, TaskRef, format_time, parse_time
+from .note import valid_instance, valid_seq
+from .payloads import (
+    DeckReady,
+    LogLink,
+    PodSpawned,
+    Progress,
+    SpanSummary,
+    UnknownPayload,
+)
+from .version_vector import VersionVector
+
+OrderKey = tuple[datetime, str, int]
+_INT_MAX = 2**63 - 1  # status numbers are int64 in the API server; sums saturate there
+
+COUNTER_NAMES: tuple[str, ...] = (
+    "events_applied",  # distinct events folded in (order-independent)
+    "duplicates",  # re-deliveries skipped by the version vector (depends on delivery)
+    "links_capped",  # LogLink events whose name is beyond the links cap
+    "decks_capped",
+    "spans_capped",
+    "pods_capped",
+    "unknown_payloads",  # events with an unknown type or newer schema version
+    "unknown_capped",  # unknown events whose type is beyond the unknown-types cap
+    "pods_spawned",  # PodSpawned (lineage) events regarding this subject
+    "wrong_task",  # events handed to the fold of another task (a caller bug); not applied
+    "fold_errors",  # internal errors swallowed to keep the fold total (should stay 0)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-task caps. Beyond a cap the lexicographically smallest names are kept, so the kept
+    set does not depend on arrival order; everything else is counted in ``*_capped``."""
+
+    links: int = 64
+    decks: int = 32
+    spans: int = 128
+    pods: int = 128
+    unknown_types: int = 32
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True, slots=True)
+class Named:
+    """A last-writer-wins register: ``value`` written by the event with order key ``at``;
+    ``events`` counts the events that targeted this name (needed to count them when capped)."""
+
+    value: str
+    at: OrderKey
+    events: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpanAgg:
+    """Aggregate of all SpanSummary windows of one name. Total time is exact integer ns so
+    that sums are associative and any arrival order gives bit-identical results."""
+
+    count: int
+    total_ns: int
+    min_s: float
+    max_s: float
+    first_start: float
+    last_end: float
+    errors: int
+    events: int
+
+    @property
+    def total_s(self) -> float:
+        return self.total_ns / 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressState:
+    """The winning Progress: terminal progress beats any non-terminal one, then latest wins."""
+
+    fraction: float
+    message: str
+    final: bool
+    at: OrderKey
+
+
+def _sat(a: int, b: int) -> int:
+    # Saturating add of non-negatives is still associative and commutative.
+    s = a + b
+    return s if s <= _INT_MAX else _INT_MAX
+
+
+@dataclass(frozen=True, slots=True)
+class TaskState:
+    """Folded state of one task. Treat as immutable; build with ``new_state`` and ``fold``."""
+
+    task: TaskRef
+    link_entries: Mapping[str, Named]
+    deck_entries: Mapping[str, Named]
+    spans: Mapping[str, SpanAgg]
+    progress: ProgressState | None
+    pod_events: Mapping[tuple[str, str], int]  # (pod name, uid) -> events sent
+    applied: VersionVector
+    last_event_time: datetime | None
+    counters: Mapping[str, int]
+    unknown: Mapping[str, int]  # unknown payload type -> events
+    warnings: int
+    limits: Limits = field(default=DEFAULT_LIMITS, compare=False)
+
+    @property
+    def links(self) -> dict[str, str]:
+        """Link name -> URL."""
+        return {k: v.value for k, v in sorted(self.link_entries.items())}
+
+    @property
+    def decks(self) -> dict[str, str]:
+        """Deck name -> URI."""
+        return {k: v.value for k, v in sorted(self.deck_entries.items())}
+
+    @property
+    def pods(self) -> list[tuple[str, str]]:
+        """Sender pods seen, as sorted (name, uid) pairs."""
+        return sorted(self.pod_events)
+
+    @property
+    def completed(self) -> bool:
+        """True once terminal progress (``final=True``) has been folded in."""
+        return self.progress is not None and self.progress.final
+
+    def to_status(self) -> dict[str, Any]:
+        """The JSON-safe ``.status`` dict (snake_case keys; layout documented in the package)."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "task": {"namespace": self.task.namespace, "name": self.task.name},
+            "completed": self.completed,
+            "progress": None
+            if self.progress is None
+            else {
+                "fraction": self.progress.fraction,
+                "message": self.progress.message,
+                "final": self.progress.final,
+                "at": _key_json(self.progress.at),
+            },
+            "links": {
+                k: {"url": v.value, "at": _key_json(v.at), "events": v.events}
+                for k, v in sorted(self.link_entries.items())
+            },
+            "decks": {
+                k: {"uri": v.value, "at": _key_json(v.at), "events": v.events}
+                for k, v in sorted(self.deck_entries.items())
+            },
+            "spans": {
+                k: {
+                    "count": s.count,
+                    "total_s": s.total_s,
+                    "total_ns": s.total_ns,
+                    "min_s": s.min_s,
+                    "max_s": s.max_s,
+                    "first_start": s.first_start,
+                    "last_end": s.last_end,
+                    "errors": s.errors,
+                    "events": s.events,
+                }
+                for k, s in sorted(self.spans.items())
+            },
+            "pods": [
+                {"name": n, "uid": u, "events": c} for (n, u), c in sorted(self.pod_events.items())
+            ],
+            "applied": self.applied.to_json(),
+            "last_event_time": None
+            if self.last_event_time is None
+            else format_time(self.last_event_time),
+            "warnings": self.warnings,
+            "unknown": dict(sorted(self.unknown.items())),
+            "counters": {k: self.counters.get(k, 0) for k in COUNTER_NAMES},
+        }
+
+    @classmethod
+    def from_status(cls, task: TaskRef, status: Any, limits: Limits = DEFAULT_LIMITS) -> TaskState:
+        """Rebuild a state from a ``.status`` dict. Tolerant: anything unreadable gives a
+        fresh state for ``task`` (never raises)."""
+        if not isinstance(status, Mapping) or not status:
+            return new_state(task, limits)
+        try:
+            return _from_status(task, status, limits)
+        except Exception:
+            return new_state(task, limits)
+
+
+def new_state(task: TaskRef, limits: Limits = DEFAULT_LIMITS) -> TaskState:
+    """The empty state of ``task``."""
+    return TaskState(
+        task=task,
+        link_entries={},
+        deck_entries={},
+        spans={},
+        progress=None,
+        pod_events={},
+        applied=VersionVector(),
+        last_event_time=None,
+        counters=dict.fromkeys(COUNTER_NAMES, 0),
+        unknown={},
+        warnings=0,
+        limits=limits,
+    )
+
+
+def _key_json(k: OrderKey) -> list[Any]:
+    return [format_time(k[0]), k[1], k[2]]
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _capped_put(
+    entries: Mapping[K, V],
+    key: K,
+    cap: int,
+    merge: Callable[[V | None], V],
+    weight: Callable[[V], int],
+) -> tuple[Mapping[K, V], int]:
+    """Insert/merge ``key``, keeping only the ``cap`` smallest keys.
+
+    Returns the new mapping and how many events fell beyond the cap (the event itself, or
+    those of an evicted key). The kept set is always the cap smallest keys ever seen, and each
+    event is counted exactly once, so both results are independent of arrival order.
+    """
+    cur = entries.get(key)
+    if cur is not None:
+        return {**entries, key: merge(cur)}, 0
+    if len(entries) < cap:
+        return {**entries, key: merge(None)}, 0
+    if cap <= 0:
+        return entries, 1
+    largest = max(entries)  # type: ignore[type-var]
+    if key > largest:  # type: ignore[operator]
+        return entries, 1
+    out = dict(entries)
+    evicted = out.pop(largest)
+    out[key] = merge(None)
+    return out, weight(evicted)
+
+
+def _named_merge(value: str, at: OrderKey) -> Callable[[Named | None], Named]:
+    def merge(cur: Named | None) -> Named:
+        if cur is None:
+            return Named(value, at, 1)
+        if at > cur.at:
+            return Named(value, at, cur.events + 1)
+        return Named(cur.value, cur.at, cur.events + 1)
+
+    return merge
+
+
+def _named_weight(v: Named) -> int:
+    return v.events
+
+
+def _span_merge(p: SpanSummary) -> Callable[[SpanAgg | None], SpanAgg]:
+    total_ns = min(round(p.total_s * 1e9), _INT_MAX)
+
+    def merge(cur: SpanAgg | None) -> SpanAgg:
+        if cur is None:
+            return SpanAgg(
+                p.count, total_ns, p.min_s, p.max_s, p.first_start, p.last_end, p.errors, 1
+            )
+        return SpanAgg(
+            _sat(cur.count, p.count),
+            _sat(cur.total_ns, total_ns),
+            min(cur.min_s, p.min_s),
+            max(cur.max_s, p.max_s),
+            min(cur.first_start, p.first_start),
+            max(cur.last_end, p.last_end),
+            _sat(cur.errors, p.errors),
+            cur.events + 1,
+        )
+
+    return merge
+
+
+def _span_weight(v: SpanAgg) -> int:
+    return v.events
+
+
+def _count_merge(cur: int | None) -> int:
+    return 1 if cur is None else cur + 1
+
+
+def _ident(v: int) -> int:
+    return v
+
+
+def _bump(counters: Mapping[str, int], *names_deltas: tuple[str, int]) -> dict[str, int]:
+    out = dict(counters)
+    for name, d in names_deltas:
+        if d:
+            out[name] = out.get(name, 0) + d
+    return out
+
+
+def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
+    if ev.task != state.task:
+        return _with(state, counters=_bump(state.counters, ("wrong_task", 1)))
+    if state.applied.contains(ev.instance, ev.seq):
+        return _with(state, counters=_bump(state.counters, ("duplicates", 1)))
+
+    lim = state.limits
+    key = ev.order_key
+    links, decks, spans = state.link_entries, state.deck_entries, state.spans
+    progress, unknown = state.progress, state.unknown
+    bumps: list[tuple[str, int]] = [("events_applied", 1)]
+    p = ev.payload
+    if isinstance(p, LogLink):
+        links, capped = _capped_put(
+            links, p.name, lim.links, _named_merge(p.url, key), _named_weight
+        )
+        bumps.append(("links_capped", capped))
+    elif isinstance(p, DeckReady):
+        decks, capped = _capped_put(
+            decks, p.name, lim.decks, _named_merge(p.uri, key), _named_weight
+        )
+        bumps.append(("decks_capped", capped))
+    elif isinstance(p, SpanSummary):
+        spans, capped = _capped_put(spans, p.name, lim.spans, _span_merge(p), _span_weight)
+        bumps.append(("spans_capped", capped))
+    elif isinstance(p, Progress):
+        if progress is None or (p.final, key) > (progress.final, progress.at):
+            progress = ProgressState(p.fraction, p.message, p.final, key)
+    elif isinstance(p, PodSpawned):
+        bumps.append(("pods_spawned", 1))
+    elif isinstance(p, UnknownPayload):
+        unknown, capped = _capped_put(unknown, p.type, lim.unknown_types, _count_merge, _ident)
+        bumps.append(("unknown_payloads", 1))
+        bumps.append(("unknown_capped", capped))
+
+    pod_events, pods_capped = _capped_put(
+        state.pod_events, (ev.sender.name, ev.sender.uid), lim.pods, _count_merge, _ident
+    )
+    bumps.append(("pods_capped", pods_capped))
+    last = state.last_event_time
+    return TaskState(
+        state.task,
+        links,
+        decks,
+        spans,
+        progress,
+        pod_events,
+        state.applied.add(ev.instance, ev.seq),
+        ev.event_time if last is None or ev.event_time > last else last,
+        _bump(state.counters, *bumps),
+        unknown,
+        state.warnings + 1 if ev.warning else state.warnings,
+        lim,
+    )
+
+
+def _with(state: TaskState, *, counters: dict[str, int]) -> TaskState:
+    return TaskState(
+        state.task,
+        state.link_entries,
+        state.deck_entries,
+        state.spans,
+        state.progress,
+        state.pod_events,
+        state.applied,
+        state.last_event_time,
+        counters,
+        state.unknown,
+        state.warnings,
+        state.limits,
+    )
+
+
+def fold(state: TaskState, ev: ParsedEvent) -> TaskState:
+    """Merge one event into ``state``. Pure, total and idempotent per (instance, seq).
+
+    Events of another task are not applied (counted in ``wrong_task``).
+    """
+    try:
+        return _fold(state, ev)
+    except Exception:  # totality beats strictness here; the counter makes the bug visible
+        return _with(state, counters=_bump(state.counters, ("fold_errors", 1)))
+
+
+def fold_all(
+    task: TaskRef, events: Iterable[ParsedEvent], limits: Limits = DEFAULT_LIMITS
+) -> TaskState:
+    """Fold ``events`` into a fresh state of ``task``."""
+    state = new_state(task, limits)
+    for ev in events:
+        state = fold(state, ev)
+    return state
+
+
+# --- status decoding -------------------------------------------------------------------
+
+
+def _need(cond: bool, what: str) -> None:
+    if not cond:
+        raise ValueError(what)
+
+
+def _int(v: Any) -> int:
+    _need(type(v) is int and 0 <= v <= _INT_MAX, "bad int")
+    return int(v)
+
+
+def _float(v: Any) -> float:
+    _need(type(v) in (int, float) and math.isfinite(v) and v >= 0, "bad float")
+    return float(v)
+
+
+def _name(v: Any, limit: int = NAME_LIMIT) -> str:
+    _need(isinstance(v, str) and 0 < len(v) <= limit, "bad name")
+    return str(v)
+
+
+def _key(v: Any) -> OrderKey:
+    _need(isinstance(v, list) and len(v) == 3, "bad order key")
+    t = parse_time(v[0])
+    _need(t is not None and valid_instance(v[1]) and valid_seq(v[2]), "bad order key")
+    assert t is not None
+    return (t, v[1], v[2])
+
+
+def _named_map(data: Any, value_key: str) -> dict[str, Named]:
+    _need(isinstance(data, Mapping), "bad map")
+    out: dict[str, Named] = {}
+    for k, v in data.items():
+        _need(isinstance(v, Mapping) and isinstance(v.get(value_key), str), "bad entry")
+        out[_name(k)] = Named(v[value_key], _key(v.get("at")), _int(v.get("events")))
+    return out
+
+
+def _trim(entries: dict[K, V], cap: int, weight: Callable[[V], int]) -> tuple[dict[K, V], int]:
+    # A status written under larger limits is cut by the same smallest-keys rule.
+    if len(entries) <= cap:
+        return entries, 0
+    keys = sorted(entries)  # type: ignore[type-var]
+    dropped = sum(weight(entries[k]) for k in keys[cap:])
+    return {k: entries[k] for k in keys[:cap]}, dropped
+
+
+def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState:
+    _need(_int(st.get("schema_version")) <= SCHEMA_VERSION, "newer status schema")
+    links = _named_map(st.get("links", {}), "url")
+    decks = _named_map(st.get("decks", {}), "uri")
+    spans: dict[str, SpanAgg] = {}
+    raw_spans = st.get("spans", {})
+    _need(isinstance(raw_spans, Mapping), "bad spans")
+    for k, s in raw_spans.items():
+        _need(isinstance(s, Mapping), "bad span")
+        spans[_name(k)] = SpanAgg(
+            _int(s.get("count")),
+            _int(s.get("total_ns")),
+            _float(s.get("min_s")),
+            _float(s.get("max_s")),
+            _float(s.get("first_start")),
+            _float(s.get("last_end")),
+            _int(s.get("errors")),
+            _int(s.get("events")),
+        )
+    progress = None
+    pr = st.get("progress")
+    if pr is not None:
+        _need(isinstance(pr, Mapping), "bad progress")
+        frac = _float(pr.get("fraction"))
+        _need(frac <= 1.0 and isinstance(pr.get("message"), str), "bad progress")
+        _need(type(pr.get("final")) is bool, "bad progress")
+        progress = ProgressState(frac, pr["message"], pr["final"], _key(pr.get("at")))
+    pods: dict[tuple[str, str], int] = {}
+    raw_pods = st.get("pods", [])
+    _need(isinstance(raw_pods, list), "bad pods")
+    for p in raw_pods:
+        _need(isinstance(p, Mapping), "bad pod")
+        pods[(_name(p.get("name"), 253), _name(p.get("uid"), 64))] = _int(p.get("events"))
+    unknown: dict[str, int] = {}
+    raw_unknown = st.get("unknown", {})
+    _need(isinstance(raw_unknown, Mapping), "bad unknown")
+    for k, c in raw_unknown.items():
+        unknown[_name(k, TYPE_LIMIT)] = _int(c)
+    raw_counters = st.get("counters", {})
+    _need(isinstance(raw_counters, Mapping), "bad counters")
+    counters = {k: _int(raw_counters.get(k, 0)) for k in COUNTER_NAMES}
+    last = st.get("last_event_time")
+    last_t = None if last is None else parse_time(last)
+    _need(last is None or last_t is not None, "bad last_event_time")
+
+    links, c1 = _trim(links, lim.links, _named_weight)
+    decks, c2 = _trim(decks, lim.decks, _named_weight)
+    spans, c3 = _trim(spans, lim.spans, _span_weight)
+    pods, c4 = _trim(pods, lim.pods, _ident)
+    unknown, c5 = _trim(unknown, lim.unknown_types, _ident)
+    counters = _bump(
+        counters,
+        ("links_capped", c1),
+        ("decks_capped", c2),
+        ("spans_capped", c3),
+        ("pods_capped", c4),
+        ("unknown_capped", c5),
+    )
+    return TaskState(
+        task=task,
+        link_entries=links,
+        deck_entries=decks,
+        spans=spans,
+        progress=progress,
+        pod_events=pods,
+        applied=VersionVector.from_json(st.get("applied", {})),
+        last_event_time=last_t,
+        counters=counters,
+        unknown=unknown,
+        warnings=_int(st.get("warnings", 0)),
+        limits=lim,
+    )

@@ -1,0 +1,121 @@
+"""Compact record of applied (instance, seq) pairs: sorted disjoint inclusive ranges per instance.
+
+Immutable: ``add`` returns a new vector, so a fold that uses it stays pure.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Mapping
+from typing import Any
+
+from .note import valid_instance, valid_seq
+
+Range = tuple[int, int]
+
+
+class VersionVector:
+    """Per emitter instance, the sorted disjoint inclusive ranges of applied seqs.
+
+    Size is O(instances + gaps): a contiguous sequence costs one range however long it is.
+    """
+
+    __slots__ = ("_r",)
+
+    def __init__(self, ranges: Mapping[str, tuple[Range, ...]] | None = None) -> None:
+        self._r: dict[str, tuple[Range, ...]] = dict(ranges) if ranges else {}
+
+    def contains(self, instance: str, seq: int) -> bool:
+        """Whether ``seq`` of ``instance`` has been applied."""
+        rs = self._r.get(instance)
+        if not rs:
+            return False
+        # The range starting at or before seq is the only candidate.
+        i = bisect_right(rs, (seq, 2**64)) - 1
+        return i >= 0 and rs[i][1] >= seq
+
+    def add(self, instance: str, seq: int) -> VersionVector:
+        """A vector that also contains (instance, seq); ``self`` when it already did."""
+        rs = self._r.get(instance, ())
+        i = bisect_right(rs, (seq, 2**64))  # ranges [0, i) start at or before seq
+        prev = rs[i - 1] if i > 0 else None
+        if prev is not None and prev[1] >= seq:
+            return self
+        nxt = rs[i] if i < len(rs) else None
+        join_prev = prev is not None and prev[1] == seq - 1
+        join_next = nxt is not None and nxt[0] == seq + 1
+        if join_prev and join_next:
+            assert prev is not None and nxt is not None
+            new = (*rs[: i - 1], (prev[0], nxt[1]), *rs[i + 1 :])
+        elif join_prev:
+            assert prev is not None
+            new = (*rs[: i - 1], (prev[0], seq), *rs[i:])
+        elif join_next:
+            assert nxt is not None
+            new = (*rs[:i], (seq, nxt[1]), *rs[i + 1 :])
+        else:
+            new = (*rs[:i], (seq, seq), *rs[i:])
+        out = VersionVector.__new__(VersionVector)
+        out._r = {**self._r, instance: new}
+        return out
+
+    def ranges(self, instance: str) -> tuple[Range, ...]:
+        """The applied ranges of ``instance`` (empty when unknown)."""
+        return self._r.get(instance, ())
+
+    @property
+    def instances(self) -> list[str]:
+        """Known emitter instances, sorted."""
+        return sorted(self._r)
+
+    def count(self) -> int:
+        """How many (instance, seq) pairs are recorded."""
+        return sum(hi - lo + 1 for rs in self._r.values() for lo, hi in rs)
+
+    def __len__(self) -> int:
+        """Total number of stored ranges (the memory cost)."""
+        return sum(len(rs) for rs in self._r.values())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, VersionVector) and self._r == other._r
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._r.items()))
+
+    def __repr__(self) -> str:
+        return f"VersionVector({self.to_json()!r})"
+
+    def to_json(self) -> dict[str, list[list[int]]]:
+        """``{instance: [[lo, hi], ...]}`` with instances sorted."""
+        return {k: [[lo, hi] for lo, hi in self._r[k]] for k in sorted(self._r)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> VersionVector:
+        """Inverse of ``to_json``; overlapping or unsorted ranges are normalised.
+
+        Raises ValueError on malformed input (callers that must be total catch it).
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError("version vector must be an object")
+        out: dict[str, tuple[Range, ...]] = {}
+        for inst, rs in data.items():
+            if not valid_instance(inst) or not isinstance(rs, list):
+                raise ValueError("bad version vector entry")
+            pairs: list[Range] = []
+            for r in rs:
+                if not (isinstance(r, list | tuple) and len(r) == 2):
+                    raise ValueError("bad range")
+                lo, hi = r
+                if not (valid_seq(lo) and valid_seq(hi) and lo <= hi):
+                    raise ValueError("bad range bounds")
+                pairs.append((lo, hi))
+            pairs.sort()
+            merged: list[Range] = []
+            for lo, hi in pairs:
+                if merged and lo <= merged[-1][1] + 1:
+                    merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+                else:
+                    merged.append((lo, hi))
+            if merged:
+                out[inst] = tuple(merged)
+        return cls(out)

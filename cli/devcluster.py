@@ -271,6 +271,8 @@ class ControlPlane:
             f"--service-account-key-file={pki / 'sa.key'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-cluster-ip-range=10.96.0.0/16",
+            # The kubernetes Service endpoint may not be loopback; nothing here needs it.
+            "--endpoint-reconciler-type=none",
             "--kubelet-preferred-address-types=InternalIP",
             f"--kubelet-certificate-authority={pki / 'ca.crt'}",
             f"--cert-dir={pki / 'generated'}",

@@ -81,5 +81,6 @@ def raw_event(namespace: str, name: str, *, controller: str, note: str = "hello"
         "eventTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         "reportingController": controller, "reportingInstance": "test",
         "action": "Report", "reason": reason, "type": "Normal", "note": note,
-        "regarding": {"apiVersion": "v1", "kind": "Namespace", "name": namespace},
+        "regarding": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": namespace,
+                      "name": "subject"},
     }

@@ -74,7 +74,8 @@ def ensure_port_free(port: int, what: str) -> None:
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
-            raise ControlPlaneError(f"port {port} on 127.0.0.1 is taken (wanted for {what})") from None
+            raise ControlPlaneError(
+                f"port {port} on 127.0.0.1 is taken (wanted for {what})") from None
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str,
@@ -212,7 +213,8 @@ class ControlPlane:
     def start(self, timeout: float = 90.0) -> ControlPlane:
         for name in BINARIES:
             if not (self.bin_dir / name).is_file():
-                raise ControlPlaneError(f"{name} binary missing in {self.bin_dir}; run `make binaries`")
+                raise ControlPlaneError(
+                    f"{name} binary missing in {self.bin_dir}; run `make binaries`")
         if self.apiserver_port:
             ensure_port_free(self.apiserver_port, "kube-apiserver")
         if self.state_dir.exists():
@@ -263,7 +265,8 @@ class ControlPlane:
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
             f"--secure-port={self.ports['apiserver']}",
             f"--etcd-servers={self.etcd_url}",
-            f"--tls-cert-file={pki / 'serving.crt'}", f"--tls-private-key-file={pki / 'serving.key'}",
+            f"--tls-cert-file={pki / 'serving.crt'}",
+            f"--tls-private-key-file={pki / 'serving.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
             f"--token-auth-file={self.state_dir / 'tokens.csv'}",
             "--authorization-mode=RBAC",
@@ -308,7 +311,8 @@ class ControlPlane:
             f"--kubeconfig={self.kubeconfig('admin')}", f"--config={config}",
             "--manage-all-nodes=true", "--node-ip=127.0.0.1", f"--node-name={NODE_NAME}",
             f"--node-port={port}", f"--server-address=127.0.0.1:{port}",
-            f"--tls-cert-file={pki / 'serving.crt'}", f"--tls-private-key-file={pki / 'serving.key'}",
+            f"--tls-cert-file={pki / 'serving.crt'}",
+            f"--tls-private-key-file={pki / 'serving.key'}",
             "--enable-crds=Logs,ClusterLogs", "--node-lease-duration-seconds=40",
         ])
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {

@@ -27,7 +27,8 @@ def eventually(probe: Callable[[], T | None], timeout: float = 30.0, what: str =
             last_error = err
         time.sleep(interval)
         interval = min(interval * 1.5, 0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_error})")
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what} (last error: {last_error})")
 
 
 def cri_log_line(text: str, when: datetime | None = None, stream: str = "stdout") -> str:

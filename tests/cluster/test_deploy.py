@@ -1,0 +1,511 @@
+"""deploy/ against the real control plane: every manifest passes a server-side dry run,
+the admission policy authenticates senders with real pod-bound tokens, and the RBAC roles
+grant exactly what each identity needs (both sides are proven with real calls)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+from tidings.cli.devcluster import REPO_ROOT, ControlPlane
+
+from tests.cluster.test_controlplane import bound_token, client_with_token
+from tests.support import create_kwok_pod, eventually, pod_phase, write_cri_log
+
+pytestmark = pytest.mark.cluster
+
+DEPLOY = REPO_ROOT / "deploy"
+BUS = "tidings.dev/bus"
+GROUP, VERSION, PLURAL = "tidings.dev", "v1alpha1", "taskfeedbacks"
+SYSTEM_NS = "tidings-system"
+POLICY = "tidings-sender-identity"
+DENIAL = "may only emit events about itself"
+
+
+def kubectl(cp: ControlPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """kubectl as admin with stderr kept (control_plane.kubectl_run drops warnings)."""
+    result = subprocess.run([str(cp.kubectl), f"--kubeconfig={cp.kubeconfig('admin')}", *args],
+                            capture_output=True, text=True, timeout=120)
+    if check:
+        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def install(control_plane: ControlPlane, admin: Any) -> Iterator[dict[str, Any]]:
+    """Install deploy/ for real, the way an operator would, after a server-side dry run.
+
+    Order: the CRD and the namespace for real (so the CRs and namespaced objects have
+    something to validate against), then `apply -k --dry-run=server` of everything, then
+    the real `apply -k`. The admission policy changes cluster-wide behaviour for the whole
+    shared test session, so it is removed again afterwards if this module created it.
+    """
+    objects = [d for d in yaml.safe_load_all(
+        control_plane.kubectl_run("kustomize", str(DEPLOY))) if d]
+    admission = client.AdmissionregistrationV1Api(admin)
+    existed = {
+        "policy": _exists(lambda: admission.read_validating_admission_policy(POLICY)),
+        "binding": _exists(lambda: admission.read_validating_admission_policy_binding(POLICY)),
+    }
+    kubectl(control_plane, "apply", "-f", str(DEPLOY / "crd.yaml"))
+    kubectl(control_plane, "wait", "--for=condition=Established",
+            f"crd/{PLURAL}.{GROUP}", "--timeout=60s")
+    kubectl(control_plane, "apply", "-f", str(DEPLOY / "namespace.yaml"))
+    dry = kubectl(control_plane, "apply", "-k", str(DEPLOY), "--dry-run=server")
+    applied = kubectl(control_plane, "apply", "-k", str(DEPLOY))
+    yield {"objects": objects, "dry_run": dry, "applied": applied}
+    if not existed["binding"]:
+        admission.delete_validating_admission_policy_binding(POLICY)
+    if not existed["policy"]:
+        admission.delete_validating_admission_policy(POLICY)
+
+
+def _exists(read: Callable[[], object]) -> bool:
+    try:
+        read()
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
+
+
+# ---- helpers ------------------------------------------------------------------------------
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def bus_event(namespace: str, task: str, *, related: dict[str, str], instance: str,
+              reason: str = "LogLink", controller: str = BUS) -> dict[str, Any]:
+    """An events.k8s.io/v1 Event shaped like the bus contract (DESIGN.md)."""
+    return {
+        "apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": f"{task}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+        "eventTime": now(), "reportingController": controller, "reportingInstance": instance,
+        "action": "Report", "reason": reason, "type": "Normal",
+        "note": json.dumps({"v": 1, "name": "wandb", "url": "https://wandb.ai/x/y"}),
+        "regarding": {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TaskFeedback",
+                      "namespace": namespace, "name": task},
+        "related": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace,
+                    "name": related["name"], "uid": related["uid"]},
+    }
+
+
+def forbidden(call: Callable[[], object]) -> ApiException:
+    with pytest.raises(ApiException) as err:
+        call()
+    assert err.value.status == 403, err.value.body
+    return err.value
+
+
+def bind(admin: Any, namespace: str, name: str, cluster_role: str, sa: str) -> None:
+    client.RbacAuthorizationV1Api(admin).create_namespaced_role_binding(namespace, {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": cluster_role},
+        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}]})
+
+
+def workload(control_plane: ControlPlane, admin: Any, namespace: str, pod_name: str,
+             task: str, *, sa: str = "worker") -> tuple[dict[str, str], client.ApiClient]:
+    """A task pod as deploy/examples/workload.yaml makes it: its own SA bound to
+    tidings-workload, the task label, and a client holding the pod's bound token."""
+    core = client.CoreV1Api(admin)
+    if not _exists(lambda: core.read_namespaced_service_account(sa, namespace)):
+        core.create_namespaced_service_account(namespace, {"metadata": {"name": sa}})
+        bind(admin, namespace, f"{sa}-tidings-workload", "tidings-workload", sa)
+    pod = create_kwok_pod(admin, namespace, pod_name, labels={"tidings.dev/task": task},
+                          service_account=sa)
+    token = bound_token(admin, namespace, sa, pod)
+    return pod, client_with_token(control_plane, token)
+
+
+def policy_denial(create: Callable[[], object]) -> ApiException | None:
+    """One spoofed create: the policy's denial, or None while the policy is not yet
+    enforced (it compiles asynchronously) or RBAC has not yet caught up."""
+    try:
+        create()
+    except ApiException as err:
+        if DENIAL in (err.body or ""):
+            return err
+        if err.status != 403:
+            raise
+    return None
+
+
+def sa_token_client(control_plane: ControlPlane, admin: Any, namespace: str,
+                    sa: str) -> client.ApiClient:
+    review = client.CoreV1Api(admin).create_namespaced_service_account_token(
+        sa, namespace, {"spec": {}})
+    return client_with_token(control_plane, str(review.status.token))
+
+
+# ---- manifests --------------------------------------------------------------------------
+def test_every_manifest_passes_a_server_side_dry_run(install: dict[str, Any]) -> None:
+    lines = install["dry_run"].stdout.splitlines()
+    for obj in install["objects"]:
+        kind, name = obj["kind"].lower(), obj["metadata"]["name"]
+        hits = [line for line in lines if line.split("/")[0].split(".")[0] == kind
+                and line.split("/", 1)[1].split(" ")[0] == name]
+        assert hits and hits[0].endswith("(server dry run)"), (kind, name, lines)
+    # The watcher's pod template meets the `restricted` level its namespace enforces.
+    assert "PodSecurity" not in install["dry_run"].stderr, install["dry_run"].stderr
+    assert "PodSecurity" not in install["applied"].stderr, install["applied"].stderr
+
+
+def test_the_install_has_what_the_issue_asks_for(install: dict[str, Any]) -> None:
+    by_kind: dict[str, dict[str, dict[str, Any]]] = {}
+    for obj in install["objects"]:
+        by_kind.setdefault(obj["kind"], {})[obj["metadata"]["name"]] = obj
+    deployment = by_kind["Deployment"]["tidings-watcher"]
+    assert deployment["metadata"]["namespace"] == SYSTEM_NS
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["serviceAccountName"] == "tidings-watcher"
+    assert container["image"] == "tidings-watcher:dev"
+    assert container["command"] == ["tidings", "watcher", "run", "--metrics-port", "8080",
+                                    "--lease-namespace", "$(POD_NAMESPACE)"]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+           for e in container["env"] if "valueFrom" in e}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace",
+                   "POD_UID": "metadata.uid"}
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert set(container["resources"]) == {"requests", "limits"}
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"] and sc["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    service = by_kind["Service"]["tidings-watcher-metrics"]
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8080,
+                                         "targetPort": "metrics", "protocol": "TCP"}]
+    assert {"tidings-workload", "tidings-watcher", "tidings-viewer"} <= set(by_kind["ClusterRole"])
+    assert by_kind["ServiceAccount"]["tidings-watcher"]["metadata"]["namespace"] == SYSTEM_NS
+
+
+def test_the_crd_validates_and_prints_the_summary(control_plane: ControlPlane, admin: Any,
+                                                  install: dict[str, Any],
+                                                  namespace: str) -> None:
+    crs = client.CustomObjectsApi(admin)
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TaskFeedback",
+            "metadata": {"name": "train-1"}, "spec": {"task": "train-1"}}
+    crs.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    # The folded state is open-ended; the summary is typed.
+    crs.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "train-1", {
+        "status": {"summary": {"progress": 0.5, "links": 2, "deck": "report",
+                               "completed": False},
+                   "links": {"wandb": "https://wandb.ai/x"}, "applied": {"abc": [[1, 7]]}}})
+    got = crs.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "train-1")
+    assert got["status"]["links"] == {"wandb": "https://wandb.ai/x"}
+    assert got["status"]["applied"] == {"abc": [[1, 7]]}
+    table = control_plane.kubectl_run("get", "tfb", "-n", namespace)
+    header, row = table.splitlines()
+    assert header.split() == ["NAME", "PROGRESS", "LINKS", "DECK", "AGE"]
+    assert row.split()[:4] == ["train-1", "0.5", "2", "report"]
+    with pytest.raises(ApiException) as err:
+        crs.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
+            **body, "metadata": {"name": "no-task"}, "spec": {}})
+    assert err.value.status == 422 and "spec.task" in err.value.body
+    with pytest.raises(ApiException) as err:
+        crs.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "train-1", {
+            "status": {"summary": {"progress": "half"}}})
+    assert err.value.status == 422 and "status.summary.progress" in err.value.body
+
+
+def test_the_example_workload_passes_a_server_side_dry_run(control_plane: ControlPlane,
+                                                           install: dict[str, Any],
+                                                           namespace: str) -> None:
+    path = DEPLOY / "examples" / "workload.yaml"
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    out = kubectl(control_plane, "apply", "-n", namespace, "-f", str(path), "--dry-run=server")
+    lines = out.stdout.splitlines()
+    assert len(lines) == len(docs) == 4
+    assert all(line.endswith("created (server dry run)") for line in lines), lines
+    job = next(d for d in docs if d["kind"] == "Job")
+    template = job["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    task = template["metadata"]["labels"]["tidings.dev/task"]
+    env = {e["name"]: e.get("value") or e["valueFrom"]["fieldRef"]["fieldPath"]
+           for e in container["env"]}
+    assert env == {"TIDINGS_TASK": task, "POD_NAME": "metadata.name",
+                   "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid"}
+    binding = next(d for d in docs if d["kind"] == "RoleBinding")
+    assert binding["roleRef"]["name"] == "tidings-workload"
+    assert binding["subjects"][0]["name"] == template["spec"]["serviceAccountName"]
+
+
+# ---- sender authentication (ValidatingAdmissionPolicy) ----------------------------------
+def test_a_pod_may_report_only_about_itself(control_plane: ControlPlane, admin: Any,
+                                            install: dict[str, Any], namespace: str) -> None:
+    me, as_me = workload(control_plane, admin, namespace, "train-0", "train")
+    other = create_kwok_pod(admin, namespace, "train-1", labels={"tidings.dev/task": "train"})
+    events = client.EventsV1Api(as_me)
+
+    # (2) Naming another pod is denied by the API server, with the policy's message.
+    denial = eventually(lambda: policy_denial(lambda: events.create_namespaced_event(
+        namespace, bus_event(namespace, "train", related=other, instance=other["name"]))),
+        60, "the sender-identity policy to deny a spoofed event")
+    assert denial.status == 403
+    assert f"tidings: sender pod train-0 {DENIAL}" in denial.body
+    assert f"ValidatingAdmissionPolicy '{POLICY}'" in denial.body
+
+    # (1) The same token naming its own pod succeeds, and the event is stored as sent.
+    mine = bus_event(namespace, "train", related=me, instance=me["name"])
+    events.create_namespaced_event(namespace, mine)
+    stored = client.EventsV1Api(admin).read_namespaced_event(mine["metadata"]["name"], namespace)
+    assert (stored.related.uid, stored.reporting_instance) == (me["uid"], "train-0")
+
+    # Half a spoof is still a spoof: own uid with another name, or another instance.
+    for spoof in ({**me, "name": "train-1"}, {**me, "uid": other["uid"]}):
+        err = forbidden(lambda s=spoof: events.create_namespaced_event(
+            namespace, bus_event(namespace, "train", related=s, instance=me["name"])))
+        assert DENIAL in err.body
+    err = forbidden(lambda: events.create_namespaced_event(
+        namespace, bus_event(namespace, "train", related=me, instance="train-1")))
+    assert "reportingInstance must be train-0" in err.body
+
+    # (3) A non-bus event from the same token is not the policy's business.
+    events.create_namespaced_event(namespace, bus_event(
+        namespace, "train", related=other, instance="someone-else", controller="example.com/x"))
+
+
+def test_core_v1_bus_events_are_checked_too(control_plane: ControlPlane, admin: Any,
+                                            install: dict[str, Any], namespace: str) -> None:
+    me, as_me = workload(control_plane, admin, namespace, "legacy-0", "legacy")
+    other = create_kwok_pod(admin, namespace, "legacy-1", labels={"tidings.dev/task": "legacy"})
+    rbac = client.RbacAuthorizationV1Api(admin)
+    rbac.create_namespaced_role(namespace, {
+        "metadata": {"name": "core-events"},
+        "rules": [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]})
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": "worker-core-events"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "core-events"},
+        "subjects": [{"kind": "ServiceAccount", "name": "worker", "namespace": namespace}]})
+    core = client.CoreV1Api(as_me)
+
+    def core_event(related: dict[str, str]) -> dict[str, Any]:
+        return {
+            "metadata": {"name": f"legacy.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "eventTime": now(), "reportingComponent": BUS, "reportingInstance": "legacy-0",
+            "action": "Report", "reason": "LogLink", "type": "Normal", "message": "{}",
+            "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TaskFeedback",
+                               "namespace": namespace, "name": "legacy"},
+            "related": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace,
+                        "name": related["name"], "uid": related["uid"]},
+        }
+
+    denial = eventually(lambda: policy_denial(
+        lambda: core.create_namespaced_event(namespace, core_event(other))),
+        60, "the policy to deny a spoofed core/v1 event")
+    assert denial.status == 403 and f"tidings: sender pod legacy-0 {DENIAL}" in denial.body
+    core.create_namespaced_event(namespace, core_event(me))
+
+
+def test_people_and_unbound_tokens_are_out_of_scope(control_plane: ControlPlane, admin: Any,
+                                                    install: dict[str, Any],
+                                                    namespace: str) -> None:
+    """Only pod-bound tokens carry a pod identity to check; the watcher's label check
+    covers the rest. An admin (or a plain SA token) naming any pod is let through."""
+    me, as_me = workload(control_plane, admin, namespace, "solo-0", "solo")
+    eventually(lambda: policy_denial(lambda: client.EventsV1Api(as_me).create_namespaced_event(
+        namespace, bus_event(namespace, "solo", related={"name": "x", "uid": "y"},
+                             instance="solo-0"))), 60, "the policy to be enforced")
+    client.EventsV1Api(admin).create_namespaced_event(
+        namespace, bus_event(namespace, "solo", related=me, instance="controller-x"))
+    unbound = sa_token_client(control_plane, admin, namespace, "worker")
+    client.EventsV1Api(unbound).create_namespaced_event(
+        namespace, bus_event(namespace, "solo", related=me, instance="elsewhere"))
+
+
+def test_lineage_recorders_may_name_the_pods_they_spawned(control_plane: ControlPlane,
+                                                          admin: Any, install: dict[str, Any],
+                                                          namespace: str) -> None:
+    _, as_controller = workload(control_plane, admin, namespace, "ctrl-0", "app",
+                                         sa="controller")
+    spawned = create_kwok_pod(admin, namespace, "app-worker-0", labels={"tidings.dev/task": "app"})
+    events = client.EventsV1Api(as_controller)
+
+    def spawned_event(reason: str, instance: str = "ctrl-0") -> Callable[[], object]:
+        return lambda: events.create_namespaced_event(namespace, bus_event(
+            namespace, "app", related=spawned, instance=instance, reason=reason))
+
+    eventually(lambda: policy_denial(spawned_event("PodSpawned")), 60,
+               "PodSpawned to be denied without the lineage grant")
+    bind(admin, namespace, "controller-lineage", "tidings-lineage-recorder", "controller")
+    eventually(lambda: _succeeds(spawned_event("PodSpawned")), 30,
+               "the lineage grant to take effect")
+    # The grant covers lineage only, and the sender still cannot pose as another pod.
+    assert DENIAL in forbidden(spawned_event("LogLink")).body
+    assert "reportingInstance must be ctrl-0" in forbidden(
+        spawned_event("PodSpawned", instance="app-worker-0")).body
+
+
+def _succeeds(create: Callable[[], object]) -> bool:
+    try:
+        create()
+    except ApiException:
+        return False
+    return True
+
+
+# ---- RBAC ---------------------------------------------------------------------------------
+def test_a_workload_can_create_events_and_nothing_else(control_plane: ControlPlane, admin: Any,
+                                                       install: dict[str, Any],
+                                                       namespace: str) -> None:
+    me, as_me = workload(control_plane, admin, namespace, "w-0", "w")
+    events = client.EventsV1Api(as_me)
+    eventually(lambda: events.create_namespaced_event(
+        namespace, bus_event(namespace, "w", related=me, instance="w-0")), 30,
+        "the workload's grant to take effect")
+    forbidden(lambda: events.list_namespaced_event(namespace))
+    forbidden(lambda: events.list_namespaced_event(namespace, watch=True, timeout_seconds=1,
+                                                   _preload_content=False))
+    forbidden(lambda: events.list_event_for_all_namespaces())
+    forbidden(lambda: client.CoreV1Api(as_me).list_namespaced_event(namespace))
+    crs = client.CustomObjectsApi(as_me)
+    client.CustomObjectsApi(admin).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, {"apiVersion": f"{GROUP}/{VERSION}",
+                                            "kind": "TaskFeedback", "metadata": {"name": "w"},
+                                            "spec": {"task": "w"}})
+    forbidden(lambda: crs.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "w"))
+    forbidden(lambda: crs.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL))
+    forbidden(lambda: crs.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "w", {"status": {"summary": {"progress": 1}}}))
+    forbidden(lambda: client.CoreV1Api(as_me).read_namespaced_pod("w-0", namespace))
+
+
+@pytest.fixture
+def alice_views(admin: Any) -> Iterator[str]:
+    """alice bound to tidings-viewer cluster-wide, under a unique name, removed after."""
+    rbac = client.RbacAuthorizationV1Api(admin)
+    name = f"tidings-viewer-alice-{uuid.uuid4().hex[:8]}"
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "tidings-viewer"},
+        "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}]})
+    yield name
+    rbac.delete_cluster_role_binding(name)
+
+
+def test_the_viewer_reads_but_never_writes(api_client: Callable[[str], Any], admin: Any,
+                                           install: dict[str, Any], alice_views: str,
+                                           namespace: str, tmp_path: Path) -> None:
+    crs_admin = client.CustomObjectsApi(admin)
+    crs_admin.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TaskFeedback", "metadata": {"name": "v"},
+        "spec": {"task": "v"}})
+    log = write_cri_log(tmp_path / "v.log", ["epoch 1", "epoch 2"])
+    pod = create_kwok_pod(admin, namespace, "v-0", labels={"tidings.dev/task": "v"}, log_file=log)
+    client.EventsV1Api(admin).create_namespaced_event(
+        namespace, bus_event(namespace, "v", related=pod, instance="v-0"))
+    alice = api_client("alice")
+    crs, events, core = (client.CustomObjectsApi(alice), client.EventsV1Api(alice),
+                         client.CoreV1Api(alice))
+
+    eventually(lambda: crs.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL),
+               30, "alice's viewer grant to take effect")
+    assert crs.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "v")["spec"] == {
+        "task": "v"}
+    assert [i["metadata"]["name"] for i in crs.list_cluster_custom_object(
+        GROUP, VERSION, PLURAL)["items"] if i["metadata"]["namespace"]
+        == namespace] == ["v"]
+    assert len(events.list_namespaced_event(namespace,
+                                            field_selector=f"reportingController={BUS}").items) == 1
+    assert events.list_event_for_all_namespaces(limit=1) is not None
+    assert [p.metadata.name for p in core.list_namespaced_pod(namespace).items] == ["v-0"]
+    eventually(lambda: pod_phase(admin, namespace, "v-0") == "Running", 30, "pod Running")
+    text = eventually(lambda: core.read_namespaced_pod_log("v-0", namespace, container="main"),
+                      30, "pod logs as the viewer")
+    assert text.splitlines() == ["epoch 1", "epoch 2"]
+
+    forbidden(lambda: crs.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TaskFeedback", "metadata": {"name": "x"},
+        "spec": {"task": "x"}}))
+    forbidden(lambda: crs.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "v", {"spec": {"task": "w"}}))
+    forbidden(lambda: crs.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "v", {"status": {"summary": {"progress": 1}}}))
+    forbidden(lambda: crs.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "v"))
+    forbidden(lambda: events.create_namespaced_event(
+        namespace, bus_event(namespace, "v", related=pod, instance="v-0")))
+    forbidden(lambda: events.delete_collection_namespaced_event(namespace))
+    forbidden(lambda: core.delete_namespaced_pod("v-0", namespace))
+    forbidden(lambda: core.list_namespaced_secret(namespace))
+    # bob shares alice's group but not her binding.
+    forbidden(lambda: client.CustomObjectsApi(api_client("bob")).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL))
+
+
+def test_the_watcher_can_do_its_job_and_no_more(control_plane: ControlPlane, admin: Any,
+                                                install: dict[str, Any],
+                                                namespace: str) -> None:
+    pod = create_kwok_pod(admin, namespace, "job-0", labels={"tidings.dev/task": "job"})
+    client.EventsV1Api(admin).create_namespaced_event(
+        namespace, bus_event(namespace, "job", related=pod, instance="job-0"))
+    as_watcher = sa_token_client(control_plane, admin, SYSTEM_NS, "tidings-watcher")
+    events, core = client.EventsV1Api(as_watcher), client.CoreV1Api(as_watcher)
+    crs, leases = client.CustomObjectsApi(as_watcher), client.CoordinationV1Api(as_watcher)
+
+    # What it needs: bus events and pods across namespaces, list + watch.
+    selector = f"reportingController={BUS}"
+    listed = events.list_event_for_all_namespaces(field_selector=selector)
+    assert namespace in {e.metadata.namespace for e in listed.items}
+    seen = [item["object"].metadata.name for item in watch.Watch().stream(
+        events.list_event_for_all_namespaces, field_selector=selector,
+        resource_version=listed.metadata.resource_version, timeout_seconds=1)]
+    assert seen == []  # a clean, empty watch window: allowed, and nothing new
+    assert core.read_namespaced_pod("job-0", namespace).metadata.uid == pod["uid"]
+    assert "job-0" in {p.metadata.name for p in core.list_pod_for_all_namespaces(
+        label_selector="tidings.dev/task=job").items}
+    list(watch.Watch().stream(core.list_pod_for_all_namespaces, timeout_seconds=1))
+
+    # TaskFeedback: create, patch, update, and the status subresource.
+    crs.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TaskFeedback", "metadata": {"name": "job"},
+        "spec": {"task": "job"}})
+    crs.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "job",
+                                       {"metadata": {"labels": {"tidings.dev/task": "job"}}})
+    crs.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "job", {
+        "status": {"summary": {"progress": 0.25, "links": 0}, "lastEventTime": now()}})
+    current = crs.get_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "job")
+    current["status"]["summary"]["completed"] = True
+    updated = crs.replace_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL,
+                                                          "job", current)
+    assert updated["status"]["summary"] == {"progress": 0.25, "links": 0, "completed": True}
+    assert crs.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
+
+    # Its leader-election Lease, in tidings-system only.
+    lease_name = f"tidings-watcher-test-{uuid.uuid4().hex[:8]}"
+    lease = leases.create_namespaced_lease(SYSTEM_NS, {
+        "metadata": {"name": lease_name},
+        "spec": {"holderIdentity": "watcher-0", "leaseDurationSeconds": 15}})
+    lease.spec.holder_identity = "watcher-1"
+    leases.replace_namespaced_lease(lease_name, SYSTEM_NS, lease)
+    assert leases.read_namespaced_lease(lease_name, SYSTEM_NS).spec.holder_identity == "watcher-1"
+
+    # And no more.
+    forbidden(lambda: crs.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                          "job"))
+    forbidden(lambda: events.create_namespaced_event(
+        namespace, bus_event(namespace, "job", related=pod, instance="job-0")))
+    forbidden(lambda: core.list_namespaced_secret(namespace))
+    forbidden(lambda: core.read_namespaced_secret("anything", SYSTEM_NS))
+    forbidden(lambda: core.delete_namespaced_pod("job-0", namespace))
+    forbidden(lambda: core.patch_namespaced_pod("job-0", namespace,
+                                                {"metadata": {"labels": {"x": "y"}}}))
+    forbidden(lambda: leases.create_namespaced_lease(namespace, {
+        "metadata": {"name": "steal"}, "spec": {"holderIdentity": "watcher-0"}}))
+    forbidden(lambda: leases.delete_namespaced_lease(lease_name, SYSTEM_NS))
+    client.CoordinationV1Api(admin).delete_namespaced_lease(lease_name, SYSTEM_NS)

@@ -16,10 +16,10 @@ import pytest
 import yaml
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
-from tidings.cli.devcluster import REPO_ROOT, ControlPlane
 
 from tests.cluster.test_controlplane import bound_token, client_with_token
 from tests.support import create_kwok_pod, eventually, pod_phase, write_cri_log
+from tidings.cli.devcluster import REPO_ROOT, ControlPlane
 
 pytestmark = pytest.mark.cluster
 

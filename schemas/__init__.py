@@ -17,6 +17,7 @@ Status layout (``TaskState.to_status()``; snake_case keys, all JSON-safe)::
     last_event_time: RFC 3339 | null
     warnings:   int                         # applied events of type Warning
     unknown:    {type: events}
+    summary:    {progress?, links, deck?, completed}  # derived; the CRD printer columns
     counters:   {events_applied, duplicates, links_capped, decks_capped, spans_capped,
                  pods_capped, unknown_payloads, unknown_capped, pods_spawned, wrong_task,
                  fold_errors}

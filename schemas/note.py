@@ -29,7 +29,6 @@ from .payloads import (
 )
 from .rejection import Rejection, RejectReason, describe_validation_error
 
-ENVELOPE_KEYS = frozenset({"v", "t", "i", "s"})
 # Text fields that must keep at least one character (the "…" marker) when cut.
 _NON_EMPTY = frozenset({"name", "app"})
 _INSTANCE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._:\-]{{0,{INSTANCE_LIMIT - 1}}}$")
@@ -47,7 +46,7 @@ def valid_seq(seq: object) -> bool:
 
 def _fields(p: Payload) -> dict[str, Any]:
     if isinstance(p, UnknownPayload):
-        return {k: v for k, v in p.raw.items() if k not in ENVELOPE_KEYS}
+        return dict(p.raw)
     return p.model_dump(exclude_defaults=True)
 
 

@@ -5,6 +5,7 @@ Strict, frozen pydantic models; every text field is sanitised and every URL vett
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, ClassVar, TypeAlias
 from urllib.parse import quote, urlsplit
@@ -36,7 +37,8 @@ def cut_text(s: str, limit: int) -> str:
     if limit <= 0:
         return ""
     k = limit - 1
-    while k > 0 and is_continuation(s[k]):
+    # s[k] is the first dropped character; a joiner glues it to what precedes it.
+    while k > 0 and (is_continuation(s[k]) or s[k - 1] == "\u200d"):
         k -= 1
     return s[:k] + ELLIPSIS
 
@@ -219,9 +221,24 @@ def _clean_json(v: Any, depth: int = 0) -> Any:
         return {sanitize_text(str(k)): _clean_json(x, depth + 1) for k, x in v.items()}
     if isinstance(v, list):
         return [_clean_json(x, depth + 1) for x in v]
-    if v is None or isinstance(v, bool | int | float):
+    if v is None or isinstance(v, bool):
+        return v
+    # Only what orjson can write back: int64/uint64 and finite floats.
+    if isinstance(v, int) and -(2**63) <= v < 2**64:
+        return v
+    if isinstance(v, float) and math.isfinite(v):
         return v
     raise ValueError(f"raw payload holds a non-JSON value of type {type(v).__name__}")
+
+
+# Top-level note keys owned by the envelope (see note.py); never payload fields.
+ENVELOPE_KEYS = frozenset({"v", "t", "i", "s"})
+
+
+def _clean_raw(v: Any) -> Any:
+    if isinstance(v, dict):
+        v = {k: x for k, x in v.items() if k not in ENVELOPE_KEYS}
+    return _clean_json(v)
 
 
 class UnknownPayload(BaseModel):
@@ -233,7 +250,7 @@ class UnknownPayload(BaseModel):
 
     type: Annotated[str, BeforeValidator(_clean_text), _check(_TYPE, "payload type")]
     version: Annotated[int, Field(ge=1, le=2**31)]
-    raw: Annotated[dict[str, Any], BeforeValidator(_clean_json)] = Field(default_factory=dict)
+    raw: Annotated[dict[str, Any], BeforeValidator(_clean_raw)] = Field(default_factory=dict)
 
 
 Payload: TypeAlias = LogLink | DeckReady | SpanSummary | Progress | PodSpawned | UnknownPayload

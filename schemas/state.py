@@ -185,7 +185,17 @@ class TaskState:
             "warnings": self.warnings,
             "unknown": dict(sorted(self.unknown.items())),
             "counters": {k: self.counters.get(k, 0) for k in COUNTER_NAMES},
+            "summary": self.summary(),
         }
+
+    def summary(self) -> dict[str, Any]:
+        """The typed digest the CRD's printer columns read (``.status.summary``)."""
+        out: dict[str, Any] = {"links": len(self.link_entries), "completed": self.completed}
+        if self.progress is not None:
+            out["progress"] = self.progress.fraction
+        if self.deck_entries:
+            out["deck"] = max(self.deck_entries.items(), key=lambda kv: kv[1].at)[0]
+        return out
 
     @classmethod
     def from_status(cls, task: TaskRef, status: Any, limits: Limits = DEFAULT_LIMITS) -> TaskState:

@@ -1,0 +1,171 @@
+"""Payload models: sanitising of text and vetting of URLs (hostile input is refused or defused)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from tidings.schemas import (
+    NAME_LIMIT,
+    URL_LIMIT,
+    DeckReady,
+    LogLink,
+    PodSpawned,
+    Progress,
+    SpanSummary,
+    UnknownPayload,
+    sanitize_text,
+)
+
+ESCAPES = [
+    "\x1b[31mred\x1b[0m",
+    "\x1b]8;;http://evil.example/\x07click\x1b]8;;\x07",
+    "\x1b]0;owned title\x1b\\",
+    "\x1bP+q544e\x1b\\",
+    "\x9b31mc1-csi",
+    "\x9d0;c1 osc\x07",
+    "bell\x07 back\x08space\x7f del",
+    "\x1b(0line drawing\x1b(B",
+    "\u202eevil\u202c bidi \u2066iso\u2069",
+    "\x1b]52;c;Y2xpcGJvYXJk",  # unterminated OSC 52 (clipboard write)
+]
+
+
+@pytest.mark.parametrize("s", ESCAPES)
+def test_sanitize_strips_escapes_and_controls(s: str) -> None:
+    out = sanitize_text(s)
+    assert "\x1b" not in out
+    assert all(not (0 <= ord(c) < 32 or 0x7F <= ord(c) <= 0x9F) for c in out)
+    assert not any(c in out for c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def test_sanitize_keeps_words_apart_and_plain_text_intact() -> None:
+    assert sanitize_text("a\nb\tc\r\nd") == "a b c  d"
+    assert sanitize_text("\x1b[1mbold\x1b[0m text") == "bold text"
+    plain = "épreuve — 進捗 👩‍💻 e\u0301"
+    assert sanitize_text(plain) is plain
+
+
+@given(st.text())
+def test_sanitize_is_idempotent_and_clean(s: str) -> None:
+    out = sanitize_text(s)
+    assert sanitize_text(out) == out
+    assert not any(0 <= ord(c) < 32 or 0x7F <= ord(c) <= 0x9F for c in out)
+    assert not any(0xD800 <= ord(c) <= 0xDFFF for c in out)
+
+
+def test_text_fields_are_sanitised() -> None:
+    p = Progress(fraction=0.5, message="\x1b]8;;javascript:alert(1)\x07hi\x1b]8;;\x07\nthere")
+    assert p.message == "hi there"
+    link = LogLink(name="\x1b[2Jwandb\x00", url="https://wandb.ai/run/1")
+    assert link.name == "wandb"
+    span = SpanSummary(
+        name="step\r\n", count=1, total_s=1, min_s=1, max_s=1, first_start=1, last_end=2
+    )
+    assert span.name == "step"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "javascript:alert(1)",
+        "JavaScript:alert(1)",
+        " javascript:alert(1)",
+        "java\tscript:alert(1)",
+        "java\nscript:alert(1)",
+        "data:text/html,<script>alert(1)</script>",
+        "vbscript:msgbox",
+        "https://user:pass@example.com/",
+        "https://user@example.com/",
+        "http://example.com\\@evil.com/",
+        "ftp://example.com/file",
+        "file:///etc/passwd",
+        "//example.com/no-scheme",
+        "/relative/path",
+        "https://",
+        "https://example.com:99999/",
+        "https://exa mple.com/",
+        'https://example.com/"onmouseover="x',
+        "https://example.com/\x1b[31m",
+        "https://example.com/\u202e",
+        "https://" + "a" * URL_LIMIT + ".com/",
+        "",
+    ],
+)
+def test_log_link_rejects_hostile_urls(url: str) -> None:
+    with pytest.raises(ValidationError):
+        LogLink(name="x", url=url)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "javascript:alert(1)",
+        "DATA:text/plain,hi",
+        "vbscript:x",
+        "s3://user:secret@bucket/key",
+        "no-scheme",
+        "gs://bucket/\x07bell",
+    ],
+)
+def test_deck_rejects_hostile_uris(uri: str) -> None:
+    with pytest.raises(ValidationError):
+        DeckReady(name="d", uri=uri)
+
+
+@pytest.mark.parametrize(
+    "uri", ["s3://bucket/report.html", "gs://b/k", "https://example.com/deck", "file:///tmp/d"]
+)
+def test_deck_accepts_storage_uris(uri: str) -> None:
+    assert DeckReady(name="d", uri=uri).uri == uri
+
+
+def test_urls_accept_normal_links_and_encode_non_ascii_paths() -> None:
+    u = "https://wandb.ai/team/proj/runs/abc?workspace=user-x#chart"
+    assert LogLink(name="w", url=u).url == u
+    assert (
+        LogLink(name="w", url="https://example.com/été").url == "https://example.com/%C3%A9t%C3%A9"
+    )
+    with pytest.raises(ValidationError):
+        LogLink(name="w", url="https://exämple.com/")  # IDN hosts must arrive as punycode
+
+
+def test_models_are_strict_frozen_and_closed() -> None:
+    with pytest.raises(ValidationError):
+        Progress(fraction="0.5")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        Progress(fraction=1.5)
+    with pytest.raises(ValidationError):
+        Progress(fraction=float("nan"))
+    with pytest.raises(ValidationError):
+        Progress.model_validate({"fraction": 0.1, "extra": 1})
+    with pytest.raises(ValidationError):
+        SpanSummary(name="s", count=0, total_s=0, min_s=0, max_s=0, first_start=0, last_end=0)
+    with pytest.raises(ValidationError):
+        SpanSummary(name="s", count=1, total_s=1, min_s=2, max_s=1, first_start=0, last_end=0)
+    with pytest.raises(ValidationError):
+        PodSpawned(pod_name="Not_A_Pod", pod_uid="u", app="a")
+    with pytest.raises(ValidationError):
+        LogLink(name="\x1b[0m", url="https://example.com/")  # nothing left of the name
+    p = Progress(fraction=0.1)
+    with pytest.raises(ValidationError):
+        p.fraction = 0.2  # type: ignore[misc]
+
+
+def test_long_names_are_cut_by_rule_not_rejected() -> None:
+    name = "n" * 500
+    link = LogLink(name=name, url="https://e.com/")
+    assert len(link.name) == NAME_LIMIT and link.name.endswith("…")
+    # A cut never separates a base character from its combining mark.
+    combining = "e\u0301" * 100
+    cut = LogLink(name=combining, url="https://e.com/").name
+    assert cut.endswith("…") and cut[-2] == "\u0301"
+
+
+def test_unknown_payload_is_sanitised_and_type_checked() -> None:
+    u = UnknownPayload(type="Future", version=2, raw={"k\x1b[1m": ["\x07x", {"y": 1}]})
+    assert u.raw == {"k": ["x", {"y": 1}]}
+    with pytest.raises(ValidationError):
+        UnknownPayload(type="bad type!", version=2, raw={})

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import typer
 
-from tidings.cli import dev
+from tidings.cli import dev, state_cmd
+from tidings.cli.common import TidingsGroup
 
 app = typer.Typer(
+    cls=TidingsGroup,  # usage errors are one line and exit 2, like every other CLI error
     name="tidings",
     help="A feedback bus built on Kubernetes Events.",
     no_args_is_help=True,
@@ -18,6 +20,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(dev.app, name="dev")
+# The person-facing commands (state, watch, lineage, logs, timeline); see cli/*_cmd.py.
+for _commands in (state_cmd,):
+    _commands.register(app)
 
 
 def run() -> None:

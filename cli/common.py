@@ -1,0 +1,230 @@
+"""What every person-facing command shares: flags, exit codes, one-line errors, safe output.
+
+Imports only typer and the standard library, so that `tidings --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+from typer.core import TyperGroup
+
+# Exit codes: one per failure class, stable, documented in README ("The CLI").
+EXIT_OK = 0
+EXIT_ERROR = 1  # anything unexpected (an API error of another kind, a bug)
+EXIT_INVALID = 2  # invalid input (also what typer/click use for usage errors)
+EXIT_UNREACHABLE = 3  # no cluster configured or reachable
+EXIT_FORBIDDEN = 4  # the API refused: 403 (or 401, credentials rejected)
+EXIT_NOT_FOUND = 5  # the task or app does not exist (no object, no events)
+EXIT_INTERRUPTED = 130
+
+
+class CliError(Exception):
+    """An error the user gets as one line on stderr and an exit code; never a traceback."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def invalid(message: str) -> NoReturn:
+    raise CliError(f"invalid input: {message}", EXIT_INVALID)
+
+
+def not_found(message: str) -> NoReturn:
+    raise CliError(f"not found: {message}", EXIT_NOT_FOUND)
+
+
+def _one_line(message: str) -> str:
+    # Messages may quote server text; keep them to one harmless line.
+    from tidings.schemas.text import sanitize_text
+
+    return sanitize_text(message).strip() or "error"
+
+
+def fail(message: str, code: int) -> NoReturn:
+    typer.echo(f"error: {_one_line(message)}", err=True)
+    raise SystemExit(code)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def command(func: F) -> F:
+    """Wrap a command body: known failures become one line and their exit code.
+
+    API and connection errors are translated in `tidings.cli.kube`; anything else is a bug and
+    still gets one line (set TIDINGS_DEBUG=1 for the traceback).
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except CliError as err:
+            fail(err.message, err.code)
+        except KeyboardInterrupt:
+            typer.echo("", err=True)
+            raise SystemExit(EXIT_INTERRUPTED) from None
+        except (typer.Exit, SystemExit):
+            raise
+        except BrokenPipeError:
+            # `tidings logs APP | head` closes stdout early; that is not an error.
+            try:
+                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush
+            finally:
+                raise SystemExit(EXIT_OK) from None
+        except Exception as err:
+            if os.environ.get("TIDINGS_DEBUG"):
+                raise
+            mapped = _map_exception(err)
+            if mapped is not None:
+                fail(mapped.message, mapped.code)
+            fail(f"internal error: {type(err).__name__}: {err} (TIDINGS_DEBUG=1 shows more)",
+                 EXIT_ERROR)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _map_exception(err: Exception) -> CliError | None:
+    # Only consult the Kubernetes mapping when the kubernetes package is already loaded.
+    if "tidings.cli.kube" in sys.modules:
+        from tidings.cli.kube import translate_error
+
+        return translate_error(err)
+    return None
+
+
+class TidingsGroup(TyperGroup):
+    """The root command group: usage errors become one line and exit code 2 as well."""
+
+    def main(self, args: Any = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        from typer._click import exceptions as click_exc
+
+        try:
+            rv = super().main(args, prog_name, complete_var, False, **extra)
+        except click_exc.NoArgsIsHelpError as err:
+            err.show()
+            raise SystemExit(EXIT_INVALID) from None
+        except click_exc.UsageError as err:
+            where = err.ctx.command_path if err.ctx is not None else "tidings"
+            fail(f"{err.format_message()} (see '{where} --help')", EXIT_INVALID)
+        except click_exc.ClickException as err:
+            fail(err.format_message(), err.exit_code)
+        except (typer.Abort, KeyboardInterrupt):
+            fail("aborted", EXIT_INTERRUPTED)
+        raise SystemExit(rv if isinstance(rv, int) else EXIT_OK)
+
+
+# --- flags shared by every command ---------------------------------------------------------
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+Kubeconfig = Annotated[str | None, typer.Option(
+    "--kubeconfig", metavar="FILE", show_default=False,
+    help="Path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config).")]
+Context = Annotated[str | None, typer.Option(
+    "--context", metavar="NAME", show_default=False,
+    help="The kubeconfig context to use (default: its current-context).")]
+Namespace = Annotated[str | None, typer.Option(
+    "--namespace", "-n", metavar="NS", show_default=False,
+    help="Namespace (default: the context's namespace, else 'default').")]
+AllNamespaces = Annotated[bool, typer.Option(
+    "--all-namespaces", "-A",
+    help="Look in every namespace (it must be found in exactly one).")]
+OutputOpt = Annotated[Output, typer.Option(
+    "--output", "-o", case_sensitive=False, help="Output format.")]
+
+
+# --- input validation ----------------------------------------------------------------------
+
+# Task ids may be label values (mixed case, '_'); field selectors must never see ',' or '='.
+_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.\-]{0,251}[A-Za-z0-9])?$")
+_NS = re.compile(r"^[a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?$")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def check_name(value: str, what: str) -> str:
+    if not _NAME.match(value):
+        shown = _one_line(value)[:80]
+        invalid(f"{what} {shown!r} is not a valid name (letters, digits, '-', '_', '.')")
+    return value
+
+
+def check_namespace(value: str) -> str:
+    if not _NS.match(value):
+        invalid(f"namespace {_one_line(value)[:80]!r} is not a valid namespace name")
+    return value
+
+
+def parse_duration(value: str, what: str = "--since") -> float:
+    """'90s', '5m', '1h30m', '2d', '250ms' -> seconds (> 0)."""
+    text = value.strip()
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT[m.group(2)]
+        pos = m.end()
+    if pos != len(text) or not text or total <= 0:
+        invalid(f"{what} {_one_line(value)[:40]!r} is not a duration like 30s, 5m, 1h30m")
+    return total
+
+
+# --- terminal- and parser-safe output ------------------------------------------------------
+
+
+def safe(value: object) -> str:
+    """Any text that came from the cluster, neutralised for a terminal (defence in depth)."""
+    from tidings.schemas.text import sanitize_text
+
+    return sanitize_text(value if isinstance(value, str) else str(value))
+
+
+def safe_data(value: Any) -> Any:
+    """A JSON-like value with every string (keys too) neutralised."""
+    if isinstance(value, str):
+        return safe(value)
+    if isinstance(value, dict):
+        return {safe(str(k)): safe_data(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [safe_data(v) for v in value]
+    return value
+
+
+def dump(data: Any, fmt: Output) -> str:
+    """json or yaml text of `data`, sanitised; pure ASCII-safe escapes for anything odd."""
+    clean = safe_data(data)
+    if fmt is Output.json:
+        import json
+
+        return json.dumps(clean, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+    import yaml
+
+    return yaml.safe_dump(clean, sort_keys=False, allow_unicode=True, width=1000)
+
+
+def console(stderr: bool = False) -> Any:
+    """A rich Console that never interprets markup or highlights cluster text."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, markup=False, emoji=False,
+                   soft_wrap=False)

@@ -1,0 +1,91 @@
+"""`tidings state TASK` and `tidings watch TASK`: a task's folded feedback, once or live.
+
+Both read the TaskFeedback status when a watcher wrote one, else fold the task's events.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tidings.cli.common import (
+    AllNamespaces,
+    Context,
+    Kubeconfig,
+    Namespace,
+    Output,
+    OutputOpt,
+    check_name,
+    command,
+    console,
+    dump,
+)
+
+Task = Annotated[str, typer.Argument(metavar="TASK", help="The task id (TaskFeedback name).",
+                                     show_default=False)]
+FromEvents = Annotated[bool, typer.Option(
+    "--from-events", help="Ignore the TaskFeedback status; list the task's events and fold "
+    "them here, exactly as the watcher does.")]
+
+
+@command
+def state(
+    task: Task,
+    namespace: Namespace = None,
+    all_namespaces: AllNamespaces = False,
+    output: OutputOpt = Output.table,
+    from_events: FromEvents = False,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Show a task's state: progress, links, decks, spans and who reported them."""
+    check_name(task, "task")
+    from tidings.cli import kube as kube_mod
+    from tidings.cli import taskview
+    from tidings.schemas import TaskRef
+
+    k = kube_mod.connect(kubeconfig, context, namespace)
+    ns = taskview.resolve_namespace(k, task, "task", taskview.task_selector(task),
+                                    all_namespaces, with_cr=not from_events)
+    snap = taskview.load(k, TaskRef(ns, task), use_events=from_events)
+    if output is Output.table:
+        console().print(taskview.render(snap))
+    else:
+        typer.echo(dump(snap.to_data(), output), nl=False)
+
+
+@command
+def watch(
+    task: Task,
+    namespace: Namespace = None,
+    all_namespaces: AllNamespaces = False,
+    from_events: FromEvents = False,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Watch a task live until it completes (terminal progress) or Ctrl-C."""
+    check_name(task, "task")
+    from rich.live import Live
+
+    from tidings.cli import kube as kube_mod
+    from tidings.cli import taskview
+    from tidings.schemas import TaskRef
+
+    k = kube_mod.connect(kubeconfig, context, namespace)
+    ns = taskview.resolve_namespace(k, task, "task", taskview.task_selector(task),
+                                    all_namespaces, with_cr=not from_events)
+    snapshots = taskview.follow(k, TaskRef(ns, task), use_events=from_events)
+    first = next(snapshots)
+    out = console()
+    with Live(taskview.render(first), console=out, refresh_per_second=8,
+              auto_refresh=out.is_terminal) as live:
+        snap = first
+        while not snap.state.completed:
+            snap = next(snapshots)
+            live.update(taskview.render(snap), refresh=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(rich_help_panel="Tasks")(state)
+    app.command(rich_help_panel="Tasks")(watch)

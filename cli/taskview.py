@@ -1,0 +1,339 @@
+"""Reading a task for `state`, `watch` and `timeline`: the TaskFeedback status when a watcher
+wrote one, else the task's events through the same fold; plus the table view of a state."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from tidings.cli.common import EXIT_INVALID, CliError, not_found, safe
+from tidings.cli.kube import Action, ApiError, Kube, lines
+from tidings.schemas import (
+    API_GROUP,
+    API_VERSION,
+    BUS_CONTROLLER,
+    KIND,
+    PLURAL,
+    ParsedEvent,
+    TaskRef,
+    TaskState,
+    fold,
+    fold_all,
+    parse_event,
+    parse_watch_line,
+)
+
+CR_RESOURCE = f"{PLURAL}.{API_GROUP}"
+SOURCE_CR = "TaskFeedback"
+SOURCE_EVENTS = "events"
+
+
+def task_selector(task: str) -> str:
+    return f"reportingController={BUS_CONTROLLER},regarding.kind={KIND},regarding.name={task}"
+
+
+def lineage_selector(app: str) -> str:
+    return f"reportingController={BUS_CONTROLLER},reason=PodSpawned,regarding.name={app}"
+
+
+def cr_path(namespace: str, name: str = "") -> str:
+    base = f"/apis/{API_VERSION}/namespaces/{namespace}/{PLURAL}"
+    return f"{base}/{name}" if name else base
+
+
+# --- which namespace ----------------------------------------------------------------------
+
+
+def resolve_namespace(kube: Kube, name: str, what: str, selector: str, all_namespaces: bool,
+                      with_cr: bool = False) -> str:
+    """-A: the one namespace where `name` has bus events (or a TaskFeedback)."""
+    if not all_namespaces:
+        return kube.namespace
+    found: set[str] = set()
+    items, _ = kube.list_events(None, selector)
+    found.update(str((i.get("metadata") or {}).get("namespace") or "") for i in items)
+    if with_cr:
+        try:
+            crs, _ = kube.list_all(f"/apis/{API_VERSION}/{PLURAL}",
+                                   {"fieldSelector": f"metadata.name={name}"},
+                                   action=Action("list", CR_RESOURCE))
+            found.update(str((i.get("metadata") or {}).get("namespace") or "") for i in crs)
+        except ApiError as err:
+            if err.status not in (403, 404):
+                raise
+    found.discard("")
+    if not found:
+        not_found(f"{what} {name!r} in any namespace")
+    if len(found) > 1:
+        raise CliError(f"invalid input: {what} {name!r} exists in namespaces "
+                       f"{', '.join(sorted(found))}; choose one with -n", EXIT_INVALID)
+    return found.pop()
+
+
+# --- one snapshot -------------------------------------------------------------------------
+
+
+@dataclass
+class Snapshot:
+    state: TaskState
+    source: str  # SOURCE_CR or SOURCE_EVENTS
+    rejected: int = 0  # events the parser refused (counted, not shown)
+    resource_version: str = ""
+
+    def to_data(self) -> dict[str, Any]:
+        return {"task": {"namespace": self.state.task.namespace, "name": self.state.task.name},
+                "source": self.source, "rejected_events": self.rejected,
+                "status": self.state.to_status()}
+
+
+def _read_cr(kube: Kube, ref: TaskRef) -> tuple[dict[str, Any] | None, ApiError | None]:
+    try:
+        return kube.get_json(cr_path(ref.namespace, ref.name),
+                             action=Action("get", CR_RESOURCE, ref.namespace, ref.name)), None
+    except ApiError as err:
+        if err.status in (403, 404):  # forbidden or no CRD/object: the events still tell
+            return None, err
+        raise
+
+
+def _status_of(obj: dict[str, Any] | None) -> dict[str, Any] | None:
+    status = (obj or {}).get("status")
+    return status if isinstance(status, dict) and status.get("schema_version") else None
+
+
+def _task_events(kube: Kube, ref: TaskRef, events: list[dict[str, Any]]
+                 ) -> tuple[list[ParsedEvent], int]:
+    parsed: list[ParsedEvent] = []
+    rejected = 0
+    for raw in events:
+        p = parse_event(raw)
+        if isinstance(p, ParsedEvent) and p.task == ref and p.regarding_kind == KIND:
+            parsed.append(p)
+        else:
+            rejected += 1
+    return parsed, rejected
+
+
+def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None) -> Snapshot:
+    try:
+        raw, rv = kube.list_events(ref.namespace, task_selector(ref.name))
+    except ApiError as err:
+        if err.status == 403 and cr_error is not None and cr_error.status == 403:
+            raise ApiError(f"{err.message} (nor get {CR_RESOURCE})", err.code, 403,
+                           err.action) from None
+        raise
+    parsed, rejected = _task_events(kube, ref, raw)
+    return Snapshot(fold_all(ref, parsed), SOURCE_EVENTS, rejected, rv)
+
+
+def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = True
+         ) -> Snapshot:
+    """The task's state: its TaskFeedback status, else (or with use_events) the folded events."""
+    cr_error = None
+    if not use_events:
+        obj, cr_error = _read_cr(kube, ref)
+        status = _status_of(obj)
+        if status is not None:
+            rv = str((obj or {}).get("metadata", {}).get("resourceVersion") or "")
+            return Snapshot(TaskState.from_status(ref, status), SOURCE_CR, 0, rv)
+        if obj is not None:
+            must_exist = False  # the object exists; its watcher has not written yet
+    snap = from_events(kube, ref, cr_error)
+    if must_exist and snap.state.counters.get("events_applied", 0) == 0 and snap.rejected == 0:
+        not_found(f"task {ref.name!r} in namespace {ref.namespace} "
+                  "(no TaskFeedback and no events)")
+    return snap
+
+
+# --- a live sequence of snapshots (watch) -------------------------------------------------
+
+
+def follow(kube: Kube, ref: TaskRef, use_events: bool = False) -> Iterator[Snapshot]:
+    """Snapshots of the task as it changes: from TaskFeedback watches when the object exists,
+    else from an events watch folded locally. Relists after a stale or very short watch."""
+    import time
+
+    first = load(kube, ref, use_events)
+    yield first
+    quick = 0
+    snap = first
+    while True:
+        started = time.monotonic()
+        if snap.source == SOURCE_CR:
+            snap = yield from _follow_cr(kube, ref, snap)
+        else:
+            snap = yield from _follow_events(kube, ref, snap)
+        # A watch that ends at once (stale resourceVersion, no bookmarks on events) backs off.
+        quick = quick + 1 if time.monotonic() - started < 1.0 else 0
+        if quick:
+            time.sleep(min(0.2 * 2 ** quick, 5.0))
+        fresh = load(kube, ref, use_events, must_exist=False)
+        if fresh.source != snap.source or fresh.state != snap.state:
+            yield fresh
+        snap = fresh
+
+
+def _follow_cr(kube: Kube, ref: TaskRef, snap: Snapshot) -> Iterator[Snapshot]:
+    resp = kube.stream(cr_path(ref.namespace),
+                       {"watch": "true", "fieldSelector": f"metadata.name={ref.name}",
+                        "resourceVersion": snap.resource_version or None,
+                        "allowWatchBookmarks": "true", "timeoutSeconds": 60},
+                       action=Action("watch", CR_RESOURCE, ref.namespace), read_timeout=75)
+    try:
+        for line in lines(resp):
+            try:
+                msg = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if not isinstance(msg, dict) or msg.get("type") not in ("ADDED", "MODIFIED"):
+                if isinstance(msg, dict) and msg.get("type") == "ERROR":
+                    break
+                continue
+            obj = msg.get("object") if isinstance(msg.get("object"), dict) else {}
+            status = _status_of(obj)
+            if status is None:
+                continue
+            rv = str(obj.get("metadata", {}).get("resourceVersion") or "")
+            snap = Snapshot(TaskState.from_status(ref, status), SOURCE_CR, 0, rv)
+            yield snap
+    except Exception as err:  # a broken watch is relisted by the caller
+        if isinstance(err, CliError):
+            raise
+    finally:
+        resp.release_conn()
+    return snap
+
+
+def _follow_events(kube: Kube, ref: TaskRef, snap: Snapshot) -> Iterator[Snapshot]:
+    resp = kube.watch_events(ref.namespace, task_selector(ref.name), snap.resource_version)
+    state, rejected = snap.state, snap.rejected
+    try:
+        for line in lines(resp):
+            item = parse_watch_line(line)
+            if item.type == "ERROR":
+                break
+            if item.type != "ADDED":
+                continue
+            if isinstance(item.result, ParsedEvent) and item.result.task == ref \
+                    and item.result.regarding_kind == KIND:
+                new = fold(state, item.result)
+                if new != state:
+                    state = new
+                    snap = Snapshot(state, SOURCE_EVENTS, rejected, item.resource_version)
+                    yield snap
+            else:
+                rejected += 1
+    except Exception as err:
+        if isinstance(err, CliError):
+            raise
+    finally:
+        resp.release_conn()
+    return snap
+
+
+# --- the table view -----------------------------------------------------------------------
+
+
+def _t(value: object, style: str = "") -> Any:
+    from rich.text import Text
+
+    return Text(safe(value), style=style)
+
+
+def _ago(t: datetime | None) -> str:
+    if t is None:
+        return "never"
+    secs = max(0, int((datetime.now(UTC) - t).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size:
+            return f"{secs // size}{unit} ago"
+    return f"{secs}s ago"
+
+
+def progress_bar(fraction: float, width: int = 24) -> str:
+    filled = round(max(0.0, min(1.0, fraction)) * width)
+    return "█" * filled + "░" * (width - filled)
+
+
+def render(snap: Snapshot) -> Any:
+    """A rich renderable of one state: summary, then links, decks, spans, pods, counters."""
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+
+    st = snap.state
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("Task", _t(f"{st.task.namespace}/{st.task.name}"))
+    head.add_row("Source", _t("TaskFeedback status" if snap.source == SOURCE_CR
+                              else "events (folded locally; no watcher status)"))
+    if st.progress is not None:
+        pct = f"{st.progress.fraction * 100:5.1f}%"
+        head.add_row("Progress", _t(f"{progress_bar(st.progress.fraction)} {pct}"))
+        if st.progress.message:
+            head.add_row("Message", _t(st.progress.message))
+    else:
+        head.add_row("Progress", _t("no progress reported"))
+    head.add_row("Completed", _t("yes" if st.completed else "no",
+                                 "green" if st.completed else "yellow"))
+    head.add_row("Last event", _t(_ago(st.last_event_time)))
+    if st.warnings:
+        head.add_row("Warnings", _t(st.warnings, "red"))
+    parts: list[Any] = [head]
+
+    def table(title: str, *cols: str) -> Table:
+        t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+        for c in cols:
+            t.add_column(c, overflow="fold")
+        return t
+
+    if st.links:
+        t = table("Links", "NAME", "URL")
+        for name, url in st.links.items():
+            t.add_row(_t(name), _t(url, "cyan"))
+        parts.append(t)
+    if st.decks:
+        t = table("Decks", "NAME", "URI")
+        for name, uri in st.decks.items():
+            t.add_row(_t(name), _t(uri, "cyan"))
+        parts.append(t)
+    if st.spans:
+        t = table("Spans", "NAME", "COUNT", "TOTAL", "MIN", "MAX", "ERRORS")
+        for name, s in sorted(st.spans.items()):
+            t.add_row(_t(name), _t(s.count), _t(fmt_seconds(s.total_s)),
+                      _t(fmt_seconds(s.min_s)), _t(fmt_seconds(s.max_s)),
+                      _t(s.errors, "red" if s.errors else ""))
+        parts.append(t)
+    if st.pods:
+        t = table("Reporting pods", "POD", "UID", "EVENTS")
+        for (name, uid), n in sorted(st.pod_events.items()):
+            t.add_row(_t(name), _t(uid), _t(n))
+        parts.append(t)
+    noisy = {k: v for k, v in st.counters.items() if v and k != "events_applied"}
+    if st.unknown:
+        noisy.update({f"unknown:{k}": v for k, v in st.unknown.items()})
+    if snap.rejected:
+        noisy["rejected_events"] = snap.rejected
+    footer = f"{st.counters.get('events_applied', 0)} events applied"
+    if noisy:
+        footer += "; " + ", ".join(f"{k}={v}" for k, v in sorted(noisy.items()))
+    parts.append(_t(footer, "dim"))
+    return Group(*parts)
+
+
+def fmt_seconds(s: float) -> str:
+    if s < 1e-3:
+        return f"{s * 1e6:.0f}µs"
+    if s < 1:
+        return f"{s * 1e3:.1f}ms"
+    if s < 120:
+        return f"{s:.2f}s"
+    if s < 7200:
+        return f"{s / 60:.1f}m"
+    return f"{s / 3600:.1f}h"
+

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import typer
 
-from tidings.cli import dev, state_cmd
+from tidings.cli import dev, lineage_cmd, state_cmd
+from tidings.cli import emit
+from tidings.cli import watcher_cmd
 from tidings.cli.common import TidingsGroup
 
 app = typer.Typer(
@@ -20,8 +22,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(dev.app, name="dev")
+app.add_typer(emit.app, name="emit")
+app.add_typer(watcher_cmd.app, name="watcher")
 # The person-facing commands (state, watch, lineage, logs, timeline); see cli/*_cmd.py.
-for _commands in (state_cmd,):
+for _commands in (state_cmd, lineage_cmd):
     _commands.register(app)
 
 

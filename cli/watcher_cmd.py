@@ -1,0 +1,83 @@
+"""`tidings watcher run`: fold the bus's Events into TaskFeedback status (see tidings.watcher)."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="The watcher: fold bus events into durable TaskFeedback state.",
+                  no_args_is_help=True)
+
+
+def _namespaces(values: list[str] | None) -> list[str]:
+    out: list[str] = []
+    for v in values or []:
+        out += [n.strip() for n in v.split(",") if n.strip()]
+    return sorted(set(out))
+
+
+@app.command()
+def run(
+    kubeconfig: Annotated[str | None, typer.Option(envvar="KUBECONFIG",
+                          help="Kubeconfig file (default: in-cluster service account).")] = None,
+    context: Annotated[str | None, typer.Option(help="Kubeconfig context.")] = None,
+    namespace: Annotated[list[str] | None, typer.Option(
+        "--namespace", "-n", envvar="TIDINGS_WATCH_NAMESPACES",
+        help="Namespace to watch (repeatable or comma-separated; default: all).")] = None,
+    concurrency: Annotated[int, typer.Option(envvar="TIDINGS_CONCURRENCY",
+                           help="Fold workers and write workers (tasks in parallel).")] = 8,
+    metrics_host: Annotated[str, typer.Option(envvar="TIDINGS_METRICS_HOST",
+                            help="Address for /metrics, /healthz, /readyz, /tasks.")] = "0.0.0.0",
+    metrics_port: Annotated[int, typer.Option(envvar="TIDINGS_METRICS_PORT",
+                            help="Port for the HTTP endpoints (0 picks a free one).")] = 8080,
+    lease_namespace: Annotated[str | None, typer.Option(
+        envvar="TIDINGS_LEASE_NAMESPACE",
+        help="Namespace of the leader Lease (default: $POD_NAMESPACE or default).")] = None,
+    lease_name: Annotated[str, typer.Option(envvar="TIDINGS_LEASE_NAME")] = "tidings-watcher",
+    lease_duration: Annotated[float, typer.Option(envvar="TIDINGS_LEASE_DURATION",
+                              help="Seconds a lease is valid without renewal.")] = 15.0,
+    renew_deadline: Annotated[float | None, typer.Option(
+        help="Seconds the leader keeps trying to renew (default: 2/3 lease).")] = None,
+    retry_period: Annotated[float | None, typer.Option(
+        help="Seconds between lease attempts (default: 2/15 lease).")] = None,
+    write_interval: Annotated[float, typer.Option(envvar="TIDINGS_WRITE_INTERVAL",
+                              help="Minimum seconds between status writes of one task.")] = 0.5,
+    watch_timeout: Annotated[int, typer.Option(help="Server-side watch timeout (s).")] = 60,
+    leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
+                            help="Run as one of several replicas behind a Lease.")] = True,
+    identity: Annotated[str | None, typer.Option(help="Lease holder identity.")] = None,
+    log_level: Annotated[str, typer.Option(envvar="TIDINGS_LOG_LEVEL")] = "INFO",
+) -> None:
+    """Watch bus events and keep one TaskFeedback status per task up to date."""
+    import logging
+
+    from tidings.watcher.app import ConfigError, Options
+    from tidings.watcher.app import run as run_watcher
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: "
+                        "%(message)s")
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+    opts = Options(
+        kubeconfig=kubeconfig, context=context, namespaces=_namespaces(namespace),
+        concurrency=concurrency, metrics_host=metrics_host, metrics_port=metrics_port,
+        leader_elect=leader_elect,
+        lease_namespace=lease_namespace or os.environ.get("POD_NAMESPACE") or "default",
+        lease_name=lease_name, lease_duration=lease_duration, renew_deadline=renew_deadline,
+        retry_period=retry_period, write_interval=write_interval, watch_timeout=watch_timeout,
+        identity=identity)
+    try:
+        code = run_watcher(opts)
+    except ConfigError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    except ValueError as e:  # e.g. inconsistent lease timings
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(code)
+
+
+@app.callback()
+def _group() -> None:
+    """The watcher."""

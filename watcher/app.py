@@ -1,0 +1,159 @@
+"""The watcher process: HTTP endpoints always; the controller only while holding the lease.
+
+Exit codes: 0 after a graceful stop (SIGTERM/SIGINT), 1 when the lease is lost (a standby
+takes over; the supervisor restarts us as a standby), 2 for configuration errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidings.schemas.event import TaskRef
+
+from .controller import Controller, Settings
+from .http import Endpoints
+from .kube import Kube, KubeError, load_client
+from .leader import LeaderElector
+from .metrics import Metrics
+from .reflector import Backoff
+from .writer import status_body
+
+log = logging.getLogger("tidings.watcher")
+
+
+class ConfigError(Exception):
+    """A problem the user must fix (bad kubeconfig, unknown context, bad flag values)."""
+
+
+@dataclass
+class Options:
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespaces: list[str] = field(default_factory=list)
+    concurrency: int = 8
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = 8080
+    leader_elect: bool = True
+    lease_namespace: str = "default"
+    lease_name: str = "tidings-watcher"
+    lease_duration: float = 15.0
+    renew_deadline: float | None = None  # default: 2/3 of the lease duration
+    retry_period: float | None = None  # default: 2/15 of the lease duration
+    write_interval: float = 0.5
+    watch_timeout: int = 60
+    identity: str | None = None
+    flush_timeout: float = 10.0
+
+
+def _clients(o: Options, pool: int) -> tuple[Kube, Kube]:
+    try:
+        return Kube(load_client(o.kubeconfig, o.context, pool)), \
+            Kube(load_client(o.kubeconfig, o.context, max(4, len(o.namespaces) * 2 + 4)))
+    except Exception as e:  # kubeconfig missing/invalid, unknown context, no in-cluster env
+        raise ConfigError(f"cannot load Kubernetes configuration: {e}") from e
+
+
+def _validate(o: Options) -> None:
+    if o.concurrency < 1:
+        raise ConfigError("--concurrency must be at least 1")
+    if o.write_interval < 0:
+        raise ConfigError("--write-interval must not be negative")
+    if not 0 <= o.metrics_port <= 65535:
+        raise ConfigError("--metrics-port must be 0..65535")
+    if o.lease_duration < 1:
+        raise ConfigError("--lease-duration must be at least 1 s")
+
+
+def _start_controller(c: Controller, stop: threading.Event) -> bool:
+    """Start, retrying while the API server is unreachable. False if stopped meanwhile."""
+    backoff = Backoff()
+    while not stop.is_set():
+        try:
+            c.start()
+            return True
+        except KubeError as e:
+            if e.status in (401, 403):
+                raise ConfigError(f"not allowed to read TaskFeedbacks: {e}") from e
+            log.warning("start failed (%s); retrying", e)
+            stop.wait(backoff.next())
+    return False
+
+
+def run(o: Options, *, announce: Any = print) -> int:
+    _validate(o)
+    kube, watch_kube = _clients(o, pool=o.concurrency * 2 + 8)
+    metrics = Metrics()
+    holder: dict[str, Any] = {}
+    elector: LeaderElector | None = None
+
+    def ready() -> bool:
+        c = holder.get("controller")
+        if c is None:  # standby (or still acquiring): ready to take over
+            return elector is not None
+        return bool(c.ready.is_set())
+
+    def task_status(ns: str, name: str) -> Any:
+        c = holder.get("controller")
+        state = None if c is None else c.store.get(TaskRef(ns, name))
+        return None if state is None else status_body(state)
+
+    try:
+        http = Endpoints(metrics, ready=ready, task_status=task_status, host=o.metrics_host,
+                         port=o.metrics_port)
+    except OSError as e:
+        raise ConfigError(f"cannot listen on {o.metrics_host}:{o.metrics_port}: {e}") from e
+    http.start()
+    announce(f"tidings watcher: http on {o.metrics_host}:{http.port}", flush=True)
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+
+    settings = Settings(namespaces=o.namespaces, concurrency=o.concurrency,
+                        write_interval=o.write_interval, watch_timeout=o.watch_timeout)
+    lost = threading.Event()
+    if o.leader_elect:
+        d = o.lease_duration
+        elector = LeaderElector(kube, o.lease_namespace, o.lease_name, identity=o.identity,
+                                lease_duration=d, renew_deadline=o.renew_deadline or d * 2 / 3,
+                                retry_period=o.retry_period or d * 2 / 15)
+        log.info("standby: waiting for lease %s/%s as %s", o.lease_namespace, o.lease_name,
+                 elector.identity)
+        if not elector.acquire(stop):
+            http.stop()
+            return 0
+        metrics.leader.set(1)
+        announce(f"tidings watcher: leading as {elector.identity}", flush=True)
+
+        def hold() -> None:
+            assert elector is not None
+            elector.hold(stop)
+            if not stop.is_set():
+                lost.set()
+
+        threading.Thread(target=hold, name="lease", daemon=True).start()
+    controller = Controller(kube, settings, metrics, watch_kube=watch_kube,
+                            may_write=elector.is_leader if elector else None)
+    holder["controller"] = controller
+    if not _start_controller(controller, stop):
+        return 0
+    while not (stop.is_set() or lost.is_set()):
+        stop.wait(0.2)
+    if lost.is_set():
+        # Someone else may lead now: writing anything more could overwrite newer state.
+        metrics.leader.set(0)
+        log.error("lease lost: stopping so that a standby takes over")
+        os._exit(1)
+    t0 = time.monotonic()
+    flushed = controller.stop(o.flush_timeout)
+    log.info("stopped (flushed=%s in %.2fs)", flushed, time.monotonic() - t0)
+    if elector is not None:
+        elector.release()
+    http.stop()
+    return 0

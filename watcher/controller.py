@@ -1,0 +1,236 @@
+"""The active watcher: event reflectors feed per-task keys; fold workers apply; the writer persists.
+
+watch loop --(parse, push, add key)--> WorkQueue --(one worker per key)--> sender check + fold
+--> Store --(changed)--> StatusWriter (coalesced). Nothing slow ever runs on the watch loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidings.schemas.constants import API_GROUP, API_VERSION, BUS_CONTROLLER, KIND, PLURAL
+from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event, parse_watch_line
+from tidings.schemas.rejection import Rejection
+from tidings.schemas.state import fold
+
+from .kube import Kube
+from .metrics import Metrics
+from .queue import ShutDown, WorkQueue
+from .reflector import Reflector
+from .senders import Retry, Senders
+from .store import Store
+from .writer import StatusWriter
+
+log = logging.getLogger("tidings.watcher")
+
+
+@dataclass
+class Settings:
+    namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
+    concurrency: int = 8
+    write_interval: float = 0.5
+    watch_timeout: int = 60
+    page_size: int = 500
+    sender_retry: float = 1.0
+    slow_writes: dict[str, float] | None = None  # test hook; None: from the environment
+
+
+class EventSource:
+    """Reflector source for bus events: parse, count, buffer per task, add the task key."""
+
+    resource = "events"
+
+    def __init__(self, controller: Controller) -> None:
+        self.c = controller
+
+    def list_begin(self) -> None:
+        pass
+
+    def list_page(self, items: list[Any]) -> None:
+        for obj in items:
+            self.c.deliver(parse_event(obj))
+
+    def list_done(self, resource_version: str) -> None:
+        pass
+
+    def watch_line(self, line: bytes) -> WatchItem:
+        item = parse_watch_line(line)
+        if item.type in ("ADDED", "MODIFIED"):
+            self.c.deliver(item.result)
+        elif item.type == "DELETED":
+            self.c.metrics.events_skipped.labels("deleted").inc()  # TTL expiry; state outlives it
+        return item
+
+
+class Controller:
+    """Everything the leader runs; ``start`` returns once the workers and watches are running."""
+
+    def __init__(self, kube: Kube, settings: Settings, metrics: Metrics,
+                 watch_kube: Kube | None = None,
+                 may_write: Any = None) -> None:
+        self.kube, self.s, self.metrics = kube, settings, metrics
+        self.watch_kube = watch_kube or kube
+        self.store = Store()
+        self.queue: WorkQueue[TaskRef] = WorkQueue()
+        self.senders = Senders(kube)
+        self.writer = StatusWriter(kube, self.store, metrics, interval=settings.write_interval,
+                                   workers=settings.concurrency, slow=settings.slow_writes,
+                                   may_write=may_write or (lambda: True))
+        self.ready = threading.Event()
+        self._reflectors: list[Reflector] = []
+        self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
+
+    # --- wiring -------------------------------------------------------------------------
+    def _paths(self, group_path: str, plural: str) -> list[str]:
+        if not self.s.namespaces:
+            return [f"{group_path}/{plural}"]
+        return [f"{group_path}/namespaces/{ns}/{plural}" for ns in self.s.namespaces]
+
+    def _thread(self, target: Any, name: str) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _reflector(self, path: str, selector: list[tuple[str, str]], source: Any) -> Reflector:
+        resource = source.resource
+        r = Reflector(
+            self.watch_kube, path, selector, source,
+            on_relist=lambda cause: self.metrics.relists.labels(cause).inc()
+            if resource == "events" else None,
+            on_restart=lambda: self.metrics.watch_restarts.labels(resource).inc(),
+            watch_timeout=self.s.watch_timeout, page_size=self.s.page_size)
+        self._reflectors.append(r)
+        self._thread(r.run, f"reflector-{resource}")
+        return r
+
+    def start(self) -> None:
+        t0 = time.monotonic()
+        loaded = self._load()
+        log.info("loaded %d task states in %.2fs", loaded, time.monotonic() - t0)
+        pods = [self._reflector(p, [("labelSelector", "tidings.dev/task")], self.senders)
+                for p in self._paths("/api/v1", "pods")]
+        for r in pods:  # best effort: a cache miss falls back to a GET anyway
+            r.synced.wait(10)
+        self.writer.start()
+        for i in range(self.s.concurrency):
+            self._thread(self._fold_worker, f"fold-{i}")
+        events = [self._reflector(p, [("fieldSelector", f"reportingController={BUS_CONTROLLER}")],
+                                  EventSource(self))
+                  for p in self._paths("/apis/events.k8s.io/v1", "events")]
+        self._thread(lambda: self._monitor(events), "monitor")
+
+    def _load(self) -> int:
+        """Seed the store from existing TaskFeedback statuses (version vectors included)."""
+        version = API_VERSION.split("/")[1]
+        n = 0
+        for path in self._paths(f"/apis/{API_GROUP}/{version}", PLURAL):
+            cont = ""
+            while True:
+                query = [("limit", "500")] + ([("continue", cont)] if cont else [])
+                data = self.kube.request("GET", path, query=query, timeout=(5, 60))
+                for obj in data.get("items") or []:
+                    meta = obj.get("metadata") or {}
+                    task = TaskRef(meta.get("namespace", ""), meta.get("name", ""))
+                    self.store.load(task, obj.get("status"))
+                    n += 1
+                cont = (data.get("metadata") or {}).get("continue") or ""
+                if not cont:
+                    break
+        return n
+
+    def _monitor(self, events: list[Reflector]) -> None:
+        """Readiness (initial list folded and written) and the gauges."""
+        while not self._stopping.is_set():
+            self.metrics.queue_depth.set(len(self.queue))
+            self.metrics.write_queue_depth.set(len(self.writer.queue))
+            self.metrics.tasks.set(len(self.store))
+            if not self.ready.is_set() and all(r.synced.is_set() for r in events) \
+                    and self.queue.pending() == 0:
+                self.ready.set()
+                self.metrics.ready.set(1)
+                log.info("initial list folded; ready")
+            self._stopping.wait(0.2)
+
+    # --- the watch loop's side ----------------------------------------------------------
+    def deliver(self, result: ParsedEvent | Rejection | None) -> None:
+        """O(1): count, buffer the event under its task, mark the task key dirty."""
+        m = self.metrics
+        m.events_seen.inc()
+        if isinstance(result, Rejection):
+            m.events_rejected.labels(result.reason.value).inc()
+            return
+        if result is None:
+            return
+        if result.regarding_kind != KIND or result.regarding_api_version != API_VERSION:
+            m.events_skipped.labels("not_task").inc()  # lineage (PodSpawned) is not a task fact
+            return
+        self.store.push(result)
+        self.queue.add(result.task)
+
+    # --- workers ------------------------------------------------------------------------
+    def _fold_worker(self) -> None:
+        while True:
+            try:
+                task = self.queue.get()
+            except ShutDown:
+                return
+            if task is None:
+                continue
+            try:
+                self.fold_task(task)
+            except Exception:
+                log.exception("fold of %s/%s failed", task.namespace, task.name)
+            finally:
+                self.queue.done(task)
+
+    def fold_task(self, task: TaskRef) -> None:
+        """Fold every pending event of ``task`` (runs in one worker; never two for one key)."""
+        m = self.metrics
+        state, events = self.store.take(task)
+        changed = False
+        later: list[ParsedEvent] = []
+        for ev in events:
+            if state.applied.contains(ev.instance, ev.seq):
+                # Skipped before the fold so the persisted counters don't depend on delivery.
+                m.events_skipped.labels("duplicate").inc()
+                continue
+            if (ev.sender.name, ev.sender.uid) in state.pod_events:
+                m.sender_lookups.labels("trusted").inc()  # verified when first seen
+            else:
+                verdict = self.senders.check(ev)
+                if verdict is Retry.LATER:
+                    later.append(ev)
+                    continue
+                if isinstance(verdict, Rejection):
+                    m.events_rejected.labels(verdict.reason.value).inc()
+                    log.info("rejected %s: %s", ev.name, verdict.message)
+                    continue
+            state = fold(state, ev)
+            m.events_applied.inc()
+            changed = True
+        if changed:
+            self.store.put(task, state)
+            self.writer.changed(task)
+        if later:
+            for ev in later:
+                self.store.push(ev)
+            self.queue.add_after(task, self.s.sender_retry)
+
+    # --- shutdown -----------------------------------------------------------------------
+    def stop(self, flush_timeout: float = 10.0) -> bool:
+        """Stop watching, fold what is buffered, write what is folded (bounded by a deadline)."""
+        for r in self._reflectors:
+            r.stop()
+        deadline = time.monotonic() + flush_timeout
+        while self.queue.pending() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        flushed = self.writer.flush(max(0.0, deadline - time.monotonic()))
+        self._stopping.set()
+        self.queue.shutdown()
+        self.writer.stop()
+        return flushed

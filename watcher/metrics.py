@@ -1,0 +1,54 @@
+"""Prometheus metrics of one watcher, on a registry of its own (served by http.py)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+from tidings.schemas.rejection import RejectReason
+
+disable_created_metrics()  # *_created series only add noise to every scrape
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        p = "tidings_watcher_"
+        self.events_seen = Counter(p + "events_seen", "Bus events read from list or watch.",
+                                   registry=r)
+        self.events_applied = Counter(p + "events_applied", "Events folded into a task state.",
+                                      registry=r)
+        self.events_rejected = Counter(p + "events_rejected", "Events refused, by reason.",
+                                       ["reason"], registry=r)
+        self.events_skipped = Counter(
+            p + "events_skipped",
+            "Events not folded: lineage events, deletions, already-applied duplicates.",
+            ["cause"], registry=r)
+        self.queue_depth = Gauge(p + "queue_depth", "Task keys waiting to be folded.",
+                                 registry=r)
+        self.write_queue_depth = Gauge(p + "write_queue_depth",
+                                       "Task keys waiting for a status write.", registry=r)
+        self.write_seconds = Histogram(
+            p + "status_write_seconds", "Latency of one status write (create + patch).",
+            buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r)
+        self.status_writes = Counter(p + "status_writes", "Status writes, by result.",
+                                     ["result"], registry=r)
+        self.relists = Counter(p + "relists", "Relists of the event stream, by cause.",
+                               ["cause"], registry=r)
+        self.watch_restarts = Counter(p + "watch_restarts",
+                                      "Watches re-opened from the last resourceVersion.",
+                                      ["resource"], registry=r)
+        self.tasks = Gauge(p + "tasks", "Tasks with state in memory.", registry=r)
+        self.leader = Gauge(p + "leader", "1 while this replica is the active one.", registry=r)
+        self.ready = Gauge(p + "ready", "1 once the initial list has been folded.", registry=r)
+        self.sender_lookups = Counter(p + "sender_lookups",
+                                      "Sender pod lookups, by source (cache, get, trusted).",
+                                      ["source"], registry=r)
+        for reason in RejectReason:
+            self.events_rejected.labels(reason.value)
+        for cause in ("gone", "short_watch", "decode_error", "error", "start"):
+            self.relists.labels(cause)
+        for cause in ("not_task", "deleted", "duplicate"):
+            self.events_skipped.labels(cause)
+        for result in ("ok", "error"):
+            self.status_writes.labels(result)

@@ -18,7 +18,7 @@ from tenacity import (
     retry,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential_jitter,
+    wait_random_exponential,
 )
 
 from tidings.schemas.constants import API_GROUP, API_VERSION, KIND, PLURAL
@@ -162,7 +162,7 @@ class StatusWriter:
         return True
 
     @retry(retry=retry_if_exception(lambda e: isinstance(e, KubeError) and e.retryable),
-           stop=stop_after_attempt(5), wait=wait_exponential_jitter(initial=0.1, max=2.0),
+           stop=stop_after_attempt(5), wait=wait_random_exponential(multiplier=0.1, max=2.0),
            reraise=True)
     def _persist(self, task: TaskRef, status: dict[str, Any], exists: bool) -> None:
         coll = _collection(task.namespace)

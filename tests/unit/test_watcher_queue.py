@@ -1,0 +1,178 @@
+"""The task-keyed work queue: client-go semantics (dirty set, processing set), pure threading."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidings.watcher.queue import ShutDown, WorkQueue
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_fifo_and_duplicates_collapse_while_dirty() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    for k in ["a", "b", "a", "c", "b", "a"]:
+        q.add(k)
+    assert len(q) == 3
+    assert [q.get(0), q.get(0), q.get(0)] == ["a", "b", "c"]
+    assert q.get(0) is None
+
+
+def test_key_added_while_processing_is_requeued_after_done_not_before() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    q.add("a")
+    assert q.get(0) == "a"
+    q.add("a")  # arrives while a worker holds "a"
+    q.add("a")  # and again: still one pending
+    assert q.get(0) is None, "a second worker must not get a key that is being processed"
+    q.done("a")
+    assert q.get(0) == "a"
+    q.done("a")
+    assert q.get(0) is None
+    assert q.pending() == 0
+
+
+def test_done_without_readd_does_not_requeue() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    q.add("a")
+    assert q.get(0) == "a"
+    q.done("a")
+    assert q.get(0) is None
+
+
+def test_other_keys_flow_while_one_key_is_busy() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    q.add("slow")
+    assert q.get(0) == "slow"  # held for a long time by one worker
+    for k in ["b", "slow", "c"]:
+        q.add(k)
+    assert q.get(0) == "b"
+    assert q.get(0) == "c"
+    assert q.get(0) is None
+
+
+def test_add_after_delays_and_collapses() -> None:
+    clock = FakeClock()
+    q: WorkQueue[str] = WorkQueue(clock=clock)
+    q.add_after("a", 1.0)
+    q.add_after("a", 2.0)
+    assert q.get(0) is None
+    assert q.pending() == 2
+    clock.now = 1.0
+    assert q.get(0) == "a"
+    clock.now = 2.0
+    assert q.get(0) is None, "the second add collapses: key is processing, it goes dirty"
+    q.done("a")
+    assert q.get(0) == "a"
+
+
+def test_add_after_wakes_a_blocked_getter() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    got: list[str | None] = []
+    t = threading.Thread(target=lambda: got.append(q.get(5)))
+    t.start()
+    t0 = time.monotonic()
+    q.add_after("x", 0.1)
+    t.join(5)
+    assert got == ["x"]
+    assert 0.08 <= time.monotonic() - t0 < 2
+
+
+def test_shutdown_drains_then_raises() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    q.add("a")
+    q.shutdown()
+    q.add("b")  # ignored after shutdown
+    assert q.get(0) == "a"
+    with pytest.raises(ShutDown):
+        q.get(0)
+
+
+def test_concurrent_workers_never_share_a_key_and_lose_nothing() -> None:
+    q: WorkQueue[int] = WorkQueue()
+    active: set[int] = set()
+    lock = threading.Lock()
+    adds = {k: 0 for k in range(20)}
+    processed_after_last_add: dict[int, bool] = {}
+    violations: list[int] = []
+
+    def worker() -> None:
+        while True:
+            try:
+                k = q.get()
+            except ShutDown:
+                return
+            if k is None:
+                continue
+            with lock:
+                if k in active:
+                    violations.append(k)
+                active.add(k)
+                processed_after_last_add[k] = True
+            time.sleep(0.0005)
+            with lock:
+                active.discard(k)
+            q.done(k)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for i in range(3000):
+        k = i % 20
+        with lock:
+            adds[k] += 1
+            processed_after_last_add[k] = False
+        q.add(k)
+    deadline = time.monotonic() + 10
+    while q.pending() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    q.shutdown()
+    for t in threads:
+        t.join(5)
+    assert not violations, "two workers held the same key"
+    assert all(processed_after_last_add.values()), "an add was lost: key not processed after it"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "get", "done"]), st.integers(0, 3)),
+                max_size=60))
+def test_model(ops: list[tuple[str, int]]) -> None:
+    """Against a reference model: waiting keys are distinct, processing keys are never handed
+    out, and every add is followed by a hand-out of that key after the add."""
+    q: WorkQueue[int] = WorkQueue()
+    processing: set[int] = set()
+    owed: set[int] = set()  # keys added since their last hand-out began
+    for op, k in ops:
+        if op == "add":
+            q.add(k)
+            owed.add(k)
+        elif op == "get":
+            got = q.get(0)
+            if got is None:
+                assert all(key in processing for key in owed)
+            else:
+                assert got not in processing
+                processing.add(got)
+                owed.discard(got)
+        elif op == "done" and k in processing:
+            processing.discard(k)
+            q.done(k)
+    # drain: every owed key comes out exactly once more
+    for k in list(processing):
+        q.done(k)
+    out = []
+    while (got := q.get(0)) is not None:
+        out.append(got)
+        q.done(got)
+    assert sorted(out) == sorted(owed)

@@ -1,0 +1,123 @@
+"""The reflector's relist rules, against a scripted fake API (no network)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+
+from tidings.schemas.event import WatchItem, parse_watch_line
+from tidings.watcher.kube import KubeError
+from tidings.watcher.reflector import Backoff, Reflector
+
+
+class Script:
+    """Lists answer with an RV; each watch call pops the next scripted stream (a list of lines,
+    or an exception). When the script runs out, the reflector is stopped."""
+
+    def __init__(self, streams: list[Any], stop: Callable[[], None]) -> None:
+        self.streams = streams
+        self.lists = 0
+        self.watch_rvs: list[str] = []
+        self.stop = stop
+
+    def request(self, method: str, path: str, **kw: Any) -> Any:
+        self.lists += 1
+        return {"metadata": {"resourceVersion": f"L{self.lists}"}, "items": []}
+
+    def stream(self, path: str, *, query: list[tuple[str, str]], timeout: Any,
+               on_open: Any = None) -> Any:
+        self.watch_rvs.append(dict(query)["resourceVersion"])
+        if not self.streams:
+            self.stop()
+            return (x for x in ())
+        nxt = self.streams.pop(0)
+        if isinstance(nxt, Exception):
+            raise nxt
+        return (x for x in nxt)
+
+
+class Src:
+    resource = "events"
+
+    def __init__(self) -> None:
+        self.items: list[WatchItem] = []
+
+    def list_begin(self) -> None: ...
+    def list_page(self, items: list[Any]) -> None: ...
+    def list_done(self, rv: str) -> None: ...
+
+    def watch_line(self, line: bytes) -> WatchItem:
+        item = parse_watch_line(line)
+        self.items.append(item)
+        return item
+
+
+def line(wtype: str, rv: str, **obj: Any) -> bytes:
+    return orjson.dumps({"type": wtype, "object": {"metadata": {"resourceVersion": rv}, **obj}})
+
+
+def run(streams: list[Any], short_watch: float = 1.0) -> tuple[Script, Src, list[str]]:
+    relists: list[str] = []
+    src = Src()
+    holder: dict[str, Reflector] = {}
+    script = Script(streams, lambda: holder["r"].stop())
+    r = Reflector(script, "/apis/events.k8s.io/v1/events", [], src,  # type: ignore[arg-type]
+                  on_relist=relists.append, short_watch=short_watch,
+                  backoff=Backoff(base=0.001, cap=0.002))
+    holder["r"] = r
+    t = threading.Thread(target=r.run)
+    t.start()
+    t.join(10)
+    assert not t.is_alive()
+    return script, src, relists
+
+
+def test_resume_from_last_rv_including_bookmarks() -> None:
+    script, _src, relists = run([
+        [line("ADDED", "5"), line("BOOKMARK", "9")],
+        [line("ADDED", "12")],
+    ], short_watch=0.0)
+    assert relists == ["start"]
+    assert script.watch_rvs[:3] == ["L1", "9", "12"]
+
+
+def test_410_error_event_relists() -> None:
+    script, _, relists = run([[line("ERROR", "", code=410, message="too old")]])
+    assert relists == ["start", "gone"]
+    assert script.watch_rvs[:2] == ["L1", "L2"]
+
+
+def test_http_410_relists() -> None:
+    _, _, relists = run([KubeError(410, "Gone")])
+    assert relists == ["start", "gone"]
+
+
+def test_empty_immediate_close_is_a_stale_rv() -> None:
+    script, _, relists = run([[]], short_watch=5.0)
+    assert relists == ["start", "short_watch"]
+    assert script.watch_rvs[:2] == ["L1", "L2"]
+
+
+def test_undecodable_line_relists() -> None:
+    _, _, relists = run([[line("ADDED", "3"), b"{not json"]], short_watch=0.0)
+    assert relists == ["start", "decode_error"]
+
+
+def test_connection_error_resumes_without_relist() -> None:
+    script, _, relists = run([[line("ADDED", "7")], KubeError(0, "refused"), [line("ADDED", "8")]],
+                             short_watch=0.0)
+    assert relists == ["start"]
+    assert script.watch_rvs[:4] == ["L1", "7", "7", "8"]
+
+
+def test_backoff_is_capped_with_jitter() -> None:
+    b = Backoff(base=0.8, cap=30.0, jitter=0.5, rng=lambda: 1.0)
+    delays = [b.next() for _ in range(10)]
+    assert delays[0] == pytest.approx(1.2)
+    assert max(delays) == 30.0
+    b.reset()
+    assert b.next() == pytest.approx(1.2)

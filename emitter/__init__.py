@@ -1,1 +1,120 @@
-"""tidings.emitter"""
+"""tidings.emitter: tell the bus what your task is doing, cheaply, without ever blocking it.
+
+    from tidings import emitter as tidings
+
+    tidings.log_link("wandb", run.url)          # critical: delivered exactly once
+    tidings.progress(0.3, "epoch 3/10")         # coalesced: latest wins
+    with tidings.span("epoch"):                 # summed per window into SpanSummary events
+        train_one_epoch()
+
+Identity comes from the downward API (POD_NAME, POD_NAMESPACE, POD_UID) and TIDINGS_TASK.
+With no cluster configured (no in-cluster config, no kubeconfig), calls are counted and
+logged at DEBUG on the ``tidings.emitter`` logger: local runs behave, nothing raises.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from .config import EmitterConfig, Identity
+from .core import Emitter
+from .spans import Span
+from .spans import traced as _traced
+
+__all__ = [
+    "Emitter", "EmitterConfig", "Identity", "Span", "deck_ready", "emit", "flush",
+    "get_emitter", "log_link", "pod_spawned", "progress", "record_span", "set_emitter",
+    "span", "start_span", "stats", "traced",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_default: Emitter | None = None
+_default_lock = threading.Lock()
+
+
+def get_emitter() -> Emitter:
+    """The process-wide default Emitter, created on first use from the environment."""
+    global _default
+    em = _default
+    if em is None:
+        with _default_lock:
+            if _default is None:
+                _default = Emitter()
+            em = _default
+    return em
+
+
+def set_emitter(emitter: Emitter | None) -> Emitter | None:
+    """Replace the default Emitter (None: recreate from the environment on next use)."""
+    global _default
+    with _default_lock:
+        old, _default = _default, emitter
+    return old
+
+
+def log_link(name: str, url: str) -> None:
+    """Publish a named http(s) link (W&B run, dashboard, logs)."""
+    (_default or get_emitter()).log_link(name, url)
+
+
+def deck_ready(name: str, uri: str) -> None:
+    """Announce that the report deck ``name`` is ready at ``uri``."""
+    (_default or get_emitter()).deck_ready(name, uri)
+
+
+def progress(fraction: float, message: str = "", final: bool = False) -> None:
+    """Report progress 0..1; ``final=True`` marks the terminal report (never dropped)."""
+    (_default or get_emitter()).progress(fraction, message, final)
+
+
+def record_span(name: str, start: float, end: float, error: bool = False) -> None:
+    """Record a finished span with explicit epoch-second times."""
+    (_default or get_emitter()).record_span(name, start, end, error)
+
+
+def span(name: str) -> Span:
+    """A span as a context manager: ``with span("epoch"): ...``."""
+    return Span(_default or get_emitter(), name)
+
+
+def start_span(name: str) -> Span:
+    """Start a span now; call ``.end(error=False)`` on the result when it is done."""
+    return Span(_default or get_emitter(), name)
+
+
+@overload
+def traced(name: F) -> F: ...
+@overload
+def traced(name: str | None = None) -> Callable[[F], F]: ...
+def traced(name: Any = None) -> Any:
+    """Decorator: every call of the function is a span (``@traced`` or ``@traced("load")``)."""
+    if callable(name):
+        return _traced(get_emitter, None, name)
+    return lambda fn: _traced(get_emitter, name, fn)
+
+
+def pod_spawned(pod_name: str, pod_uid: str, *, app: str, role: str = "", attempt: int = 0,
+                app_kind: str = "", app_api_version: str = "", app_uid: str = "",
+                namespace: str = "") -> None:
+    """For controllers: record that pod ``pod_name``/``pod_uid`` was spawned for ``app``."""
+    (_default or get_emitter()).pod_spawned(
+        pod_name, pod_uid, app=app, role=role, attempt=attempt, app_kind=app_kind,
+        app_api_version=app_api_version, app_uid=app_uid, namespace=namespace)
+
+
+def emit(payload: Any, *, warning: bool = False) -> None:
+    """Send a ready-made tidings.schemas payload (critical)."""
+    (_default or get_emitter()).emit(payload, warning=warning)
+
+
+def flush(timeout: float = 5.0) -> bool:
+    """Send everything emitted so far; True when it all settled within ``timeout``."""
+    return (_default or get_emitter()).flush(timeout)
+
+
+def stats() -> dict[str, Any]:
+    """Counters of the default Emitter (delivered, coalesced, dropped, refused, ...)."""
+    return (_default or get_emitter()).stats()

@@ -1,0 +1,101 @@
+"""Emitter settings and workload identity, read from the environment (downward API) or given.
+
+Nothing here talks to the cluster; see transport.py for client configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+# A downward-API volume with the pod's labels; the fallback when TIDINGS_TASK is unset.
+DEFAULT_LABELS_FILE = "/etc/podinfo/labels"
+_LABEL_LINE = re.compile(r'^tidings\.dev/task="(.*)"$')
+
+
+@dataclass(frozen=True, slots=True)
+class EmitterConfig:
+    """Budget, batching and delivery knobs. ``from_env`` reads ``TIDINGS_EMIT_<FIELD>``."""
+
+    # Token bucket: a pod may make `burst` creates at once, then `rate` per second.
+    burst: float = 20.0
+    rate: float = 2.0
+    # Spans are summed per name and sent once per window.
+    span_window_s: float = 2.0
+    # Distinct span names per window; more are dropped and counted (bounds memory).
+    max_span_names: int = 256
+    # Queue bound for critical items (links, decks, final progress, lineage).
+    max_queue: int = 10_000
+    # Deadline of the flush that runs at interpreter exit.
+    exit_flush_s: float = 5.0
+    # Backoff between retries: full jitter, exponential from retry_initial_s up to retry_max_s.
+    retry_initial_s: float = 0.25
+    retry_max_s: float = 30.0
+    # Coalescible data (spans, progress) is given up after this many attempts; critical never.
+    coalescible_attempts: int = 8
+    # (connect, read) timeout of one create call.
+    connect_timeout_s: float = 3.0
+    read_timeout_s: float = 10.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> EmitterConfig:
+        """Defaults overridden by ``TIDINGS_EMIT_BURST``, ``TIDINGS_EMIT_RATE``, ... (bad values
+        are ignored: configuration must never crash a workload)."""
+        env = os.environ if env is None else env
+        overrides: dict[str, float | int] = {}
+        for f in fields(cls):
+            raw = env.get(f"TIDINGS_EMIT_{f.name.upper()}")
+            if raw is None:
+                continue
+            try:
+                value = int(raw) if f.type == "int" else float(raw)
+            except ValueError:
+                continue
+            if value >= 0:
+                overrides[f.name] = value
+        return replace(cls(), **overrides)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who emits: the pod (name, uid, namespace) and the task its facts are about."""
+
+    namespace: str = ""
+    pod_name: str = ""
+    pod_uid: str = ""
+    task: str = ""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None,
+                 labels_file: str | None = None) -> Identity:
+        """``POD_NAMESPACE``, ``POD_NAME``, ``POD_UID`` and ``TIDINGS_TASK`` (else the pod's
+        ``tidings.dev/task`` label from a downward-API labels file)."""
+        env = os.environ if env is None else env
+        task = env.get("TIDINGS_TASK", "") or task_from_labels(
+            labels_file or env.get("TIDINGS_PODINFO_LABELS", DEFAULT_LABELS_FILE))
+        return cls(env.get("POD_NAMESPACE", ""), env.get("POD_NAME", ""),
+                   env.get("POD_UID", ""), task)
+
+    def missing(self, *, need_task: bool = True) -> list[str]:
+        """The settings an event needs but lacks, by their environment names."""
+        need = {"POD_NAMESPACE": self.namespace, "POD_NAME": self.pod_name,
+                "POD_UID": self.pod_uid}
+        if need_task:
+            need["TIDINGS_TASK"] = self.task
+        return [k for k, v in need.items() if not v]
+
+
+def task_from_labels(path: str) -> str:
+    """The ``tidings.dev/task`` value from a downward-API labels file, or "" when absent."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        m = _LABEL_LINE.match(line.strip())
+        if m:
+            return m.group(1)
+    return ""

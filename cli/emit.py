@@ -1,0 +1,192 @@
+"""`tidings emit ...`: one fact from a shell workload, delivered before the command returns.
+
+Exit codes: 0 delivered, 2 invalid input, 3 not delivered (unreachable, timed out, no
+cluster), 4 forbidden. Errors are one line on stderr. Heavy imports wait for the command.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+
+EXIT_INVALID, EXIT_UNDELIVERED, EXIT_FORBIDDEN = 2, 3, 4
+
+app = typer.Typer(
+    help="Emit one fact about the current task (identity from the downward-API environment; "
+         "flags override it). Exits 0 only once the event is delivered.",
+    no_args_is_help=True,
+)
+
+Task = Annotated[str, typer.Option("--task", envvar="TIDINGS_TASK", show_default=False,
+                                   help="Task id [env TIDINGS_TASK].")]
+PodName = Annotated[str, typer.Option("--pod-name", envvar="POD_NAME", show_default=False,
+                                      help="This pod's name [env POD_NAME].")]
+PodUid = Annotated[str, typer.Option("--pod-uid", envvar="POD_UID", show_default=False,
+                                     help="This pod's uid [env POD_UID].")]
+Namespace = Annotated[str, typer.Option(
+    "--namespace", "-n", envvar="POD_NAMESPACE", show_default=False,
+    help="The task's namespace [env POD_NAMESPACE; else the kubeconfig context's].")]
+Kubeconfig = Annotated[str | None, typer.Option(
+    "--kubeconfig", show_default=False,
+    help="Kubeconfig file (default: in-cluster config, else $KUBECONFIG or ~/.kube/config).")]
+Context = Annotated[str | None, typer.Option("--context", show_default=False,
+                                             help="Kubeconfig context.")]
+Timeout = Annotated[float, typer.Option("--timeout", min=0.0,
+                                        help="Seconds to wait for delivery.")]
+
+
+def _fail(message: str, code: int) -> None:
+    # One line, no traceback: shell scripts log stderr and branch on the exit code.
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    raise typer.Exit(code)
+
+
+def _parse_time(value: str, flag: str) -> float:
+    """Epoch seconds, or RFC 3339 (a time without an offset is UTC)."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        t = datetime.fromisoformat(value.strip())
+    except ValueError:
+        _fail(f"{flag} {value!r} is neither epoch seconds nor an RFC 3339 time", EXIT_INVALID)
+        raise  # unreachable: _fail exits
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
+
+
+def _check(model: Any, **fields: Any) -> None:
+    """Validate the payload here, so bad input is exit 2 and not a silent drop."""
+    from pydantic import ValidationError
+
+    from tidings.schemas.rejection import describe_validation_error
+
+    try:
+        model(**fields)
+    except ValidationError as e:
+        _fail(f"invalid {model.TYPE}: {describe_validation_error(e)}", EXIT_INVALID)
+
+
+def _deliver(send: Callable[[Any], None], *, task: str, pod_name: str, pod_uid: str,
+             namespace: str, kubeconfig: str | None, context: str | None,
+             timeout: float) -> None:
+    from tidings.emitter import Emitter, EmitterConfig, Identity
+    from tidings.emitter.transport import (
+        KubeTransport,
+        kubeconfig_namespace,
+        load_api_client,
+        no_cluster_configured,
+    )
+
+    if not namespace and (kubeconfig or context or not no_cluster_configured()):
+        namespace = kubeconfig_namespace(kubeconfig, context)
+    identity = Identity(namespace=namespace, pod_name=pod_name, pod_uid=pod_uid, task=task)
+    missing = identity.missing()
+    if missing:
+        flags = {"POD_NAMESPACE": "-n/--namespace", "POD_NAME": "--pod-name",
+                 "POD_UID": "--pod-uid", "TIDINGS_TASK": "--task"}
+        _fail("missing identity: " + ", ".join(f"{flags[m]} (or {m})" for m in missing),
+              EXIT_INVALID)
+    if kubeconfig is None and context is None and no_cluster_configured():
+        _fail("no cluster configured: not in a pod, no --kubeconfig, $KUBECONFIG or "
+              "~/.kube/config", EXIT_UNDELIVERED)
+    try:
+        api = load_api_client(kubeconfig, context)
+    except Exception as e:
+        _fail(f"cannot load cluster config: {e}", EXIT_UNDELIVERED)
+    # The library logs for long-running workloads; here the exit code and one line speak.
+    logging.getLogger("tidings.emitter").setLevel(logging.CRITICAL)
+    config = EmitterConfig.from_env()
+    emitter = Emitter(config, identity=identity,
+                      transport=KubeTransport(api, (config.connect_timeout_s,
+                                                    config.read_timeout_s)))
+    send(emitter)
+    delivered = emitter.flush(timeout)
+    emitter.close(0)
+    stats = emitter.stats()
+    if stats["invalid"]:
+        _fail("invalid input: the event could not be built", EXIT_INVALID)
+    statuses = stats["refused_by_status"]
+    if statuses:
+        error = stats["last_error"]
+        if 401 in statuses or 403 in statuses:
+            _fail(f"forbidden: {error}", EXIT_FORBIDDEN)
+        if 400 in statuses or 422 in statuses:
+            _fail(f"rejected by the API server: {error}", EXIT_INVALID)
+        _fail(f"not delivered: {error}", EXIT_UNDELIVERED)
+    if not delivered or stats["delivered"] < 1:
+        _fail(f"not delivered within {timeout:g}s: {stats['last_error'] or 'timed out'}",
+              EXIT_UNDELIVERED)
+
+
+@app.command("log-link")
+def log_link(
+    name: Annotated[str, typer.Option("--name", help="Link name, e.g. wandb.")],
+    url: Annotated[str, typer.Option("--url", help="An http(s) URL.")],
+    task: Task = "", pod_name: PodName = "", pod_uid: PodUid = "", namespace: Namespace = "",
+    kubeconfig: Kubeconfig = None, context: Context = None, timeout: Timeout = 15.0,
+) -> None:
+    """Publish a named link (W&B run, dashboard, logs)."""
+    from tidings.schemas.payloads import LogLink
+
+    _check(LogLink, name=name, url=url)
+    _deliver(lambda em: em.log_link(name, url), task=task, pod_name=pod_name, pod_uid=pod_uid,
+             namespace=namespace, kubeconfig=kubeconfig, context=context, timeout=timeout)
+
+
+@app.command("deck-ready")
+def deck_ready(
+    name: Annotated[str, typer.Option("--name", help="Deck name.")],
+    uri: Annotated[str, typer.Option("--uri", help="Where the deck is (s3://, gs://, https://).")],
+    task: Task = "", pod_name: PodName = "", pod_uid: PodUid = "", namespace: Namespace = "",
+    kubeconfig: Kubeconfig = None, context: Context = None, timeout: Timeout = 15.0,
+) -> None:
+    """Announce that a report deck is ready."""
+    from tidings.schemas.payloads import DeckReady
+
+    _check(DeckReady, name=name, uri=uri)
+    _deliver(lambda em: em.deck_ready(name, uri), task=task, pod_name=pod_name, pod_uid=pod_uid,
+             namespace=namespace, kubeconfig=kubeconfig, context=context, timeout=timeout)
+
+
+@app.command("progress")
+def progress(
+    fraction: Annotated[float, typer.Argument(help="Done so far, 0..1.")],
+    message: Annotated[str, typer.Option("--message", "-m", help="A short status.")] = "",
+    final: Annotated[bool, typer.Option("--final", help="The terminal report.")] = False,
+    task: Task = "", pod_name: PodName = "", pod_uid: PodUid = "", namespace: Namespace = "",
+    kubeconfig: Kubeconfig = None, context: Context = None, timeout: Timeout = 15.0,
+) -> None:
+    """Report progress."""
+    from tidings.schemas.payloads import Progress
+
+    _check(Progress, fraction=fraction, message=message, final=final)
+    _deliver(lambda em: em.progress(fraction, message, final), task=task, pod_name=pod_name,
+             pod_uid=pod_uid, namespace=namespace, kubeconfig=kubeconfig, context=context,
+             timeout=timeout)
+
+
+@app.command("span")
+def span(
+    name: Annotated[str, typer.Argument(help="Span name, e.g. download.")],
+    start: Annotated[str, typer.Option("--start", help="Epoch seconds or RFC 3339.")],
+    end: Annotated[str, typer.Option("--end", help="Epoch seconds or RFC 3339.")],
+    error: Annotated[bool, typer.Option("--error", help="The span failed.")] = False,
+    task: Task = "", pod_name: PodName = "", pod_uid: PodUid = "", namespace: Namespace = "",
+    kubeconfig: Kubeconfig = None, context: Context = None, timeout: Timeout = 15.0,
+) -> None:
+    """Report one finished span (sent as a SpanSummary of count 1)."""
+    from tidings.schemas.payloads import SpanSummary
+
+    t0, t1 = _parse_time(start, "--start"), _parse_time(end, "--end")
+    if t1 < t0:
+        _fail("--end is before --start", EXIT_INVALID)
+    _check(SpanSummary, name=name, count=1, total_s=t1 - t0, min_s=t1 - t0, max_s=t1 - t0,
+           first_start=t0, last_end=t1, errors=int(error))
+    _deliver(lambda em: em.record_span(name, t0, t1, error), task=task, pod_name=pod_name,
+             pod_uid=pod_uid, namespace=namespace, kubeconfig=kubeconfig, context=context,
+             timeout=timeout)

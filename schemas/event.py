@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -95,6 +96,7 @@ def parse_time(s: object) -> datetime | None:
     return t if t.tzinfo is UTC else t.replace(tzinfo=UTC)
 
 
+@lru_cache(maxsize=4096)  # few distinct task names; this sits on the watcher's hot path
 def _dns_prefix(name: str) -> str:
     labels = [lab.strip("-") for lab in _NON_DNS.sub("-", name.lower()).split(".")]
     s = ".".join(lab for lab in labels if lab)
@@ -207,9 +209,9 @@ class ParsedEvent:
         return payload_type(self.payload)
 
 
-def _str(m: Mapping[str, Any], key: str) -> str:
-    v = m.get(key)
-    return v if isinstance(v, str) else ""
+def _is_map(v: object) -> bool:
+    # The exact-type test is the fast path; the ABC check only runs for exotic mappings.
+    return type(v) is dict or isinstance(v, Mapping)
 
 
 def _reject(reason: RejectReason, msg: str) -> Rejection:
@@ -217,7 +219,7 @@ def _reject(reason: RejectReason, msg: str) -> Rejection:
 
 
 def _parse(obj: Any) -> ParsedEvent | Rejection:
-    if not isinstance(obj, Mapping):
+    if not _is_map(obj):
         return _reject(RejectReason.NOT_A_BUS_EVENT, "event is not an object")
     api = obj.get("apiVersion")
     if api is not None and api != EVENTS_API_VERSION:
@@ -231,13 +233,13 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
         return _reject(RejectReason.NOT_A_BUS_EVENT, "action is not Report")
 
     meta = obj.get("metadata")
-    if not isinstance(meta, Mapping):
+    if not _is_map(meta):
         return _reject(RejectReason.MISSING_FIELD, "metadata missing")
-    name = _str(meta, "name")
-    ns = _str(meta, "namespace")
-    if not name or not ns:
+    name = meta.get("name")
+    ns = meta.get("namespace")
+    if type(name) is not str or type(ns) is not str or not name or not ns:
         return _reject(RejectReason.MISSING_FIELD, "metadata.name or metadata.namespace missing")
-    rv = _str(meta, "resourceVersion")
+    rv = meta.get("resourceVersion")
 
     raw_time = obj.get("eventTime")
     if raw_time is None:
@@ -261,14 +263,13 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
     if isinstance(decoded, Rejection):
         return decoded
     payload, instance, seq = decoded
-    reason = payload_type(payload)
-    if obj.get("reason") != reason:
+    if obj.get("reason") != payload_type(payload):
         return _reject(RejectReason.INVALID_PAYLOAD, "reason does not match the note's type")
 
     # The note is the authoritative home of the dedup key; annotations are the fallback.
     if instance is None or seq is None:
         ann = meta.get("annotations")
-        if isinstance(ann, Mapping):
+        if _is_map(ann):
             if instance is None:
                 a = ann.get(INSTANCE_ANNOTATION)
                 instance = a if valid_instance(a) else None
@@ -280,32 +281,35 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
             return _reject(RejectReason.MISSING_FIELD, "emitter instance or seq missing")
 
     reg = obj.get("regarding")
-    if not isinstance(reg, Mapping):
+    if not _is_map(reg):
         return _reject(RejectReason.BAD_REGARDING, "regarding missing")
-    reg_kind = _str(reg, "kind")
-    reg_api = _str(reg, "apiVersion")
-    reg_name = _str(reg, "name")
-    reg_ns = _str(reg, "namespace") or ns
-    if not reg_name or not reg_kind:
+    reg_kind = reg.get("kind")
+    reg_api = reg.get("apiVersion")
+    reg_name = reg.get("name")
+    if type(reg_name) is not str or type(reg_kind) is not str or not reg_name or not reg_kind:
         return _reject(RejectReason.BAD_REGARDING, "regarding lacks kind or name")
-    if reg_ns != ns:
+    if reg.get("namespace", ns) not in (ns, ""):
         return _reject(RejectReason.BAD_REGARDING, "regarding is in another namespace")
-    if not isinstance(payload, PodSpawned) and (reg_kind != KIND or reg_api != API_VERSION):
+    if (reg_kind != KIND or reg_api != API_VERSION) and type(payload) is not PodSpawned:
         return _reject(RejectReason.BAD_REGARDING, "regarding is not a TaskFeedback")
-    if sanitize_text(reg_name) != reg_name or len(reg_name) > 253:
+    if len(reg_name) > 253 or sanitize_text(reg_name) != reg_name:
         return _reject(RejectReason.BAD_REGARDING, "regarding name is not a valid name")
 
     rel = obj.get("related")
-    if not isinstance(rel, Mapping):
+    if not _is_map(rel):
         return _reject(RejectReason.BAD_RELATED, "related pod missing")
     if rel.get("kind") != "Pod" or rel.get("apiVersion", "v1") != "v1":
         return _reject(RejectReason.BAD_RELATED, "related is not a v1 Pod")
-    pod_name = _str(rel, "name")
-    pod_uid = _str(rel, "uid")
-    pod_ns = _str(rel, "namespace") or ns
-    if not _POD_NAME.match(pod_name) or not _UID.match(pod_uid):
+    pod_name = rel.get("name")
+    pod_uid = rel.get("uid")
+    if (
+        type(pod_name) is not str
+        or type(pod_uid) is not str
+        or not _POD_NAME.match(pod_name)
+        or not _UID.match(pod_uid)
+    ):
         return _reject(RejectReason.BAD_RELATED, "related pod lacks a valid name or uid")
-    if pod_ns != ns:
+    if rel.get("namespace", ns) not in (ns, ""):
         return _reject(RejectReason.BAD_RELATED, "related pod is in another namespace")
 
     # The name binds the dedup key to one object: the API server refuses a second object of
@@ -313,20 +317,27 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
     if name != event_name(reg_name, instance, seq):
         return _reject(RejectReason.BAD_NAME, "metadata.name does not match task/instance/seq")
 
+    reg_uid = reg.get("uid")
     return ParsedEvent(
-        task=TaskRef(ns, reg_name),
-        sender=PodRef(pod_name, pod_uid, ns),
-        payload=payload,
-        instance=instance,
-        seq=seq,
-        event_time=event_time,
-        name=name,
-        regarding_kind=reg_kind,
-        warning=warning,
-        regarding_api_version=reg_api,
-        regarding_uid=_str(reg, "uid"),
-        resource_version=rv,
+        _task_ref(ns, reg_name),
+        _pod_ref(pod_name, pod_uid, ns),
+        payload,
+        instance,
+        seq,
+        event_time,
+        name,
+        reg_kind,
+        warning,
+        reg_api if type(reg_api) is str else "",
+        reg_uid if type(reg_uid) is str else "",
+        rv if type(rv) is str else "",
     )
+
+
+# Interned refs: few distinct tasks and pods, and identical objects make the fold's
+# same-task check an identity test.
+_task_ref = lru_cache(maxsize=4096)(TaskRef)
+_pod_ref = lru_cache(maxsize=4096)(PodRef)
 
 
 def parse_event(obj: Mapping[str, Any]) -> ParsedEvent | Rejection:

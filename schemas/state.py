@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from .constants import NAME_LIMIT, SCHEMA_VERSION, TYPE_LIMIT
 from .event import ParsedEvent, TaskRef, format_time, parse_time
@@ -57,8 +57,7 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
-@dataclass(frozen=True, slots=True)
-class Named:
+class Named(NamedTuple):
     """A last-writer-wins register: ``value`` written by the event with order key ``at``;
     ``events`` counts the events that targeted this name (needed to count them when capped)."""
 
@@ -86,8 +85,7 @@ class SpanAgg:
         return self.total_ns / 1e9
 
 
-@dataclass(frozen=True, slots=True)
-class ProgressState:
+class ProgressState(NamedTuple):
     """The winning Progress: terminal progress beats any non-terminal one, then latest wins."""
 
     fraction: float
@@ -235,24 +233,17 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-def _capped_put(
-    entries: Mapping[K, V],
-    key: K,
-    cap: int,
-    merge: Callable[[V | None], V],
-    weight: Callable[[V], int],
+def _capped_insert(
+    entries: Mapping[K, V], key: K, value: V, cap: int, weight: Callable[[V], int]
 ) -> tuple[Mapping[K, V], int]:
-    """Insert/merge ``key``, keeping only the ``cap`` smallest keys.
+    """Insert a new ``key``, keeping only the ``cap`` smallest keys.
 
     Returns the new mapping and how many events fell beyond the cap (the event itself, or
     those of an evicted key). The kept set is always the cap smallest keys ever seen, and each
     event is counted exactly once, so both results are independent of arrival order.
     """
-    cur = entries.get(key)
-    if cur is not None:
-        return {**entries, key: merge(cur)}, 0
     if len(entries) < cap:
-        return {**entries, key: merge(None)}, 0
+        return {**entries, key: value}, 0
     if cap <= 0:
         return entries, 1
     largest = max(entries)  # type: ignore[type-var]
@@ -260,107 +251,115 @@ def _capped_put(
         return entries, 1
     out = dict(entries)
     evicted = out.pop(largest)
-    out[key] = merge(None)
+    out[key] = value
     return out, weight(evicted)
-
-
-def _named_merge(value: str, at: OrderKey) -> Callable[[Named | None], Named]:
-    def merge(cur: Named | None) -> Named:
-        if cur is None:
-            return Named(value, at, 1)
-        if at > cur.at:
-            return Named(value, at, cur.events + 1)
-        return Named(cur.value, cur.at, cur.events + 1)
-
-    return merge
 
 
 def _named_weight(v: Named) -> int:
     return v.events
 
 
-def _span_merge(p: SpanSummary) -> Callable[[SpanAgg | None], SpanAgg]:
-    total_ns = min(round(p.total_s * 1e9), _INT_MAX)
-
-    def merge(cur: SpanAgg | None) -> SpanAgg:
-        if cur is None:
-            return SpanAgg(
-                p.count, total_ns, p.min_s, p.max_s, p.first_start, p.last_end, p.errors, 1
-            )
-        return SpanAgg(
-            _sat(cur.count, p.count),
-            _sat(cur.total_ns, total_ns),
-            min(cur.min_s, p.min_s),
-            max(cur.max_s, p.max_s),
-            min(cur.first_start, p.first_start),
-            max(cur.last_end, p.last_end),
-            _sat(cur.errors, p.errors),
-            cur.events + 1,
-        )
-
-    return merge
-
-
 def _span_weight(v: SpanAgg) -> int:
     return v.events
-
-
-def _count_merge(cur: int | None) -> int:
-    return 1 if cur is None else cur + 1
 
 
 def _ident(v: int) -> int:
     return v
 
 
-def _bump(counters: Mapping[str, int], *names_deltas: tuple[str, int]) -> dict[str, int]:
+def _put_named(
+    entries: Mapping[str, Named], name: str, value: str, at: OrderKey, cap: int
+) -> tuple[Mapping[str, Named], int]:
+    cur = entries.get(name)
+    if cur is None:
+        return _capped_insert(entries, name, Named(value, at, 1), cap, _named_weight)
+    if at > cur.at:
+        return {**entries, name: Named(value, at, cur.events + 1)}, 0
+    return {**entries, name: Named(cur.value, cur.at, cur.events + 1)}, 0
+
+
+def _put_span(
+    entries: Mapping[str, SpanAgg], p: SpanSummary, cap: int
+) -> tuple[Mapping[str, SpanAgg], int]:
+    total_ns = min(round(p.total_s * 1e9), _INT_MAX)
+    cur = entries.get(p.name)
+    if cur is None:
+        new = SpanAgg(p.count, total_ns, p.min_s, p.max_s, p.first_start, p.last_end, p.errors, 1)
+        return _capped_insert(entries, p.name, new, cap, _span_weight)
+    merged = SpanAgg(
+        _sat(cur.count, p.count),
+        _sat(cur.total_ns, total_ns),
+        cur.min_s if cur.min_s <= p.min_s else p.min_s,
+        cur.max_s if cur.max_s >= p.max_s else p.max_s,
+        cur.first_start if cur.first_start <= p.first_start else p.first_start,
+        cur.last_end if cur.last_end >= p.last_end else p.last_end,
+        _sat(cur.errors, p.errors),
+        cur.events + 1,
+    )
+    return {**entries, p.name: merged}, 0
+
+
+def _put_count(entries: Mapping[K, int], key: K, cap: int) -> tuple[Mapping[K, int], int]:
+    cur = entries.get(key)
+    if cur is None:
+        return _capped_insert(entries, key, 1, cap, _ident)
+    return {**entries, key: cur + 1}, 0
+
+
+def _bump(counters: Mapping[str, int], name: str) -> dict[str, int]:
     out = dict(counters)
-    for name, d in names_deltas:
-        if d:
-            out[name] = out.get(name, 0) + d
+    out[name] = out.get(name, 0) + 1
     return out
 
 
 def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
-    if ev.task != state.task:
-        return _with(state, counters=_bump(state.counters, ("wrong_task", 1)))
+    if ev.task is not state.task and ev.task != state.task:
+        return _with(state, counters=_bump(state.counters, "wrong_task"))
     if state.applied.contains(ev.instance, ev.seq):
-        return _with(state, counters=_bump(state.counters, ("duplicates", 1)))
+        return _with(state, counters=_bump(state.counters, "duplicates"))
 
     lim = state.limits
-    key = ev.order_key
     links, decks, spans = state.link_entries, state.deck_entries, state.spans
     progress, unknown = state.progress, state.unknown
-    bumps: list[tuple[str, int]] = [("events_applied", 1)]
+    counters = dict(state.counters)
+    counters["events_applied"] = counters.get("events_applied", 0) + 1
+    capped = 0
+    capped_name = ""
     p = ev.payload
-    if isinstance(p, LogLink):
-        links, capped = _capped_put(
-            links, p.name, lim.links, _named_merge(p.url, key), _named_weight
-        )
-        bumps.append(("links_capped", capped))
-    elif isinstance(p, DeckReady):
-        decks, capped = _capped_put(
-            decks, p.name, lim.decks, _named_merge(p.uri, key), _named_weight
-        )
-        bumps.append(("decks_capped", capped))
-    elif isinstance(p, SpanSummary):
-        spans, capped = _capped_put(spans, p.name, lim.spans, _span_merge(p), _span_weight)
-        bumps.append(("spans_capped", capped))
-    elif isinstance(p, Progress):
+    tp = type(p)
+    if tp is SpanSummary:
+        assert isinstance(p, SpanSummary)
+        spans, capped = _put_span(spans, p, lim.spans)
+        capped_name = "spans_capped"
+    elif tp is Progress:
+        assert isinstance(p, Progress)
+        key = ev.order_key
         if progress is None or (p.final, key) > (progress.final, progress.at):
             progress = ProgressState(p.fraction, p.message, p.final, key)
-    elif isinstance(p, PodSpawned):
-        bumps.append(("pods_spawned", 1))
-    elif isinstance(p, UnknownPayload):
-        unknown, capped = _capped_put(unknown, p.type, lim.unknown_types, _count_merge, _ident)
-        bumps.append(("unknown_payloads", 1))
-        bumps.append(("unknown_capped", capped))
+    elif tp is LogLink:
+        assert isinstance(p, LogLink)
+        links, capped = _put_named(links, p.name, p.url, ev.order_key, lim.links)
+        capped_name = "links_capped"
+    elif tp is DeckReady:
+        assert isinstance(p, DeckReady)
+        decks, capped = _put_named(decks, p.name, p.uri, ev.order_key, lim.decks)
+        capped_name = "decks_capped"
+    elif tp is PodSpawned:
+        counters["pods_spawned"] = counters.get("pods_spawned", 0) + 1
+    elif tp is UnknownPayload:
+        assert isinstance(p, UnknownPayload)
+        unknown, capped = _put_count(unknown, p.type, lim.unknown_types)
+        capped_name = "unknown_capped"
+        counters["unknown_payloads"] = counters.get("unknown_payloads", 0) + 1
+    if capped:
+        counters[capped_name] = counters.get(capped_name, 0) + capped
 
-    pod_events, pods_capped = _capped_put(
-        state.pod_events, (ev.sender.name, ev.sender.uid), lim.pods, _count_merge, _ident
-    )
-    bumps.append(("pods_capped", pods_capped))
+    sender = ev.sender
+    pod_events, pods_capped = _put_count(state.pod_events, (sender.name, sender.uid), lim.pods)
+    if pods_capped:
+        counters["pods_capped"] = counters.get("pods_capped", 0) + pods_capped
     last = state.last_event_time
+    t = ev.event_time
     return TaskState(
         state.task,
         links,
@@ -369,8 +368,8 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         progress,
         pod_events,
         state.applied.add(ev.instance, ev.seq),
-        ev.event_time if last is None or ev.event_time > last else last,
-        _bump(state.counters, *bumps),
+        t if last is None or t > last else last,
+        counters,
         unknown,
         state.warnings + 1 if ev.warning else state.warnings,
         lim,
@@ -402,7 +401,7 @@ def fold(state: TaskState, ev: ParsedEvent) -> TaskState:
     try:
         return _fold(state, ev)
     except Exception:  # totality beats strictness here; the counter makes the bug visible
-        return _with(state, counters=_bump(state.counters, ("fold_errors", 1)))
+        return _with(state, counters=_bump(state.counters, "fold_errors"))
 
 
 def fold_all(
@@ -514,14 +513,14 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
     spans, c3 = _trim(spans, lim.spans, _span_weight)
     pods, c4 = _trim(pods, lim.pods, _ident)
     unknown, c5 = _trim(unknown, lim.unknown_types, _ident)
-    counters = _bump(
-        counters,
+    for name, extra in (
         ("links_capped", c1),
         ("decks_capped", c2),
         ("spans_capped", c3),
         ("pods_capped", c4),
         ("unknown_capped", c5),
-    )
+    ):
+        counters[name] += extra
     return TaskState(
         task=task,
         link_entries=links,

@@ -1,0 +1,195 @@
+"""Benchmark the watcher's hot path: raw watch line -> parse_watch_line -> fold.
+
+Compares it with the official client's path for the same lines,
+``kubernetes.watch.Watch().unmarshal_event(line, "EventsV1Event")`` (JSON -> model objects).
+Run: ``.venv/bin/python bench/bench_parse_fold.py [-n 20000] [-r 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import statistics
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+
+from tidings.schemas import (
+    DeckReady,
+    LogLink,
+    ParsedEvent,
+    Payload,
+    PodRef,
+    Progress,
+    SpanSummary,
+    TaskRef,
+    TaskState,
+    build_event,
+    fold,
+    new_state,
+    parse_watch_line,
+)
+
+
+def make_lines(n: int, tasks: int = 8, instances_per_task: int = 4, seed: int = 1) -> list[bytes]:
+    """``n`` watch lines shaped like what the API server streams for bus Events."""
+    rnd = random.Random(seed)
+    t0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)
+    seqs: dict[tuple[int, int], int] = {}
+    lines = []
+    for i in range(n):
+        k = rnd.randrange(tasks)
+        inst_no = rnd.randrange(instances_per_task)
+        seq = seqs.get((k, inst_no), 0)
+        seqs[(k, inst_no)] = seq + 1
+        task = TaskRef("ml-team", f"train-run-{k:04d}-a1b2c3d4")
+        pod = PodRef(f"{task.name}-worker-{inst_no}", f"6f1c2a9e-{k:04d}-4000-8000-{inst_no:012d}")
+        r = rnd.random()
+        payload: Payload
+        if r < 0.70:
+            lo = rnd.uniform(0.001, 0.5)
+            start = 1.7e9 + i
+            payload = SpanSummary(
+                name=rnd.choice(["train_step", "dataloader.fetch", "eval", "checkpoint.save"]),
+                count=rnd.randint(1, 5000),
+                total_s=lo * 100,
+                min_s=lo,
+                max_s=lo * 3,
+                first_start=start,
+                last_end=start + 10,
+                errors=rnd.randint(0, 2),
+            )
+        elif r < 0.85:
+            payload = Progress(fraction=min(1.0, i / n), message=f"epoch {i // 1000}: loss 0.{i}")
+        elif r < 0.95:
+            payload = LogLink(
+                name=rnd.choice(["wandb", "tensorboard", "grafana"]),
+                url=f"https://wandb.ai/acme/proj/runs/{rnd.getrandbits(40):x}?workspace=user",
+            )
+        else:
+            payload = DeckReady(name="report", uri=f"s3://acme-decks/{task.name}/{i}/deck.html")
+        ev = build_event(
+            task=task,
+            pod=pod,
+            payload=payload,
+            instance=f"{pod.uid[:8]}{inst_no:08x}",
+            seq=seq,
+            time=t0 + timedelta(microseconds=i * 1731),
+        )
+        created = ev["eventTime"][:19] + "Z"
+        ev["metadata"].update(
+            {
+                "uid": f"0a0b0c0d-{i:04x}-4e0f-8a0b-{i:012x}",
+                "resourceVersion": str(100000 + i),
+                "creationTimestamp": created,
+                "managedFields": [
+                    {
+                        "manager": "tidings-emitter",
+                        "operation": "Update",
+                        "apiVersion": "events.k8s.io/v1",
+                        "time": created,
+                        "fieldsType": "FieldsV1",
+                        "fieldsV1": {
+                            "f:action": {},
+                            "f:eventTime": {},
+                            "f:note": {},
+                            "f:reason": {},
+                            "f:regarding": {},
+                            "f:related": {},
+                            "f:reportingController": {},
+                            "f:reportingInstance": {},
+                            "f:type": {},
+                        },
+                    }
+                ],
+            }
+        )
+        lines.append(orjson.dumps({"type": "ADDED", "object": ev}))
+    return lines
+
+
+def run_tidings(lines: list[bytes]) -> int:
+    states: dict[TaskRef, TaskState] = {}
+    applied = 0
+    for line in lines:
+        item = parse_watch_line(line)
+        ev = item.result
+        if isinstance(ev, ParsedEvent):
+            st = states.get(ev.task)
+            if st is None:
+                st = new_state(ev.task)
+            states[ev.task] = fold(st, ev)
+            applied += 1
+    return applied
+
+
+def run_parse_only(lines: list[bytes]) -> int:
+    return sum(isinstance(parse_watch_line(line).result, ParsedEvent) for line in lines)
+
+
+def run_json_floor(lines: list[bytes]) -> int:
+    # Any path that validates the whole object must at least parse the line once.
+    return sum(orjson.loads(line)["type"] == "ADDED" for line in lines)
+
+
+def make_run_official() -> Callable[[list[bytes]], int]:
+    from kubernetes.watch import Watch
+
+    w = Watch()
+
+    def run(lines: list[bytes]) -> int:
+        n = 0
+        for line in lines:
+            js: Any = w.unmarshal_event(line.decode(), "EventsV1Event")
+            n += js["object"].note is not None
+        return n
+
+    return run
+
+
+def timed(fn: Callable[[list[bytes]], int], lines: list[bytes], runs: int) -> list[float]:
+    out = []
+    for _ in range(runs):
+        gc.collect()
+        t = time.perf_counter()
+        count = fn(lines)
+        out.append(time.perf_counter() - t)
+        assert count == len(lines), (count, len(lines))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("-n", type=int, default=20_000, help="watch lines")
+    ap.add_argument("-r", "--runs", type=int, default=5, help="runs per path (median reported)")
+    args = ap.parse_args()
+
+    lines = make_lines(args.n)
+    size = sum(len(x) for x in lines) / len(lines)
+    print(f"{len(lines)} watch lines, mean {size:.0f} B/line, {args.runs} runs each (median)\n")
+
+    ours = timed(run_tidings, lines, args.runs)
+    official = timed(make_run_official(), lines, args.runs)
+    parse_only = timed(run_parse_only, lines, args.runs)
+    floor = timed(run_json_floor, lines, args.runs)
+    m_ours, m_off = statistics.median(ours), statistics.median(official)
+    rows = [
+        ("tidings parse_watch_line + fold", m_ours),
+        ('kubernetes Watch.unmarshal_event("EventsV1Event")', m_off),
+        ("  breakdown: tidings parse_watch_line only", statistics.median(parse_only)),
+        ("  breakdown: orjson.loads(line) only (floor)", statistics.median(floor)),
+    ]
+    print(f"{'path':<52} {'median s':>10} {'events/s':>12} {'us/event':>10}")
+    for name, sec in rows:
+        print(f"{name:<52} {sec:>10.3f} {len(lines) / sec:>12,.0f} {1e6 * sec / len(lines):>10.1f}")
+    ratio = m_off / m_ours
+    print(f"\nratio (official / tidings): {ratio:.1f}x  (target >= 20x)")
+    print(f"ceiling if parse+validate+fold were free: {m_off / statistics.median(floor):.1f}x")
+
+
+if __name__ == "__main__":
+    main()

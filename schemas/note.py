@@ -81,7 +81,8 @@ def encode_note_bytes(p: Payload, *, instance: str | None = None, seq: int | Non
         fixed = len(data) - len(orjson.dumps(text))
         budget = NOTE_LIMIT - fixed
         lo = 1 if field in _NON_EMPTY else 0
-        hi = len(text) - 1
+        # Any cut that fits has at most NOTE_LIMIT characters, so huge text costs no more.
+        hi = min(len(text) - 1, NOTE_LIMIT)
         best = cut_text(text, lo)
         # Largest cut that fits; the escaped size is monotone enough in k for bisection.
         while lo <= hi:

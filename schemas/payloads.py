@@ -236,9 +236,11 @@ ENVELOPE_KEYS = frozenset({"v", "t", "i", "s"})
 
 
 def _clean_raw(v: Any) -> Any:
+    v = _clean_json(v)
+    # Filtered after cleaning, since cleaning a key ("\x00s") can turn it into one ("s").
     if isinstance(v, dict):
         v = {k: x for k, x in v.items() if k not in ENVELOPE_KEYS}
-    return _clean_json(v)
+    return v
 
 
 class UnknownPayload(BaseModel):

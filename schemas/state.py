@@ -1,6 +1,14 @@
 """Task state and the fold: merge parsed events into one bounded, order-insensitive record.
 
 ``fold`` is pure and total; the state round-trips through the TaskFeedback ``.status`` dict.
+
+Order-insensitivity, precisely: for a set of events with distinct (instance, seq), folding any
+permutation, with any duplicates mixed in, yields an identical ``to_status()`` except for
+``counters.duplicates``, which counts re-deliveries (applications minus distinct events) and
+so depends on the delivery by definition. Every other counter counts distinct events, and
+caps keep the lexicographically smallest names, so nothing else depends on arrival order.
+Event names bind (instance, seq) to one object per task (see ``parse_event``), so two
+different payloads can never share a dedup key.
 """
 
 from __future__ import annotations

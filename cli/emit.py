@@ -98,15 +98,20 @@ def _deliver(send: Callable[[Any], None], *, task: str, pod_name: str, pod_uid: 
         api = load_api_client(kubeconfig, context)
     except Exception as e:
         _fail(f"cannot load cluster config: {e}", EXIT_UNDELIVERED)
-    # The library logs for long-running workloads; here the exit code and one line speak.
-    logging.getLogger("tidings.emitter").setLevel(logging.CRITICAL)
     config = EmitterConfig.from_env()
     emitter = Emitter(config, identity=identity,
                       transport=KubeTransport(api, (config.connect_timeout_s,
                                                     config.read_timeout_s)))
-    send(emitter)
-    delivered = emitter.flush(timeout)
-    emitter.close(0)
+    # The library logs for long-running workloads; here the exit code and one line speak.
+    logger = logging.getLogger("tidings.emitter")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        send(emitter)
+        delivered = emitter.flush(timeout)
+        emitter.close(0)
+    finally:
+        logger.setLevel(level)
     stats = emitter.stats()
     if stats["invalid"]:
         _fail("invalid input: the event could not be built", EXIT_INVALID)

@@ -1,0 +1,297 @@
+"""The watcher against the real control plane, as real processes: `tidings watcher run` plus
+emitter processes. Every test ends by comparing TaskFeedback status with the fold of exactly
+the events that were delivered (recorded by the emitters)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.cluster.test_watcher_support import (
+    REPO_ROOT,
+    Emitter,
+    WatcherProc,
+    emitted_events,
+    etcd_compact_now,
+    expected_status,
+    task_status,
+)
+from tests.support import create_kwok_pod, eventually
+
+pytestmark = pytest.mark.cluster
+
+TASK_LABEL = "tidings.dev/task"
+
+
+@pytest.fixture(scope="module")
+def crd(control_plane: Any) -> None:
+    control_plane.kubectl_run("apply", "-f", str(REPO_ROOT / "deploy/crd.yaml"))
+    control_plane.kubectl_run("wait", "--for=condition=Established",
+                              "crd/taskfeedbacks.tidings.dev", "--timeout=60s")
+
+
+@pytest.fixture
+def kubeconfig(control_plane: Any) -> Path:
+    return Path(control_plane.kubeconfig("admin"))
+
+
+@pytest.fixture
+def watchers(tmp_path: Path) -> Iterator[list[WatcherProc]]:
+    """Watchers started by a test; killed at the end whatever happens."""
+    procs: list[WatcherProc] = []
+    yield procs
+    for w in procs:
+        w.kill(signal.SIGKILL)
+
+
+@pytest.fixture
+def start_watcher(crd: None, kubeconfig: Path, namespace: str, tmp_path: Path,
+                  watchers: list[WatcherProc]) -> Callable[..., WatcherProc]:
+    def start(*extra: str, env: dict[str, str] | None = None, leader: bool = False,
+              ready: bool = True) -> WatcherProc:
+        w = WatcherProc(kubeconfig, namespace, tmp_path / f"watcher-{len(watchers)}.log", *extra,
+                        env=env, leader=leader)
+        watchers.append(w)
+        if ready:
+            eventually(w.ready, 30, f"watcher ready\n{w.tail()}")
+        return w
+
+    return start
+
+
+def pods_for(admin: Any, namespace: str, task: str, n: int) -> list[dict[str, str]]:
+    return [create_kwok_pod(admin, namespace, f"{task}-pod-{i}", labels={TASK_LABEL: task})
+            for i in range(n)]
+
+
+def assert_exact(admin: Any, namespace: str, tasks: list[str], files: list[Path],
+                 timeout: float = 60) -> None:
+    """Eventually every task's status equals the fold of the delivered events, exactly."""
+    bodies = emitted_events(files)
+    for task in tasks:
+        want = expected_status(namespace, task, bodies)
+        last: list[Any] = [None]
+
+        def probe(task: str = task, want: dict[str, Any] = want,
+                  last: list[Any] = last) -> bool:
+            last[0] = task_status(admin, namespace, task)
+            return last[0] == want
+
+        try:
+            eventually(probe, timeout, f"status of {task} == fold of its events")
+        except AssertionError:
+            got = last[0] or {}
+            raise AssertionError(
+                f"{task}: applied={got.get('applied')} want={want.get('applied')} "
+                f"counters={got.get('counters')} want={want.get('counters')}") from None
+
+
+def metric(w: WatcherProc, name: str) -> float:
+    return w.metrics().get(name, 0.0)
+
+
+# --- end to end -------------------------------------------------------------------------
+
+
+def test_end_to_end_status_is_the_exact_fold(admin: Any, namespace: str, kubeconfig: Path,
+                                             tmp_path: Path, start_watcher: Any) -> None:
+    w = start_watcher()
+    tasks = ["alpha", "beta", "gamma"]
+    emitters, files = [], []
+    for task in tasks:
+        for i, pod in enumerate(pods_for(admin, namespace, task, 2)):
+            f = tmp_path / f"{task}-{i}.jsonl"
+            files.append(f)
+            emitters.append(Emitter(kubeconfig, namespace, task, pod, f"{task}-i{i}", f,
+                                    count=150, rate=200))
+    for e in emitters:
+        e.wait()
+    assert sum(e.delivered() for e in emitters) == 900
+    assert_exact(admin, namespace, tasks, files)
+    m = w.metrics()
+    assert m["tidings_watcher_events_applied_total"] == 900
+    assert m['tidings_watcher_events_rejected_total{reason="spoofed_sender"}'] == 0
+    # the read API serves the same state
+    code, body = w.get(f"/tasks/{namespace}/alpha")
+    assert code == 200
+    assert orjson.loads(body) == task_status(admin, namespace, "alpha")
+    assert w.get(f"/tasks/{namespace}/nope")[0] == 404
+    assert w.get("/healthz")[0] == 200
+
+
+def test_lineage_events_are_skipped_not_rejected(admin: Any, namespace: str, kubeconfig: Path,
+                                                 start_watcher: Any) -> None:
+    from kubernetes import client
+
+    from tidings.schemas.event import ObjectRef, PodRef, TaskRef, build_event
+    from tidings.schemas.payloads import PodSpawned
+
+    w = start_watcher()
+    pod = create_kwok_pod(admin, namespace, "app-pod", labels={TASK_LABEL: "app"})
+    body = build_event(task=TaskRef(namespace, "app"), pod=PodRef(pod["name"], pod["uid"]),
+                       payload=PodSpawned(pod_name=pod["name"], pod_uid=pod["uid"], app="app"),
+                       instance="ctl", seq=1, time=datetime.now(UTC),
+                       regarding=ObjectRef("apps/v1", "Deployment", "app", namespace))
+    client.EventsV1Api(admin).create_namespaced_event(namespace, body)
+    eventually(lambda: metric(w, 'tidings_watcher_events_skipped_total{cause="not_task"}') == 1,
+               20, "lineage event skipped")
+    assert metric(w, "tidings_watcher_events_applied_total") == 0
+    assert task_status(admin, namespace, "app") is None
+
+
+# --- a slow key does not hold up another ------------------------------------------------
+
+
+def test_slow_key_does_not_delay_another(admin: Any, namespace: str, kubeconfig: Path,
+                                         tmp_path: Path, start_watcher: Any) -> None:
+    start_watcher(env={"TIDINGS_TEST_SLOW_WRITE_TASK": "slow-a:6"})
+    (pa,) = pods_for(admin, namespace, "slow-a", 1)
+    (pb,) = pods_for(admin, namespace, "fast-b", 1)
+    fa, fb = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    Emitter(kubeconfig, namespace, "slow-a", pa, "ia", fa, count=20).wait()
+    time.sleep(0.5)  # A's first write is now stuck in the 6 s hook
+    t0 = time.monotonic()
+    Emitter(kubeconfig, namespace, "fast-b", pb, "ib", fb, count=20).wait()
+    emitted_at = time.monotonic()
+    want_b = expected_status(namespace, "fast-b", emitted_events([fb]))
+    eventually(lambda: task_status(admin, namespace, "fast-b") == want_b, 5,
+               "task B's exact state while A's writes are slow")
+    latency = time.monotonic() - emitted_at
+    assert latency < 2.0, f"B waited {latency:.2f}s behind A"
+    assert task_status(admin, namespace, "slow-a") in (None, {}), "A's write should still hang"
+    assert time.monotonic() - t0 < 6
+    assert_exact(admin, namespace, ["slow-a", "fast-b"], [fa, fb], timeout=30)
+
+
+# --- crash and restart ------------------------------------------------------------------
+
+
+def _stream(admin: Any, namespace: str, kubeconfig: Path, tmp_path: Path, tasks: list[str],
+            count: int, rate: float) -> tuple[list[Emitter], list[Path]]:
+    emitters, files = [], []
+    for task in tasks:
+        (pod,) = pods_for(admin, namespace, task, 1)
+        f = tmp_path / f"{task}.jsonl"
+        files.append(f)
+        emitters.append(Emitter(kubeconfig, namespace, task, pod, f"{task}-i", f, count=count,
+                                rate=rate))
+    return emitters, files
+
+
+def test_kill9_mid_stream_then_restart_is_exact(admin: Any, namespace: str, kubeconfig: Path,
+                                                tmp_path: Path, start_watcher: Any) -> None:
+    w = start_watcher()
+    emitters, files = _stream(admin, namespace, kubeconfig, tmp_path, ["k1", "k2"], 300, 60)
+    eventually(lambda: metric(w, "tidings_watcher_status_writes_total{result=\"ok\"}") >= 4, 30,
+               "some statuses written")
+    w.kill(signal.SIGKILL)  # mid-stream: emitters keep going while no watcher runs
+    written_before = task_status(admin, namespace, "k1")
+    assert written_before and written_before["counters"]["events_applied"] < 300
+    time.sleep(1.0)
+    w2 = start_watcher()
+    for e in emitters:
+        e.wait()
+    assert_exact(admin, namespace, ["k1", "k2"], files)
+    # the restarted watcher saw the old events again in its list and skipped them
+    assert metric(w2, 'tidings_watcher_events_skipped_total{cause="duplicate"}') > 0
+
+
+def test_apiserver_restart_mid_stream_is_exact(control_plane: Any, admin: Any, namespace: str,
+                                               kubeconfig: Path, tmp_path: Path,
+                                               start_watcher: Any) -> None:
+    w = start_watcher()
+    emitters, files = _stream(admin, namespace, kubeconfig, tmp_path, ["r1", "r2"], 200, 40)
+    eventually(lambda: metric(w, "tidings_watcher_events_applied_total") >= 40, 30,
+               "stream flowing")
+    control_plane.stop_apiserver()
+    try:
+        time.sleep(2.0)  # emitters and watcher both face a dead API server
+    finally:
+        control_plane.start_apiserver()
+    for e in emitters:
+        e.wait(180)
+    assert_exact(admin, namespace, ["r1", "r2"], files, timeout=90)
+    assert w.proc.poll() is None, "the watcher survives an API server restart"
+
+
+def test_forced_relist_after_compaction_is_exact(control_plane: Any, admin: Any, namespace: str,
+                                                 kubeconfig: Path, tmp_path: Path,
+                                                 start_watcher: Any) -> None:
+    w = start_watcher()
+    (pod,) = pods_for(admin, namespace, "c1", 1)
+    f = tmp_path / "c1.jsonl"
+    Emitter(kubeconfig, namespace, "c1", pod, "c1-i", f, count=50, total=100).wait()
+    assert_exact(admin, namespace, ["c1"], [f])
+    relists = lambda: sum(  # noqa: E731
+        metric(w, f'tidings_watcher_relists_total{{cause="{c}"}}')
+        for c in ("gone", "short_watch", "error"))
+    before = relists()
+    # Interrupt the watch, then compact etcd past the watcher's resourceVersion.
+    control_plane.stop_apiserver()
+    try:
+        etcd_compact_now(control_plane.etcd_url)
+    finally:
+        control_plane.start_apiserver()
+    eventually(lambda: relists() > before, 60, f"a relist after compaction\n{w.tail()}")
+    m = w.metrics()
+    assert m['tidings_watcher_relists_total{cause="gone"}'] + \
+        m['tidings_watcher_relists_total{cause="short_watch"}'] >= 1
+    Emitter(kubeconfig, namespace, "c1", pod, "c1-i", f, first=51, count=50, total=100).wait()
+    assert_exact(admin, namespace, ["c1"], [f])
+
+
+# --- spoofing ---------------------------------------------------------------------------
+
+
+def test_spoofed_senders_are_rejected_and_counted(admin: Any, namespace: str, kubeconfig: Path,
+                                                  tmp_path: Path, start_watcher: Any) -> None:
+    w = start_watcher()
+    (good,) = pods_for(admin, namespace, "victim", 1)
+    other = create_kwok_pod(admin, namespace, "other-pod", labels={TASK_LABEL: "other"})
+    bare = create_kwok_pod(admin, namespace, "bare-pod")
+    forged = {"name": good["name"], "uid": "00000000-0000-0000-0000-000000000000"}
+    fg = tmp_path / "good.jsonl"
+    Emitter(kubeconfig, namespace, "victim", good, "good", fg, count=10).wait()
+    assert_exact(admin, namespace, ["victim"], [fg])
+    before = task_status(admin, namespace, "victim")
+    for i, pod in enumerate([other, bare, forged]):
+        Emitter(kubeconfig, namespace, "victim", pod, f"spoof{i}", tmp_path / f"s{i}.jsonl",
+                count=2).wait()
+    key = 'tidings_watcher_events_rejected_total{reason="spoofed_sender"}'
+    eventually(lambda: metric(w, key) == 6, 20, "6 spoofed events rejected")
+    time.sleep(0.5)  # nothing may be written for them
+    assert task_status(admin, namespace, "victim") == before
+    assert metric(w, "tidings_watcher_events_applied_total") == 10
+
+
+# --- HA -----------------------------------------------------------------------------------
+
+
+def test_leader_handover_within_the_lease(admin: Any, namespace: str, kubeconfig: Path,
+                                          tmp_path: Path, start_watcher: Any) -> None:
+    lease = ["--lease-namespace", namespace, "--lease-name", "w", "--lease-duration", "4",
+             "--renew-deadline", "3", "--retry-period", "0.5"]
+    a = start_watcher(*lease, leader=True, ready=False)
+    assert a.wait_leading(20), a.tail()
+    b = start_watcher(*lease, leader=True, ready=False)
+    eventually(b.ready, 20, "the standby reports ready")
+    assert not b.wait_leading(1.0), "two leaders at once"
+    emitters, files = _stream(admin, namespace, kubeconfig, tmp_path, ["h1", "h2"], 200, 50)
+    eventually(lambda: metric(a, "tidings_watcher_events_applied_total") >= 30, 30, "flowing")
+    a.kill(signal.SIGKILL)
+    t_kill = time.monotonic()
+    assert b.wait_leading(15), b.tail()
+    takeover = time.monotonic() - t_kill
+    # observed-time expiry: lease duration, plus at most one retry period of polling
+    assert takeover <= 4 + 0.5 + 0.5, f"takeover took {takeover:.2f}s"
+    for e in emitters:
+        e.wait()
+    assert_exact(admin, namespace, ["h1", "h2"], files)
+    assert metric(b, "tidings_watcher_leader") == 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from tidings.cli import dev, lineage_cmd, state_cmd
+from tidings.cli import dev, lineage_cmd, state_cmd, timeline_cmd
 from tidings.cli import emit
 from tidings.cli import watcher_cmd
 from tidings.cli.common import TidingsGroup
@@ -25,7 +25,7 @@ app.add_typer(dev.app, name="dev")
 app.add_typer(emit.app, name="emit")
 app.add_typer(watcher_cmd.app, name="watcher")
 # The person-facing commands (state, watch, lineage, logs, timeline); see cli/*_cmd.py.
-for _commands in (state_cmd, lineage_cmd):
+for _commands in (state_cmd, lineage_cmd, timeline_cmd):
     _commands.register(app)
 
 

@@ -76,11 +76,17 @@ def watch(
     ns = taskview.resolve_namespace(k, task, "task", taskview.task_selector(task),
                                     all_namespaces, with_cr=not from_events)
     snapshots = taskview.follow(k, TaskRef(ns, task), use_events=from_events)
-    first = next(snapshots)
+    snap = next(snapshots)
     out = console()
-    with Live(taskview.render(first), console=out, refresh_per_second=8,
-              auto_refresh=out.is_terminal) as live:
-        snap = first
+    if not out.is_terminal:
+        # Piped (CI logs, scripts): one line per change, then the full view at the end.
+        out.print(taskview.one_line(snap))
+        while not snap.state.completed:
+            snap = next(snapshots)
+            out.print(taskview.one_line(snap))
+        out.print(taskview.render(snap))
+        return
+    with Live(taskview.render(snap), console=out, refresh_per_second=8) as live:
         while not snap.state.completed:
             snap = next(snapshots)
             live.update(taskview.render(snap), refresh=True)

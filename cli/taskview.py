@@ -326,7 +326,21 @@ def render(snap: Snapshot) -> Any:
     return Group(*parts)
 
 
+def one_line(snap: Snapshot) -> str:
+    """A compact, sanitised line for one state (what `watch` prints when piped)."""
+    st = snap.state
+    now = datetime.now(UTC).strftime("%H:%M:%S")
+    pr = st.progress
+    progress = "no progress" if pr is None else f"{pr.fraction * 100:5.1f}% {pr.message}"
+    tail = " completed" if st.completed else ""
+    return safe(f"{now} {st.task.namespace}/{st.task.name} {progress} "
+                f"(links {len(st.link_entries)}, decks {len(st.deck_entries)}, "
+                f"spans {len(st.spans)}){tail}")
+
+
 def fmt_seconds(s: float) -> str:
+    if s == 0:
+        return "0s"
     if s < 1e-3:
         return f"{s * 1e6:.0f}µs"
     if s < 1:

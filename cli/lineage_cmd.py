@@ -1,0 +1,123 @@
+"""`tidings lineage APP` and `tidings logs APP`: the pods an app spawned, from structured
+PodSpawned records (name and uid), and their logs; never pods that merely share a prefix."""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from tidings.cli.common import (
+    AllNamespaces,
+    Context,
+    Kubeconfig,
+    Namespace,
+    Output,
+    OutputOpt,
+    check_name,
+    command,
+    console,
+    dump,
+    invalid,
+    parse_duration,
+)
+
+App = Annotated[str, typer.Argument(
+    metavar="APP", show_default=False,
+    help="The app or owner the pods were spawned for (the PodSpawned events' subject).")]
+
+
+class Color(StrEnum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
+@command
+def lineage(
+    app: App,
+    namespace: Namespace = None,
+    all_namespaces: AllNamespaces = False,
+    output: OutputOpt = Output.table,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Show the pods spawned for an app, as a tree, with what became of each one."""
+    check_name(app, "app")
+    from tidings.cli import kube as kube_mod
+    from tidings.cli import lineage as lin
+    from tidings.cli import taskview
+
+    k = kube_mod.connect(kubeconfig, context, namespace)
+    ns = taskview.resolve_namespace(k, app, "app", taskview.lineage_selector(app),
+                                    all_namespaces)
+    entries, _ = lin.load(k, ns, app)
+    items = lin.fates(k, entries)
+    if output is Output.table:
+        console().print(lin.render(ns, app, items))
+    else:
+        typer.echo(dump({"app": app, "namespace": ns,
+                         "pods": [f.to_data() for f in items]}, output), nl=False)
+
+
+@command
+def logs(
+    app: App,
+    follow: Annotated[bool, typer.Option(
+        "--follow", "-f", help="Keep streaming, and stream pods spawned later too.")] = False,
+    since: Annotated[str | None, typer.Option(
+        "--since", metavar="DURATION", show_default=False,
+        help="Only lines newer than this (30s, 5m, 1h).")] = None,
+    container: Annotated[str | None, typer.Option(
+        "--container", "-c", metavar="NAME", show_default=False,
+        help="Only this container (default: all containers of each pod).")] = None,
+    max_streams: Annotated[int, typer.Option(
+        "--max-streams", min=1, max=1024,
+        help="At most this many concurrent log streams; the rest wait their turn.")] = 16,
+    timestamps: Annotated[bool, typer.Option(
+        "--timestamps", help="Show each line's timestamp.")] = False,
+    color: Annotated[Color, typer.Option(
+        "--color", case_sensitive=False, help="Colour the [pod/container] prefixes.")
+    ] = Color.auto,
+    namespace: Namespace = None,
+    all_namespaces: AllNamespaces = False,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Stream the logs of exactly the pods spawned for an app (by name and uid), like stern."""
+    check_name(app, "app")
+    since_s = None if since is None else max(1, int(-(-parse_duration(since) // 1)))
+    if container is not None and not container.replace("-", "").isalnum():
+        invalid(f"container {container[:64]!r} is not a valid container name")
+    from tidings.cli import kube as kube_mod
+    from tidings.cli import lineage as lin
+    from tidings.cli import logstream, taskview
+
+    k = kube_mod.connect(kubeconfig, context, namespace)
+    ns = taskview.resolve_namespace(k, app, "app", taskview.lineage_selector(app),
+                                    all_namespaces)
+    use_color = color is Color.always or (
+        color is Color.auto and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    printer = logstream.Printer(color=use_color, timestamps=timestamps)
+    mux = logstream.LogMux(k, ns, logstream.Options(
+        follow=follow, since_seconds=since_s, container=container, max_streams=max_streams),
+        printer)
+    entries, rv = lin.load(k, ns, app, must_exist=not follow)
+    if not entries:
+        printer.note(f"waiting for pods of app {app!r} in namespace {ns} ...")
+    mux.add(entries)
+    if follow:
+        mux.start_monitor()
+        mux.spawn(lambda: mux.add(lin.follow(k, ns, app, rv, mux.stopped)))
+    try:
+        mux.wait()
+    finally:
+        mux.stop()
+
+
+def register(app: typer.Typer) -> None:
+    app.command(rich_help_panel="Apps")(lineage)
+    app.command(rich_help_panel="Apps")(logs)

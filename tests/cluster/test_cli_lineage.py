@@ -1,0 +1,215 @@
+"""`tidings lineage` and `tidings logs` against the real control plane and kwok-served logs:
+exactly the recorded pods (name AND uid), never a pod that merely shares the name prefix —
+the Cornserve bug (../shared/seeds/000_*.txt)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.test_cli_support import (
+    assert_harmless,
+    closed_port_kubeconfig,
+    grant,
+    invoke,
+    proc_pool,
+    record_spawn,
+)
+from tests.support import create_kwok_pod, cri_log_line, eventually, write_cri_log
+from tidings.cli.devcluster import ControlPlane
+
+pytestmark = pytest.mark.cluster
+_procs = pytest.fixture(name="proc_factory")(proc_pool)
+
+
+def _pod(admin: Any, ns: str, name: str, folder: Path, lines: list[str], **kw: Any
+         ) -> dict[str, Any]:
+    log = write_cri_log(folder / f"{name}.log", lines)
+    pod = create_kwok_pod(admin, ns, name, log_file=log, **kw)
+    pod["log"] = log
+    return pod
+
+
+def _running(admin: Any, ns: str, *names: str) -> None:
+    from tests.support import pod_phase
+
+    for n in names:
+        eventually(lambda n=n: pod_phase(admin, ns, n) == "Running", what=f"{n} Running")
+
+
+def test_lineage_tree_shows_each_pod_and_what_became_of_it(
+        control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path) -> None:
+    from kubernetes import client
+
+    enc = _pod(admin, namespace, "te-enc-0", tmp_path, ["e"])
+    llm = _pod(admin, namespace, "te-llm-0", tmp_path, ["l"])
+    gone = _pod(admin, namespace, "te-llm-1", tmp_path, ["g"])
+    old = _pod(admin, namespace, "te-llm-2", tmp_path, ["o"])
+    for seq, (p, role) in enumerate([(enc, "encoder"), (llm, "llm"), (gone, "llm"),
+                                     (old, "llm")]):
+        record_spawn(admin, namespace, "mllm", p["name"], p["uid"], seq, role=role)
+    core = client.CoreV1Api(admin)
+    core.delete_namespaced_pod("te-llm-1", namespace, grace_period_seconds=0)
+    core.delete_namespaced_pod("te-llm-2", namespace, grace_period_seconds=0)
+    eventually(lambda: not [p for p in core.list_namespaced_pod(namespace).items
+                            if p.metadata.name in ("te-llm-1", "te-llm-2")], what="deletion")
+    # Same name, new uid: a different pod that is not in the lineage.
+    create_kwok_pod(admin, namespace, "te-llm-2")
+    _running(admin, namespace, "te-enc-0", "te-llm-0")
+
+    res = invoke(control_plane, "lineage", "mllm", "-n", namespace)
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    for text in ("App mllm", "4 pods", "role encoder", "role llm", "te-enc-0", "Running",
+                 "te-llm-1", "gone", "te-llm-2", "replaced", "controller-0"):
+        assert text in out, text
+
+    data = json.loads(invoke(control_plane, "lineage", "mllm", "-n", namespace,
+                             "-o", "json").stdout)
+    by_name = {p["pod"]: p for p in data["pods"]}
+    assert by_name["te-enc-0"]["uid"] == enc["uid"] and by_name["te-enc-0"]["phase"] == "Running"
+    assert by_name["te-llm-1"]["state"] == "gone"
+    assert by_name["te-llm-2"]["state"] == "replaced"
+    assert by_name["te-llm-2"]["current_uid"] not in ("", old["uid"])
+
+
+def test_lineage_errors(control_plane: ControlPlane, admin: Any, namespace: str,
+                        tmp_path: Path) -> None:
+    res = invoke(control_plane, "lineage", "no-such-app", "-n", namespace)
+    assert res.exit_code == 5
+    assert res.stderr == f"error: not found: app 'no-such-app' in namespace {namespace} " \
+        "(no PodSpawned events)\n"
+    res = invoke(control_plane, "lineage", "app", "-n", namespace, user="alice")
+    assert res.exit_code == 4
+    assert res.stderr == ("error: forbidden: cannot list events.events.k8s.io in namespace "
+                          f"{namespace}\n")
+    res = invoke(control_plane, "lineage", "app/../x", "-n", namespace)
+    assert res.exit_code == 2 and res.stderr.startswith("error: invalid input: app ")
+    from typer.testing import CliRunner
+
+    from tidings.cli.main import app
+
+    closed = closed_port_kubeconfig(control_plane, tmp_path)
+    res = CliRunner().invoke(app, ["lineage", "x", "--kubeconfig", str(closed)])
+    assert res.exit_code == 3 and "cannot reach the cluster" in res.stderr
+
+
+def test_logs_streams_exactly_the_lineage_pods(control_plane: ControlPlane, admin: Any,
+                                               namespace: str, tmp_path: Path) -> None:
+    mine = _pod(admin, namespace, "te-vllm-qwen-0", tmp_path, ["mine 1", "mine 2"])
+    # The Cornserve case: another app's pod whose name shares the prefix (and more).
+    _pod(admin, namespace, "te-vllm-qwen-0-other", tmp_path, ["INTRUDER"])
+    _pod(admin, namespace, "te-vllm-qwen-1", tmp_path, ["INTRUDER 2"])
+    record_spawn(admin, namespace, "app-a", mine["name"], mine["uid"], 0)
+    _running(admin, namespace, "te-vllm-qwen-0")
+
+    res = invoke(control_plane, "logs", "app-a", "-n", namespace)
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines() == ["[te-vllm-qwen-0/main] mine 1",
+                                       "[te-vllm-qwen-0/main] mine 2"]
+    res = invoke(control_plane, "logs", "app-a", "-n", namespace, "--timestamps")
+    assert res.stdout.splitlines()[0].split(" ", 2)[1].endswith("Z")
+
+    res = invoke(control_plane, "logs", "app-a", "-n", namespace, "-c", "sidecar")
+    assert res.exit_code == 0 and res.stdout == "" and "no container 'sidecar'" in res.stderr
+    res = invoke(control_plane, "logs", "app-a", "-n", namespace, "--since", "soon")
+    assert res.exit_code == 2 and "--since" in res.stderr
+    res = invoke(control_plane, "logs", "nothing", "-n", namespace)
+    assert res.exit_code == 5 and "app 'nothing'" in res.stderr
+    grant(control_plane, namespace, "bob",
+          [{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["list"]},
+           {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}])
+    res = eventually(lambda: (r := invoke(control_plane, "logs", "app-a", "-n", namespace,
+                                          user="bob")).exit_code == 4 and r,
+                     what="bob's RBAC to apply")
+    assert res.stderr == ("error: forbidden: cannot get pods/log in namespace "
+                          f"{namespace}\n")
+
+
+def test_logs_follow_picks_up_pods_spawned_later_and_never_the_lookalikes(
+        control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
+        proc_factory: Any) -> None:
+    first = _pod(admin, namespace, "te-llm-0", tmp_path, ["first says hi"])
+    record_spawn(admin, namespace, "app-b", first["name"], first["uid"], 0, role="llm")
+    _running(admin, namespace, "te-llm-0")
+
+    p = proc_factory("logs", "app-b", "-f", "-n", namespace)
+    p.wait_for(lambda out: "[te-llm-0/main] first says hi" in out, 30, "the first pod's log")
+
+    # Spawned after the command started: a lineage record arrives, its logs must follow.
+    later = _pod(admin, namespace, "te-llm-1", tmp_path, ["later says hi"])
+    lookalike = _pod(admin, namespace, "te-llm-1-x", tmp_path, ["INTRUDER"])
+    _pod(admin, namespace, "te-llm-10", tmp_path, ["INTRUDER"])
+    _running(admin, namespace, "te-llm-1", "te-llm-1-x")
+    record_spawn(admin, namespace, "app-b", later["name"], later["uid"], 1, role="llm")
+    p.wait_for(lambda out: "[te-llm-1/main] later says hi" in out, 30, "the later pod's log")
+
+    # Running containers keep writing; follow delivers it, once.
+    with first["log"].open("a") as f:
+        f.write(cri_log_line("first again"))
+    with lookalike["log"].open("a") as f:
+        f.write(cri_log_line("INTRUDER again"))
+    p.wait_for(lambda out: "[te-llm-0/main] first again" in out, 30, "the appended line")
+    assert p.proc.poll() is None
+    assert p.stop() in (0, 130)
+    assert not [line for line in p.out if "INTRUDER" in line]
+    assert p.out.count("[te-llm-0/main] first says hi") == 1
+    assert_harmless("\n".join(p.out))
+    assert "+ [te-llm-1/main]" in p.err
+
+
+def test_logs_follow_stops_streams_of_pods_that_finish(
+        control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
+        proc_factory: Any) -> None:
+    short = _pod(admin, namespace, "job-0", tmp_path, ["working"], run_for="3s")
+    record_spawn(admin, namespace, "app-c", short["name"], short["uid"], 0)
+    p = proc_factory("logs", "app-c", "-f", "-n", namespace)
+    p.wait_for(lambda out: "[job-0/main] working" in out, 30, "the log line")
+    eventually(lambda: any(line.startswith("- [job-0/main] finished") for line in p.err),
+               timeout=30, what="the finished pod's stream to end")
+    assert p.proc.poll() is None  # -f keeps following the app
+    assert p.out.count("[job-0/main] working") == 1
+
+
+def test_logs_bounds_concurrent_streams(control_plane: ControlPlane, admin: Any,
+                                        namespace: str, tmp_path: Path,
+                                        proc_factory: Any) -> None:
+    pods = [_pod(admin, namespace, f"w-{i}", tmp_path, [f"line of w-{i}"]) for i in range(3)]
+    for seq, pod in enumerate(pods):
+        record_spawn(admin, namespace, "app-d", pod["name"], pod["uid"], seq)
+    _running(admin, namespace, *(p["name"] for p in pods))
+    p = proc_factory("logs", "app-d", "-f", "-n", namespace, "--max-streams", "2")
+    p.wait_for(lambda out: len(out) >= 2, 30, "two streams")
+    eventually(lambda: any("--max-streams=2 reached" in line for line in p.err), timeout=10,
+               what="the bound message")
+    assert len({line.split("]")[0] for line in p.out}) == 2  # the third waits its turn
+
+    # Without -f every stream ends, so waiting streams get their turn and all lines appear.
+    res = invoke(control_plane, "logs", "app-d", "-n", namespace, "--max-streams", "1")
+    assert res.exit_code == 0, res.output
+    assert sorted(res.stdout.splitlines()) == [f"[w-{i}/main] line of w-{i}" for i in range(3)]
+    assert "--max-streams=1 reached" in res.stderr
+
+
+def test_a_broken_stream_resumes_without_repeating_lines(
+        control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
+        proc_factory: Any) -> None:
+    pod = _pod(admin, namespace, "resume-0", tmp_path, [f"before {i}" for i in range(5)])
+    record_spawn(admin, namespace, "app-e", pod["name"], pod["uid"], 0)
+    _running(admin, namespace, "resume-0")
+    p = proc_factory("logs", "app-e", "-f", "-n", namespace)
+    p.wait_for(lambda out: "[resume-0/main] before 4" in out, 30, "the first lines")
+
+    control_plane.stop_apiserver()  # every stream and watch breaks
+    with pod["log"].open("a") as f:
+        f.write(cri_log_line("while the API was away"))
+    control_plane.start_apiserver()
+    with pod["log"].open("a") as f:
+        f.write(cri_log_line("after the restart"))
+    p.wait_for(lambda out: "[resume-0/main] after the restart" in out, 60, "resumed stream")
+    body = [line for line in p.out if line.startswith("[resume-0/main]")]
+    assert body == [f"[resume-0/main] before {i}" for i in range(5)] + [
+        "[resume-0/main] while the API was away", "[resume-0/main] after the restart"]

@@ -1,0 +1,217 @@
+"""`tidings state` and `tidings watch` against the real control plane: both sources (the
+TaskFeedback status and the folded events), every error class, and hostile text."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster.test_cli_support import (
+    HOSTILE,
+    assert_harmless,
+    closed_port_kubeconfig,
+    emit,
+    grant,
+    install_crd,
+    invoke,
+    proc_pool,
+    write_status,
+)
+from tidings.cli.devcluster import ControlPlane
+from tidings.schemas import (
+    DeckReady,
+    LogLink,
+    Progress,
+    SpanSummary,
+    TaskRef,
+    fold_all,
+    parse_event,
+)
+
+pytestmark = pytest.mark.cluster
+_crd = pytest.fixture(scope="session", name="crd")(install_crd)
+_procs = pytest.fixture(name="proc_factory")(proc_pool)
+
+
+def _facts(admin: Any, ns: str, task: str) -> list[dict[str, Any]]:
+    t = datetime.now(UTC).timestamp()
+    payloads = [
+        LogLink(name="wandb", url="https://wandb.ai/team/run-1"),
+        DeckReady(name="report", uri="s3://bucket/deck.html"),
+        SpanSummary(name="epoch", count=3, total_s=12.5, min_s=3.5, max_s=5.0,
+                    first_start=t - 20, last_end=t - 5),
+        Progress(fraction=0.4, message="epoch 2 of 5"),
+    ]
+    return [emit(admin, ns, task, p, seq) for seq, p in enumerate(payloads)]
+
+
+def test_state_folds_the_events_when_no_watcher_runs(control_plane: ControlPlane, admin: Any,
+                                                     namespace: str) -> None:
+    _facts(admin, namespace, "train-1")
+    res = invoke(control_plane, "state", "train-1", "-n", namespace)
+    assert res.exit_code == 0, res.output
+    for text in ("train-1", "events (folded locally", "40.0%", "epoch 2 of 5", "wandb",
+                 "https://wandb.ai/team/run-1", "report", "s3://bucket/deck.html", "epoch",
+                 "12.50s", "worker-0", "4 events applied"):
+        assert text in res.stdout, text
+
+    data = json.loads(invoke(control_plane, "state", "train-1", "-n", namespace,
+                             "-o", "json").stdout)
+    assert data["source"] == "events"
+    assert data["status"]["links"]["wandb"]["url"] == "https://wandb.ai/team/run-1"
+    assert data["status"]["spans"]["epoch"]["count"] == 3
+    assert data["status"]["completed"] is False
+    same = yaml.safe_load(invoke(control_plane, "state", "train-1", "-n", namespace,
+                                 "-o", "yaml").stdout)
+    assert same == data
+
+
+def test_state_prefers_the_taskfeedback_status(control_plane: ControlPlane, admin: Any,
+                                               namespace: str, crd: str) -> None:
+    bodies = _facts(admin, namespace, "train-2")
+    ref = TaskRef(namespace, "train-2")
+    # The watcher would write exactly the fold of those events, plus one more link.
+    state = fold_all(ref, [parse_event(b) for b in bodies])  # type: ignore[misc]
+    status = state.to_status()
+    status["links"]["from-watcher"] = {"url": "https://example.com/w", "at":
+                                       status["links"]["wandb"]["at"], "events": 1}
+    write_status(control_plane, namespace, "train-2", status)
+
+    data = json.loads(invoke(control_plane, "state", "train-2", "-n", namespace,
+                             "-o", "json").stdout)
+    assert data["source"] == "TaskFeedback"
+    assert set(data["status"]["links"]) == {"from-watcher", "wandb"}
+    res = invoke(control_plane, "state", "train-2", "-n", namespace)
+    assert "TaskFeedback status" in res.stdout and "from-watcher" in res.stdout
+
+    # --from-events ignores the status and folds the events: the same fold the watcher runs.
+    ev = json.loads(invoke(control_plane, "state", "train-2", "-n", namespace, "-o", "json",
+                           "--from-events").stdout)
+    assert ev["source"] == "events"
+    assert set(ev["status"]["links"]) == {"wandb"}
+    assert ev["status"]["spans"] == state.to_status()["spans"]
+
+
+def test_state_finds_the_namespace_with_A(control_plane: ControlPlane, admin: Any,
+                                          namespace: str) -> None:
+    emit(admin, namespace, "only-here", Progress(fraction=1.0, final=True), 0)
+    data = json.loads(invoke(control_plane, "state", "only-here", "-A", "-o", "json").stdout)
+    assert data["task"] == {"namespace": namespace, "name": "only-here"}
+    assert data["status"]["completed"] is True
+
+
+def test_hostile_notes_print_harmlessly(control_plane: ControlPlane, admin: Any,
+                                        namespace: str, crd: str) -> None:
+    # A hand-made note (what a compromised workload could send), bypassing the emitter.
+    emit(admin, namespace, "evil", Progress(fraction=0.5), 0,
+         note={"v": 1, "t": "Progress", "i": "inst-1", "s": 0, "fraction": 0.5,
+               "message": HOSTILE})
+    emit(admin, namespace, "evil", LogLink(name="x", url="https://example.com/x"), 1,
+         note={"v": 1, "t": "LogLink", "i": "inst-1", "s": 1, "name": HOSTILE[:60],
+               "url": "https://example.com/x"})
+    for fmt in ("table", "json", "yaml"):
+        res = invoke(control_plane, "state", "evil", "-n", namespace, "-o", fmt)
+        assert res.exit_code == 0, res.output
+        assert_harmless(res.output)
+        assert "pwned-title" not in res.output  # the OSC payload is dropped whole
+        assert "okredlink end" in res.output  # the text survives, the sequences do not
+
+    # A status written by someone other than the watcher is not trusted either.
+    ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    write_status(control_plane, namespace, "evil-cr", {
+        "schema_version": 1, "completed": False,
+        "progress": {"fraction": 0.2, "message": HOSTILE, "final": False,
+                     "at": [ts, "inst-1", 0]},
+        "links": {"x\x1b[2Jy": {"url": "https://e.com/\x1b]0;t\x07", "at": [ts, "i", 1],
+                                "events": 1}},
+        "pods": [{"name": "p\x1b[31m", "uid": "u\x07", "events": 1}],
+    })
+    for fmt in ("table", "json", "yaml"):
+        res = invoke(control_plane, "state", "evil-cr", "-n", namespace, "-o", fmt)
+        assert res.exit_code == 0, res.output
+        assert "TaskFeedback" in res.output
+        assert_harmless(res.output)
+
+
+def test_state_errors_are_one_line_with_distinct_codes(control_plane: ControlPlane,
+                                                       admin: Any, namespace: str,
+                                                       tmp_path: Path) -> None:
+    emit(admin, namespace, "t", Progress(fraction=0.1), 0)
+
+    res = invoke(control_plane, "state", "missing", "-n", namespace)
+    assert res.exit_code == 5
+    assert res.stderr == f"error: not found: task 'missing' in namespace {namespace} " \
+        "(no TaskFeedback and no events)\n"
+
+    res = invoke(control_plane, "state", "t", "-n", namespace, user="alice")
+    assert res.exit_code == 4
+    assert res.stderr.startswith(
+        f"error: forbidden: cannot list events.events.k8s.io in namespace {namespace}")
+    assert res.stderr.count("\n") == 1
+
+    res = invoke(control_plane, "state", "bad,name=x", "-n", namespace)
+    assert res.exit_code == 2 and res.stderr.startswith("error: invalid input: task ")
+    res = invoke(control_plane, "state", "t", "-n", namespace, "-o", "xml")
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1 and "xml" in res.stderr
+    res = invoke(control_plane, "state", "t", "-n", "Not_A_Namespace")
+    assert res.exit_code == 2 and "namespace" in res.stderr
+    res = invoke(control_plane, "state", "t", "-n", namespace, "--context", "nope")
+    assert res.exit_code == 2 and "context 'nope'" in res.stderr
+
+    closed = closed_port_kubeconfig(control_plane, tmp_path)
+    from typer.testing import CliRunner
+
+    from tidings.cli.main import app
+
+    res = CliRunner().invoke(app, ["state", "t", "-n", namespace, "--kubeconfig", str(closed)])
+    assert res.exit_code == 3
+    assert res.stderr.startswith("error: cannot reach the cluster at https://127.0.0.1:")
+    assert "connection refused" in res.stderr and res.stderr.count("\n") == 1
+    for r in (res,):
+        assert "Traceback" not in r.output
+
+
+def test_state_with_just_enough_rights(control_plane: ControlPlane, admin: Any,
+                                       namespace: str) -> None:
+    """bob may list events but not read TaskFeedbacks: state still works from the events."""
+    emit(admin, namespace, "t", Progress(fraction=0.3, message="bob sees this"), 0)
+    grant(control_plane, namespace, "bob",
+          [{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["list"]}])
+    from tests.support import eventually
+
+    res = eventually(lambda: (r := invoke(control_plane, "state", "t", "-n", namespace,
+                                          user="bob")).exit_code == 0 and r,
+                     what="bob's RBAC to apply")
+    assert "bob sees this" in res.stdout
+
+
+def test_watch_follows_until_the_task_completes(control_plane: ControlPlane, admin: Any,
+                                                namespace: str, proc_factory: Any) -> None:
+    emit(admin, namespace, "live", Progress(fraction=0.1, message="starting"), 0)
+    p = proc_factory("watch", "live", "-n", namespace)
+    p.wait_for(lambda out: any("starting" in line for line in out), 30, "the first state")
+    base = datetime.now(UTC)
+    for seq, frac in enumerate((0.5, 0.9), start=1):
+        emit(admin, namespace, "live", Progress(fraction=frac, message=f"at {frac}"), seq,
+             when=base + timedelta(milliseconds=seq))
+    emit(admin, namespace, "live", Progress(fraction=1.0, message="all done", final=True), 3,
+         when=base + timedelta(seconds=1))
+    assert p.proc.wait(30) == 0, p.err
+    p.wait_for(lambda out: any("Completed" in line and "yes" in line for line in out), 10,
+               "the final view")
+    changes = [line for line in p.out if re.match(rf"\d\d:\d\d:\d\d {namespace}/live ", line)]
+    assert any("at 0.5" in line for line in changes[1:-1]), changes  # seen live
+    assert changes[-1].endswith("completed") and "all done" in changes[-1]
+
+
+def test_watch_errors(control_plane: ControlPlane, namespace: str) -> None:
+    res = invoke(control_plane, "watch", "nothing-here", "-n", namespace)
+    assert res.exit_code == 5 and res.stderr.startswith("error: not found: task")
+    res = invoke(control_plane, "watch", "t", "-n", namespace, user="alice")
+    assert res.exit_code == 4 and "forbidden: cannot list events" in res.stderr

@@ -1,0 +1,105 @@
+"""`tidings timeline` against the real control plane: the terminal chart, the SVG file, the
+machine outputs and the error cases."""
+
+from __future__ import annotations
+
+import json
+import xml.dom.minidom
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.test_cli_support import (
+    HOSTILE,
+    assert_harmless,
+    closed_port_kubeconfig,
+    emit,
+    invoke,
+)
+from tidings.cli.devcluster import ControlPlane
+from tidings.schemas import Progress, SpanSummary
+
+pytestmark = pytest.mark.cluster
+
+
+def _spans(admin: Any, ns: str, task: str) -> None:
+    t0 = datetime.now(UTC).timestamp() - 100
+    spans = [("load", 0, 10, 1, 0), ("epoch", 10, 80, 4, 0), ("epoch", 80, 95, 1, 0),
+             ("eval", 90, 100, 2, 1)]
+    for seq, (name, a, b, count, errors) in enumerate(spans):
+        emit(admin, ns, task, SpanSummary(name=name, count=count, total_s=float(b - a),
+                                          min_s=(b - a) / count, max_s=float(b - a),
+                                          first_start=t0 + a, last_end=t0 + b,
+                                          errors=errors), seq)
+
+
+def test_timeline_draws_the_spans(control_plane: ControlPlane, admin: Any, namespace: str,
+                                  tmp_path: Path) -> None:
+    _spans(admin, namespace, "fit")
+    out_file = tmp_path / "fit.svg"
+    res = invoke(control_plane, "timeline", "fit", "-n", namespace, "--svg", str(out_file),
+                 "--width", "40")
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert "3 spans over 100.00s" in lines[0]
+    rows = {line.split()[0]: line for line in lines if line.split()[:1] in
+            (["load"], ["epoch"], ["eval"])}
+    assert list(rows) == ["load", "epoch", "eval"]  # ordered by first start
+    assert rows["load"].index("█") < rows["epoch"].index("█") < rows["eval"].index("█")
+    assert " 5 " in rows["epoch"]  # the two windows of "epoch" are one aggregate
+    assert "wrote" in res.stderr
+
+    doc = xml.dom.minidom.parseString(out_file.read_text())
+    assert len(doc.getElementsByTagName("rect")) == 1 + 3  # background + one bar per span
+    assert "epoch" in out_file.read_text()
+
+    data = json.loads(invoke(control_plane, "timeline", "fit", "-n", namespace,
+                             "-o", "json").stdout)
+    assert [s["name"] for s in data["spans"]] == ["load", "epoch", "eval"]
+    epoch = data["spans"][1]
+    assert epoch["count"] == 5 and epoch["duration_s"] == pytest.approx(85, abs=0.01)
+    assert data["spans"][2]["errors"] == 1
+
+
+def test_timeline_hostile_names_and_no_spans(control_plane: ControlPlane, admin: Any,
+                                             namespace: str, tmp_path: Path) -> None:
+    t = datetime.now(UTC).timestamp()
+    emit(admin, namespace, "odd", SpanSummary(name="x", count=1, total_s=1, min_s=1, max_s=1,
+                                              first_start=t - 1, last_end=t), 0,
+         note={"v": 1, "t": "SpanSummary", "i": "inst-1", "s": 0,
+               "name": "<b>" + HOSTILE[:50], "count": 1, "total_s": 1.0, "min_s": 1.0,
+               "max_s": 1.0, "first_start": t - 1, "last_end": t})
+    svg_file = tmp_path / "odd.svg"
+    for fmt in ("table", "json", "yaml"):
+        res = invoke(control_plane, "timeline", "odd", "-n", namespace, "-o", fmt,
+                     "--svg", str(svg_file))
+        assert res.exit_code == 0, res.output
+        assert_harmless(res.output)
+    text = svg_file.read_text()
+    assert_harmless(text)
+    assert "&lt;b&gt;" in text
+    xml.dom.minidom.parseString(text)
+
+    emit(admin, namespace, "no-spans", Progress(fraction=0.5), 0)
+    res = invoke(control_plane, "timeline", "no-spans", "-n", namespace)
+    assert res.exit_code == 0 and "no spans recorded" in res.stdout
+
+
+def test_timeline_errors(control_plane: ControlPlane, admin: Any, namespace: str,
+                         tmp_path: Path) -> None:
+    res = invoke(control_plane, "timeline", "ghost", "-n", namespace)
+    assert res.exit_code == 5 and res.stderr.startswith("error: not found: task 'ghost'")
+    res = invoke(control_plane, "timeline", "ghost", "-n", namespace, user="alice")
+    assert res.exit_code == 4 and res.stderr.startswith("error: forbidden: cannot list events")
+    res = invoke(control_plane, "timeline", "ghost", "-n", namespace,
+                 "--svg", str(tmp_path / "no" / "such" / "dir.svg"))
+    assert res.exit_code == 2 and res.stderr.startswith("error: invalid input: --svg")
+    from typer.testing import CliRunner
+
+    from tidings.cli.main import app
+
+    closed = closed_port_kubeconfig(control_plane, tmp_path)
+    res = CliRunner().invoke(app, ["timeline", "x", "--kubeconfig", str(closed)])
+    assert res.exit_code == 3 and "cannot reach the cluster" in res.stderr

@@ -1,0 +1,141 @@
+"""Pure parts of the CLI: input checks, the no-repeat rule of resumed log streams, the
+timeline drawing, sanitised output, and one-line usage errors (no cluster needed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from statistics import median
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from tidings.cli.common import CliError, Output, check_name, dump, parse_duration
+from tidings.cli.logstream import Dedup, since_time, ts_key
+from tidings.cli.main import app
+from tidings.cli.timeline_cmd import bar, svg
+
+HOSTILE = "ok\x1b[31mred\x1b]0;pwned\x07\x9b2J\x08\r\x00end\u202e"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("30s", 30), ("5m", 300), ("1h30m", 5400), ("2d", 172800), ("250ms", 0.25), ("1.5h", 5400)])
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "5", "m", "5x", "-5s", "0s", "5s junk", "1h 30m"])
+def test_bad_durations_are_invalid_input(text: str) -> None:
+    with pytest.raises(CliError) as err:
+        parse_duration(text)
+    assert err.value.code == 2
+
+
+@pytest.mark.parametrize("name", ["a,b", "x=y", "a b", "", "-x", "x/y", "a\x1b[2J", "é"])
+def test_names_that_could_bend_a_field_selector_are_refused(name: str) -> None:
+    with pytest.raises(CliError) as err:
+        check_name(name, "task")
+    assert err.value.code == 2
+    assert "\x1b" not in err.value.message
+
+
+def test_timestamps_compare_exactly() -> None:
+    a = ts_key("2026-11-30T04:10:03.1Z")
+    b = ts_key("2026-11-30T04:10:03.12Z")
+    c = ts_key("2026-11-30T04:10:03.120000001Z")
+    assert a is not None and b is not None and c is not None
+    assert a < b < c  # as strings, "03.1Z" > "03.12Z"
+    assert ts_key("2026-11-30T05:10:03.1+01:00") == a
+    assert ts_key("not a time") is None
+    assert since_time(c) == "2026-11-30T04:10:03Z"
+
+
+def test_a_resumed_stream_repeats_nothing_and_loses_nothing() -> None:
+    d = Dedup()
+    first = [1, 2, 2, 3]
+    assert [d.admit(k) for k in first] == [True] * 4
+    d.reconnect()  # resumed at the second of "3": the server sends from there again
+    again = [2, 2, 3, 4, 5]
+    assert [d.admit(k) for k in again] == [False, False, False, True, True]
+    d.reconnect()
+    # Two lines share the last timestamp; one was shown, the other is new.
+    d2 = Dedup()
+    assert [d2.admit(k) for k in [7, 8]] == [True, True]
+    d2.reconnect()
+    assert [d2.admit(k) for k in [7, 8, 8, 9]] == [False, False, True, True]
+    assert d2.admit(None) is True  # a line without a timestamp is always shown
+
+
+def test_bars_fit_their_width() -> None:
+    assert bar(0, 10, 10, 8) == "█" * 8
+    assert bar(5, 5, 10, 8) == "    ████"
+    assert bar(0, 0, 10, 8) == "▏" + " " * 7  # a zero-length span is still visible
+    assert len(bar(9.99, 0.01, 10, 8)) == 8
+    assert bar(0, 1.0, 8.0, 8).rstrip() == "█"
+
+
+def test_svg_escapes_hostile_names() -> None:
+    rows = [{"name": "<script>alert(1)</script>" + HOSTILE, "count": 1, "total_s": 1.0,
+             "mean_s": 1.0, "min_s": 1.0, "max_s": 1.0, "errors": 0, "first_start": 1e9,
+             "last_end": 1e9 + 1, "offset_s": 0.0, "duration_s": 1.0}]
+    text = svg("t\"&", "ns", rows)
+    assert "<script>" not in text and "&lt;script&gt;" in text
+    assert "t&quot;&amp;" in text
+    assert not any(ord(c) < 0x20 and c != "\n" for c in text)
+    import xml.dom.minidom
+
+    xml.dom.minidom.parseString(text)  # well-formed
+
+
+def test_json_and_yaml_output_are_sanitised() -> None:
+    data = {"message": HOSTILE, HOSTILE: [HOSTILE, 1, None]}
+    for fmt in (Output.json, Output.yaml):
+        text = dump(data, fmt)
+        assert not any(c in text for c in "\x1b\x07\x9b\x08\x00\u202e")
+        loaded = json.loads(text) if fmt is Output.json else yaml.safe_load(text)
+        assert loaded["message"] == "okred end"
+        assert loaded["okred end"] == ["okred end", 1, None]
+
+
+def test_usage_errors_are_one_line_and_exit_2() -> None:
+    runner = CliRunner()
+    for args, needle in ((["state"], "Missing argument 'TASK'"),
+                         (["state", "t", "-o", "xml"], "'xml'"),
+                         (["logs", "a", "--max-streams", "0"], "--max-streams"),
+                         (["state", "a,b"], "invalid input: task"),
+                         (["nope"], "No such command")):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2, (args, res.output)
+        assert res.stderr.count("\n") == 1 and needle in res.stderr, res.stderr
+        assert res.stderr.startswith("error: ")
+
+
+def test_no_cluster_configured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    res = CliRunner().invoke(app, ["state", "t"])
+    assert res.exit_code == 3 and res.stderr.startswith("error: no cluster configured")
+    res = CliRunner().invoke(app, ["lineage", "a", "--kubeconfig", str(tmp_path / "x.yaml")])
+    assert res.exit_code == 2 and "does not exist" in res.stderr
+
+
+def _median_start(*args: str) -> float:
+    exe = str(Path(sys.executable).parent / "tidings")
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        subprocess.run([exe, *args], capture_output=True, check=False)
+        times.append(time.perf_counter() - t)
+    return median(times)
+
+
+def test_help_starts_fast() -> None:
+    # The machine is shared with builds and other suites: the best of three medians of 5.
+    seconds = min(_median_start("--help") for _ in range(3))
+    print(f"cold start: tidings --help median of 5 = {seconds * 1000:.0f} ms")
+    assert seconds <= 0.5

@@ -128,6 +128,12 @@ def no_cluster_configured(env: dict[str, str] | os._Environ[str] | None = None) 
     return not Path("~/.kube/config").expanduser().is_file()
 
 
+def kubeconfig_path(explicit: str | None = None) -> str:
+    """The kubeconfig to read: ``explicit``, else $KUBECONFIG (as set now: the client library
+    reads it only once, at import), else ~/.kube/config."""
+    return explicit or os.environ.get("KUBECONFIG") or str(Path("~/.kube/config").expanduser())
+
+
 def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
     """An ApiClient from in-cluster config (token re-read as it rotates) or a kubeconfig.
 
@@ -141,7 +147,7 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
         config.load_incluster_config(client_configuration=conf, try_refresh_token=True)
     else:
         # persist_config=False: never write refreshed credentials back into the user's file.
-        config.load_kube_config(config_file=kubeconfig, context=context,
+        config.load_kube_config(config_file=kubeconfig_path(kubeconfig), context=context,
                                 client_configuration=conf, persist_config=False)
     # tenacity owns retries; urllib3's own would multiply them and hide Retry-After.
     conf.retries = 0
@@ -153,7 +159,8 @@ def kubeconfig_namespace(kubeconfig: str | None = None, context: str | None = No
     try:
         from kubernetes import config
 
-        contexts, current = config.list_kube_config_contexts(config_file=kubeconfig)
+        contexts, current = config.list_kube_config_contexts(
+            config_file=kubeconfig_path(kubeconfig))
         ctx = next((c for c in contexts if c["name"] == context), current) if context else current
         return str((ctx or {}).get("context", {}).get("namespace", "") or "")
     except Exception:

@@ -1,0 +1,33 @@
+"""The OpenTelemetry SpanProcessor turns ended OTel spans into coalesced span summaries."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.test_emitter_core import make
+from tidings.schemas.payloads import SpanSummary
+
+trace_sdk = pytest.importorskip("opentelemetry.sdk.trace")
+
+
+def test_ended_otel_spans_become_span_summaries() -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    from tidings.emitter.otel import TidingsSpanProcessor
+
+    em, rec = make()
+    provider = trace_sdk.TracerProvider()
+    provider.add_span_processor(TidingsSpanProcessor(em))
+    tracer = provider.get_tracer("test")
+    for i in range(50):
+        with tracer.start_as_current_span("load") as span:
+            if i % 10 == 0:
+                span.set_status(Status(StatusCode.ERROR))
+    with tracer.start_as_current_span("save"):
+        pass
+    assert provider.force_flush(5000)
+    summaries = {p.payload.name: p.payload for p in rec.parsed()
+                 if isinstance(p.payload, SpanSummary)}
+    assert summaries["load"].count == 50 and summaries["load"].errors == 5
+    assert summaries["save"].count == 1
+    assert summaries["load"].first_start > 1.6e9  # epoch seconds, not nanoseconds

@@ -1,20 +1,28 @@
 """Kubernetes access for the CLI: kubeconfig and context, raw JSON requests and streams, and
-API/connection errors translated into the CLI's one-line errors and exit codes."""
+API/connection errors translated into the CLI's one-line errors and exit codes.
+
+A small urllib3 client (tokens, client certificates, CAs) keeps `tidings state` quick to
+start; kubeconfigs that need exec or auth-provider plugins go through the kubernetes
+library's loader instead.
+"""
 
 from __future__ import annotations
 
+import atexit
+import base64
 import contextlib
 import os
+import shutil
+import ssl
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
 import urllib3
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 
 from tidings.cli.common import (
     EXIT_ERROR,
@@ -83,12 +91,8 @@ def api_error(status: int, body: bytes | str | None, action: Action | None,
 
 def translate_error(err: BaseException, server: str = "") -> CliError | None:
     """Map a connection-level exception to a CliError; None when it is not one of ours."""
-    if isinstance(err, ApiException):
-        if not err.status:  # the client reports TLS failures as status 0
-            at = f" at {server}" if server else ""
-            return CliError(f"cannot reach the cluster{at}: {err.reason}", EXIT_UNREACHABLE)
-        return api_error(int(err.status), err.body, None, str(err.reason or ""))
-    if isinstance(err, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
+    if isinstance(err, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError
+                  | ssl.SSLError):
         reason = getattr(err, "reason", None) or err
         text = str(reason)
         if "Connection refused" in text or "Errno 111" in text:
@@ -102,40 +106,39 @@ def translate_error(err: BaseException, server: str = "") -> CliError | None:
 
 @dataclass
 class Kube:
-    """One API client plus the namespace the user means."""
+    """One connection pool to the API server, plus the namespace the user means."""
 
-    api: Any  # kubernetes.client.ApiClient
-    namespace: str
+    pool: urllib3.PoolManager
     server: str
+    headers: dict[str, str]
+    namespace: str
     _closed: bool = field(default=False, repr=False)
 
     # -- plain requests ---------------------------------------------------------------------
 
     def _call(self, method: str, path: str, query: dict[str, Any] | None, action: Action | None,
-              timeout: Any, body: Any = None) -> Any:
-        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+              timeout: tuple[float, float | None], body: Any = None) -> Any:
+        params = {k: v for k, v in (query or {}).items() if v is not None}
+        url = self.server + path + ("?" + urlencode(params) if params else "")
         try:
-            method, url, headers, data, _ = self.api.param_serialize(
-                method, path, query_params=params,
-                header_params={"Accept": "application/json",
-                               "Content-Type": "application/json"},
-                body=body, auth_settings=["BearerToken"])
-            r = self.api.call_api(method, url, header_params=headers, body=data,
-                                  _request_timeout=timeout)
+            resp = self.pool.request(
+                method, url, headers=self.headers,
+                body=None if body is None else orjson.dumps(body),
+                timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
+                preload_content=False, redirect=False)
         except Exception as err:
             mapped = translate_error(err, self.server)
             if mapped is None:
                 raise
             raise mapped from None
-        resp = r.response  # urllib3, not preloaded: streams stay streams
-        if not 200 <= r.status <= 299:
+        if not 200 <= resp.status <= 299:
             try:
                 payload = resp.data
             except Exception:
                 payload = b""
             finally:
                 resp.release_conn()
-            raise api_error(r.status, payload, action, str(r.reason or ""))
+            raise api_error(resp.status, payload, action, str(resp.reason or ""))
         return resp
 
     def get_json(self, path: str, query: dict[str, Any] | None = None, *,
@@ -204,7 +207,7 @@ class Kube:
         if not self._closed:
             self._closed = True
             with contextlib.suppress(Exception):
-                self.api.close()
+                self.pool.clear()
 
 
 def lines(resp: Any) -> Iterator[bytes]:
@@ -222,61 +225,218 @@ def lines(resp: Any) -> Iterator[bytes]:
         yield buf
 
 
+# --- configuration -------------------------------------------------------------------------
+
+
+@dataclass
+class _Endpoint:
+    server: str
+    namespace: str
+    ca_file: str | None = None
+    ca_data: bytes | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    token: str | None = None
+    insecure: bool = False
+    extra_headers: dict[str, str] = field(default_factory=dict)
+
+
+def _named(items: Any, key: str) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for item in items or []:
+        if isinstance(item, dict) and isinstance(item.get("name"), str):
+            out.setdefault(item["name"], item.get(key) or {})  # first file wins, like kubectl
+    return out
+
+
+def _kubeconfig_files(explicit: str | None) -> list[Path]:
+    if explicit is not None:
+        return [Path(explicit).expanduser()]
+    env = [Path(p).expanduser() for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if env:
+        return [p for p in env if p.is_file()]
+    default = Path("~/.kube/config").expanduser()
+    return [default] if default.is_file() else []
+
+
+_tmpdir: str | None = None
+
+
+def _materialise(data: str, name: str) -> str:
+    """Client certificates must be files for ssl; keep them private and remove them at exit."""
+    global _tmpdir
+    if _tmpdir is None:
+        _tmpdir = tempfile.mkdtemp(prefix="tidings-")
+        atexit.register(shutil.rmtree, _tmpdir, True)
+    path = Path(_tmpdir) / name
+    path.write_bytes(base64.b64decode(data))
+    path.chmod(0o600)
+    return str(path)
+
+
+def _from_kubeconfig(files: list[Path], context: str | None) -> _Endpoint | None:
+    """The endpoint of the chosen context, or None when it needs the kubernetes library's
+    loader (exec or auth-provider credentials)."""
+    import yaml
+
+    docs: list[tuple[Path, dict[str, Any]]] = []
+    for f in files:
+        try:
+            doc = yaml.safe_load(f.read_text()) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise CliError(f"invalid input: cannot read kubeconfig {str(f)!r}: "
+                           f"{type(err).__name__}", EXIT_INVALID) from None
+        if not isinstance(doc, dict):
+            raise CliError(f"invalid input: kubeconfig {str(f)!r} is not a mapping",
+                           EXIT_INVALID)
+        docs.append((f, doc))
+    clusters: dict[str, dict[str, Any]] = {}
+    users: dict[str, dict[str, Any]] = {}
+    contexts: dict[str, dict[str, Any]] = {}
+    base: dict[str, Path] = {}  # relative paths resolve against the file that defined them
+    current = None
+    for f, doc in docs:
+        for kind, table in (("clusters", clusters), ("users", users), ("contexts", contexts)):
+            for name, value in _named(doc.get(kind), kind[:-1]).items():
+                if name not in table:
+                    table[name] = value
+                    base[f"{kind}/{name}"] = f.parent
+        current = current or doc.get("current-context")
+    chosen = context or current
+    if not chosen:
+        raise CliError("no cluster configured: the kubeconfig has no current context "
+                       "(use --context)", EXIT_UNREACHABLE)
+    if chosen not in contexts:
+        raise CliError(f"invalid input: context {chosen!r} is not in the kubeconfig",
+                       EXIT_INVALID)
+    ctx = contexts[chosen]
+    cluster = clusters.get(str(ctx.get("cluster")))
+    user = users.get(str(ctx.get("user")), {})
+    if not cluster or not cluster.get("server"):
+        raise CliError(f"invalid input: context {chosen!r} names no cluster with a server",
+                       EXIT_INVALID)
+    if user.get("exec") or user.get("auth-provider"):
+        return None
+    cdir = base[f"clusters/{ctx.get('cluster')}"]
+    udir = base.get(f"users/{ctx.get('user')}", cdir)
+
+    def rel(p: Any, d: Path) -> str:
+        return str(d / Path(str(p)).expanduser())
+
+    ep = _Endpoint(server=str(cluster["server"]).rstrip("/"),
+                   namespace=str(ctx.get("namespace") or "default"),
+                   insecure=bool(cluster.get("insecure-skip-tls-verify")))
+    if cluster.get("certificate-authority-data"):
+        ep.ca_data = base64.b64decode(cluster["certificate-authority-data"])
+    elif cluster.get("certificate-authority"):
+        ep.ca_file = rel(cluster["certificate-authority"], cdir)
+    if user.get("client-certificate-data"):
+        ep.cert_file = _materialise(user["client-certificate-data"], "client.crt")
+    elif user.get("client-certificate"):
+        ep.cert_file = rel(user["client-certificate"], udir)
+    if user.get("client-key-data"):
+        ep.key_file = _materialise(user["client-key-data"], "client.key")
+    elif user.get("client-key"):
+        ep.key_file = rel(user["client-key"], udir)
+    if user.get("token"):
+        ep.token = str(user["token"])
+    elif user.get("tokenFile"):
+        try:
+            ep.token = Path(rel(user["tokenFile"], udir)).read_text().strip()
+        except OSError as err:
+            raise CliError(f"invalid input: cannot read tokenFile: {err.strerror}",
+                           EXIT_INVALID) from None
+    elif user.get("username") and user.get("password"):
+        raw = f"{user['username']}:{user['password']}".encode()
+        ep.extra_headers["Authorization"] = "Basic " + base64.b64encode(raw).decode()
+    return ep
+
+
+def _from_library(path: str | None, context: str | None) -> _Endpoint:
+    """exec/auth-provider credentials: let the kubernetes library run the plugin."""
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+
+    cfg = k8s.Configuration()
+    try:
+        contexts, active = k8s_config.list_kube_config_contexts(config_file=path)
+        chosen = (next((c for c in contexts if c.get("name") == context), None)
+                  if context else active)
+        k8s_config.load_kube_config(config_file=path, context=context,
+                                    client_configuration=cfg, persist_config=False)
+    except Exception as err:
+        raise CliError(f"invalid input: cannot use the kubeconfig: {err}",
+                       EXIT_INVALID) from None
+    auth = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
+    ep = _Endpoint(server=cfg.host.rstrip("/"),
+                   namespace=str(((chosen or {}).get("context") or {}).get("namespace")
+                                 or "default"),
+                   ca_file=cfg.ssl_ca_cert, cert_file=cfg.cert_file, key_file=cfg.key_file,
+                   insecure=not cfg.verify_ssl)
+    if auth:
+        ep.extra_headers["Authorization"] = auth if " " in auth else f"Bearer {auth}"
+    return ep
+
+
+def _in_cluster() -> _Endpoint:
+    host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get(
+        "KUBERNETES_SERVICE_PORT", "443")
+    sa = Path(_SA_NAMESPACE).parent
+    try:
+        token = (sa / "token").read_text().strip()
+    except OSError as err:
+        raise CliError(f"no cluster configured: in-cluster token unreadable: {err.strerror}",
+                       EXIT_UNREACHABLE) from None
+    ns = "default"
+    with contextlib.suppress(OSError):
+        ns = (sa / "namespace").read_text().strip() or "default"
+    if ":" in host:
+        host = f"[{host}]"
+    return _Endpoint(server=f"https://{host}:{port}", namespace=ns,
+                     ca_file=str(sa / "ca.crt"), token=token)
+
+
 def connect(kubeconfig: str | None, context: str | None, namespace: str | None) -> Kube:
     """Build a client from a kubeconfig (or in-cluster), and pick the namespace the user means:
     -n, else the context's namespace, else 'default'."""
     if namespace is not None:
         check_namespace(namespace)
-    path = kubeconfig
-    if path is not None and not os.path.isfile(os.path.expanduser(path)):
-        raise CliError(f"invalid input: kubeconfig {path!r} does not exist", EXIT_INVALID)
-    env_paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-    default = os.path.expanduser("~/.kube/config")
-    have_file = path is not None or any(os.path.isfile(p) for p in env_paths) or \
-        os.path.isfile(default)
-    configuration = k8s.Configuration()
-    ctx_namespace = "default"
-    if not have_file and os.environ.get("KUBERNETES_SERVICE_HOST"):
+    if kubeconfig is not None and not Path(kubeconfig).expanduser().is_file():
+        raise CliError(f"invalid input: kubeconfig {kubeconfig!r} does not exist", EXIT_INVALID)
+    files = _kubeconfig_files(kubeconfig)
+    if files:
+        ep = _from_kubeconfig(files, context)
+        if ep is None:
+            ep = _from_library(kubeconfig, context)
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
         if context:
             raise CliError("invalid input: --context needs a kubeconfig", EXIT_INVALID)
-        try:
-            k8s_config.load_incluster_config(client_configuration=configuration)
-        except ConfigException as err:
-            raise CliError(f"no cluster configured: {err}", EXIT_UNREACHABLE) from None
-        try:
-            with open(_SA_NAMESPACE) as f:
-                ctx_namespace = f.read().strip() or "default"
-        except OSError:
-            pass
-    elif not have_file:
+        ep = _in_cluster()
+    else:
         raise CliError("no cluster configured: no kubeconfig found (set KUBECONFIG or "
                        "--kubeconfig; `tidings dev up` starts a local one)", EXIT_UNREACHABLE)
-    else:
-        try:
-            contexts, active = k8s_config.list_kube_config_contexts(config_file=path)
-        except (ConfigException, OSError, ValueError) as err:
-            raise CliError(f"invalid input: cannot read the kubeconfig: {err}",
-                           EXIT_INVALID) from None
-        chosen = active
-        if context is not None:
-            chosen = next((c for c in contexts or [] if c.get("name") == context), None)
-            if chosen is None:
-                raise CliError(f"invalid input: context {context!r} is not in the kubeconfig",
-                               EXIT_INVALID)
-        if not chosen:
-            raise CliError("no cluster configured: the kubeconfig has no current context "
-                           "(use --context)", EXIT_UNREACHABLE)
-        ctx_namespace = (chosen.get("context") or {}).get("namespace") or "default"
-        try:
-            k8s_config.load_kube_config(config_file=path, context=chosen.get("name"),
-                                        client_configuration=configuration,
-                                        persist_config=False)
-        except (ConfigException, OSError, ValueError) as err:
-            raise CliError(f"invalid input: cannot use the kubeconfig: {err}",
-                           EXIT_INVALID) from None
-    # Fail fast on a dead endpoint: a single retry, the connect timeout does the rest.
-    configuration.retries = urllib3.Retry(total=1, connect=1, read=0, redirect=2,
-                                          backoff_factor=0.2, raise_on_status=False)
-    configuration.connection_pool_maxsize = 64  # `logs` runs many concurrent streams
-    api = k8s.ApiClient(configuration)
-    return Kube(api=api, namespace=namespace or ctx_namespace, server=configuration.host)
+    try:
+        if ep.insecure:
+            tls = ssl.create_default_context()
+            tls.check_hostname = False
+            tls.verify_mode = ssl.CERT_NONE
+        else:
+            tls = ssl.create_default_context(cafile=ep.ca_file, cadata=(
+                ep.ca_data.decode() if ep.ca_data else None))
+        if ep.cert_file:
+            tls.load_cert_chain(ep.cert_file, ep.key_file)
+    except (OSError, ssl.SSLError, ValueError) as err:
+        raise CliError(f"invalid input: the kubeconfig's TLS files are unusable: {err}",
+                       EXIT_INVALID) from None
+    headers = {"Accept": "application/json", "Content-Type": "application/json",
+               "User-Agent": "tidings-cli", **ep.extra_headers}
+    if ep.token:
+        headers["Authorization"] = f"Bearer {ep.token}"
+    # Fail fast on a dead endpoint: one retry, the connect timeout does the rest. Many
+    # connections per host: `logs` runs concurrent streams.
+    pool = urllib3.PoolManager(
+        num_pools=4, maxsize=64, ssl_context=tls,
+        retries=urllib3.Retry(total=1, connect=1, read=0, redirect=0, status=0,
+                              backoff_factor=0.2, raise_on_status=False))
+    return Kube(pool=pool, server=ep.server, headers=headers,
+                namespace=namespace or ep.namespace)

@@ -10,7 +10,7 @@ import threading
 
 # Field positions of an aggregate list (a list, not an object: cheapest to update in place).
 COUNT, TOTAL, MIN, MAX, FIRST_START, LAST_END, ERRORS = range(7)
-Agg = list  # [count, total_s, min_s, max_s, first_start, last_end, errors]
+Agg = list[float]  # [count, total_s, min_s, max_s, first_start, last_end, errors]
 
 
 def merge(into: dict[str, Agg], other: dict[str, Agg]) -> None:

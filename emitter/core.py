@@ -415,7 +415,7 @@ class Emitter:
             if built is not None and self._deliver(*built, critical=False):
                 with self._stats_lock:
                     self._n["span_summaries"] += 1
-                    self._n["spans_sent"] += agg[COUNT]
+                    self._n["spans_sent"] += int(agg[COUNT])
         if self._progress_out is not None:
             if not bucket.try_take():
                 return

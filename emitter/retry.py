@@ -93,7 +93,7 @@ def make_retrying(*, abandoned: Callable[[], bool], sleep: Callable[[float], obj
         retry=tenacity.retry_if_exception(lambda e: isinstance(e, SendError) and e.retryable),
         wait=wait_retry_after(backoff(initial, maximum)),
         stop=stop,
-        sleep=sleep,
+        sleep=sleep,  # type: ignore[arg-type]  # Event.wait (returns a bool) is fine here
         reraise=True,
         before_sleep=before_sleep,
     )

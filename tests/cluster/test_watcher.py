@@ -295,3 +295,31 @@ def test_leader_handover_within_the_lease(admin: Any, namespace: str, kubeconfig
         e.wait()
     assert_exact(admin, namespace, ["h1", "h2"], files)
     assert metric(b, "tidings_watcher_leader") == 1
+
+
+def test_graceful_stop_hands_the_lease_over_at_once(namespace: str, start_watcher: Any) -> None:
+    lease = ["--lease-namespace", namespace, "--lease-name", "g", "--lease-duration", "15",
+             "--retry-period", "0.5"]
+    a = start_watcher(*lease, leader=True, ready=False)
+    assert a.wait_leading(20), a.tail()
+    b = start_watcher(*lease, leader=True, ready=False)
+    assert not b.wait_leading(1.0)
+    a.kill(signal.SIGTERM)
+    assert a.proc.returncode == 0, a.tail()
+    t0 = time.monotonic()
+    assert b.wait_leading(5), b.tail()
+    assert time.monotonic() - t0 < 2.0, "a released lease is taken without waiting it out"
+
+
+def test_config_errors_are_one_line(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.cluster.test_watcher_support import TIDINGS
+
+    r = subprocess.run([str(TIDINGS), "watcher", "run", "--kubeconfig",
+                        str(tmp_path / "missing.yaml")], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.startswith("error: cannot load Kubernetes configuration")
+    assert "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

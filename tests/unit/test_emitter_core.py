@@ -203,3 +203,26 @@ def test_flush_of_an_idle_emitter_returns_at_once() -> None:
     t0 = time.monotonic()
     assert em.flush(5)
     assert time.monotonic() - t0 < 0.1
+
+
+def test_a_forked_child_gets_its_own_instance_and_sender() -> None:
+    import os
+
+    em, rec = make()
+    em.log_link("parent", "https://example.com/p")
+    assert em.flush(5)
+    parent_instance = em.instance
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a new instance id (so no seq collides) and a working sender
+        ok = False
+        try:
+            em.log_link("child", "https://example.com/c")
+            ok = em.flush(5) and em.instance != parent_instance and len(rec.bodies) == 2
+        finally:
+            os.write(write_end, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(write_end)
+    assert os.read(read_end, 1) == b"1"
+    os.close(read_end)
+    os.waitpid(pid, 0)

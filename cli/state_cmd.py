@@ -80,10 +80,10 @@ def watch(
     out = console()
     if not out.is_terminal:
         # Piped (CI logs, scripts): one line per change, then the full view at the end.
-        out.print(taskview.one_line(snap))
+        typer.echo(taskview.one_line(snap))
         while not snap.state.completed:
             snap = next(snapshots)
-            out.print(taskview.one_line(snap))
+            typer.echo(taskview.one_line(snap))
         out.print(taskview.render(snap))
         return
     with Live(taskview.render(snap), console=out, refresh_per_second=8) as live:

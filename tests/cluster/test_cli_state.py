@@ -215,3 +215,42 @@ def test_watch_errors(control_plane: ControlPlane, namespace: str) -> None:
     assert res.exit_code == 5 and res.stderr.startswith("error: not found: task")
     res = invoke(control_plane, "watch", "t", "-n", namespace, user="alice")
     assert res.exit_code == 4 and "forbidden: cannot list events" in res.stderr
+
+
+def test_watch_follows_the_taskfeedback_status(control_plane: ControlPlane, admin: Any,
+                                               namespace: str, crd: str,
+                                               proc_factory: Any) -> None:
+    ref = TaskRef(namespace, "cr-live")
+    ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    def status(fraction: float, message: str, final: bool) -> dict[str, Any]:
+        st = fold_all(ref, []).to_status()
+        st["progress"] = {"fraction": fraction, "message": message, "final": final,
+                          "at": [ts, "inst-1", int(fraction * 10)]}
+        st["completed"] = final
+        return st
+
+    write_status(control_plane, namespace, "cr-live", status(0.2, "from the watcher", False))
+    p = proc_factory("watch", "cr-live", "-n", namespace)
+    p.wait_for(lambda out: any("from the watcher" in line for line in out), 30, "first state")
+    write_status(control_plane, namespace, "cr-live", status(1.0, "watcher says done", True))
+    assert p.proc.wait(30) == 0, p.err
+    p.wait_for(lambda out: any("TaskFeedback status" in line for line in out), 10, "the view")
+    assert any("watcher says done" in line and line.endswith("completed") for line in p.out)
+
+
+def test_the_namespace_defaults_to_the_contexts(control_plane: ControlPlane, admin: Any,
+                                                namespace: str, tmp_path: Path) -> None:
+    emit(admin, namespace, "ctx-task", Progress(fraction=0.7, message="found via context"), 0)
+    cfg = yaml.safe_load(control_plane.kubeconfig("admin").read_text())
+    for c in cfg["contexts"]:
+        c["context"]["namespace"] = namespace
+    path = tmp_path / "ns.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    from typer.testing import CliRunner
+
+    from tidings.cli.main import app
+
+    res = CliRunner().invoke(app, ["state", "ctx-task", "--kubeconfig", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "found via context" in res.stdout

@@ -34,6 +34,13 @@ from .store import Store
 log = logging.getLogger("tidings.watcher.writer")
 
 SLOW_WRITE_ENV = "TIDINGS_TEST_SLOW_WRITE_TASK"
+# (connect, read) seconds of one write attempt: short, so that a replica that stopped
+# renewing its lease cannot land a write after a standby took over.
+WRITE_TIMEOUT = (2.0, 3.0)
+
+
+class NotLeader(Exception):
+    """Writing is not allowed right now (the lease is not held)."""
 
 
 def parse_slow_writes(spec: str | None) -> dict[str, float]:
@@ -153,6 +160,12 @@ class StatusWriter:
         t0 = time.perf_counter()
         try:
             self._persist(task, status_body(state), exists)
+        except KubeError as e:
+            self.metrics.status_writes.labels("error").inc()
+            log.warning("status write %s/%s failed: %s", task.namespace, task.name, e)
+            # Permanent refusals (422 invalid name, 403, ...) wait for the task's next change
+            # instead of being retried forever; transient ones are rescheduled with backoff.
+            return not e.retryable
         except Exception as e:
             self.metrics.status_writes.labels("error").inc()
             log.warning("status write %s/%s failed: %s", task.namespace, task.name, e)
@@ -165,6 +178,9 @@ class StatusWriter:
            stop=stop_after_attempt(5), wait=wait_random_exponential(multiplier=0.1, max=2.0),
            reraise=True)
     def _persist(self, task: TaskRef, status: dict[str, Any], exists: bool) -> None:
+        if not self.may_write():
+            # Fencing: a replica that can no longer prove its lease writes nothing more.
+            raise NotLeader("lease not held")
         coll = _collection(task.namespace)
         if not exists:
             self._create(task, coll)
@@ -173,20 +189,20 @@ class StatusWriter:
         patch = [{"op": "add", "path": "/status", "value": status}]
         try:
             self.kube.request("PATCH", f"{coll}/{task.name}/status", body=patch,
-                              content_type=JSON_PATCH)
+                              content_type=JSON_PATCH, timeout=WRITE_TIMEOUT)
         except KubeError as e:
             if e.status != 404:
                 raise
             self._create(task, coll)  # deleted under us: recreate, then patch once more
             self.kube.request("PATCH", f"{coll}/{task.name}/status", body=patch,
-                              content_type=JSON_PATCH)
+                              content_type=JSON_PATCH, timeout=WRITE_TIMEOUT)
 
     def _create(self, task: TaskRef, coll: str) -> None:
         body = {"apiVersion": API_VERSION, "kind": KIND,
                 "metadata": {"name": task.name, "namespace": task.namespace},
                 "spec": {"task": task.name}}
         try:
-            self.kube.request("POST", coll, body=body)
+            self.kube.request("POST", coll, body=body, timeout=WRITE_TIMEOUT)
         except KubeError as e:
             if e.status != 409:  # AlreadyExists is what we wanted
                 raise

@@ -206,3 +206,34 @@ def test_summary_and_slow_hook_parsing() -> None:
     assert "summary" in status_body(s)
     assert None not in status_body(new_state(t)).values()
     assert parse_slow_writes("a:2.5, b:1,bad,c:x") == {"a": 2.5, "b": 1.0}
+
+
+def test_permanent_refusal_waits_for_the_next_change() -> None:
+    class Refusing(FakeKube):
+        def request(self, method: str, path: str, **kw: Any) -> Any:
+            with self.lock:
+                self.patches["calls"] = self.patches.get("calls", 0) + 1
+            raise KubeError(422, "invalid name")
+
+    kube = Refusing()
+    store = Store()
+    m = Metrics()
+    w = StatusWriter(kube, store, m, interval=0.0, workers=1, slow={})  # type: ignore[arg-type]
+    w.start()
+    _apply(store, w, TaskRef("ns", "Bad_Name"), 1)
+    assert w.flush(5), "a permanent refusal is not retried forever"
+    assert kube.patches["calls"] == 1
+    w.stop()
+
+
+def test_no_write_without_the_lease() -> None:
+    kube = FakeKube()
+    store = Store()
+    w = StatusWriter(kube, store, Metrics(), interval=0.0, workers=1, slow={},  # type: ignore[arg-type]
+                     may_write=lambda: False)
+    w.start()
+    _apply(store, w, TaskRef("ns", "a"), 1)
+    time.sleep(0.3)
+    assert kube.objects == {}
+    assert not w.idle(), "the state stays dirty for whoever holds the lease"
+    w.stop()

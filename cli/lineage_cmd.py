@@ -80,7 +80,7 @@ def logs(
     timestamps: Annotated[bool, typer.Option(
         "--timestamps", help="Show each line's timestamp.")] = False,
     color: Annotated[Color, typer.Option(
-        "--color", case_sensitive=False, help="Colour the [pod/container] prefixes.")
+        "--color", case_sensitive=False, help="Colour the \\[pod/container] prefixes.")
     ] = Color.auto,
     namespace: Namespace = None,
     all_namespaces: AllNamespaces = False,

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from tidings.cli import dev, lineage_cmd, state_cmd, timeline_cmd
-from tidings.cli import emit
-from tidings.cli import watcher_cmd
+from tidings.cli import dev, emit, lineage_cmd, state_cmd, timeline_cmd, watcher_cmd
 from tidings.cli.common import TidingsGroup
 
 app = typer.Typer(

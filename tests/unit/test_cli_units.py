@@ -139,3 +139,23 @@ def test_help_starts_fast() -> None:
     seconds = min(_median_start("--help") for _ in range(3))
     print(f"cold start: tidings --help median of 5 = {seconds * 1000:.0f} ms")
     assert seconds <= 0.5
+
+
+def test_log_lines_are_prefixed_coloured_per_pod_and_neutralised() -> None:
+    import io
+
+    from tidings.cli.logstream import Printer
+
+    out = io.StringIO()
+    p = Printer(out=out, err=io.StringIO(), color=True)
+    p.line("pod-a", "main", "", HOSTILE)
+    p.line("pod-b", "main", "", "plain")
+    p.line("pod-a", "side", "", "again")
+    a, b, a2 = out.getvalue().splitlines()
+    colour_a = a[: a.index("[pod-a")]
+    assert colour_a.startswith("\x1b[") and a2.startswith(colour_a)  # one colour per pod
+    assert a.endswith("\x1b[0m okred end")  # only our own colour codes, never the pod's
+    assert "[pod-b/main]" in b
+    plain = io.StringIO()
+    Printer(out=plain, timestamps=True).line("p", "c", "2026-01-01T00:00:00Z", "x")
+    assert plain.getvalue() == "[p/c] 2026-01-01T00:00:00Z x\n"

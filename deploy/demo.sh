@@ -1,11 +1,130 @@
 #!/usr/bin/env bash
-# The README's demo: start the local control plane, show it is the real release, stop it.
-# (Grows into the full bus demo as the watcher and emitter land.)
+# The README's demo: the whole bus on the local control plane, end to end, in one command.
+# 1 deploy/ (CRD, RBAC, admission policy)  2 the watcher as a process  3 workload pods (kwok)
+# 4 workloads emit with pod-bound tokens    5 a controller records lineage
+# 6 tidings state / lineage / logs / timeline
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PATH="$PWD/.venv/bin:$PATH"
 state=$(mktemp -d -t tidings-demo.XXXXXX)
-trap '.venv/bin/tidings dev down --state-dir "$state" >/dev/null 2>&1 || true; rm -rf "$state"' EXIT
-eval "$(.venv/bin/tidings dev up --state-dir "$state")"
-echo "== kubectl ($(command -v kubectl)) get --raw /version"
-kubectl get --raw /version
+watcher_pid=""
+cleanup() {
+  [ -n "$watcher_pid" ] && kill "$watcher_pid" 2>/dev/null && wait "$watcher_pid" 2>/dev/null
+  tidings dev down --state-dir "$state" >/dev/null 2>&1 || true
+  rm -rf "$state"
+}
+trap cleanup EXIT
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "starting the local control plane (etcd, kube-apiserver, kwok)"
+eval "$(tidings dev up --state-dir "$state")"
+kubectl version -o json | python3 -c 'import json,sys; v=json.load(sys.stdin); print("server", v["serverVersion"]["gitVersion"], "| kubectl", v["clientVersion"]["gitVersion"], "from", sys.argv[1])' "$(command -v kubectl)"
+server=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+ca=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.certificate-authority}')
+
+# A kubeconfig for one token, so every actor below uses its own least-privilege identity.
+kubeconfig_for() {  # FILE TOKEN
+  local file=$1
+  kubectl config --kubeconfig="$file" set-cluster dev --server="$server" --certificate-authority="$ca" >/dev/null
+  kubectl config --kubeconfig="$file" set-credentials me --token="$2" >/dev/null
+  kubectl config --kubeconfig="$file" set-context dev --cluster=dev --user=me --namespace=demo >/dev/null
+  kubectl config --kubeconfig="$file" use-context dev >/dev/null
+}
+
+step "1. applying deploy/ (CRD, RBAC, sender admission policy)"
+kubectl apply -k deploy/ | sed 's/^/  /'
+kubectl wait --for=condition=Established crd/taskfeedbacks.tidings.dev --timeout=60s >/dev/null
+
+step "2. running the watcher as a process, as its own ServiceAccount"
+kubeconfig_for "$state/watcher.kubeconfig" "$(kubectl -n tidings-system create token tidings-watcher --duration=1h)"
+tidings watcher run --kubeconfig "$state/watcher.kubeconfig" --lease-namespace tidings-system \
+  --metrics-host 127.0.0.1 --metrics-port 0 --write-interval 0.2 >"$state/watcher.log" 2>&1 &
+watcher_pid=$!
+echo "  watcher pid $watcher_pid (log: $state/watcher.log)"
+
+step "3. creating the workload's pods (kwok runs them)"
+kubectl create namespace demo >/dev/null
+# No controller-manager runs here, so ServiceAccounts are created by hand.
+for sa in default trainer launcher; do kubectl -n demo create serviceaccount "$sa" >/dev/null; done
+kubectl -n demo create rolebinding workloads-emit --clusterrole=tidings-workload \
+  --serviceaccount=demo:trainer --serviceaccount=demo:launcher >/dev/null
+mkdir -p "$state/logs"
+pod() {  # NAME SERVICEACCOUNT LABELS...
+  local name=$1 sa=$2; shift 2
+  printf '%s stdout F %s starting\n%s stdout F %s loading data\n' \
+    "$(date -u +%FT%T.%NZ)" "$name" "$(date -u +%FT%T.%NZ)" "$name" >"$state/logs/$name.log"
+  kubectl -n demo apply -f - >/dev/null <<YAML
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Logs
+metadata: {name: $name}
+spec: {logs: [{containers: [main], logsFile: "$state/logs/$name.log", follow: true}]}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $name
+  labels: {$(IFS=,; echo "$*")}
+spec:
+  nodeName: kwok-node-0
+  serviceAccountName: $sa
+  containers: [{name: main, image: example.com/train:1}]
+YAML
+}
+pod launcher launcher "app: launcher"
+pod train-42-0 trainer "tidings.dev/task: train-42"
+pod train-42-1 trainer "tidings.dev/task: train-42"
+# Same name prefix, not part of the app: the Cornserve bug would stream its logs too.
+pod train-42-debug default "purpose: unrelated"
+kubectl -n demo wait --for=jsonpath='{.status.phase}'=Running pod --all --timeout=60s | sed 's/^/  /'
+
+uid() { kubectl -n demo get pod "$1" -o jsonpath='{.metadata.uid}'; }
+as_pod() {  # POD SA -- command...: run a process with the pod's identity and a pod-bound token
+  local pod=$1 sa=$2 pod_uid; shift 3
+  pod_uid=$(uid "$pod")
+  kubeconfig_for "$state/$pod.kubeconfig" "$(kubectl -n demo create token "$sa" \
+    --bound-object-kind=Pod --bound-object-name="$pod" --bound-object-uid="$pod_uid")"
+  KUBECONFIG="$state/$pod.kubeconfig" POD_NAME=$pod POD_NAMESPACE=demo POD_UID=$pod_uid "$@"
+}
+
+step "4. the sample workload emits links, a deck, spans and progress (pod-bound tokens)"
+as_pod train-42-0 trainer -- env TIDINGS_TASK=train-42 python deploy/examples/train.py 4 &
+first=$!
+as_pod train-42-1 trainer -- env TIDINGS_TASK=train-42 python deploy/examples/train.py 5
+wait "$first"
+as_pod train-42-1 trainer -- env TIDINGS_TASK=train-42 TIDINGS_DEMO_FINAL=1 python deploy/examples/train.py 0
+echo "  a pod that claims to be another pod is refused by the API server itself:"
+as_pod train-42-1 trainer -- python - <<'PY' 2>&1 | sed 's/^/    /'
+import os, sys
+from datetime import UTC, datetime
+from kubernetes import client, config
+from tidings.schemas import LogLink, PodRef, TaskRef, build_event, new_instance_id
+config.load_kube_config()
+body = build_event(task=TaskRef("demo", "train-42"), pod=PodRef("train-42-0", "spoofed-uid", "demo"),
+                   payload=LogLink(name="phish", url="https://evil.example/"),
+                   instance=new_instance_id(), seq=0, time=datetime.now(UTC))
+try:
+    client.EventsV1Api().create_namespaced_event("demo", body)
+    sys.exit("spoofed event was accepted!")
+except client.ApiException as err:
+    import json
+    print(f"HTTP {err.status}: {json.loads(err.body)['message']}")
+PY
+
+step "5. the launcher (a controller) records lineage for app train-42"
+as_pod launcher launcher -- python deploy/examples/launcher.py train-42 \
+  "train-42-0=$(uid train-42-0):worker" "train-42-1=$(uid train-42-1):worker"
+
+step "waiting for the watcher to persist the final state"
+kubectl -n demo wait --for=jsonpath='{.status.summary.completed}'=true taskfeedback/train-42 --timeout=60s | sed 's/^/  /'
+kubectl -n demo get taskfeedbacks
+
+step "6. tidings state train-42"
+tidings state train-42 -n demo
+step "tidings lineage train-42"
+tidings lineage train-42 -n demo
+step "tidings logs train-42 (exactly the lineage pods, never train-42-debug)"
+tidings logs train-42 -n demo
+step "tidings timeline train-42"
+tidings timeline train-42 -n demo --svg "$state/timeline.svg"
 echo
+echo "demo finished: the watcher folded $(kubectl -n demo get events.events.k8s.io --field-selector reportingController=tidings.dev/bus -o name | wc -l) bus events into taskfeedback/train-42"

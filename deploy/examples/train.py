@@ -1,0 +1,40 @@
+"""A sample workload for the demo: a tiny "training job" that reports through tidings.
+
+Run inside a pod (identity from the downward API: POD_NAME, POD_NAMESPACE, POD_UID and
+TIDINGS_TASK); with no cluster configured it runs anyway and reports nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+
+from tidings import emitter as tidings
+
+
+def train(epochs: int) -> None:
+    worker = os.environ.get("POD_NAME", "local")
+    tidings.log_link("wandb", f"https://wandb.example/tidings/runs/{worker}")
+    for epoch in range(1, epochs + 1):
+        with tidings.span("epoch"):
+            for _ in range(200):
+                with tidings.span("batch"):
+                    pass  # a real job computes here; spans are summed, not sent one by one
+            time.sleep(random.uniform(0.05, 0.15))
+        tidings.progress(epoch / epochs * 0.9, f"{worker}: epoch {epoch}/{epochs}")
+    with tidings.span("evaluate"):
+        time.sleep(0.05)
+    tidings.deck_ready(f"report-{worker}", f"s3://decks/tidings/{worker}/report.html")
+
+
+if __name__ == "__main__":
+    train(int(sys.argv[1]) if len(sys.argv) > 1 else 5)
+    final = os.environ.get("TIDINGS_DEMO_FINAL") == "1"
+    if final:
+        tidings.progress(1.0, "all workers done", final=True)
+    delivered = tidings.flush(15)
+    print(f"  {os.environ.get('POD_NAME', 'local')}: delivered={delivered} "
+          f"stats={ {k: v for k, v in tidings.stats().items() if v} }")
+    sys.exit(0 if delivered else 1)

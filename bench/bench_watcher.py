@@ -309,10 +309,13 @@ def run(a: argparse.Namespace, kubeconfig: str, tmp: Path) -> None:
     rows.append((f"backlog: {n:,} events listed+folded", f"{n / t_fold:,.0f} ev/s "
                                                           f"({t_fold:.2f} s)"))
     base = w.metric("tidings_watcher_events_applied_total")
+    w0 = w.metric('tidings_watcher_status_writes_total{result="ok"}')
     m, secs = creator.run(tasks, seconds=a.live_seconds, threads=a.threads)
     lag = w.wait_applied(base + m)
-    rows.append((f"live: {m:,} events at max create rate", f"{m / (secs + lag):,.0f} ev/s folded "
-                 f"(created {m / secs:,.0f}/s; lag at end {lag:.2f} s)"))
+    writes = w.metric('tidings_watcher_status_writes_total{result="ok"}') - w0
+    rows.append((f"live: {m:,} events at max create rate over {a.tasks} tasks",
+                 f"{m / (secs + lag):,.0f} ev/s folded (created {m / secs:,.0f}/s; lag at end "
+                 f"{lag:.2f} s; {writes / (secs + lag):.0f} status writes/s)"))
     w.stop()
 
     # 3: latency at a fixed rate ------------------------------------------------------------

@@ -164,6 +164,7 @@ def test_slow_key_does_not_delay_another(admin: Any, namespace: str, kubeconfig:
     eventually(lambda: task_status(admin, namespace, "fast-b") == want_b, 5,
                "task B's exact state while A's writes are slow")
     latency = time.monotonic() - emitted_at
+    print(f"\nslow key: B exact {latency:.2f}s after its last event while A's write hangs")
     assert latency < 2.0, f"B waited {latency:.2f}s behind A"
     assert task_status(admin, namespace, "slow-a") in (None, {}), "A's write should still hang"
     assert time.monotonic() - t0 < 6
@@ -289,6 +290,7 @@ def test_leader_handover_within_the_lease(admin: Any, namespace: str, kubeconfig
     t_kill = time.monotonic()
     assert b.wait_leading(15), b.tail()
     takeover = time.monotonic() - t_kill
+    print(f"\nhandover: standby leads {takeover:.2f}s after kill -9 (lease 4s, retry 0.5s)")
     # observed-time expiry: lease duration, plus at most one retry period of polling
     assert takeover <= 4 + 0.5 + 0.5, f"takeover took {takeover:.2f}s"
     for e in emitters:

@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
-from statistics import median
 
 import pytest
 import yaml
@@ -124,21 +122,20 @@ def test_no_cluster_configured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert res.exit_code == 2 and "does not exist" in res.stderr
 
 
-def _median_start(*args: str) -> float:
-    exe = str(Path(sys.executable).parent / "tidings")
-    times = []
-    for _ in range(5):
-        t = time.perf_counter()
-        subprocess.run([exe, *args], capture_output=True, check=False)
-        times.append(time.perf_counter() - t)
-    return median(times)
-
-
-def test_help_starts_fast() -> None:
-    # The machine is shared with builds and other suites: the best of three medians of 5.
-    seconds = min(_median_start("--help") for _ in range(3))
-    print(f"cold start: tidings --help median of 5 = {seconds * 1000:.0f} ms")
-    assert seconds <= 0.5
+def test_help_imports_nothing_heavy() -> None:
+    # Start-up time lives in bench/bench_cli_startup.py; what keeps it low is testable:
+    # `tidings --help` must not import the kubernetes client or pydantic.
+    probe = ("import sys, runpy; sys.argv = ['tidings', '--help']\n"
+             "try:\n    runpy.run_module('tidings.cli.main', run_name='__main__')\n"
+             "except SystemExit:\n    pass\n"
+             "from tidings.cli.main import app\n"
+             "from typer.testing import CliRunner\n"
+             "CliRunner().invoke(app, ['--help'])\n"
+             "print('HEAVY', sorted(m for m in ('kubernetes', 'pydantic', 'urllib3')"
+             " if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert "HEAVY []" in out, out
 
 
 def test_log_lines_are_prefixed_coloured_per_pod_and_neutralised() -> None:

@@ -117,7 +117,6 @@ def run(o: Options, *, announce: Any = print) -> int:
 
     settings = Settings(namespaces=o.namespaces, concurrency=o.concurrency,
                         write_interval=o.write_interval, watch_timeout=o.watch_timeout)
-    lost = threading.Event()
     if o.leader_elect:
         d = o.lease_duration
         elector = LeaderElector(kube, o.lease_namespace, o.lease_name, identity=o.identity,
@@ -135,7 +134,12 @@ def run(o: Options, *, announce: Any = print) -> int:
             assert elector is not None
             elector.hold(stop)
             if not stop.is_set():
-                lost.set()
+                # Someone else may lead now: writing anything more could overwrite newer
+                # state, so stop at once (even mid-start); the supervisor restarts us.
+                metrics.leader.set(0)
+                log.error("lease lost: exiting so that a standby takes over")
+                logging.shutdown()
+                os._exit(1)
 
         threading.Thread(target=hold, name="lease", daemon=True).start()
     controller = Controller(kube, settings, metrics, watch_kube=watch_kube,
@@ -143,13 +147,8 @@ def run(o: Options, *, announce: Any = print) -> int:
     holder["controller"] = controller
     if not _start_controller(controller, stop):
         return 0
-    while not (stop.is_set() or lost.is_set()):
+    while not stop.is_set():
         stop.wait(0.2)
-    if lost.is_set():
-        # Someone else may lead now: writing anything more could overwrite newer state.
-        metrics.leader.set(0)
-        log.error("lease lost: stopping so that a standby takes over")
-        os._exit(1)
     t0 = time.monotonic()
     flushed = controller.stop(o.flush_timeout)
     log.info("stopped (flushed=%s in %.2fs)", flushed, time.monotonic() - t0)

@@ -39,10 +39,10 @@ def load_client(kubeconfig: str | None = None, context: str | None = None,
     cfg = client.Configuration()
     if kubeconfig or context or os.environ.get("KUBECONFIG") or \
             os.path.exists(os.path.expanduser("~/.kube/config")):
-        config.load_kube_config(config_file=kubeconfig, context=context,
-                                client_configuration=cfg)
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, context=context, client_configuration=cfg)
     else:
-        config.load_incluster_config(client_configuration=cfg)
+        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
     cfg.connection_pool_maxsize = pool_size
     return client.ApiClient(cfg)
 

@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 
 from tidings.schemas.rejection import RejectReason
 
-disable_created_metrics()  # *_created series only add noise to every scrape
+disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created series only add noise to every scrape
 
 
 class Metrics:

@@ -43,7 +43,7 @@ class Backoff:
         self.failures = 0
 
     def next(self) -> float:
-        d = min(self.cap, self.base * (2 ** self.failures))
+        d = min(self.cap, self.base * 2.0**self.failures)
         self.failures = min(self.failures + 1, 32)
         return min(self.cap, d * (1.0 + self.jitter * self._rng()))
 

@@ -325,3 +325,21 @@ def test_config_errors_are_one_line(tmp_path: Path) -> None:
     assert r.stderr.startswith("error: cannot load Kubernetes configuration")
     assert "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_leader_that_loses_its_lease_exits(admin: Any, namespace: str,
+                                           start_watcher: Any) -> None:
+    from kubernetes import client
+
+    lease = ["--lease-namespace", namespace, "--lease-name", "x", "--lease-duration", "4",
+             "--renew-deadline", "3", "--retry-period", "0.5"]
+    a = start_watcher(*lease, leader=True, ready=False)
+    assert a.wait_leading(20), a.tail()
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    client.CoordinationV1Api(admin).patch_namespaced_lease(
+        "x", namespace, {"spec": {"holderIdentity": "intruder", "renewTime": now}})
+    t0 = time.monotonic()
+    a.proc.wait(15)
+    assert a.proc.returncode == 1, a.tail()
+    assert time.monotonic() - t0 < 3 + 2, "the renew deadline bounds how long it goes on"
+    assert "lease lost" in a.tail()

@@ -44,6 +44,9 @@ def run(
         help="Seconds between lease attempts (default: 2/15 lease).")] = None,
     write_interval: Annotated[float, typer.Option(envvar="TIDINGS_WRITE_INTERVAL",
                               help="Minimum seconds between status writes of one task.")] = 0.5,
+    max_write_rate: Annotated[float, typer.Option(
+        envvar="TIDINGS_MAX_WRITE_RATE",
+        help="Status writes/s over all tasks (0: unlimited); the API server's main cost.")] = 20.0,
     watch_timeout: Annotated[int, typer.Option(help="Server-side watch timeout (s).")] = 60,
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
                             help="Run as one of several replicas behind a Lease.")] = True,
@@ -65,7 +68,8 @@ def run(
         leader_elect=leader_elect,
         lease_namespace=lease_namespace or os.environ.get("POD_NAMESPACE") or "default",
         lease_name=lease_name, lease_duration=lease_duration, renew_deadline=renew_deadline,
-        retry_period=retry_period, write_interval=write_interval, watch_timeout=watch_timeout,
+        retry_period=retry_period, write_interval=write_interval, max_write_rate=max_write_rate,
+        watch_timeout=watch_timeout,
         identity=identity)
     try:
         code = run_watcher(opts)

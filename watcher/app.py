@@ -46,6 +46,7 @@ class Options:
     renew_deadline: float | None = None  # default: 2/3 of the lease duration
     retry_period: float | None = None  # default: 2/15 of the lease duration
     write_interval: float = 0.5
+    max_write_rate: float = 20.0
     watch_timeout: int = 60
     identity: str | None = None
     flush_timeout: float = 10.0
@@ -64,6 +65,8 @@ def _validate(o: Options) -> None:
         raise ConfigError("--concurrency must be at least 1")
     if o.write_interval < 0:
         raise ConfigError("--write-interval must not be negative")
+    if o.max_write_rate < 0:
+        raise ConfigError("--max-write-rate must not be negative")
     if not 0 <= o.metrics_port <= 65535:
         raise ConfigError("--metrics-port must be 0..65535")
     if o.lease_duration < 1:
@@ -116,7 +119,8 @@ def run(o: Options, *, announce: Any = print) -> int:
         signal.signal(sig, lambda *_: stop.set())
 
     settings = Settings(namespaces=o.namespaces, concurrency=o.concurrency,
-                        write_interval=o.write_interval, watch_timeout=o.watch_timeout)
+                        write_interval=o.write_interval, max_write_rate=o.max_write_rate,
+                        watch_timeout=o.watch_timeout)
     if o.leader_elect:
         d = o.lease_duration
         elector = LeaderElector(kube, o.lease_namespace, o.lease_name, identity=o.identity,

@@ -1,12 +1,15 @@
-"""Write coalescing per key (pure): at most one write in flight, writes spaced by an interval.
+"""Write pacing: per key, at most one write in flight and writes spaced by an interval
+(``Coalescer``, pure); across keys, a global budget of writes/s (``TokenBucket``).
 
-The writer asks this bookkeeper when to schedule a key; whatever state is newest when the
+The writer asks the coalescer when to schedule a key; whatever state is newest when the
 write begins is what gets written, so any number of folds between two writes cost one write.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import threading
+import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -88,3 +91,26 @@ class Coalescer(Generic[K]):
     def is_dirty(self, key: K) -> bool:
         k = self._keys.get(key)
         return k is not None and (k.dirty or k.in_flight)
+
+
+class TokenBucket:
+    """A global write budget (writes/s with a burst), reservation style like Go's rate.Limiter:
+    ``reserve`` takes a token now and says how long to wait before using it. Thread-safe."""
+
+    def __init__(self, rate: float, burst: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate, self.burst, self.clock = rate, max(1, burst), clock
+        self._tokens = float(self.burst)
+        self._at = clock()
+        self._lock = threading.Lock()
+
+    def reserve(self) -> float:
+        """Seconds to wait before the reserved write may start (0 when within budget)."""
+        if self.rate <= 0:
+            return 0.0
+        with self._lock:
+            now = self.clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+            self._at = now
+            self._tokens -= 1.0
+            return 0.0 if self._tokens >= 0 else -self._tokens / self.rate

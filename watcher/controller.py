@@ -33,6 +33,7 @@ class Settings:
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
     concurrency: int = 8
     write_interval: float = 0.5
+    max_write_rate: float = 20.0  # status writes/s over all tasks (0: unlimited)
     watch_timeout: int = 60
     page_size: int = 500
     sender_retry: float = 1.0
@@ -79,7 +80,8 @@ class Controller:
         self.senders = Senders(kube)
         self.writer = StatusWriter(kube, self.store, metrics, interval=settings.write_interval,
                                    workers=settings.concurrency, slow=settings.slow_writes,
-                                   may_write=may_write or (lambda: True))
+                                   may_write=may_write or (lambda: True),
+                                   max_rate=settings.max_write_rate)
         self.ready = threading.Event()
         self._reflectors: list[Reflector] = []
         self._threads: list[threading.Thread] = []

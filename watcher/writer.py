@@ -25,7 +25,7 @@ from tidings.schemas.constants import API_GROUP, API_VERSION, KIND, PLURAL
 from tidings.schemas.event import TaskRef
 from tidings.schemas.state import TaskState
 
-from .coalesce import Coalescer
+from .coalesce import Coalescer, TokenBucket
 from .kube import JSON_PATCH, Kube, KubeError
 from .metrics import Metrics
 from .queue import ShutDown, WorkQueue
@@ -83,13 +83,16 @@ class StatusWriter:
 
     def __init__(self, kube: Kube, store: Store, metrics: Metrics, *, interval: float = 0.5,
                  workers: int = 8, slow: dict[str, float] | None = None,
-                 may_write: Callable[[], bool] = lambda: True) -> None:
+                 may_write: Callable[[], bool] = lambda: True, max_rate: float = 0.0) -> None:
         self.kube, self.store, self.metrics = kube, store, metrics
         self.co: Coalescer[TaskRef] = Coalescer(interval)
         self.queue: WorkQueue[TaskRef] = WorkQueue()
         self.workers = workers
         self.slow = slow if slow is not None else parse_slow_writes(os.environ.get(SLOW_WRITE_ENV))
         self.may_write = may_write
+        # Status patches are the watcher's main cost to the API server (decode, schema
+        # validation and managedFields of a large object): the budget bounds it globally.
+        self.budget = TokenBucket(max_rate, burst=max(1, int(max_rate)))
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
 
@@ -142,6 +145,9 @@ class StatusWriter:
             if not self.co.begin(task, time.monotonic()):
                 return
         ok = True
+        wait = self.budget.reserve() if self.store.unwritten(task) is not None else 0.0
+        if wait > 0:
+            time.sleep(wait)  # holds only this key; its newer folds coalesce meanwhile
         snap = self.store.unwritten(task)
         if snap is not None:
             state, version, exists = snap

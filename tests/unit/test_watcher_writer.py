@@ -8,6 +8,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from tidings.schemas.event import ParsedEvent, PodRef, TaskRef
 from tidings.schemas.payloads import LogLink, Progress
 from tidings.schemas.state import TaskState, fold, new_state
@@ -236,4 +238,34 @@ def test_no_write_without_the_lease() -> None:
     time.sleep(0.3)
     assert kube.objects == {}
     assert not w.idle(), "the state stays dirty for whoever holds the lease"
+    w.stop()
+
+
+def test_token_bucket_spaces_writes_after_the_burst() -> None:
+    from tidings.watcher.coalesce import TokenBucket
+
+    clock = [0.0]
+    b = TokenBucket(rate=10, burst=3, clock=lambda: clock[0])
+    assert [b.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
+    waits = [b.reserve() for _ in range(3)]
+    assert waits == pytest.approx([0.1, 0.2, 0.3])
+    clock[0] = 10.0  # refills up to the burst, not beyond
+    assert [b.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert b.reserve() == pytest.approx(0.1)
+    assert TokenBucket(rate=0, burst=1).reserve() == 0.0  # unlimited
+
+
+def test_global_write_budget_bounds_writes_across_tasks() -> None:
+    kube = FakeKube()
+    store = Store()
+    w = StatusWriter(kube, store, Metrics(), interval=0.0, workers=8,  # type: ignore[arg-type]
+                     slow={}, max_rate=20)
+    w.start()
+    t0 = time.monotonic()
+    for i in range(60):
+        _apply(store, w, TaskRef("ns", f"t{i}"), 1)
+    assert w.flush(10)
+    elapsed = time.monotonic() - t0
+    assert len(kube.objects) == 60
+    assert elapsed >= (60 - 20) / 20 * 0.9, f"60 writes in {elapsed:.2f}s exceed 20/s + burst"
     w.stop()

@@ -90,7 +90,7 @@ class Creator:
         created = 0
         t0 = time.monotonic()
         with ThreadPoolExecutor(threads) as pool:
-            futures = []
+            futures: list[Any] = []
             i = 0
             while True:
                 if total is not None and i >= total:
@@ -142,12 +142,14 @@ def hot_run(kubeconfig: str, ns: str, task: str, pod: dict[str, str], rate: floa
 
 
 class Watcher:
-    def __init__(self, kubeconfig: str, ns: str, interval: float, log: Path) -> None:
+    def __init__(self, kubeconfig: str, ns: str, interval: float, max_rate: float,
+                 log: Path) -> None:
         self.log = open(log, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [str(REPO / ".venv/bin/tidings"), "watcher", "run", "--kubeconfig", kubeconfig,
              "-n", ns, "--no-leader-elect", "--metrics-host", "127.0.0.1", "--metrics-port",
-             "0", "--write-interval", str(interval), "--log-level", "WARNING"],
+             "0", "--write-interval", str(interval), "--max-write-rate", str(max_rate),
+             "--log-level", "WARNING"],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         assert self.proc.stdout is not None
         self.port = int(self.proc.stdout.readline().strip().rsplit(":", 1)[1])
@@ -252,6 +254,7 @@ def main() -> None:
     ap.add_argument("--hot-rate", type=float, default=1000.0)
     ap.add_argument("--hot-seconds", type=float, default=10.0)
     ap.add_argument("--write-interval", type=float, default=0.5)
+    ap.add_argument("--max-write-rate", type=float, default=20.0)
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--procs", type=int, default=4, help="creator processes for the hot task")
     a = ap.parse_args()
@@ -304,7 +307,7 @@ def run(a: argparse.Namespace, kubeconfig: str, tmp: Path) -> None:
     creator = Creator(kube, ns, pods)
     n, secs = creator.run(tasks, total=a.backlog, threads=a.threads)
     rows.append(("API creates/s (16 threads, no watcher)", f"{n / secs:,.0f}"))
-    w = Watcher(kubeconfig, ns, a.write_interval, tmp / "watcher-1.log")
+    w = Watcher(kubeconfig, ns, a.write_interval, a.max_write_rate, tmp / "watcher-1.log")
     t_fold = w.wait_applied(n)
     rows.append((f"backlog: {n:,} events listed+folded", f"{n / t_fold:,.0f} ev/s "
                                                           f"({t_fold:.2f} s)"))
@@ -322,7 +325,7 @@ def run(a: argparse.Namespace, kubeconfig: str, tmp: Path) -> None:
     tasks = [f"r{i}" for i in range(10)]
     ns, pods = namespace(tasks)
     timer = StreamTimer(kube, ns)
-    w = Watcher(kubeconfig, ns, a.write_interval, tmp / "watcher-2.log")
+    w = Watcher(kubeconfig, ns, a.write_interval, a.max_write_rate, tmp / "watcher-2.log")
     creator = Creator(kube, ns, pods)
     time.sleep(1.0)
     n, secs = creator.run(tasks, seconds=a.rate_seconds, rate=a.rate, threads=a.threads)
@@ -343,7 +346,7 @@ def run(a: argparse.Namespace, kubeconfig: str, tmp: Path) -> None:
     tasks = ["hot"]
     ns, pods = namespace(tasks)
     timer = StreamTimer(kube, ns)
-    w = Watcher(kubeconfig, ns, a.write_interval, tmp / "watcher-3.log")
+    w = Watcher(kubeconfig, ns, a.write_interval, a.max_write_rate, tmp / "watcher-3.log")
     time.sleep(1.0)
     w0 = w.metric('tidings_watcher_status_writes_total{result="ok"}')
     n, secs = hot_run(kubeconfig, ns, "hot", pods["hot"], a.hot_rate, a.hot_seconds, a.procs)
@@ -359,6 +362,7 @@ def run(a: argparse.Namespace, kubeconfig: str, tmp: Path) -> None:
     w.stop()
 
     width = max(len(r[0]) for r in rows)
+    print(f"\nwatcher: --write-interval {a.write_interval} --max-write-rate {a.max_write_rate}")
     print(f"\n{'measure'.ljust(width)}  result")
     print(f"{'-' * width}  {'-' * 40}")
     for k, v in rows:

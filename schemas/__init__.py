@@ -77,6 +77,7 @@ from .state import (
     TaskState,
     fold,
     fold_all,
+    fold_many,
     new_state,
 )
 from .text import sanitize_text
@@ -127,6 +128,7 @@ __all__ = [
     "fold",
     "fold_all",
     "fold_lineage",
+    "fold_many",
     "format_time",
     "new_instance_id",
     "new_state",

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from ._fast import slot_constructor
 from .constants import (
     ACTION,
     API_VERSION,
@@ -218,22 +219,52 @@ def _reject(reason: RejectReason, msg: str) -> Rejection:
     return Rejection(reason, msg)
 
 
+_new_parsed_event = slot_constructor(ParsedEvent)
+
+
+# Few distinct tasks and pods send many events each, so each subject and sender is checked
+# once and its ref interned: identical objects also make the fold's same-task check an
+# identity test.
+@lru_cache(maxsize=4096)
+def _subject(namespace: str, name: str) -> TaskRef | None:
+    """The interned TaskRef of a regarding subject, or None when its name is not valid.
+
+    Callers pass names of at most 253 characters, so the cache's size stays bounded."""
+    if len(name) > 253 or sanitize_text(name) != name:
+        return None
+    return TaskRef(namespace, name)
+
+
+@lru_cache(maxsize=4096)
+def _sender(name: str, uid: str, namespace: str) -> PodRef | None:
+    """The interned PodRef of a related pod, or None when its name or uid is not valid.
+
+    Callers pass only short strings (no longer than the patterns can match), so the cache's
+    size stays bounded."""
+    if not _POD_NAME.match(name) or not _UID.match(uid):
+        return None
+    return PodRef(name, uid, namespace)
+
+
 def _parse(obj: Any) -> ParsedEvent | Rejection:
-    if not _is_map(obj):
+    # Checks run in the order of the contract; the common case is every check passing, so
+    # the exact dict type is tested inline and the ABC test is reached only on exotic input.
+    if type(obj) is not dict and not isinstance(obj, Mapping):
         return _reject(RejectReason.NOT_A_BUS_EVENT, "event is not an object")
-    api = obj.get("apiVersion")
+    get = obj.get
+    api = get("apiVersion")
     if api is not None and api != EVENTS_API_VERSION:
         return _reject(RejectReason.NOT_A_BUS_EVENT, "not an events.k8s.io/v1 Event")
-    kind = obj.get("kind")
+    kind = get("kind")
     if kind is not None and kind != "Event":
         return _reject(RejectReason.NOT_A_BUS_EVENT, "not an Event")
-    if obj.get("reportingController") != BUS_CONTROLLER:
+    if get("reportingController") != BUS_CONTROLLER:
         return _reject(RejectReason.NOT_A_BUS_EVENT, "reportingController is not the bus")
-    if obj.get("action") != ACTION:
+    if get("action") != ACTION:
         return _reject(RejectReason.NOT_A_BUS_EVENT, "action is not Report")
 
-    meta = obj.get("metadata")
-    if not _is_map(meta):
+    meta: Any = get("metadata")
+    if type(meta) is not dict and not isinstance(meta, Mapping):
         return _reject(RejectReason.MISSING_FIELD, "metadata missing")
     name = meta.get("name")
     ns = meta.get("namespace")
@@ -241,14 +272,14 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
         return _reject(RejectReason.MISSING_FIELD, "metadata.name or metadata.namespace missing")
     rv = meta.get("resourceVersion")
 
-    raw_time = obj.get("eventTime")
+    raw_time = get("eventTime")
     if raw_time is None:
         return _reject(RejectReason.MISSING_FIELD, "eventTime missing")
     event_time = parse_time(raw_time)
     if event_time is None:
         return _reject(RejectReason.BAD_TIME, "eventTime is not an RFC 3339 time")
 
-    etype = obj.get("type")
+    etype = get("type")
     if etype == "Normal":
         warning = False
     elif etype == "Warning":
@@ -256,19 +287,19 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
     else:
         return _reject(RejectReason.INVALID_PAYLOAD, "type is neither Normal nor Warning")
 
-    note = obj.get("note")
+    note = get("note")
     if note is None:
         return _reject(RejectReason.MISSING_FIELD, "note missing")
     decoded = decode_envelope(note)
     if isinstance(decoded, Rejection):
         return decoded
     payload, instance, seq = decoded
-    if obj.get("reason") != payload_type(payload):
+    if get("reason") != payload_type(payload):
         return _reject(RejectReason.INVALID_PAYLOAD, "reason does not match the note's type")
 
     # The note is the authoritative home of the dedup key; annotations are the fallback.
     if instance is None or seq is None:
-        ann = meta.get("annotations")
+        ann: Any = meta.get("annotations")
         if _is_map(ann):
             if instance is None:
                 a = ann.get(INSTANCE_ANNOTATION)
@@ -280,8 +311,8 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
         if instance is None or seq is None:
             return _reject(RejectReason.MISSING_FIELD, "emitter instance or seq missing")
 
-    reg = obj.get("regarding")
-    if not _is_map(reg):
+    reg: Any = get("regarding")
+    if type(reg) is not dict and not isinstance(reg, Mapping):
         return _reject(RejectReason.BAD_REGARDING, "regarding missing")
     reg_kind = reg.get("kind")
     reg_api = reg.get("apiVersion")
@@ -292,22 +323,28 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
         return _reject(RejectReason.BAD_REGARDING, "regarding is in another namespace")
     if (reg_kind != KIND or reg_api != API_VERSION) and type(payload) is not PodSpawned:
         return _reject(RejectReason.BAD_REGARDING, "regarding is not a TaskFeedback")
-    if len(reg_name) > 253 or sanitize_text(reg_name) != reg_name:
+    # Length first: only short strings ever reach (and stay in) the caches.
+    task = _subject(ns, reg_name) if len(reg_name) <= 253 else None
+    if task is None:
         return _reject(RejectReason.BAD_REGARDING, "regarding name is not a valid name")
 
-    rel = obj.get("related")
-    if not _is_map(rel):
+    rel: Any = get("related")
+    if type(rel) is not dict and not isinstance(rel, Mapping):
         return _reject(RejectReason.BAD_RELATED, "related pod missing")
     if rel.get("kind") != "Pod" or rel.get("apiVersion", "v1") != "v1":
         return _reject(RejectReason.BAD_RELATED, "related is not a v1 Pod")
     pod_name = rel.get("name")
     pod_uid = rel.get("uid")
-    if (
-        type(pod_name) is not str
-        or type(pod_uid) is not str
-        or not _POD_NAME.match(pod_name)
-        or not _UID.match(pod_uid)
-    ):
+    sender = (
+        _sender(pod_name, pod_uid, ns)
+        if type(pod_name) is str
+        and type(pod_uid) is str
+        # The patterns' limits, plus the one trailing newline that their ``$`` admits.
+        and len(pod_name) <= 254
+        and len(pod_uid) <= 65
+        else None
+    )
+    if sender is None:
         return _reject(RejectReason.BAD_RELATED, "related pod lacks a valid name or uid")
     if rel.get("namespace", ns) not in (ns, ""):
         return _reject(RejectReason.BAD_RELATED, "related pod is in another namespace")
@@ -318,9 +355,9 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
         return _reject(RejectReason.BAD_NAME, "metadata.name does not match task/instance/seq")
 
     reg_uid = reg.get("uid")
-    return ParsedEvent(
-        _task_ref(ns, reg_name),
-        _pod_ref(pod_name, pod_uid, ns),
+    return _new_parsed_event(
+        task,
+        sender,
         payload,
         instance,
         seq,
@@ -332,12 +369,6 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
         reg_uid if type(reg_uid) is str else "",
         rv if type(rv) is str else "",
     )
-
-
-# Interned refs: few distinct tasks and pods, and identical objects make the fold's
-# same-task check an identity test.
-_task_ref = lru_cache(maxsize=4096)(TaskRef)
-_pod_ref = lru_cache(maxsize=4096)(PodRef)
 
 
 def parse_event(obj: Mapping[str, Any]) -> ParsedEvent | Rejection:
@@ -364,6 +395,7 @@ class WatchItem:
 
 
 _EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED"})
+_new_watch_item = slot_constructor(WatchItem)
 
 
 def _watch(line: bytes | str) -> WatchItem:
@@ -384,7 +416,7 @@ def _watch(line: bytes | str) -> WatchItem:
         if isinstance(r, str) and len(r) <= 64:
             rv = r
     if wtype in _EVENT_TYPES:
-        return WatchItem(wtype, rv, _parse(obj))
+        return _new_watch_item(wtype, rv, _parse(obj), None, "")
     if wtype == "BOOKMARK":
         return WatchItem(wtype, rv, None)
     if wtype == "ERROR":

@@ -33,7 +33,11 @@ def sanitize_text(s: str) -> str:
     Newlines, tabs and other line/paragraph separators become a single space each.
     Idempotent: ``sanitize_text(sanitize_text(s)) == sanitize_text(s)``.
     """
-    # Fast path: the overwhelming majority of text has nothing to strip.
+    # Fast paths: the overwhelming majority of text has nothing to strip. Every character
+    # stripped or replaced below is a control, format, separator or surrogate character,
+    # none of which is printable, so printable text (one C loop, no regex) is returned as is.
+    if s.isprintable():
+        return s
     if _ANY_BAD.search(s) is None and "\u2028" not in s and "\u2029" not in s:
         return s
     s = _ESC_SEQ.sub("", s)

@@ -6,12 +6,13 @@ Immutable: ``add`` returns a new vector, so a fold that uses it stays pure.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .note import valid_instance, valid_seq
 
 Range = tuple[int, int]
+_SEQ_TOP = 2**64  # above every valid seq: (seq, _SEQ_TOP) sorts after every range starting at seq
 
 
 class VersionVector:
@@ -30,14 +31,27 @@ class VersionVector:
         rs = self._r.get(instance)
         if not rs:
             return False
+        # Emitters count up, so the last range decides most lookups without a bisection.
+        lo, hi = rs[-1]
+        if seq >= lo:
+            return seq <= hi
         # The range starting at or before seq is the only candidate.
-        i = bisect_right(rs, (seq, 2**64)) - 1
+        i = bisect_right(rs, (seq, _SEQ_TOP)) - 1
         return i >= 0 and rs[i][1] >= seq
 
     def add(self, instance: str, seq: int) -> VersionVector:
         """A vector that also contains (instance, seq); ``self`` when it already did."""
         rs = self._r.get(instance, ())
-        i = bisect_right(rs, (seq, 2**64))  # ranges [0, i) start at or before seq
+        if rs:
+            # Hot path: the next seq of a contiguous run just extends the last range.
+            lo, hi = rs[-1]
+            if seq == hi + 1:
+                out = VersionVector.__new__(VersionVector)
+                out._r = {**self._r, instance: (*rs[:-1], (lo, seq))}
+                return out
+            if lo <= seq <= hi:
+                return self
+        i = bisect_right(rs, (seq, _SEQ_TOP))  # ranges [0, i) start at or before seq
         prev = rs[i - 1] if i > 0 else None
         if prev is not None and prev[1] >= seq:
             return self
@@ -58,6 +72,40 @@ class VersionVector:
         out = VersionVector.__new__(VersionVector)
         out._r = {**self._r, instance: new}
         return out
+
+    def _with_seqs(self, added: Mapping[str, set[int]]) -> VersionVector:
+        """A vector that also contains every ``(instance, seq)`` in ``added`` (batch ``add``).
+
+        The result is the same canonical vector that adding the pairs one by one gives.
+        """
+        if not added:
+            return self
+        r = dict(self._r)
+        for inst, seqs in added.items():
+            new = sorted(seqs)
+            if not new:
+                continue
+            if new[-1] - new[0] == len(new) - 1:
+                runs: tuple[Range, ...] = ((new[0], new[-1]),)  # one contiguous run (common)
+            else:
+                out: list[Range] = []
+                lo = hi = new[0]
+                for s in new:
+                    if s > hi + 1:
+                        out.append((lo, hi))
+                        lo = s
+                    if s > hi:
+                        hi = s
+                out.append((lo, hi))
+                runs = tuple(out)
+            old = r.get(inst, ())
+            if not old or old[-1][1] + 1 < runs[0][0]:
+                r[inst] = old + runs  # all after the old ranges (common): a plain append
+            else:
+                r[inst] = _merge_ranges(old + runs)
+        vv = VersionVector.__new__(VersionVector)
+        vv._r = r
+        return vv
 
     def ranges(self, instance: str) -> tuple[Range, ...]:
         """The applied ranges of ``instance`` (empty when unknown)."""
@@ -119,3 +167,15 @@ class VersionVector:
             if merged:
                 out[inst] = tuple(merged)
         return cls(out)
+
+
+def _merge_ranges(ranges: Iterable[Range]) -> tuple[Range, ...]:
+    """Sorted, disjoint, non-adjacent ranges covering the same seqs as ``ranges``."""
+    merged: list[Range] = []
+    for lo, hi in sorted(ranges):
+        if merged and lo <= merged[-1][1] + 1:
+            if hi > merged[-1][1]:
+                merged[-1] = (merged[-1][0], hi)
+        else:
+            merged.append((lo, hi))
+    return tuple(merged)

@@ -169,3 +169,14 @@ def test_unknown_payload_is_sanitised_and_type_checked() -> None:
     assert u.raw == {"k": ["x", {"y": 1}]}
     with pytest.raises(ValidationError):
         UnknownPayload(type="bad type!", version=2, raw={})
+
+
+def test_printable_text_is_never_changed_by_sanitize() -> None:
+    """sanitize_text returns printable text untouched without running its regexes; that is
+    only sound if no printable character is one the regexes strip or replace."""
+    from tidings.schemas import text
+
+    printable = "".join(c for c in map(chr, range(0x110000)) if c.isprintable())
+    for pattern in (text._ESC_SEQ, text._SPACE_LIKE, text._DROP, text._ANY_BAD):
+        assert pattern.search(printable) is None, pattern.pattern
+    assert "\u2028" not in printable and "\u2029" not in printable

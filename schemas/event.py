@@ -34,8 +34,8 @@ from .text import sanitize_text
 _DIGEST_HEX = 16
 _NAME_MAX = 253
 _NON_DNS = re.compile(r"[^a-z0-9.\-]+")
-_UID = re.compile(r"^[A-Za-z0-9\-]{1,64}$")
-_POD_NAME = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?$")
+_UID = re.compile(r"^[A-Za-z0-9\-]{1,64}\Z")
+_POD_NAME = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?\Z")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -335,19 +335,24 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
         return _reject(RejectReason.BAD_RELATED, "related is not a v1 Pod")
     pod_name = rel.get("name")
     pod_uid = rel.get("uid")
+    rel_ns = rel.get("namespace") or ns
+    # A workload reports about its own task, so its pod shares the task's namespace; a
+    # controller recording lineage usually runs elsewhere (its own namespace).
+    if rel_ns != ns and type(payload) is not PodSpawned:
+        return _reject(RejectReason.BAD_RELATED, "related pod is in another namespace")
     sender = (
-        _sender(pod_name, pod_uid, ns)
-        if type(pod_name) is str
+        _sender(pod_name, pod_uid, rel_ns)
+        if type(rel_ns) is str
+        and len(rel_ns) <= 253
+        and type(pod_name) is str
         and type(pod_uid) is str
-        # The patterns' limits, plus the one trailing newline that their ``$`` admits.
-        and len(pod_name) <= 254
-        and len(pod_uid) <= 65
+        # The patterns' own limits, checked first so only short strings reach the caches.
+        and len(pod_name) <= 253
+        and len(pod_uid) <= 64
         else None
     )
     if sender is None:
         return _reject(RejectReason.BAD_RELATED, "related pod lacks a valid name or uid")
-    if rel.get("namespace", ns) not in (ns, ""):
-        return _reject(RejectReason.BAD_RELATED, "related pod is in another namespace")
 
     # The name binds the dedup key to one object: the API server refuses a second object of
     # the same name, so one (instance, seq) can never carry two different payloads per task.

@@ -32,7 +32,7 @@ from .rejection import Rejection, RejectReason, describe_validation_error
 
 # Text fields that must keep at least one character (the "…" marker) when cut.
 _NON_EMPTY = frozenset({"name", "app"})
-_INSTANCE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._:\-]{{0,{INSTANCE_LIMIT - 1}}}$")
+_INSTANCE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._:\-]{{0,{INSTANCE_LIMIT - 1}}}\Z")
 
 
 def valid_instance(instance: object) -> bool:

@@ -58,7 +58,7 @@ Text = Annotated[str, BeforeValidator(_clean_text)]
 Name = Annotated[str, BeforeValidator(_clean_name), Field(min_length=1)]
 OptName = Annotated[str, BeforeValidator(_clean_name)]
 
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*$")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*\Z")
 # Whitespace, controls, bidi marks and characters that are never legal unescaped in a URL.
 # Browsers silently drop tabs/newlines inside URLs ("java\tscript:"), so rejecting them outright
 # is the only safe answer; '\\' is rejected because browsers read it as '/'.
@@ -122,9 +122,9 @@ def _any_uri(v: Any) -> Any:
 WebUrl = Annotated[str, BeforeValidator(_web_url)]
 SafeUri = Annotated[str, BeforeValidator(_any_uri)]
 
-_K8S_NAME = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?$")
-_UID = re.compile(r"^[A-Za-z0-9\-]{1,64}$")
-_TYPE = re.compile(rf"^[A-Za-z][A-Za-z0-9_.\-]{{0,{TYPE_LIMIT - 1}}}$")
+_K8S_NAME = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?\Z")
+_UID = re.compile(r"^[A-Za-z0-9\-]{1,64}\Z")
+_TYPE = re.compile(rf"^[A-Za-z][A-Za-z0-9_.\-]{{0,{TYPE_LIMIT - 1}}}\Z")
 
 
 def _check(pattern: re.Pattern[str], what: str) -> AfterValidator:

@@ -128,6 +128,18 @@ def test_lineage_event_regards_the_app() -> None:
     assert parsed.payload == spawned
 
 
+def test_lineage_may_come_from_a_controller_in_another_namespace() -> None:
+    # Controllers usually run in their own namespace; workloads report about their own task.
+    controller = PodRef("launcher-0", "6f1c2a9e-0000-4000-8000-00000000abcd", "platform")
+    spawned = PodSpawned(pod_name="web-abc", pod_uid="9999", app="web")
+    ev = _event(spawned, task=TaskRef("team-a", "web"), pod=controller,
+                regarding=ObjectRef("apps/v1", "Deployment", "web"))
+    parsed = parse_event(ev)
+    assert isinstance(parsed, ParsedEvent), parsed
+    assert parsed.sender == controller and parsed.task.namespace == "team-a"
+    assert _reason(_event(pod=controller)) == RejectReason.BAD_RELATED
+
+
 def test_dedup_key_survives_either_carrier() -> None:
     ev = _event()
     del ev["metadata"]["annotations"]
@@ -193,6 +205,8 @@ _DELETE = object()
         ("related.kind", "Node", RejectReason.BAD_RELATED),
         ("related.uid", "", RejectReason.BAD_RELATED),
         ("related.namespace", "other-team", RejectReason.BAD_RELATED),
+        ("related.name", POD.name + "\n", RejectReason.BAD_RELATED),
+        ("related.uid", POD.uid + "\n", RejectReason.BAD_RELATED),
     ],
 )
 def test_bad_events_are_rejected_with_a_reason(path: str, value: Any, reason: RejectReason) -> None:

@@ -47,13 +47,10 @@ def lineage(
 ) -> None:
     """Show the pods spawned for an app, as a tree, with what became of each one."""
     check_name(app, "app")
-    from tidings.cli import kube as kube_mod
     from tidings.cli import lineage as lin
     from tidings.cli import taskview
 
-    k = kube_mod.connect(kubeconfig, context, namespace)
-    ns = taskview.resolve_namespace(k, app, "app", taskview.lineage_selector(app),
-                                    all_namespaces)
+    k, ns = taskview.open_app(app, namespace, all_namespaces, kubeconfig, context)
     entries, _ = lin.load(k, ns, app)
     items = lin.fates(k, entries)
     if output is Output.table:
@@ -92,13 +89,10 @@ def logs(
     since_s = None if since is None else max(1, int(-(-parse_duration(since) // 1)))
     if container is not None and not container.replace("-", "").isalnum():
         invalid(f"container {container[:64]!r} is not a valid container name")
-    from tidings.cli import kube as kube_mod
     from tidings.cli import lineage as lin
     from tidings.cli import logstream, taskview
 
-    k = kube_mod.connect(kubeconfig, context, namespace)
-    ns = taskview.resolve_namespace(k, app, "app", taskview.lineage_selector(app),
-                                    all_namespaces)
+    k, ns = taskview.open_app(app, namespace, all_namespaces, kubeconfig, context)
     use_color = color is Color.always or (
         color is Color.auto and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
     printer = logstream.Printer(color=use_color, timestamps=timestamps)

@@ -41,14 +41,11 @@ def state(
 ) -> None:
     """Show a task's state: progress, links, decks, spans and who reported them."""
     check_name(task, "task")
-    from tidings.cli import kube as kube_mod
     from tidings.cli import taskview
-    from tidings.schemas import TaskRef
 
-    k = kube_mod.connect(kubeconfig, context, namespace)
-    ns = taskview.resolve_namespace(k, task, "task", taskview.task_selector(task),
-                                    all_namespaces, with_cr=not from_events)
-    snap = taskview.load(k, TaskRef(ns, task), use_events=from_events)
+    k, ref = taskview.open_task(task, namespace, all_namespaces, kubeconfig, context,
+                                from_events)
+    snap = taskview.load(k, ref, use_events=from_events)
     if output is Output.table:
         console().print(taskview.render(snap))
     else:
@@ -68,14 +65,11 @@ def watch(
     check_name(task, "task")
     from rich.live import Live
 
-    from tidings.cli import kube as kube_mod
     from tidings.cli import taskview
-    from tidings.schemas import TaskRef
 
-    k = kube_mod.connect(kubeconfig, context, namespace)
-    ns = taskview.resolve_namespace(k, task, "task", taskview.task_selector(task),
-                                    all_namespaces, with_cr=not from_events)
-    snapshots = taskview.follow(k, TaskRef(ns, task), use_events=from_events)
+    k, ref = taskview.open_task(task, namespace, all_namespaces, kubeconfig, context,
+                                from_events)
+    snapshots = taskview.follow(k, ref, use_events=from_events)
     snap = next(snapshots)
     out = console()
     if not out.is_terminal:

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from tidings.cli.common import EXIT_INVALID, CliError, not_found, safe
-from tidings.cli.kube import Action, ApiError, Kube, lines
+from tidings.cli.kube import Action, ApiError, Kube, connect, lines
 from tidings.schemas import (
     API_GROUP,
     API_VERSION,
@@ -46,6 +46,22 @@ def cr_path(namespace: str, name: str = "") -> str:
 
 
 # --- which namespace ----------------------------------------------------------------------
+
+
+def open_task(task: str, namespace: str | None, all_namespaces: bool, kubeconfig: str | None,
+              context: str | None, from_events: bool) -> tuple[Kube, TaskRef]:
+    """Connect and find the task: the common start of state, watch and timeline."""
+    k = connect(kubeconfig, context, namespace)
+    ns = resolve_namespace(k, task, "task", task_selector(task), all_namespaces,
+                           with_cr=not from_events)
+    return k, TaskRef(ns, task)
+
+
+def open_app(app: str, namespace: str | None, all_namespaces: bool, kubeconfig: str | None,
+             context: str | None) -> tuple[Kube, str]:
+    """Connect and find the app's namespace: the common start of lineage and logs."""
+    k = connect(kubeconfig, context, namespace)
+    return k, resolve_namespace(k, app, "app", lineage_selector(app), all_namespaces)
 
 
 def resolve_namespace(kube: Kube, name: str, what: str, selector: str, all_namespaces: bool,

@@ -159,29 +159,26 @@ def timeline(
     check_name(task, "task")
     if svg_file is not None and not svg_file.parent.is_dir():
         invalid(f"--svg {str(svg_file)!r}: directory {str(svg_file.parent)!r} does not exist")
-    from tidings.cli import kube as kube_mod
     from tidings.cli import taskview
-    from tidings.schemas import TaskRef
 
-    k = kube_mod.connect(kubeconfig, context, namespace)
-    ns = taskview.resolve_namespace(k, task, "task", taskview.task_selector(task),
-                                    all_namespaces, with_cr=not from_events)
-    snap = taskview.load(k, TaskRef(ns, task), use_events=from_events)
+    k, ref = taskview.open_task(task, namespace, all_namespaces, kubeconfig, context,
+                                from_events)
+    snap = taskview.load(k, ref, use_events=from_events)
     data = rows(snap.state)
     if svg_file is not None:
         try:
-            svg_file.write_text(svg(task, ns, data), encoding="utf-8")
+            svg_file.write_text(svg(task, ref.namespace, data), encoding="utf-8")
         except OSError as err:
             invalid(f"cannot write {str(svg_file)!r}: {err.strerror}")
     if output is not Output.table:
-        typer.echo(dump({"task": {"namespace": ns, "name": task}, "spans": data}, output),
-                   nl=False)
+        doc = {"task": {"namespace": ref.namespace, "name": task}, "spans": data}
+        typer.echo(dump(doc, output), nl=False)
         return
     out = console()
     if not data:
-        out.print(f"no spans recorded for task {safe(task)} in namespace {ns}")
+        out.print(f"no spans recorded for task {safe(task)} in namespace {ref.namespace}")
     else:
-        out.print(render(task, ns, data, width or max(10, min(100, out.width - 56))))
+        out.print(render(task, ref.namespace, data, width or max(10, min(100, out.width - 56))))
     if svg_file is not None:
         console(stderr=True).print(f"wrote {safe(svg_file)}")
 

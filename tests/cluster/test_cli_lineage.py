@@ -188,10 +188,10 @@ def test_logs_bounds_concurrent_streams(control_plane: ControlPlane, admin: Any,
     assert len({line.split("]")[0] for line in p.out}) == 2  # the third waits its turn
 
     # Without -f every stream ends, so waiting streams get their turn and all lines appear.
+    # (Whether the bound is hit then depends on how fast each short stream ends.)
     res = invoke(control_plane, "logs", "app-d", "-n", namespace, "--max-streams", "1")
     assert res.exit_code == 0, res.output
     assert sorted(res.stdout.splitlines()) == [f"[w-{i}/main] line of w-{i}" for i in range(3)]
-    assert "--max-streams=1 reached" in res.stderr
 
 
 def test_a_broken_stream_resumes_without_repeating_lines(

@@ -19,7 +19,7 @@ from tidings.schemas.state import fold
 
 from .kube import Kube
 from .metrics import Metrics
-from .queue import ShutDown, WorkQueue
+from .queue import WorkQueue
 from .reflector import Reflector
 from .senders import Retry, Senders
 from .store import Store
@@ -176,19 +176,8 @@ class Controller:
 
     # --- workers ------------------------------------------------------------------------
     def _fold_worker(self) -> None:
-        while True:
-            try:
-                task = self.queue.get()
-            except ShutDown:
-                return
-            if task is None:
-                continue
-            try:
-                self.fold_task(task)
-            except Exception:
-                log.exception("fold of %s/%s failed", task.namespace, task.name)
-            finally:
-                self.queue.done(task)
+        self.queue.serve(self.fold_task, lambda task: log.exception(
+            "fold of %s/%s failed", task.namespace, task.name))
 
     def fold_task(self, task: TaskRef) -> None:
         """Fold every pending event of ``task`` (runs in one worker; never two for one key)."""

@@ -101,6 +101,26 @@ class WorkQueue(Generic[K]):
             _, _, key = heapq.heappop(self._delayed)
             self._add_locked(key)
 
+    def serve(self, handle: Callable[[K], None], on_error: Callable[[K], None]) -> None:
+        """A worker's loop: handle keys one at a time until shutdown, always marking done.
+
+        ``on_error`` is called (inside the except) when ``handle`` raises, so one bad key
+        never ends the worker.
+        """
+        while True:
+            try:
+                key = self.get()
+            except ShutDown:
+                return
+            if key is None:
+                continue
+            try:
+                handle(key)
+            except Exception:
+                on_error(key)
+            finally:
+                self.done(key)
+
     # --- lifecycle and introspection --------------------------------------------
     def shutdown(self) -> None:
         """Stop accepting keys; getters drain what is queued, then get ShutDown."""

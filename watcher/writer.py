@@ -28,7 +28,7 @@ from tidings.schemas.state import TaskState
 from .coalesce import Coalescer, TokenBucket
 from .kube import JSON_PATCH, Kube, KubeError
 from .metrics import Metrics
-from .queue import ShutDown, WorkQueue
+from .queue import WorkQueue
 from .store import Store
 
 log = logging.getLogger("tidings.watcher.writer")
@@ -127,17 +127,13 @@ class StatusWriter:
 
     # --- workers ------------------------------------------------------------------------
     def _work(self) -> None:
-        while True:
-            try:
-                task = self.queue.get()
-            except ShutDown:
-                return
-            if task is None:
-                continue
-            try:
-                self._one(task)
-            finally:
-                self.queue.done(task)
+        self.queue.serve(self._write_one, lambda task: log.exception(
+            "status write of %s/%s failed", task.namespace, task.name))
+
+    def _write_one(self, task: TaskRef) -> None:
+        try:
+            self._one(task)
+        finally:
             self.metrics.write_queue_depth.set(len(self.queue))
 
     def _one(self, task: TaskRef) -> None:

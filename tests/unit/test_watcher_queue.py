@@ -176,3 +176,22 @@ def test_model(ops: list[tuple[str, int]]) -> None:
         out.append(got)
         q.done(got)
     assert sorted(out) == sorted(owed)
+
+
+def test_serve_survives_a_failing_key_and_marks_every_key_done() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    handled: list[str] = []
+    failed: list[str] = []
+
+    def handle(key: str) -> None:
+        handled.append(key)
+        if key == "bad":
+            raise RuntimeError("boom")
+
+    for key in ("a", "bad", "b"):
+        q.add(key)
+    q.shutdown()  # serve drains what is queued, then returns
+    q.serve(handle, failed.append)
+    assert handled == ["a", "bad", "b"]
+    assert failed == ["bad"]
+    assert q.pending() == 0

@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PATH="$PWD/.venv/bin:$PATH"
+export COLUMNS=${COLUMNS:-120}  # rich wraps at 80 columns when output is not a terminal
 state=$(mktemp -d -t tidings-demo.XXXXXX)
 watcher_pid=""
 cleanup() {
@@ -127,4 +128,6 @@ tidings logs train-42 -n demo
 step "tidings timeline train-42"
 tidings timeline train-42 -n demo --svg "$state/timeline.svg"
 echo
-echo "demo finished: the watcher folded $(kubectl -n demo get events.events.k8s.io --field-selector reportingController=tidings.dev/bus -o name | wc -l) bus events into taskfeedback/train-42"
+bus_events=$(kubectl -n demo get events.events.k8s.io --field-selector reportingController=tidings.dev/bus -o name | wc -l)
+applied=$(kubectl -n demo get taskfeedback train-42 -o jsonpath='{.status.counters.events_applied}')
+echo "demo finished: $bus_events bus events in namespace demo; the watcher folded the $applied task events into taskfeedback/train-42 (the rest are lineage)"

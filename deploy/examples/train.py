@@ -16,7 +16,7 @@ from tidings import emitter as tidings
 
 def train(epochs: int) -> None:
     worker = os.environ.get("POD_NAME", "local")
-    tidings.log_link("wandb", f"https://wandb.example/tidings/runs/{worker}")
+    tidings.log_link(f"wandb-{worker}", f"https://wandb.example/tidings/runs/{worker}")
     for epoch in range(1, epochs + 1):
         with tidings.span("epoch"):
             for _ in range(200):

@@ -92,7 +92,8 @@ def svg(task: str, namespace: str, data: list[dict[str, Any]]) -> str:
 
     from tidings.cli.taskview import fmt_seconds
 
-    label_w, chart_w, stats_w, row_h, top = 220, 560, 220, 26, 64
+    # stats_w fits the longest stats line (~50 monospace characters at 12 px).
+    label_w, chart_w, stats_w, row_h, top = 220, 560, 380, 26, 64
     width = label_w + chart_w + stats_w
     height = top + row_h * max(1, len(data)) + 40
     total = max((r["offset_s"] + r["duration_s"] for r in data), default=0.0) or 1.0
@@ -127,7 +128,8 @@ def svg(task: str, namespace: str, data: list[dict[str, Any]]) -> str:
                        f'rx="2" fill="{colour}"><title>{_x(r["name"])}: {r["count"]} spans, '
                        f'total {_x(fmt_seconds(r["total_s"]))}, max '
                        f'{_x(fmt_seconds(r["max_s"]))}, {r["errors"]} errors</title></rect>')
-            stats = (f'{r["count"]} spans, total {fmt_seconds(r["total_s"])} '
+            noun = "span" if r["count"] == 1 else "spans"
+            stats = (f'{r["count"]} {noun}, total {fmt_seconds(r["total_s"])} '
                      f'mean {fmt_seconds(r["mean_s"])}'
                      + (f' errors {r["errors"]}' if r["errors"] else ""))
             out.append(f'<text x="{label_w + chart_w + 8}" y="{y + 16}" fill="#333">'

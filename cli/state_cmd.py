@@ -58,6 +58,9 @@ def watch(
     namespace: Namespace = None,
     all_namespaces: AllNamespaces = False,
     from_events: FromEvents = False,
+    wait: Annotated[bool, typer.Option(
+        "--wait", help="Wait for a task that has no TaskFeedback or events yet, instead of "
+        "failing with not found (start it alongside the task's launch).")] = False,
     kubeconfig: Kubeconfig = None,
     context: Context = None,
 ) -> None:
@@ -69,7 +72,7 @@ def watch(
 
     k, ref = taskview.open_task(task, namespace, all_namespaces, kubeconfig, context,
                                 from_events)
-    snapshots = taskview.follow(k, ref, use_events=from_events)
+    snapshots = taskview.follow(k, ref, use_events=from_events, must_exist=not wait)
     snap = next(snapshots)
     out = console()
     if not out.is_terminal:

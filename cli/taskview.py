@@ -168,12 +168,13 @@ def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = 
 # --- a live sequence of snapshots (watch) -------------------------------------------------
 
 
-def follow(kube: Kube, ref: TaskRef, use_events: bool = False) -> Iterator[Snapshot]:
+def follow(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = True
+           ) -> Iterator[Snapshot]:
     """Snapshots of the task as it changes: from TaskFeedback watches when the object exists,
     else from an events watch folded locally. Relists after a stale or very short watch."""
     import time
 
-    first = load(kube, ref, use_events)
+    first = load(kube, ref, use_events, must_exist)
     yield first
     quick = 0
     snap = first

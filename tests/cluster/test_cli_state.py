@@ -210,6 +210,18 @@ def test_watch_follows_until_the_task_completes(control_plane: ControlPlane, adm
     assert changes[-1].endswith("completed") and "all done" in changes[-1]
 
 
+def test_watch_wait_follows_a_task_that_has_not_started(control_plane: ControlPlane,
+                                                       admin: Any, namespace: str,
+                                                       proc_factory: Any) -> None:
+    p = proc_factory("watch", "later", "-n", namespace, "--wait")
+    p.wait_for(lambda out: any(f"{namespace}/later" in line for line in out), 30,
+               "the empty first view")
+    assert p.proc.poll() is None  # waiting, not "not found"
+    emit(admin, namespace, "later", Progress(fraction=1.0, message="done", final=True), 0)
+    assert p.proc.wait(30) == 0, p.err
+    assert any("done" in line for line in p.out)
+
+
 def test_watch_errors(control_plane: ControlPlane, namespace: str) -> None:
     res = invoke(control_plane, "watch", "nothing-here", "-n", namespace)
     assert res.exit_code == 5 and res.stderr.startswith("error: not found: task")

@@ -1,0 +1,89 @@
+"""In-cluster config survives token rotation: the emitter re-reads the projected token file.
+
+The kubelet rewrites a pod's token file before the old token expires; here the old token is
+revoked outright (its bound Secret is deleted) right after the file is rewritten, so only a
+client that re-reads the file can go on delivering.
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from kubernetes.config import incluster_config
+
+from tests.cluster.test_controlplane import client_with_token
+from tests.cluster.test_emitter import TASK, parsed_events, workload
+from tests.support import eventually
+from tidings.cli.devcluster import ControlPlane
+from tidings.emitter import Emitter, EmitterConfig
+from tidings.emitter.transport import KubeTransport, load_api_client
+
+
+def secret_bound_token(admin: Any, namespace: str, secret: str) -> str:
+    core = client.CoreV1Api(admin)
+    uid = core.create_namespaced_secret(namespace, {"metadata": {"name": secret}}).metadata.uid
+    review = core.create_namespaced_service_account_token("emitter", namespace, {"spec": {
+        "boundObjectRef": {"kind": "Secret", "apiVersion": "v1", "name": secret, "uid": uid}}})
+    return str(review.status.token)
+
+
+def test_emitter_follows_a_rotated_token(control_plane: ControlPlane, admin: Any,
+                                         namespace: str, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "emitter"}})
+    rbac.create_namespaced_role(namespace, {
+        "metadata": {"name": "events"},
+        "rules": [{"apiGroups": ["events.k8s.io"], "resources": ["events"],
+                   "verbs": ["create", "list"]}]})
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": "emitter-creates-events"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "events"},
+        "subjects": [{"kind": "ServiceAccount", "name": "emitter", "namespace": namespace}]})
+    old, new = (secret_bound_token(admin, namespace, s) for s in ("token-old", "token-new"))
+
+    token_file = tmp_path / "token"
+    token_file.write_text(old)
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token_file))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(control_plane.ca_file))
+    # The library re-reads the file once a minute; the test shortens that, not the logic.
+    real_init = incluster_config.InClusterConfigLoader.__init__
+
+    def eager_refresh(self: Any, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        self._token_refresh_period = datetime.timedelta(0)
+
+    monkeypatch.setattr(incluster_config.InClusterConfigLoader, "__init__", eager_refresh)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(control_plane.ports["apiserver"]))
+
+    me = workload(admin, namespace)
+    em = Emitter(EmitterConfig(retry_initial_s=0.05, retry_max_s=0.5), identity=me,
+                 transport=KubeTransport(load_api_client()))
+    em.log_link("before", "https://example.com/before")
+    assert em.flush(20) and em.stats()["delivered"] == 1
+
+    token_file.write_text(new)
+    core.delete_namespaced_secret("token-old", namespace)
+    old_client = client.EventsV1Api(client_with_token(control_plane, old))
+
+    def old_token_revoked() -> bool:
+        try:
+            old_client.list_namespaced_event(namespace)
+        except ApiException as err:
+            return err.status == 401
+        return False
+
+    eventually(old_token_revoked, 30, "the old token to be revoked")
+    em.log_link("after", "https://example.com/after")
+    assert em.flush(20)
+    assert em.stats()["delivered"] == 2 and em.stats()["refused"] == 0
+    links = {e.payload.name for e in parsed_events(admin, namespace) if e.task.name == TASK}
+    assert links == {"before", "after"}
+    em.close(5)

@@ -75,6 +75,10 @@ def test_lineage_tree_shows_each_pod_and_what_became_of_it(
     assert by_name["te-llm-2"]["state"] == "replaced"
     assert by_name["te-llm-2"]["current_uid"] not in ("", old["uid"])
 
+    # -A finds the one namespace whose events record the app.
+    found = json.loads(invoke(control_plane, "lineage", "mllm", "-A", "-o", "json").stdout)
+    assert found["namespace"] == namespace and found["pods"] == data["pods"]
+
 
 def test_lineage_errors(control_plane: ControlPlane, admin: Any, namespace: str,
                         tmp_path: Path) -> None:

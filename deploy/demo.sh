@@ -92,7 +92,7 @@ as_pod train-42-0 trainer -- env TIDINGS_TASK=train-42 python deploy/examples/tr
 first=$!
 as_pod train-42-1 trainer -- env TIDINGS_TASK=train-42 python deploy/examples/train.py 5
 wait "$first"
-as_pod train-42-1 trainer -- env TIDINGS_TASK=train-42 TIDINGS_DEMO_FINAL=1 python deploy/examples/train.py 0
+as_pod train-42-1 trainer -- env TIDINGS_TASK=train-42 python deploy/examples/train.py 0 --final
 echo "  a pod that claims to be another pod is refused by the API server itself:"
 as_pod train-42-1 trainer -- python - <<'PY' 2>&1 | sed 's/^/    /'
 import os, sys

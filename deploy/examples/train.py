@@ -30,9 +30,10 @@ def train(epochs: int) -> None:
 
 
 if __name__ == "__main__":
-    train(int(sys.argv[1]) if len(sys.argv) > 1 else 5)
-    final = os.environ.get("TIDINGS_DEMO_FINAL") == "1"
-    if final:
+    # Usage: train.py [EPOCHS] [--final]   (--final: also send the terminal progress report)
+    args = [a for a in sys.argv[1:] if a != "--final"]
+    train(int(args[0]) if args else 5)
+    if "--final" in sys.argv[1:]:
         tidings.progress(1.0, "all workers done", final=True)
     delivered = tidings.flush(15)
     print(f"  {os.environ.get('POD_NAME', 'local')}: delivered={delivered} "

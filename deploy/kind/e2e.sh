@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end on kind: build the watcher image, load it, install deploy/, run the e2e tests.
+# End-to-end on kind: build the watcher image, load it, install deploy/, run the sample
+# workload Job and wait for its TaskFeedback to complete.
 # Needs a running Docker engine; where there is none it says so and exits 0 (a skip).
 #   deploy/kind/e2e.sh            create (or reuse) the cluster, run, leave it up
 #   KEEP_CLUSTER=0 deploy/kind/e2e.sh   delete the cluster afterwards
@@ -53,13 +54,16 @@ kubectl wait --for=condition=Established crd/taskfeedbacks.tidings.dev --timeout
 kubectl apply -k deploy/
 kubectl -n tidings-system rollout status deployment/tidings-watcher --timeout=180s
 
-# The e2e tests talk to this cluster through TIDINGS_E2E_KUBECONFIG.
-export TIDINGS_E2E_KUBECONFIG="$kubeconfig"
-py=.venv/bin/python
-[[ -x "$py" ]] || py=python3
-if [[ -d tests/e2e ]]; then
-  "$py" -m pytest tests/e2e -q -p no:cacheprovider
-else
-  echo "no tests/e2e folder yet; the install itself was the check"
-fi
+# The sample workload as a real Job: it emits with its own pod-bound token (the admission
+# policy is enforced), the in-cluster watcher folds, and the task must complete.
+ns=tidings-e2e
+kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f -
+kubectl -n "$ns" delete job train-mnist-42 --ignore-not-found
+kubectl -n "$ns" apply -f deploy/examples/workload.yaml
+kubectl -n "$ns" wait --for=condition=Complete job/train-mnist-42 --timeout=180s
+kubectl -n "$ns" wait --for=jsonpath='{.status.summary.completed}'=true \
+  taskfeedback/train-mnist-42 --timeout=120s
+kubectl -n "$ns" get taskfeedbacks
+tidings=.venv/bin/tidings
+[[ -x "$tidings" ]] && "$tidings" state train-mnist-42 -n "$ns"
 echo "kind end-to-end run passed (cluster $CLUSTER, KUBECONFIG=$kubeconfig)"

@@ -48,6 +48,7 @@ class Options:
     write_interval: float = 0.5
     max_write_rate: float = 20.0
     watch_timeout: int = 60
+    evict_after: float = 7200.0
     identity: str | None = None
     flush_timeout: float = 10.0
 
@@ -67,6 +68,8 @@ def _validate(o: Options) -> None:
         raise ConfigError("--write-interval must not be negative")
     if o.max_write_rate < 0:
         raise ConfigError("--max-write-rate must not be negative")
+    if o.evict_after < 0:
+        raise ConfigError("--evict-after must not be negative")
     if not 0 <= o.metrics_port <= 65535:
         raise ConfigError("--metrics-port must be 0..65535")
     if o.lease_duration < 1:
@@ -120,7 +123,7 @@ def run(o: Options, *, announce: Any = print) -> int:
 
     settings = Settings(namespaces=o.namespaces, concurrency=o.concurrency,
                         write_interval=o.write_interval, max_write_rate=o.max_write_rate,
-                        watch_timeout=o.watch_timeout)
+                        watch_timeout=o.watch_timeout, evict_after=o.evict_after)
     if o.leader_elect:
         d = o.lease_duration
         elector = LeaderElector(kube, o.lease_namespace, o.lease_name, identity=o.identity,

@@ -17,7 +17,7 @@ from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event, 
 from tidings.schemas.rejection import Rejection
 from tidings.schemas.state import fold
 
-from .kube import Kube
+from .kube import Kube, KubeError
 from .metrics import Metrics
 from .queue import WorkQueue
 from .reflector import Reflector
@@ -37,6 +37,8 @@ class Settings:
     watch_timeout: int = 60
     page_size: int = 500
     sender_retry: float = 1.0
+    # Tasks idle this long (and fully written) leave memory; 0 keeps them forever.
+    evict_after: float = 7200.0
     slow_writes: dict[str, float] | None = None  # test hook; None: from the environment
 
 
@@ -146,8 +148,12 @@ class Controller:
         return n
 
     def _monitor(self, events: list[Reflector]) -> None:
-        """Readiness (initial list folded and written) and the gauges."""
+        """Readiness (initial list folded and written), the gauges and idle-task eviction."""
+        next_sweep = time.monotonic() + min(60.0, self.s.evict_after)
         while not self._stopping.is_set():
+            if time.monotonic() >= next_sweep:
+                self.evict_idle()
+                next_sweep = time.monotonic() + min(60.0, self.s.evict_after)
             self.metrics.queue_depth.set(len(self.queue))
             self.metrics.write_queue_depth.set(len(self.writer.queue))
             self.metrics.tasks.set(len(self.store))
@@ -182,6 +188,9 @@ class Controller:
     def fold_task(self, task: TaskRef) -> None:
         """Fold every pending event of ``task`` (runs in one worker; never two for one key)."""
         m = self.metrics
+        if not self.store.seeded(task) and not self._seed(task):
+            self.queue.add_after(task, self.s.sender_retry)
+            return
         state, events = self.store.take(task)
         changed = False
         later: list[ParsedEvent] = []
@@ -211,6 +220,32 @@ class Controller:
             for ev in later:
                 self.store.push(ev)
             self.queue.add_after(task, self.s.sender_retry)
+
+    def _seed(self, task: TaskRef) -> bool:
+        """Load a task that is new to this watcher (or was evicted) from its TaskFeedback, so
+        its fold continues the persisted state. False when the API could not tell."""
+        path = f"/apis/{API_GROUP}/{API_VERSION.split('/')[1]}/namespaces/{task.namespace}/" \
+               f"{PLURAL}/{task.name}"
+        try:
+            obj = self.kube.request("GET", path, timeout=(5, 30))
+        except KubeError as e:
+            if e.status != 404:
+                log.warning("cannot load %s/%s: %s", task.namespace, task.name, e)
+                return False
+            self.store.load(task, None, exists=False)
+            return True
+        self.store.load(task, obj.get("status"))
+        return True
+
+    def evict_idle(self) -> int:
+        """Drop idle, fully written tasks from memory (their state lives in their status)."""
+        if self.s.evict_after <= 0:
+            return 0
+        n = self.store.evict_idle(self.s.evict_after, lambda t: self.queue.is_processing(t)
+                                  or self.writer.queue.is_processing(t))
+        if n:
+            self.metrics.tasks_evicted.inc(n)
+        return n
 
     # --- shutdown -----------------------------------------------------------------------
     def stop(self, flush_timeout: float = 10.0) -> bool:

@@ -1,12 +1,16 @@
 """In-memory task states and their pending (not yet folded) events, keyed by task.
 
 Seeded at start from the TaskFeedback statuses (version vectors included), so a restarted or
-newly elected watcher resumes exactly where the last written state left off.
+newly elected watcher resumes exactly where the last written state left off. Idle, fully
+written tasks are evicted to keep memory bounded; an evicted task comes back unseeded, and
+is seeded again from its status before its next fold.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +25,10 @@ class Entry:
     version: int = 0  # bumped by every fold that changed the state
     written: int = -1  # version last persisted (-1: never)
     exists: bool = False  # the TaskFeedback object is known to exist
+    # The state came from the persisted status (or the object is known to be absent); an
+    # unseeded entry must be seeded before it is folded, or its fold would start from zero.
+    seeded: bool = False
+    touched: float = field(default_factory=time.monotonic)
 
 
 class Store:
@@ -37,18 +45,38 @@ class Store:
             e = self._entries[task] = Entry(new_state(task, self.limits))
         return e
 
-    def load(self, task: TaskRef, status: Any) -> TaskState:
-        """Seed ``task`` from a persisted ``.status`` (the object exists, its state is written)."""
+    def load(self, task: TaskRef, status: Any, exists: bool = True) -> TaskState:
+        """Seed ``task`` from a persisted ``.status`` (or, with ``exists=False``, as new)."""
         state = TaskState.from_status(task, status, self.limits)
         with self._lock:
             e = self._entry(task)
-            e.state, e.exists, e.written = state, True, e.version
+            e.state, e.exists, e.written, e.seeded = state, exists, e.version, True
+            e.touched = time.monotonic()
         return state
+
+    def seeded(self, task: TaskRef) -> bool:
+        with self._lock:
+            e = self._entries.get(task)
+            return e is not None and e.seeded
+
+    def evict_idle(self, idle_for: float, busy: Callable[[TaskRef], bool]) -> int:
+        """Drop tasks untouched for ``idle_for`` seconds, with nothing pending or unwritten,
+        that no worker holds (``busy``). Returns how many were dropped."""
+        cutoff = time.monotonic() - idle_for
+        with self._lock:
+            idle = [t for t, e in self._entries.items()
+                    if e.touched < cutoff and not e.pending and e.written >= e.version
+                    and not busy(t)]
+            for task in idle:
+                del self._entries[task]
+        return len(idle)
 
     def push(self, ev: ParsedEvent) -> None:
         """Buffer an event for its task's next fold (called from the watch loop: O(1))."""
         with self._lock:
-            self._entry(ev.task).pending.append(ev)
+            e = self._entry(ev.task)
+            e.pending.append(ev)
+            e.touched = time.monotonic()
 
     def take(self, task: TaskRef) -> tuple[TaskState, list[ParsedEvent]]:
         """The current state and all pending events (now owned by the caller)."""

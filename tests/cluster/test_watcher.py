@@ -126,6 +126,24 @@ def test_end_to_end_status_is_the_exact_fold(admin: Any, namespace: str, kubecon
     assert w.get("/healthz")[0] == 200
 
 
+def test_idle_tasks_leave_memory_and_resume_exactly(admin: Any, namespace: str,
+                                                    kubeconfig: Path, tmp_path: Path,
+                                                    start_watcher: Any) -> None:
+    """Memory stays bounded by active tasks: an idle, written task is evicted, and its next
+    event seeds it again from its status, so nothing is lost or counted twice."""
+    w = start_watcher("--evict-after", "1")
+    pod = pods_for(admin, namespace, "idle", 1)[0]
+    first, second = tmp_path / "idle-1.jsonl", tmp_path / "idle-2.jsonl"
+    Emitter(kubeconfig, namespace, "idle", pod, "idle-i1", first, count=40, rate=200).wait()
+    assert_exact(admin, namespace, ["idle"], [first])
+    eventually(lambda: metric(w, "tidings_watcher_tasks_evicted_total") >= 1, 60,
+               "the idle task to be evicted")
+    assert w.get(f"/tasks/{namespace}/idle")[0] == 404  # no longer in memory
+    Emitter(kubeconfig, namespace, "idle", pod, "idle-i2", second, count=40, rate=200).wait()
+    assert_exact(admin, namespace, ["idle"], [first, second])
+    assert metric(w, "tidings_watcher_events_applied_total") == 80
+
+
 def test_lineage_events_are_skipped_not_rejected(admin: Any, namespace: str, kubeconfig: Path,
                                                  start_watcher: Any) -> None:
     from kubernetes import client

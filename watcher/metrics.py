@@ -39,6 +39,8 @@ class Metrics:
                                       "Watches re-opened from the last resourceVersion.",
                                       ["resource"], registry=r)
         self.tasks = Gauge(p + "tasks", "Tasks with state in memory.", registry=r)
+        self.writes_in_flight = Gauge(p + "status_writes_in_flight",
+                                      "Status writes being made right now.", registry=r)
         self.tasks_evicted = Counter(p + "tasks_evicted",
                                      "Idle, fully written tasks dropped from memory.", registry=r)
         self.leader = Gauge(p + "leader", "1 while this replica is the active one.", registry=r)

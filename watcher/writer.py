@@ -156,6 +156,13 @@ class StatusWriter:
             self.queue.add_after(task, delay)
 
     def _write(self, task: TaskRef, state: TaskState, exists: bool) -> bool:
+        self.metrics.writes_in_flight.inc()
+        try:
+            return self._write_now(task, state, exists)
+        finally:
+            self.metrics.writes_in_flight.dec()
+
+    def _write_now(self, task: TaskRef, state: TaskState, exists: bool) -> bool:
         delay = self.slow.get(task.name)
         if delay:
             time.sleep(delay)  # test hook: this task's writes are slow, nobody else's

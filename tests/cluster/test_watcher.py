@@ -169,12 +169,13 @@ def test_lineage_events_are_skipped_not_rejected(admin: Any, namespace: str, kub
 
 def test_slow_key_does_not_delay_another(admin: Any, namespace: str, kubeconfig: Path,
                                          tmp_path: Path, start_watcher: Any) -> None:
-    start_watcher(env={"TIDINGS_TEST_SLOW_WRITE_TASK": "slow-a:6"})
+    w = start_watcher(env={"TIDINGS_TEST_SLOW_WRITE_TASK": "slow-a:6"})
     (pa,) = pods_for(admin, namespace, "slow-a", 1)
     (pb,) = pods_for(admin, namespace, "fast-b", 1)
     fa, fb = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     Emitter(kubeconfig, namespace, "slow-a", pa, "ia", fa, count=20).wait()
-    time.sleep(0.5)  # A's first write is now stuck in the 6 s hook
+    eventually(lambda: metric(w, "tidings_watcher_status_writes_in_flight") >= 1, 10,
+               "A's first write to be stuck in the 6 s hook")
     t0 = time.monotonic()
     Emitter(kubeconfig, namespace, "fast-b", pb, "ib", fb, count=20).wait()
     emitted_at = time.monotonic()
@@ -213,7 +214,9 @@ def test_kill9_mid_stream_then_restart_is_exact(admin: Any, namespace: str, kube
     w.kill(signal.SIGKILL)  # mid-stream: emitters keep going while no watcher runs
     written_before = task_status(admin, namespace, "k1")
     assert written_before and written_before["counters"]["events_applied"] < 300
-    time.sleep(1.0)
+    delivered_at_kill = sum(e.delivered() for e in emitters)
+    eventually(lambda: sum(e.delivered() for e in emitters) >= delivered_at_kill + 20, 30,
+               "events to land while no watcher runs")
     w2 = start_watcher()
     for e in emitters:
         e.wait()
@@ -231,7 +234,8 @@ def test_apiserver_restart_mid_stream_is_exact(control_plane: Any, admin: Any, n
                "stream flowing")
     control_plane.stop_apiserver()
     try:
-        time.sleep(2.0)  # emitters and watcher both face a dead API server
+        eventually(lambda: "refused" in w.tail(400).lower(), 30,
+                   "the watcher to find the API server gone")
     finally:
         control_plane.start_apiserver()
     for e in emitters:
@@ -290,7 +294,10 @@ def test_spoofed_senders_are_rejected_and_counted(admin: Any, namespace: str, ku
                 count=2).wait()
     key = 'tidings_watcher_events_rejected_total{reason="spoofed_sender"}'
     eventually(lambda: metric(w, key) == 6, 20, "6 spoofed events rejected")
-    time.sleep(0.5)  # nothing may be written for them
+    eventually(lambda: metric(w, "tidings_watcher_queue_depth") == 0
+               and metric(w, "tidings_watcher_write_queue_depth") == 0
+               and metric(w, "tidings_watcher_status_writes_in_flight") == 0, 10,
+               "the watcher to be idle")
     assert task_status(admin, namespace, "victim") == before
     assert metric(w, "tidings_watcher_events_applied_total") == 10
 

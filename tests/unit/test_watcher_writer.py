@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import eventually
 from tidings.schemas.event import ParsedEvent, PodRef, TaskRef
 from tidings.schemas.payloads import LogLink, Progress
 from tidings.schemas.state import TaskState, fold, new_state
@@ -173,7 +174,7 @@ def test_slow_task_does_not_hold_up_another() -> None:
     w.start()
     a, b = TaskRef("ns", "a"), TaskRef("ns", "b")
     _apply(store, w, a, 1)
-    time.sleep(0.05)  # a's write is now sleeping in the hook
+    eventually(lambda: w.queue.is_processing(a), 5, "a's write to sit in the slow hook")
     t0 = time.monotonic()
     for seq in range(1, 20):
         last_b = _apply(store, w, b, seq)
@@ -231,11 +232,18 @@ def test_permanent_refusal_waits_for_the_next_change() -> None:
 def test_no_write_without_the_lease() -> None:
     kube = FakeKube()
     store = Store()
+    asked: list[bool] = []
+
+    def may_write() -> bool:
+        asked.append(False)
+        return False
+
     w = StatusWriter(kube, store, Metrics(), interval=0.0, workers=1, slow={},  # type: ignore[arg-type]
-                     may_write=lambda: False)
+                     may_write=may_write)
     w.start()
     _apply(store, w, TaskRef("ns", "a"), 1)
-    time.sleep(0.3)
+    # Twice: the first attempt has finished (and not written) once the writer asks again.
+    eventually(lambda: len(asked) >= 2, 5, "the writer to ask for the lease twice")
     assert kube.objects == {}
     assert not w.idle(), "the state stays dirty for whoever holds the lease"
     w.stop()

@@ -15,6 +15,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -405,9 +406,11 @@ class ControlPlane:
         return _http_get(f"{self.server}{path}", self._ssl(), self.tokens[user])
 
     def env(self) -> dict[str, str]:
-        """What `tidings dev up` exports: KUBECONFIG and a PATH with the built kubectl first."""
+        """What `tidings dev up` exports: KUBECONFIG, and a PATH with the built kubectl first
+        and this `tidings` (its virtualenv's bin) next."""
         return {"KUBECONFIG": str(self.kubeconfig("admin")),
-                "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '')}"}
+                "PATH": f"{self.bin_dir}:{Path(sys.executable).parent}:"
+                        f"{os.environ.get('PATH', '')}"}
 
 
 def _http_get(url: str, context: ssl.SSLContext | None = None, token: str | None = None) -> bytes:

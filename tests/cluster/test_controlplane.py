@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +166,30 @@ def test_teardown_leaves_no_process_even_when_the_body_fails(control_plane: Cont
         raise RuntimeError("boom")
     assert cp.processes
     assert not any(p.alive() for p in cp.processes.values())
+
+
+def test_dev_up_and_down_commands(control_plane: ControlPlane, tmp_path: Path) -> None:
+    tidings = str(Path(sys.executable).parent / "tidings")
+    env = {**os.environ, "TIDINGS_BIN_DIR": str(control_plane.bin_dir)}
+    state = str(tmp_path / "dev")
+    up = subprocess.run([tidings, "dev", "up", "--state-dir", state], env=env,
+                        capture_output=True, text=True, timeout=120)
+    try:
+        assert up.returncode == 0, up.stderr
+        exports = dict(line.removeprefix("export ").split("=", 1)
+                       for line in up.stdout.splitlines())
+        assert set(exports) == {"KUBECONFIG", "PATH"}
+        shell = subprocess.run(["bash", "-c", f"{up.stdout}\nkubectl get --raw /version"],
+                               capture_output=True, text=True, timeout=60)
+        assert json.loads(shell.stdout)["gitVersion"] == _versions()["KUBERNETES_VERSION"]
+        assert subprocess.run([tidings, "dev", "status", "--state-dir", state],
+                              capture_output=True).returncode == 0
+        pids = ControlPlane.load(Path(state)).processes
+    finally:
+        down = subprocess.run([tidings, "dev", "down", "--state-dir", state],
+                              capture_output=True, text=True, timeout=60)
+    assert down.returncode == 0, down.stderr
+    assert not any(p.alive() for p in pids.values())
+    status = subprocess.run([tidings, "dev", "status", "--state-dir", state],
+                            capture_output=True, text=True)
+    assert status.returncode == 1 and status.stderr.startswith("error: ")

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support import eventually
 from tidings.watcher.queue import ShutDown, WorkQueue
 
 
@@ -134,9 +135,7 @@ def test_concurrent_workers_never_share_a_key_and_lose_nothing() -> None:
             adds[k] += 1
             processed_after_last_add[k] = False
         q.add(k)
-    deadline = time.monotonic() + 10
-    while q.pending() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    eventually(lambda: q.pending() == 0, 10, "the queue to drain")
     q.shutdown()
     for t in threads:
         t.join(5)

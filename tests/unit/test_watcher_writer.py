@@ -179,10 +179,8 @@ def test_slow_task_does_not_hold_up_another() -> None:
     for seq in range(1, 20):
         last_b = _apply(store, w, b, seq)
         time.sleep(0.005)
-    deadline = time.monotonic() + 1.0
-    while kube.objects.get("b") != status_body(last_b) and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert kube.objects.get("b") == status_body(last_b)
+    eventually(lambda: kube.objects.get("b") == status_body(last_b), 1.0,
+               "b's newest state, while a's write sleeps")
     assert time.monotonic() - t0 < 1.0
     assert "a" not in kube.objects or not kube.objects["a"]
     assert w.flush(5)

@@ -156,8 +156,8 @@ OutputOpt = Annotated[Output, typer.Option(
 # --- input validation ----------------------------------------------------------------------
 
 # Task ids may be label values (mixed case, '_'); field selectors must never see ',' or '='.
-_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.\-]{0,251}[A-Za-z0-9])?$")
-_NS = re.compile(r"^[a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?$")
+_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.\-]{0,251}[A-Za-z0-9])?\Z")
+_NS = re.compile(r"^[a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?\Z")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 

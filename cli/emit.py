@@ -13,6 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
+from tidings.cli.common import Context
+
 EXIT_INVALID, EXIT_UNDELIVERED, EXIT_FORBIDDEN = 2, 3, 4
 
 app = typer.Typer(
@@ -33,8 +35,6 @@ Namespace = Annotated[str, typer.Option(
 Kubeconfig = Annotated[str | None, typer.Option(
     "--kubeconfig", show_default=False,
     help="Kubeconfig file (default: in-cluster config, else $KUBECONFIG or ~/.kube/config).")]
-Context = Annotated[str | None, typer.Option("--context", show_default=False,
-                                             help="Kubeconfig context.")]
 Timeout = Annotated[float, typer.Option("--timeout", min=0.0,
                                         help="Seconds to wait for delivery.")]
 

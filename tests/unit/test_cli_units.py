@@ -33,7 +33,7 @@ def test_bad_durations_are_invalid_input(text: str) -> None:
     assert err.value.code == 2
 
 
-@pytest.mark.parametrize("name", ["a,b", "x=y", "a b", "", "-x", "x/y", "a\x1b[2J", "é"])
+@pytest.mark.parametrize("name", ["a,b", "x=y", "a b", "", "-x", "x/y", "a\x1b[2J", "é", "task\n"])
 def test_names_that_could_bend_a_field_selector_are_refused(name: str) -> None:
     with pytest.raises(CliError) as err:
         check_name(name, "task")

@@ -23,7 +23,7 @@ from .queue import WorkQueue
 from .reflector import Reflector
 from .senders import Retry, Senders
 from .store import Store
-from .writer import StatusWriter
+from .writer import StatusWriter, collection_path
 
 log = logging.getLogger("tidings.watcher")
 
@@ -224,8 +224,7 @@ class Controller:
     def _seed(self, task: TaskRef) -> bool:
         """Load a task that is new to this watcher (or was evicted) from its TaskFeedback, so
         its fold continues the persisted state. False when the API could not tell."""
-        path = f"/apis/{API_GROUP}/{API_VERSION.split('/')[1]}/namespaces/{task.namespace}/" \
-               f"{PLURAL}/{task.name}"
+        path = f"{collection_path(task.namespace)}/{task.name}"
         try:
             obj = self.kube.request("GET", path, timeout=(5, 30))
         except KubeError as e:

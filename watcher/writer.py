@@ -74,7 +74,8 @@ def status_body(state: TaskState) -> dict[str, Any]:
     return st
 
 
-def _collection(ns: str) -> str:
+def collection_path(ns: str) -> str:
+    """The TaskFeedback collection of namespace ``ns``."""
     return f"/apis/{API_GROUP}/{API_VERSION.split('/')[1]}/namespaces/{ns}/{PLURAL}"
 
 
@@ -190,7 +191,7 @@ class StatusWriter:
         if not self.may_write():
             # Fencing: a replica that can no longer prove its lease writes nothing more.
             raise NotLeader("lease not held")
-        coll = _collection(task.namespace)
+        coll = collection_path(task.namespace)
         if not exists:
             self._create(task, coll)
         # JSON Patch "add /status" replaces the whole status atomically: keys the fold dropped

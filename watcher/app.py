@@ -1,13 +1,14 @@
 """The watcher process: HTTP endpoints always; the controller only while holding the lease.
 
-Exit codes: 0 after a graceful stop (SIGTERM/SIGINT), 1 when the lease is lost (a standby
-takes over; the supervisor restarts us as a standby), 2 for configuration errors.
+A replica that loses its lease (API server stall, partition) fences itself (writes nothing
+more), drops its in-memory state and campaigns again as a standby, in-process; a new term
+reloads the state from the statuses. Exit codes: 0 after a graceful stop (SIGTERM/SIGINT),
+2 for configuration errors.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 import time
@@ -129,37 +130,72 @@ def run(o: Options, *, announce: Any = print) -> int:
         elector = LeaderElector(kube, o.lease_namespace, o.lease_name, identity=o.identity,
                                 lease_duration=d, renew_deadline=o.renew_deadline or d * 2 / 3,
                                 retry_period=o.retry_period or d * 2 / 15)
-        log.info("standby: waiting for lease %s/%s as %s", o.lease_namespace, o.lease_name,
-                 elector.identity)
-        if not elector.acquire(stop):
-            http.stop()
-            return 0
-        metrics.leader.set(1)
-        announce(f"tidings watcher: leading as {elector.identity}", flush=True)
+    try:
+        while not stop.is_set():
+            if elector is not None:
+                log.info("standby: waiting for lease %s/%s as %s", o.lease_namespace,
+                         o.lease_name, elector.identity)
+                if not elector.acquire(stop):
+                    break
+                metrics.leader.set(1)
+                announce(f"tidings watcher: leading as {elector.identity}", flush=True)
+            if _lead(kube, watch_kube, settings, metrics, elector, holder, stop, o):
+                break  # stopped gracefully
+            # The lease was lost: fenced and dropped; campaign again as a standby.
+            announce("tidings watcher: lease lost; standby", flush=True)
+    finally:
+        http.stop()
+    return 0
+
+
+def _lead(kube: Kube, watch_kube: Kube, settings: Settings, metrics: Metrics,
+          elector: LeaderElector | None, holder: dict[str, Any], stop: threading.Event,
+          o: Options) -> bool:
+    """Run one term as the active replica. True after a graceful stop (state flushed, lease
+    released); False when the lease was lost (nothing more written, in-memory state dropped).
+    """
+    lost = threading.Event()
+    over = stop  # set when this term ends: stopped, or (with an elector) the lease lost
+    may_write: Any = None
+    if elector is not None:
+        term, over = elector.term, threading.Event()
+
+        def may_write() -> bool:
+            # Fencing: only this term's controller, only while the lease is provably held.
+            return not lost.is_set() and elector.is_leader(term)
 
         def hold() -> None:
-            assert elector is not None
             elector.hold(stop)
             if not stop.is_set():
-                # Someone else may lead now: writing anything more could overwrite newer
-                # state, so stop at once (even mid-start); the supervisor restarts us.
-                metrics.leader.set(0)
-                log.error("lease lost: exiting so that a standby takes over")
-                logging.shutdown()
-                os._exit(1)
+                lost.set()
+            over.set()
 
         threading.Thread(target=hold, name="lease", daemon=True).start()
-    controller = Controller(kube, settings, metrics, watch_kube=watch_kube,
-                            may_write=elector.is_leader if elector else None)
+    controller = Controller(kube, settings, metrics, watch_kube=watch_kube, may_write=may_write)
     holder["controller"] = controller
-    if not _start_controller(controller, stop):
-        return 0
-    while not stop.is_set():
-        stop.wait(0.2)
-    t0 = time.monotonic()
-    flushed = controller.stop(o.flush_timeout)
-    log.info("stopped (flushed=%s in %.2fs)", flushed, time.monotonic() - t0)
+    try:
+        started = _start_controller(controller, over)
+        while not over.wait(0.5):  # a timed wait keeps the main thread responsive to signals
+            pass
+    except BaseException:
+        holder.pop("controller", None)
+        controller.abort()
+        raise
+    if lost.is_set():
+        # Someone else may lead now: whatever we hold may be older than what they write, so
+        # stop every worker at once, write nothing more, and forget the state (a new term
+        # reloads it from the statuses).
+        holder.pop("controller", None)
+        metrics.leader.set(0)
+        log.error("lease lost: fenced, in-memory state dropped; back to standby")
+        controller.abort()
+        return False
+    if started:
+        t0 = time.monotonic()
+        flushed = controller.stop(o.flush_timeout)
+        log.info("stopped (flushed=%s in %.2fs)", flushed, time.monotonic() - t0)
+    holder.pop("controller", None)
     if elector is not None:
         elector.release()
-    http.stop()
-    return 0
+    metrics.leader.set(0)
+    return True

@@ -140,7 +140,7 @@ class Controller:
                 for obj in data.get("items") or []:
                     meta = obj.get("metadata") or {}
                     task = TaskRef(meta.get("namespace", ""), meta.get("name", ""))
-                    self.store.load(task, obj.get("status"))
+                    self.store.load(task, obj.get("status"), rv=meta.get("resourceVersion"))
                     n += 1
                 cont = (data.get("metadata") or {}).get("continue") or ""
                 if not cont:
@@ -191,8 +191,9 @@ class Controller:
         if not self.store.seeded(task) and not self._seed(task):
             self.queue.add_after(task, self.s.sender_retry)
             return
-        state, events = self.store.take(task)
-        changed = False
+        base, events = self.store.take(task)
+        state = base
+        applied: list[ParsedEvent] = []
         later: list[ParsedEvent] = []
         for ev in events:
             if state.applied.contains(ev.instance, ev.seq):
@@ -212,9 +213,9 @@ class Controller:
                     continue
             state = fold(state, ev)
             m.events_applied.inc()
-            changed = True
-        if changed:
-            self.store.put(task, state)
+            applied.append(ev)
+        if applied:
+            self.store.put(task, state, base=base, events=applied)
             self.writer.changed(task)
         if later:
             for ev in later:
@@ -233,7 +234,8 @@ class Controller:
                 return False
             self.store.load(task, None, exists=False)
             return True
-        self.store.load(task, obj.get("status"))
+        self.store.load(task, obj.get("status"),
+                        rv=(obj.get("metadata") or {}).get("resourceVersion"))
         return True
 
     def evict_idle(self) -> int:
@@ -247,6 +249,15 @@ class Controller:
         return n
 
     # --- shutdown -----------------------------------------------------------------------
+    def abort(self) -> None:
+        """Stop at once without flushing (the lease is lost: writing more could overwrite a
+        newer leader's state). Workers still busy finish their item, fenced by ``may_write``."""
+        self._stopping.set()
+        for r in self._reflectors:
+            r.stop()
+        self.queue.shutdown()
+        self.writer.stop()
+
     def stop(self, flush_timeout: float = 10.0) -> bool:
         """Stop watching, fold what is buffered, write what is folded (bounded by a deadline)."""
         for r in self._reflectors:

@@ -44,14 +44,17 @@ class LeaderElector:
         self._observed_at = 0.0
         self._last_renew = float("-inf")
         self._leader = False
+        self.term = 0  # bumped each time we become leader: fences work of an older term
 
     @property
     def path(self) -> str:
         return f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.name}"
 
-    def is_leader(self) -> bool:
-        """True while our last successful renewal is younger than the renew deadline."""
-        return self._leader and self.clock() - self._last_renew < self.renew_deadline
+    def is_leader(self, term: int | None = None) -> bool:
+        """True while our last successful renewal is younger than the renew deadline (and,
+        with ``term``, only within that term: a later term does not revive older work)."""
+        return self._leader and self.clock() - self._last_renew < self.renew_deadline \
+            and (term is None or term == self.term)
 
     # --- one round ----------------------------------------------------------------------
     def try_acquire_or_renew(self) -> bool:
@@ -99,7 +102,8 @@ class LeaderElector:
     def _won(self) -> bool:
         self._last_renew = self.clock()
         if not self._leader:
-            log.info("became leader as %s", self.identity)
+            self.term += 1
+            log.info("became leader as %s (term %d)", self.identity, self.term)
         self._leader = True
         return True
 

@@ -54,5 +54,7 @@ class Metrics:
             self.relists.labels(cause)
         for cause in ("not_task", "deleted", "duplicate"):
             self.events_skipped.labels(cause)
-        for result in ("ok", "error"):
+        # conflict: refused by the resourceVersion precondition (then re-read and rebased);
+        # fenced: not sent, the lease is not held.
+        for result in ("ok", "error", "conflict", "fenced"):
             self.status_writes.labels(result)

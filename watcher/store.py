@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tidings.schemas.event import ParsedEvent, TaskRef
-from tidings.schemas.state import DEFAULT_LIMITS, Limits, TaskState, new_state
+from tidings.schemas.state import DEFAULT_LIMITS, Limits, TaskState, fold, new_state
+from tidings.schemas.version_vector import VersionVector
 
 
 @dataclass(slots=True)
@@ -24,7 +25,12 @@ class Entry:
     pending: list[ParsedEvent] = field(default_factory=list)
     version: int = 0  # bumped by every fold that changed the state
     written: int = -1  # version last persisted (-1: never)
-    exists: bool = False  # the TaskFeedback object is known to exist
+    # resourceVersion of the TaskFeedback our state builds on (read, or our last write):
+    # the precondition of the next status write. None: the object is not known to exist.
+    rv: str | None = None
+    # Events folded since that object version, tagged with the version that folded them:
+    # re-applied on top of a newer status written by someone else (see ``rebase``).
+    unsaved: list[tuple[int, ParsedEvent]] = field(default_factory=list)
     # The state came from the persisted status (or the object is known to be absent); an
     # unseeded entry must be seeded before it is folded, or its fold would start from zero.
     seeded: bool = False
@@ -45,12 +51,15 @@ class Store:
             e = self._entries[task] = Entry(new_state(task, self.limits))
         return e
 
-    def load(self, task: TaskRef, status: Any, exists: bool = True) -> TaskState:
-        """Seed ``task`` from a persisted ``.status`` (or, with ``exists=False``, as new)."""
+    def load(self, task: TaskRef, status: Any, exists: bool = True,
+             rv: str | None = None) -> TaskState:
+        """Seed ``task`` from a persisted ``.status`` read at resourceVersion ``rv`` (or, with
+        ``exists=False``, as new)."""
         state = TaskState.from_status(task, status, self.limits)
         with self._lock:
             e = self._entry(task)
-            e.state, e.exists, e.written, e.seeded = state, exists, e.version, True
+            e.state, e.written, e.seeded = state, e.version, True
+            e.rv, e.unsaved = (rv if exists else None), []
             e.touched = time.monotonic()
         return state
 
@@ -85,32 +94,65 @@ class Store:
             pending, e.pending = e.pending, []
             return e.state, pending
 
-    def put(self, task: TaskRef, state: TaskState) -> int:
-        """Store a new folded state; returns its version."""
+    def put(self, task: TaskRef, state: TaskState, base: TaskState | None = None,
+            events: Sequence[ParsedEvent] = ()) -> int:
+        """Store ``state``, the fold of ``events`` onto ``base`` (the state ``take`` gave);
+        returns its version. If the state was rebased meanwhile, ``events`` are folded onto
+        the rebased state instead, so nothing folded is lost either way."""
         with self._lock:
             e = self._entry(task)
+            if base is not None and e.state is not base:
+                state = _fold_new(e.state, events)
             e.state = state
             e.version += 1
+            e.unsaved.extend((e.version, ev) for ev in events)
             return e.version
+
+    def rebase(self, task: TaskRef, status: Any, rv: str) -> bool:
+        """Someone wrote the status (resourceVersion ``rv``) since our state's base: make it
+        our base. If it holds events our state lacks (a newer leader's work), the state
+        becomes that status plus our unsaved events; otherwise ours already contains all of
+        it and only the precondition moves. True when the state changed."""
+        theirs = TaskState.from_status(task, status, self.limits)
+        with self._lock:
+            e = self._entry(task)
+            e.rv = rv
+            if covers(e.state.applied, theirs.applied):
+                return False
+            merged = _fold_new(theirs, [ev for _, ev in e.unsaved])
+            e.state = merged
+            e.version += 1
+            if merged == theirs:  # we were behind: the status already says all we know
+                e.written, e.unsaved = e.version, []
+            return True
+
+    def absent(self, task: TaskRef) -> None:
+        """The TaskFeedback object is gone: the next write creates it."""
+        with self._lock:
+            e = self._entry(task)
+            e.rv = None
 
     def get(self, task: TaskRef) -> TaskState | None:
         with self._lock:
             e = self._entries.get(task)
             return None if e is None else e.state
 
-    def unwritten(self, task: TaskRef) -> tuple[TaskState, int, bool] | None:
-        """(state, version, object exists) when the newest state is not persisted yet."""
+    def unwritten(self, task: TaskRef) -> tuple[TaskState, int, str | None] | None:
+        """(state, version, resourceVersion to write over) when the newest state is not
+        persisted yet."""
         with self._lock:
             e = self._entries.get(task)
             if e is None or e.written >= e.version:
                 return None
-            return e.state, e.version, e.exists
+            return e.state, e.version, e.rv
 
-    def written(self, task: TaskRef, version: int) -> None:
+    def written(self, task: TaskRef, version: int, rv: str | None = None) -> None:
+        """``version`` is persisted; the object is now at resourceVersion ``rv``."""
         with self._lock:
             e = self._entry(task)
             e.written = max(e.written, version)
-            e.exists = True
+            e.rv = rv
+            e.unsaved = [(v, ev) for v, ev in e.unsaved if v > version]
 
     def tasks(self) -> list[TaskRef]:
         with self._lock:
@@ -119,3 +161,22 @@ class Store:
     def __len__(self) -> int:
         with self._lock:
             return len(self._entries)
+
+
+def covers(ours: VersionVector, theirs: VersionVector) -> bool:
+    """Whether every (instance, seq) in ``theirs`` is in ``ours``."""
+    for inst in theirs.instances:
+        mine = ours.ranges(inst)
+        for lo, hi in theirs.ranges(inst):
+            if not any(a <= lo and hi <= b for a, b in mine):  # ranges are disjoint, merged
+                return False
+    return True
+
+
+def _fold_new(state: TaskState, events: Sequence[ParsedEvent]) -> TaskState:
+    """Fold the events ``state`` has not applied yet (skipped before the fold, as the
+    controller does, so the persisted counters never see a duplicate)."""
+    for ev in events:
+        if not state.applied.contains(ev.instance, ev.seq):
+            state = fold(state, ev)
+    return state

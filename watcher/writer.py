@@ -3,6 +3,12 @@
 At most one write per task is in flight; writes of a task are spaced by ``interval``; the
 newest folded state is what the next write sends. Write pools are per writer, not per task,
 and a slow task only ever occupies the one worker writing it.
+
+Every status write carries the resourceVersion its state builds on (optimistic concurrency):
+a write from a deposed leader, delayed in flight, gets 409 instead of landing over a newer
+leader's status. On 409 the writer re-reads the object and rebases (``Store.rebase``): if the
+status holds events ours lacks it becomes the base and our unsaved events are re-applied on
+top (version vectors skip what it already has), so nothing is lost or counted twice.
 """
 
 from __future__ import annotations
@@ -14,19 +20,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tenacity import (
-    retry,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_random_exponential,
-)
-
 from tidings.schemas.constants import API_GROUP, API_VERSION, KIND, PLURAL
 from tidings.schemas.event import TaskRef
 from tidings.schemas.state import TaskState
 
 from .coalesce import Coalescer, TokenBucket
-from .kube import JSON_PATCH, Kube, KubeError
+from .kube import Kube, KubeError
 from .metrics import Metrics
 from .queue import WorkQueue
 from .store import Store
@@ -39,8 +38,18 @@ SLOW_WRITE_ENV = "TIDINGS_TEST_SLOW_WRITE_TASK"
 WRITE_TIMEOUT = (2.0, 3.0)
 
 
+FIELD_MANAGER = "tidings-watcher"
+# Conflicts resolved (re-read, rebase, write again) within one write before it counts as a
+# failure and waits for the coalescer's backoff.
+MAX_CONFLICTS = 4
+
+
 class NotLeader(Exception):
     """Writing is not allowed right now (the lease is not held)."""
+
+
+class Conflict(Exception):
+    """The object is not at the resourceVersion our state builds on (409/404)."""
 
 
 def parse_slow_writes(spec: str | None) -> dict[str, float]:
@@ -145,31 +154,48 @@ class StatusWriter:
         wait = self.budget.reserve() if self.store.unwritten(task) is not None else 0.0
         if wait > 0:
             time.sleep(wait)  # holds only this key; its newer folds coalesce meanwhile
-        snap = self.store.unwritten(task)
-        if snap is not None:
-            state, version, exists = snap
-            ok = self.may_write() and self._write(task, state, exists)
-            if ok:
-                self.store.written(task, version)
+        if self.store.unwritten(task) is not None:
+            ok = self.may_write() and self._write(task)
         with self._lock:
             delay = self.co.end(task, time.monotonic(), ok)
         if delay is not None:
             self.queue.add_after(task, delay)
 
-    def _write(self, task: TaskRef, state: TaskState, exists: bool) -> bool:
+    def _write(self, task: TaskRef) -> bool:
         self.metrics.writes_in_flight.inc()
         try:
-            return self._write_now(task, state, exists)
+            return self._write_now(task)
         finally:
             self.metrics.writes_in_flight.dec()
 
-    def _write_now(self, task: TaskRef, state: TaskState, exists: bool) -> bool:
-        delay = self.slow.get(task.name)
-        if delay:
-            time.sleep(delay)  # test hook: this task's writes are slow, nobody else's
+    def _write_now(self, task: TaskRef) -> bool:
+        """Write the newest state over the object version it builds on; on a conflict, re-read
+        and rebase (``Store.rebase``) and write again. One attempt of the whole: a failure is
+        retried by the coalescer's backoff, never here as well."""
         t0 = time.perf_counter()
         try:
-            self._persist(task, status_body(state), exists)
+            for _ in range(MAX_CONFLICTS):
+                snap = self.store.unwritten(task)
+                if snap is None:
+                    return True
+                state, version, rv = snap
+                try:
+                    new_rv = self._persist(task, status_body(state), rv)
+                except Conflict as e:
+                    self.metrics.status_writes.labels("conflict").inc()
+                    log.info("status write %s/%s: %s; re-reading", task.namespace, task.name, e)
+                    self._reread(task)
+                    continue
+                self.store.written(task, version, new_rv)
+                self.metrics.write_seconds.observe(time.perf_counter() - t0)
+                self.metrics.status_writes.labels("ok").inc()
+                return True
+            log.warning("status write %s/%s: still conflicting after %d attempts",
+                        task.namespace, task.name, MAX_CONFLICTS)
+            return False
+        except NotLeader:
+            self.metrics.status_writes.labels("fenced").inc()
+            return False
         except KubeError as e:
             self.metrics.status_writes.labels("error").inc()
             log.warning("status write %s/%s failed: %s", task.namespace, task.name, e)
@@ -180,39 +206,68 @@ class StatusWriter:
             self.metrics.status_writes.labels("error").inc()
             log.warning("status write %s/%s failed: %s", task.namespace, task.name, e)
             return False
-        self.metrics.write_seconds.observe(time.perf_counter() - t0)
-        self.metrics.status_writes.labels("ok").inc()
-        return True
 
-    @retry(retry=retry_if_exception(lambda e: isinstance(e, KubeError) and e.retryable),
-           stop=stop_after_attempt(5), wait=wait_random_exponential(multiplier=0.1, max=2.0),
-           reraise=True)
-    def _persist(self, task: TaskRef, status: dict[str, Any], exists: bool) -> None:
+    def _fence(self) -> None:
         if not self.may_write():
-            # Fencing: a replica that can no longer prove its lease writes nothing more.
+            # A replica that can no longer prove its lease sends nothing more.
             raise NotLeader("lease not held")
+
+    def _persist(self, task: TaskRef, status: dict[str, Any], rv: str | None) -> str:
+        """Replace the whole ``.status`` (keys the fold dropped vanish too) of the object at
+        resourceVersion ``rv``; returns the new resourceVersion. The API server refuses the
+        write with 409 when the object changed since ``rv``, so a stale writer never wins."""
+        self._fence()
         coll = collection_path(task.namespace)
-        if not exists:
-            self._create(task, coll)
-        # JSON Patch "add /status" replaces the whole status atomically: keys the fold dropped
-        # (e.g. a link evicted by a cap) vanish too, which a merge patch would leave behind.
-        patch = [{"op": "add", "path": "/status", "value": status}]
+        if rv is None:
+            rv = self._create(task, coll)
+            self._fence()
+        delay = self.slow.get(task.name)
+        if delay:
+            time.sleep(delay)  # test hook: this task's writes are slow (in flight), nobody else's
+        body = {"apiVersion": API_VERSION, "kind": KIND,
+                "metadata": {"name": task.name, "namespace": task.namespace,
+                             "resourceVersion": rv},
+                "status": status}
         try:
-            self.kube.request("PATCH", f"{coll}/{task.name}/status", body=patch,
-                              content_type=JSON_PATCH, timeout=WRITE_TIMEOUT)
+            obj = self.kube.request("PUT", f"{coll}/{task.name}/status", body=body,
+                                    query=[("fieldManager", FIELD_MANAGER)],
+                                    timeout=WRITE_TIMEOUT)
+        except KubeError as e:
+            if e.status in (404, 409):  # changed (or deleted) since rv
+                raise Conflict(f"HTTP {e.status}: {e}") from e
+            raise
+        return _resource_version(obj)
+
+    def _reread(self, task: TaskRef) -> None:
+        """After a conflict: the object as it is now becomes the base of our state."""
+        self._fence()
+        try:
+            obj = self.kube.request("GET", f"{collection_path(task.namespace)}/{task.name}",
+                                    timeout=WRITE_TIMEOUT)
         except KubeError as e:
             if e.status != 404:
                 raise
-            self._create(task, coll)  # deleted under us: recreate, then patch once more
-            self.kube.request("PATCH", f"{coll}/{task.name}/status", body=patch,
-                              content_type=JSON_PATCH, timeout=WRITE_TIMEOUT)
+            self.store.absent(task)
+            return
+        if self.store.rebase(task, obj.get("status"), _resource_version(obj)):
+            log.info("status of %s/%s had events we lacked: merged", task.namespace, task.name)
 
-    def _create(self, task: TaskRef, coll: str) -> None:
+    def _create(self, task: TaskRef, coll: str) -> str:
+        """Create the TaskFeedback; its resourceVersion. Conflict when it already exists (we
+        must read what it holds before writing over it)."""
         body = {"apiVersion": API_VERSION, "kind": KIND,
                 "metadata": {"name": task.name, "namespace": task.namespace},
                 "spec": {"task": task.name}}
         try:
-            self.kube.request("POST", coll, body=body, timeout=WRITE_TIMEOUT)
+            obj = self.kube.request("POST", coll, body=body,
+                                    query=[("fieldManager", FIELD_MANAGER)],
+                                    timeout=WRITE_TIMEOUT)
         except KubeError as e:
-            if e.status != 409:  # AlreadyExists is what we wanted
-                raise
+            if e.status == 409:
+                raise Conflict("already exists") from e
+            raise
+        return _resource_version(obj)
+
+
+def _resource_version(obj: Any) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")

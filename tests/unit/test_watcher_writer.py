@@ -94,6 +94,7 @@ def test_keys_are_independent() -> None:
 class FakeKube:
     def __init__(self, slow: dict[str, float] | None = None, fail_first: int = 0) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
+        self.rv: dict[str, int] = {}
         self.patches: dict[str, int] = {}
         self.in_flight: dict[str, int] = {}
         self.max_in_flight: dict[str, int] = {}
@@ -118,15 +119,24 @@ class FakeKube:
                     if name in self.objects:
                         raise KubeError(409, "exists")
                     self.objects[name] = {}
-                elif method == "PATCH":
+                    self.rv[name] = self.rv.get(name, 0) + 1
+                elif method == "PUT":
                     if name not in self.objects:
                         raise KubeError(404, "not found")
-                    self.objects[name] = kw["body"][0]["value"]
+                    if kw["body"]["metadata"]["resourceVersion"] != str(self.rv[name]):
+                        raise KubeError(409, "conflict")
+                    self.objects[name] = kw["body"]["status"]
                     self.patches[name] = self.patches.get(name, 0) + 1
+                    self.rv[name] += 1
+                elif method == "GET":
+                    if name not in self.objects:
+                        raise KubeError(404, "not found")
+                    return {"metadata": {"resourceVersion": str(self.rv[name])},
+                            "status": self.objects[name]}
+                return {"metadata": {"resourceVersion": str(self.rv.get(name, 0))}}
         finally:
             with self.lock:
                 self.in_flight[name] -= 1
-        return {}
 
 
 T = datetime(2026, 1, 1, tzinfo=UTC)

@@ -4,9 +4,12 @@ the events that were delivered (recorded by the emitters)."""
 
 from __future__ import annotations
 
+import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,12 @@ def crd(control_plane: Any) -> None:
 @pytest.fixture
 def kubeconfig(control_plane: Any) -> Path:
     return Path(control_plane.kubeconfig("admin"))
+
+
+@pytest.fixture
+def admin_token(control_plane: Any) -> str:
+    """The admin's bearer token, for the watcher's authenticated read API."""
+    return str(control_plane.tokens["admin"])
 
 
 @pytest.fixture
@@ -101,7 +110,8 @@ def metric(w: WatcherProc, name: str) -> float:
 
 
 def test_end_to_end_status_is_the_exact_fold(admin: Any, namespace: str, kubeconfig: Path,
-                                             tmp_path: Path, start_watcher: Any) -> None:
+                                             tmp_path: Path, start_watcher: Any,
+                                             admin_token: str) -> None:
     w = start_watcher()
     tasks = ["alpha", "beta", "gamma"]
     emitters, files = [], []
@@ -119,16 +129,17 @@ def test_end_to_end_status_is_the_exact_fold(admin: Any, namespace: str, kubecon
     assert m["tidings_watcher_events_applied_total"] == 900
     assert m['tidings_watcher_events_rejected_total{reason="spoofed_sender"}'] == 0
     # the read API serves the same state
-    code, body = w.get(f"/tasks/{namespace}/alpha")
+    code, body = w.get(f"/tasks/{namespace}/alpha", admin_token)
     assert code == 200
     assert orjson.loads(body) == task_status(admin, namespace, "alpha")
-    assert w.get(f"/tasks/{namespace}/nope")[0] == 404
+    assert w.get(f"/tasks/{namespace}/nope", admin_token)[0] == 404
     assert w.get("/healthz")[0] == 200
 
 
 def test_idle_tasks_leave_memory_and_resume_exactly(admin: Any, namespace: str,
                                                     kubeconfig: Path, tmp_path: Path,
-                                                    start_watcher: Any) -> None:
+                                                    start_watcher: Any,
+                                                    admin_token: str) -> None:
     """Memory stays bounded by active tasks: an idle, written task is evicted, and its next
     event seeds it again from its status, so nothing is lost or counted twice."""
     w = start_watcher("--evict-after", "1")
@@ -138,7 +149,7 @@ def test_idle_tasks_leave_memory_and_resume_exactly(admin: Any, namespace: str,
     assert_exact(admin, namespace, ["idle"], [first])
     eventually(lambda: metric(w, "tidings_watcher_tasks_evicted_total") >= 1, 60,
                "the idle task to be evicted")
-    assert w.get(f"/tasks/{namespace}/idle")[0] == 404  # no longer in memory
+    assert w.get(f"/tasks/{namespace}/idle", admin_token)[0] == 404  # no longer in memory
     Emitter(kubeconfig, namespace, "idle", pod, "idle-i2", second, count=40, rate=200).wait()
     assert_exact(admin, namespace, ["idle"], [first, second])
     assert metric(w, "tidings_watcher_events_applied_total") == 80
@@ -357,19 +368,139 @@ def test_config_errors_are_one_line(tmp_path: Path) -> None:
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-def test_leader_that_loses_its_lease_exits(admin: Any, namespace: str,
-                                           start_watcher: Any) -> None:
+def _lease_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@contextmanager
+def intruder_holds(admin: Any, namespace: str, lease: str) -> Iterator[None]:
+    """Someone else takes the lease and renews it until the block ends, then frees it."""
     from kubernetes import client
 
-    lease = ["--lease-namespace", namespace, "--lease-name", "x", "--lease-duration", "4",
-             "--renew-deadline", "3", "--retry-period", "0.5"]
+    leases = client.CoordinationV1Api(admin)
+
+    def take() -> None:
+        leases.patch_namespaced_lease(lease, namespace, {"spec": {
+            "holderIdentity": "intruder", "renewTime": _lease_now()}})
+
+    done = threading.Event()
+
+    def renew() -> None:
+        while not done.wait(0.5):
+            take()
+
+    take()
+    t = threading.Thread(target=renew, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        done.set()
+        t.join(5)
+        leases.patch_namespaced_lease(lease, namespace, {"spec": {
+            "holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": _lease_now()}})
+
+
+WRITES_OK = 'tidings_watcher_status_writes_total{result="ok"}'
+SHORT_LEASE = ["--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5"]
+
+
+def test_lease_loss_fences_and_the_replica_leads_again_exactly(
+        admin: Any, namespace: str, kubeconfig: Path, tmp_path: Path,
+        start_watcher: Any) -> None:
+    """Losing the lease does not end the process: it writes nothing while another holds the
+    lease, campaigns as a standby, and leads again later with the exact state."""
+    a = start_watcher("--lease-namespace", namespace, "--lease-name", "x", *SHORT_LEASE,
+                      leader=True, ready=False)
+    assert a.wait_leading(20), a.tail()
+    (pod,) = pods_for(admin, namespace, "f1", 1)
+    f = tmp_path / "f1.jsonl"
+    Emitter(kubeconfig, namespace, "f1", pod, "f1-i", f, count=40, total=100).wait()
+    assert_exact(admin, namespace, ["f1"], [f])
+    with intruder_holds(admin, namespace, "x"):
+        assert a.wait_line("lease lost; standby", 10), a.tail()
+        eventually(lambda: metric(a, "tidings_watcher_leader") == 0
+                   and metric(a, "tidings_watcher_status_writes_in_flight") == 0, 5,
+                   "the deposed leader to be idle")
+        writes, status = metric(a, WRITES_OK), task_status(admin, namespace, "f1")
+        # Events while someone else leads: the deposed replica must not write them.
+        Emitter(kubeconfig, namespace, "f1", pod, "f1-i", f, first=41, count=40, total=100,
+                rate=40).wait()
+        assert a.proc.poll() is None, f"the replica died on losing its lease\n{a.tail()}"
+        assert a.ready(), "a standby is ready (to take over)"
+        assert metric(a, WRITES_OK) == writes, "wrote while not leading"
+        assert task_status(admin, namespace, "f1") == status
+    assert a.wait_leading(10, count=2), f"no second term\n{a.tail()}"
+    Emitter(kubeconfig, namespace, "f1", pod, "f1-i", f, first=81, count=20, total=100).wait()
+    assert_exact(admin, namespace, ["f1"], [f])
+    assert metric(a, "tidings_watcher_leader") == 1
+    # The second term reloaded the first term's 40 from the status: nothing counted twice.
+    assert metric(a, "tidings_watcher_events_applied_total") == 100
+
+
+def test_a_deposed_leaders_delayed_write_cannot_land_over_the_new_leaders(
+        admin: Any, namespace: str, kubeconfig: Path, tmp_path: Path,
+        start_watcher: Any) -> None:
+    """A's status write is in flight (held by the slow-write hook) when A is frozen and B
+    takes over and writes more; when A's write finally goes out, the resourceVersion
+    precondition refuses it, and the status stays B's, exact."""
+    lease = ["--lease-namespace", namespace, "--lease-name", "d", *SHORT_LEASE]
+    a = start_watcher(*lease, leader=True, ready=False,
+                      env={"TIDINGS_TEST_SLOW_WRITE_TASK": "st:3"})
+    assert a.wait_leading(20), a.tail()
+    b = start_watcher(*lease, leader=True, ready=False)
+    eventually(b.ready, 20, "the standby reports ready")
+    (pod,) = pods_for(admin, namespace, "st", 1)
+    f = tmp_path / "st.jsonl"
+    Emitter(kubeconfig, namespace, "st", pod, "st-i", f, count=30, total=60).wait()
+    eventually(lambda: metric(a, "tidings_watcher_status_writes_in_flight") >= 1, 10,
+               "A's first write to be in flight")
+    a.proc.send_signal(signal.SIGSTOP)
+    try:
+        assert b.wait_leading(15), b.tail()
+        Emitter(kubeconfig, namespace, "st", pod, "st-i", f, first=31, count=30,
+                total=60).wait()
+        assert_exact(admin, namespace, ["st"], [f])  # B wrote all 60
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+    # A wakes with its old write due at once; it must be refused, not land.
+    eventually(lambda: metric(a, "tidings_watcher_status_writes_in_flight") == 0, 15,
+               f"A's delayed write to finish\n{a.tail()}")
+    assert metric(a, 'tidings_watcher_status_writes_total{result="conflict"}') >= 1, a.tail()
+    assert metric(a, WRITES_OK) == 0
+    assert task_status(admin, namespace, "st") == expected_status(
+        namespace, "st", emitted_events([f]))
+    assert a.proc.poll() is None and b.proc.poll() is None
+
+
+def test_apiserver_frozen_for_20s_mid_burst_both_replicas_survive_exactly(
+        control_plane: Any, admin: Any, namespace: str, kubeconfig: Path, tmp_path: Path,
+        start_watcher: Any) -> None:
+    """SIGSTOP kube-apiserver for 20 s while two replicas run and events stream in: the
+    leader fences itself, neither process exits, one leads afterwards, and the state is
+    the exact fold of the delivered events."""
+    lease = ["--lease-namespace", namespace, "--lease-name", "z", *SHORT_LEASE]
     a = start_watcher(*lease, leader=True, ready=False)
     assert a.wait_leading(20), a.tail()
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    client.CoordinationV1Api(admin).patch_namespaced_lease(
-        "x", namespace, {"spec": {"holderIdentity": "intruder", "renewTime": now}})
-    t0 = time.monotonic()
-    a.proc.wait(15)
-    assert a.proc.returncode == 1, a.tail()
-    assert time.monotonic() - t0 < 3 + 2, "the renew deadline bounds how long it goes on"
-    assert "lease lost" in a.tail()
+    b = start_watcher(*lease, leader=True, ready=False)
+    eventually(b.ready, 20, "the standby reports ready")
+    emitters, files = _stream(admin, namespace, kubeconfig, tmp_path, ["z1", "z2"], 300, 30)
+    eventually(lambda: metric(a, "tidings_watcher_events_applied_total") >= 40, 30,
+               "the burst flowing")
+    apiserver = control_plane.processes["kube-apiserver"].pid
+    os.kill(apiserver, signal.SIGSTOP)
+    try:
+        frozen_at = time.monotonic()
+        eventually(lambda: metric(a, "tidings_watcher_leader") == 0, 15,
+                   "the leader to fence itself while the API server is frozen")
+        time.sleep(max(0.0, 20 - (time.monotonic() - frozen_at)))  # the fault: a 20 s stall
+    finally:
+        os.kill(apiserver, signal.SIGCONT)
+        eventually(lambda: control_plane.get_raw("/readyz") == b"ok", 60,
+                   "kube-apiserver ready again")
+    for e in emitters:
+        e.wait(180)
+    assert_exact(admin, namespace, ["z1", "z2"], files, timeout=120)
+    assert a.proc.poll() is None, f"replica a exited\n{a.tail()}"
+    assert b.proc.poll() is None, f"replica b exited\n{b.tail()}"
+    assert metric(a, "tidings_watcher_leader") + metric(b, "tidings_watcher_leader") == 1

@@ -176,19 +176,30 @@ class WatcherProc:
         self.lines.append(line)
         return line
 
-    def wait_leading(self, timeout: float) -> bool:
+    def said(self, text: str) -> int:
+        """How many stdout lines so far contain ``text``."""
+        return sum(text in x for x in self.lines)
+
+    def wait_line(self, text: str, timeout: float, count: int = 1) -> bool:
+        """Wait until ``count`` stdout lines contain ``text`` (False on timeout or exit)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if any("leading as" in x for x in self.lines):
+            if self.said(text) >= count:
                 return True
             if self.proc.poll() is not None:
                 return False
             self._readline(max(0.0, min(0.5, deadline - time.monotonic())))
-        return any("leading as" in x for x in self.lines)
+        return self.said(text) >= count
 
-    def get(self, path: str) -> tuple[int, bytes]:
+    def wait_leading(self, timeout: float, count: int = 1) -> bool:
+        return self.wait_line("leading as", timeout, count)
+
+    def get(self, path: str, token: str | None = None) -> tuple[int, bytes]:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}")
+        if token is not None:
+            req.add_header("Authorization", f"Bearer {token}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+            with urllib.request.urlopen(req, timeout=5) as r:
                 return r.status, r.read()
         except urllib.error.HTTPError as e:
             return e.code, e.read()

@@ -17,6 +17,7 @@ from typing import Any
 
 from tidings.schemas.event import TaskRef
 
+from .auth import Authorizer
 from .controller import Controller, Settings
 from .http import Endpoints
 from .kube import Kube, KubeError, load_client
@@ -111,8 +112,8 @@ def run(o: Options, *, announce: Any = print) -> int:
         return None if state is None else status_body(state)
 
     try:
-        http = Endpoints(metrics, ready=ready, task_status=task_status, host=o.metrics_host,
-                         port=o.metrics_port)
+        http = Endpoints(metrics, ready=ready, task_status=task_status,
+                         authorizer=Authorizer(kube), host=o.metrics_host, port=o.metrics_port)
     except OSError as e:
         raise ConfigError(f"cannot listen on {o.metrics_host}:{o.metrics_port}: {e}") from e
     http.start()

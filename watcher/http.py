@@ -1,4 +1,5 @@
-"""HTTP endpoints: /healthz, /readyz, /metrics (Prometheus) and ``GET /tasks/<ns>/<name>``."""
+"""HTTP endpoints: /healthz, /readyz, /metrics (Prometheus) open; ``GET /tasks/<ns>/<name>``
+only for callers the API server lets ``get`` that TaskFeedback (see auth.py)."""
 
 from __future__ import annotations
 
@@ -10,24 +11,29 @@ from typing import Any
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from .auth import Authorizer
 from .metrics import Metrics
 
 
 class Endpoints:
-    """Serves one watcher process. ``task_status(ns, name)`` returns a JSON-able dict or None."""
+    """Serves one watcher process. ``task_status(ns, name)`` returns a JSON-able dict or None;
+    ``authorizer`` decides who may read it (deny by default: without one, nobody may)."""
 
     def __init__(self, metrics: Metrics, *, ready: Callable[[], bool],
-                 task_status: Callable[[str, str], Any], host: str = "0.0.0.0",
-                 port: int = 0) -> None:
+                 task_status: Callable[[str, str], Any], authorizer: Authorizer | None,
+                 host: str = "0.0.0.0", port: int = 0) -> None:
         self.metrics = metrics
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, format: str, *args: Any) -> None:  # quiet access log
                 pass
 
-            def _send(self, code: int, body: bytes, ctype: str = "text/plain") -> None:
+            def _send(self, code: int, body: bytes, ctype: str = "text/plain",
+                      headers: dict[str, str] | None = None) -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -43,13 +49,34 @@ class Endpoints:
                     self._send(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
                 elif path.startswith("/tasks/"):
                     parts = path.split("/")
-                    status = task_status(parts[2], parts[3]) if len(parts) == 4 else None
+                    if len(parts) != 4 or not parts[2] or not parts[3]:
+                        self._send(404, b'{"error":"unknown task"}', "application/json")
+                        return
+                    if not self._authorized(parts[2], parts[3]):
+                        return
+                    status = task_status(parts[2], parts[3])
                     if status is None:
                         self._send(404, b'{"error":"unknown task"}', "application/json")
                     else:
                         self._send(200, orjson.dumps(status), "application/json")
                 else:
                     self._send(404, b"not found")
+
+            def _authorized(self, namespace: str, name: str) -> bool:
+                """Answer 401/403/503 (counted by reason) unless the caller may read it."""
+                if authorizer is None:
+                    metrics.http_denied.labels("forbidden").inc()
+                    self._send(403, b'{"error":"the read API is disabled"}', "application/json")
+                    return False
+                d = authorizer.check(self.headers.get("Authorization"), namespace, name)
+                if d.code == 200:
+                    return True
+                metrics.http_denied.labels(d.reason).inc()
+                self._send(d.code, orjson.dumps({"error": d.message, "reason": d.reason}),
+                           "application/json",
+                           {"WWW-Authenticate": 'Bearer realm="tidings"'} if d.code == 401
+                           else None)
+                return False
 
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True

@@ -6,6 +6,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 
 from tidings.schemas.rejection import RejectReason
 
+from .auth import REASONS
+
 disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created series only add noise to every scrape
 
 
@@ -48,6 +50,11 @@ class Metrics:
         self.sender_lookups = Counter(p + "sender_lookups",
                                       "Sender pod lookups, by source (cache, get, trusted).",
                                       ["source"], registry=r)
+        self.http_denied = Counter(
+            p + "http_denied", "Requests to /tasks refused, by reason (no_token, bad_token, "
+            "forbidden, review_error).", ["reason"], registry=r)
+        for reason in REASONS:
+            self.http_denied.labels(reason)
         for reason in RejectReason:
             self.events_rejected.labels(reason.value)
         for cause in ("gone", "short_watch", "decode_error", "error", "start"):

@@ -492,6 +492,15 @@ def test_the_watcher_can_do_its_job_and_no_more(control_plane: ControlPlane, adm
     leases.replace_namespaced_lease(lease_name, SYSTEM_NS, lease)
     assert leases.read_namespaced_lease(lease_name, SYSTEM_NS).spec.holder_identity == "watcher-1"
 
+    # Its read API asks the API server who calls and whether they may read the task.
+    reviewed = client.AuthenticationV1Api(as_watcher).create_token_review(
+        {"spec": {"token": "not-a-token"}})
+    assert reviewed.status.authenticated is not True
+    access = client.AuthorizationV1Api(as_watcher).create_subject_access_review({"spec": {
+        "user": "nobody", "resourceAttributes": {"namespace": namespace, "verb": "get",
+                                                 "group": GROUP, "resource": PLURAL}}})
+    assert access.status.allowed is False
+
     # And no more.
     forbidden(lambda: crs.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
                                                           "job"))

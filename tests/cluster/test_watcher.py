@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -311,6 +312,92 @@ def test_spoofed_senders_are_rejected_and_counted(admin: Any, namespace: str, ku
                "the watcher to be idle")
     assert task_status(admin, namespace, "victim") == before
     assert metric(w, "tidings_watcher_events_applied_total") == 10
+
+
+# --- the read API ------------------------------------------------------------------------
+
+
+def _viewer_role(control_plane: Any) -> None:
+    """The documented read-only ClusterRole, tidings-viewer, exactly as deploy/ ships it."""
+    import yaml
+
+    docs = yaml.safe_load_all((REPO_ROOT / "deploy/rbac.yaml").read_text())
+    viewer = next(d for d in docs if d and d["metadata"]["name"] == "tidings-viewer"
+                  and d["kind"] == "ClusterRole")
+    control_plane.kubectl_run("apply", "-f", "-", input_text=orjson.dumps(viewer).decode())
+
+
+def _bind_viewer(admin: Any, namespace: str, subject: dict[str, str]) -> str:
+    from kubernetes import client
+
+    name = f"view-{uuid.uuid4().hex[:8]}"
+    client.RbacAuthorizationV1Api(admin).create_namespaced_role_binding(namespace, {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "tidings-viewer"},
+        "subjects": [subject]})
+    return name
+
+
+def test_task_read_api_grants_exactly_what_rbac_grants_on_the_taskfeedback(
+        control_plane: Any, admin: Any, namespace: str, kubeconfig: Path, tmp_path: Path,
+        start_watcher: Any) -> None:
+    """/tasks/<ns>/<name> answers 401 without a valid token and 403 to anyone the API server
+    does not let get that TaskFeedback (a workload pod of the same namespace, a viewer of
+    another namespace, alice elsewhere); a viewer of the namespace gets the state. /metrics
+    and the probes stay open."""
+    from kubernetes import client
+
+    from tests.cluster.test_controlplane import bound_token
+
+    _viewer_role(control_plane)
+    w = start_watcher()
+    (pod,) = pods_for(admin, namespace, "sec", 1)
+    f = tmp_path / "sec.jsonl"
+    Emitter(kubeconfig, namespace, "sec", pod, "sec-i", f, count=5).wait()
+    assert_exact(admin, namespace, ["sec"], [f])
+    path = f"/tasks/{namespace}/sec"
+    for open_path in ("/metrics", "/healthz", "/readyz"):
+        assert w.get(open_path)[0] == 200, open_path
+
+    assert w.get(path)[0] == 401
+    assert w.get(path, "not-a-token")[0] == 401
+    assert w.get(path, control_plane.tokens["bob"] + "x")[0] == 401
+    # The workload pod of this very task and namespace: workloads may not read TaskFeedback.
+    assert w.get(path, bound_token(admin, namespace, "default", pod))[0] == 403
+    # bob shares alice's group, not her binding; alice is not bound yet either.
+    assert w.get(path, control_plane.tokens["bob"])[0] == 403
+    assert w.get(path, control_plane.tokens["alice"])[0] == 403
+
+    core = client.CoreV1Api(admin)
+    other = f"{namespace}-b"
+    core.create_namespace({"metadata": {"name": other}})
+    try:
+        core.create_namespaced_service_account(other, {"metadata": {"name": "viewer"}})
+        _bind_viewer(admin, other, {"kind": "ServiceAccount", "name": "viewer",
+                                    "namespace": other})
+        other_pod = create_kwok_pod(admin, other, "viewer-0", service_account="viewer")
+        assert w.get(path, bound_token(admin, other, "viewer", other_pod))[0] == 403, \
+            "a viewer of another namespace"
+    finally:
+        core.delete_namespace(other)
+
+    # alice becomes a viewer of this namespace (her 403 above expires from the cache).
+    binding = _bind_viewer(admin, namespace, {"kind": "User", "name": "alice",
+                                              "apiGroup": "rbac.authorization.k8s.io"})
+    alice = control_plane.tokens["alice"]
+    eventually(lambda: w.get(path, alice)[0] == 200, 30,
+               "alice's viewer grant to reach the read API")
+    assert orjson.loads(w.get(path, alice)[1]) == task_status(admin, namespace, "sec")
+    assert w.get(f"/tasks/{namespace}-elsewhere/sec", alice)[0] == 403, \
+        "an allowed decision for one namespace never leaks to another"
+    assert w.get(f"/tasks/{namespace}/nope", alice)[0] == 404
+    # A revoked grant stops working once the cached decision expires.
+    client.RbacAuthorizationV1Api(admin).delete_namespaced_role_binding(binding, namespace)
+    eventually(lambda: w.get(path, alice)[0] == 403, 30, "the revoked grant to expire")
+    m = w.metrics()
+    for reason in ("no_token", "bad_token", "forbidden"):
+        assert m[f'tidings_watcher_http_denied_total{{reason="{reason}"}}'] >= 1, reason
 
 
 # --- HA -----------------------------------------------------------------------------------

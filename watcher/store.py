@@ -117,14 +117,15 @@ class Store:
         with self._lock:
             e = self._entry(task)
             e.rv = rv
-            if covers(e.state.applied, theirs.applied):
-                return False
-            merged = _fold_new(theirs, [ev for _, ev in e.unsaved])
-            e.state = merged
-            e.version += 1
-            if merged == theirs:  # we were behind: the status already says all we know
+            changed = not covers(e.state.applied, theirs.applied)
+            if changed:
+                e.state = _fold_new(theirs, [ev for _, ev in e.unsaved])
+                e.version += 1
+            if e.state == theirs:
+                # The status already says all we know (we were behind, or our own write
+                # landed and only its answer was lost): nothing to write.
                 e.written, e.unsaved = e.version, []
-            return True
+            return changed
 
     def absent(self, task: TaskRef) -> None:
         """The TaskFeedback object is gone: the next write creates it."""

@@ -553,10 +553,11 @@ def test_a_deposed_leaders_delayed_write_cannot_land_over_the_new_leaders(
     # A wakes with its old write due at once; it must be refused, not land.
     eventually(lambda: metric(a, "tidings_watcher_status_writes_in_flight") == 0, 15,
                f"A's delayed write to finish\n{a.tail()}")
+    got = task_status(admin, namespace, "st") or {}
+    assert got == expected_status(namespace, "st", emitted_events([f])), \
+        f"the stale write landed: applied={got.get('applied')}"
     assert metric(a, 'tidings_watcher_status_writes_total{result="conflict"}') >= 1, a.tail()
     assert metric(a, WRITES_OK) == 0
-    assert task_status(admin, namespace, "st") == expected_status(
-        namespace, "st", emitted_events([f]))
     assert a.proc.poll() is None and b.proc.poll() is None
 
 

@@ -1,7 +1,9 @@
 """In-memory task states and their pending (not yet folded) events, keyed by task.
 
 Seeded at start from the TaskFeedback statuses (version vectors included), so a restarted or
-newly elected watcher resumes exactly where the last written state left off. Idle, fully
+newly elected watcher resumes exactly where the last written state left off. Each task also
+keeps the resourceVersion its state builds on and the events folded since, so that a status
+write refused as stale can be rebased on whatever the object holds now. Idle, fully
 written tasks are evicted to keep memory bounded; an evicted task comes back unseeded, and
 is seeded again from its status before its next fold.
 """
@@ -108,7 +110,7 @@ class Store:
             e.unsaved.extend((e.version, ev) for ev in events)
             return e.version
 
-    def rebase(self, task: TaskRef, status: Any, rv: str) -> bool:
+    def rebase(self, task: TaskRef, status: Any, rv: str | None) -> bool:
         """Someone wrote the status (resourceVersion ``rv``) since our state's base: make it
         our base. If it holds events our state lacks (a newer leader's work), the state
         becomes that status plus our unsaved events; otherwise ours already contains all of

@@ -33,8 +33,9 @@ from .store import Store
 log = logging.getLogger("tidings.watcher.writer")
 
 SLOW_WRITE_ENV = "TIDINGS_TEST_SLOW_WRITE_TASK"
-# (connect, read) seconds of one write attempt: short, so that a replica that stopped
-# renewing its lease cannot land a write after a standby took over.
+# (connect, read) seconds of one write attempt: short, so a write of a replica that stopped
+# renewing its lease is rarely still in flight when a standby takes over (and if it is, the
+# resourceVersion precondition refuses it).
 WRITE_TIMEOUT = (2.0, 3.0)
 
 
@@ -212,7 +213,7 @@ class StatusWriter:
             # A replica that can no longer prove its lease sends nothing more.
             raise NotLeader("lease not held")
 
-    def _persist(self, task: TaskRef, status: dict[str, Any], rv: str | None) -> str:
+    def _persist(self, task: TaskRef, status: dict[str, Any], rv: str | None) -> str | None:
         """Replace the whole ``.status`` (keys the fold dropped vanish too) of the object at
         resourceVersion ``rv``; returns the new resourceVersion. The API server refuses the
         write with 409 when the object changed since ``rv``, so a stale writer never wins."""
@@ -220,6 +221,8 @@ class StatusWriter:
         coll = collection_path(task.namespace)
         if rv is None:
             rv = self._create(task, coll)
+            if rv is None:
+                raise Conflict("created, version unknown")
             self._fence()
         delay = self.slow.get(task.name)
         if delay:
@@ -234,7 +237,7 @@ class StatusWriter:
                                     timeout=WRITE_TIMEOUT)
         except KubeError as e:
             if e.status in (404, 409):  # changed (or deleted) since rv
-                raise Conflict(f"HTTP {e.status}: {e}") from e
+                raise Conflict(str(e)) from e
             raise
         return _resource_version(obj)
 
@@ -252,7 +255,7 @@ class StatusWriter:
         if self.store.rebase(task, obj.get("status"), _resource_version(obj)):
             log.info("status of %s/%s had events we lacked: merged", task.namespace, task.name)
 
-    def _create(self, task: TaskRef, coll: str) -> str:
+    def _create(self, task: TaskRef, coll: str) -> str | None:
         """Create the TaskFeedback; its resourceVersion. Conflict when it already exists (we
         must read what it holds before writing over it)."""
         body = {"apiVersion": API_VERSION, "kind": KIND,
@@ -269,5 +272,6 @@ class StatusWriter:
         return _resource_version(obj)
 
 
-def _resource_version(obj: Any) -> str:
-    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
+def _resource_version(obj: Any) -> str | None:
+    """The object's resourceVersion (None if the answer lacks one: the next write re-reads)."""
+    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "") or None

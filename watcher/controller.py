@@ -257,6 +257,9 @@ class Controller:
             r.stop()
         self.queue.shutdown()
         self.writer.stop()
+        m = self.metrics  # this term's gauges no longer describe anything held
+        for g in (m.ready, m.tasks, m.queue_depth, m.write_queue_depth):
+            g.set(0)
 
     def stop(self, flush_timeout: float = 10.0) -> bool:
         """Stop watching, fold what is buffered, write what is folded (bounded by a deadline)."""

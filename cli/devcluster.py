@@ -2,8 +2,8 @@
 
 Real components built from their Go modules (tools/controlplane/build.sh), RBAC on,
 service-account tokens issuable, a fake kwok node that runs pods and serves their logs.
-kube-controller-manager (garbage collection only) is started on demand, by the tests that
-need it: it costs CPU the other tests should not pay.
+kube-controller-manager (garbage collection and ClusterRole aggregation only) is started on
+demand, by the tests that need it: it costs CPU the other tests should not pay.
 """
 
 from __future__ import annotations
@@ -237,10 +237,6 @@ class ControlPlane:
 
     def kubeconfig(self, user: str = "admin") -> Path:
         return self.state_dir / f"kubeconfig-{user.replace(':', '-')}.yaml"
-
-    @property
-    def helm(self) -> Path:
-        return self.bin_dir / "helm"
 
     @property
     def kubectl(self) -> Path:

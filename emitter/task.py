@@ -2,9 +2,10 @@
 
     from tidings.emitter.task import create_task_feedback, pod_task_uid
 
-    uid = create_task_feedback("train-42", namespace="ml", owner=my_job)  # my_job: the API dict
-    pod["metadata"]["annotations"].update(pod_task_uid(uid)["annotations"])
-    container["env"] += pod_task_uid(uid)["env"]
+    made = create_task_feedback("train-42", namespace="ml", owner=my_job)  # the API's dict
+    wiring = pod_task_uid(made.uid)
+    pod["metadata"]["annotations"].update(wiring["annotations"])
+    container["env"] += wiring["env"]
 
 The TaskFeedback then carries an ownerReference to the controller's object, so the garbage
 collector deletes it with that object; the pods read its uid from their own annotation

@@ -22,6 +22,7 @@ from tidings.schemas.event import TaskRef, parse_time
 from tidings.schemas.state import TaskState
 
 from .kube import Kube, KubeError
+from .writer import collection_path
 
 log = logging.getLogger("tidings.watcher.ttl")
 
@@ -83,10 +84,9 @@ class TtlSweeper:
         ns, name = meta["namespace"], meta["name"]
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {
             "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}}
-        base = obj.get("apiVersion", "")
         try:
-            self.kube.request("DELETE", f"/apis/{base}/namespaces/{ns}/taskfeedbacks/{name}",
-                              body=body, timeout=(5, 30))
+            self.kube.request("DELETE", f"{collection_path(ns)}/{name}", body=body,
+                              timeout=(5, 30))
         except KubeError as e:
             if e.status in (404, 409):  # gone already, or changed since listed: next sweep
                 return False

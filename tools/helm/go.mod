@@ -1,5 +1,6 @@
 // The helm CLI, in a module of its own: it builds against the k8s.io libraries it was
-// released with (v0.37.0), not the control plane's staging replaces. Pinned by its require line.
+// released with (v0.37.0), not the control plane's staging replaces. Pinned by its require line;
+// to move it: go get -tool helm.sh/helm/v3/cmd/helm@vX.Y.Z && go mod tidy (in this folder).
 module tidings.dev/helm
 
 go 1.26.0

@@ -12,9 +12,6 @@ from typing import Annotated, Any
 import typer
 
 from tidings.cli.common import (
-    EXIT_ERROR,
-    EXIT_FORBIDDEN,
-    EXIT_INVALID,
     EXIT_NOT_FOUND,
     EXIT_UNREACHABLE,
     CliError,
@@ -73,7 +70,15 @@ def create(
         obj = _get_owner(api, resource, owner_name, ns)
         made = create_task_feedback(task, namespace=ns, owner=obj, api_client=api)
     except TaskFeedbackError as e:
-        raise CliError(e.message, _exit_code(e.status)) from None
+        if e.status == 0:
+            raise CliError(e.message, EXIT_UNREACHABLE) from None
+        import json
+
+        from tidings.cli.kube import Action, api_error
+
+        # The same wording and exit codes as every other command's API errors.
+        raise api_error(e.status, json.dumps({"message": e.message}),
+                        Action("create", "taskfeedbacks.tidings.dev", ns, task)) from None
     except ValueError as e:
         invalid(str(e))
     if output == "uid":
@@ -91,11 +96,6 @@ def create(
                    f"(uid {made.uid}, owner {safe(owner)})")
 
 
-def _exit_code(status: int) -> int:
-    return {0: EXIT_UNREACHABLE, 400: EXIT_INVALID, 401: EXIT_FORBIDDEN, 403: EXIT_FORBIDDEN,
-            404: EXIT_NOT_FOUND, 422: EXIT_INVALID}.get(status, EXIT_ERROR)
-
-
 def _get_owner(api: Any, resource: str, name: str, namespace: str) -> dict[str, Any]:
     """Resolve RESOURCE (plural, singular, kind or short name, optionally .group) through the
     server's discovery, as kubectl does, and read the object (its uid is the point)."""
@@ -103,7 +103,7 @@ def _get_owner(api: Any, resource: str, name: str, namespace: str) -> dict[str, 
     from kubernetes.dynamic import DynamicClient
     from kubernetes.dynamic.resource import ResourceList
 
-    from tidings.emitter.task import TaskFeedbackError
+    from tidings.cli.kube import Action, api_error
 
     word, _, group = resource.lower().partition(".")
     try:
@@ -114,7 +114,8 @@ def _get_owner(api: Any, resource: str, name: str, namespace: str) -> dict[str, 
                    and word in (r.name, r.singular_name, r.kind.lower(),
                                 *(r.short_names or []))]
     except ApiException as e:
-        raise TaskFeedbackError(int(e.status or 0), f"discovery failed: {e.reason}") from None
+        raise api_error(int(e.status or 0), e.body, Action("discover", "API resources"),
+                        str(e.reason)) from None
     if not matches:
         raise CliError(f"the server does not have a resource type {safe(resource)!r}",
                        EXIT_NOT_FOUND)
@@ -128,7 +129,8 @@ def _get_owner(api: Any, resource: str, name: str, namespace: str) -> dict[str, 
         if e.status == 404:
             raise CliError(f"not found: {res.kind} {safe(name)!r} in namespace {namespace}",
                            EXIT_NOT_FOUND) from None
-        raise TaskFeedbackError(int(e.status or 0), f"cannot read the owner: {e.reason}") \
-            from None
+        kind = f"{res.name}.{res.group}" if res.group else res.name
+        raise api_error(int(e.status or 0), e.body, Action("get", kind, namespace, name),
+                        str(e.reason)) from None
     data: dict[str, Any] = obj.to_dict()
     return data

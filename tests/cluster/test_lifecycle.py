@@ -188,6 +188,7 @@ def test_task_create_as_alice_without_rights_is_forbidden(
                              namespace, "--kubeconfig", str(control_plane.kubeconfig("alice"))],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 4, result.stderr
+    assert result.stderr == f"error: forbidden: cannot get configmaps in namespace {namespace}\n"
 
 
 def test_garbage_collection_removes_the_taskfeedback_with_its_owner(

@@ -265,3 +265,27 @@ def test_a_negative_ttl_is_a_config_error(tmp_path: Path) -> None:
     result = subprocess.run([TIDINGS, "watcher", "run", "--ttl-after-finished", "-1"],
                             capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_a_taskfeedback_that_changed_since_the_sweep_read_it_survives(
+        control_plane: ControlPlane, admin: Any, namespace: str, crd: None) -> None:  # noqa: F811
+    """The race the preconditions close: the sweep lists a finished, unowned task, then a
+    controller adopts it (or a late fact lands) before the delete."""
+    from tidings.watcher.kube import Kube, load_client
+    from tidings.watcher.ttl import TtlSweeper
+    from tidings.watcher.writer import collection_path
+
+    kube = Kube(load_client(str(control_plane.kubeconfig("admin"))))
+    forgotten: list[Any] = []
+    sweeper = TtlSweeper(kube, [collection_path(namespace)], 1.0, on_deleted=forgotten.append)
+    crs = client.CustomObjectsApi(admin)
+    crs.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TaskFeedback",
+        "metadata": {"name": "race"}, "spec": {"task": "race"}})
+    (stale,) = list(sweeper._items())
+    crs.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "race",
+                                       {"metadata": {"labels": {"adopted": "yes"}}})
+    assert sweeper._delete(stale) is False and forgotten == []
+    assert crs.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "race")
+    (fresh,) = list(sweeper._items())
+    assert sweeper._delete(fresh) is True and [t.name for t in forgotten] == ["race"]

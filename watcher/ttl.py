@@ -30,7 +30,8 @@ log = logging.getLogger("tidings.watcher.ttl")
 def finished(state: TaskState) -> bool:
     """The task is over (Succeeded or Failed)."""
     # TaskState.finished arrives with the status phases; until then a final progress is it.
-    return bool(getattr(state, "finished", state.completed))
+    over = getattr(state, "finished", None)
+    return bool(state.completed if over is None else over)
 
 
 def expired(obj: dict[str, Any], now: datetime, ttl: float) -> TaskState | None:

@@ -15,7 +15,7 @@ from tidings.emitter.task import TASK_UID_ANNOTATION, owner_ref, owner_reference
 from tidings.schemas.event import ObjectRef, ParsedEvent, PodRef, TaskRef, build_event, parse_event
 from tidings.schemas.payloads import LogLink, Progress
 from tidings.schemas.state import fold, new_state
-from tidings.watcher.ttl import expired
+from tidings.watcher.ttl import expired, finished
 from tidings.watcher.writer import status_body
 
 UID = "0b5e6c1e-3f4a-4c43-9d55-2f6f0d6a1a11"
@@ -97,7 +97,7 @@ def test_a_finished_unowned_task_expires_after_the_ttl_from_its_last_fact() -> N
     obj = stored(final=True)
     assert expired(obj, T0 + timedelta(seconds=59), 60) is None
     state = expired(obj, T0 + timedelta(seconds=60), 60)
-    assert state is not None and state.completed
+    assert state is not None and finished(state)
 
 
 def test_running_owned_or_deleting_tasks_never_expire() -> None:

@@ -22,6 +22,7 @@ from tests.support import NODE_NAME, eventually
 from tidings.cli.devcluster import ControlPlane
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.task import (
+    TASK_UID_ANNOTATION,
     TaskFeedbackError,
     create_task_feedback,
     pod_task_uid,
@@ -289,3 +290,33 @@ def test_a_taskfeedback_that_changed_since_the_sweep_read_it_survives(
     assert crs.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "race")
     (fresh,) = list(sweeper._items())
     assert sweeper._delete(fresh) is True and [t.name for t in forgotten] == ["race"]
+
+
+def test_the_documented_job_flow_is_accepted_by_the_api_server(
+        control_plane: ControlPlane, admin: Any, namespace: str, crd: None) -> None:  # noqa: F811
+    """deploy/examples/workload.yaml's comment: a suspended Job, `tidings task create --owner
+    job/...`, then one patch that sets the annotation and resumes it (no job controller runs
+    here, so this checks what the API server accepts, not the pods)."""
+    import yaml
+
+    docs = yaml.safe_load_all((REPO_ROOT / "deploy/examples/workload.yaml").read_text())
+    job = next(d for d in docs if d and d["kind"] == "Job")
+    job["spec"]["suspend"] = True
+    client.BatchV1Api(admin).create_namespaced_job(namespace, job)
+    kube = ["-n", namespace, "--kubeconfig", str(control_plane.kubeconfig("admin"))]
+    made = subprocess.run([TIDINGS, "task", "create", "train-mnist-42", "--owner",
+                           "job/train-mnist-42", "-o", "uid", *kube],
+                          capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    uid = made.stdout.strip()
+    patch = {"spec": {"suspend": False, "template": {"metadata": {"annotations": {
+        TASK_UID_ANNOTATION: uid}}}}}
+    control_plane.kubectl_run("patch", "job", "train-mnist-42", "--type=merge", "-p",
+                              json.dumps(patch), *kube[:2])
+    resumed = client.BatchV1Api(admin).read_namespaced_job("train-mnist-42", namespace)
+    assert not resumed.spec.suspend
+    assert resumed.spec.template.metadata.annotations[TASK_UID_ANNOTATION] == uid
+    owner = client.CustomObjectsApi(admin).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "train-mnist-42")["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Job", "train-mnist-42",
+                                                            resumed.metadata.uid)

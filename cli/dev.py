@@ -28,7 +28,13 @@ def up(
     port: Annotated[int, typer.Option(help="kube-apiserver port (0 picks a free one).")] = 0,
 ) -> None:
     """Start the control plane and print `export` lines for eval."""
-    from tidings.cli.devcluster import ControlPlane, ControlPlaneError, default_state_dir
+    from tidings.cli.common import EXIT_NOT_FOUND
+    from tidings.cli.devcluster import (
+        BinariesMissing,
+        ControlPlane,
+        ControlPlaneError,
+        default_state_dir,
+    )
 
     folder = state_dir or default_state_dir()
     try:
@@ -43,6 +49,8 @@ def up(
     try:
         typer.echo(f"# starting etcd, kube-apiserver and kwok in {folder} ...", err=True)
         cp = ControlPlane(state_dir=folder, apiserver_port=port).start()
+    except BinariesMissing as err:
+        _fail(str(err), EXIT_NOT_FOUND)
     except ControlPlaneError as err:
         _fail(str(err))
     except KeyboardInterrupt:

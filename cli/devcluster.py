@@ -2,6 +2,8 @@
 
 Real components built from their Go modules (tools/controlplane/build.sh), RBAC on,
 service-account tokens issuable, a fake kwok node that runs pods and serves their logs.
+kube-controller-manager (garbage collection and ClusterRole aggregation only) is started on
+demand, by the tests that need it: it costs CPU the other tests should not pay.
 """
 
 from __future__ import annotations
@@ -28,15 +30,31 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BINARIES = ("etcd", "kube-apiserver", "kwok", "kubectl")
+# Built beside them and used on demand (garbage-collection tests, the Helm chart tests).
+EXTRA_BINARIES = ("kube-controller-manager", "helm")
 NODE_NAME = "kwok-node-0"
 # Identities with their own kubeconfig: the admin, and two ordinary users for RBAC tests.
 USERS = {"admin": ["system:masters"], "alice": ["tidings:devs"], "bob": ["tidings:devs"]}
+# kube-controller-manager signs in as the user the bootstrap RBAC policy already binds.
+CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
+# The controllers tests may need, and the bootstrap ClusterRole (system:controller:<role>)
+# that holds each one's rights.
+CONTROLLER_ROLES = {"garbage-collector-controller": "generic-garbage-collector",
+                    "clusterrole-aggregation-controller": "clusterrole-aggregation-controller"}
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 STATE_FILE = "cluster.json"
+# Written into every state dir this launcher creates: only such a dir is ever wiped.
+OWNER_MARKER = ".tidings-dev-state"
+BUILD_HINT = ("build them with tools/controlplane/build.sh from a tidings checkout "
+              "(`make binaries`) and set TIDINGS_BIN_DIR to the folder it prints")
 
 
 class ControlPlaneError(RuntimeError):
     """A one-line, user-facing reason why the control plane cannot start or be reached."""
+
+
+class BinariesMissing(ControlPlaneError):
+    """The built binaries are not where the launcher looks (e.g. after a pip install)."""
 
 
 def default_state_dir() -> Path:
@@ -45,23 +63,21 @@ def default_state_dir() -> Path:
 
 
 def find_bin_dir() -> Path:
-    """The folder with the built binaries: $TIDINGS_BIN_DIR, else the newest repo cache."""
+    """The folder with the built binaries: $TIDINGS_BIN_DIR, else the repo cache (a folder
+    with every binary first, then the newest)."""
     explicit = os.environ.get("TIDINGS_BIN_DIR")
     candidates = [Path(explicit)] if explicit else sorted(
-        (REPO_ROOT / ".cache" / "controlplane").glob("*/.complete"),
-        key=lambda p: p.stat().st_mtime,
+        (p.parent for p in (REPO_ROOT / ".cache" / "controlplane").glob("*/.complete")),
+        key=lambda d: (all((d / b).is_file() for b in EXTRA_BINARIES),
+                       (d / ".complete").stat().st_mtime),
         reverse=True,
     )
-    for candidate in candidates:
-        folder = candidate.parent if candidate.name == ".complete" else candidate
-        missing = [b for b in BINARIES if not (folder / b).is_file()]
-        if not missing:
+    for folder in candidates:
+        if all((folder / b).is_file() for b in BINARIES):
             return folder
-    raise ControlPlaneError(
-        "control-plane binaries not found (looked in "
-        f"{explicit or REPO_ROOT / '.cache/controlplane'}); build them with "
-        "`make binaries` (tools/controlplane/build.sh)"
-    )
+    raise BinariesMissing(
+        f"control-plane binaries not found in {explicit or REPO_ROOT / '.cache/controlplane'}; "
+        + BUILD_HINT)
 
 
 def free_port() -> int:
@@ -101,16 +117,32 @@ def _openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True)
 
 
+# Every extension RFC 5280 asks for, so strict verifiers (Python 3.13's default
+# VERIFY_X509_STRICT, Go, rustls) accept the chain: a CA that may only sign certificates,
+# a leaf that may only serve TLS, and key identifiers linking the two.
+CA_EXTENSIONS = ("basicConstraints=critical,CA:TRUE,pathlen:0",
+                 "keyUsage=critical,keyCertSign,cRLSign",
+                 "subjectKeyIdentifier=hash",
+                 "authorityKeyIdentifier=keyid:always")
+SERVING_EXTENSIONS = ("basicConstraints=critical,CA:FALSE",
+                      "keyUsage=critical,digitalSignature",
+                      "extendedKeyUsage=serverAuth",
+                      "subjectKeyIdentifier=hash",
+                      "authorityKeyIdentifier=keyid:always",
+                      "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc")
+
+
 def make_pki(pki: Path) -> None:
     """A throwaway CA, one serving cert for 127.0.0.1 (apiserver and kwok) and an SA key."""
     pki.mkdir(parents=True, exist_ok=True)
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    ca_ext = [arg for e in CA_EXTENSIONS for arg in ("-addext", e)]
     _openssl("req", "-x509", *ec, "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"),
-             "-days", "7", "-subj", "/CN=tidings-dev-ca")
+             "-days", "7", "-subj", "/CN=tidings-dev-ca", "-config", os.devnull, *ca_ext)
     _openssl("req", *ec, "-keyout", str(pki / "serving.key"), "-out", str(pki / "serving.csr"),
-             "-subj", "/CN=127.0.0.1")
+             "-subj", "/CN=127.0.0.1", "-config", os.devnull)
     ext = pki / "serving.ext"
-    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n")
+    ext.write_text("".join(f"{e}\n" for e in SERVING_EXTENSIONS))
     _openssl("x509", "-req", "-in", str(pki / "serving.csr"), "-CA", str(pki / "ca.crt"),
              "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-out", str(pki / "serving.crt"),
              "-days", "7", "-extfile", str(ext))
@@ -204,7 +236,7 @@ class ControlPlane:
         return self.state_dir / "pki" / "ca.crt"
 
     def kubeconfig(self, user: str = "admin") -> Path:
-        return self.state_dir / f"kubeconfig-{user}.yaml"
+        return self.state_dir / f"kubeconfig-{user.replace(':', '-')}.yaml"
 
     @property
     def kubectl(self) -> Path:
@@ -213,13 +245,10 @@ class ControlPlane:
     # ---- lifecycle ------------------------------------------------------------------
     def start(self, timeout: float = 90.0) -> ControlPlane:
         for name in BINARIES:
-            if not (self.bin_dir / name).is_file():
-                raise ControlPlaneError(
-                    f"{name} binary missing in {self.bin_dir}; run `make binaries`")
+            self._need_binary(name)
         if self.apiserver_port:
             ensure_port_free(self.apiserver_port, "kube-apiserver")
-        if self.state_dir.exists():
-            shutil.rmtree(self.state_dir)
+        self._claim_state_dir()
         (self.state_dir / "logs").mkdir(parents=True)
         self.ports = {
             "apiserver": self.apiserver_port or free_port(),
@@ -238,6 +267,32 @@ class ControlPlane:
             raise
         self.save()
         return self
+
+    def _need_binary(self, name: str) -> Path:
+        path = self.bin_dir / name
+        if not path.is_file():
+            raise BinariesMissing(f"{name} binary missing in {self.bin_dir}; {BUILD_HINT}")
+        return path
+
+    def _claim_state_dir(self) -> None:
+        """Start from an empty state dir. Only a dir this launcher created (it carries the
+        marker) is wiped; anything else must be new or empty, so no user data is lost."""
+        folder = self.state_dir
+        if folder.exists() and not folder.is_dir():
+            raise ControlPlaneError(f"state dir {folder} is not a directory")
+        if folder.is_dir() and any(folder.iterdir()):
+            if not (folder / OWNER_MARKER).is_file():
+                raise ControlPlaneError(
+                    f"state dir {folder} is not empty and was not created by tidings; "
+                    "pick a new or empty directory (--state-dir)")
+            for child in folder.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / OWNER_MARKER).write_text(
+            "created by tidings dev up; this whole directory is wiped on the next start\n")
 
     def _proc(self, name: str, argv: list[str]) -> Process:
         proc = Process(name, argv, self.state_dir / "logs" / f"{name}.log")
@@ -295,7 +350,7 @@ class ControlPlane:
     def _start_kwok(self, timeout: float) -> None:
         upstream = self.bin_dir / "kwok-manifests"
         if not upstream.is_dir():
-            raise ControlPlaneError(f"kwok manifests missing in {upstream}; rerun `make binaries`")
+            raise BinariesMissing(f"kwok manifests missing in {upstream}; {BUILD_HINT}")
         for crd in sorted(upstream.glob("kwok.x-k8s.io_*.yaml")):
             self.kubectl_run("apply", "--server-side", "-f", str(crd))
         for crd in ("logs.kwok.x-k8s.io", "clusterlogs.kwok.x-k8s.io"):
@@ -327,9 +382,40 @@ class ControlPlane:
                                "jsonpath={.status.conditions[?(@.type=='Ready')].status}")
         return out.strip() == "True"
 
+    def start_controller_manager(self, timeout: float = 60.0,
+                                 controllers: tuple[str, ...] = tuple(CONTROLLER_ROLES)) -> None:
+        """Run kube-controller-manager with only ``controllers`` (garbage collection and
+        ClusterRole aggregation by default), as its own user on loopback: no serving port,
+        no leader election, no service-account credentials."""
+        if "kube-controller-manager" in self.processes \
+                and self.processes["kube-controller-manager"].alive():
+            return
+        binary = self._need_binary("kube-controller-manager")
+        # The bootstrap policy binds system:kube-controller-manager to what the manager itself
+        # needs; each controller's own rights come from its bootstrap role.
+        for controller in controllers:
+            role = f"system:controller:{CONTROLLER_ROLES[controller]}"
+            binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                       "metadata": {"name": f"tidings-dev:{CONTROLLER_ROLES[controller]}"},
+                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                   "kind": "ClusterRole", "name": role},
+                       "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                     "name": CONTROLLER_MANAGER_USER}]}
+            self.kubectl_run("apply", "--server-side", "-f", "-", input_text=json.dumps(binding))
+        proc = self._proc("kube-controller-manager", [
+            str(binary), f"--kubeconfig={self.kubeconfig(CONTROLLER_MANAGER_USER)}",
+            f"--controllers={','.join(controllers)}", "--leader-elect=false",
+            "--secure-port=0", "--use-service-account-credentials=false", "--v=2",
+        ])
+        self.save()
+        wait_for(lambda: all(f'"Controller starting..." controller="{c}"' in
+                             proc.log.read_text(errors="replace") for c in controllers),
+                 timeout, "kube-controller-manager to start its controllers", proc)
+
     def stop(self) -> None:
-        # kwok first, etcd last, so nothing logs connection errors while it goes.
-        for name in ("kwok", "kube-apiserver", "etcd"):
+        # Clients of the API server first, etcd last, so nothing logs connection errors.
+        order = ("kube-controller-manager", "kwok", "kube-apiserver", "etcd")
+        for name in (*order, *(n for n in self.processes if n not in order)):
             if name in self.processes:
                 self.processes[name].stop()
         with contextlib.suppress(OSError):
@@ -367,12 +453,13 @@ class ControlPlane:
     # ---- identities -------------------------------------------------------------------
     def _write_identities(self) -> None:
         # Tokens are made fresh for every control plane and never leave its state dir.
-        self.tokens = {user: secrets.token_hex(24) for user in USERS}
-        rows = [f'{self.tokens[u]},{u},{u},"{",".join(groups)}"' for u, groups in USERS.items()]
+        users = {**USERS, CONTROLLER_MANAGER_USER: []}
+        self.tokens = {user: secrets.token_hex(24) for user in users}
+        rows = [f'{self.tokens[u]},{u},{u},"{",".join(groups)}"' for u, groups in users.items()]
         tokens_csv = self.state_dir / "tokens.csv"
         tokens_csv.write_text("\n".join(rows) + "\n")
         tokens_csv.chmod(0o600)
-        for user in USERS:
+        for user in users:
             self.write_kubeconfig(self.kubeconfig(user), user, self.tokens[user])
 
     def write_kubeconfig(self, path: Path, user: str, token: str) -> Path:

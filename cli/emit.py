@@ -7,6 +7,7 @@ cluster), 4 forbidden. Errors are one line on stderr. Heavy imports wait for the
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -84,7 +85,9 @@ def _deliver(send: Callable[[Any], None], *, task: str, pod_name: str, pod_uid: 
 
     if not namespace and (kubeconfig or context or not no_cluster_configured()):
         namespace = kubeconfig_namespace(kubeconfig, context)
-    identity = Identity(namespace=namespace, pod_name=pod_name, pod_uid=pod_uid, task=task)
+    # The pre-created TaskFeedback's uid only ever comes from the pod's environment.
+    identity = Identity(namespace=namespace, pod_name=pod_name, pod_uid=pod_uid, task=task,
+                        task_uid=os.environ.get("TIDINGS_TASK_UID", "").strip())
     missing = identity.missing()
     if missing:
         flags = {"POD_NAMESPACE": "-n/--namespace", "POD_NAME": "--pod-name",

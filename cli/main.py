@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from tidings.cli import dev, emit, lineage_cmd, state_cmd, timeline_cmd, watcher_cmd
+from tidings.cli import dev, emit, lineage_cmd, state_cmd, task_cmd, timeline_cmd, watcher_cmd
 from tidings.cli.common import TidingsGroup
 
 app = typer.Typer(
@@ -22,6 +22,7 @@ app = typer.Typer(
 app.add_typer(dev.app, name="dev")
 app.add_typer(emit.app, name="emit")
 app.add_typer(watcher_cmd.app, name="watcher")
+app.add_typer(task_cmd.app, name="task")
 # The person-facing commands (state, watch, lineage, logs, timeline); see cli/*_cmd.py.
 for _commands in (state_cmd, lineage_cmd, timeline_cmd):
     _commands.register(app)

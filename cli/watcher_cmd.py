@@ -52,6 +52,10 @@ def run(
         envvar="TIDINGS_EVICT_AFTER",
         help="Drop a task from memory after this many idle seconds once its state is written "
         "(it is reloaded from its status on its next event; 0: never).")] = 7200.0,
+    ttl_after_finished: Annotated[float, typer.Option(
+        envvar="TIDINGS_TTL_AFTER_FINISHED", min=0.0,
+        help="Delete a finished TaskFeedback that nobody owns (no ownerReferences) and its "
+        "bus events this many seconds after its last fact (0: never).")] = 0.0,
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
                             help="Run as one of several replicas behind a Lease.")] = True,
     identity: Annotated[str | None, typer.Option(help="Lease holder identity.")] = None,
@@ -74,7 +78,7 @@ def run(
         lease_name=lease_name, lease_duration=lease_duration, renew_deadline=renew_deadline,
         retry_period=retry_period, write_interval=write_interval, max_write_rate=max_write_rate,
         watch_timeout=watch_timeout, evict_after=evict_after,
-        identity=identity)
+        identity=identity, ttl_after_finished=ttl_after_finished)
     try:
         code = run_watcher(opts)
     except ConfigError as e:

@@ -2,7 +2,7 @@
 # The README's demo: the whole bus on the local control plane, end to end, in one command.
 # 1 deploy/ (CRD, RBAC, admission policy)  2 the watcher as a process  3 workload pods (kwok)
 # 4 workloads emit with pod-bound tokens    5 a controller records lineage
-# 6 tidings state / lineage / logs / timeline
+# 6 tidings state / lineage / logs / timeline, and kubectl describe (the pre-created task)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PATH="$PWD/.venv/bin:$PATH"
@@ -49,8 +49,11 @@ kubectl create namespace demo >/dev/null
 for sa in default trainer launcher; do kubectl -n demo create serviceaccount "$sa" >/dev/null; done
 kubectl -n demo create rolebinding workloads-emit --clusterrole=tidings-workload \
   --serviceaccount=demo:trainer --serviceaccount=demo:launcher >/dev/null
+# The launcher is the tasks' controller: it pre-creates their TaskFeedbacks.
+kubectl -n demo create rolebinding launcher-owns-tasks --clusterrole=tidings-editor \
+  --serviceaccount=demo:launcher >/dev/null
 mkdir -p "$state/logs"
-pod() {  # NAME SERVICEACCOUNT LABELS...
+pod() {  # NAME SERVICEACCOUNT LABELS...   ($task_uid, when set, goes into an annotation)
   local name=$1 sa=$2; shift 2
   printf '%s stdout F %s starting\n%s stdout F %s loading data\n' \
     "$(date -u +%FT%T.%NZ)" "$name" "$(date -u +%FT%T.%NZ)" "$name" >"$state/logs/$name.log"
@@ -65,6 +68,7 @@ kind: Pod
 metadata:
   name: $name
   labels: {$(IFS=,; echo "$*")}
+  annotations: {tidings.dev/task-uid: "${task_uid:-}"}
 spec:
   nodeName: kwok-node-0
   serviceAccountName: $sa
@@ -72,20 +76,29 @@ spec:
 YAML
 }
 pod launcher launcher "app: launcher"
-pod train-42-0 trainer "tidings.dev/task: train-42"
-pod train-42-1 trainer "tidings.dev/task: train-42"
 # Same name prefix, not part of the app: the Cornserve bug would stream its logs too.
 pod train-42-debug default "purpose: unrelated"
-kubectl -n demo wait --for=jsonpath='{.status.phase}'=Running pod --all --timeout=60s | sed 's/^/  /'
 
 uid() { kubectl -n demo get pod "$1" -o jsonpath='{.metadata.uid}'; }
 as_pod() {  # POD SA -- command...: run a process with the pod's identity and a pod-bound token
-  local pod=$1 sa=$2 pod_uid; shift 3
+  local pod=$1 sa=$2 pod_uid task_uid; shift 3
   pod_uid=$(uid "$pod")
+  # TIDINGS_TASK_UID: what the downward API gives a container from the pod's annotation.
+  task_uid=$(kubectl -n demo get pod "$pod" -o jsonpath='{.metadata.annotations.tidings\.dev/task-uid}')
   kubeconfig_for "$state/$pod.kubeconfig" "$(kubectl -n demo create token "$sa" \
     --bound-object-kind=Pod --bound-object-name="$pod" --bound-object-uid="$pod_uid")"
-  KUBECONFIG="$state/$pod.kubeconfig" POD_NAME=$pod POD_NAMESPACE=demo POD_UID=$pod_uid "$@"
+  KUBECONFIG="$state/$pod.kubeconfig" POD_NAME=$pod POD_NAMESPACE=demo POD_UID=$pod_uid \
+    TIDINGS_TASK_UID=$task_uid "$@"
 }
+
+echo "  the launcher (the tasks' controller) pre-creates taskfeedback/train-42, owned by its pod:"
+kubectl -n demo wait --for=jsonpath='{.status.phase}'=Running pod/launcher --timeout=60s >/dev/null
+task_uid=$(as_pod launcher launcher -- python deploy/examples/launcher.py own train-42)
+echo "    uid $task_uid -> annotation tidings.dev/task-uid of the task's pods"
+pod train-42-0 trainer "tidings.dev/task: train-42"
+pod train-42-1 trainer "tidings.dev/task: train-42"
+task_uid=""
+kubectl -n demo wait --for=jsonpath='{.status.phase}'=Running pod --all --timeout=60s | sed 's/^/  /'
 
 step "4. the sample workload emits links, a deck, spans and progress (pod-bound tokens)"
 as_pod train-42-0 trainer -- env TIDINGS_TASK=train-42 python deploy/examples/train.py 4 &
@@ -112,7 +125,7 @@ except client.ApiException as err:
 PY
 
 step "5. the launcher (a controller) records lineage for app train-42"
-as_pod launcher launcher -- python deploy/examples/launcher.py train-42 \
+as_pod launcher launcher -- python deploy/examples/launcher.py lineage train-42 \
   "train-42-0=$(uid train-42-0):worker" "train-42-1=$(uid train-42-1):worker"
 
 step "waiting for the watcher to persist the final state"
@@ -127,6 +140,8 @@ step "tidings logs train-42 (exactly the lineage pods, never train-42-debug)"
 tidings logs train-42 -n demo
 step "tidings timeline train-42"
 tidings timeline train-42 -n demo --svg "$state/timeline.svg"
+step "kubectl describe taskfeedback train-42 (its events: the pods carried its uid)"
+kubectl -n demo describe taskfeedback train-42 | sed -n '/^Events:/,$p'
 echo
 bus_events=$(kubectl -n demo get events.events.k8s.io --field-selector reportingController=tidings.dev/bus -o name | wc -l)
 applied=$(kubectl -n demo get taskfeedback train-42 -o jsonpath='{.status.counters.events_applied}')

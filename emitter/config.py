@@ -61,12 +61,17 @@ class EmitterConfig:
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """Who emits: the pod (name, uid, namespace) and the task its facts are about."""
+    """Who emits: the pod (name, uid, namespace) and the task its facts are about.
+
+    ``task_uid`` is the TaskFeedback's uid when a controller created it before the pods
+    (``TIDINGS_TASK_UID``, from a pod annotation through the downward API); optional.
+    """
 
     namespace: str = ""
     pod_name: str = ""
     pod_uid: str = ""
     task: str = ""
+    task_uid: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None,
@@ -77,7 +82,7 @@ class Identity:
         task = env.get("TIDINGS_TASK", "") or task_from_labels(
             labels_file or env.get("TIDINGS_PODINFO_LABELS", DEFAULT_LABELS_FILE))
         return cls(env.get("POD_NAMESPACE", ""), env.get("POD_NAME", ""),
-                   env.get("POD_UID", ""), task)
+                   env.get("POD_UID", ""), task, env.get("TIDINGS_TASK_UID", "").strip())
 
     def missing(self, *, need_task: bool = True) -> list[str]:
         """The settings an event needs but lacks, by their environment names."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tidings.schemas.event import ObjectRef, PodRef, TaskRef, build_event
+from tidings.schemas.event import ObjectRef, PodRef, TaskRef, build_event, valid_uid
 from tidings.schemas.payloads import (
     DeckReady,
     LogLink,
@@ -90,6 +90,10 @@ class Emitter:
                  transport: Transport | None = None, autostart: bool = True) -> None:
         self.config = config or EmitterConfig.from_env()
         self.identity = identity or Identity.from_env()
+        if self.identity.task_uid and not valid_uid(self.identity.task_uid):
+            # Events still flow (the bus does not need the uid); describe will not list them.
+            log.warning("tidings: TIDINGS_TASK_UID %r is not an object uid; events are sent "
+                        "without it", self.identity.task_uid[:80])
         self._transport = transport
         # autostart=False keeps the sender thread off (benchmarks of the queue alone).
         self._autostart = autostart
@@ -476,7 +480,8 @@ class Emitter:
             body = build_event(
                 task=task, pod=PodRef(ident.pod_name, ident.pod_uid, ident.namespace),
                 payload=payload, instance=self.instance, seq=seq,
-                time=datetime.fromtimestamp(t, UTC), warning=warning, regarding=regarding)
+                time=datetime.fromtimestamp(t, UTC), warning=warning, regarding=regarding,
+                task_uid=ident.task_uid)
         except Exception as e:  # e.g. a payload that cannot fit: counted, never raised
             self._count_once("invalid", ("build", type(e).__name__),
                              "tidings: cannot build %s event: %s", payload_type(payload), e)

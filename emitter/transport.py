@@ -18,6 +18,8 @@ from .retry import SendError, parse_retry_after
 log = logging.getLogger("tidings.emitter")
 
 EVENTS_PATH = "/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+# Who wrote the event, in its managedFields (the watcher writes as tidings-watcher).
+FIELD_MANAGER = [("fieldManager", "tidings-emitter")]
 
 
 class Transport(Protocol):
@@ -76,12 +78,13 @@ class KubeTransport:
         if hasattr(api, "param_serialize"):  # kubernetes >= 35 (openapi-generator v7 client)
             method, url, headers, data, post = api.param_serialize(
                 method="POST", resource_path=EVENTS_PATH, path_params={"namespace": namespace},
-                header_params=hdrs, body=body, auth_settings=["BearerToken"])
+                query_params=FIELD_MANAGER, header_params=hdrs, body=body,
+                auth_settings=["BearerToken"])
             resp = api.call_api(method, url, headers, data, post, _request_timeout=self.timeout)
             resp.read()
             return int(resp.status), resp.headers, resp.data
         resp = api.call_api(  # the legacy client: the same request, raw response
-            EVENTS_PATH, "POST", {"namespace": namespace}, [], hdrs, body=body,
+            EVENTS_PATH, "POST", {"namespace": namespace}, FIELD_MANAGER, hdrs, body=body,
             auth_settings=["BearerToken"], _preload_content=False,
             _request_timeout=self.timeout, _return_http_data_only=True)
         return int(resp.status), resp.headers, resp.data

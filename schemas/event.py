@@ -66,6 +66,11 @@ class ObjectRef:
     uid: str = ""
 
 
+def valid_uid(uid: str) -> bool:
+    """True for a string shaped like a Kubernetes object uid (what a reference may carry)."""
+    return bool(_UID.match(uid))
+
+
 def format_time(t: datetime) -> str:
     """RFC 3339 UTC with microseconds, the MicroTime form: ``2026-11-30T03:55:49.123456Z``.
 
@@ -129,11 +134,15 @@ def build_event(
     time: datetime,
     warning: bool = False,
     regarding: ObjectRef | None = None,
+    task_uid: str = "",
 ) -> dict[str, Any]:
     """An events.k8s.io/v1 Event dict, ready to POST to ``.../namespaces/{task.namespace}/events``.
 
     ``regarding`` defaults to the task's TaskFeedback; lineage passes the app/owner instead.
-    Raises ValueError only for an invalid ``instance`` or ``seq``.
+    ``task_uid`` is that TaskFeedback's uid when it was created before the task ran
+    (``TIDINGS_TASK_UID``): with it the event shows in ``kubectl describe``. A malformed uid
+    is left out, since the bus itself does not need it. Raises ValueError only for an invalid
+    ``instance`` or ``seq``.
     """
     if not valid_instance(instance) or not valid_seq(seq):
         raise ValueError("invalid emitter instance id or seq")
@@ -145,6 +154,8 @@ def build_event(
             "namespace": ns,
             "name": task.name,
         }
+        if task_uid and valid_uid(task_uid):
+            subject["uid"] = task_uid
         subject_name = task.name
     else:
         subject = {

@@ -22,6 +22,15 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 
 
 @pytest.fixture(scope="session")
+def controller_manager(control_plane: ControlPlane) -> ControlPlane:
+    """kube-controller-manager (garbage collector and ClusterRole aggregation only) on the
+    shared control plane: started by the first test that needs it, for the rest of the
+    session (the other tests create no ownerReferences and no aggregated roles)."""
+    control_plane.start_controller_manager()
+    return control_plane
+
+
+@pytest.fixture(scope="session")
 def api_client(control_plane: ControlPlane) -> Callable[[str], object]:
     """api_client(user) -> kubernetes.client.ApiClient for admin, alice or bob."""
     from kubernetes import config

@@ -53,6 +53,7 @@ class Options:
     evict_after: float = 7200.0
     identity: str | None = None
     flush_timeout: float = 10.0
+    ttl_after_finished: float = 0.0
 
 
 def _clients(o: Options, pool: int) -> tuple[Kube, Kube]:
@@ -76,6 +77,8 @@ def _validate(o: Options) -> None:
         raise ConfigError("--metrics-port must be 0..65535")
     if o.lease_duration < 1:
         raise ConfigError("--lease-duration must be at least 1 s")
+    if o.ttl_after_finished < 0:
+        raise ConfigError("--ttl-after-finished must not be negative")
 
 
 def _start_controller(c: Controller, stop: threading.Event) -> bool:
@@ -125,7 +128,8 @@ def run(o: Options, *, announce: Any = print) -> int:
 
     settings = Settings(namespaces=o.namespaces, concurrency=o.concurrency,
                         write_interval=o.write_interval, max_write_rate=o.max_write_rate,
-                        watch_timeout=o.watch_timeout, evict_after=o.evict_after)
+                        watch_timeout=o.watch_timeout, evict_after=o.evict_after,
+                        ttl_after_finished=o.ttl_after_finished)
     if o.leader_elect:
         d = o.lease_duration
         elector = LeaderElector(kube, o.lease_namespace, o.lease_name, identity=o.identity,

@@ -23,6 +23,7 @@ from .queue import WorkQueue
 from .reflector import Reflector
 from .senders import Retry, Senders
 from .store import Store
+from .ttl import TtlSweeper
 from .writer import StatusWriter, collection_path
 
 log = logging.getLogger("tidings.watcher")
@@ -40,6 +41,8 @@ class Settings:
     # Tasks idle this long (and fully written) leave memory; 0 keeps them forever.
     evict_after: float = 7200.0
     slow_writes: dict[str, float] | None = None  # test hook; None: from the environment
+    # Finished, unowned TaskFeedbacks are deleted this long after their last fact; 0: never.
+    ttl_after_finished: float = 0.0
 
 
 class EventSource:
@@ -127,6 +130,8 @@ class Controller:
                                   EventSource(self))
                   for p in self._paths("/apis/events.k8s.io/v1", "events")]
         self._thread(lambda: self._monitor(events), "monitor")
+        if self.s.ttl_after_finished > 0:
+            self._thread(self._ttl_loop, "ttl")
 
     def _load(self) -> int:
         """Seed the store from existing TaskFeedback statuses (version vectors included)."""
@@ -163,6 +168,18 @@ class Controller:
                 self.metrics.ready.set(1)
                 log.info("initial list folded; ready")
             self._stopping.wait(0.2)
+
+    def _ttl_loop(self) -> None:
+        version = API_VERSION.split("/")[1]
+        sweeper = TtlSweeper(self.kube, self._paths(f"/apis/{API_GROUP}/{version}", PLURAL),
+                             self.s.ttl_after_finished, on_deleted=self.store.forget)
+        while not self._stopping.wait(sweeper.interval):
+            if not self.writer.may_write():
+                continue  # fenced: a replica without the lease deletes nothing either
+            try:
+                self.metrics.ttl_deleted.inc(sweeper.sweep())
+            except Exception as e:  # unreachable, forbidden: the next sweep tries again
+                log.warning("ttl sweep failed: %s", e)
 
     # --- the watch loop's side ----------------------------------------------------------
     def deliver(self, result: ParsedEvent | Rejection | None) -> None:

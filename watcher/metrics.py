@@ -45,6 +45,9 @@ class Metrics:
                                       "Status writes being made right now.", registry=r)
         self.tasks_evicted = Counter(p + "tasks_evicted",
                                      "Idle, fully written tasks dropped from memory.", registry=r)
+        self.ttl_deleted = Counter(
+            p + "ttl_deleted",
+            "Finished, unowned TaskFeedbacks deleted after --ttl-after-finished.", registry=r)
         self.leader = Gauge(p + "leader", "1 while this replica is the active one.", registry=r)
         self.ready = Gauge(p + "ready", "1 once the initial list has been folded.", registry=r)
         self.sender_lookups = Counter(p + "sender_lookups",

@@ -82,6 +82,16 @@ class Store:
                 del self._entries[task]
         return len(idle)
 
+    def forget(self, task: TaskRef) -> bool:
+        """Drop ``task`` after its TaskFeedback was deleted, unless facts are pending or
+        unwritten (then its next write recreates the object, which is what they ask for)."""
+        with self._lock:
+            e = self._entries.get(task)
+            if e is None or e.pending or e.written < e.version:
+                return False
+            del self._entries[task]
+            return True
+
     def push(self, ev: ParsedEvent) -> None:
         """Buffer an event for its task's next fold (called from the watch loop: O(1))."""
         with self._lock:

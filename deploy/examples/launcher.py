@@ -1,17 +1,32 @@
-"""A sample controller for the demo: records which pods it spawned for an app (lineage).
+"""A sample controller for the demo: owns its tasks' TaskFeedbacks and records lineage.
 
-Usage: launcher.py APP POD_NAME=POD_UID[:ROLE] ...  (identity from the downward API, like
-any emitter; the events are about the app, so the CLI finds exactly these pods later).
+Usage (identity from the downward API, like any emitter):
+  launcher.py own TASK                        pre-create TaskFeedback TASK, owned by this
+                                              controller's pod; prints its uid for the pods
+  launcher.py lineage APP POD=UID[:ROLE] ...  record which pods were spawned for APP
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 from tidings import emitter as tidings
+from tidings.emitter.task import create_task_feedback
+from tidings.schemas.event import ObjectRef
 
 
-def main(app: str, pods: list[str]) -> int:
+def own(task: str) -> int:
+    # The controller's own object: here its pod (a real controller passes its Job or CR).
+    # The garbage collector deletes the TaskFeedback when that object is deleted.
+    me = ObjectRef("v1", "Pod", os.environ["POD_NAME"], os.environ["POD_NAMESPACE"],
+                   os.environ["POD_UID"])
+    made = create_task_feedback(task, namespace=me.namespace, owner=me)
+    print(made.uid)  # goes into the task pods' tidings.dev/task-uid annotation
+    return 0
+
+
+def lineage(app: str, pods: list[str]) -> int:
     for attempt, spec in enumerate(pods):
         name, _, rest = spec.partition("=")
         uid, _, role = rest.partition(":")
@@ -21,4 +36,5 @@ def main(app: str, pods: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2:]))
+    command, args = sys.argv[1], sys.argv[2:]
+    sys.exit(own(args[0]) if command == "own" else lineage(args[0], args[1:]))

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,57 @@ def test_missing_binaries_give_one_clear_line(tmp_path: Path) -> None:
         ControlPlane(state_dir=tmp_path / "cp", bin_dir=tmp_path).start()
     assert "binary missing" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_dev_up_without_binaries_names_the_next_step(tmp_path: Path) -> None:
+    """As after a pip install: no repo cache, TIDINGS_BIN_DIR points nowhere useful."""
+    tidings = str(Path(sys.executable).parent / "tidings")
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    up = subprocess.run([tidings, "dev", "up", "--state-dir", str(tmp_path / "state")],
+                        env={**os.environ, "TIDINGS_BIN_DIR": str(empty)},
+                        capture_output=True, text=True, timeout=60)
+    assert up.returncode == 5, up.stderr
+    (line,) = [x for x in up.stderr.splitlines() if not x.startswith("#")]
+    assert line.startswith("error: ") and str(empty) in line
+    assert "tools/controlplane/build.sh" in line and "TIDINGS_BIN_DIR" in line
+    assert not (tmp_path / "state").exists()
+
+
+def test_dev_up_never_wipes_a_directory_it_did_not_create(control_plane: ControlPlane,
+                                                          tmp_path: Path) -> None:
+    tidings = str(Path(sys.executable).parent / "tidings")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    up = subprocess.run([tidings, "dev", "up", "--state-dir", str(mine)],
+                        env={**os.environ, "TIDINGS_BIN_DIR": str(control_plane.bin_dir)},
+                        capture_output=True, text=True, timeout=60)
+    assert up.returncode == 1 and "was not created by tidings" in up.stderr, up.stderr
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    assert (mine / "notes.txt").read_text() == "keep me"
+
+
+PY313 = Path("/root/.pyenv/versions/3.13.0/bin/python")
+
+
+@pytest.mark.skipif(not PY313.is_file(), reason=f"Python 3.13 not installed at {PY313}")
+def test_python_313_strict_verification_accepts_the_dev_ca(control_plane: ControlPlane) -> None:
+    """3.13's default context sets VERIFY_X509_STRICT: a CA without keyUsage, or a leaf
+    without an authority key identifier, fails the handshake."""
+    script = textwrap.dedent("""
+        import ssl, sys, urllib.request
+        ca, url, token = sys.argv[1:]
+        ctx = ssl.create_default_context(cafile=ca)
+        assert ctx.verify_flags & ssl.VERIFY_X509_STRICT, "not strict"
+        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+        print(urllib.request.urlopen(req, context=ctx, timeout=10).read().decode())
+    """)
+    run = subprocess.run([str(PY313), "-c", script, str(control_plane.ca_file),
+                          f"{control_plane.server}/readyz", control_plane.tokens["admin"]],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "ok"
 
 
 def test_taken_port_gives_one_clear_line(control_plane: ControlPlane, tmp_path: Path) -> None:

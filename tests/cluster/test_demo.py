@@ -26,6 +26,11 @@ def test_demo_exits_zero_and_shows_the_folded_task(control_plane: ControlPlane) 
     logs = out.split("tidings logs train-42")[1].split("tidings timeline")[0]
     assert "[train-42-0/main] train-42-0 starting" in logs
     assert "train-42-debug starting" not in logs  # the prefix look-alike never streams
-    timeline = out.split("tidings timeline train-42")[1]
+    timeline = out.split("tidings timeline train-42")[1].split("kubectl describe")[0]
     assert "Timeline of demo/train-42" in timeline and "evaluate" in timeline
+    # Pre-created by the launcher, so its pods carried the uid: describe lists the bus events.
+    described = out.split("kubectl describe taskfeedback train-42")[1].split("demo finished")[0]
+    assert "Events:" in described and "<none>" not in described
+    for reason in ("LogLink", "DeckReady", "SpanSummary", "Progress"):
+        assert reason in described, reason
     assert "demo finished" in out

@@ -229,7 +229,7 @@ def test_the_example_workload_passes_a_server_side_dry_run(control_plane: Contro
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     out = kubectl(control_plane, "apply", "-n", namespace, "-f", str(path), "--dry-run=server")
     lines = out.stdout.splitlines()
-    assert len(lines) == len(docs) == 4
+    assert len(lines) == len(docs) == 3
     assert all(line.endswith("created (server dry run)") for line in lines), lines
     job = next(d for d in docs if d["kind"] == "Job")
     template = job["spec"]["template"]
@@ -238,7 +238,8 @@ def test_the_example_workload_passes_a_server_side_dry_run(control_plane: Contro
     env = {e["name"]: e.get("value") or e["valueFrom"]["fieldRef"]["fieldPath"]
            for e in container["env"]}
     assert env == {"TIDINGS_TASK": task, "POD_NAME": "metadata.name",
-                   "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid"}
+                   "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid",
+                   "TIDINGS_TASK_UID": "metadata.annotations['tidings.dev/task-uid']"}
     binding = next(d for d in docs if d["kind"] == "RoleBinding")
     assert binding["roleRef"]["name"] == "tidings-workload"
     assert binding["subjects"][0]["name"] == template["spec"]["serviceAccountName"]
@@ -515,3 +516,103 @@ def test_the_watcher_can_do_its_job_and_no_more(control_plane: ControlPlane, adm
         "metadata": {"name": "steal"}, "spec": {"holderIdentity": "watcher-0"}}))
     forbidden(lambda: leases.delete_namespaced_lease(lease_name, SYSTEM_NS))
     client.CoordinationV1Api(admin).delete_namespaced_lease(lease_name, SYSTEM_NS)
+
+
+# ---- lifecycle RBAC: kubectl for viewers, role aggregation, the TTL's opt-in rights -------
+def kubectl_as(cp: ControlPlane, user: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(cp.kubectl), f"--kubeconfig={cp.kubeconfig(user)}", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_viewer_gets_events_and_describes_tasks_with_kubectl(
+        control_plane: ControlPlane, admin: Any, install: dict[str, Any], alice_views: str,
+        namespace: str) -> None:
+    created = client.CustomObjectsApi(admin).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, {"apiVersion": f"{GROUP}/{VERSION}",
+                                            "kind": "TaskFeedback", "metadata": {"name": "d"},
+                                            "spec": {"task": "d"}})
+    pod = create_kwok_pod(admin, namespace, "d-0", labels={"tidings.dev/task": "d"})
+    event = bus_event(namespace, "d", related=pod, instance="d-0")
+    event["regarding"]["uid"] = created["metadata"]["uid"]
+    client.EventsV1Api(admin).create_namespaced_event(namespace, event)
+    core_events = eventually(lambda: kubectl_as(control_plane, "alice", "get", "events", "-n",
+                                                namespace).returncode == 0, 30,
+                             "alice's viewer grant to take effect")
+    assert core_events
+    listed = kubectl_as(control_plane, "alice", "get", "events", "-n", namespace)
+    assert "LogLink" in listed.stdout, listed.stdout + listed.stderr
+    described = kubectl_as(control_plane, "alice", "describe", "taskfeedback", "d", "-n",
+                           namespace)
+    assert described.returncode == 0 and not described.stderr, described.stderr
+    assert "LogLink" in described.stdout.split("\nEvents:", 1)[1]
+    assert client.CoreV1Api(api_client_for(control_plane, "alice")).list_namespaced_event(
+        namespace).items
+    # bob shares alice's group but not her binding.
+    assert kubectl_as(control_plane, "bob", "get", "events", "-n", namespace).returncode != 0
+
+
+def api_client_for(cp: ControlPlane, user: str) -> client.ApiClient:
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(cp.kubeconfig(user)))
+
+
+def test_builtin_view_and_edit_aggregate_the_tidings_roles(
+        controller_manager: ControlPlane, api_client: Callable[[str], Any], admin: Any,
+        install: dict[str, Any], namespace: str) -> None:
+    rbac = client.RbacAuthorizationV1Api(admin)
+
+    def grant(role: str) -> None:
+        rbac.create_namespaced_role_binding(namespace, {
+            "metadata": {"name": f"bob-{role}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": role},
+            "subjects": [{"kind": "User", "name": "bob",
+                          "apiGroup": "rbac.authorization.k8s.io"}]})
+
+    bob = api_client("bob")
+    crs, events = client.CustomObjectsApi(bob), client.EventsV1Api(bob)
+    tfb = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TaskFeedback",
+           "metadata": {"name": "agg"}, "spec": {"task": "agg"}}
+    grant("view")
+    eventually(lambda: crs.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL),
+               60, "the built-in view role to aggregate tidings-viewer")
+    assert events.list_namespaced_event(namespace) is not None
+    forbidden(lambda: crs.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, tfb))
+
+    grant("edit")
+    eventually(lambda: crs.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                           tfb), 60,
+               "the built-in edit role to aggregate tidings-editor")
+    pod = create_kwok_pod(admin, namespace, "agg-0", labels={"tidings.dev/task": "agg"})
+    events.create_namespaced_event(namespace, bus_event(namespace, "agg", related=pod,
+                                                        instance="agg-0"))  # tidings-workload
+    # The status is the watcher's, never an editor's.
+    forbidden(lambda: crs.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "agg", {"status": {"summary": {"progress": 1}}}))
+
+
+def test_the_ttl_rights_are_opt_in_and_only_deletes(control_plane: ControlPlane, admin: Any,
+                                                    install: dict[str, Any],
+                                                    namespace: str) -> None:
+    as_watcher = sa_token_client(control_plane, admin, SYSTEM_NS, "tidings-watcher")
+    crs, events = client.CustomObjectsApi(as_watcher), client.EventsV1Api(as_watcher)
+    client.CustomObjectsApi(admin).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, {"apiVersion": f"{GROUP}/{VERSION}",
+                                            "kind": "TaskFeedback", "metadata": {"name": "old"},
+                                            "spec": {"task": "old"}})
+    selector = f"reportingController={BUS},regarding.name=old"
+    forbidden(lambda: crs.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                          "old"))
+    kubectl(control_plane, "apply", "-f", str(DEPLOY / "ttl-rbac.yaml"))
+    try:
+        eventually(lambda: crs.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                               "old"), 30,
+                   "the TTL grant to take effect")
+        events.delete_collection_namespaced_event(namespace, field_selector=selector)
+        forbidden(lambda: client.CoreV1Api(as_watcher).delete_collection_namespaced_pod(
+            namespace))
+        forbidden(lambda: events.create_namespaced_event(namespace, bus_event(
+            namespace, "old", related={"name": "x", "uid": "y"}, instance="x")))
+    finally:
+        kubectl(control_plane, "delete", "-f", str(DEPLOY / "ttl-rbac.yaml"))

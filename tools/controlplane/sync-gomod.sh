@@ -27,6 +27,7 @@ go_directive=$(awk '$1 == "go" {print $2; exit}' "$kube_mod")
   echo
   echo "tool ("
   echo "	k8s.io/kubernetes/cmd/kube-apiserver"
+  echo "	k8s.io/kubernetes/cmd/kube-controller-manager"
   echo "	k8s.io/kubernetes/cmd/kubectl"
   echo "	go.etcd.io/etcd/server/v3"
   echo "	sigs.k8s.io/kwok/cmd/kwok"

@@ -1,0 +1,206 @@
+"""deploy/chart with the helm built from its Go module: `helm lint`, `helm template` against
+the kustomize base (the same CRD, policy and RBAC rules), and a real `helm install`, upgrade
+and uninstall on a control plane of its own (the shared one has the kustomize install)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+from tests.cluster.test_controlplane import client_with_token
+from tests.support import eventually
+from tidings.cli.devcluster import REPO_ROOT, ControlPlane, find_bin_dir
+
+pytestmark = pytest.mark.cluster
+
+CHART = REPO_ROOT / "deploy" / "chart"
+DEPLOY = REPO_ROOT / "deploy"
+NS = "tidings-system"
+
+
+@pytest.fixture(scope="module")
+def helm_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("helm")
+    return {**os.environ, "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_CONFIG_HOME": str(home / "config"), "HELM_DATA_HOME": str(home / "data")}
+
+
+def helm(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([str(find_bin_dir() / "helm"), *args], capture_output=True,
+                            text=True, timeout=180, env=env)
+    if check:
+        assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"
+    return result
+
+
+def render(env: dict[str, str], *sets: str, crds: bool = False) -> list[dict[str, Any]]:
+    args = ["template", "tidings", str(CHART), "-n", NS, *(a for s in sets for a in ("--set", s))]
+    out = helm(env, *args, *(["--include-crds"] if crds else [])).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def by_kind(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+def base_docs() -> list[dict[str, Any]]:
+    out = subprocess.run([str(find_bin_dir() / "kubectl"), "kustomize", str(DEPLOY)],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def test_lint_passes_with_defaults_and_every_feature(helm_env: dict[str, str]) -> None:
+    helm(helm_env, "lint", "--strict", str(CHART))
+    helm(helm_env, "lint", "--strict", str(CHART), "--set",
+         "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,"
+         "metrics.grafanaDashboard.enabled=true,watcher.ttlAfterFinished=600,replicas=1")
+
+
+def test_defaults_render_the_base_with_a_configurable_image(helm_env: dict[str, str]) -> None:
+    docs = render(helm_env, crds=True)
+    objs = by_kind(docs)
+    deployment = objs[("Deployment", "tidings-watcher")]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "ghcr.io/tidings-dev/tidings-watcher:0.1.0"  # appVersion
+    assert "tidings-watcher:dev" not in json.dumps(docs)
+    assert deployment["spec"]["replicas"] == 2 and deployment["metadata"]["namespace"] == NS
+    assert "--namespace" not in container["command"]  # all namespaces
+    assert "--ttl-after-finished" not in container["command"]
+    assert ("PodDisruptionBudget", "tidings-watcher") in objs
+    assert ("Service", "tidings-watcher-metrics") in objs
+    kinds = {k for k, _ in objs}
+    assert not kinds & {"ServiceMonitor", "PrometheusRule", "ConfigMap"}
+    assert ("ClusterRole", "tidings-watcher-ttl") not in objs
+
+    # One source of truth: the CRD and the policy are the base's files; the roles match.
+    base = by_kind(base_docs())
+    for key in [("CustomResourceDefinition", "taskfeedbacks.tidings.dev"),
+                ("ValidatingAdmissionPolicy", "tidings-sender-identity"),
+                ("ValidatingAdmissionPolicyBinding", "tidings-sender-identity")]:
+        assert objs[key]["spec"] == base[key]["spec"], key
+    roles = [k for k in base if k[0] in ("ClusterRole", "Role")]
+    assert len(roles) == 5
+    for key in roles:
+        assert objs[key]["rules"] == base[key]["rules"], key
+        aggregation = {k: v for k, v in base[key]["metadata"].get("labels", {}).items()
+                       if k.startswith("rbac.authorization.k8s.io/")}
+        assert aggregation.items() <= objs[key]["metadata"]["labels"].items(), key
+    for key in [k for k in base if k[0] in ("ClusterRoleBinding", "RoleBinding")]:
+        assert objs[key]["roleRef"] == base[key]["roleRef"], key
+        assert objs[key]["subjects"] == base[key]["subjects"], key  # base is in tidings-system
+    # The pod spec is the base's (the image and the command flags aside).
+    base_pod = base[("Deployment", "tidings-watcher")]["spec"]["template"]["spec"]
+    pod = deployment["spec"]["template"]["spec"]
+    for field in ("securityContext", "serviceAccountName", "volumes"):
+        assert pod[field] == base_pod[field], field
+    (base_container,) = base_pod["containers"]
+    for field in ("env", "ports", "livenessProbe", "readinessProbe", "resources",
+                  "securityContext"):
+        assert container[field] == base_container[field], field
+
+
+def test_values_set_image_replicas_namespaces_ttl_and_monitoring(helm_env: dict[str, str]) -> None:
+    docs = render(helm_env, "image.repository=registry.example/tw", "image.tag=1.2.3",
+                  "replicas=1", "watcher.namespaces={ml,batch}", "watcher.ttlAfterFinished=600",
+                  "resources.limits.memory=1Gi", "metrics.serviceMonitor.enabled=true",
+                  "metrics.prometheusRule.enabled=true", "metrics.grafanaDashboard.enabled=true")
+    objs = by_kind(docs)
+    deployment = objs[("Deployment", "tidings-watcher")]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example/tw:1.2.3"
+    assert deployment["spec"]["replicas"] == 1
+    cmd = container["command"]
+    assert cmd[cmd.index("--namespace") + 1] == "ml,batch"
+    assert cmd[cmd.index("--ttl-after-finished") + 1] == "600"
+    assert container["resources"]["limits"]["memory"] == "1Gi"
+    assert ("PodDisruptionBudget", "tidings-watcher") not in objs  # one replica: no PDB
+    assert objs[("ClusterRoleBinding", "tidings-watcher-ttl")]["subjects"][0]["namespace"] == NS
+    monitor = objs[("ServiceMonitor", "tidings-watcher")]
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    service = objs[("Service", "tidings-watcher-metrics")]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= \
+        service["metadata"]["labels"].items()
+    rule = objs[("PrometheusRule", "tidings-watcher")]
+    assert rule["spec"] == yaml.safe_load((DEPLOY / "monitoring" / "alerts.yaml").read_text())
+    dashboard = objs[("ConfigMap", "tidings-watcher-dashboard")]
+    assert json.loads(dashboard["data"]["tidings-watcher.json"]) == json.loads(
+        (DEPLOY / "monitoring" / "dashboard.json").read_text())
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("replicas=two", "/replicas"),
+    ("watcher.namespaces={Bad_NS}", "/watcher/namespaces/0"),
+    ("watcher.ttlAfterFinished=-1", "/watcher/ttlAfterFinished"),
+    ("image.repository=", "/image/repository"),
+])
+def test_bad_values_are_refused_by_the_schema(helm_env: dict[str, str], value: str,
+                                              message: str) -> None:
+    result = helm(helm_env, "template", "tidings", str(CHART), "--set", value, check=False)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+@pytest.fixture(scope="module")
+def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    cp = ControlPlane(state_dir=tmp_path_factory.mktemp("chart-control-plane"))
+    with cp:
+        yield cp
+
+
+def test_the_chart_installs_upgrades_and_uninstalls(own_cluster: ControlPlane,
+                                                    helm_env: dict[str, str],
+                                                    tmp_path: Path) -> None:
+    cp = own_cluster
+    kube = ["--kubeconfig", str(cp.kubeconfig("admin"))]
+    values = ["--set", "image.repository=registry.example/tidings-watcher,image.tag=9.9.9"]
+    # Every object passes the API server's own validation before anything is installed.
+    rendered = tmp_path / "rendered.yaml"
+    rendered.write_text(helm(helm_env, "template", "tidings", str(CHART), "-n", NS,
+                             "--include-crds", *values).stdout)
+    cp.kubectl_run("create", "namespace", NS)
+    crd = cp.kubectl_run("apply", "--server-side", "--dry-run=server", "-f", str(rendered))
+    assert "taskfeedbacks.tidings.dev serverside-applied (server dry run)" in crd
+
+    helm(helm_env, "install", "tidings", str(CHART), "-n", NS, *values, *kube)
+    admin = config.new_client_from_config(config_file=str(cp.kubeconfig("admin")))
+    apps = client.AppsV1Api(admin)
+    deployment = apps.read_namespaced_deployment("tidings-watcher", NS)
+    assert deployment.spec.template.spec.containers[0].image == \
+        "registry.example/tidings-watcher:9.9.9"
+    assert deployment.metadata.annotations["meta.helm.sh/release-name"] == "tidings"
+    cp.kubectl_run("wait", "--for=condition=Established", "crd/taskfeedbacks.tidings.dev",
+                   "--timeout=60s")
+    assert client.AdmissionregistrationV1Api(admin).read_validating_admission_policy(
+        "tidings-sender-identity")
+    assert client.PolicyV1Api(admin).read_namespaced_pod_disruption_budget(
+        "tidings-watcher", NS).spec.min_available == 1
+    status = json.loads(helm(helm_env, "status", "tidings", "-n", NS, "-o", "json",
+                             *kube).stdout)
+    assert status["info"]["status"] == "deployed"
+
+    # The chart's RBAC works for the watcher's ServiceAccount in the release namespace.
+    token = client.CoreV1Api(admin).create_namespaced_service_account_token(
+        "tidings-watcher", NS, {"spec": {}}).status.token
+    as_watcher = client_with_token(cp, token)
+    assert client.EventsV1Api(as_watcher).list_event_for_all_namespaces(limit=1) is not None
+    assert client.CustomObjectsApi(as_watcher).list_cluster_custom_object(
+        "tidings.dev", "v1alpha1", "taskfeedbacks")["items"] == []
+
+    helm(helm_env, "upgrade", "tidings", str(CHART), "-n", NS, *values, "--set", "replicas=3",
+         "--set", "watcher.ttlAfterFinished=60", *kube)
+    eventually(lambda: apps.read_namespaced_deployment("tidings-watcher", NS).spec.replicas
+               == 3, 30, "the upgrade to scale the watcher")
+    assert client.RbacAuthorizationV1Api(admin).read_cluster_role("tidings-watcher-ttl")
+
+    helm(helm_env, "uninstall", "tidings", "-n", NS, *kube)
+    names = cp.kubectl_run("get", "deployments,clusterroles", "-A", "-o", "name")
+    assert "tidings-watcher" not in names and "tidings-viewer" not in names
+    # Helm keeps CRDs from crds/ on uninstall, so the TaskFeedbacks outlive the release.
+    assert "taskfeedbacks.tidings.dev" in cp.kubectl_run("get", "crd", "-o", "name")

@@ -1,0 +1,104 @@
+"""TTL after finished: delete finished TaskFeedbacks that nobody owns, like a Job's
+``ttlSecondsAfterFinished``, together with their bus events.
+
+A TaskFeedback with an ownerReference is left to the garbage collector (it goes with its
+owner). An unowned one is deleted once its task is finished and no fact has arrived for
+``ttl`` seconds (its last event time, else its creation time). The delete carries uid and
+resourceVersion preconditions, so a TaskFeedback that changed since it was read (a late
+fact, an owner added) survives this sweep. Its bus events are deleted with it: while they
+lived (1 h by default), a relist after a restart would otherwise fold them again and bring
+the TaskFeedback back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from tidings.schemas.constants import BUS_CONTROLLER, KIND
+from tidings.schemas.event import TaskRef, parse_time
+from tidings.schemas.state import TaskState
+
+from .kube import Kube, KubeError
+from .writer import collection_path
+
+log = logging.getLogger("tidings.watcher.ttl")
+
+
+def finished(state: TaskState) -> bool:
+    """The task is over (Succeeded or Failed)."""
+    # TaskState.finished arrives with the status phases; until then a final progress is it.
+    over = getattr(state, "finished", None)
+    return bool(state.completed if over is None else over)
+
+
+def expired(obj: dict[str, Any], now: datetime, ttl: float) -> TaskState | None:
+    """The state of ``obj`` when it is unowned, finished and idle for ``ttl``, else None."""
+    meta = obj.get("metadata") or {}
+    if meta.get("ownerReferences") or meta.get("deletionTimestamp"):
+        return None
+    task = TaskRef(str(meta.get("namespace", "")), str(meta.get("name", "")))
+    state = TaskState.from_status(task, obj.get("status"))
+    if not finished(state):
+        return None
+    since = state.last_event_time or parse_time(meta.get("creationTimestamp"))
+    if since is None or (now - since).total_seconds() < ttl:
+        return None
+    return state
+
+
+class TtlSweeper:
+    """One sweep lists the TaskFeedbacks under ``paths`` and deletes the expired ones."""
+
+    def __init__(self, kube: Kube, paths: list[str], ttl: float,
+                 on_deleted: Callable[[TaskRef], None]) -> None:
+        self.kube, self.paths, self.ttl, self.on_deleted = kube, paths, ttl, on_deleted
+
+    @property
+    def interval(self) -> float:
+        """Seconds between sweeps: a fraction of the TTL, at least 1 s, at most a minute."""
+        return min(60.0, max(1.0, self.ttl / 4))
+
+    def sweep(self, now: datetime | None = None) -> int:
+        now = now or datetime.now(UTC)
+        deleted = 0
+        for obj in self._items():
+            if expired(obj, now, self.ttl) is not None and self._delete(obj):
+                deleted += 1
+        return deleted
+
+    def _items(self) -> Iterator[dict[str, Any]]:
+        for path in self.paths:
+            cont = ""
+            while True:
+                query = [("limit", "500")] + ([("continue", cont)] if cont else [])
+                data = self.kube.request("GET", path, query=query, timeout=(5, 60))
+                yield from data.get("items") or []
+                cont = (data.get("metadata") or {}).get("continue") or ""
+                if not cont:
+                    break
+
+    def _delete(self, obj: dict[str, Any]) -> bool:
+        meta = obj["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {
+            "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}}
+        try:
+            self.kube.request("DELETE", f"{collection_path(ns)}/{name}", body=body,
+                              timeout=(5, 30))
+        except KubeError as e:
+            if e.status in (404, 409):  # gone already, or changed since listed: next sweep
+                return False
+            raise
+        log.info("deleted finished taskfeedback %s/%s (ttl %gs)", ns, name, self.ttl)
+        self.on_deleted(TaskRef(ns, name))
+        selector = (f"reportingController={BUS_CONTROLLER},regarding.kind={KIND},"
+                    f"regarding.name={name}")
+        try:
+            self.kube.request("DELETE", f"/apis/events.k8s.io/v1/namespaces/{ns}/events",
+                              query=[("fieldSelector", selector)], timeout=(5, 60))
+        except KubeError as e:  # they expire anyway; a relist may recreate it meanwhile
+            log.warning("cannot delete the bus events of %s/%s: %s", ns, name, e)
+        return True

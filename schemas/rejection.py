@@ -32,7 +32,7 @@ class RejectReason(StrEnum):
     BAD_TASK_ID = "bad_task_id"  # a TaskFeedback subject whose name breaks the task-id rule
     INCONSISTENT_SPAN = "inconsistent_span"  # errors > count, total_s < max_s, ...
     INVISIBLE_TEXT = "invisible_text"  # a name holding zero-width or other format characters
-    NOT_LINEAGE_SENDER = "not_lineage_sender"  # PodSpawned whose spawned pod disowns the app
+    UNVERIFIED_LINEAGE = "unverified_lineage"  # PodSpawned the spawned pod does not confirm
 
 
 # pydantic error types raised by the payload validators that have a reason of their own.

@@ -45,9 +45,9 @@ class Metrics:
                                      "Idle, fully written tasks dropped from memory.", registry=r)
         self.leader = Gauge(p + "leader", "1 while this replica is the active one.", registry=r)
         self.ready = Gauge(p + "ready", "1 once the initial list has been folded.", registry=r)
-        self.sender_lookups = Counter(p + "sender_lookups",
-                                      "Sender pod lookups, by source (cache, get, trusted).",
-                                      ["source"], registry=r)
+        self.sender_lookups = Counter(
+            p + "sender_lookups", "Accepted senders, by how they were verified (cache, get, "
+            "proof: a gone pod's sender-uid proof).", ["source"], registry=r)
         for reason in RejectReason:
             self.events_rejected.labels(reason.value)
         for cause in ("gone", "short_watch", "decode_error", "error", "start"):

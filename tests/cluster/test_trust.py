@@ -120,8 +120,8 @@ def event(namespace: str, task: str, payload: Any, seq: int, *, pod: dict[str, s
                        payload=payload, instance=instance, seq=seq,
                        time=when or datetime.now(UTC),
                        regarding=regarding, sender_proof=proof)
-    if note is not None:
-        body["note"] = json.dumps(note)
+    if note is not None:  # a hand-made note; the reason follows it, so only the note is bad
+        body["note"], body["reason"] = json.dumps(note), note["t"]
     return body
 
 

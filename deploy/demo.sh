@@ -80,11 +80,14 @@ kubectl -n demo wait --for=jsonpath='{.status.phase}'=Running pod --all --timeou
 
 uid() { kubectl -n demo get pod "$1" -o jsonpath='{.metadata.uid}'; }
 as_pod() {  # POD SA -- command...: run a process with the pod's identity and a pod-bound token
+  # (TIDINGS_SENDER_PROOF=1: the kubeconfig holds the pod's bound token, as in-cluster config
+  # would, so events carry the sender proof that outlives the pod)
   local pod=$1 sa=$2 pod_uid; shift 3
   pod_uid=$(uid "$pod")
   kubeconfig_for "$state/$pod.kubeconfig" "$(kubectl -n demo create token "$sa" \
     --bound-object-kind=Pod --bound-object-name="$pod" --bound-object-uid="$pod_uid")"
-  KUBECONFIG="$state/$pod.kubeconfig" POD_NAME=$pod POD_NAMESPACE=demo POD_UID=$pod_uid "$@"
+  KUBECONFIG="$state/$pod.kubeconfig" POD_NAME=$pod POD_NAMESPACE=demo POD_UID=$pod_uid \
+    TIDINGS_SENDER_PROOF=1 "$@"
 }
 
 step "4. the sample workload emits links, a deck, spans and progress (pod-bound tokens)"

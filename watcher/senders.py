@@ -106,20 +106,25 @@ class ProofPolicy:
         self._trusted = False
         self._lock = threading.Lock()
 
-    def trusted(self) -> bool:
+    def trusted(self) -> bool | None:
+        """True or False; None when the API could not tell right now (try again later)."""
         with self._lock:
             if time.monotonic() < self._until:
                 return self._trusted
-            self._trusted = self._look()
-            self._until = time.monotonic() + self.ttl
-            return self._trusted
+            looked = self._look()
+            if looked is None:
+                return None
+            self._trusted, self._until = looked, time.monotonic() + self.ttl
+            return looked
 
-    def _look(self) -> bool:
+    def _look(self) -> bool | None:
         if self.get is None:
             return False
         try:
             policy, binding = self.get(POLICY_PATH), self.get(BINDING_PATH)
         except SenderLookupError as e:
+            if e.retry:
+                return None
             if not self.quiet:
                 log.warning("cannot read admission policy %s (%s): sender proofs not trusted",
                             POLICY, e)
@@ -241,10 +246,14 @@ class Senders:
         task, how = got
         if task == ev.task.name:
             return how
-        if task is _ABSENT and ev.sender_proof == s.uid and self.policy.trusted():
-            return "proof"  # the API server authenticated this pod; it is gone now
+        if task is _ABSENT and ev.sender_proof == s.uid:
+            trusted = self.policy.trusted()
+            if trusted is None:
+                return Retry.LATER
+            if trusted:
+                return "proof"  # the API server authenticated this pod; it is gone now
         why = ("labelled for another task" if isinstance(task, str) else
-               "gone, and its events carry no sender proof" if task is _ABSENT else
+               "gone, and no trusted sender proof" if task is _ABSENT else
                "unlabelled or unreadable")
         return _spoofed(f"related pod {s.name} is {why} ({ev.task.name})")
 

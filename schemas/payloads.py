@@ -173,7 +173,7 @@ class LogLink(BaseModel):
 
 
 class DeckReady(BaseModel):
-    """A report deck is ready at ``uri`` (s3://, gs://, https://, ...; never script/data URIs)."""
+    """A report deck is ready at ``uri``, whose scheme is one of ``DECK_SCHEMES``."""
 
     model_config = _MODEL_CONFIG
     TYPE: ClassVar[str] = "DeckReady"

@@ -60,10 +60,11 @@ def make_lines(n: int, tasks: int = 8, instances_per_task: int = 4, seed: int = 
         if r < 0.70:
             lo = rnd.uniform(0.001, 0.5)
             start = 1.7e9 + i
+            count = rnd.randint(2, 5000)  # consistent aggregates (SpanSummary checks them)
             payload = SpanSummary(
                 name=rnd.choice(["train_step", "dataloader.fetch", "eval", "checkpoint.save"]),
-                count=rnd.randint(1, 5000),
-                total_s=lo * 100,
+                count=count,
+                total_s=lo * (count - 1) + lo * 3,
                 min_s=lo,
                 max_s=lo * 3,
                 first_start=start,

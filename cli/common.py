@@ -155,17 +155,27 @@ OutputOpt = Annotated[Output, typer.Option(
 
 # --- input validation ----------------------------------------------------------------------
 
-# Task ids may be label values (mixed case, '_'); field selectors must never see ',' or '='.
-_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.\-]{0,251}[A-Za-z0-9])?\Z")
+# App names are object names (a DNS-1123 subdomain); field selectors never see ',' or '='.
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?\Z")
 _NS = re.compile(r"^[a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?\Z")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def check_name(value: str, what: str) -> str:
+    """An app (or other object) name: lowercase letters, digits, '-' and '.'."""
     if not _NAME.match(value):
         shown = _one_line(value)[:80]
-        invalid(f"{what} {shown!r} is not a valid name (letters, digits, '-', '_', '.')")
+        invalid(f"{what} {shown!r} is not a valid name (lowercase letters, digits, '-', '.')")
+    return value
+
+
+def check_task(value: str) -> str:
+    """A task id, by the one rule the library, `tidings emit` and the watcher also apply."""
+    from tidings.schemas.names import TASK_ID_RULE, valid_task_id
+
+    if not valid_task_id(value):
+        invalid(f"task {_one_line(value)[:80]!r} is not a valid task id ({TASK_ID_RULE})")
     return value
 
 

@@ -81,6 +81,7 @@ def _deliver(send: Callable[[Any], None], *, task: str, pod_name: str, pod_uid: 
         kubeconfig_namespace,
         load_api_client,
         no_cluster_configured,
+        pod_bound_credentials,
     )
 
     if not namespace and (kubeconfig or context or not no_cluster_configured()):
@@ -94,6 +95,11 @@ def _deliver(send: Callable[[Any], None], *, task: str, pod_name: str, pod_uid: 
                  "POD_UID": "--pod-uid", "TIDINGS_TASK": "--task"}
         _fail("missing identity: " + ", ".join(f"{flags[m]} (or {m})" for m in missing),
               EXIT_INVALID)
+    from tidings.schemas.names import task_id_error
+
+    bad_task = task_id_error(task)
+    if bad_task is not None:
+        _fail(f"invalid input: {bad_task}", EXIT_INVALID)
     if kubeconfig is None and context is None and no_cluster_configured():
         _fail("no cluster configured: not in a pod, no --kubeconfig, $KUBECONFIG or "
               "~/.kube/config", EXIT_UNDELIVERED)
@@ -104,7 +110,9 @@ def _deliver(send: Callable[[Any], None], *, task: str, pod_name: str, pod_uid: 
     config = EmitterConfig.from_env()
     emitter = Emitter(config, identity=identity,
                       transport=KubeTransport(api, (config.connect_timeout_s,
-                                                    config.read_timeout_s)))
+                                                    config.read_timeout_s),
+                                              pod_bound=pod_bound_credentials(kubeconfig,
+                                                                              context)))
     # The library logs for long-running workloads; here the exit code and one line speak.
     logger = logging.getLogger("tidings.emitter")
     level = logger.level

@@ -1,5 +1,13 @@
 """Pod lineage for `lineage` and `logs`: the pods recorded as spawned for an app (PodSpawned
-events, matched by name AND uid, never by prefix) and what became of each of them."""
+events, matched by name AND uid, never by prefix) and what became of each of them.
+
+Who may speak for an app's lineage: nobody on their word. A record counts only when the pod
+it names confirms it: a pod of the app's namespace with that uid, labelled
+``tidings.dev/task=<app>`` by whoever created it (the watcher applies the same rule to
+PodSpawned regarding a TaskFeedback). A record naming any other live pod is ignored and
+reported; a record of a pod that is gone or replaced cannot be confirmed any more, so it is
+shown as history, flagged unverified, and never streamed.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +20,7 @@ from tidings.cli.common import CliError, not_found, safe
 from tidings.cli.kube import ApiError, Kube, lines
 from tidings.cli.taskview import lineage_selector
 from tidings.schemas import (
+    TASK_LABEL,
     LineageEntry,
     ParsedEvent,
     PodSpawned,
@@ -91,10 +100,16 @@ def follow(kube: Kube, namespace: str, app: str, resource_version: str,
 # --- what became of each pod --------------------------------------------------------------
 
 
+def vouches(entry: LineageEntry, pod: dict[str, Any]) -> bool:
+    """Whether ``pod`` (the one the record names, same uid) confirms the record."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return isinstance(labels, dict) and labels.get(TASK_LABEL) == entry.subject.name
+
+
 @dataclass
 class PodFate:
     entry: LineageEntry
-    state: str  # "current" | "replaced" | "gone" | "unknown"
+    state: str  # "current" | "replaced" | "gone" | "unknown" | "disowned"
     phase: str  # the pod's phase when current, else ""
     current_uid: str = ""  # the uid now carrying that name, when replaced
     reason: str = ""
@@ -106,7 +121,14 @@ class PodFate:
             return f"replaced (name now held by uid {self.current_uid})"
         if self.state == "gone":
             return "gone"
+        if self.state == "disowned":
+            return f"not labelled {TASK_LABEL}={self.entry.subject.name}; ignored"
         return f"unknown ({self.reason})"
+
+    @property
+    def verified(self) -> bool:
+        """The pod confirmed the record (only a current pod can)."""
+        return self.state == "current"
 
     def to_data(self) -> dict[str, Any]:
         e = self.entry
@@ -116,7 +138,7 @@ class PodFate:
             "subject": {"kind": e.subject_kind, "name": e.subject.name},
             "spawned_at": format_time(e.event_time),
             "reported_by": {"pod": e.reported_by.name, "uid": e.reported_by.uid},
-            "state": self.state, "phase": self.phase,
+            "state": self.state, "phase": self.phase, "verified": self.verified,
             **({"current_uid": self.current_uid} if self.current_uid else {}),
         }
 
@@ -136,6 +158,8 @@ def fate_of(entry: LineageEntry, pod: dict[str, Any] | None) -> PodFate:
     uid = str((pod.get("metadata") or {}).get("uid") or "")
     if uid != entry.pod.uid:
         return PodFate(entry, "replaced", "", current_uid=uid)
+    if not vouches(entry, pod):
+        return PodFate(entry, "disowned", "")
     phase = str((pod.get("status") or {}).get("phase") or "Unknown")
     return PodFate(entry, "current", phase)
 

@@ -23,6 +23,7 @@ from tidings.cli.common import (
     dump,
     invalid,
     parse_duration,
+    safe,
 )
 
 App = Annotated[str, typer.Argument(
@@ -53,6 +54,12 @@ def lineage(
     k, ns = taskview.open_app(app, namespace, all_namespaces, kubeconfig, context)
     entries, _ = lin.load(k, ns, app)
     items = lin.fates(k, entries)
+    disowned = [f for f in items if f.state == "disowned"]
+    if disowned:  # deny by default: a live pod that does not confirm the record is not shown
+        items = [f for f in items if f.state != "disowned"]
+        names = ", ".join(safe(f.entry.pod.name) for f in disowned)
+        typer.echo(f"ignored {len(disowned)} lineage record(s) naming pods not labelled "
+                   f"tidings.dev/task={safe(app)}: {names}", err=True)
     if output is Output.table:
         console().print(lin.render(ns, app, items))
     else:

@@ -20,7 +20,8 @@ from typing import Any, TextIO
 
 from tidings.cli.common import EXIT_ERROR, CliError, safe
 from tidings.cli.kube import Action, ApiError, Kube, lines
-from tidings.schemas import LineageEntry
+from tidings.cli.lineage import vouches
+from tidings.schemas import TASK_LABEL, LineageEntry
 
 # stern-like palette: distinct, readable on dark and light terminals.
 _PALETTE = (31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96)
@@ -217,6 +218,10 @@ class LogMux:
         if current != uid:
             self.printer.note(f"- {name}: replaced (recorded uid {uid[:8]}, now {current[:8]}); "
                               "not streaming the new pod, it is not in the lineage")
+            return
+        if not vouches(entry, pod):  # the record's word is not enough (cli/lineage.py)
+            self.printer.note(f"- {name}: not labelled {TASK_LABEL}={entry.subject.name}; "
+                              "not streaming a pod that does not confirm the lineage record")
             return
         spec = pod.get("spec") or {}
         names = [str(c.get("name")) for c in spec.get("containers") or [] if c.get("name")]

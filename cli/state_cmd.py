@@ -16,7 +16,7 @@ from tidings.cli.common import (
     Namespace,
     Output,
     OutputOpt,
-    check_name,
+    check_task,
     command,
     console,
     dump,
@@ -40,7 +40,7 @@ def state(
     context: Context = None,
 ) -> None:
     """Show a task's state: progress, links, decks, spans and who reported them."""
-    check_name(task, "task")
+    check_task(task)
     from tidings.cli import taskview
 
     k, ref = taskview.open_task(task, namespace, all_namespaces, kubeconfig, context,
@@ -65,7 +65,7 @@ def watch(
     context: Context = None,
 ) -> None:
     """Watch a task live until it completes (terminal progress) or Ctrl-C."""
-    check_name(task, "task")
+    check_task(task)
     from rich.live import Live
 
     from tidings.cli import taskview

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from tidings.cli.common import EXIT_INVALID, CliError, not_found, safe
+from tidings.cli.common import EXIT_INVALID, EXIT_UNREACHABLE, CliError, not_found, safe
 from tidings.cli.kube import Action, ApiError, Kube, connect, lines
 from tidings.schemas import (
     API_GROUP,
@@ -121,14 +121,55 @@ def _status_of(obj: dict[str, Any] | None) -> dict[str, Any] | None:
     return status if isinstance(status, dict) and status.get("schema_version") else None
 
 
+def senders(kube: Kube) -> Any:
+    """The watcher's own sender check over this client (one per client: its pod cache), so
+    the CLI's fold of raw events and the watcher's status cannot disagree (issue 10, item 6)."""
+    found = getattr(kube, "_tidings_senders", None)
+    if found is None:
+        from tidings.watcher.senders import ProofPolicy, SenderLookupError, Senders
+
+        def get(path: str) -> Any:
+            parts = path.split("/")  # /api/v1/namespaces/<ns>/pods/<name>, or the policy
+            pod = len(parts) == 7 and parts[5] == "pods"
+            action = Action("get", "pods", parts[4], parts[6]) if pod else None
+            try:
+                return kube.get_json(path, action=action)
+            except ApiError as err:
+                if err.status == 404:
+                    return None
+                if pod and err.status == 403:
+                    # Without reading pods no sender can be verified: say so, never guess.
+                    raise ApiError(f"{err.message} (needed to verify the senders of the "
+                                   "task's events)", err.code, err.status, action) from None
+                raise SenderLookupError(err.message, retry=err.status not in (401, 403)) \
+                    from None
+
+        found = Senders(get, policy=ProofPolicy(get, quiet=True))
+        kube._tidings_senders = found  # type: ignore[attr-defined]
+    return found
+
+
+def accepted(kube: Kube, ref: TaskRef, p: object) -> bool:
+    """Whether a parse result is an event of task ``ref`` that the watcher would apply."""
+    if not (isinstance(p, ParsedEvent) and p.task == ref and p.regarding_kind == KIND):
+        return False
+    from tidings.watcher.senders import Retry
+
+    verdict = senders(kube).check(p)
+    if verdict is Retry.LATER:
+        raise CliError(f"cannot verify the sender of event {safe(p.name)}: the API server "
+                       "did not answer", EXIT_UNREACHABLE)
+    return verdict is None
+
+
 def _task_events(kube: Kube, ref: TaskRef, events: list[dict[str, Any]]
                  ) -> tuple[list[ParsedEvent], int]:
     parsed: list[ParsedEvent] = []
     rejected = 0
     for raw in events:
         p = parse_event(raw)
-        if isinstance(p, ParsedEvent) and p.task == ref and p.regarding_kind == KIND:
-            parsed.append(p)
+        if accepted(kube, ref, p):
+            parsed.append(p)  # type: ignore[arg-type]
         else:
             rejected += 1
     return parsed, rejected
@@ -235,8 +276,7 @@ def _follow_events(kube: Kube, ref: TaskRef, snap: Snapshot) -> Iterator[Snapsho
                 break
             if item.type != "ADDED":
                 continue
-            if isinstance(item.result, ParsedEvent) and item.result.task == ref \
-                    and item.result.regarding_kind == KIND:
+            if isinstance(item.result, ParsedEvent) and accepted(kube, ref, item.result):
                 new = fold(state, item.result)
                 if new != state:
                     state = new

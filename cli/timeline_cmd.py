@@ -15,7 +15,7 @@ from tidings.cli.common import (
     Namespace,
     Output,
     OutputOpt,
-    check_name,
+    check_task,
     command,
     console,
     dump,
@@ -158,7 +158,7 @@ def timeline(
     context: Context = None,
 ) -> None:
     """Show a task's spans as a Gantt-like chart (and write an SVG on request)."""
-    check_name(task, "task")
+    check_task(task)
     if svg_file is not None and not svg_file.parent.is_dir():
         invalid(f"--svg {str(svg_file)!r}: directory {str(svg_file.parent)!r} does not exist")
     from tidings.cli import taskview

@@ -81,6 +81,8 @@ pod train-42-debug default "purpose: unrelated"
 
 uid() { kubectl -n demo get pod "$1" -o jsonpath='{.metadata.uid}'; }
 as_pod() {  # POD SA -- command...: run a process with the pod's identity and a pod-bound token
+  # (TIDINGS_SENDER_PROOF=1: the kubeconfig holds the pod's bound token, as in-cluster config
+  # would, so events carry the sender proof that outlives the pod)
   local pod=$1 sa=$2 pod_uid task_uid; shift 3
   pod_uid=$(uid "$pod")
   # TIDINGS_TASK_UID: what the downward API gives a container from the pod's annotation.
@@ -88,7 +90,7 @@ as_pod() {  # POD SA -- command...: run a process with the pod's identity and a 
   kubeconfig_for "$state/$pod.kubeconfig" "$(kubectl -n demo create token "$sa" \
     --bound-object-kind=Pod --bound-object-name="$pod" --bound-object-uid="$pod_uid")"
   KUBECONFIG="$state/$pod.kubeconfig" POD_NAME=$pod POD_NAMESPACE=demo POD_UID=$pod_uid \
-    TIDINGS_TASK_UID=$task_uid "$@"
+    TIDINGS_TASK_UID=$task_uid TIDINGS_SENDER_PROOF=1 "$@"
 }
 
 echo "  the launcher (the tasks' controller) pre-creates taskfeedback/train-42, owned by its pod:"

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tidings.schemas.event import ObjectRef, PodRef, TaskRef, build_event, valid_uid
+from tidings.schemas.names import task_id_error
 from tidings.schemas.payloads import (
     DeckReady,
     LogLink,
@@ -474,6 +475,12 @@ class Emitter:
                              "tidings: events cannot be sent: %s not set (downward API)",
                              ", ".join(missing))
             return None
+        if regarding is None:  # about a TaskFeedback: its name must be a valid task id
+            bad = task_id_error(task.name)
+            if bad is not None:
+                self._count_once("unaddressable", ("task", task.name),
+                                 "tidings: events cannot be sent: %s", bad)
+                return None
         seq = self._seq
         self._seq += 1
         try:
@@ -481,7 +488,8 @@ class Emitter:
                 task=task, pod=PodRef(ident.pod_name, ident.pod_uid, ident.namespace),
                 payload=payload, instance=self.instance, seq=seq,
                 time=datetime.fromtimestamp(t, UTC), warning=warning, regarding=regarding,
-                task_uid=ident.task_uid)
+                task_uid=ident.task_uid,
+                sender_proof=bool(getattr(self._transport, "pod_bound", False)))
         except Exception as e:  # e.g. a payload that cannot fit: counted, never raised
             self._count_once("invalid", ("build", type(e).__name__),
                              "tidings: cannot build %s event: %s", payload_type(payload), e)

@@ -48,9 +48,12 @@ class KubeTransport:
 
     sink = False
 
-    def __init__(self, api_client: Any, timeout: tuple[float, float] = (3.0, 10.0)) -> None:
+    def __init__(self, api_client: Any, timeout: tuple[float, float] = (3.0, 10.0), *,
+                 pod_bound: bool = False) -> None:
         self.api = api_client
         self.timeout = timeout
+        # Its token is bound to this pod: events carry the sender proof (see build_event).
+        self.pod_bound = pod_bound
         self.server = str(getattr(api_client.configuration, "host", ""))
 
     def post(self, namespace: str, body: dict[str, Any]) -> bool:
@@ -131,6 +134,18 @@ def no_cluster_configured(env: dict[str, str] | os._Environ[str] | None = None) 
     return not Path("~/.kube/config").expanduser().is_file()
 
 
+def pod_bound_credentials(kubeconfig: str | None = None, context: str | None = None) -> bool:
+    """Whether the client authenticates with this pod's bound token, so the events may carry
+    the sender proof: in-cluster config (every mounted token is pod-bound), unless
+    ``TIDINGS_SENDER_PROOF`` says otherwise (1: a kubeconfig holding a pod-bound token; 0:
+    never). A proof from any other caller is refused by the admission policy."""
+    forced = os.environ.get("TIDINGS_SENDER_PROOF", "")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return kubeconfig is None and context is None and bool(
+        os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
 def kubeconfig_path(explicit: str | None = None) -> str:
     """The kubeconfig to read: ``explicit``, else $KUBECONFIG (as set now: the client library
     reads it only once, at import), else ~/.kube/config."""
@@ -175,7 +190,7 @@ def default_transport() -> Transport:
     if no_cluster_configured():
         return LogSink()
     try:
-        return KubeTransport(load_api_client())
+        return KubeTransport(load_api_client(), pod_bound=pod_bound_credentials())
     except Exception as e:  # a broken kubeconfig must not crash the workload
         log.warning("tidings: cannot load cluster config (%s); events are only logged", e)
         return LogSink()

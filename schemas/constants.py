@@ -32,3 +32,8 @@ SEQ_MAX: Final = 2**63 - 1
 NAME_LIMIT: Final = 64
 TYPE_LIMIT: Final = 128
 REPORTING_INSTANCE_LIMIT: Final = 128
+# A task id is an object name and a label value: the label limit is the tighter one.
+TASK_ID_MAX: Final = 63
+# The sender proof: the emitting pod's uid, admitted only from that pod's bound token
+# (deploy/admission-policy.yaml), so it outlives the pod.
+SENDER_UID_ANNOTATION: Final = "tidings.dev/sender-uid"

@@ -24,8 +24,10 @@ from .constants import (
     INSTANCE_ANNOTATION,
     KIND,
     REPORTING_INSTANCE_LIMIT,
+    SENDER_UID_ANNOTATION,
     SEQ_ANNOTATION,
 )
+from .names import valid_task_id
 from .note import decode_envelope, encode_note, valid_instance, valid_seq
 from .payloads import Payload, PodSpawned, payload_type
 from .rejection import Rejection, RejectReason
@@ -135,14 +137,19 @@ def build_event(
     warning: bool = False,
     regarding: ObjectRef | None = None,
     task_uid: str = "",
+    sender_proof: bool = True,
 ) -> dict[str, Any]:
     """An events.k8s.io/v1 Event dict, ready to POST to ``.../namespaces/{task.namespace}/events``.
 
     ``regarding`` defaults to the task's TaskFeedback; lineage passes the app/owner instead.
     ``task_uid`` is that TaskFeedback's uid when it was created before the task ran
     (``TIDINGS_TASK_UID``): with it the event shows in ``kubectl describe``. A malformed uid
-    is left out, since the bus itself does not need it. Raises ValueError only for an invalid
-    ``instance`` or ``seq``.
+    is left out, since the bus itself does not need it.
+    ``sender_proof`` stamps the pod's uid into the ``tidings.dev/sender-uid`` annotation: the
+    admission policy admits it only from that pod's own bound token, so it proves the sender
+    even after the pod is gone. Callers without a pod-bound token (people, tests acting for
+    a pod) must pass False, or the policy refuses the event.
+    Raises ValueError only for an invalid ``instance`` or ``seq``.
     """
     if not valid_instance(instance) or not valid_seq(seq):
         raise ValueError("invalid emitter instance id or seq")
@@ -173,7 +180,8 @@ def build_event(
         "metadata": {
             "name": event_name(subject_name, instance, seq),
             "namespace": ns,
-            "annotations": {INSTANCE_ANNOTATION: instance, SEQ_ANNOTATION: str(seq)},
+            "annotations": {INSTANCE_ANNOTATION: instance, SEQ_ANNOTATION: str(seq),
+                            **({SENDER_UID_ANNOTATION: pod.uid} if sender_proof else {})},
         },
         "eventTime": format_time(time),
         "reportingController": BUS_CONTROLLER,
@@ -209,6 +217,9 @@ class ParsedEvent:
     regarding_api_version: str = API_VERSION
     regarding_uid: str = ""
     resource_version: str = ""
+    # The tidings.dev/sender-uid annotation when it equals the related pod's uid, else "":
+    # where the admission policy is installed, the API server authenticated that pod.
+    sender_proof: str = ""
 
     @property
     def order_key(self) -> tuple[datetime, str, int]:
@@ -244,6 +255,12 @@ def _subject(namespace: str, name: str) -> TaskRef | None:
     if len(name) > 253 or sanitize_text(name) != name:
         return None
     return TaskRef(namespace, name)
+
+
+@lru_cache(maxsize=4096)
+def _task_id(name: str) -> bool:
+    """``valid_task_id``, cached: callers pass names of at most 253 characters."""
+    return valid_task_id(name)
 
 
 @lru_cache(maxsize=4096)
@@ -338,6 +355,8 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
     task = _subject(ns, reg_name) if len(reg_name) <= 253 else None
     if task is None:
         return _reject(RejectReason.BAD_REGARDING, "regarding name is not a valid name")
+    if reg_kind == KIND and not _task_id(reg_name):
+        return _reject(RejectReason.BAD_TASK_ID, "regarding name is not a valid task id")
 
     rel: Any = get("related")
     if type(rel) is not dict and not isinstance(rel, Mapping):
@@ -371,6 +390,10 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
         return _reject(RejectReason.BAD_NAME, "metadata.name does not match task/instance/seq")
 
     reg_uid = reg.get("uid")
+    proof = ""
+    ann = meta.get("annotations")
+    if _is_map(ann) and ann.get(SENDER_UID_ANNOTATION) == sender.uid:
+        proof = sender.uid
     return _new_parsed_event(
         task,
         sender,
@@ -384,6 +407,7 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
         reg_api if type(reg_api) is str else "",
         reg_uid if type(reg_uid) is str else "",
         rv if type(rv) is str else "",
+        proof,
     )
 
 

@@ -28,7 +28,7 @@ from .payloads import (
     cut_text,
     payload_type,
 )
-from .rejection import Rejection, RejectReason, describe_validation_error
+from .rejection import Rejection, RejectReason, describe_validation_error, validation_reason
 
 # Text fields that must keep at least one character (the "…" marker) when cut.
 _NON_EMPTY = frozenset({"name", "app"})
@@ -165,7 +165,7 @@ def decode_obj(obj: object) -> tuple[Payload, str | None, int | None] | Rejectio
             # The bare validator skips model_validate's Python wrapper on the hot path.
             payload = model.__pydantic_validator__.validate_python(obj)
     except ValidationError as e:
-        return Rejection.of(RejectReason.INVALID_PAYLOAD, f"{kind}: {describe_validation_error(e)}")
+        return Rejection.of(validation_reason(e), f"{kind}: {describe_validation_error(e)}")
     except Exception as e:  # a validator bug must still not escape: totality comes first
         return Rejection.of(RejectReason.INVALID_PAYLOAD, f"{kind}: {type(e).__name__}")
     return payload, instance, seq

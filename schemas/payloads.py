@@ -11,9 +11,10 @@ from typing import Annotated, Any, ClassVar, TypeAlias
 from urllib.parse import quote, urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from .constants import NAME_LIMIT, TYPE_LIMIT, URL_LIMIT
-from .text import is_continuation, sanitize_text
+from .text import has_invisible, is_continuation, sanitize_text
 
 ELLIPSIS = "…"
 
@@ -51,6 +52,11 @@ def _clean_text(v: Any) -> Any:
 def _clean_name(v: Any) -> Any:
     if not isinstance(v, str):
         return v
+    # Names are keys (rows) of the status: "wandb" and "wandb\u200b" would be two rows that
+    # look the same, so a name holding an invisible character is refused, never merged.
+    if has_invisible(v):
+        raise PydanticCustomError("invisible_text",
+                                  "name holds zero-width or other invisible format characters")
     return cut_text(sanitize_text(v).strip(), NAME_LIMIT)
 
 
@@ -65,7 +71,12 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*\Z")
 _URL_FORBIDDEN = re.compile(
     r"[\x00-\x20\x7f-\x9f\"<>\\`\u00a0\u1680\u2000-\u200f\u2028-\u202f\u205f-\u206f\u3000\ufeff\ud800-\udfff]"
 )
-_DANGEROUS_SCHEMES = frozenset({"javascript", "data", "vbscript", "livescript", "mocha"})
+# Where a deck can live: object stores, HDFS and the web. An allow-list, since a deny-list
+# always misses one (file:, ms-msdt:, blob:, ...). No file: a path on the pod's disk means
+# nothing to the reader, and a file: link in a browser or UI opens the *reader's* files.
+DECK_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "wasbs", "hdfs",
+                          "http", "https"})
+_CONTAINER_AT = frozenset({"abfs", "abfss", "wasbs"})
 # Non-ASCII is percent-encoded outside the host; these are kept as they are.
 _URL_SAFE = "!#$%&'()*+,-./:;=?@[]^_{|}~"
 
@@ -99,15 +110,22 @@ def _normalise_url(v: Any, *, web_only: bool) -> Any:
     except ValueError as e:
         raise ValueError(f"malformed URL: {e}") from None
     del port
-    if "@" in parts.netloc:
+    # Azure's abfs(s)/wasbs name the container as ``container@account``: not a credential,
+    # as long as no password rides along.
+    container = scheme in _CONTAINER_AT and ":" not in parts.netloc.rpartition("@")[0]
+    if "@" in parts.netloc and not container:
         raise ValueError("credentials (userinfo) are not allowed in URLs")
     if web_only:
         if scheme not in ("http", "https"):
             raise ValueError("only http and https URLs are allowed")
         if not parts.hostname:
             raise ValueError("URL has no host")
-    elif scheme in _DANGEROUS_SCHEMES:
-        raise ValueError(f"the {scheme}: scheme is not allowed")
+    else:
+        if scheme not in DECK_SCHEMES:
+            raise ValueError(f"the {scheme}: scheme is not allowed "
+                             f"(allowed: {', '.join(sorted(DECK_SCHEMES))})")
+        if not parts.netloc:
+            raise ValueError("URI has no bucket or host")
     return v
 
 
@@ -155,7 +173,7 @@ class LogLink(BaseModel):
 
 
 class DeckReady(BaseModel):
-    """A report deck is ready at ``uri`` (s3://, gs://, https://, ...; never script/data URIs)."""
+    """A report deck is ready at ``uri``, whose scheme is one of ``DECK_SCHEMES``."""
 
     model_config = _MODEL_CONFIG
     TYPE: ClassVar[str] = "DeckReady"
@@ -180,12 +198,38 @@ class SpanSummary(BaseModel):
     errors: Counter = 0
 
     @model_validator(mode="after")
-    def _ordered(self) -> SpanSummary:
-        if self.min_s > self.max_s:
-            raise ValueError("min_s must not exceed max_s")
-        if self.first_start > self.last_end:
-            raise ValueError("first_start must not be after last_end")
+    def _consistent(self) -> SpanSummary:
+        why = span_inconsistency(self.count, self.total_s, self.min_s, self.max_s,
+                                 self.first_start, self.last_end, self.errors)
+        if why is not None:
+            raise PydanticCustomError("inconsistent_span", why)
         return self
+
+
+# Sums of float durations carry rounding error; these bound it generously, far below any
+# difference a reader could notice, so only truly inconsistent summaries are refused.
+_SPAN_REL, _SPAN_ABS = 1e-9, 1e-6
+
+
+def span_inconsistency(count: int, total_s: float, min_s: float, max_s: float,
+                       first_start: float, last_end: float, errors: int) -> str | None:
+    """Why these aggregates cannot describe ``count`` real spans, or None when they can."""
+    def le(a: float, b: float) -> bool:
+        return a <= b + _SPAN_ABS + _SPAN_REL * max(abs(a), abs(b))
+
+    if errors > count:
+        return "errors must not exceed count"
+    if not le(min_s, max_s):
+        return "min_s must not exceed max_s"
+    if not le(max_s, total_s):
+        return "total_s must be at least max_s"
+    if not le(min_s * count, total_s) or not le(total_s, max_s * count):
+        return "total_s must lie between count * min_s and count * max_s"
+    if first_start > last_end:
+        return "first_start must not be after last_end"
+    if not le(max_s, last_end - first_start):
+        return "max_s must fit between first_start and last_end"
+    return None
 
 
 class Progress(BaseModel):

@@ -29,6 +29,17 @@ class RejectReason(StrEnum):
     BAD_NAME = "bad_name"
     BAD_TIME = "bad_time"
     BAD_WATCH_LINE = "bad_watch_line"
+    BAD_TASK_ID = "bad_task_id"  # a TaskFeedback subject whose name breaks the task-id rule
+    INCONSISTENT_SPAN = "inconsistent_span"  # errors > count, total_s < max_s, ...
+    INVISIBLE_TEXT = "invisible_text"  # a name holding zero-width or other format characters
+    UNVERIFIED_LINEAGE = "unverified_lineage"  # PodSpawned the spawned pod does not confirm
+
+
+# pydantic error types raised by the payload validators that have a reason of their own.
+VALIDATION_REASONS = {
+    "inconsistent_span": RejectReason.INCONSISTENT_SPAN,
+    "invisible_text": RejectReason.INVISIBLE_TEXT,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +56,15 @@ class Rejection:
         if len(msg) > _MESSAGE_LIMIT:
             msg = msg[: _MESSAGE_LIMIT - 1] + "…"
         return cls(reason, msg)
+
+
+def validation_reason(e: ValidationError) -> RejectReason:
+    """The reason a payload validation error is counted under (invalid_payload by default)."""
+    for err in e.errors(include_url=False, include_input=False, include_context=False):
+        reason = VALIDATION_REASONS.get(err["type"])
+        if reason is not None:
+            return reason
+    return RejectReason.INVALID_PAYLOAD
 
 
 def describe_validation_error(e: ValidationError) -> str:

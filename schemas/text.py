@@ -1,6 +1,9 @@
 """Neutralise text before it can reach a terminal or a web UI.
 
-Strips ANSI/ECMA-48 escape sequences, C0/C1 controls, bidi overrides and lone surrogates.
+Strips ANSI/ECMA-48 escape sequences, C0/C1 controls, bidi controls, lone surrogates and
+every other invisible format character (Unicode category Cf: zero-width space and joiners,
+U+2060-U+2064, U+FEFF, U+061C, U+00AD, tag characters U+E0000-U+E007F, ...), so two strings
+that differ only by what cannot be seen never look identical on a screen.
 """
 
 from __future__ import annotations
@@ -22,8 +25,18 @@ _ESC_SEQ = re.compile(
 )
 # Whitespace controls become a space so words stay apart; the rest simply disappear.
 _SPACE_LIKE = re.compile(r"[\t\n\r\x0b\x0c\x85\u2028\u2029]")
-# C0, DEL, C1, bidi embeddings/overrides/isolates ("Trojan Source"), lone surrogates.
-_DROP = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# C0, DEL, C1, bidi embeddings/overrides/isolates ("Trojan Source"), lone surrogates, and
+# the format characters (category Cf) built from the Unicode database of this Python, so the
+# set is complete for its Unicode version, not a hand-kept list.
+# The zero-width joiner is kept only inside an emoji sequence (👩‍💻), where it is visible as
+# the glyph it builds; anywhere else it is as invisible as the rest.
+_FORMAT = "".join(
+    re.escape(chr(c)) for c in range(0x80, 0x110000)
+    if unicodedata.category(chr(c)) == "Cf" and c != 0x200D
+)
+_EMOJI = "\U0001f000-\U0001faff\u2600-\u27bf"
+_LONE_ZWJ = f"(?<![{_EMOJI}\ufe0f])\u200d|\u200d(?![{_EMOJI}])"
+_DROP = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f\\ud800-\\udfff{_FORMAT}]|{_LONE_ZWJ}")
 _ANY_BAD = _DROP
 
 
@@ -43,6 +56,15 @@ def sanitize_text(s: str) -> str:
     s = _ESC_SEQ.sub("", s)
     s = _SPACE_LIKE.sub(" ", s)
     return _DROP.sub("", s)
+
+
+_INVISIBLE = re.compile(f"[{_FORMAT}]|{_LONE_ZWJ}")
+
+
+def has_invisible(s: str) -> bool:
+    """True when ``s`` holds an invisible format character (category Cf: zero-width, bidi,
+    tags, ...). Controls are not counted here: ``sanitize_text`` turns them into spaces."""
+    return not s.isprintable() and _INVISIBLE.search(s) is not None
 
 
 def is_continuation(ch: str) -> bool:

@@ -21,7 +21,7 @@ from .kube import Kube, KubeError
 from .metrics import Metrics
 from .queue import WorkQueue
 from .reflector import Reflector
-from .senders import Retry, Senders
+from .senders import Retry, Senders, kube_getter
 from .store import Store
 from .ttl import TtlSweeper
 from .writer import StatusWriter, collection_path
@@ -82,7 +82,7 @@ class Controller:
         self.watch_kube = watch_kube or kube
         self.store = Store()
         self.queue: WorkQueue[TaskRef] = WorkQueue()
-        self.senders = Senders(kube)
+        self.senders = Senders(kube_getter(kube))
         self.writer = StatusWriter(kube, self.store, metrics, interval=settings.write_interval,
                                    workers=settings.concurrency, slow=settings.slow_writes,
                                    may_write=may_write or (lambda: True),
@@ -217,17 +217,17 @@ class Controller:
                 # Skipped before the fold so the persisted counters don't depend on delivery.
                 m.events_skipped.labels("duplicate").inc()
                 continue
-            if (ev.sender.name, ev.sender.uid) in state.pod_events:
-                m.sender_lookups.labels("trusted").inc()  # verified when first seen
-            else:
-                verdict = self.senders.check(ev)
-                if verdict is Retry.LATER:
-                    later.append(ev)
-                    continue
-                if isinstance(verdict, Rejection):
-                    m.events_rejected.labels(verdict.reason.value).inc()
-                    log.info("rejected %s: %s", ev.name, verdict.message)
-                    continue
+            # Every event is checked: the cache makes it cheap, and a (name, uid) seen before
+            # says nothing about the namespace an event now claims (issue 10, item 1).
+            verdict = self.senders.verify(ev)
+            if verdict is Retry.LATER:
+                later.append(ev)
+                continue
+            if isinstance(verdict, Rejection):
+                m.events_rejected.labels(verdict.reason.value).inc()
+                log.info("rejected %s: %s", ev.name, verdict.message)
+                continue
+            m.sender_lookups.labels(verdict).inc()
             state = fold(state, ev)
             m.events_applied.inc()
             applied.append(ev)

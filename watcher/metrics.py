@@ -50,9 +50,9 @@ class Metrics:
             "Finished, unowned TaskFeedbacks deleted after --ttl-after-finished.", registry=r)
         self.leader = Gauge(p + "leader", "1 while this replica is the active one.", registry=r)
         self.ready = Gauge(p + "ready", "1 once the initial list has been folded.", registry=r)
-        self.sender_lookups = Counter(p + "sender_lookups",
-                                      "Sender pod lookups, by source (cache, get, trusted).",
-                                      ["source"], registry=r)
+        self.sender_lookups = Counter(
+            p + "sender_lookups", "Accepted senders, by how they were verified (cache, get, "
+            "proof: a gone pod's sender-uid proof).", ["source"], registry=r)
         self.http_denied = Counter(
             p + "http_denied", "Requests to /tasks refused, by reason (no_token, bad_token, "
             "forbidden, review_error).", ["reason"], registry=r)

@@ -1,8 +1,22 @@
-"""Sender check: an event's related Pod must carry ``tidings.dev/task=<task>``.
+"""The sender check, shared by the watcher and `tidings state --from-events`: may this event's
+related pod speak for the event's task (or, for PodSpawned, does the spawned pod confirm it)?
+
+Trust is keyed by (namespace, name, uid), never name and uid alone. The rules, in order
+(deploy/README.md, "Sender authentication", states them for users):
+
+1. A task fact comes from a pod in the task's own namespace, labelled
+   ``tidings.dev/task=<task>``: the live pod, or the label remembered from when the pod was
+   seen (pods deleted while this process watched stay known, bounded).
+2. A pod that is gone and was never seen: its event counts when it carries the sender proof
+   (``tidings.dev/sender-uid`` equal to ``related.uid``) and the admission policy that makes
+   the proof unforgeable is installed and enforcing. The proof authenticates the sender pod
+   and its namespace; its task label cannot be read any more, so such an event is trusted
+   as a fact from that pod about a task of its own namespace.
+3. Lineage (PodSpawned regarding a TaskFeedback): nobody's word is taken; the spawned pod it
+   names must be a pod of the task's namespace with that uid, labelled for the task.
 
 Pods are cached by a label-filtered informer (a reflector source); a cache miss falls back to
-a direct GET, since a new pod may race its first event. Deleted pods stay known for a while
-(bounded), so late or relisted events of a finished pod still verify.
+a direct GET, since a new pod may race its first event.
 """
 
 from __future__ import annotations
@@ -11,6 +25,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
@@ -18,19 +33,52 @@ import orjson
 
 from tidings.schemas.constants import TASK_LABEL
 from tidings.schemas.event import ParsedEvent, WatchItem
+from tidings.schemas.payloads import PodSpawned
 from tidings.schemas.rejection import Rejection, RejectReason
-
-from .kube import Kube, KubeError
 
 log = logging.getLogger("tidings.watcher.senders")
 
 PodKey = tuple[str, str, str]  # namespace, name, uid
+POLICY = "tidings-sender-identity"
+POLICY_PATH = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{POLICY}"
+BINDING_PATH = ("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/"
+                f"{POLICY}")
 
 
 class Retry(Enum):
     """The sender could not be verified right now (API unreachable): try the event later."""
 
     LATER = "later"
+
+
+class SenderLookupError(Exception):
+    """A GET that could not answer: ``retry`` when transient (5xx, network), else forbidden."""
+
+    def __init__(self, message: str, *, retry: bool) -> None:
+        super().__init__(message)
+        self.retry = retry
+
+
+# GET path -> the object, or None when it does not exist; raises SenderLookupError otherwise.
+Getter = Callable[[str], Any]
+
+
+def kube_getter(kube: Any) -> Getter:
+    """A Getter over the watcher's ``Kube`` client."""
+    from .kube import KubeError
+
+    def get(path: str) -> Any:
+        try:
+            return kube.request("GET", path, timeout=(3, 10))
+        except KubeError as e:
+            if e.status == 404:
+                return None
+            raise SenderLookupError(str(e), retry=e.status not in (401, 403)) from None
+
+    return get
+
+
+_ABSENT = object()  # cache value: no pod of that namespace/name carries that uid
 
 
 def _pod(obj: Any) -> tuple[PodKey, str | None] | None:
@@ -43,18 +91,68 @@ def _pod(obj: Any) -> tuple[PodKey, str | None] | None:
         (task if isinstance(task, str) else None)
 
 
+def _spoofed(message: str) -> Rejection:
+    return Rejection.of(RejectReason.SPOOFED_SENDER, message)
+
+
+class ProofPolicy:
+    """Whether the sender proof can be trusted: the admission policy and its Deny binding are
+    installed. Looked up at most every ``ttl`` seconds; unreadable counts as not installed
+    (deny by default), so the proof is never trusted where it could have been forged."""
+
+    def __init__(self, get: Getter | None, ttl: float = 30.0, *, quiet: bool = False) -> None:
+        self.get, self.ttl, self.quiet = get, ttl, quiet
+        self._until = 0.0
+        self._trusted = False
+        self._lock = threading.Lock()
+
+    def trusted(self) -> bool | None:
+        """True or False; None when the API could not tell right now (try again later)."""
+        with self._lock:
+            if time.monotonic() < self._until:
+                return self._trusted
+            looked = self._look()
+            if looked is None:
+                return None
+            self._trusted, self._until = looked, time.monotonic() + self.ttl
+            return looked
+
+    def _look(self) -> bool | None:
+        if self.get is None:
+            return False
+        try:
+            policy, binding = self.get(POLICY_PATH), self.get(BINDING_PATH)
+        except SenderLookupError as e:
+            if e.retry:
+                return None
+            if not self.quiet:
+                log.warning("cannot read admission policy %s (%s): sender proofs not trusted",
+                            POLICY, e)
+            return False
+        spec = (binding or {}).get("spec") or {}
+        ok = policy is not None and spec.get("policyName") == POLICY \
+            and "Deny" in (spec.get("validationActions") or [])
+        if not ok and not self.quiet:
+            log.warning("admission policy %s with a Deny binding is not installed: sender "
+                        "proofs not trusted (kubectl apply -k deploy/)", POLICY)
+        return ok
+
+
 class Senders:
-    """Pod cache (reflector source for ``/pods?labelSelector=tidings.dev/task``) + the check."""
+    """Pod cache (reflector source for ``/pods?labelSelector=tidings.dev/task``) + the check.
+
+    ``how`` of the last check is one of cache, get, proof (for the metrics)."""
 
     resource = "pods"
 
-    def __init__(self, kube: Kube | None, *, max_deleted: int = 20000,
-                 negative_ttl: float = 5.0) -> None:
-        self.kube = kube
+    def __init__(self, get: Getter | None, *, max_deleted: int = 20000,
+                 negative_ttl: float = 5.0, policy: ProofPolicy | None = None) -> None:
+        self.get = get
+        self.policy = policy or ProofPolicy(get)
         self._lock = threading.Lock()
         self._live: dict[PodKey, str | None] = {}
         self._deleted: OrderedDict[PodKey, str | None] = OrderedDict()
-        self._negative: dict[PodKey, float] = {}
+        self._negative: dict[PodKey, tuple[float, object]] = {}
         self._listed: set[PodKey] = set()
         self.max_deleted, self.negative_ttl = max_deleted, negative_ttl
 
@@ -108,57 +206,91 @@ class Senders:
             while len(self._deleted) > self.max_deleted:
                 self._deleted.popitem(last=False)
 
-    def lookup(self, key: PodKey) -> tuple[bool, str | None]:
-        """(known, task label) from the cache alone."""
+    def lookup(self, key: PodKey) -> tuple[bool, object]:
+        """(known, task label | None | _ABSENT) from the cache alone."""
         with self._lock:
             if key in self._live:
                 return True, self._live[key]
             if key in self._deleted:
                 return True, self._deleted[key]
-            until = self._negative.get(key)
-            if until is not None and until > time.monotonic():
-                return True, None
+            neg = self._negative.get(key)
+            if neg is not None and neg[0] > time.monotonic():
+                return True, neg[1]
             return False, None
+
+    def label(self, key: PodKey) -> tuple[object, str] | Retry:
+        """(task label | None (unlabelled or unreadable) | _ABSENT, how) for the pod ``key``."""
+        known, task = self.lookup(key)
+        if known:
+            return task, "cache"
+        fetched = self._fetch(key)
+        return fetched if fetched is Retry.LATER else (fetched, "get")
 
     # --- the check ----------------------------------------------------------------------
     def check(self, ev: ParsedEvent) -> Rejection | Retry | None:
-        """None when the sender is a pod of the event's task; a Rejection when it is not."""
-        s = ev.sender
-        key = (s.namespace or ev.task.namespace, s.name, s.uid)
-        known, task = self.lookup(key)
-        if not known:
-            fetched = self._fetch(key)
-            if fetched is Retry.LATER:
-                return Retry.LATER
-            known, task = True, fetched
-        if task == ev.task.name:
-            return None
-        why = "not labelled for this task" if task is not None else "unknown or unlabelled pod"
-        return Rejection.of(RejectReason.SPOOFED_SENDER,
-                            f"related pod {s.name} is {why} ({ev.task.name})")
+        """None when the event may be applied to its task; a Rejection when it may not."""
+        verdict = self.verify(ev)
+        return verdict if isinstance(verdict, Rejection | Retry) else None
 
-    def _fetch(self, key: PodKey) -> str | Retry | None:
+    def verify(self, ev: ParsedEvent) -> Rejection | Retry | str:
+        """Like ``check``, but says how an accepted event was verified (cache, get, proof)."""
+        if type(ev.payload) is PodSpawned:
+            return self._lineage(ev)
+        s = ev.sender
+        ns = s.namespace or ev.task.namespace
+        if ns != ev.task.namespace:
+            return _spoofed(f"related pod {ns}/{s.name} is not in the task's namespace")
+        got = self.label((ns, s.name, s.uid))
+        if got is Retry.LATER:
+            return Retry.LATER
+        task, how = got
+        if task == ev.task.name:
+            return how
+        if task is _ABSENT and ev.sender_proof == s.uid:
+            trusted = self.policy.trusted()
+            if trusted is None:
+                return Retry.LATER
+            if trusted:
+                return "proof"  # the API server authenticated this pod; it is gone now
+        why = ("labelled for another task" if isinstance(task, str) else
+               "gone, and no trusted sender proof" if task is _ABSENT else
+               "unlabelled or unreadable")
+        return _spoofed(f"related pod {s.name} is {why} ({ev.task.name})")
+
+    def _lineage(self, ev: ParsedEvent) -> Rejection | Retry | str:
+        p = ev.payload
+        assert isinstance(p, PodSpawned)
+        got = self.label((ev.task.namespace, p.pod_name, p.pod_uid))
+        if got is Retry.LATER:
+            return Retry.LATER
+        task, how = got
+        if task == ev.task.name:
+            return how
+        return Rejection.of(RejectReason.UNVERIFIED_LINEAGE,
+                            f"spawned pod {p.pod_name} is not a pod of {ev.task.namespace} "
+                            f"labelled {TASK_LABEL}={ev.task.name}")
+
+    def _fetch(self, key: PodKey) -> object:
         ns, name, _uid = key
-        if self.kube is None:
+        if self.get is None:
             return None
         try:
-            obj = self.kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}",
-                                    timeout=(3, 10))
-        except KubeError as e:
-            if e.status == 404:
-                obj = None
-            elif e.status in (401, 403):
-                log.warning("cannot read pod %s/%s: %s", ns, name, e)
-                obj = None
-            else:
+            obj = self.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+        except SenderLookupError as e:
+            if e.retry:
                 return Retry.LATER
+            log.warning("cannot read pod %s/%s: %s", ns, name, e)
+            obj, result = None, None  # unreadable: not known to be gone
+        else:
+            result = _ABSENT
         p = _pod(obj) if obj is not None else None
         if p is not None and p[0] == key:
             self.put(*p)
             return p[1]
         with self._lock:
-            self._negative[key] = time.monotonic() + self.negative_ttl
+            self._negative[key] = (time.monotonic() + self.negative_ttl, result)
             if len(self._negative) > 10000:
                 now = time.monotonic()
-                self._negative = {k: v for k, v in self._negative.items() if v > now}
-        return None
+                self._negative = {k: v for k, v in self._negative.items() if v[0] > now}
+        return result
+

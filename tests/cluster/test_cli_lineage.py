@@ -22,6 +22,7 @@ from tests.support import create_kwok_pod, cri_log_line, eventually, write_cri_l
 from tidings.cli.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
+TASK_LABEL = "tidings.dev/task"
 _procs = pytest.fixture(name="proc_factory")(proc_pool)
 
 
@@ -44,10 +45,11 @@ def test_lineage_tree_shows_each_pod_and_what_became_of_it(
         control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path) -> None:
     from kubernetes import client
 
-    enc = _pod(admin, namespace, "te-enc-0", tmp_path, ["e"])
-    llm = _pod(admin, namespace, "te-llm-0", tmp_path, ["l"])
-    gone = _pod(admin, namespace, "te-llm-1", tmp_path, ["g"])
-    old = _pod(admin, namespace, "te-llm-2", tmp_path, ["o"])
+    mllm = {"labels": {TASK_LABEL: "mllm"}}  # a spawned pod confirms its lineage record
+    enc = _pod(admin, namespace, "te-enc-0", tmp_path, ["e"], **mllm)
+    llm = _pod(admin, namespace, "te-llm-0", tmp_path, ["l"], **mllm)
+    gone = _pod(admin, namespace, "te-llm-1", tmp_path, ["g"], **mllm)
+    old = _pod(admin, namespace, "te-llm-2", tmp_path, ["o"], **mllm)
     for seq, (p, role) in enumerate([(enc, "encoder"), (llm, "llm"), (gone, "llm"),
                                      (old, "llm")]):
         record_spawn(admin, namespace, "mllm", p["name"], p["uid"], seq, role=role)
@@ -103,7 +105,8 @@ def test_lineage_errors(control_plane: ControlPlane, admin: Any, namespace: str,
 
 def test_logs_streams_exactly_the_lineage_pods(control_plane: ControlPlane, admin: Any,
                                                namespace: str, tmp_path: Path) -> None:
-    mine = _pod(admin, namespace, "te-vllm-qwen-0", tmp_path, ["mine 1", "mine 2"])
+    mine = _pod(admin, namespace, "te-vllm-qwen-0", tmp_path, ["mine 1", "mine 2"],
+                labels={TASK_LABEL: "app-a"})
     # The Cornserve case: another app's pod whose name shares the prefix (and more).
     _pod(admin, namespace, "te-vllm-qwen-0-other", tmp_path, ["INTRUDER"])
     _pod(admin, namespace, "te-vllm-qwen-1", tmp_path, ["INTRUDER 2"])
@@ -136,7 +139,8 @@ def test_logs_streams_exactly_the_lineage_pods(control_plane: ControlPlane, admi
 def test_logs_follow_picks_up_pods_spawned_later_and_never_the_lookalikes(
         control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
         proc_factory: Any) -> None:
-    first = _pod(admin, namespace, "te-llm-0", tmp_path, ["first says hi"])
+    first = _pod(admin, namespace, "te-llm-0", tmp_path, ["first says hi"],
+                 labels={TASK_LABEL: "app-b"})
     record_spawn(admin, namespace, "app-b", first["name"], first["uid"], 0, role="llm")
     _running(admin, namespace, "te-llm-0")
 
@@ -144,7 +148,8 @@ def test_logs_follow_picks_up_pods_spawned_later_and_never_the_lookalikes(
     p.wait_for(lambda out: "[te-llm-0/main] first says hi" in out, 30, "the first pod's log")
 
     # Spawned after the command started: a lineage record arrives, its logs must follow.
-    later = _pod(admin, namespace, "te-llm-1", tmp_path, ["later says hi"])
+    later = _pod(admin, namespace, "te-llm-1", tmp_path, ["later says hi"],
+                 labels={TASK_LABEL: "app-b"})
     lookalike = _pod(admin, namespace, "te-llm-1-x", tmp_path, ["INTRUDER"])
     _pod(admin, namespace, "te-llm-10", tmp_path, ["INTRUDER"])
     _running(admin, namespace, "te-llm-1", "te-llm-1-x")
@@ -168,7 +173,8 @@ def test_logs_follow_picks_up_pods_spawned_later_and_never_the_lookalikes(
 def test_logs_follow_stops_streams_of_pods_that_finish(
         control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
         proc_factory: Any) -> None:
-    short = _pod(admin, namespace, "job-0", tmp_path, ["working"], run_for="3s")
+    short = _pod(admin, namespace, "job-0", tmp_path, ["working"], run_for="3s",
+                 labels={TASK_LABEL: "app-c"})
     record_spawn(admin, namespace, "app-c", short["name"], short["uid"], 0)
     p = proc_factory("logs", "app-c", "-f", "-n", namespace)
     p.wait_for(lambda out: "[job-0/main] working" in out, 30, "the log line")
@@ -181,7 +187,8 @@ def test_logs_follow_stops_streams_of_pods_that_finish(
 def test_logs_bounds_concurrent_streams(control_plane: ControlPlane, admin: Any,
                                         namespace: str, tmp_path: Path,
                                         proc_factory: Any) -> None:
-    pods = [_pod(admin, namespace, f"w-{i}", tmp_path, [f"line of w-{i}"]) for i in range(3)]
+    pods = [_pod(admin, namespace, f"w-{i}", tmp_path, [f"line of w-{i}"],
+                 labels={TASK_LABEL: "app-d"}) for i in range(3)]
     for seq, pod in enumerate(pods):
         record_spawn(admin, namespace, "app-d", pod["name"], pod["uid"], seq)
     _running(admin, namespace, *(p["name"] for p in pods))
@@ -201,7 +208,8 @@ def test_logs_bounds_concurrent_streams(control_plane: ControlPlane, admin: Any,
 def test_a_broken_stream_resumes_without_repeating_lines(
         control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
         proc_factory: Any) -> None:
-    pod = _pod(admin, namespace, "resume-0", tmp_path, [f"before {i}" for i in range(5)])
+    pod = _pod(admin, namespace, "resume-0", tmp_path, [f"before {i}" for i in range(5)],
+               labels={TASK_LABEL: "app-e"})
     record_spawn(admin, namespace, "app-e", pod["name"], pod["uid"], 0)
     _running(admin, namespace, "resume-0")
     p = proc_factory("logs", "app-e", "-f", "-n", namespace)

@@ -179,15 +179,24 @@ def test_state_errors_are_one_line_with_distinct_codes(control_plane: ControlPla
 
 def test_state_with_just_enough_rights(control_plane: ControlPlane, admin: Any,
                                        namespace: str) -> None:
-    """bob may list events but not read TaskFeedbacks: state still works from the events."""
+    """bob may list events and get pods (to verify their senders, as the watcher does) but
+    not read TaskFeedbacks: state still works from the events. Without pods it says why."""
     emit(admin, namespace, "t", Progress(fraction=0.3, message="bob sees this"), 0)
     grant(control_plane, namespace, "bob",
           [{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["list"]}])
     from tests.support import eventually
 
     res = eventually(lambda: (r := invoke(control_plane, "state", "t", "-n", namespace,
-                                          user="bob")).exit_code == 0 and r,
+                                          user="bob")).exit_code == 4 and r,
                      what="bob's RBAC to apply")
+    assert res.stderr == (f"error: forbidden: cannot get pods in namespace {namespace} (needed "
+                          "to verify the senders of the task's events)\n")
+    grant(control_plane, namespace, "bob",
+          [{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["list"]},
+           {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}])
+    res = eventually(lambda: (r := invoke(control_plane, "state", "t", "-n", namespace,
+                                          user="bob")).exit_code == 0 and r,
+                     what="bob's pod grant to apply")
     assert "bob sees this" in res.stdout
 
 

@@ -46,15 +46,36 @@ def assert_harmless(text: str) -> None:
     assert not bad, f"control characters in output: {bad}"
 
 
-def emit(admin: Any, namespace: str, task: str, payload: Any, seq: int, *,
-         instance: str = "inst-1", pod: tuple[str, str] = ("worker-0", "uid-worker-0"),
-         when: datetime | None = None, note: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Create one bus event for `task` (optionally with a hand-made, hostile note)."""
+def task_pod(admin: Any, namespace: str, task: str) -> tuple[str, str]:
+    """The task's worker pod `<task>-worker-0`, labelled for the task (created once): the
+    CLI, like the watcher, applies only events whose related pod is labelled for the task."""
     from kubernetes import client
 
+    from tests.support import create_kwok_pod
+
+    name = f"{task}-worker-0"
+    try:
+        pod = client.CoreV1Api(admin).read_namespaced_pod(name, namespace)
+        return name, str(pod.metadata.uid)
+    except client.ApiException as err:
+        if err.status != 404:
+            raise
+    made = create_kwok_pod(admin, namespace, name, labels={"tidings.dev/task": task})
+    return name, made["uid"]
+
+
+def emit(admin: Any, namespace: str, task: str, payload: Any, seq: int, *,
+         instance: str = "inst-1", pod: tuple[str, str] | None = None,
+         when: datetime | None = None, note: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Create one bus event for `task` (optionally with a hand-made, hostile note), sent by
+    `pod` (default: the task's labelled worker pod). Admin has no pod-bound token, so no
+    sender proof."""
+    from kubernetes import client
+
+    pod = pod or task_pod(admin, namespace, task)
     body = build_event(task=TaskRef(namespace, task), pod=PodRef(pod[0], pod[1], namespace),
                        payload=payload, instance=instance, seq=seq,
-                       time=when or datetime.now(UTC))
+                       time=when or datetime.now(UTC), sender_proof=False)
     if note is not None:
         body["note"] = json.dumps(note)
     client.EventsV1Api(admin).create_namespaced_event(namespace, body)
@@ -71,7 +92,8 @@ def record_spawn(admin: Any, namespace: str, app_name: str, pod_name: str, pod_u
         payload=PodSpawned(pod_name=pod_name, pod_uid=pod_uid, app=app_name, role=role,
                            attempt=attempt),
         instance="controller", seq=seq, time=datetime.now(UTC),
-        regarding=ObjectRef("apps.example.dev/v1", "App", app_name, namespace))
+        regarding=ObjectRef("apps.example.dev/v1", "App", app_name, namespace),
+        sender_proof=False)
     client.EventsV1Api(admin).create_namespaced_event(namespace, body)
 
 

@@ -168,7 +168,8 @@ def test_lineage_events_are_skipped_not_rejected(admin: Any, namespace: str, kub
     body = build_event(task=TaskRef(namespace, "app"), pod=PodRef(pod["name"], pod["uid"]),
                        payload=PodSpawned(pod_name=pod["name"], pod_uid=pod["uid"], app="app"),
                        instance="ctl", seq=1, time=datetime.now(UTC),
-                       regarding=ObjectRef("apps/v1", "Deployment", "app", namespace))
+                       regarding=ObjectRef("apps/v1", "Deployment", "app", namespace),
+                       sender_proof=False)
     client.EventsV1Api(admin).create_namespaced_event(namespace, body)
     eventually(lambda: metric(w, 'tidings_watcher_events_skipped_total{cause="not_task"}') == 1,
                20, "lineage event skipped")

@@ -60,6 +60,8 @@ def emit_main(argv: list[str]) -> int:
     ap.add_argument("--total", type=int, default=0, help="final seq (terminal progress)")
     ap.add_argument("--rate", type=float, default=0.0, help="events/s (0: as fast as possible)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--proof", action="store_true",
+                    help="stamp the sender proof (the kubeconfig holds the pod's bound token)")
     a = ap.parse_args(argv)
 
     from tidings.schemas.event import PodRef, TaskRef, build_event
@@ -79,7 +81,7 @@ def emit_main(argv: list[str]) -> int:
                     time.sleep(delay)
             body = build_event(task=task, pod=PodRef(pod_name, pod_uid, a.namespace),
                                payload=payload_for(seq, total), instance=a.instance, seq=seq,
-                               time=datetime.now(UTC))
+                               time=datetime.now(UTC), sender_proof=a.proof)
             deadline = time.monotonic() + 120
             while True:
                 try:
@@ -102,13 +104,13 @@ class Emitter:
 
     def __init__(self, kubeconfig: Path, namespace: str, task: str, pod: dict[str, str],
                  instance: str, out: Path, count: int, *, first: int = 1, total: int = 0,
-                 rate: float = 0.0) -> None:
+                 rate: float = 0.0, proof: bool = False) -> None:
         self.out = out
         self.proc = subprocess.Popen(
             [str(PYTHON), __file__, "--kubeconfig", str(kubeconfig), "--namespace", namespace,
              "--task", task, "--pod", f"{pod['name']}:{pod['uid']}", "--instance", instance,
              "--first", str(first), "--count", str(count), "--total", str(total),
-             "--rate", str(rate), "--out", str(out)],
+             "--rate", str(rate), "--out", str(out), *(["--proof"] if proof else [])],
             cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True)
 
     def wait(self, timeout: float = 120) -> None:

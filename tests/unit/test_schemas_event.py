@@ -62,7 +62,8 @@ def test_build_event_follows_the_contract() -> None:
     assert ev["apiVersion"] == "events.k8s.io/v1" and ev["kind"] == "Event"
     assert ev["metadata"]["namespace"] == "team-a"
     assert ev["metadata"]["name"] == event_name("train-42", "inst-1", 7)
-    assert ev["metadata"]["annotations"] == {INSTANCE_ANNOTATION: "inst-1", SEQ_ANNOTATION: "7"}
+    assert ev["metadata"]["annotations"] == {INSTANCE_ANNOTATION: "inst-1", SEQ_ANNOTATION: "7",
+                                             "tidings.dev/sender-uid": POD.uid}
     assert ev["eventTime"] == "2026-11-30T03:55:49.123456Z"
     assert ev["reportingController"] == BUS_CONTROLLER
     assert ev["reportingInstance"] == POD.name

@@ -115,8 +115,19 @@ def test_deck_rejects_hostile_uris(uri: str) -> None:
         DeckReady(name="d", uri=uri)
 
 
+# An allow-list: schemes nobody thought of when writing a deny-list are refused too.
+@pytest.mark.parametrize("uri", ["file:///tmp/d", "file://host/etc/passwd", "ms-msdt:/id x",
+                                 "blob:https://example.com/uuid", "ms-msdt:id", "smb://h/s",
+                                 "abfss://user:secret@acct.dfs.core.windows.net/p", "s3:///k",
+                                 "search-ms:query=x", "jar:http://h/x!/"])
+def test_deck_uris_are_an_allow_list_of_storage_schemes(uri: str) -> None:
+    with pytest.raises(ValidationError):
+        DeckReady(name="d", uri=uri)
+
+
 @pytest.mark.parametrize(
-    "uri", ["s3://bucket/report.html", "gs://b/k", "https://example.com/deck", "file:///tmp/d"]
+    "uri", ["s3://bucket/report.html", "gs://b/k", "https://example.com/deck",
+            "abfss://decks@acct.dfs.core.windows.net/run/7.html", "hdfs://nn:8020/d/x.html"]
 )
 def test_deck_accepts_storage_uris(uri: str) -> None:
     assert DeckReady(name="d", uri=uri).uri == uri

@@ -1,0 +1,35 @@
+"""The task-id rule, one function for the library, `tidings emit`, the CLI and the watcher.
+
+A task id is both the TaskFeedback's object name (a DNS-1123 subdomain) and the value of the
+pod label ``tidings.dev/task`` (at most 63 characters of ``[A-Za-z0-9._-]``, alphanumeric at
+both ends). Only the intersection works for both: lowercase letters, digits, '-' and '.',
+at most 63 characters, each dot-separated part starting and ending with a letter or digit.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .constants import TASK_ID_MAX
+
+_TASK_ID = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+
+TASK_ID_RULE = (
+    f"lowercase letters, digits, '-' and '.', at most {TASK_ID_MAX} characters, starting and "
+    "ending with a letter or digit"
+)
+
+
+def task_id_error(task: object) -> str | None:
+    """None when ``task`` is a valid task id, else a one-line reason (input quoted, bounded)."""
+    if not isinstance(task, str):
+        return "task id is not a string"
+    if len(task) <= TASK_ID_MAX and _TASK_ID.match(task):
+        return None
+    shown = task[:80].encode("unicode_escape").decode("ascii")
+    return f"task id '{shown}' is not valid: {TASK_ID_RULE}"
+
+
+def valid_task_id(task: object) -> bool:
+    """True when ``task`` can be both a TaskFeedback name and a ``tidings.dev/task`` value."""
+    return isinstance(task, str) and len(task) <= TASK_ID_MAX and bool(_TASK_ID.match(task))

@@ -75,33 +75,28 @@ def _deliver(send: Callable[[Any], None], *, task: str, pod_name: str, pod_uid: 
              namespace: str, kubeconfig: str | None, context: str | None,
              timeout: float) -> None:
     from tidings.emitter import Emitter, EmitterConfig, Identity
-    from tidings.emitter.transport import (
-        KubeTransport,
-        kubeconfig_namespace,
-        load_api_client,
-        no_cluster_configured,
-    )
+    from tidings.emitter.transport import KubeTransport, connect, no_cluster_configured
+    from tidings.kube import ConfigError
 
-    if not namespace and (kubeconfig or context or not no_cluster_configured()):
-        namespace = kubeconfig_namespace(kubeconfig, context)
-    identity = Identity(namespace=namespace, pod_name=pod_name, pod_uid=pod_uid, task=task)
+    if kubeconfig is None and context is None and no_cluster_configured():
+        _fail("no cluster configured: not in a pod, no --kubeconfig, $KUBECONFIG or "
+              "~/.kube/config", EXIT_UNDELIVERED)
+    try:
+        client = connect(kubeconfig, context)
+    except ConfigError as e:
+        _fail(f"cannot load cluster config: {e}", EXIT_UNDELIVERED)
+    identity = Identity(namespace=namespace or client.namespace, pod_name=pod_name,
+                        pod_uid=pod_uid, task=task)
     missing = identity.missing()
     if missing:
         flags = {"POD_NAMESPACE": "-n/--namespace", "POD_NAME": "--pod-name",
                  "POD_UID": "--pod-uid", "TIDINGS_TASK": "--task"}
         _fail("missing identity: " + ", ".join(f"{flags[m]} (or {m})" for m in missing),
               EXIT_INVALID)
-    if kubeconfig is None and context is None and no_cluster_configured():
-        _fail("no cluster configured: not in a pod, no --kubeconfig, $KUBECONFIG or "
-              "~/.kube/config", EXIT_UNDELIVERED)
-    try:
-        api = load_api_client(kubeconfig, context)
-    except Exception as e:
-        _fail(f"cannot load cluster config: {e}", EXIT_UNDELIVERED)
     config = EmitterConfig.from_env()
     emitter = Emitter(config, identity=identity,
-                      transport=KubeTransport(api, (config.connect_timeout_s,
-                                                    config.read_timeout_s)))
+                      transport=KubeTransport(client, (config.connect_timeout_s,
+                                                       config.read_timeout_s)))
     # The library logs for long-running workloads; here the exit code and one line speak.
     logger = logging.getLogger("tidings.emitter")
     level = logger.level

@@ -506,7 +506,7 @@ class Emitter:
                 self._n["refused"] += 1
                 self._by_status[e.status] = self._by_status.get(e.status, 0) + 1
                 self._last_error = str(e)
-            key = (e.status, e.reason.split(":", 1)[0])
+            key = (e.status, e.reason)
             if key not in self._logged:
                 self._logged.add(key)
                 log.warning("tidings: event refused, not retried (%s); similar refusals are "

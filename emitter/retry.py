@@ -6,56 +6,24 @@ sooner than the server's Retry-After. Other 4xx (403, 422, ...) are permanent.
 
 from __future__ import annotations
 
-import email.utils
-import time
 from collections.abc import Callable
 
 import tenacity
 from tenacity.wait import wait_base
 
-# A misbehaving server must not park the sender for an hour.
-RETRY_AFTER_CAP_S = 60.0
+from tidings.kube.errors import (
+    RETRY_AFTER_CAP_S,
+    KubeError,
+    is_retryable_status,
+    parse_retry_after,
+)
 
+__all__ = ["RETRY_AFTER_CAP_S", "SendError", "backoff", "is_retryable_status",
+           "make_retrying", "parse_retry_after", "wait_retry_after"]
 
-class SendError(Exception):
-    """A create that did not succeed: HTTP ``status`` (0 = no response) and a short reason."""
-
-    def __init__(self, status: int, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(f"{status} {reason}" if status else reason)
-        self.status = status
-        self.reason = reason
-        self.retry_after = retry_after
-
-    @property
-    def retryable(self) -> bool:
-        return is_retryable_status(self.status)
-
-
-def is_retryable_status(status: int) -> bool:
-    """0 (connection error, timeout, TLS), 429 and 5xx are transient; everything else is not.
-
-    401 is permanent too: in-cluster tokens are refreshed before they expire, so a 401 means
-    the credentials are wrong, and retrying would only hide it.
-    """
-    return status == 0 or status == 429 or 500 <= status <= 599
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP-date)."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value).timestamp()
-        except (TypeError, ValueError, IndexError, OverflowError):
-            return None
-        seconds = when - (time.time() if now is None else now)
-    if seconds != seconds:  # NaN
-        return None
-    return min(max(seconds, 0.0), RETRY_AFTER_CAP_S)
+# One error type for the whole client layer: a failed create is a tidings.kube.KubeError
+# (status 0 = no answer); its ``retryable`` is the one retry rule.
+SendError = KubeError
 
 
 class wait_retry_after(wait_base):

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 import typer
 
+from tidings._compat import UTC
 from tidings.cli.common import Context
 
 EXIT_INVALID, EXIT_UNDELIVERED, EXIT_FORBIDDEN = 2, 3, 4

@@ -16,11 +16,12 @@ import time
 import uuid
 import weakref
 from collections import deque
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
+from tidings._compat import UTC
 from tidings.schemas.event import ObjectRef, PodRef, TaskRef, build_event
 from tidings.schemas.payloads import (
     DeckReady,

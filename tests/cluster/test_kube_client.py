@@ -260,6 +260,8 @@ PLUGIN = textwrap.dedent('''\
     assert info["spec"]["interactive"] is False and info["spec"]["cluster"]["server"]
     token, ttl = tokens.pop(0)
     state.write_text(json.dumps(tokens))
+    with open(str(state) + ".runs", "a") as runs:
+        runs.write("run\\n")
     status = {"token": token}
     if ttl is not None:
         expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=ttl)
@@ -269,13 +271,16 @@ PLUGIN = textwrap.dedent('''\
 ''')
 
 
-def service_account_tokens(admin: Any, namespace: str, secrets: list[str]) -> list[str]:
-    """Short-lived (600 s) tokens of a ServiceAccount that may list configmaps, each bound to
-    its own Secret so deleting the Secret revokes that token at once."""
+CONFIGMAP_READER = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]
+
+
+def service_account_tokens(admin: Any, namespace: str, secrets: list[str],
+                           rules: list[dict[str, Any]] = CONFIGMAP_READER) -> list[str]:
+    """Short-lived (600 s) tokens of a ServiceAccount with ``rules``, each bound to its own
+    Secret so deleting the Secret revokes that token at once."""
     core, rbac = k8s.CoreV1Api(admin), k8s.RbacAuthorizationV1Api(admin)
     core.create_namespaced_service_account(namespace, {"metadata": {"name": "reader"}})
-    rbac.create_namespaced_role(namespace, {"metadata": {"name": "reader"}, "rules": [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]})
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": "reader"}, "rules": rules})
     rbac.create_namespaced_role_binding(namespace, {
         "metadata": {"name": "reader"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},

@@ -7,6 +7,7 @@ sooner than the server's Retry-After. Other 4xx (403, 422, ...) are permanent.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import tenacity
 from tenacity.wait import wait_base
@@ -18,8 +19,18 @@ from tidings.kube.errors import (
     parse_retry_after,
 )
 
-__all__ = ["RETRY_AFTER_CAP_S", "SendError", "backoff", "is_retryable_status",
-           "make_retrying", "parse_retry_after", "wait_retry_after"]
+__all__ = [
+    "RETRY_AFTER_CAP_S",
+    "FirstTryFast",
+    "SendError",
+    "backoff",
+    "is_retryable_status",
+    "make_retrying",
+    "parse_retry_after",
+    "wait_retry_after",
+]
+
+T = TypeVar("T")
 
 # One error type for the whole client layer: a failed create is a tidings.kube.KubeError
 # (status 0 = no answer); its ``retryable`` is the one retry rule.
@@ -51,18 +62,43 @@ def make_retrying(*, abandoned: Callable[[], bool], sleep: Callable[[float], obj
                   max_attempts: int | None, initial: float = 0.25,
                   maximum: float = 30.0,
                   before_sleep: Callable[[tenacity.RetryCallState], None] | None = None,
-                  ) -> tenacity.Retrying:
+                  ) -> FirstTryFast:
     """A Retrying that retries transient SendErrors until delivered, ``max_attempts`` is reached
     or ``abandoned()`` turns true; ``sleep`` should return early on shutdown."""
     def stop(state: tenacity.RetryCallState) -> bool:
         return abandoned() or (max_attempts is not None and state.attempt_number >= max_attempts)
 
-    return tenacity.Retrying(
+    return FirstTryFast(tenacity.Retrying(
         retry=tenacity.retry_if_exception(lambda e: isinstance(e, SendError) and e.retryable),
         wait=wait_retry_after(backoff(initial, maximum)),
         stop=stop,
         sleep=sleep,  # type: ignore[arg-type]  # Event.wait (returns a bool) is fine here
         reraise=True,
         before_sleep=before_sleep,
-    )
+    ))
+
+
+class FirstTryFast:
+    """A tenacity Retrying that costs nothing when the first attempt succeeds (nearly every
+    create): the attempt runs bare, and only a retryable failure enters tenacity, which is
+    handed that failure as its attempt 1, so waits, stops and hooks are exactly tenacity's.
+    (A Retrying call measured 19 µs per event: a tenth of the emitter's own CPU.)"""
+
+    def __init__(self, retrying: tenacity.Retrying) -> None:
+        self.retrying = retrying
+
+    def __call__(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except SendError as e:
+            if not e.retryable:
+                raise
+            failed: list[BaseException] = [e]
+
+        def replay() -> T:
+            if failed:
+                raise failed.pop()
+            return fn()
+
+        return self.retrying(replay)
 

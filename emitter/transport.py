@@ -21,8 +21,8 @@ log = logging.getLogger("tidings.emitter")
 
 EVENTS_PATH = "/apis/events.k8s.io/v1/namespaces/{namespace}/events"
 FIELD_MANAGER = "tidings-emitter"
-# The query of every create: the emitter's field manager (managedFields name it).
-_CREATE_QUERY = (("fieldManager", FIELD_MANAGER),)
+# Every create names the emitter's field manager (managedFields show it); encoded once.
+_CREATE_PATH = EVENTS_PATH + f"?fieldManager={FIELD_MANAGER}"
 
 
 class Transport(Protocol):
@@ -55,11 +55,14 @@ class KubeTransport:
         self.client = client
         self.timeout = timeout
         self.server = client.server
+        self._paths: dict[str, str] = {}
 
     def post(self, namespace: str, body: dict[str, Any]) -> bool:
+        path = self._paths.get(namespace)
+        if path is None:
+            path = self._paths[namespace] = _CREATE_PATH.format(namespace=namespace)
         try:
-            self.client.open("POST", EVENTS_PATH.format(namespace=namespace),
-                             query=_CREATE_QUERY, data=orjson.dumps(body), content_type=JSON,
+            self.client.open("POST", path, data=orjson.dumps(body), content_type=JSON,
                              timeout=self.timeout)
         except KubeError as e:
             if e.status == 409 and e.reason == "AlreadyExists":

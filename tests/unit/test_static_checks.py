@@ -62,3 +62,14 @@ def test_the_workload_path_imports_nothing_heavy() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_watcher_image_copies_every_package_folder() -> None:
+    import re
+
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    section = pyproject.split("[tool.setuptools.package-dir]", 1)[1].split("\n[", 1)[0]
+    folders = set(re.findall(r'^"tidings[.\w]*"\s*=\s*"([\w/]+)"', section, re.M))
+    assert {"tidings", "schemas", "kube", "emitter"} <= folders
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert [f for f in sorted(folders) if f"COPY {f}/ {f}/" not in dockerfile] == []

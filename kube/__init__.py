@@ -15,6 +15,7 @@ from .client import (
     Client,
     close_stream,
     iter_lines,
+    paginate,
 )
 from .config import ClusterConfig, Impersonation, in_cluster, in_cluster_possible, load
 from .errors import ConfigError, KubeError, is_retryable_status, parse_retry_after
@@ -32,5 +33,5 @@ __all__ = [
     "JSON", "JSON_PATCH", "MERGE_PATCH", "STRATEGIC_MERGE_PATCH", "Client", "ClusterConfig",
     "ConfigError", "CredentialError", "Impersonation", "KubeError", "close_stream", "connect",
     "in_cluster", "in_cluster_possible", "is_retryable_status", "iter_lines", "load",
-    "parse_retry_after",
+    "paginate", "parse_retry_after",
 ]

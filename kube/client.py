@@ -206,18 +206,7 @@ class Client:
     def pages(self, path: str, query: Query = None, *, limit: int = 500,
               timeout: Timeout = None) -> Iterator[dict[str, Any]]:
         """Each page of a list (``limit``/``continue``) as it arrives."""
-        q = dict(query or {})
-        q["limit"] = limit
-        while True:
-            page = self.get(path, q, timeout=timeout)
-            if not isinstance(page, dict):
-                raise KubeError(0, f"the answer to GET {path} is not a list",
-                                reason="BadResponse")
-            yield page
-            cont = (page.get("metadata") or {}).get("continue")
-            if not cont:
-                return
-            q["continue"] = cont
+        return paginate(lambda q: self.get(path, q, timeout=timeout), query, limit)
 
     def list_all(self, path: str, query: Query = None, *, limit: int = 500,
                  timeout: Timeout = None) -> tuple[list[dict[str, Any]], str]:
@@ -239,6 +228,23 @@ class Client:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._manager.clear()
+
+
+def paginate(get: Callable[[list[tuple[str, Any]]], Any], query: Query = None,
+             limit: int = 500) -> Iterator[dict[str, Any]]:
+    """The one pagination loop: ``get(query)`` for each page of a list, following
+    ``metadata.continue`` until the server has no more."""
+    pairs = list(query.items()) if isinstance(query, Mapping) else list(query or [])
+    base = [(k, v) for k, v in pairs if k not in ("limit", "continue")]
+    cont = ""
+    while True:
+        page = get([*base, ("limit", str(limit)), *([("continue", cont)] if cont else [])])
+        if not isinstance(page, dict):
+            raise KubeError(0, "the answer to a list is not an object", reason="BadResponse")
+        yield page
+        cont = str((page.get("metadata") or {}).get("continue") or "")
+        if not cont:
+            return
 
 
 def iter_lines(resp: BaseHTTPResponse, *, skip_empty: bool = False) -> Iterator[bytes]:

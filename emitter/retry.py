@@ -82,7 +82,7 @@ class FirstTryFast:
     """A tenacity Retrying that costs nothing when the first attempt succeeds (nearly every
     create): the attempt runs bare, and only a retryable failure enters tenacity, which is
     handed that failure as its attempt 1, so waits, stops and hooks are exactly tenacity's.
-    (A Retrying call measured 19 µs per event: a tenth of the emitter's own CPU.)"""
+    (A Retrying call measured 19 µs per event: over a third of the emitter's own CPU.)"""
 
     def __init__(self, retrying: tenacity.Retrying) -> None:
         self.retrying = retrying

@@ -1,5 +1,5 @@
 """In-cluster config survives token rotation: the emitter re-reads the projected token file
-when it changes (tidings.kube's TokenFileAuth), with no per-request environment scan.
+when it changes, or at the latest on a 401 (tidings.kube's TokenFileAuth).
 
 The kubelet rewrites a pod's token file before the old token expires; here the old token is
 revoked outright (its bound Secret is deleted) right after the file is rewritten, so only a

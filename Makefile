@@ -32,8 +32,8 @@ demo: setup
 	TIDINGS_BIN_DIR=$(BIN_DIR) deploy/demo.sh
 
 lint: venv
-	$(VENV)/bin/ruff check schemas emitter watcher cli tests bench
-	$(VENV)/bin/mypy --strict schemas
+	$(VENV)/bin/ruff check schemas kube emitter watcher cli tests bench
+	$(VENV)/bin/mypy --strict schemas kube
 
 clean-binaries:
 	rm -rf .cache/controlplane

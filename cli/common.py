@@ -10,11 +10,12 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from enum import StrEnum
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from typer.core import TyperGroup
+
+from tidings._compat import StrEnum
 
 # Exit codes: one per failure class, stable, documented in README ("The CLI").
 EXIT_OK = 0

@@ -9,11 +9,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 import typer
 
+from tidings._compat import UTC
 from tidings.cli.common import Context
 
 EXIT_INVALID, EXIT_UNDELIVERED, EXIT_FORBIDDEN = 2, 3, 4
@@ -78,16 +79,23 @@ def _deliver(send: Callable[[Any], None], *, task: str, pod_name: str, pod_uid: 
     from tidings.emitter import Emitter, EmitterConfig, Identity
     from tidings.emitter.transport import (
         KubeTransport,
-        kubeconfig_namespace,
-        load_api_client,
+        connect,
         no_cluster_configured,
         pod_bound_credentials,
     )
+    from tidings.kube import ConfigError
+    from tidings.schemas.names import task_id_error
 
-    if not namespace and (kubeconfig or context or not no_cluster_configured()):
-        namespace = kubeconfig_namespace(kubeconfig, context)
+    if kubeconfig is None and context is None and no_cluster_configured():
+        _fail("no cluster configured: not in a pod, no --kubeconfig, $KUBECONFIG or "
+              "~/.kube/config", EXIT_UNDELIVERED)
+    try:
+        client = connect(kubeconfig, context)
+    except ConfigError as e:
+        _fail(f"cannot load cluster config: {e}", EXIT_UNDELIVERED)
     # The pre-created TaskFeedback's uid only ever comes from the pod's environment.
-    identity = Identity(namespace=namespace, pod_name=pod_name, pod_uid=pod_uid, task=task,
+    identity = Identity(namespace=namespace or client.namespace, pod_name=pod_name,
+                        pod_uid=pod_uid, task=task,
                         task_uid=os.environ.get("TIDINGS_TASK_UID", "").strip())
     missing = identity.missing()
     if missing:
@@ -95,22 +103,13 @@ def _deliver(send: Callable[[Any], None], *, task: str, pod_name: str, pod_uid: 
                  "POD_UID": "--pod-uid", "TIDINGS_TASK": "--task"}
         _fail("missing identity: " + ", ".join(f"{flags[m]} (or {m})" for m in missing),
               EXIT_INVALID)
-    from tidings.schemas.names import task_id_error
-
     bad_task = task_id_error(task)
     if bad_task is not None:
         _fail(f"invalid input: {bad_task}", EXIT_INVALID)
-    if kubeconfig is None and context is None and no_cluster_configured():
-        _fail("no cluster configured: not in a pod, no --kubeconfig, $KUBECONFIG or "
-              "~/.kube/config", EXIT_UNDELIVERED)
-    try:
-        api = load_api_client(kubeconfig, context)
-    except Exception as e:
-        _fail(f"cannot load cluster config: {e}", EXIT_UNDELIVERED)
     config = EmitterConfig.from_env()
     emitter = Emitter(config, identity=identity,
-                      transport=KubeTransport(api, (config.connect_timeout_s,
-                                                    config.read_timeout_s),
+                      transport=KubeTransport(client, (config.connect_timeout_s,
+                                                       config.read_timeout_s),
                                               pod_bound=pod_bound_credentials(kubeconfig,
                                                                               context)))
     # The library logs for long-running workloads; here the exit code and one line speak.

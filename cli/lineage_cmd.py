@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import sys
-from enum import StrEnum
 from typing import Annotated
 
 import typer
 
+from tidings._compat import StrEnum
 from tidings.cli.common import (
     AllNamespaces,
     Context,

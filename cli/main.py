@@ -19,6 +19,22 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from tidings import __version__
+
+        typer.echo(f"tidings {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """A feedback bus built on Kubernetes Events."""
+
+
 app.add_typer(dev.app, name="dev")
 app.add_typer(emit.app, name="emit")
 app.add_typer(watcher_cmd.app, name="watcher")

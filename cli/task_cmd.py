@@ -7,7 +7,7 @@ so bus events carry `regarding.uid` and `kubectl describe taskfeedback` lists th
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,11 +19,13 @@ from tidings.cli.common import (
     Kubeconfig,
     Namespace,
     check_name,
-    check_namespace,
     command,
     invalid,
     safe,
 )
+
+if TYPE_CHECKING:
+    from tidings.cli.kube import Kube
 
 app = typer.Typer(help="Manage tasks' TaskFeedback objects (for controllers and scripts).",
                   no_args_is_help=True)
@@ -58,23 +60,18 @@ def create(
     resource, _, owner_name = owner.partition("/")
     if not resource or not owner_name or "/" in owner_name:
         invalid(f"--owner {safe(owner)!r}: use RESOURCE/NAME, e.g. job/train")
+    from tidings.cli.kube import Action, api_error, connect
     from tidings.emitter.task import TaskFeedbackError, create_task_feedback
-    from tidings.emitter.transport import kubeconfig_namespace, load_api_client
 
+    kube = connect(kubeconfig, context, namespace)
+    ns = kube.namespace
     try:
-        api = load_api_client(kubeconfig, context)
-    except Exception as e:  # no kubeconfig, unknown context
-        raise CliError(f"cannot load cluster config: {e}", EXIT_UNREACHABLE) from None
-    ns = check_namespace(namespace or kubeconfig_namespace(kubeconfig, context) or "default")
-    try:
-        obj = _get_owner(api, resource, owner_name, ns)
-        made = create_task_feedback(task, namespace=ns, owner=obj, api_client=api)
+        obj = _get_owner(kube, resource, owner_name, ns)
+        made = create_task_feedback(task, namespace=ns, owner=obj, client=kube.client)
     except TaskFeedbackError as e:
         if e.status == 0:
             raise CliError(e.message, EXIT_UNREACHABLE) from None
         import json
-
-        from tidings.cli.kube import Action, api_error
 
         # The same wording and exit codes as every other command's API errors.
         raise api_error(e.status, json.dumps({"message": e.message}),
@@ -96,41 +93,47 @@ def create(
                    f"(uid {made.uid}, owner {safe(owner)})")
 
 
-def _get_owner(api: Any, resource: str, name: str, namespace: str) -> dict[str, Any]:
+def _api_resources(kube: Kube) -> list[tuple[str, str, dict[str, Any]]]:
+    """(group, groupVersion, resource) for every preferred version the server serves, as
+    kubectl's discovery sees them (core first)."""
+    from tidings.cli.kube import Action
+
+    doing = Action("discover", "API resources")
+    found = [("", "v1", r) for r in kube.get_json("/api/v1", action=doing).get("resources", [])]
+    for group in kube.get_json("/apis", action=doing).get("groups", []):
+        gv = (group.get("preferredVersion") or {}).get("groupVersion")
+        if not gv:
+            continue
+        listed = kube.get_json(f"/apis/{gv}", action=doing).get("resources", [])
+        found.extend((str(group.get("name", "")), gv, r) for r in listed)
+    return found
+
+
+def _get_owner(kube: Kube, resource: str, name: str, namespace: str) -> dict[str, Any]:
     """Resolve RESOURCE (plural, singular, kind or short name, optionally .group) through the
     server's discovery, as kubectl does, and read the object (its uid is the point)."""
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.dynamic import DynamicClient
-    from kubernetes.dynamic.resource import ResourceList
-
-    from tidings.cli.kube import Action, api_error
+    from tidings.cli.kube import Action, ApiError
 
     word, _, group = resource.lower().partition(".")
-    try:
-        dyn = DynamicClient(api)
-        matches = [r for r in dyn.resources.search()
-                   if not isinstance(r, ResourceList) and r.preferred and "/" not in r.name
-                   and (not group or (r.group or "") == group)
-                   and word in (r.name, r.singular_name, r.kind.lower(),
-                                *(r.short_names or []))]
-    except ApiException as e:
-        raise api_error(int(e.status or 0), e.body, Action("discover", "API resources"),
-                        str(e.reason)) from None
+    matches = [(g, gv, r) for g, gv, r in _api_resources(kube)
+               if "/" not in r.get("name", "") and (not group or g == group)
+               and word in (r.get("name"), r.get("singularName"), str(r.get("kind", "")).lower(),
+                            *(r.get("shortNames") or []))]
     if not matches:
         raise CliError(f"the server does not have a resource type {safe(resource)!r}",
                        EXIT_NOT_FOUND)
-    if len({(r.group, r.kind) for r in matches}) > 1:
-        kinds = ", ".join(sorted(f"{r.name}.{r.group}" if r.group else r.name for r in matches))
+    if len({(g, r.get("kind")) for g, _, r in matches}) > 1:
+        kinds = ", ".join(sorted(f"{r['name']}.{g}" if g else r["name"] for g, _, r in matches))
         invalid(f"--owner {safe(resource)!r} is ambiguous ({kinds}); add the group")
-    res = matches[0]
+    g, gv, res = matches[0]
+    base = f"/apis/{gv}" if g else "/api/v1"
+    scope = f"/namespaces/{namespace}" if res.get("namespaced") else ""
+    kind = f"{res['name']}.{g}" if g else res["name"]
     try:
-        obj = dyn.get(res, name=name, namespace=namespace if res.namespaced else None)
-    except ApiException as e:
+        return kube.get_json(f"{base}{scope}/{res['name']}/{name}",
+                             action=Action("get", kind, namespace, name))
+    except ApiError as e:
         if e.status == 404:
-            raise CliError(f"not found: {res.kind} {safe(name)!r} in namespace {namespace}",
-                           EXIT_NOT_FOUND) from None
-        kind = f"{res.name}.{res.group}" if res.group else res.name
-        raise api_error(int(e.status or 0), e.body, Action("get", kind, namespace, name),
-                        str(e.reason)) from None
-    data: dict[str, Any] = obj.to_dict()
-    return data
+            raise CliError(f"not found: {res.get('kind')} {safe(name)!r} in namespace "
+                           f"{namespace}", EXIT_NOT_FOUND) from None
+        raise

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import orjson
 
+from tidings._compat import UTC
 from tidings.cli.common import EXIT_INVALID, EXIT_UNREACHABLE, CliError, not_found, safe
 from tidings.cli.kube import Action, ApiError, Kube, connect, lines
 from tidings.schemas import (

@@ -88,8 +88,9 @@ def _x(s: object) -> str:
 
 def svg(task: str, namespace: str, data: list[dict[str, Any]]) -> str:
     """A hand-written SVG Gantt chart; every text node is sanitised and XML-escaped."""
-    from datetime import UTC, datetime
+    from datetime import datetime
 
+    from tidings._compat import UTC
     from tidings.cli.taskview import fmt_seconds
 
     # stats_w fits the longest stats line (~50 monospace characters at 12 px).

@@ -16,11 +16,12 @@ import time
 import uuid
 import weakref
 from collections import deque
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
+from tidings._compat import UTC
 from tidings.schemas.event import ObjectRef, PodRef, TaskRef, build_event, valid_uid
 from tidings.schemas.names import task_id_error
 from tidings.schemas.payloads import (
@@ -519,7 +520,7 @@ class Emitter:
                 self._n["refused"] += 1
                 self._by_status[e.status] = self._by_status.get(e.status, 0) + 1
                 self._last_error = str(e)
-            key = (e.status, e.reason.split(":", 1)[0])
+            key = (e.status, e.reason)
             if key not in self._logged:
                 self._logged.add(key)
                 log.warning("tidings: event refused, not retried (%s); similar refusals are "

@@ -6,56 +6,35 @@ sooner than the server's Retry-After. Other 4xx (403, 422, ...) are permanent.
 
 from __future__ import annotations
 
-import email.utils
-import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import tenacity
 from tenacity.wait import wait_base
 
-# A misbehaving server must not park the sender for an hour.
-RETRY_AFTER_CAP_S = 60.0
+from tidings.kube.errors import (
+    RETRY_AFTER_CAP_S,
+    KubeError,
+    is_retryable_status,
+    parse_retry_after,
+)
 
+__all__ = [
+    "RETRY_AFTER_CAP_S",
+    "FirstTryFast",
+    "SendError",
+    "backoff",
+    "is_retryable_status",
+    "make_retrying",
+    "parse_retry_after",
+    "wait_retry_after",
+]
 
-class SendError(Exception):
-    """A create that did not succeed: HTTP ``status`` (0 = no response) and a short reason."""
+T = TypeVar("T")
 
-    def __init__(self, status: int, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(f"{status} {reason}" if status else reason)
-        self.status = status
-        self.reason = reason
-        self.retry_after = retry_after
-
-    @property
-    def retryable(self) -> bool:
-        return is_retryable_status(self.status)
-
-
-def is_retryable_status(status: int) -> bool:
-    """0 (connection error, timeout, TLS), 429 and 5xx are transient; everything else is not.
-
-    401 is permanent too: in-cluster tokens are refreshed before they expire, so a 401 means
-    the credentials are wrong, and retrying would only hide it.
-    """
-    return status == 0 or status == 429 or 500 <= status <= 599
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP-date)."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value).timestamp()
-        except (TypeError, ValueError, IndexError, OverflowError):
-            return None
-        seconds = when - (time.time() if now is None else now)
-    if seconds != seconds:  # NaN
-        return None
-    return min(max(seconds, 0.0), RETRY_AFTER_CAP_S)
+# One error type for the whole client layer: a failed create is a tidings.kube.KubeError
+# (status 0 = no answer); its ``retryable`` is the one retry rule.
+SendError = KubeError
 
 
 class wait_retry_after(wait_base):
@@ -83,18 +62,43 @@ def make_retrying(*, abandoned: Callable[[], bool], sleep: Callable[[float], obj
                   max_attempts: int | None, initial: float = 0.25,
                   maximum: float = 30.0,
                   before_sleep: Callable[[tenacity.RetryCallState], None] | None = None,
-                  ) -> tenacity.Retrying:
+                  ) -> FirstTryFast:
     """A Retrying that retries transient SendErrors until delivered, ``max_attempts`` is reached
     or ``abandoned()`` turns true; ``sleep`` should return early on shutdown."""
     def stop(state: tenacity.RetryCallState) -> bool:
         return abandoned() or (max_attempts is not None and state.attempt_number >= max_attempts)
 
-    return tenacity.Retrying(
+    return FirstTryFast(tenacity.Retrying(
         retry=tenacity.retry_if_exception(lambda e: isinstance(e, SendError) and e.retryable),
         wait=wait_retry_after(backoff(initial, maximum)),
         stop=stop,
         sleep=sleep,  # type: ignore[arg-type]  # Event.wait (returns a bool) is fine here
         reraise=True,
         before_sleep=before_sleep,
-    )
+    ))
+
+
+class FirstTryFast:
+    """A tenacity Retrying that costs nothing when the first attempt succeeds (nearly every
+    create): the attempt runs bare, and only a retryable failure enters tenacity, which is
+    handed that failure as its attempt 1, so waits, stops and hooks are exactly tenacity's.
+    (A Retrying call measured 19 µs per event: over a third of the emitter's own CPU.)"""
+
+    def __init__(self, retrying: tenacity.Retrying) -> None:
+        self.retrying = retrying
+
+    def __call__(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except SendError as e:
+            if not e.retryable:
+                raise
+            failed: list[BaseException] = [e]
+
+        def replay() -> T:
+            if failed:
+                raise failed.pop()
+            return fn()
+
+        return self.retrying(replay)
 

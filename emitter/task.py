@@ -20,13 +20,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tidings.schemas.constants import API_GROUP, API_VERSION, KIND, PLURAL, TASK_LABEL
+from tidings.kube import Client, ConfigError, KubeError
+from tidings.schemas.constants import API_VERSION, KIND, TASK_LABEL, taskfeedback_collection
 from tidings.schemas.event import ObjectRef, valid_uid
+
+from .transport import FIELD_MANAGER
 
 # The pod annotation the controller writes and the downward API turns into TIDINGS_TASK_UID.
 TASK_UID_ANNOTATION = "tidings.dev/task-uid"
 TASK_UID_ENV = "TIDINGS_TASK_UID"
-_VERSION = API_VERSION.split("/")[1]
+MERGE_PATCH = "application/merge-patch+json"
 
 
 class TaskFeedbackError(Exception):
@@ -85,35 +88,41 @@ def pod_task_uid(uid: str) -> dict[str, Any]:
 
 
 def create_task_feedback(task: str, *, namespace: str, owner: ObjectRef | Mapping[str, Any],
-                         api_client: Any = None, labels: Mapping[str, str] | None = None
+                         client: Client | None = None, labels: Mapping[str, str] | None = None
                          ) -> CreatedTask:
     """Create TaskFeedback ``namespace/task`` owned by ``owner`` (same namespace, or a
     cluster-scoped owner). Idempotent: an existing one without owners is adopted, one with
     this owner is returned; one owned by another object is an error (status 409).
 
-    ``api_client`` is a ``kubernetes.client.ApiClient`` (default: in-cluster config, else the
-    kubeconfig). Raises ValueError for bad arguments, TaskFeedbackError for API refusals.
+    ``client`` is a ``tidings.kube.Client`` (default: in-cluster config, else the
+    kubeconfig, as kubectl would choose). Raises ValueError for bad arguments,
+    TaskFeedbackError for API refusals.
     """
     oref = owner_ref(owner)
     if oref.namespace and oref.namespace != namespace:
         raise ValueError(f"owner is in namespace {oref.namespace}, the task in {namespace}: "
                          "owner references cannot cross namespaces")
     ref = owner_reference(oref)
-    api = _custom_objects(api_client)
+    if client is None:
+        from .transport import connect
+
+        try:
+            client = connect()
+        except ConfigError as e:
+            raise TaskFeedbackError(0, f"cannot load cluster config: {e}") from None
+    collection = taskfeedback_collection(namespace)
     body = {"apiVersion": API_VERSION, "kind": KIND,
             "metadata": {"name": task, "namespace": namespace,
                          "labels": {TASK_LABEL: task, **(labels or {})},
                          "ownerReferences": [ref]},
             "spec": {"task": task}}
     try:
-        obj = _call(api.create_namespaced_custom_object, API_GROUP, _VERSION, namespace, PLURAL,
-                    body)
+        obj = _call(client, "POST", collection, body)
         return CreatedTask(task, namespace, str(obj["metadata"]["uid"]), True)
     except TaskFeedbackError as err:
         if err.status != 409:
             raise
-    existing = _call(api.get_namespaced_custom_object, API_GROUP, _VERSION, namespace, PLURAL,
-                     task)
+    existing = _call(client, "GET", f"{collection}/{task}")
     meta = existing.get("metadata") or {}
     owners = meta.get("ownerReferences") or []
     if any(o.get("uid") == ref["uid"] for o in owners):
@@ -125,31 +134,18 @@ def create_task_feedback(task: str, *, namespace: str, owner: ObjectRef | Mappin
     # precondition makes a concurrent adoption by someone else fail instead of merging.
     patch = {"metadata": {"ownerReferences": [ref],
                           "resourceVersion": meta.get("resourceVersion")}}
-    obj = _call(api.patch_namespaced_custom_object, API_GROUP, _VERSION, namespace, PLURAL,
-                task, patch)
+    obj = _call(client, "PATCH", f"{collection}/{task}", patch, MERGE_PATCH)
     return CreatedTask(task, namespace, str(obj["metadata"]["uid"]), False)
 
 
-def _custom_objects(api_client: Any) -> Any:
-    from kubernetes import client
-
-    if api_client is None:
-        from .transport import load_api_client
-
-        api_client = load_api_client()
-    return client.CustomObjectsApi(api_client)
-
-
-def _call(fn: Any, *args: Any) -> Any:
-    import urllib3
-    from kubernetes.client.exceptions import ApiException
-
-    from .transport import _status_reason
-
+def _call(client: Client, method: str, path: str, body: Any = None,
+          content_type: str | None = None) -> Any:
     try:
-        return fn(*args)
-    except ApiException as e:
-        reason, message = _status_reason(e.body or "")
-        raise TaskFeedbackError(int(e.status or 0), message or reason or str(e.reason)) from None
-    except (urllib3.exceptions.HTTPError, OSError) as e:
-        raise TaskFeedbackError(0, f"cannot reach the API server: {e}") from None
+        out = client.request(method, path, query=[("fieldManager", FIELD_MANAGER)]
+                             if method != "GET" else None, body=body,
+                             content_type=content_type, timeout=(5.0, 30.0))
+    except KubeError as e:
+        raise TaskFeedbackError(e.status, str(e)) from None
+    if not isinstance(out, dict):
+        raise TaskFeedbackError(0, f"unexpected answer to {method} {path}")
+    return out

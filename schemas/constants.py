@@ -37,3 +37,8 @@ TASK_ID_MAX: Final = 63
 # The sender proof: the emitting pod's uid, admitted only from that pod's bound token
 # (deploy/admission-policy.yaml), so it outlives the pod.
 SENDER_UID_ANNOTATION: Final = "tidings.dev/sender-uid"
+
+
+def taskfeedback_collection(namespace: str) -> str:
+    """The API path of the TaskFeedback collection in ``namespace``."""
+    return f"/apis/{API_VERSION}/namespaces/{namespace}/{PLURAL}"

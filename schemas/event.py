@@ -9,11 +9,13 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
 import orjson
+
+from tidings._compat import UTC, fromisoformat
 
 from ._fast import slot_constructor
 from .constants import (
@@ -91,7 +93,7 @@ def parse_time(s: object) -> datetime | None:
     if not isinstance(s, str) or not 10 <= len(s) <= 40:
         return None
     try:
-        t = datetime.fromisoformat(s)
+        t = fromisoformat(s)
     except ValueError:
         return None
     if t.tzinfo is None:

@@ -6,9 +6,10 @@ Reason values are stable snake_case strings, used as Prometheus label values.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from pydantic import ValidationError
+
+from tidings._compat import StrEnum
 
 from .text import sanitize_text
 

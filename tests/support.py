@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tidings._compat import UTC
 from tidings.cli.devcluster import NODE_NAME
 
 T = TypeVar("T")

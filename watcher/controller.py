@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidings.kube import paginate
 from tidings.schemas.constants import API_GROUP, API_VERSION, BUS_CONTROLLER, KIND, PLURAL
 from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event, parse_watch_line
 from tidings.schemas.rejection import Rejection
@@ -138,18 +139,14 @@ class Controller:
         version = API_VERSION.split("/")[1]
         n = 0
         for path in self._paths(f"/apis/{API_GROUP}/{version}", PLURAL):
-            cont = ""
-            while True:
-                query = [("limit", "500")] + ([("continue", cont)] if cont else [])
-                data = self.kube.request("GET", path, query=query, timeout=(5, 60))
+            pages = paginate(lambda q, path=path: self.kube.request(
+                "GET", path, query=q, timeout=(5, 60)), None, 500)
+            for data in pages:
                 for obj in data.get("items") or []:
                     meta = obj.get("metadata") or {}
                     task = TaskRef(meta.get("namespace", ""), meta.get("name", ""))
                     self.store.load(task, obj.get("status"), rv=meta.get("resourceVersion"))
                     n += 1
-                cont = (data.get("metadata") or {}).get("continue") or ""
-                if not cont:
-                    break
         return n
 
     def _monitor(self, events: list[Reflector]) -> None:

@@ -14,9 +14,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from tidings._compat import UTC
 from tidings.schemas.event import format_time
 
 from .kube import Kube, KubeError

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from tidings.kube import paginate
 from tidings.schemas.event import WatchItem
 
 from .kube import Kube, KubeError
@@ -116,21 +117,14 @@ class Reflector:
     # --- list -------------------------------------------------------------------------
     def _list(self) -> None:
         self.source.list_begin()
-        cont = ""
-        while True:
-            query = [*self.selector, ("limit", str(self.page_size))]
-            if cont:
-                query.append(("continue", cont))
-            data = self.kube.request("GET", self.path, query=query,
-                                     timeout=(5, max(30, self.watch_timeout)))
-            meta = data.get("metadata") or {}
-            self.source.list_page(data.get("items") or [])
-            cont = meta.get("continue") or ""
-            if not cont:
-                rv = str(meta.get("resourceVersion") or "")
-                self.source.list_done(rv)
-                self.resource_version = rv
-                return
+        rv = ""
+        for page in paginate(lambda q: self.kube.request(
+                "GET", self.path, query=q, timeout=(5, max(30, self.watch_timeout))),
+                self.selector, self.page_size):
+            self.source.list_page(page.get("items") or [])
+            rv = str((page.get("metadata") or {}).get("resourceVersion") or "")
+        self.source.list_done(rv)
+        self.resource_version = rv
 
     # --- watch ------------------------------------------------------------------------
     def _watch(self) -> None:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tidings.schemas.constants import API_GROUP, API_VERSION, KIND, PLURAL
+from tidings.schemas.constants import API_VERSION, KIND, taskfeedback_collection
 from tidings.schemas.event import TaskRef
 from tidings.schemas.state import TaskState
 
@@ -84,9 +84,7 @@ def status_body(state: TaskState) -> dict[str, Any]:
     return st
 
 
-def collection_path(ns: str) -> str:
-    """The TaskFeedback collection of namespace ``ns``."""
-    return f"/apis/{API_GROUP}/{API_VERSION.split('/')[1]}/namespaces/{ns}/{PLURAL}"
+collection_path = taskfeedback_collection
 
 
 class StatusWriter:

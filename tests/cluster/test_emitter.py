@@ -17,7 +17,7 @@ from kubernetes import client
 from tests.support import create_kwok_pod
 from tidings.cli.devcluster import ControlPlane
 from tidings.emitter import Emitter, EmitterConfig, Identity, Span
-from tidings.emitter.transport import KubeTransport, load_api_client
+from tidings.emitter.transport import KubeTransport, connect
 from tidings.schemas.constants import BUS_CONTROLLER, NOTE_LIMIT
 from tidings.schemas.event import ParsedEvent, event_name, parse_event
 from tidings.schemas.payloads import DeckReady, LogLink, PodSpawned, Progress, SpanSummary
@@ -48,8 +48,8 @@ def emitter_for(control_plane: ControlPlane, identity: Identity, user: str = "ad
                 **config: Any) -> Emitter:
     config.setdefault("retry_initial_s", 0.05)
     config.setdefault("retry_max_s", 1.0)
-    api = load_api_client(str(control_plane.kubeconfig(user)))
-    return Emitter(EmitterConfig(**config), identity=identity, transport=KubeTransport(api))
+    kube = connect(str(control_plane.kubeconfig(user)))
+    return Emitter(EmitterConfig(**config), identity=identity, transport=KubeTransport(kube))
 
 
 def test_events_follow_the_contract(control_plane: ControlPlane, admin: Any,
@@ -69,6 +69,7 @@ def test_events_follow_the_contract(control_plane: ControlPlane, admin: Any,
     for ev in raw:
         assert ev["reportingController"] == BUS_CONTROLLER and ev["action"] == "Report"
         assert ev["reportingInstance"] == me.pod_name
+        assert [m["manager"] for m in ev["metadata"]["managedFields"]] == ["tidings-emitter"]
         assert ev["related"]["uid"] == me.pod_uid and ev["related"]["kind"] == "Pod"
         assert ev["regarding"]["kind"] == "TaskFeedback" and ev["regarding"]["name"] == TASK
         assert ev["eventTime"].endswith("Z") and len(ev["eventTime"]) == 27  # microseconds

@@ -14,12 +14,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from kubernetes import client
 
 from tests.cluster.test_emitter import bus_events, emitter_for, parsed_events, workload
 from tidings.cli.devcluster import ControlPlane
 from tidings.emitter import Emitter, EmitterConfig
 from tidings.emitter.transport import KubeTransport
+from tidings.kube import Client, ClusterConfig
+from tidings.kube.auth import NoAuth, bearer
 from tidings.schemas.payloads import LogLink
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
@@ -111,14 +112,11 @@ def test_429_retry_after_is_honoured_then_delivered(control_plane: ControlPlane,
                                                     namespace: str,
                                                     proxy: ThrottlingProxy) -> None:
     me = workload(admin, namespace)
-    conf = client.Configuration()
-    conf.host = proxy.url
-    conf.api_key = {"authorization": control_plane.tokens["admin"]}
-    conf.api_key_prefix = {"authorization": "Bearer"}
-    conf.retries = 0
+    kube = Client(ClusterConfig(server=proxy.url,
+                                auth=NoAuth(bearer(control_plane.tokens["admin"]))))
     # Backoff alone would retry within ~0.1 s; only Retry-After can explain 1 s gaps.
     em = Emitter(EmitterConfig(retry_initial_s=0.01, retry_max_s=0.05), identity=me,
-                 transport=KubeTransport(client.ApiClient(conf)))
+                 transport=KubeTransport(kube))
     em.log_link("wandb", "https://wandb.ai/acme/runs/1")
     assert em.flush(20), em.stats()
     statuses = [s for _, s in proxy.posts]
@@ -159,7 +157,7 @@ def test_422_is_counted_and_not_retried(control_plane: ControlPlane, admin: Any,
                                         namespace: str) -> None:
     me = workload(admin, namespace)
     em = emitter_for(control_plane, me)
-    em._transport = Corrupting(em._transport.api)  # type: ignore[union-attr]
+    em._transport = Corrupting(em._transport.client)  # type: ignore[union-attr]
     em.log_link("a", "https://example.com/a")
     em.progress(1.0, "done", final=True)
     assert em.flush(15)

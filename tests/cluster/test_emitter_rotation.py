@@ -1,4 +1,5 @@
-"""In-cluster config survives token rotation: the emitter re-reads the projected token file.
+"""In-cluster config survives token rotation: the emitter re-reads the projected token file
+when it changes, or at the latest on a 401 (tidings.kube's TokenFileAuth).
 
 The kubelet rewrites a pod's token file before the old token expires; here the old token is
 revoked outright (its bound Secret is deleted) right after the file is rewritten, so only a
@@ -7,21 +8,20 @@ client that re-reads the file can go on delivering.
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from kubernetes.config import incluster_config
 
 from tests.cluster.test_controlplane import client_with_token
 from tests.cluster.test_emitter import TASK, parsed_events, workload
 from tests.support import eventually
 from tidings.cli.devcluster import ControlPlane
 from tidings.emitter import Emitter, EmitterConfig
-from tidings.emitter.transport import KubeTransport, load_api_client
+from tidings.emitter.transport import KubeTransport, connect
+from tidings.kube import config as kube_config
 
 
 def secret_bound_token(admin: Any, namespace: str, secret: str) -> str:
@@ -47,25 +47,21 @@ def test_emitter_follows_a_rotated_token(control_plane: ControlPlane, admin: Any
         "subjects": [{"kind": "ServiceAccount", "name": "emitter", "namespace": namespace}]})
     old, new = (secret_bound_token(admin, namespace, s) for s in ("token-old", "token-new"))
 
-    token_file = tmp_path / "token"
+    sa_dir = tmp_path / "serviceaccount"
+    sa_dir.mkdir()
+    token_file = sa_dir / "token"
     token_file.write_text(old)
-    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token_file))
-    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(control_plane.ca_file))
-    # The library re-reads the file once a minute; the test shortens that, not the logic.
-    real_init = incluster_config.InClusterConfigLoader.__init__
-
-    def eager_refresh(self: Any, *args: Any, **kwargs: Any) -> None:
-        real_init(self, *args, **kwargs)
-        self._token_refresh_period = datetime.timedelta(0)
-
-    monkeypatch.setattr(incluster_config.InClusterConfigLoader, "__init__", eager_refresh)
+    (sa_dir / "ca.crt").write_bytes(control_plane.ca_file.read_bytes())
+    (sa_dir / "namespace").write_text(namespace)
+    monkeypatch.setattr(kube_config, "SERVICE_ACCOUNT_DIR", str(sa_dir))
     monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config either
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(control_plane.ports["apiserver"]))
 
     me = workload(admin, namespace)
     em = Emitter(EmitterConfig(retry_initial_s=0.05, retry_max_s=0.5), identity=me,
-                 transport=KubeTransport(load_api_client()))
+                 transport=KubeTransport(connect()))
     em.log_link("before", "https://example.com/before")
     assert em.flush(20) and em.stats()["delivered"] == 1
 

@@ -27,7 +27,7 @@ from tidings.emitter.task import (
     create_task_feedback,
     pod_task_uid,
 )
-from tidings.emitter.transport import KubeTransport, load_api_client
+from tidings.emitter.transport import KubeTransport, connect
 from tidings.schemas.constants import BUS_CONTROLLER
 
 pytestmark = pytest.mark.cluster
@@ -73,7 +73,7 @@ def downward_env(pod: Any, task: str) -> dict[str, str]:
 
 def emit_final(control_plane: ControlPlane, env: dict[str, str]) -> Emitter:
     em = Emitter(EmitterConfig(retry_initial_s=0.05), identity=Identity.from_env(env),
-                 transport=KubeTransport(load_api_client(str(control_plane.kubeconfig("admin")))))
+                 transport=KubeTransport(connect(str(control_plane.kubeconfig("admin")))))
     em.log_link("wandb", "https://wandb.ai/acme/runs/1")
     em.progress(1.0, "done", final=True)
     assert em.flush(15), em.stats()
@@ -144,13 +144,13 @@ def test_describe_lists_the_bus_events_of_a_precreated_task(
 
 def test_create_is_idempotent_adopts_unowned_and_refuses_foreign_owners(
         control_plane: ControlPlane, admin: Any, namespace: str, crd: None) -> None:  # noqa: F811
-    api = load_api_client(str(control_plane.kubeconfig("admin")))
+    api = connect(str(control_plane.kubeconfig("admin")))
     mine, other = (owner_configmap(admin, namespace, n) for n in ("mine", "other"))
-    first = create_task_feedback("t", namespace=namespace, owner=mine, api_client=api)
-    again = create_task_feedback("t", namespace=namespace, owner=mine, api_client=api)
+    first = create_task_feedback("t", namespace=namespace, owner=mine, client=api)
+    again = create_task_feedback("t", namespace=namespace, owner=mine, client=api)
     assert (first.created, again.created, again.uid) == (True, False, first.uid)
     with pytest.raises(TaskFeedbackError) as err:
-        create_task_feedback("t", namespace=namespace, owner=other, api_client=api)
+        create_task_feedback("t", namespace=namespace, owner=other, client=api)
     assert err.value.status == 409 and "owned by ConfigMap/mine" in err.value.message
 
     # The watcher made this one from facts that came first: the controller adopts it.
@@ -158,7 +158,7 @@ def test_create_is_idempotent_adopts_unowned_and_refuses_foreign_owners(
     crs.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "TaskFeedback",
         "metadata": {"name": "early"}, "spec": {"task": "early"}})
-    adopted = create_task_feedback("early", namespace=namespace, owner=other, api_client=api)
+    adopted = create_task_feedback("early", namespace=namespace, owner=other, client=api)
     assert not adopted.created
     owners = crs.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
                                               "early")["metadata"]["ownerReferences"]
@@ -194,9 +194,9 @@ def test_task_create_as_alice_without_rights_is_forbidden(
 
 def test_garbage_collection_removes_the_taskfeedback_with_its_owner(
         controller_manager: ControlPlane, admin: Any, namespace: str, crd: None) -> None:  # noqa: F811
-    api = load_api_client(str(controller_manager.kubeconfig("admin")))
+    api = connect(str(controller_manager.kubeconfig("admin")))
     owned = create_task_feedback("owned", namespace=namespace,
-                                 owner=owner_configmap(admin, namespace, "app"), api_client=api)
+                                 owner=owner_configmap(admin, namespace, "app"), client=api)
     crs = client.CustomObjectsApi(admin)
     crs.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "TaskFeedback",
@@ -217,10 +217,10 @@ def test_garbage_collection_removes_the_taskfeedback_with_its_owner(
 def test_ttl_deletes_finished_unowned_tasks_and_their_events_only(
         control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
         crd: None, start_watcher: Callable[..., Any]) -> None:  # noqa: F811
-    api = load_api_client(str(kubeconfig))
+    api = connect(str(kubeconfig))
     core = client.CoreV1Api(admin)
     owned = create_task_feedback("owned", namespace=namespace,
-                                 owner=owner_configmap(admin, namespace, "ctl"), api_client=api)
+                                 owner=owner_configmap(admin, namespace, "ctl"), client=api)
     pods = {t: core.create_namespaced_pod(namespace, {
         "metadata": {"name": f"{t}-0", "labels": {"tidings.dev/task": t}},
         "spec": {"nodeName": NODE_NAME, "containers": [{"name": "main", "image": "busybox"}]}})

@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import random
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tidings._compat import UTC
 from tidings.schemas import (
     NAME_LIMIT,
     URL_LIMIT,

@@ -1,4 +1,5 @@
-"""The code-quality bar is part of the suite: ruff everywhere, mypy --strict on schemas/."""
+"""The code-quality bar is part of the suite: ruff everywhere, mypy --strict on schemas/ and
+kube/, and the dependency rule: no shipped code imports the kubernetes client."""
 
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ def run(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_is_clean() -> None:
-    result = run(str(BIN / "ruff"), "check", "schemas", "emitter", "watcher", "cli", "tests",
-                 "bench")
+    result = run(str(BIN / "ruff"), "check", "schemas", "kube", "emitter", "watcher", "cli",
+                 "tidings", "tests", "bench")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_mypy_strict_is_clean_on_schemas() -> None:
-    result = run(str(BIN / "mypy"), "--strict", "schemas")
+    result = run(str(BIN / "mypy"), "--strict", "schemas", "kube")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -35,3 +36,40 @@ def test_schemas_import_nothing_else_of_ours() -> None:
              or "kubernetes" in line)
     ]
     assert offenders == []
+
+
+SHIPPED = ("schemas", "kube", "emitter", "watcher", "cli", "tidings")
+
+
+def test_no_shipped_code_imports_the_kubernetes_client() -> None:
+    # The plain install has no kubernetes client (and kfp pins it below 31); only the tests
+    # use it, as their admin client.
+    offenders = [
+        f"{path.relative_to(ROOT)}: {line.strip()}"
+        for folder in SHIPPED for path in (ROOT / folder).rglob("*.py")
+        for line in path.read_text().splitlines()
+        if line.lstrip().startswith(("import kubernetes", "from kubernetes"))
+    ]
+    assert offenders == []
+
+
+def test_the_workload_path_imports_nothing_heavy() -> None:
+    code = ("import sys, tidings.emitter, tidings.kube, tidings.emitter.otel\n"
+            "from tidings.emitter.transport import default_transport\n"
+            "default_transport()\n"
+            "print(sorted(m for m in ('kubernetes', 'typer', 'rich', 'prometheus_client',"
+            " 'click') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_watcher_image_copies_every_package_folder() -> None:
+    import re
+
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    section = pyproject.split("[tool.setuptools.package-dir]", 1)[1].split("\n[", 1)[0]
+    folders = set(re.findall(r'^"tidings[.\w]*"\s*=\s*"([\w/]+)"', section, re.M))
+    assert {"tidings", "schemas", "kube", "emitter"} <= folders
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert [f for f in sorted(folders) if f"COPY {f}/ {f}/" not in dockerfile] == []

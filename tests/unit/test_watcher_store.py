@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
+from tidings._compat import UTC
 from tidings.schemas import LogLink, PodRef, TaskRef, build_event, parse_event
 from tidings.schemas.event import ParsedEvent
 from tidings.watcher.store import Store

@@ -5,12 +5,13 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import pytest
 
 from tests.support import eventually
+from tidings._compat import UTC
 from tidings.schemas.event import ParsedEvent, PodRef, TaskRef
 from tidings.schemas.payloads import LogLink, Progress
 from tidings.schemas.state import TaskState, fold, new_state

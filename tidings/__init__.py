@@ -1,0 +1,26 @@
+"""tidings: a feedback bus on Kubernetes Events. This top-level module only names the
+version; the parts are ``tidings.emitter`` (in workloads), ``tidings.schemas``,
+``tidings.kube``, ``tidings.watcher`` and ``tidings.cli`` (the last two need the ``watcher``
+and ``cli`` extras)."""
+
+from __future__ import annotations
+
+from pkgutil import extend_path
+
+# The parts live in their own top-level folders of the checkout (see pyproject's package-dir);
+# pkgutil-style, so a checkout's tidings/ on sys.path (python run from the repository root)
+# still finds the installed tidings.emitter and the rest.
+__path__ = extend_path(__path__, __name__)
+
+
+def __getattr__(name: str) -> str:
+    # Lazy: every `import tidings.x` runs this module, and reading the installed metadata
+    # costs milliseconds that `tidings --help` and workloads should not pay.
+    if name == "__version__":
+        from importlib import metadata
+
+        try:
+            return metadata.version("tidings")
+        except metadata.PackageNotFoundError:  # a checkout that was never installed
+            return "0+unknown"
+    raise AttributeError(f"module 'tidings' has no attribute {name!r}")

@@ -22,6 +22,9 @@ from tidings.cli.common import (
     dump,
 )
 
+# `watch` exits with this when the task it watched failed (distinct from the error codes).
+EXIT_FAILED = 6
+
 Task = Annotated[str, typer.Argument(metavar="TASK", help="The task id (TaskFeedback name).",
                                      show_default=False)]
 FromEvents = Annotated[bool, typer.Option(
@@ -64,7 +67,8 @@ def watch(
     kubeconfig: Kubeconfig = None,
     context: Context = None,
 ) -> None:
-    """Watch a task live until it completes (terminal progress) or Ctrl-C."""
+    """Watch a task live until it is over (phase Succeeded or Failed) or Ctrl-C; exits 6 when
+    the task failed."""
     check_name(task, "task")
     from rich.live import Live
 
@@ -78,15 +82,17 @@ def watch(
     if not out.is_terminal:
         # Piped (CI logs, scripts): one line per change, then the full view at the end.
         typer.echo(taskview.one_line(snap))
-        while not snap.state.completed:
+        while not snap.state.finished:
             snap = next(snapshots)
             typer.echo(taskview.one_line(snap))
         out.print(taskview.render(snap))
-        return
-    with Live(taskview.render(snap), console=out, refresh_per_second=8) as live:
-        while not snap.state.completed:
-            snap = next(snapshots)
-            live.update(taskview.render(snap), refresh=True)
+    else:
+        with Live(taskview.render(snap), console=out, refresh_per_second=8) as live:
+            while not snap.state.finished:
+                snap = next(snapshots)
+                live.update(taskview.render(snap), refresh=True)
+    if snap.state.failed:
+        raise typer.Exit(EXIT_FAILED)
 
 
 def register(app: typer.Typer) -> None:

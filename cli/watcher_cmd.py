@@ -52,6 +52,10 @@ def run(
         envvar="TIDINGS_EVICT_AFTER",
         help="Drop a task from memory after this many idle seconds once its state is written "
         "(it is reloaded from its status on its next event; 0: never).")] = 7200.0,
+    clock_skew: Annotated[float, typer.Option(
+        envvar="TIDINGS_CLOCK_SKEW",
+        help="Seconds an event's eventTime may be ahead of the API server's creationTimestamp "
+        "for ordering; later times are clamped and counted.")] = 60.0,
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
                             help="Run as one of several replicas behind a Lease.")] = True,
     identity: Annotated[str | None, typer.Option(help="Lease holder identity.")] = None,
@@ -73,7 +77,7 @@ def run(
         lease_namespace=lease_namespace or os.environ.get("POD_NAMESPACE") or "default",
         lease_name=lease_name, lease_duration=lease_duration, renew_deadline=renew_deadline,
         retry_period=retry_period, write_interval=write_interval, max_write_rate=max_write_rate,
-        watch_timeout=watch_timeout, evict_after=evict_after,
+        watch_timeout=watch_timeout, evict_after=evict_after, clock_skew=clock_skew,
         identity=identity)
     try:
         code = run_watcher(opts)

@@ -198,6 +198,8 @@ class ParsedEvent:
     regarding_api_version: str = API_VERSION
     regarding_uid: str = ""
     resource_version: str = ""
+    # The API server's metadata.creationTimestamp (its own clock; bounds eventTime), or None.
+    created: datetime | None = None
 
     @property
     def order_key(self) -> tuple[datetime, str, int]:
@@ -271,6 +273,7 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
     if type(name) is not str or type(ns) is not str or not name or not ns:
         return _reject(RejectReason.MISSING_FIELD, "metadata.name or metadata.namespace missing")
     rv = meta.get("resourceVersion")
+    created = parse_time(meta.get("creationTimestamp"))
 
     raw_time = get("eventTime")
     if raw_time is None:
@@ -373,6 +376,7 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
         reg_api if type(reg_api) is str else "",
         reg_uid if type(reg_uid) is str else "",
         rv if type(rv) is str else "",
+        created,
     )
 
 

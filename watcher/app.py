@@ -49,6 +49,7 @@ class Options:
     max_write_rate: float = 20.0
     watch_timeout: int = 60
     evict_after: float = 7200.0
+    clock_skew: float = 60.0  # seconds eventTime may lead creationTimestamp (for ordering)
     identity: str | None = None
     flush_timeout: float = 10.0
 
@@ -70,6 +71,8 @@ def _validate(o: Options) -> None:
         raise ConfigError("--max-write-rate must not be negative")
     if o.evict_after < 0:
         raise ConfigError("--evict-after must not be negative")
+    if not 0 <= o.clock_skew <= 86400:
+        raise ConfigError("--clock-skew must be 0..86400 s")
     if not 0 <= o.metrics_port <= 65535:
         raise ConfigError("--metrics-port must be 0..65535")
     if o.lease_duration < 1:
@@ -123,7 +126,8 @@ def run(o: Options, *, announce: Any = print) -> int:
 
     settings = Settings(namespaces=o.namespaces, concurrency=o.concurrency,
                         write_interval=o.write_interval, max_write_rate=o.max_write_rate,
-                        watch_timeout=o.watch_timeout, evict_after=o.evict_after)
+                        watch_timeout=o.watch_timeout, evict_after=o.evict_after,
+                        clock_skew=o.clock_skew)
     if o.leader_elect:
         d = o.lease_duration
         elector = LeaderElector(kube, o.lease_namespace, o.lease_name, identity=o.identity,

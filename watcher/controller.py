@@ -10,12 +10,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from tidings.schemas.constants import API_GROUP, API_VERSION, BUS_CONTROLLER, KIND, PLURAL
 from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event, parse_watch_line
 from tidings.schemas.rejection import Rejection
-from tidings.schemas.state import fold
+from tidings.schemas.state import Limits, fold
 
 from .kube import Kube, KubeError
 from .metrics import Metrics
@@ -40,6 +41,7 @@ class Settings:
     # Tasks idle this long (and fully written) leave memory; 0 keeps them forever.
     evict_after: float = 7200.0
     slow_writes: dict[str, float] | None = None  # test hook; None: from the environment
+    clock_skew: float = 60.0  # how far eventTime may lead creationTimestamp (seconds)
 
 
 class EventSource:
@@ -77,7 +79,7 @@ class Controller:
                  may_write: Any = None) -> None:
         self.kube, self.s, self.metrics = kube, settings, metrics
         self.watch_kube = watch_kube or kube
-        self.store = Store()
+        self.store = Store(Limits(clock_skew=timedelta(seconds=settings.clock_skew)))
         self.queue: WorkQueue[TaskRef] = WorkQueue()
         self.senders = Senders(kube)
         self.writer = StatusWriter(kube, self.store, metrics, interval=settings.write_interval,

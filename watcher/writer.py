@@ -23,7 +23,7 @@ from tenacity import (
 
 from tidings.schemas.constants import API_GROUP, API_VERSION, KIND, PLURAL
 from tidings.schemas.event import TaskRef
-from tidings.schemas.state import TaskState
+from tidings.schemas.state import STATUS_BUDGET, TaskState
 
 from .coalesce import Coalescer, TokenBucket
 from .kube import JSON_PATCH, Kube, KubeError
@@ -37,6 +37,8 @@ SLOW_WRITE_ENV = "TIDINGS_TEST_SLOW_WRITE_TASK"
 # (connect, read) seconds of one write attempt: short, so that a replica that stopped
 # renewing its lease cannot land a write after a standby took over.
 WRITE_TIMEOUT = (2.0, 3.0)
+# Who owns .status in managedFields (the API server would say "OpenAPI-Generator" or nothing).
+FIELD_MANAGER = "tidings-watcher"
 
 
 class NotLeader(Exception):
@@ -56,22 +58,11 @@ def parse_slow_writes(spec: str | None) -> dict[str, float]:
     return out
 
 
-def summary(state: TaskState) -> dict[str, Any]:
-    """The typed ``status.summary`` digest behind the CRD's printer columns."""
-    out: dict[str, Any] = {"links": len(state.link_entries), "completed": state.completed}
-    if state.progress is not None:
-        out["progress"] = state.progress.fraction
-    if state.deck_entries:
-        name, _ = max(state.deck_entries.items(), key=lambda kv: (kv[1].at, kv[0]))
-        out["deck"] = name
-    return out
-
-
 def status_body(state: TaskState) -> dict[str, Any]:
-    """The whole ``.status``: the fold's dict (nulls dropped) plus the summary."""
-    st = {k: v for k, v in state.to_status().items() if v is not None}
-    st["summary"] = summary(state)
-    return st
+    """The whole ``.status`` as written: the fold's camelCase status, cut to the byte budget
+    (``STATUS_BUDGET``, dropping detail in ``BUDGET_DROP_ORDER``) so a write never fails for
+    its size."""
+    return state.to_status(budget=STATUS_BUDGET)
 
 
 def collection_path(ns: str) -> str:
@@ -197,14 +188,15 @@ class StatusWriter:
         # JSON Patch "add /status" replaces the whole status atomically: keys the fold dropped
         # (e.g. a link evicted by a cap) vanish too, which a merge patch would leave behind.
         patch = [{"op": "add", "path": "/status", "value": status}]
+        query = [("fieldManager", FIELD_MANAGER)]
         try:
-            self.kube.request("PATCH", f"{coll}/{task.name}/status", body=patch,
+            self.kube.request("PATCH", f"{coll}/{task.name}/status", body=patch, query=query,
                               content_type=JSON_PATCH, timeout=WRITE_TIMEOUT)
         except KubeError as e:
             if e.status != 404:
                 raise
             self._create(task, coll)  # deleted under us: recreate, then patch once more
-            self.kube.request("PATCH", f"{coll}/{task.name}/status", body=patch,
+            self.kube.request("PATCH", f"{coll}/{task.name}/status", body=patch, query=query,
                               content_type=JSON_PATCH, timeout=WRITE_TIMEOUT)
 
     def _create(self, task: TaskRef, coll: str) -> None:
@@ -212,7 +204,8 @@ class StatusWriter:
                 "metadata": {"name": task.name, "namespace": task.namespace},
                 "spec": {"task": task.name}}
         try:
-            self.kube.request("POST", coll, body=body, timeout=WRITE_TIMEOUT)
+            self.kube.request("POST", coll, body=body, query=[("fieldManager", FIELD_MANAGER)],
+                              timeout=WRITE_TIMEOUT)
         except KubeError as e:
             if e.status != 409:  # AlreadyExists is what we wanted
                 raise

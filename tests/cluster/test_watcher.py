@@ -213,7 +213,7 @@ def test_kill9_mid_stream_then_restart_is_exact(admin: Any, namespace: str, kube
                "some statuses written")
     w.kill(signal.SIGKILL)  # mid-stream: emitters keep going while no watcher runs
     written_before = task_status(admin, namespace, "k1")
-    assert written_before and written_before["counters"]["events_applied"] < 300
+    assert written_before and written_before["counters"]["eventsApplied"] < 300
     delivered_at_kill = sum(e.delivered() for e in emitters)
     eventually(lambda: sum(e.delivered() for e in emitters) >= delivered_at_kill + 20, 30,
                "events to land while no watcher runs")

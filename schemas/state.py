@@ -25,6 +25,22 @@ final, and at least ``workers`` of them when a worker count was declared (the la
 several workers declare their count (``TIDINGS_EMIT_WORKERS``). The task's fraction is the
 sum of the workers' fractions over ``max(declared, reporting)`` workers, shown below 100 %
 until the rule holds; with a declared count another worker speaking can only raise it.
+
+Dedup compaction (bounded by construction): the API server deletes an event ``event_ttl``
+(1 h by default) after its creation, so once the fold has seen an event created at ``c``, no
+event created before ``c - event_ttl - ttl_margin`` can be listed or watched again. That
+time is the *watermark*. Instances whose newest event was created before it are compacted
+out of the version vector, and an event created before it is skipped (``late_skipped``)
+instead of being checked against the vector. When more than ``max_instances`` instances
+remain, the watermark is raised to the creation time of the oldest quarter, and their
+entries go the same way. Why this never double counts: an instance is forgotten only when
+all its known events were created before the watermark, and from then on *every* event
+created before the watermark is skipped, applied or not; an event created at or after it
+still finds its instance in the vector. What raising the watermark for the cap can cost is
+an event that arrives later than the newest ``max_instances`` instances' events: it is
+skipped and counted, never applied twice. Order-insensitivity holds for any set of events
+whose creation times lie within ``event_ttl + ttl_margin`` of each other from at most
+``max_instances`` instances (events without a creationTimestamp are never compacted).
 """
 
 from __future__ import annotations
@@ -32,7 +48,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple, TypeVar
 
 import orjson
@@ -81,6 +97,8 @@ COUNTER_NAMES: tuple[str, ...] = (
     "wrong_task",  # events handed to the fold of another task (a caller bug); not applied
     "fold_errors",  # internal errors swallowed to keep the fold total (should stay 0)
     "time_clamped",  # events whose eventTime was later than creationTimestamp + CLOCK_SKEW
+    "late_skipped",  # events created before the compaction watermark: skipped, never re-applied
+    "instances_compacted",  # emitter instances forgotten by dedup compaction
 )
 
 
@@ -97,6 +115,10 @@ class Limits:
     workers: int = 64  # pods whose progress is kept (the completion rule sees these)
     # How far past creationTimestamp an eventTime may order its event (watcher --clock-skew).
     clock_skew: timedelta = CLOCK_SKEW
+    # Dedup compaction: the transport's event TTL plus a margin, and the instances kept.
+    event_ttl: timedelta = timedelta(hours=1)
+    ttl_margin: timedelta = timedelta(minutes=10)
+    max_instances: int = 2048
 
 
 DEFAULT_LIMITS = Limits()
@@ -166,6 +188,8 @@ class TaskState:
     workers: Mapping[str, ProgressState]  # reporting pod name -> its winning progress
     pod_events: Mapping[tuple[str, str], int]  # (pod name, uid) -> events sent
     applied: VersionVector
+    instance_times: Mapping[str, int]  # instance -> newest creationTimestamp (epoch s)
+    watermark: int  # epoch s; events created before it are skipped (0: none)
     first_event_time: datetime | None
     last_event_time: datetime | None
     counters: Mapping[str, int]
@@ -213,6 +237,10 @@ class TaskState:
     @property
     def failed(self) -> bool:
         return self.phase == FAILED
+
+    def late(self, ev: ParsedEvent) -> bool:
+        """Whether ``ev`` was created before the compaction watermark (it is skipped)."""
+        return ev.created is not None and _epoch(ev.created) < self.watermark
 
     @property
     def progress(self) -> TaskProgress | None:
@@ -296,9 +324,11 @@ class TaskState:
             st["firstEventTime"] = format_time(self.first_event_time)
         if self.last_event_time is not None:
             st["lastEventTime"] = format_time(self.last_event_time)
-        applied = self.applied.to_text()
+        applied = self.applied.to_text(self.instance_times)
         if applied:
             st["applied"] = applied
+        if self.watermark:
+            st["compactedBefore"] = _seconds(datetime.fromtimestamp(self.watermark, _UTC))
         return st
 
     @classmethod
@@ -323,6 +353,8 @@ def new_state(task: TaskRef, limits: Limits = DEFAULT_LIMITS) -> TaskState:
         workers={},
         pod_events={},
         applied=VersionVector(),
+        instance_times={},
+        watermark=0,
         first_event_time=None,
         last_event_time=None,
         counters=dict.fromkeys(COUNTER_NAMES, 0),
@@ -566,6 +598,42 @@ def _order_time(ev: ParsedEvent, skew: timedelta) -> datetime:
     return ev.event_time
 
 
+_UTC = timezone.utc  # noqa: UP017 - schemas/ must run on Python 3.10 (no datetime.UTC)
+
+
+def _epoch(t: datetime) -> int:
+    return int(t.timestamp())
+
+
+def _horizon(lim: Limits) -> int:
+    return int((lim.event_ttl + lim.ttl_margin).total_seconds())
+
+
+def _compaction_due(times: Mapping[str, int], watermark: int, instance: str, c: int,
+                    lim: Limits) -> bool:
+    """Whether applying an event of ``instance`` created at ``c`` moves the watermark."""
+    return c - _horizon(lim) > watermark or (
+        instance not in times and len(times) + 1 > lim.max_instances)
+
+
+def _compact(applied: VersionVector, times: Mapping[str, int], watermark: int, c: int,
+             lim: Limits) -> tuple[VersionVector, Mapping[str, int], int, int]:
+    """Raise the watermark (TTL horizon, then the instance cap) and forget the instances
+    whose newest event is older. Returns the new vector, times, watermark and how many
+    instances were forgotten."""
+    new = max(watermark, c - _horizon(lim))
+    if len(times) > lim.max_instances:
+        ordered = sorted(times.values())
+        keep = max(1, lim.max_instances * 3 // 4)
+        new = max(new, ordered[len(ordered) - keep])
+    if new == watermark:
+        return applied, times, watermark, 0
+    drop = [i for i, t in times.items() if t < new]
+    if not drop:
+        return applied, times, new, 0
+    return applied.without(drop), {i: t for i, t in times.items() if t >= new}, new, len(drop)
+
+
 def _bump(counters: Mapping[str, int], name: str) -> dict[str, int]:
     out = dict(counters)
     out[name] = out.get(name, 0) + 1
@@ -580,6 +648,10 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
     # Duplicates (relists, retries) are decided by the version vector before any other work.
     if applied.contains(instance, seq):
         return _with(state, counters=_bump(state.counters, "duplicates"))
+    created = ev.created
+    c = 0 if created is None else _epoch(created)
+    if created is not None and c < state.watermark:
+        return _with(state, counters=_bump(state.counters, "late_skipped"))
 
     lim = state.limits
     links, decks, spans = state.link_entries, state.deck_entries, state.spans
@@ -631,6 +703,14 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
     if pods_capped:
         counters["pods_capped"] = counters.get("pods_capped", 0) + pods_capped
     first, last = state.first_event_time, state.last_event_time
+    applied = applied.add(instance, seq)
+    times, watermark = state.instance_times, state.watermark
+    if created is not None:
+        if times.get(instance, -1) < c:
+            times = {**times, instance: c}
+        applied, times, watermark, n = _compact(applied, times, watermark, c, lim)
+        if n:
+            counters["instances_compacted"] = counters.get("instances_compacted", 0) + n
     return _new_task_state(
         state.task,
         links,
@@ -638,7 +718,9 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         spans,
         workers,
         pod_events,
-        applied.add(instance, seq),
+        applied,
+        times,
+        watermark,
         t if first is None or t < first else first,
         t if last is None or t > last else last,
         counters,
@@ -657,6 +739,8 @@ def _with(state: TaskState, *, counters: dict[str, int]) -> TaskState:
         state.workers,
         state.pod_events,
         state.applied,
+        state.instance_times,
+        state.watermark,
         state.first_event_time,
         state.last_event_time,
         counters,
@@ -678,6 +762,21 @@ def fold(state: TaskState, ev: ParsedEvent) -> TaskState:
 
 
 def _fold_many(state: TaskState, events: Sequence[ParsedEvent]) -> TaskState:
+    # Runs of events go through the batch path; an event that moves the compaction
+    # watermark goes through ``_fold`` itself, so the two stay exactly equivalent.
+    i, n = 0, len(events)
+    while i < n:
+        state, i = _fold_run(state, events, i)
+        if i < n:
+            state = _fold(state, events[i])
+            i += 1
+    return state
+
+
+def _fold_run(state: TaskState, events: Sequence[ParsedEvent], start: int
+              ) -> tuple[TaskState, int]:
+    """Fold ``events[start:]`` in one batch up to (not including) the first event that
+    would move the compaction watermark; returns the state and that event's index."""
     task, lim = state.task, state.limits
     counters = dict(state.counters)
     applied = state.applied
@@ -695,10 +794,15 @@ def _fold_many(state: TaskState, events: Sequence[ParsedEvent]) -> TaskState:
     workers_w: dict[str, ProgressState] | None = None
     unknown_w: dict[str, int] | None = None
     pods_w: dict[tuple[str, str], int] | None = None
+    times: Mapping[str, int] = state.instance_times
+    times_w: dict[str, int] | None = None
+    watermark = state.watermark
+    stop = len(events)
     first = state.first_event_time
     last = state.last_event_time
     warnings = state.warnings
-    for ev in events:
+    for k in range(start, len(events)):
+        ev = events[k]
         if ev.task is not task and ev.task != task:
             counters["wrong_task"] = counters.get("wrong_task", 0) + 1
             continue
@@ -707,6 +811,19 @@ def _fold_many(state: TaskState, events: Sequence[ParsedEvent]) -> TaskState:
         if (seen is not None and seq in seen) or contains(instance, seq):
             counters["duplicates"] = counters.get("duplicates", 0) + 1
             continue
+        created = ev.created
+        if created is not None:
+            c = _epoch(created)
+            if c < watermark:
+                counters["late_skipped"] = counters.get("late_skipped", 0) + 1
+                continue
+            if _compaction_due(times, watermark, instance, c, lim):
+                stop = k
+                break
+            if times.get(instance, -1) < c:
+                if times_w is None:
+                    times = times_w = dict(times)
+                times_w[instance] = c
         counters["events_applied"] = counters.get("events_applied", 0) + 1
         t = ev.event_time if ev.created is None else _order_time(ev, lim.clock_skew)
         if t is not ev.event_time:
@@ -775,13 +892,15 @@ def _fold_many(state: TaskState, events: Sequence[ParsedEvent]) -> TaskState:
         workers,
         state.pod_events if pods_w is None else pods_w,
         applied._with_seqs(added),
+        times,
+        watermark,
         first,
         last,
         counters,
         unknown,
         warnings,
         lim,
-    )
+    ), stop
 
 
 def fold_many(state: TaskState, events: Iterable[ParsedEvent]) -> TaskState:
@@ -917,6 +1036,9 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
         if k in _SNAKE:
             counters[_SNAKE[k]] = _int(v)
     warnings = _int(raw_counters.get("warnings", 0))
+    applied, times = VersionVector.parse_text(st.get("applied", ""))
+    wm = _time(st.get("compactedBefore"))
+    watermark = 0 if wm is None else _epoch(wm)
 
     links, c1 = _trim(links, lim.links, _named_weight)
     decks, c2 = _trim(decks, lim.decks, _named_weight)
@@ -940,7 +1062,9 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
         spans=spans,
         workers=workers,
         pod_events=pods,
-        applied=VersionVector.from_text(st.get("applied", "")),
+        applied=applied,
+        instance_times=times,
+        watermark=watermark,
         first_event_time=_time(st.get("firstEventTime")),
         last_event_time=_time(st.get("lastEventTime")),
         counters=counters,

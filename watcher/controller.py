@@ -42,6 +42,8 @@ class Settings:
     evict_after: float = 7200.0
     slow_writes: dict[str, float] | None = None  # test hook; None: from the environment
     clock_skew: float = 60.0  # how far eventTime may lead creationTimestamp (seconds)
+    event_ttl: float = 3600.0  # the API server's --event-ttl (dedup compaction horizon)
+    max_instances: int = 2048  # emitter instances kept in a task's version vector
 
 
 class EventSource:
@@ -79,7 +81,9 @@ class Controller:
                  may_write: Any = None) -> None:
         self.kube, self.s, self.metrics = kube, settings, metrics
         self.watch_kube = watch_kube or kube
-        self.store = Store(Limits(clock_skew=timedelta(seconds=settings.clock_skew)))
+        self.store = Store(Limits(clock_skew=timedelta(seconds=settings.clock_skew),
+                                  event_ttl=timedelta(seconds=settings.event_ttl),
+                                  max_instances=settings.max_instances))
         self.queue: WorkQueue[TaskRef] = WorkQueue()
         self.senders = Senders(kube)
         self.writer = StatusWriter(kube, self.store, metrics, interval=settings.write_interval,
@@ -200,6 +204,13 @@ class Controller:
             if state.applied.contains(ev.instance, ev.seq):
                 # Skipped before the fold so the persisted counters don't depend on delivery.
                 m.events_skipped.labels("duplicate").inc()
+                continue
+            if state.late(ev):
+                # Created before the compaction watermark: the fold skips it and counts it
+                # (lateSkipped); no sender lookup for it.
+                m.events_skipped.labels("late").inc()
+                state = fold(state, ev)
+                changed = True
                 continue
             if (ev.sender.name, ev.sender.uid) in state.pod_events:
                 m.sender_lookups.labels("trusted").inc()  # verified when first seen

@@ -8,13 +8,16 @@ import dataclasses
 import random
 from datetime import timedelta
 from functools import reduce
+from typing import Any
 
+import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_schemas_fold import T0, TASK, make_event
 from tidings.schemas import (
     CLOCK_SKEW,
+    Limits,
     LogLink,
     ParsedEvent,
     PodRef,
@@ -26,6 +29,7 @@ from tidings.schemas import (
     fold_many,
     new_state,
 )
+from tidings.schemas.state import STATUS_BUDGET
 
 A, B = PodRef("worker-a", "uid-a"), PodRef("worker-b", "uid-b")
 
@@ -163,3 +167,67 @@ def test_version_vector_text_refuses_garbage() -> None:
         except ValueError:
             continue
         raise AssertionError(f"accepted {bad!r}")
+
+
+# --- dedup compaction -------------------------------------------------------------------
+
+COMPACT = Limits(event_ttl=timedelta(seconds=60), ttl_margin=timedelta(seconds=10),
+                 max_instances=4)
+
+
+def created_event(inst: str, seq: int, secs: int, payload: Any = None) -> ParsedEvent:
+    ev = make_event(payload or LogLink(name=f"l-{inst}", url="https://x.y/"), inst, seq,
+                    T0 + timedelta(seconds=secs))
+    return dataclasses.replace(ev, created=T0 + timedelta(seconds=secs))
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["i-a", "i-b", "i-c", "i-d", "i-e", "i-f"]),
+                          st.integers(0, 4), st.integers(0, 200)),
+                unique_by=lambda t: (t[0], t[1]), max_size=40),
+       st.randoms(use_true_random=False))
+def test_fold_many_equals_fold_while_compacting(keys: list[tuple[str, int, int]],
+                                                rnd: random.Random) -> None:
+    evs = [created_event(i, s, t) for i, s, t in keys]
+    delivered = evs + [rnd.choice(evs) for _ in range(5)] if evs else []
+    rnd.shuffle(delivered)
+    expected = reduce(fold, delivered, new_state(TASK, COMPACT))
+    got = fold_many(new_state(TASK, COMPACT), delivered)
+    assert got == expected and got.to_status() == expected.to_status()
+    assert len(got.instance_times) <= COMPACT.max_instances
+    # Never double counted: every applied event is distinct, whatever was compacted.
+    c = got.counters
+    assert c["events_applied"] + c["late_skipped"] + c["duplicates"] == len(delivered)
+    assert c["events_applied"] <= len(evs)
+    restored = TaskState.from_status(TASK, got.to_status(), COMPACT)
+    assert restored == got
+
+
+def test_events_older_than_the_ttl_horizon_are_compacted_and_skipped() -> None:
+    s = fold_all(TASK, [created_event("old", 0, 0), created_event("new", 0, 100)], COMPACT)
+    assert s.instance_times == {"new": 100 + int(T0.timestamp())}
+    assert s.counters["instances_compacted"] == 1 and "old" not in s.applied.instances
+    again = fold(s, created_event("old", 0, 0))  # a relist of the expired event: skipped
+    assert again.counters["late_skipped"] == 1 and again.counters["events_applied"] == 2
+    assert s.to_status()["compactedBefore"] == "2026-11-30T03:00:30Z"
+
+
+def test_22000_instances_on_one_task_stay_under_budget_and_complete() -> None:
+    """The issue's burst: 22,000 events, each from a fresh emitter instance, then the final
+    progress. The version vector stays bounded, the status under its byte budget, the final
+    state is complete, and the counters say what was compacted."""
+    evs = [created_event(f"{k:032x}", 0, k // 400,
+                         Progress(fraction=min(1.0, k / 22000), message=f"step {k}"))
+           for k in range(22000)]
+    evs.append(created_event("f" * 32, 0, 56, Progress(fraction=1.0, message="done",
+                                                        final=True)))
+    s = fold_many(new_state(TASK), evs)
+    st = s.to_status(budget=STATUS_BUDGET)
+    size = len(orjson.dumps(st))
+    print(f"\n22,001 events / instances: status {size} B, "
+          f"{len(s.instance_times)} instances kept, counters {st['counters']}")
+    assert size <= STATUS_BUDGET and s.phase == "Succeeded"
+    assert st["counters"]["eventsApplied"] == 22001 and "lateSkipped" not in st["counters"]
+    assert st["counters"]["instancesCompacted"] >= 22001 - Limits().max_instances
+    assert len(s.instance_times) <= Limits().max_instances
+    assert fold_many(s, evs[:100]).counters["late_skipped"] == 100  # a relist: none twice

@@ -4,9 +4,13 @@ several workers of one task, and event times bounded by the API server's clock."
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +23,16 @@ from tests.cluster.test_cli_support import TIDINGS
 from tests.cluster.test_watcher_support import task_status
 from tests.support import create_kwok_pod, eventually
 from tidings.cli.devcluster import ControlPlane
-from tidings.schemas import LogLink, PodRef, Progress, TaskRef, build_event, format_time
+from tidings.schemas import (
+    Limits,
+    LogLink,
+    PodRef,
+    Progress,
+    TaskRef,
+    build_event,
+    format_time,
+)
+from tidings.schemas.state import STATUS_BUDGET
 
 pytestmark = pytest.mark.cluster
 
@@ -182,3 +195,42 @@ def test_a_link_dated_9999_no_longer_pins_the_value_and_last_event_time_stays_sa
     assert st["counters"]["timeClamped"] == 1
     last = datetime.fromisoformat(st["lastEventTime"])
     assert last < datetime.now(UTC) + timedelta(seconds=5), st["lastEventTime"]
+
+
+BURST = int(os.environ.get("TIDINGS_TEST_BURST", "22000"))
+
+
+def test_22000_instances_on_one_task_stay_under_the_budget_and_complete(
+        control_plane: ControlPlane, admin: Any, namespace: str, start_watcher: Any) -> None:
+    """The issue's burst for real: one pod sends BURST events, each from a fresh emitter
+    instance (as every process and fork is one), then its final. The object stays under the
+    status byte budget, the final state is persisted and completed, and the counters say
+    what was compacted; nothing is applied twice."""
+    start_watcher()
+    pod = create_kwok_pod(admin, namespace, "burst-0", labels={TASK_LABEL: "burst"})
+    sender = PodRef(pod["name"], pod["uid"], namespace)
+    ref = TaskRef(namespace, "burst")
+    events = client.EventsV1Api(admin)
+
+    def send(k: int) -> None:
+        p = Progress(fraction=k / BURST, message=f"step {k}")
+        events.create_namespaced_event(namespace, build_event(
+            task=ref, pod=sender, payload=p, instance=f"burst-{k:06d}", seq=0,
+            time=datetime.now(UTC)))
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(send, range(BURST)))
+    created_s = time.monotonic() - t0
+    events.create_namespaced_event(namespace, build_event(
+        task=ref, pod=sender, payload=Progress(fraction=1.0, message="done", final=True),
+        instance="burst-final", seq=0, time=datetime.now(UTC)))
+    st = eventually(lambda: (s := _status(admin, namespace, "burst")).get("phase")
+                    == "Succeeded" and s, 300, "the burst's final to be persisted")
+    size = len(json.dumps(st))
+    c = st["counters"]
+    print(f"\n{BURST} instances created in {created_s:.1f}s; status {size} B; counters {c}")
+    assert size <= STATUS_BUDGET
+    assert c["eventsApplied"] + c.get("lateSkipped", 0) == BURST + 1  # each exactly once
+    assert c["instancesCompacted"] >= BURST + 1 - Limits().max_instances
+    assert st["progress"] == {"percent": 100, "message": "done"}

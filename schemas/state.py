@@ -625,7 +625,10 @@ def _compact(applied: VersionVector, times: Mapping[str, int], watermark: int, c
     if len(times) > lim.max_instances:
         ordered = sorted(times.values())
         keep = max(1, lim.max_instances * 3 // 4)
-        new = max(new, ordered[len(ordered) - keep])
+        cut = ordered[len(ordered) - keep]
+        # Creation times have second precision: when the oldest second alone holds more than
+        # the cap allows, that whole second goes (the cap is a hard bound).
+        new = max(new, cut if cut > ordered[0] else cut + 1)
     if new == watermark:
         return applied, times, watermark, 0
     drop = [i for i, t in times.items() if t < new]

@@ -117,6 +117,10 @@ def test_kubectl_wait_for_condition_completed_returns_after_the_final(
     assert _conditions(st)["Failed"]["status"] == "False"
     table = control_plane.kubectl_run("get", "tfb", "solo", "-n", namespace)
     assert table.splitlines()[1].split()[:3] == ["solo", "Succeeded", "100"]
+    managed = client.CustomObjectsApi(admin).get_namespaced_custom_object(
+        "tidings.dev", "v1alpha1", namespace, "taskfeedbacks", "solo")["metadata"]["managedFields"]
+    assert {(m["manager"], m.get("subresource", "")) for m in managed} == {
+        ("tidings-watcher", ""), ("tidings-watcher", "status")}
 
 
 def test_a_failed_task_shows_phase_failed_and_watch_exits_non_zero(

@@ -231,3 +231,12 @@ def test_22000_instances_on_one_task_stay_under_budget_and_complete() -> None:
     assert st["counters"]["instancesCompacted"] >= 22001 - Limits().max_instances
     assert len(s.instance_times) <= Limits().max_instances
     assert fold_many(s, evs[:100]).counters["late_skipped"] == 100  # a relist: none twice
+
+
+def test_the_instance_cap_holds_when_one_second_holds_too_many() -> None:
+    evs = [created_event(f"i-{k}", 0, 5) for k in range(6)] + [created_event("i-next", 0, 6)]
+    s = fold_all(TASK, evs, COMPACT)
+    assert len(s.instance_times) <= COMPACT.max_instances
+    c = s.counters
+    assert c["events_applied"] + c["late_skipped"] == len(evs)
+    assert fold_many(new_state(TASK, COMPACT), evs) == reduce(fold, evs, new_state(TASK, COMPACT))

@@ -146,10 +146,21 @@ class SpanAgg:
     last_end: float
     errors: int
     events: int
+    # Where the spans ran: merged busy intervals of the windows, in buckets of 2**shift µs
+    # (the smallest bucket that cuts [first_start, last_end] into at most WINDOW_BUCKETS),
+    # as (lo, hi) bucket numbers. Integer rounding outward at a power-of-two grid makes the
+    # result the same for any arrival order, and it never holds more than ~33 intervals.
+    shift: int = 0
+    windows: tuple[tuple[int, int], ...] = ()
 
     @property
     def total_s(self) -> float:
         return self.total_ns / 1e9
+
+    def busy(self) -> list[tuple[float, float]]:
+        """The busy intervals as (start, end) Unix seconds."""
+        q = 1 << self.shift
+        return [(lo * q / 1e6, hi * q / 1e6) for lo, hi in self.windows]
 
 
 class ProgressState(NamedTuple):
@@ -238,6 +249,22 @@ class TaskState:
     def failed(self) -> bool:
         return self.phase == FAILED
 
+    @property
+    def settled(self) -> bool:
+        """Finished, and every event a final worker's emitter sent before its final is
+        folded (emitters count seqs from 0 and send pending span windows before a final, so
+        a gap below the final's seq is a window still on its way)."""
+        if not self.finished:
+            return False
+        for w in self.workers.values():
+            if not w.final:
+                continue
+            _, instance, seq = w.at
+            rs = self.applied.ranges(instance)
+            if rs and not (rs[0][0] == 0 and rs[0][1] >= seq):
+                return False  # (an instance compacted away has no ranges: nothing to wait for)
+        return True
+
     def late(self, ev: ParsedEvent) -> bool:
         """Whether ``ev`` was created before the compaction watermark (it is skipped)."""
         return ev.created is not None and _epoch(ev.created) < self.watermark
@@ -304,6 +331,7 @@ class TaskState:
                     "lastEnd": s.last_end,
                     "errors": s.errors,
                     "events": s.events,
+                    "windows": _windows_text(s),
                 }
                 for k, s in sorted(self.spans.items())
             }
@@ -371,6 +399,26 @@ def _camel(name: str) -> str:
 
 _CAMEL: dict[str, str] = {k: _camel(k) for k in COUNTER_NAMES}
 _SNAKE: dict[str, str] = {v: k for k, v in _CAMEL.items()}
+
+
+def _windows_text(s: SpanAgg) -> str:
+    """``"<shift> lo-hi,lo-hi"`` with bucket numbers relative to the first start's bucket."""
+    base = _us(s.first_start) >> s.shift
+    return f"{s.shift} " + ",".join(f"{lo - base}-{hi - base}" for lo, hi in s.windows)
+
+
+def _parse_windows(text: Any, first_start: float) -> tuple[int, tuple[tuple[int, int], ...]]:
+    _need(isinstance(text, str), "bad windows")
+    head, _, body = text.partition(" ")
+    _need(head.isascii() and head.isdigit() and len(head) <= 2, "bad windows")
+    shift = int(head)
+    base = _us(first_start) >> shift
+    out: list[tuple[int, int]] = []
+    for part in body.split(",") if body else []:
+        lo, _, hi = part.partition("-")
+        _need(lo.isdigit() and hi.isdigit() and len(lo) <= 6 and len(hi) <= 6, "bad windows")
+        out.append((base + int(lo), base + int(hi)))
+    return shift, tuple(out)
 
 
 def _key_text(k: OrderKey) -> str:
@@ -534,13 +582,46 @@ def _set_named(entries: dict[str, Named], name: str, value: str, at: OrderKey, c
     return 0
 
 
+# Buckets across a span name's whole extent (so the busy intervals stay ~WINDOW_BUCKETS / 2).
+WINDOW_BUCKETS = 64
+
+
+def _us(t: float) -> int:
+    return round(t * 1e6)
+
+
+def _shift_for(first_start: float, last_end: float) -> int:
+    n = -(-(_us(last_end) - _us(first_start)) // WINDOW_BUCKETS)
+    return (n - 1).bit_length() if n > 1 else 0
+
+
+def _windows(
+    old: tuple[tuple[int, int], ...], old_shift: int, shift: int, start: float, end: float
+) -> tuple[tuple[int, int], ...]:
+    """``old`` regridded to ``shift`` (outward), plus [start, end], merged."""
+    d = shift - old_shift
+    ivs = [(lo >> d, -(-hi >> d)) for lo, hi in old] if d else list(old)
+    ivs.append((_us(start) >> shift, -(-_us(end) >> shift)))
+    ivs.sort()
+    out: list[tuple[int, int]] = []
+    for lo, hi in ivs:
+        if out and lo <= out[-1][1]:
+            if hi > out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
 def _merge_span(entries: dict[str, SpanAgg], p: SpanSummary, cap: int) -> int:
     total_ns = min(round(p.total_s * 1e9), _INT_MAX)
     name = p.name
     cur = entries.get(name)
     if cur is None:
+        shift = _shift_for(p.first_start, p.last_end)
         new = _new_span_agg(
-            p.count, total_ns, p.min_s, p.max_s, p.first_start, p.last_end, p.errors, 1
+            p.count, total_ns, p.min_s, p.max_s, p.first_start, p.last_end, p.errors, 1,
+            shift, _windows((), shift, shift, p.first_start, p.last_end),
         )
         return _insert_capped(entries, name, new, cap, _span_weight)
     # Saturating sums (of non-negatives, so still associative and commutative), inline:
@@ -548,15 +629,20 @@ def _merge_span(entries: dict[str, SpanAgg], p: SpanSummary, cap: int) -> int:
     count = cur.count + p.count
     total = cur.total_ns + total_ns
     errors = cur.errors + p.errors
+    first = cur.first_start if cur.first_start <= p.first_start else p.first_start
+    last = cur.last_end if cur.last_end >= p.last_end else p.last_end
+    shift = _shift_for(first, last)
     entries[name] = _new_span_agg(
         count if count <= _INT_MAX else _INT_MAX,
         total if total <= _INT_MAX else _INT_MAX,
         cur.min_s if cur.min_s <= p.min_s else p.min_s,
         cur.max_s if cur.max_s >= p.max_s else p.max_s,
-        cur.first_start if cur.first_start <= p.first_start else p.first_start,
-        cur.last_end if cur.last_end >= p.last_end else p.last_end,
+        first,
+        last,
         errors if errors <= _INT_MAX else _INT_MAX,
         cur.events + 1,
+        shift,
+        _windows(cur.windows, cur.shift, shift, p.first_start, p.last_end),
     )
     return 0
 
@@ -1008,15 +1094,19 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
     _need(isinstance(raw_spans, Mapping), "bad spans")
     for k, s in raw_spans.items():
         _need(isinstance(s, Mapping), "bad span")
+        first_start = _float(s.get("firstStart"))
+        shift, windows = _parse_windows(s.get("windows", "0 "), first_start)
         spans[_name(k)] = SpanAgg(
             _int(s.get("count")),
             _int(s.get("totalNs")),
             _float(s.get("minS")),
             _float(s.get("maxS")),
-            _float(s.get("firstStart")),
+            first_start,
             _float(s.get("lastEnd")),
             _int(s.get("errors")),
             _int(s.get("events")),
+            shift,
+            windows,
         )
     raw_workers = st.get("workers", [])
     _need(isinstance(raw_workers, list), "bad workers")

@@ -266,3 +266,21 @@ def test_the_namespace_defaults_to_the_contexts(control_plane: ControlPlane, adm
     res = CliRunner().invoke(app, ["state", "ctx-task", "--kubeconfig", str(path)])
     assert res.exit_code == 0, res.output
     assert "found via context" in res.stdout
+
+
+def test_watch_ends_only_once_the_windows_before_the_final_are_in(
+        control_plane: ControlPlane, admin: Any, namespace: str, proc_factory: Any) -> None:
+    """The final arrives before a span window its emitter sent earlier (seq 1 < 2): watch
+    keeps following until that window is folded, so its last view has the span."""
+    t = datetime.now(UTC).timestamp()
+    emit(admin, namespace, "late-span", Progress(fraction=0.5, message="half"), 0)
+    emit(admin, namespace, "late-span", Progress(fraction=1.0, message="done", final=True), 2)
+    p = proc_factory("watch", "late-span", "-n", namespace, "--grace", "120")
+    p.wait_for(lambda out: any("done" in line and "succeeded" in line for line in out), 30,
+               "the final")
+    assert p.proc.poll() is None  # over, but a window is missing: still following
+    emit(admin, namespace, "late-span", SpanSummary(
+        name="evaluate", count=3, total_s=0.151, min_s=0.05, max_s=0.051, first_start=t - 2,
+        last_end=t - 1), 1)
+    assert p.proc.wait(30) == 0, p.err
+    p.wait_for(lambda out: any("evaluate" in line for line in out), 10, "the span in the view")

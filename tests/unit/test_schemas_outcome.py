@@ -22,6 +22,7 @@ from tidings.schemas import (
     ParsedEvent,
     PodRef,
     Progress,
+    SpanSummary,
     TaskState,
     VersionVector,
     fold,
@@ -240,3 +241,15 @@ def test_the_instance_cap_holds_when_one_second_holds_too_many() -> None:
     c = s.counters
     assert c["events_applied"] + c["late_skipped"] == len(evs)
     assert fold_many(new_state(TASK, COMPACT), evs) == reduce(fold, evs, new_state(TASK, COMPACT))
+
+
+def test_settled_waits_for_the_windows_sent_before_a_final() -> None:
+    span = SpanSummary(name="evaluate", count=3, total_s=0.15, min_s=0.05, max_s=0.05,
+                       first_start=1.79e9, last_end=1.79e9 + 1)
+    start = make_event(Progress(fraction=0.5), "inst", 0, T0)
+    window = make_event(span, "inst", 1, T0)
+    final = make_event(Progress(fraction=1.0, final=True), "inst", 2, T0)
+    s = fold_all(TASK, [start, final])
+    assert s.finished and not s.settled  # seq 1 (a span window) is still on its way
+    assert fold(s, window).settled
+    assert not fold(new_state(TASK), start).settled  # not over: never settled

@@ -63,7 +63,7 @@ def run(
     max_instances: Annotated[int, typer.Option(
         envvar="TIDINGS_MAX_INSTANCES",
         help="Emitter instances kept per task for dedup; beyond it the oldest are compacted "
-        "and later events created before them skipped (counted).")] = 2048,
+        "and later events created before them skipped (counted).")] = 512,
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
                             help="Run as one of several replicas behind a Lease.")] = True,
     identity: Annotated[str | None, typer.Option(help="Lease holder identity.")] = None,

@@ -76,10 +76,15 @@ STATUS_VERSION = 2
 # a status line needs far less, and 64 workers' messages must stay small).
 MESSAGE_LIMIT = 256
 # The hard byte budget of a written status (JSON, UTF-8), far below etcd's 1.5 MB request limit.
-STATUS_BUDGET = 256 * 1024
+# 64 KiB: the API server's CPU per status write grows with its bytes (about 0.2 ms/KB in
+# bench/bench_status_write.py), so this also bounds the cost of a write at every cap.
+STATUS_BUDGET = 64 * 1024
 # What ``to_status(budget=...)`` gives up, in this order, while the status is over budget.
 # Dedup data, phase, conditions, progress, workers and counters are never dropped.
-BUDGET_DROP_ORDER: tuple[str, ...] = ("pods", "unknownTypes", "spans", "decks", "links")
+# Entries go from the end of a section (the largest names first), a section at a time;
+# ``workerMessages`` empties the workers' messages (their progress stays).
+BUDGET_DROP_ORDER: tuple[str, ...] = (
+    "pods", "unknownTypes", "workerMessages", "spans", "decks", "links")
 # How far past the API server's creationTimestamp a sender's eventTime may order its event.
 CLOCK_SKEW = timedelta(seconds=60)
 
@@ -118,7 +123,7 @@ class Limits:
     # Dedup compaction: the transport's event TTL plus a margin, and the instances kept.
     event_ttl: timedelta = timedelta(hours=1)
     ttl_margin: timedelta = timedelta(minutes=10)
-    max_instances: int = 2048
+    max_instances: int = 512
 
 
 DEFAULT_LIMITS = Limits()
@@ -278,21 +283,46 @@ class TaskState:
         """The JSON-safe ``.status`` dict: camelCase, structural (deploy/crd.yaml documents
         every field); empty maps, zero counters and absent values are left out.
 
-        With ``budget`` (bytes), whole sections are dropped in ``BUDGET_DROP_ORDER`` while the
-        encoded status is larger, and ``budgetDropped`` counts the entries each one held
-        (the in-memory state keeps them; only the written copy is cut)."""
+        With ``budget`` (bytes), entries are dropped in ``BUDGET_DROP_ORDER`` (from the end of
+        each section, the largest names first) while the encoded status is larger, and
+        ``budgetDropped`` counts what went per section (the in-memory state keeps it all; only
+        the written copy is cut). Phase, conditions, progress, the workers' progress, counters
+        and the version vector are never dropped."""
         st = self._status()
         if budget is None:
             return st
-        size = len(orjson.dumps(st))
+        size = len(orjson.dumps(st)) + _DROPPED_RESERVE
         dropped: dict[str, int] = {}
         for section in BUDGET_DROP_ORDER:
             if size <= budget:
                 break
-            value = st.pop(section, None)
-            if value is not None:
-                dropped[section] = len(value)
-                size = len(orjson.dumps(st))
+            if section == "workerMessages":
+                n = 0
+                for w in reversed(st.get("workers", [])):
+                    if size <= budget:
+                        break
+                    if "message" in w:
+                        size -= len(orjson.dumps(w["message"])) + len('"message":,')
+                        del w["message"]
+                        n += 1
+                if n:
+                    dropped[section] = n
+                continue
+            entries = st.get(section)
+            if not entries:
+                continue
+            n = 0
+            keys = list(range(len(entries))) if isinstance(entries, list) else list(entries)
+            for key in reversed(keys):
+                if size <= budget:
+                    break
+                value = entries.pop(key)
+                size -= len(orjson.dumps(value)) + (
+                    1 if isinstance(entries, list) else len(orjson.dumps(key)) + 2)
+                n += 1
+            if not entries:
+                del st[section]
+            dropped[section] = n
         if dropped:
             st["budgetDropped"] = dropped
         return st
@@ -390,6 +420,10 @@ def new_state(task: TaskRef, limits: Limits = DEFAULT_LIMITS) -> TaskState:
         warnings=0,
         limits=limits,
     )
+
+
+# Room for the budgetDropped field itself.
+_DROPPED_RESERVE = 160
 
 
 def _camel(name: str) -> str:

@@ -51,7 +51,7 @@ class Options:
     evict_after: float = 7200.0
     clock_skew: float = 60.0  # seconds eventTime may lead creationTimestamp (for ordering)
     event_ttl: float = 3600.0  # the API server's --event-ttl, for dedup compaction
-    max_instances: int = 2048
+    max_instances: int = 512
     identity: str | None = None
     flush_timeout: float = 10.0
 

@@ -43,7 +43,7 @@ class Settings:
     slow_writes: dict[str, float] | None = None  # test hook; None: from the environment
     clock_skew: float = 60.0  # how far eventTime may lead creationTimestamp (seconds)
     event_ttl: float = 3600.0  # the API server's --event-ttl (dedup compaction horizon)
-    max_instances: int = 2048  # emitter instances kept in a task's version vector
+    max_instances: int = 512  # emitter instances kept in a task's version vector
 
 
 class EventSource:

@@ -41,7 +41,7 @@ from tidings.schemas import (
     new_state,
     parse_event,
 )
-from tidings.schemas.state import STATUS_BUDGET
+from tidings.schemas.state import BUDGET_DROP_ORDER, STATUS_BUDGET
 
 TASK = TaskRef("team-a", "train-42")
 T0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)
@@ -311,11 +311,19 @@ def _fill_to_caps() -> TaskState:
 
 def test_status_stays_far_below_the_object_limit_at_every_cap() -> None:
     s = _fill_to_caps()
-    full = len(orjson.dumps(s.to_status()))
+    full_status = s.to_status()
+    full = len(orjson.dumps(full_status))
     status = s.to_status(budget=STATUS_BUDGET)
-    # Over budget at every cap: the first sections of the fixed order went, and were counted.
-    assert full > STATUS_BUDGET and status["budgetDropped"] == {"pods": 128}
+    # Over budget at every cap: detail went in the fixed order, and was counted.
+    dropped = status["budgetDropped"]
+    assert full > STATUS_BUDGET and list(dropped) == [
+        k for k in BUDGET_DROP_ORDER if k in dropped]
+    *whole, last = dropped
+    assert all(k not in status for k in whole if k != "workerMessages")  # earlier: all gone
+    assert dropped["pods"] == 128 and len(status.get(last, ())) + dropped[last] == len(
+        s.to_status()[last])
     assert len(status["workers"]) == 64 and status["applied"] == s.applied.to_text()
+    assert status["phase"] == full_status["phase"] and "progress" in status
     utf8 = len(orjson.dumps(status))
     ascii_escaped = len(json.dumps(status))
     # The API server's encoder also escapes & < > as \\u0026 (6 bytes): the adversarial bound.

@@ -12,13 +12,16 @@ every field, and empty maps, zero counters and absent values are left out)::
     linkCount:  int;  deck: latest deck name               # printer columns
     links:      {name: {url, at, events}}                  # LWW per name by ``at``
     decks:      {name: {uri, at, events}}
-    spans:      {name: {count, totalNs, minS, maxS, firstStart, lastEnd, errors, events}}
+    spans:      {name: {count, totalNs, minS, maxS, firstStart, lastEnd, errors, events,
+                        windows}}                  # windows: "<shift> lo-hi,..." (timelines)
     workers:    [{pod, fraction, message?, final?, failed?, workers?, at, events}]
     pods:       [{name, uid, events}]                      # sender pods, sorted
     unknownTypes: {type: events}
     counters:   {eventsApplied, duplicates, warnings, ...}  # non-zero ones only
     firstEventTime, lastEventTime: RFC 3339
-    applied:    "inst=lo-hi,seq inst2=..."                 # the version vector, one string
+    applied:    "inst=lo-hi,seq@created inst2=..."         # the version vector, one string
+    compactedBefore: RFC 3339                              # dedup compaction watermark
+    budgetDropped: {pods?, unknownTypes?, workerMessages?, spans?, decks?, links?}
 
 ``at`` is the order key ``"<eventTime> <instance> <seq>"``. ``events`` counts the events that
 targeted an entry.

@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 from tests.cluster.test_controlplane import bound_token, client_with_token
 from tests.support import create_kwok_pod, eventually, pod_phase, write_cri_log
 from tidings.cli.devcluster import REPO_ROOT, ControlPlane
-from tidings.schemas import TaskRef, fold_all
+from tidings.schemas import COUNTER_NAMES, TaskRef, fold_all
 
 pytestmark = pytest.mark.cluster
 
@@ -233,6 +233,9 @@ def test_the_status_is_structural_documented_pruned_and_typed(
     explained = kubectl(control_plane, "explain", "taskfeedback.status").stdout
     st = fold_all(TaskRef(namespace, "t"), _every_kind_of_event(namespace)).to_status()
     st["budgetDropped"] = {"pods": 1}  # what a write over budget adds
+    st["compactedBefore"] = now()[:19] + "Z"  # what dedup compaction adds
+    # Every counter the fold keeps, whether or not this fold moved it.
+    st["counters"] = {**{_camel(k): 1 for k in COUNTER_NAMES}, **st["counters"]}
     for key in st:
         assert f"  {key}\t" in explained, f"{key} not documented:\n{explained}"
     for path, _value in _leaves(st):
@@ -271,6 +274,11 @@ def test_the_status_is_structural_documented_pruned_and_typed(
         assert err.value.status == 422 and where in err.value.body, err.value.body
     got = crs.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "typed")
     assert got["status"] == st
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
 
 
 def _every_kind_of_event(namespace: str) -> list[Any]:

@@ -236,5 +236,6 @@ def test_22000_instances_on_one_task_stay_under_the_budget_and_complete(
     print(f"\n{BURST} instances created in {created_s:.1f}s; status {size} B; counters {c}")
     assert size <= STATUS_BUDGET
     assert c["eventsApplied"] + c.get("lateSkipped", 0) == BURST + 1  # each exactly once
-    assert c["instancesCompacted"] >= BURST + 1 - Limits().max_instances
+    # Forgotten instances: all applied ones but at most the cap (late ones never got in).
+    assert c["instancesCompacted"] >= c["eventsApplied"] - Limits().max_instances
     assert st["progress"] == {"percent": 100, "message": "done"}

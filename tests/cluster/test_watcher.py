@@ -76,7 +76,7 @@ def assert_exact(admin: Any, namespace: str, tasks: list[str], files: list[Path]
     """Eventually every task's status equals the fold of the delivered events, exactly."""
     bodies = emitted_events(files)
     for task in tasks:
-        want = expected_status(namespace, task, bodies)
+        want = expected_status(namespace, task, bodies, admin)
         last: list[Any] = [None]
 
         def probe(task: str = task, want: dict[str, Any] = want,
@@ -179,7 +179,7 @@ def test_slow_key_does_not_delay_another(admin: Any, namespace: str, kubeconfig:
     t0 = time.monotonic()
     Emitter(kubeconfig, namespace, "fast-b", pb, "ib", fb, count=20).wait()
     emitted_at = time.monotonic()
-    want_b = expected_status(namespace, "fast-b", emitted_events([fb]))
+    want_b = expected_status(namespace, "fast-b", emitted_events([fb]), admin)
     eventually(lambda: task_status(admin, namespace, "fast-b") == want_b, 5,
                "task B's exact state while A's writes are slow")
     latency = time.monotonic() - emitted_at

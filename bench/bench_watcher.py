@@ -223,7 +223,7 @@ class StreamTimer:
             if "applied" not in st:
                 return
             self.writes[name] = self.writes.get(name, 0) + 1
-            vv = VersionVector.from_json(st["applied"])
+            vv = VersionVector.from_text(st["applied"])
             for inst in vv.instances:
                 for lo, hi in vv.ranges(inst):
                     for seq in range(lo, hi + 1):

@@ -185,6 +185,22 @@ def progress(
              timeout=timeout)
 
 
+@app.command("fail")
+def fail(
+    message: Annotated[str, typer.Option("--message", "-m", help="What went wrong.")] = "",
+    fraction: Annotated[float, typer.Option("--fraction", help="Done so far, 0..1.")] = 0.0,
+    task: Task = "", pod_name: PodName = "", pod_uid: PodUid = "", namespace: Namespace = "",
+    kubeconfig: Kubeconfig = None, context: Context = None, timeout: Timeout = 15.0,
+) -> None:
+    """Report that this worker failed (a failed final progress; the task's phase: Failed)."""
+    from tidings.schemas.payloads import Progress
+
+    _check(Progress, fraction=fraction, message=message, final=True, failed=True)
+    _deliver(lambda em: em.fail(message, fraction), task=task, pod_name=pod_name,
+             pod_uid=pod_uid, namespace=namespace, kubeconfig=kubeconfig, context=context,
+             timeout=timeout)
+
+
 @app.command("span")
 def span(
     name: Annotated[str, typer.Argument(help="Span name, e.g. download.")],

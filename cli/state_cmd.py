@@ -5,7 +5,11 @@ Both read the TaskFeedback status when a watcher wrote one, else fold the task's
 
 from __future__ import annotations
 
-from typing import Annotated
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Annotated, Any
 
 import typer
 
@@ -21,6 +25,9 @@ from tidings.cli.common import (
     console,
     dump,
 )
+
+# `watch` exits with this when the task it watched failed (distinct from the error codes).
+EXIT_FAILED = 6
 
 Task = Annotated[str, typer.Argument(metavar="TASK", help="The task id (TaskFeedback name).",
                                      show_default=False)]
@@ -61,10 +68,14 @@ def watch(
     wait: Annotated[bool, typer.Option(
         "--wait", help="Wait for a task that has no TaskFeedback or events yet, instead of "
         "failing with not found (start it alongside the task's launch).")] = False,
+    grace: Annotated[float, typer.Option(
+        "--grace", min=0, max=300, help="Seconds to keep following once the task is over "
+        "while span windows its workers sent before their finals are still missing.")] = 3.0,
     kubeconfig: Kubeconfig = None,
     context: Context = None,
 ) -> None:
-    """Watch a task live until it completes (terminal progress) or Ctrl-C."""
+    """Watch a task live until it is over (phase Succeeded or Failed) or Ctrl-C; exits 6 when
+    the task failed."""
     check_task(task)
     from rich.live import Live
 
@@ -72,21 +83,75 @@ def watch(
 
     k, ref = taskview.open_task(task, namespace, all_namespaces, kubeconfig, context,
                                 from_events)
-    snapshots = taskview.follow(k, ref, use_events=from_events, must_exist=not wait)
-    snap = next(snapshots)
+    snapshots = _Pump(taskview.follow(k, ref, use_events=from_events, must_exist=not wait))
+    snap = snapshots.next(None)
+    assert snap is not None
     out = console()
+    ended: float | None = None  # when the status first said the task is over
+
+    def done(s: taskview.Snapshot) -> bool:
+        # Over, and no span window its workers sent before their finals still missing
+        # (or the grace is up: a window may have been lost or dropped by the budget).
+        nonlocal ended
+        if not s.state.finished:
+            return False
+        ended = ended or time.monotonic()
+        return s.state.settled or time.monotonic() - ended >= grace
+
+    def step(s: taskview.Snapshot) -> taskview.Snapshot | None:
+        left = None if ended is None else max(0.0, grace - (time.monotonic() - ended))
+        return snapshots.next(left)
+
     if not out.is_terminal:
         # Piped (CI logs, scripts): one line per change, then the full view at the end.
         typer.echo(taskview.one_line(snap))
-        while not snap.state.completed:
-            snap = next(snapshots)
+        while not done(snap):
+            nxt = step(snap)
+            if nxt is None:
+                break
+            snap = nxt
             typer.echo(taskview.one_line(snap))
         out.print(taskview.render(snap))
-        return
-    with Live(taskview.render(snap), console=out, refresh_per_second=8) as live:
-        while not snap.state.completed:
-            snap = next(snapshots)
-            live.update(taskview.render(snap), refresh=True)
+    else:
+        with Live(taskview.render(snap), console=out, refresh_per_second=8) as live:
+            while not done(snap):
+                nxt = step(snap)
+                if nxt is None:
+                    break
+                snap = nxt
+                live.update(taskview.render(snap), refresh=True)
+    if snap.state.failed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+class _Pump:
+    """Snapshots from a blocking generator, with a timeout (a daemon thread pulls them)."""
+
+    def __init__(self, gen: Iterator[Any]) -> None:
+        self._q: queue.Queue[Any] = queue.Queue()
+        threading.Thread(target=self._run, args=(gen,), daemon=True).start()
+
+    def _run(self, gen: Iterator[Any]) -> None:
+        try:
+            for item in gen:
+                self._q.put(item)
+        except BaseException as e:  # handed to the caller's thread
+            self._q.put(_Raised(e))
+
+    def next(self, timeout: float | None) -> Any:
+        """The next snapshot; None when ``timeout`` passed first."""
+        try:
+            item = self._q.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(item, _Raised):
+            raise item.error
+        return item
+
+
+class _Raised:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
 
 
 def register(app: typer.Typer) -> None:

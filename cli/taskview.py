@@ -119,7 +119,7 @@ def _read_cr(kube: Kube, ref: TaskRef) -> tuple[dict[str, Any] | None, ApiError 
 
 def _status_of(obj: dict[str, Any] | None) -> dict[str, Any] | None:
     status = (obj or {}).get("status")
-    return status if isinstance(status, dict) and status.get("schema_version") else None
+    return status if isinstance(status, dict) and status.get("schemaVersion") else None
 
 
 def senders(kube: Kube) -> Any:
@@ -337,8 +337,8 @@ def render(snap: Snapshot) -> Any:
             head.add_row("Message", _t(st.progress.message))
     else:
         head.add_row("Progress", _t("no progress reported"))
-    head.add_row("Completed", _t("yes" if st.completed else "no",
-                                 "green" if st.completed else "yellow"))
+    phase = st.phase
+    head.add_row("Phase", _t(phase, {"Succeeded": "green", "Failed": "red"}.get(phase, "yellow")))
     head.add_row("Last event", _t(_ago(st.last_event_time)))
     if st.warnings:
         head.add_row("Warnings", _t(st.warnings, "red"))
@@ -367,6 +367,13 @@ def render(snap: Snapshot) -> Any:
                       _t(fmt_seconds(s.min_s)), _t(fmt_seconds(s.max_s)),
                       _t(s.errors, "red" if s.errors else ""))
         parts.append(t)
+    if len(st.workers) > 1 or any(w.failed for w in st.workers.values()):
+        t = table("Workers", "POD", "PROGRESS", "STATE", "MESSAGE")
+        for name, w in sorted(st.workers.items()):
+            state = "failed" if w.failed else "final" if w.final else "running"
+            t.add_row(_t(name), _t(f"{w.fraction * 100:.1f}%"),
+                      _t(state, "red" if w.failed else ""), _t(w.message))
+        parts.append(t)
     if st.pods:
         t = table("Reporting pods", "POD", "UID", "EVENTS")
         for (name, uid), n in sorted(st.pod_events.items()):
@@ -390,7 +397,7 @@ def one_line(snap: Snapshot) -> str:
     now = datetime.now(UTC).strftime("%H:%M:%S")
     pr = st.progress
     progress = "no progress" if pr is None else f"{pr.fraction * 100:5.1f}% {pr.message}"
-    tail = " completed" if st.completed else ""
+    tail = f" {st.phase.lower()}" if st.finished else ""
     return safe(f"{now} {st.task.namespace}/{st.task.name} {progress} "
                 f"(links {len(st.link_entries)}, decks {len(st.deck_entries)}, "
                 f"spans {len(st.spans)}){tail}")

@@ -23,8 +23,6 @@ from tidings.cli.common import (
     safe,
 )
 
-_EIGHTHS = " ▏▎▍▌▋▊▉█"
-
 
 def rows(state: Any) -> list[dict[str, Any]]:
     """One row per span name, oldest first, with offsets from the earliest start."""
@@ -40,19 +38,24 @@ def rows(state: Any) -> list[dict[str, Any]]:
             "min_s": s.min_s, "max_s": s.max_s, "errors": s.errors,
             "first_start": s.first_start, "last_end": s.last_end,
             "offset_s": s.first_start - t0, "duration_s": s.last_end - s.first_start,
+            # Where the spans actually ran (the folded windows), as offsets from t0.
+            "windows": [[max(0.0, a - t0), max(0.0, b - t0)] for a, b in s.busy()]
+            or [[s.first_start - t0, s.last_end - t0]],
         })
     return out
 
 
-def bar(offset: float, duration: float, total: float, width: int) -> str:
-    """A bar of `width` cells: blank up to the start, blocks (eighths at the end) to the end."""
+def busy_bar(windows: list[list[float]], total: float, width: int) -> str:
+    """`width` cells, a block where any window ran (at least a sliver per window), so a name
+    that ran three times shows three marks, not one bar from its first start to last end."""
     total = total if total > 0 else 1.0
-    start = min(width - 1, max(0, round(offset / total * width)))
-    end8 = round((offset + duration) / total * width * 8)
-    end8 = max(start * 8 + 1, min(width * 8, end8))  # at least a sliver, never past the edge
-    full, part = divmod(end8 - start * 8, 8)
-    text = " " * start + "█" * full + (_EIGHTHS[part] if part else "")
-    return text.ljust(width)
+    cells = [" "] * width
+    for a, b in windows:
+        lo = min(width - 1, max(0, int(a / total * width)))
+        hi = max(lo + 1, min(width, round(b / total * width)))
+        for i in range(lo, hi):
+            cells[i] = "█"
+    return "".join(cells)
 
 
 def render(task: str, namespace: str, data: list[dict[str, Any]], width: int) -> Any:
@@ -65,19 +68,25 @@ def render(task: str, namespace: str, data: list[dict[str, Any]], width: int) ->
     span_total = max(r["offset_s"] + r["duration_s"] for r in data)
     axis = f"0s{fmt_seconds(span_total).rjust(width - 2)}"
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, title_justify="left",
-              title=Text(f"Timeline of {safe(namespace)}/{safe(task)}  "
-                         f"({len(data)} spans over {fmt_seconds(span_total)})"))
+              title=Text(f"Timeline of {safe(namespace)}/{safe(task)}  ({header(data)} over "
+                         f"{fmt_seconds(span_total)})"))
     t.add_column("SPAN", overflow="fold", min_width=8, max_width=24)
     t.add_column(axis, no_wrap=True, width=width, min_width=width)
     for col in ("COUNT", "TOTAL", "ERRORS"):
         t.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     for r in data:
         style = "red" if r["errors"] else "cyan"
-        t.add_row(Text(r["name"]), Text(bar(r["offset_s"], r["duration_s"], span_total, width),
-                                        style=style),
+        t.add_row(Text(r["name"]), Text(busy_bar(r["windows"], span_total, width), style=style),
                   str(r["count"]), fmt_seconds(r["total_s"]),
                   Text(str(r["errors"]), style=style if r["errors"] else ""))
     return t
+
+
+def header(data: list[dict[str, Any]]) -> str:
+    """Names and spans counted apart: "3 names, 1,812 spans"."""
+    names, spans = len(data), sum(r["count"] for r in data)
+    return (f"{names} name{'s' if names != 1 else ''}, "
+            f"{spans:,} span{'s' if spans != 1 else ''}")
 
 
 def _x(s: object) -> str:
@@ -110,7 +119,7 @@ def svg(task: str, namespace: str, data: list[dict[str, Any]]) -> str:
     else:
         t0 = min(r["first_start"] for r in data)
         start = datetime.fromtimestamp(t0, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        out.append(f'<text x="10" y="40" fill="#666">{len(data)} spans from {_x(start)} '
+        out.append(f'<text x="10" y="40" fill="#666">{_x(header(data))} from {_x(start)} '
                    f'over {_x(fmt_seconds(total))}</text>')
         for i in range(6):  # axis ticks
             x = label_w + chart_w * i / 5
@@ -120,15 +129,18 @@ def svg(task: str, namespace: str, data: list[dict[str, Any]]) -> str:
                        f'{_x(fmt_seconds(total * i / 5))}</text>')
         for n, r in enumerate(data):
             y = top + n * row_h
-            x = label_w + chart_w * r["offset_s"] / total
-            w = max(1.0, chart_w * r["duration_s"] / total)
             colour = "#d9534f" if r["errors"] else "#3b82c4"
             out.append(f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end">'
                        f'{_x(r["name"][:30])}</text>')
-            out.append(f'<rect x="{x:.1f}" y="{y + 4}" width="{w:.1f}" height="{row_h - 8}" '
-                       f'rx="2" fill="{colour}"><title>{_x(r["name"])}: {r["count"]} spans, '
-                       f'total {_x(fmt_seconds(r["total_s"]))}, max '
-                       f'{_x(fmt_seconds(r["max_s"]))}, {r["errors"]} errors</title></rect>')
+            tip = (f'{_x(r["name"])}: {r["count"]} spans, total '
+                   f'{_x(fmt_seconds(r["total_s"]))}, max {_x(fmt_seconds(r["max_s"]))}, '
+                   f'{r["errors"]} errors')
+            for a, b in r["windows"]:  # one mark per window where the spans ran
+                x = label_w + chart_w * a / total
+                w = max(1.0, chart_w * (b - a) / total)
+                out.append(f'<rect x="{x:.1f}" y="{y + 4}" width="{w:.1f}" '
+                           f'height="{row_h - 8}" rx="2" fill="{colour}"><title>{tip}</title>'
+                           f'</rect>')
             noun = "span" if r["count"] == 1 else "spans"
             stats = (f'{r["count"]} {noun}, total {fmt_seconds(r["total_s"])} '
                      f'mean {fmt_seconds(r["mean_s"])}'

@@ -56,6 +56,18 @@ def run(
         envvar="TIDINGS_TTL_AFTER_FINISHED", min=0.0,
         help="Delete a finished TaskFeedback that nobody owns (no ownerReferences) and its "
         "bus events this many seconds after its last fact (0: never).")] = 0.0,
+    clock_skew: Annotated[float, typer.Option(
+        envvar="TIDINGS_CLOCK_SKEW",
+        help="Seconds an event's eventTime may be ahead of the API server's creationTimestamp "
+        "for ordering; later times are clamped and counted.")] = 60.0,
+    event_ttl: Annotated[float, typer.Option(
+        envvar="TIDINGS_EVENT_TTL",
+        help="The API server's --event-ttl in seconds: dedup entries of instances whose events "
+        "were created more than this (plus 10 min) before the newest are compacted.")] = 3600.0,
+    max_instances: Annotated[int, typer.Option(
+        envvar="TIDINGS_MAX_INSTANCES",
+        help="Emitter instances kept per task for dedup; beyond it the oldest are compacted "
+        "and later events created before them skipped (counted).")] = 512,
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
                             help="Run as one of several replicas behind a Lease.")] = True,
     identity: Annotated[str | None, typer.Option(help="Lease holder identity.")] = None,
@@ -77,7 +89,8 @@ def run(
         lease_namespace=lease_namespace or os.environ.get("POD_NAMESPACE") or "default",
         lease_name=lease_name, lease_duration=lease_duration, renew_deadline=renew_deadline,
         retry_period=retry_period, write_interval=write_interval, max_write_rate=max_write_rate,
-        watch_timeout=watch_timeout, evict_after=evict_after,
+        watch_timeout=watch_timeout, evict_after=evict_after, clock_skew=clock_skew,
+        event_ttl=event_ttl, max_instances=max_instances,
         identity=identity, ttl_after_finished=ttl_after_finished)
     try:
         code = run_watcher(opts)

@@ -103,11 +103,12 @@ task_uid=""
 kubectl -n demo wait --for=jsonpath='{.status.phase}'=Running pod --all --timeout=60s | sed 's/^/  /'
 
 step "4. the sample workload emits links, a deck, spans and progress (pod-bound tokens)"
-as_pod train-42-0 trainer -- env TIDINGS_TASK=train-42 python deploy/examples/train.py 4 &
+# Two workers, one task: each declares the task's worker count and reports its own final,
+# so the task succeeds only once both are done (the completion rule, deploy/README.md).
+as_pod train-42-0 trainer -- env TIDINGS_TASK=train-42 TIDINGS_EMIT_WORKERS=2 python deploy/examples/train.py 4 --final &
 first=$!
-as_pod train-42-1 trainer -- env TIDINGS_TASK=train-42 python deploy/examples/train.py 5
+as_pod train-42-1 trainer -- env TIDINGS_TASK=train-42 TIDINGS_EMIT_WORKERS=2 python deploy/examples/train.py 5 --final
 wait "$first"
-as_pod train-42-1 trainer -- env TIDINGS_TASK=train-42 python deploy/examples/train.py 0 --final
 echo "  a pod that claims to be another pod is refused by the API server itself:"
 as_pod train-42-1 trainer -- python - <<'PY' 2>&1 | sed 's/^/    /'
 import os, sys
@@ -131,7 +132,7 @@ as_pod launcher launcher -- python deploy/examples/launcher.py lineage train-42 
   "train-42-0=$(uid train-42-0):worker" "train-42-1=$(uid train-42-1):worker"
 
 step "waiting for the watcher to persist the final state"
-kubectl -n demo wait --for=jsonpath='{.status.summary.completed}'=true taskfeedback/train-42 --timeout=60s | sed 's/^/  /'
+kubectl -n demo wait --for=condition=Completed taskfeedback/train-42 --timeout=60s | sed 's/^/  /'
 kubectl -n demo get taskfeedbacks
 
 step "6. tidings state train-42"
@@ -146,5 +147,5 @@ step "kubectl describe taskfeedback train-42 (its events: the pods carried its u
 kubectl -n demo describe taskfeedback train-42 | sed -n '/^Events:/,$p'
 echo
 bus_events=$(kubectl -n demo get events.events.k8s.io --field-selector reportingController=tidings.dev/bus -o name | wc -l)
-applied=$(kubectl -n demo get taskfeedback train-42 -o jsonpath='{.status.counters.events_applied}')
+applied=$(kubectl -n demo get taskfeedback train-42 -o jsonpath='{.status.counters.eventsApplied}')
 echo "demo finished: $bus_events bus events in namespace demo; the watcher folded the $applied task events into taskfeedback/train-42 (the rest are lineage)"

@@ -24,9 +24,24 @@ from .spans import Span
 from .spans import traced as _traced
 
 __all__ = [
-    "Emitter", "EmitterConfig", "Identity", "Span", "deck_ready", "emit", "flush",
-    "get_emitter", "log_link", "pod_spawned", "progress", "record_span", "set_emitter",
-    "span", "start_span", "stats", "traced",
+    "Emitter",
+    "EmitterConfig",
+    "Identity",
+    "Span",
+    "deck_ready",
+    "emit",
+    "fail",
+    "flush",
+    "get_emitter",
+    "log_link",
+    "pod_spawned",
+    "progress",
+    "record_span",
+    "set_emitter",
+    "span",
+    "start_span",
+    "stats",
+    "traced",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -65,9 +80,16 @@ def deck_ready(name: str, uri: str) -> None:
     (_default or get_emitter()).deck_ready(name, uri)
 
 
-def progress(fraction: float, message: str = "", final: bool = False) -> None:
-    """Report progress 0..1; ``final=True`` marks the terminal report (never dropped)."""
-    (_default or get_emitter()).progress(fraction, message, final)
+def progress(fraction: float, message: str = "", final: bool = False,
+             failed: bool = False) -> None:
+    """Report progress 0..1; ``final=True`` marks the terminal report (never dropped);
+    ``failed=True`` with it reports a failure."""
+    (_default or get_emitter()).progress(fraction, message, final, failed)
+
+
+def fail(message: str = "", fraction: float = 0.0) -> None:
+    """Report that this worker failed (a failed final progress: the task's phase is Failed)."""
+    (_default or get_emitter()).fail(message, fraction)
 
 
 def record_span(name: str, start: float, end: float, error: bool = False) -> None:

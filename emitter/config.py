@@ -39,6 +39,9 @@ class EmitterConfig:
     # (connect, read) timeout of one create call.
     connect_timeout_s: float = 3.0
     read_timeout_s: float = 10.0
+    # How many workers the task has (e.g. the Job's completions), sent with every progress:
+    # the task succeeds only once that many workers reported a final. 0: not declared.
+    workers: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> EmitterConfig:

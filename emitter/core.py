@@ -145,9 +145,12 @@ class Emitter:
         """A report deck is ready at ``uri``. Critical."""
         self._put((DeckReady, {"name": name, "uri": uri}, time.time(), False, None))
 
-    def progress(self, fraction: float, message: str = "", final: bool = False) -> None:
-        """How far the task is (0..1). Non-final updates coalesce (latest wins); ``final=True``
-        is critical and supersedes any pending update."""
+    def progress(self, fraction: float, message: str = "", final: bool = False,
+                 failed: bool = False) -> None:
+        """How far this worker is (0..1). Non-final updates coalesce (latest wins); ``final=True``
+        is critical and supersedes any pending update; ``failed=True`` (with ``final``) says the
+        work failed (the task's phase becomes Failed). Span windows still pending are sent
+        before a final, so the task's last view has them."""
         t = time.time()
         try:
             with self._lock:
@@ -155,14 +158,20 @@ class Emitter:
                 if prev is not None:
                     self._progress_coalesced += 1
             if final:
-                self._put((Progress, {"fraction": fraction, "message": message, "final": True},
-                           t, False, None))
+                fields: dict[str, Any] = {"fraction": fraction, "message": message, "final": True}
+                if failed:
+                    fields["failed"] = True
+                self._put((Progress, fields, t, bool(failed), None))
             elif prev is None:
                 self._q.put(_WAKE)  # only on empty -> full, so a chatty loop costs no puts
                 if self._thread is None:
                     self._start()
         except Exception:  # never into user code
             pass
+
+    def fail(self, message: str = "", fraction: float = 0.0) -> None:
+        """Report that this worker failed: a final progress with ``failed=True`` (critical)."""
+        self.progress(fraction, message, final=True, failed=True)
 
     def record_span(self, name: str, start: float, end: float, error: bool = False) -> None:
         """One finished span, ``start``/``end`` in epoch seconds. Coalesced per window."""
@@ -437,9 +446,25 @@ class Emitter:
     def _accept(self, item: Item) -> None:
         with self._stats_lock:
             self._n["accepted"] += 1
+        if item[0] is Progress and isinstance(item[1], dict) and item[1].get("final"):
+            self._spans_before_final()
         built = self._build(*item)
         if built is not None:
             self._outbox.append((*built, True))
+
+    def _spans_before_final(self) -> None:
+        """Queue every pending span window ahead of a final progress: a reader that stops at
+        the task's end must not miss the spans recorded before it."""
+        merge(self._pending, self._spans.drain())
+        while self._pending:
+            name, agg = next(iter(self._pending.items()))
+            del self._pending[name]
+            built = self._build_summary(name, agg)
+            if built is not None:
+                self._outbox.append((*built, True))
+                with self._stats_lock:
+                    self._n["span_summaries"] += 1
+                    self._n["spans_sent"] += int(agg[COUNT])
 
     def _build_summary(self, name: str, a: Agg) -> tuple[str, dict[str, Any]] | None:
         fields = {"name": name, "count": a[COUNT], "total_s": a[TOTAL], "min_s": a[MIN],
@@ -456,6 +481,8 @@ class Emitter:
             else:
                 if model is Progress:
                     fields["fraction"] = float(fields["fraction"])
+                    if self.config.workers:  # the task's worker count (the completion rule)
+                        fields["workers"] = int(self.config.workers)
                 payload = model(**fields)
             payload_type(payload)  # anything that is not a payload model fails here
         except Exception as e:

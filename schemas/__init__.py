@@ -2,27 +2,28 @@
 
 Payload models, the note codec, the Event contract, and the fold of events into task state.
 
-Status layout (``TaskState.to_status()``; snake_case keys, all JSON-safe)::
+Status layout (``TaskState.to_status()``; camelCase, structural; deploy/crd.yaml documents
+every field, and empty maps, zero counters and absent values are left out)::
 
-    schema_version: 1
-    task:       {namespace, name}
-    completed:  bool                      # terminal progress seen
-    progress:   {fraction, message, final, at} | null
-    links:      {name: {url, at, events}}   # LWW per name by ``at``
+    schemaVersion: 2
+    phase:      Pending | Running | Succeeded | Failed      # the completion rule (state.py)
+    conditions: [Completed, Failed]                        # metav1.Condition
+    progress:   {percent, message}                         # the task aggregate
+    linkCount:  int;  deck: latest deck name               # printer columns
+    links:      {name: {url, at, events}}                  # LWW per name by ``at``
     decks:      {name: {uri, at, events}}
-    spans:      {name: {count, total_s, total_ns, min_s, max_s, first_start, last_end,
-                        errors, events}}   # total_ns is authoritative, total_s derived
-    pods:       [{name, uid, events}]       # sender pods, sorted by (name, uid)
-    applied:    {instance: [[lo, hi], ...]} # the version vector
-    last_event_time: RFC 3339 | null
-    warnings:   int                         # applied events of type Warning
-    unknown:    {type: events}
-    summary:    {progress?, links, deck?, completed}  # derived; the CRD printer columns
-    counters:   {events_applied, duplicates, links_capped, decks_capped, spans_capped,
-                 pods_capped, unknown_payloads, unknown_capped, pods_spawned, wrong_task,
-                 fold_errors}
+    spans:      {name: {count, totalNs, minS, maxS, firstStart, lastEnd, errors, events,
+                        windows}}                  # windows: "<shift> lo-hi,..." (timelines)
+    workers:    [{pod, fraction, message?, final?, failed?, workers?, at, events}]
+    pods:       [{name, uid, events}]                      # sender pods, sorted
+    unknownTypes: {type: events}
+    counters:   {eventsApplied, duplicates, warnings, ...}  # non-zero ones only
+    firstEventTime, lastEventTime: RFC 3339
+    applied:    "inst=lo-hi,seq@created inst2=..."         # the version vector, one string
+    compactedBefore: RFC 3339                              # dedup compaction watermark
+    budgetDropped: {pods?, unknownTypes?, workerMessages?, spans?, decks?, links?}
 
-``at`` is the order key ``[eventTime, instance, seq]``. ``events`` counts the events that
+``at`` is the order key ``"<eventTime> <instance> <seq>"``. ``events`` counts the events that
 targeted an entry.
 """
 
@@ -68,12 +69,14 @@ from .payloads import (
 )
 from .rejection import Rejection, RejectReason
 from .state import (
+    CLOCK_SKEW,
     COUNTER_NAMES,
     DEFAULT_LIMITS,
     Limits,
     Named,
     ProgressState,
     SpanAgg,
+    TaskProgress,
     TaskState,
     fold,
     fold_all,
@@ -87,6 +90,7 @@ __all__ = [
     "API_GROUP",
     "API_VERSION",
     "BUS_CONTROLLER",
+    "CLOCK_SKEW",
     "COUNTER_NAMES",
     "DEFAULT_LIMITS",
     "EVENTS_API_VERSION",
@@ -115,6 +119,7 @@ __all__ = [
     "Rejection",
     "SpanAgg",
     "SpanSummary",
+    "TaskProgress",
     "TaskRef",
     "TaskState",
     "UnknownPayload",

@@ -222,6 +222,8 @@ class ParsedEvent:
     # The tidings.dev/sender-uid annotation when it equals the related pod's uid, else "":
     # where the admission policy is installed, the API server authenticated that pod.
     sender_proof: str = ""
+    # The API server's metadata.creationTimestamp (its own clock; bounds eventTime), or None.
+    created: datetime | None = None
 
     @property
     def order_key(self) -> tuple[datetime, str, int]:
@@ -301,6 +303,7 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
     if type(name) is not str or type(ns) is not str or not name or not ns:
         return _reject(RejectReason.MISSING_FIELD, "metadata.name or metadata.namespace missing")
     rv = meta.get("resourceVersion")
+    created = parse_time(meta.get("creationTimestamp"))
 
     raw_time = get("eventTime")
     if raw_time is None:
@@ -410,6 +413,7 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
         reg_uid if type(reg_uid) is str else "",
         rv if type(rv) is str else "",
         proof,
+        created,
     )
 
 

@@ -232,15 +232,31 @@ def span_inconsistency(count: int, total_s: float, min_s: float, max_s: float,
     return None
 
 
+def _round_fraction(v: Any) -> Any:
+    # Four decimals (0.01 %) is all any view shows; 17-digit floats only cost note bytes.
+    return round(v, 4) if type(v) is float else v
+
+
 class Progress(BaseModel):
-    """How far the task is; ``final=True`` marks terminal progress (critical, never dropped)."""
+    """How far this worker is; ``final=True`` marks its terminal progress (critical, never
+    dropped) and ``failed=True`` (only with ``final``) says the work failed. ``workers`` (0:
+    not declared) is how many workers the task has, so the task completes only once that
+    many have reported a final (see the fold's completion rule)."""
 
     model_config = _MODEL_CONFIG
     TYPE: ClassVar[str] = "Progress"
 
-    fraction: Annotated[float, Field(ge=0.0, le=1.0)]
+    fraction: Annotated[float, BeforeValidator(_round_fraction), Field(ge=0.0, le=1.0)]
     message: Text = ""
     final: bool = False
+    failed: bool = False
+    workers: Annotated[int, Field(ge=0, le=10_000)] = 0
+
+    @model_validator(mode="after")
+    def _failed_is_final(self) -> Progress:
+        if self.failed and not self.final:
+            raise ValueError("failed=True needs final=True (a failure ends the worker)")
+        return self
 
 
 class PodSpawned(BaseModel):

@@ -1,6 +1,8 @@
 """Task state and the fold: merge parsed events into one bounded, order-insensitive record.
 
-``fold`` is pure and total; the state round-trips through the TaskFeedback ``.status`` dict.
+``fold`` is pure and total; the state round-trips through the TaskFeedback ``.status`` dict
+(``to_status``/``from_status``; the camelCase layout is documented in deploy/crd.yaml and
+the package docstring).
 
 Order-insensitivity, precisely: for a set of events with distinct (instance, seq), folding any
 permutation, with any duplicates mixed in, yields an identical ``to_status()`` except for
@@ -9,6 +11,36 @@ so depends on the delivery by definition. Every other counter counts distinct ev
 caps keep the lexicographically smallest names, so nothing else depends on arrival order.
 Event names bind (instance, seq) to one object per task (see ``parse_event``), so two
 different payloads can never share a dedup key.
+
+Time: eventTime is the sender's word. When the API server's ``creationTimestamp`` is known,
+the time used for ordering is ``min(eventTime, creationTimestamp + CLOCK_SKEW)`` (counted in
+``time_clamped`` when it cuts), so no sender can pin a last-writer-wins field by claiming
+the future. A past eventTime is kept: it can only make the sender lose.
+
+Many workers, one task: progress is kept per reporting pod (its own last-writer-wins, a
+final beating any non-final). The completion rule: a task *fails* as soon as any worker
+reports a failed final; it *succeeds* once every pod that reported progress has reported a
+final, and at least ``workers`` of them when a worker count was declared (the largest
+``Progress.workers`` seen). A worker that has not spoken yet cannot be known, so tasks with
+several workers declare their count (``TIDINGS_EMIT_WORKERS``). The task's fraction is the
+sum of the workers' fractions over ``max(declared, reporting)`` workers, shown below 100 %
+until the rule holds; with a declared count another worker speaking can only raise it.
+
+Dedup compaction (bounded by construction): the API server deletes an event ``event_ttl``
+(1 h by default) after its creation, so once the fold has seen an event created at ``c``, no
+event created before ``c - event_ttl - ttl_margin`` can be listed or watched again. That
+time is the *watermark*. Instances whose newest event was created before it are compacted
+out of the version vector, and an event created before it is skipped (``late_skipped``)
+instead of being checked against the vector. When more than ``max_instances`` instances
+remain, the watermark is raised to the creation time of the oldest quarter, and their
+entries go the same way. Why this never double counts: an instance is forgotten only when
+all its known events were created before the watermark, and from then on *every* event
+created before the watermark is skipped, applied or not; an event created at or after it
+still finds its instance in the vector. What raising the watermark for the cap can cost is
+an event that arrives later than the newest ``max_instances`` instances' events: it is
+skipped and counted, never applied twice. Order-insensitivity holds for any set of events
+whose creation times lie within ``event_ttl + ttl_margin`` of each other from at most
+``max_instances`` instances (events without a creationTimestamp are never compacted).
 """
 
 from __future__ import annotations
@@ -16,11 +48,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple, TypeVar
 
+import orjson
+
 from ._fast import slot_constructor
-from .constants import NAME_LIMIT, SCHEMA_VERSION, TYPE_LIMIT
+from .constants import NAME_LIMIT, TYPE_LIMIT
 from .event import ParsedEvent, TaskRef, format_time, parse_time
 from .note import valid_instance, valid_seq
 from .payloads import (
@@ -30,11 +64,29 @@ from .payloads import (
     Progress,
     SpanSummary,
     UnknownPayload,
+    cut_text,
 )
 from .version_vector import VersionVector
 
 OrderKey = tuple[datetime, str, int]
 _INT_MAX = 2**63 - 1  # status numbers are int64 in the API server; sums saturate there
+# The layout version of ``.status`` (1 was the snake_case layout, which is no longer read).
+STATUS_VERSION = 2
+# Characters of a worker's progress message kept in the status (the note allows ~1000 bytes;
+# a status line needs far less, and 64 workers' messages must stay small).
+MESSAGE_LIMIT = 256
+# The hard byte budget of a written status (JSON, UTF-8), far below etcd's 1.5 MB request limit.
+# 64 KiB: the API server's CPU per status write grows with its bytes (about 0.2 ms/KB in
+# bench/bench_status_write.py), so this also bounds the cost of a write at every cap.
+STATUS_BUDGET = 64 * 1024
+# What ``to_status(budget=...)`` gives up, in this order, while the status is over budget.
+# Dedup data, phase, conditions, progress, workers and counters are never dropped.
+# Entries go from the end of a section (the largest names first), a section at a time;
+# ``workerMessages`` empties the workers' messages (their progress stays).
+BUDGET_DROP_ORDER: tuple[str, ...] = (
+    "pods", "unknownTypes", "workerMessages", "spans", "decks", "links")
+# How far past the API server's creationTimestamp a sender's eventTime may order its event.
+CLOCK_SKEW = timedelta(seconds=60)
 
 COUNTER_NAMES: tuple[str, ...] = (
     "events_applied",  # distinct events folded in (order-independent)
@@ -43,11 +95,15 @@ COUNTER_NAMES: tuple[str, ...] = (
     "decks_capped",
     "spans_capped",
     "pods_capped",
+    "workers_capped",  # Progress events of pods beyond the per-task worker cap
     "unknown_payloads",  # events with an unknown type or newer schema version
     "unknown_capped",  # unknown events whose type is beyond the unknown-types cap
     "pods_spawned",  # PodSpawned (lineage) events regarding this subject
     "wrong_task",  # events handed to the fold of another task (a caller bug); not applied
     "fold_errors",  # internal errors swallowed to keep the fold total (should stay 0)
+    "time_clamped",  # events whose eventTime was later than creationTimestamp + CLOCK_SKEW
+    "late_skipped",  # events created before the compaction watermark: skipped, never re-applied
+    "instances_compacted",  # emitter instances forgotten by dedup compaction
 )
 
 
@@ -61,6 +117,13 @@ class Limits:
     spans: int = 128
     pods: int = 128
     unknown_types: int = 32
+    workers: int = 64  # pods whose progress is kept (the completion rule sees these)
+    # How far past creationTimestamp an eventTime may order its event (watcher --clock-skew).
+    clock_skew: timedelta = CLOCK_SKEW
+    # Dedup compaction: the transport's event TTL plus a margin, and the instances kept.
+    event_ttl: timedelta = timedelta(hours=1)
+    ttl_margin: timedelta = timedelta(minutes=10)
+    max_instances: int = 512
 
 
 DEFAULT_LIMITS = Limits()
@@ -88,19 +151,46 @@ class SpanAgg:
     last_end: float
     errors: int
     events: int
+    # Where the spans ran: merged busy intervals of the windows, in buckets of 2**shift µs
+    # (the smallest bucket that cuts [first_start, last_end] into at most WINDOW_BUCKETS),
+    # as (lo, hi) bucket numbers. Integer rounding outward at a power-of-two grid makes the
+    # result the same for any arrival order, and it never holds more than ~33 intervals.
+    shift: int = 0
+    windows: tuple[tuple[int, int], ...] = ()
 
     @property
     def total_s(self) -> float:
         return self.total_ns / 1e9
 
+    def busy(self) -> list[tuple[float, float]]:
+        """The busy intervals as (start, end) Unix seconds."""
+        q = 1 << self.shift
+        return [(lo * q / 1e6, hi * q / 1e6) for lo, hi in self.windows]
+
 
 class ProgressState(NamedTuple):
-    """The winning Progress: terminal progress beats any non-terminal one, then latest wins."""
+    """One worker's winning Progress: a final beats any non-final, then the latest wins.
+    ``events`` counts that worker's Progress events (to count them when capped)."""
 
     fraction: float
     message: str
     final: bool
     at: OrderKey
+    failed: bool = False
+    workers: int = 0
+    events: int = 1
+
+
+class TaskProgress(NamedTuple):
+    """The task's aggregate progress (see the module docstring for the rule)."""
+
+    fraction: float
+    message: str
+    final: bool  # the task is over (succeeded or failed)
+    failed: bool
+
+
+PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +201,12 @@ class TaskState:
     link_entries: Mapping[str, Named]
     deck_entries: Mapping[str, Named]
     spans: Mapping[str, SpanAgg]
-    progress: ProgressState | None
+    workers: Mapping[str, ProgressState]  # reporting pod name -> its winning progress
     pod_events: Mapping[tuple[str, str], int]  # (pod name, uid) -> events sent
     applied: VersionVector
+    instance_times: Mapping[str, int]  # instance -> newest creationTimestamp (epoch s)
+    watermark: int  # epoch s; events created before it are skipped (0: none)
+    first_event_time: datetime | None
     last_event_time: datetime | None
     counters: Mapping[str, int]
     unknown: Mapping[str, int]  # unknown payload type -> events
@@ -131,72 +224,170 @@ class TaskState:
         return {k: v.value for k, v in sorted(self.deck_entries.items())}
 
     @property
+    def latest_deck(self) -> str | None:
+        """The name of the deck written last (by order key), or None."""
+        if not self.deck_entries:
+            return None
+        return max(self.deck_entries.items(), key=lambda kv: (kv[1].at, kv[0]))[0]
+
+    @property
     def pods(self) -> list[tuple[str, str]]:
         """Sender pods seen, as sorted (name, uid) pairs."""
         return sorted(self.pod_events)
 
     @property
-    def completed(self) -> bool:
-        """True once terminal progress (``final=True``) has been folded in."""
-        return self.progress is not None and self.progress.final
+    def phase(self) -> str:
+        """Pending (nothing folded), Running, Succeeded or Failed (the completion rule)."""
+        return _phase(self)
 
-    def to_status(self) -> dict[str, Any]:
-        """The JSON-safe ``.status`` dict (snake_case keys; layout documented in the package)."""
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "task": {"namespace": self.task.namespace, "name": self.task.name},
-            "completed": self.completed,
-            "progress": None
-            if self.progress is None
-            else {
-                "fraction": self.progress.fraction,
-                "message": self.progress.message,
-                "final": self.progress.final,
-                "at": _key_json(self.progress.at),
-            },
-            "links": {
-                k: {"url": v.value, "at": _key_json(v.at), "events": v.events}
+    @property
+    def finished(self) -> bool:
+        """True once the task is over: phase Succeeded or Failed."""
+        return self.phase in (SUCCEEDED, FAILED)
+
+    @property
+    def completed(self) -> bool:
+        """Alias of ``finished`` (the task is over, whatever its outcome)."""
+        return self.finished
+
+    @property
+    def failed(self) -> bool:
+        return self.phase == FAILED
+
+    @property
+    def settled(self) -> bool:
+        """Finished, and every event a final worker's emitter sent before its final is
+        folded (emitters count seqs from 0 and send pending span windows before a final, so
+        a gap below the final's seq is a window still on its way)."""
+        if not self.finished:
+            return False
+        for w in self.workers.values():
+            if not w.final:
+                continue
+            _, instance, seq = w.at
+            rs = self.applied.ranges(instance)
+            if rs and not (rs[0][0] == 0 and rs[0][1] >= seq):
+                return False  # (an instance compacted away has no ranges: nothing to wait for)
+        return True
+
+    def late(self, ev: ParsedEvent) -> bool:
+        """Whether ``ev`` was created before the compaction watermark (it is skipped)."""
+        return ev.created is not None and _epoch(ev.created) < self.watermark
+
+    @property
+    def progress(self) -> TaskProgress | None:
+        """The task's aggregate progress; None when no worker reported any."""
+        return _aggregate(self)
+
+    def to_status(self, budget: int | None = None) -> dict[str, Any]:
+        """The JSON-safe ``.status`` dict: camelCase, structural (deploy/crd.yaml documents
+        every field); empty maps, zero counters and absent values are left out.
+
+        With ``budget`` (bytes), entries are dropped in ``BUDGET_DROP_ORDER`` (from the end of
+        each section, the largest names first) while the encoded status is larger, and
+        ``budgetDropped`` counts what went per section (the in-memory state keeps it all; only
+        the written copy is cut). Phase, conditions, progress, the workers' progress, counters
+        and the version vector are never dropped."""
+        st = self._status()
+        if budget is None:
+            return st
+        size = len(orjson.dumps(st)) + _DROPPED_RESERVE
+        dropped: dict[str, int] = {}
+        for section in BUDGET_DROP_ORDER:
+            if size <= budget:
+                break
+            if section == "workerMessages":
+                n = 0
+                for w in reversed(st.get("workers", [])):
+                    if size <= budget:
+                        break
+                    if "message" in w:
+                        size -= len(orjson.dumps(w["message"])) + len('"message":,')
+                        del w["message"]
+                        n += 1
+                if n:
+                    dropped[section] = n
+                continue
+            entries = st.get(section)
+            if not entries:
+                continue
+            n = 0
+            keys = list(range(len(entries))) if isinstance(entries, list) else list(entries)
+            for key in reversed(keys):
+                if size <= budget:
+                    break
+                value = entries.pop(key)
+                size -= len(orjson.dumps(value)) + (
+                    1 if isinstance(entries, list) else len(orjson.dumps(key)) + 2)
+                n += 1
+            if not entries:
+                del st[section]
+            dropped[section] = n
+        if dropped:
+            st["budgetDropped"] = dropped
+        return st
+
+    def _status(self) -> dict[str, Any]:
+        phase = self.phase
+        st: dict[str, Any] = {"schemaVersion": STATUS_VERSION, "phase": phase}
+        conditions = _conditions(self, phase)
+        if conditions:
+            st["conditions"] = conditions
+        agg = _aggregate(self, phase)
+        if agg is not None:
+            st["progress"] = {"percent": _percent(agg.fraction, phase), "message": agg.message}
+        st["linkCount"] = len(self.link_entries)
+        deck = self.latest_deck
+        if deck is not None:
+            st["deck"] = deck
+        if self.link_entries:
+            st["links"] = {
+                k: {"url": v.value, "at": _key_text(v.at), "events": v.events}
                 for k, v in sorted(self.link_entries.items())
-            },
-            "decks": {
-                k: {"uri": v.value, "at": _key_json(v.at), "events": v.events}
+            }
+        if self.deck_entries:
+            st["decks"] = {
+                k: {"uri": v.value, "at": _key_text(v.at), "events": v.events}
                 for k, v in sorted(self.deck_entries.items())
-            },
-            "spans": {
+            }
+        if self.spans:
+            st["spans"] = {
                 k: {
                     "count": s.count,
-                    "total_s": s.total_s,
-                    "total_ns": s.total_ns,
-                    "min_s": s.min_s,
-                    "max_s": s.max_s,
-                    "first_start": s.first_start,
-                    "last_end": s.last_end,
+                    "totalNs": s.total_ns,
+                    "minS": s.min_s,
+                    "maxS": s.max_s,
+                    "firstStart": s.first_start,
+                    "lastEnd": s.last_end,
                     "errors": s.errors,
                     "events": s.events,
+                    "windows": _windows_text(s),
                 }
                 for k, s in sorted(self.spans.items())
-            },
-            "pods": [
+            }
+        if self.workers:
+            st["workers"] = [_worker_json(k, w) for k, w in sorted(self.workers.items())]
+        if self.pod_events:
+            st["pods"] = [
                 {"name": n, "uid": u, "events": c} for (n, u), c in sorted(self.pod_events.items())
-            ],
-            "applied": self.applied.to_json(),
-            "last_event_time": None
-            if self.last_event_time is None
-            else format_time(self.last_event_time),
-            "warnings": self.warnings,
-            "unknown": dict(sorted(self.unknown.items())),
-            "counters": {k: self.counters.get(k, 0) for k in COUNTER_NAMES},
-            "summary": self.summary(),
-        }
-
-    def summary(self) -> dict[str, Any]:
-        """The typed digest the CRD's printer columns read (``.status.summary``)."""
-        out: dict[str, Any] = {"links": len(self.link_entries), "completed": self.completed}
-        if self.progress is not None:
-            out["progress"] = self.progress.fraction
-        if self.deck_entries:
-            out["deck"] = max(self.deck_entries.items(), key=lambda kv: kv[1].at)[0]
-        return out
+            ]
+        if self.unknown:
+            st["unknownTypes"] = dict(sorted(self.unknown.items()))
+        counters = {_CAMEL[k]: v for k in COUNTER_NAMES if (v := self.counters.get(k, 0))}
+        if self.warnings:
+            counters["warnings"] = self.warnings
+        if counters:
+            st["counters"] = counters
+        if self.first_event_time is not None:
+            st["firstEventTime"] = format_time(self.first_event_time)
+        if self.last_event_time is not None:
+            st["lastEventTime"] = format_time(self.last_event_time)
+        applied = self.applied.to_text(self.instance_times)
+        if applied:
+            st["applied"] = applied
+        if self.watermark:
+            st["compactedBefore"] = _seconds(datetime.fromtimestamp(self.watermark, _UTC))
+        return st
 
     @classmethod
     def from_status(cls, task: TaskRef, status: Any, limits: Limits = DEFAULT_LIMITS) -> TaskState:
@@ -217,9 +408,12 @@ def new_state(task: TaskRef, limits: Limits = DEFAULT_LIMITS) -> TaskState:
         link_entries={},
         deck_entries={},
         spans={},
-        progress=None,
+        workers={},
         pod_events={},
         applied=VersionVector(),
+        instance_times={},
+        watermark=0,
+        first_event_time=None,
         last_event_time=None,
         counters=dict.fromkeys(COUNTER_NAMES, 0),
         unknown={},
@@ -228,8 +422,135 @@ def new_state(task: TaskRef, limits: Limits = DEFAULT_LIMITS) -> TaskState:
     )
 
 
-def _key_json(k: OrderKey) -> list[Any]:
-    return [format_time(k[0]), k[1], k[2]]
+# Room for the budgetDropped field itself.
+_DROPPED_RESERVE = 160
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+_CAMEL: dict[str, str] = {k: _camel(k) for k in COUNTER_NAMES}
+_SNAKE: dict[str, str] = {v: k for k, v in _CAMEL.items()}
+
+
+def _windows_text(s: SpanAgg) -> str:
+    """``"<shift> lo-hi,lo-hi"`` with bucket numbers relative to the first start's bucket."""
+    base = _us(s.first_start) >> s.shift
+    return f"{s.shift} " + ",".join(f"{lo - base}-{hi - base}" for lo, hi in s.windows)
+
+
+def _parse_windows(text: Any, first_start: float) -> tuple[int, tuple[tuple[int, int], ...]]:
+    _need(isinstance(text, str), "bad windows")
+    head, _, body = text.partition(" ")
+    _need(head.isascii() and head.isdigit() and len(head) <= 2, "bad windows")
+    shift = int(head)
+    base = _us(first_start) >> shift
+    out: list[tuple[int, int]] = []
+    for part in body.split(",") if body else []:
+        lo, _, hi = part.partition("-")
+        _need(lo.isdigit() and hi.isdigit() and len(lo) <= 6 and len(hi) <= 6, "bad windows")
+        out.append((base + int(lo), base + int(hi)))
+    return shift, tuple(out)
+
+
+def _key_text(k: OrderKey) -> str:
+    """The order key as one string: ``<eventTime> <instance> <seq>``."""
+    return f"{format_time(k[0])} {k[1]} {k[2]}"
+
+
+def _worker_json(pod: str, w: ProgressState) -> dict[str, Any]:
+    out: dict[str, Any] = {"pod": pod, "fraction": w.fraction}
+    if w.message:
+        out["message"] = w.message
+    if w.final:
+        out["final"] = True
+    if w.failed:
+        out["failed"] = True
+    if w.workers:
+        out["workers"] = w.workers
+    out["at"] = _key_text(w.at)
+    out["events"] = w.events
+    return out
+
+
+# --- the completion rule and the task aggregate -------------------------------------------
+
+
+def _declared(state: TaskState) -> int:
+    return max((w.workers for w in state.workers.values()), default=0)
+
+
+def _phase(state: TaskState) -> str:
+    ws = state.workers
+    if any(w.failed for w in ws.values()):
+        return FAILED
+    if ws and all(w.final for w in ws.values()) and len(ws) >= _declared(state):
+        return SUCCEEDED
+    if state.counters.get("events_applied", 0) or ws:
+        return RUNNING
+    return PENDING
+
+
+def _aggregate(state: TaskState, phase: str | None = None) -> TaskProgress | None:
+    ws = state.workers
+    if not ws:
+        return None
+    phase = phase or _phase(state)
+    fraction = sum(w.fraction for w in ws.values()) / max(len(ws), _declared(state))
+    if phase == FAILED:
+        # The first failure explains the outcome best.
+        msg = min((w for w in ws.values() if w.failed), key=lambda w: w.at).message
+    else:
+        msg = max(ws.values(), key=lambda w: w.at).message
+    return TaskProgress(round(min(1.0, fraction), 4), msg, phase in (SUCCEEDED, FAILED),
+                        phase == FAILED)
+
+
+def _percent(fraction: float, phase: str) -> int:
+    pct = round(fraction * 100)
+    # 100 % only once the completion rule holds, whatever the workers say.
+    return pct if phase == SUCCEEDED else min(pct, 99)
+
+
+def _condition(ctype: str, true: bool, reason: str, message: str, at: datetime) -> dict[str, Any]:
+    return {"type": ctype, "status": "True" if true else "False", "reason": reason,
+            "message": message, "lastTransitionTime": _seconds(at)}
+
+
+def _seconds(t: datetime) -> str:
+    # metav1.Time has second precision; the API server would cut the fraction anyway.
+    return format_time(t)[:19] + "Z"
+
+
+def _conditions(state: TaskState, phase: str) -> list[dict[str, Any]]:
+    """``Completed`` (the task is over, either way) and ``Failed``, metav1.Condition style.
+
+    lastTransitionTime is the time of the deciding event (the first failed final; the last
+    final that made the rule hold), or of the first event while the condition is False, so
+    it is a function of the folded set, like everything else in the status.
+    """
+    start = state.first_event_time
+    if start is None:
+        return []
+    ws = state.workers
+    if phase == FAILED:
+        first = min((w for w in ws.values() if w.failed), key=lambda w: w.at)
+        at = first.at[0]
+        msg = first.message or "a worker reported failure"
+        return [_condition("Completed", True, FAILED, msg, at),
+                _condition("Failed", True, "WorkerFailed", msg, at)]
+    failed = _condition("Failed", False, "NoFailure", "no worker reported failure", start)
+    if phase == SUCCEEDED:
+        at = max(w.at for w in ws.values())[0]
+        n = len(ws)
+        msg = f"{n} worker{'s' if n != 1 else ''} reported a final progress"
+        return [_condition("Completed", True, SUCCEEDED, msg, at), failed]
+    finals = sum(1 for w in ws.values() if w.final)
+    want = max(len(ws), _declared(state))
+    msg = f"{finals} of {want} workers final" if ws else "no progress reported yet"
+    return [_condition("Completed", False, RUNNING, msg, start), failed]
 
 
 K = TypeVar("K")
@@ -276,6 +597,10 @@ def _span_weight(v: SpanAgg) -> int:
     return v.events
 
 
+def _worker_weight(v: ProgressState) -> int:
+    return v.events
+
+
 def _ident(v: int) -> int:
     return v
 
@@ -291,13 +616,46 @@ def _set_named(entries: dict[str, Named], name: str, value: str, at: OrderKey, c
     return 0
 
 
+# Buckets across a span name's whole extent (so the busy intervals stay ~WINDOW_BUCKETS / 2).
+WINDOW_BUCKETS = 64
+
+
+def _us(t: float) -> int:
+    return round(t * 1e6)
+
+
+def _shift_for(first_start: float, last_end: float) -> int:
+    n = -(-(_us(last_end) - _us(first_start)) // WINDOW_BUCKETS)
+    return (n - 1).bit_length() if n > 1 else 0
+
+
+def _windows(
+    old: tuple[tuple[int, int], ...], old_shift: int, shift: int, start: float, end: float
+) -> tuple[tuple[int, int], ...]:
+    """``old`` regridded to ``shift`` (outward), plus [start, end], merged."""
+    d = shift - old_shift
+    ivs = [(lo >> d, -(-hi >> d)) for lo, hi in old] if d else list(old)
+    ivs.append((_us(start) >> shift, -(-_us(end) >> shift)))
+    ivs.sort()
+    out: list[tuple[int, int]] = []
+    for lo, hi in ivs:
+        if out and lo <= out[-1][1]:
+            if hi > out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
 def _merge_span(entries: dict[str, SpanAgg], p: SpanSummary, cap: int) -> int:
     total_ns = min(round(p.total_s * 1e9), _INT_MAX)
     name = p.name
     cur = entries.get(name)
     if cur is None:
+        shift = _shift_for(p.first_start, p.last_end)
         new = _new_span_agg(
-            p.count, total_ns, p.min_s, p.max_s, p.first_start, p.last_end, p.errors, 1
+            p.count, total_ns, p.min_s, p.max_s, p.first_start, p.last_end, p.errors, 1,
+            shift, _windows((), shift, shift, p.first_start, p.last_end),
         )
         return _insert_capped(entries, name, new, cap, _span_weight)
     # Saturating sums (of non-negatives, so still associative and commutative), inline:
@@ -305,16 +663,40 @@ def _merge_span(entries: dict[str, SpanAgg], p: SpanSummary, cap: int) -> int:
     count = cur.count + p.count
     total = cur.total_ns + total_ns
     errors = cur.errors + p.errors
+    first = cur.first_start if cur.first_start <= p.first_start else p.first_start
+    last = cur.last_end if cur.last_end >= p.last_end else p.last_end
+    shift = _shift_for(first, last)
     entries[name] = _new_span_agg(
         count if count <= _INT_MAX else _INT_MAX,
         total if total <= _INT_MAX else _INT_MAX,
         cur.min_s if cur.min_s <= p.min_s else p.min_s,
         cur.max_s if cur.max_s >= p.max_s else p.max_s,
-        cur.first_start if cur.first_start <= p.first_start else p.first_start,
-        cur.last_end if cur.last_end >= p.last_end else p.last_end,
+        first,
+        last,
         errors if errors <= _INT_MAX else _INT_MAX,
         cur.events + 1,
+        shift,
+        _windows(cur.windows, cur.shift, shift, p.first_start, p.last_end),
     )
+    return 0
+
+
+def _merge_progress(
+    entries: dict[str, ProgressState], pod: str, p: Progress, key: OrderKey, cap: int
+) -> int:
+    """Merge ``p`` into its worker's register: a final beats a non-final, then latest wins."""
+    cur = entries.get(pod)
+    if cur is None:
+        msg = cut_text(p.message, MESSAGE_LIMIT)
+        new = ProgressState(p.fraction, msg, p.final, key, p.failed, p.workers, 1)
+        return _insert_capped(entries, pod, new, cap, _worker_weight)
+    if (p.final, key) > (cur.final, cur.at):
+        msg = cut_text(p.message, MESSAGE_LIMIT)
+        entries[pod] = ProgressState(
+            p.fraction, msg, p.final, key, p.failed, p.workers, cur.events + 1
+        )
+    else:
+        entries[pod] = cur._replace(events=cur.events + 1)
     return 0
 
 
@@ -326,11 +708,53 @@ def _count(entries: dict[K, int], key: K, cap: int) -> int:
     return 0
 
 
-def _newer_progress(p: Progress, key: OrderKey, cur: ProgressState | None) -> ProgressState | None:
-    """The ProgressState that ``p`` (at ``key``) replaces ``cur`` with, or None if it loses."""
-    if cur is None or (p.final, key) > (cur.final, cur.at):
-        return ProgressState(p.fraction, p.message, p.final, key)
-    return None
+def _order_time(ev: ParsedEvent, skew: timedelta) -> datetime:
+    """The event's time for ordering: its eventTime, bounded by the server's clock."""
+    created = ev.created
+    if created is not None:
+        bound = created + skew
+        if ev.event_time > bound:
+            return bound
+    return ev.event_time
+
+
+_UTC = timezone.utc
+
+
+def _epoch(t: datetime) -> int:
+    return int(t.timestamp())
+
+
+def _horizon(lim: Limits) -> int:
+    return int((lim.event_ttl + lim.ttl_margin).total_seconds())
+
+
+def _compaction_due(times: Mapping[str, int], watermark: int, instance: str, c: int,
+                    lim: Limits) -> bool:
+    """Whether applying an event of ``instance`` created at ``c`` moves the watermark."""
+    return c - _horizon(lim) > watermark or (
+        instance not in times and len(times) + 1 > lim.max_instances)
+
+
+def _compact(applied: VersionVector, times: Mapping[str, int], watermark: int, c: int,
+             lim: Limits) -> tuple[VersionVector, Mapping[str, int], int, int]:
+    """Raise the watermark (TTL horizon, then the instance cap) and forget the instances
+    whose newest event is older. Returns the new vector, times, watermark and how many
+    instances were forgotten."""
+    new = max(watermark, c - _horizon(lim))
+    if len(times) > lim.max_instances:
+        ordered = sorted(times.values())
+        keep = max(1, lim.max_instances * 3 // 4)
+        cut = ordered[len(ordered) - keep]
+        # Creation times have second precision: when the oldest second alone holds more than
+        # the cap allows, that whole second goes (the cap is a hard bound).
+        new = max(new, cut if cut > ordered[0] else cut + 1)
+    if new == watermark:
+        return applied, times, watermark, 0
+    drop = [i for i, t in times.items() if t < new]
+    if not drop:
+        return applied, times, new, 0
+    return applied.without(drop), {i: t for i, t in times.items() if t >= new}, new, len(drop)
 
 
 def _bump(counters: Mapping[str, int], name: str) -> dict[str, int]:
@@ -347,16 +771,24 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
     # Duplicates (relists, retries) are decided by the version vector before any other work.
     if applied.contains(instance, seq):
         return _with(state, counters=_bump(state.counters, "duplicates"))
+    created = ev.created
+    c = 0 if created is None else _epoch(created)
+    if created is not None and c < state.watermark:
+        return _with(state, counters=_bump(state.counters, "late_skipped"))
 
     lim = state.limits
     links, decks, spans = state.link_entries, state.deck_entries, state.spans
-    progress, unknown = state.progress, state.unknown
+    workers, unknown = state.workers, state.unknown
     counters = dict(state.counters)
     counters["events_applied"] = counters.get("events_applied", 0) + 1
+    t = _order_time(ev, lim.clock_skew)
+    if t is not ev.event_time:
+        counters["time_clamped"] = counters.get("time_clamped", 0) + 1
     capped = 0
     capped_name = ""
     p = ev.payload
     tp = type(p)
+    sender = ev.sender
     # Only the map this event touches is copied; the others are shared with ``state``.
     if tp is SpanSummary:
         assert isinstance(p, SpanSummary)
@@ -365,16 +797,18 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         capped_name = "spans_capped"
     elif tp is Progress:
         assert isinstance(p, Progress)
-        progress = _newer_progress(p, (ev.event_time, instance, seq), progress) or progress
+        workers = dict(workers)
+        capped = _merge_progress(workers, sender.name, p, (t, instance, seq), lim.workers)
+        capped_name = "workers_capped"
     elif tp is LogLink:
         assert isinstance(p, LogLink)
         links = dict(links)
-        capped = _set_named(links, p.name, p.url, (ev.event_time, instance, seq), lim.links)
+        capped = _set_named(links, p.name, p.url, (t, instance, seq), lim.links)
         capped_name = "links_capped"
     elif tp is DeckReady:
         assert isinstance(p, DeckReady)
         decks = dict(decks)
-        capped = _set_named(decks, p.name, p.uri, (ev.event_time, instance, seq), lim.decks)
+        capped = _set_named(decks, p.name, p.uri, (t, instance, seq), lim.decks)
         capped_name = "decks_capped"
     elif tp is PodSpawned:
         counters["pods_spawned"] = counters.get("pods_spawned", 0) + 1
@@ -387,21 +821,30 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
     if capped:
         counters[capped_name] = counters.get(capped_name, 0) + capped
 
-    sender = ev.sender
     pod_events = dict(state.pod_events)
     pods_capped = _count(pod_events, (sender.name, sender.uid), lim.pods)
     if pods_capped:
         counters["pods_capped"] = counters.get("pods_capped", 0) + pods_capped
-    last = state.last_event_time
-    t = ev.event_time
+    first, last = state.first_event_time, state.last_event_time
+    applied = applied.add(instance, seq)
+    times, watermark = state.instance_times, state.watermark
+    if created is not None:
+        if times.get(instance, -1) < c:
+            times = {**times, instance: c}
+        applied, times, watermark, n = _compact(applied, times, watermark, c, lim)
+        if n:
+            counters["instances_compacted"] = counters.get("instances_compacted", 0) + n
     return _new_task_state(
         state.task,
         links,
         decks,
         spans,
-        progress,
+        workers,
         pod_events,
-        applied.add(instance, seq),
+        applied,
+        times,
+        watermark,
+        t if first is None or t < first else first,
         t if last is None or t > last else last,
         counters,
         unknown,
@@ -416,9 +859,12 @@ def _with(state: TaskState, *, counters: dict[str, int]) -> TaskState:
         state.link_entries,
         state.deck_entries,
         state.spans,
-        state.progress,
+        state.workers,
         state.pod_events,
         state.applied,
+        state.instance_times,
+        state.watermark,
+        state.first_event_time,
         state.last_event_time,
         counters,
         state.unknown,
@@ -439,6 +885,21 @@ def fold(state: TaskState, ev: ParsedEvent) -> TaskState:
 
 
 def _fold_many(state: TaskState, events: Sequence[ParsedEvent]) -> TaskState:
+    # Runs of events go through the batch path; an event that moves the compaction
+    # watermark goes through ``_fold`` itself, so the two stay exactly equivalent.
+    i, n = 0, len(events)
+    while i < n:
+        state, i = _fold_run(state, events, i)
+        if i < n:
+            state = _fold(state, events[i])
+            i += 1
+    return state
+
+
+def _fold_run(state: TaskState, events: Sequence[ParsedEvent], start: int
+              ) -> tuple[TaskState, int]:
+    """Fold ``events[start:]`` in one batch up to (not including) the first event that
+    would move the compaction watermark; returns the state and that event's index."""
     task, lim = state.task, state.limits
     counters = dict(state.counters)
     applied = state.applied
@@ -448,16 +909,23 @@ def _fold_many(state: TaskState, events: Sequence[ParsedEvent]) -> TaskState:
     links: Mapping[str, Named] = state.link_entries
     decks: Mapping[str, Named] = state.deck_entries
     spans: Mapping[str, SpanAgg] = state.spans
+    workers: Mapping[str, ProgressState] = state.workers
     unknown: Mapping[str, int] = state.unknown
     links_w: dict[str, Named] | None = None
     decks_w: dict[str, Named] | None = None
     spans_w: dict[str, SpanAgg] | None = None
+    workers_w: dict[str, ProgressState] | None = None
     unknown_w: dict[str, int] | None = None
     pods_w: dict[tuple[str, str], int] | None = None
-    progress = state.progress
+    times: Mapping[str, int] = state.instance_times
+    times_w: dict[str, int] | None = None
+    watermark = state.watermark
+    stop = len(events)
+    first = state.first_event_time
     last = state.last_event_time
     warnings = state.warnings
-    for ev in events:
+    for k in range(start, len(events)):
+        ev = events[k]
         if ev.task is not task and ev.task != task:
             counters["wrong_task"] = counters.get("wrong_task", 0) + 1
             continue
@@ -466,9 +934,26 @@ def _fold_many(state: TaskState, events: Sequence[ParsedEvent]) -> TaskState:
         if (seen is not None and seq in seen) or contains(instance, seq):
             counters["duplicates"] = counters.get("duplicates", 0) + 1
             continue
+        created = ev.created
+        if created is not None:
+            c = _epoch(created)
+            if c < watermark:
+                counters["late_skipped"] = counters.get("late_skipped", 0) + 1
+                continue
+            if _compaction_due(times, watermark, instance, c, lim):
+                stop = k
+                break
+            if times.get(instance, -1) < c:
+                if times_w is None:
+                    times = times_w = dict(times)
+                times_w[instance] = c
         counters["events_applied"] = counters.get("events_applied", 0) + 1
+        t = ev.event_time if ev.created is None else _order_time(ev, lim.clock_skew)
+        if t is not ev.event_time:
+            counters["time_clamped"] = counters.get("time_clamped", 0) + 1
         p = ev.payload
         tp = type(p)
+        sender = ev.sender
         if tp is SpanSummary:
             assert isinstance(p, SpanSummary)
             if spans_w is None:
@@ -478,19 +963,23 @@ def _fold_many(state: TaskState, events: Sequence[ParsedEvent]) -> TaskState:
                 counters["spans_capped"] = counters.get("spans_capped", 0) + capped
         elif tp is Progress:
             assert isinstance(p, Progress)
-            progress = _newer_progress(p, (ev.event_time, instance, seq), progress) or progress
+            if workers_w is None:
+                workers = workers_w = dict(workers)
+            capped = _merge_progress(workers_w, sender.name, p, (t, instance, seq), lim.workers)
+            if capped:
+                counters["workers_capped"] = counters.get("workers_capped", 0) + capped
         elif tp is LogLink:
             assert isinstance(p, LogLink)
             if links_w is None:
                 links = links_w = dict(links)
-            capped = _set_named(links_w, p.name, p.url, (ev.event_time, instance, seq), lim.links)
+            capped = _set_named(links_w, p.name, p.url, (t, instance, seq), lim.links)
             if capped:
                 counters["links_capped"] = counters.get("links_capped", 0) + capped
         elif tp is DeckReady:
             assert isinstance(p, DeckReady)
             if decks_w is None:
                 decks = decks_w = dict(decks)
-            capped = _set_named(decks_w, p.name, p.uri, (ev.event_time, instance, seq), lim.decks)
+            capped = _set_named(decks_w, p.name, p.uri, (t, instance, seq), lim.decks)
             if capped:
                 counters["decks_capped"] = counters.get("decks_capped", 0) + capped
         elif tp is PodSpawned:
@@ -505,11 +994,11 @@ def _fold_many(state: TaskState, events: Sequence[ParsedEvent]) -> TaskState:
                 counters["unknown_capped"] = counters.get("unknown_capped", 0) + capped
         if pods_w is None:
             pods_w = dict(state.pod_events)
-        sender = ev.sender
         capped = _count(pods_w, (sender.name, sender.uid), lim.pods)
         if capped:
             counters["pods_capped"] = counters.get("pods_capped", 0) + capped
-        t = ev.event_time
+        if first is None or t < first:
+            first = t
         if last is None or t > last:
             last = t
         if ev.warning:
@@ -523,15 +1012,18 @@ def _fold_many(state: TaskState, events: Sequence[ParsedEvent]) -> TaskState:
         links,
         decks,
         spans,
-        progress,
+        workers,
         state.pod_events if pods_w is None else pods_w,
         applied._with_seqs(added),
+        times,
+        watermark,
+        first,
         last,
         counters,
         unknown,
         warnings,
         lim,
-    )
+    ), stop
 
 
 def fold_many(state: TaskState, events: Iterable[ParsedEvent]) -> TaskState:
@@ -580,11 +1072,20 @@ def _name(v: Any, limit: int = NAME_LIMIT) -> str:
 
 
 def _key(v: Any) -> OrderKey:
-    _need(isinstance(v, list) and len(v) == 3, "bad order key")
-    t = parse_time(v[0])
-    _need(t is not None and valid_instance(v[1]) and valid_seq(v[2]), "bad order key")
+    _need(isinstance(v, str), "bad order key")
+    parts = v.split(" ")
+    _need(len(parts) == 3 and parts[2].isascii() and parts[2].isdigit(), "bad order key")
+    t = parse_time(parts[0])
+    seq = int(parts[2])
+    _need(t is not None and valid_instance(parts[1]) and valid_seq(seq), "bad order key")
     assert t is not None
-    return (t, v[1], v[2])
+    return (t, parts[1], seq)
+
+
+def _time(v: Any) -> datetime | None:
+    t = None if v is None else parse_time(v)
+    _need(v is None or t is not None, "bad time")
+    return t
 
 
 def _named_map(data: Any, value_key: str) -> dict[str, Named]:
@@ -605,8 +1106,21 @@ def _trim(entries: dict[K, V], cap: int, weight: Callable[[V], int]) -> tuple[di
     return {k: entries[k] for k in keys[:cap]}, dropped
 
 
+def _worker(w: Any) -> tuple[str, ProgressState]:
+    _need(isinstance(w, Mapping), "bad worker")
+    frac = _float(w.get("fraction"))
+    msg = w.get("message", "")
+    final, failed = w.get("final", False), w.get("failed", False)
+    _need(frac <= 1.0 and isinstance(msg, str) and len(msg) <= MESSAGE_LIMIT, "bad worker")
+    _need(type(final) is bool and type(failed) is bool and (final or not failed), "bad worker")
+    return _name(w.get("pod"), 253), ProgressState(
+        frac, msg, final, _key(w.get("at")), failed, _int(w.get("workers", 0)),
+        _int(w.get("events"))
+    )
+
+
 def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState:
-    _need(_int(st.get("schema_version")) <= SCHEMA_VERSION, "newer status schema")
+    _need(_int(st.get("schemaVersion")) == STATUS_VERSION, "another status layout")
     links = _named_map(st.get("links", {}), "url")
     decks = _named_map(st.get("decks", {}), "uri")
     spans: dict[str, SpanAgg] = {}
@@ -614,24 +1128,23 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
     _need(isinstance(raw_spans, Mapping), "bad spans")
     for k, s in raw_spans.items():
         _need(isinstance(s, Mapping), "bad span")
+        first_start = _float(s.get("firstStart"))
+        shift, windows = _parse_windows(s.get("windows", "0 "), first_start)
         spans[_name(k)] = SpanAgg(
             _int(s.get("count")),
-            _int(s.get("total_ns")),
-            _float(s.get("min_s")),
-            _float(s.get("max_s")),
-            _float(s.get("first_start")),
-            _float(s.get("last_end")),
+            _int(s.get("totalNs")),
+            _float(s.get("minS")),
+            _float(s.get("maxS")),
+            first_start,
+            _float(s.get("lastEnd")),
             _int(s.get("errors")),
             _int(s.get("events")),
+            shift,
+            windows,
         )
-    progress = None
-    pr = st.get("progress")
-    if pr is not None:
-        _need(isinstance(pr, Mapping), "bad progress")
-        frac = _float(pr.get("fraction"))
-        _need(frac <= 1.0 and isinstance(pr.get("message"), str), "bad progress")
-        _need(type(pr.get("final")) is bool, "bad progress")
-        progress = ProgressState(frac, pr["message"], pr["final"], _key(pr.get("at")))
+    raw_workers = st.get("workers", [])
+    _need(isinstance(raw_workers, list), "bad workers")
+    workers = dict(_worker(w) for w in raw_workers)
     pods: dict[tuple[str, str], int] = {}
     raw_pods = st.get("pods", [])
     _need(isinstance(raw_pods, list), "bad pods")
@@ -639,28 +1152,34 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
         _need(isinstance(p, Mapping), "bad pod")
         pods[(_name(p.get("name"), 253), _name(p.get("uid"), 64))] = _int(p.get("events"))
     unknown: dict[str, int] = {}
-    raw_unknown = st.get("unknown", {})
-    _need(isinstance(raw_unknown, Mapping), "bad unknown")
+    raw_unknown = st.get("unknownTypes", {})
+    _need(isinstance(raw_unknown, Mapping), "bad unknownTypes")
     for k, c in raw_unknown.items():
         unknown[_name(k, TYPE_LIMIT)] = _int(c)
     raw_counters = st.get("counters", {})
     _need(isinstance(raw_counters, Mapping), "bad counters")
-    counters = {k: _int(raw_counters.get(k, 0)) for k in COUNTER_NAMES}
-    last = st.get("last_event_time")
-    last_t = None if last is None else parse_time(last)
-    _need(last is None or last_t is not None, "bad last_event_time")
+    counters = dict.fromkeys(COUNTER_NAMES, 0)
+    for k, v in raw_counters.items():
+        if k in _SNAKE:
+            counters[_SNAKE[k]] = _int(v)
+    warnings = _int(raw_counters.get("warnings", 0))
+    applied, times = VersionVector.parse_text(st.get("applied", ""))
+    wm = _time(st.get("compactedBefore"))
+    watermark = 0 if wm is None else _epoch(wm)
 
     links, c1 = _trim(links, lim.links, _named_weight)
     decks, c2 = _trim(decks, lim.decks, _named_weight)
     spans, c3 = _trim(spans, lim.spans, _span_weight)
     pods, c4 = _trim(pods, lim.pods, _ident)
     unknown, c5 = _trim(unknown, lim.unknown_types, _ident)
+    workers, c6 = _trim(workers, lim.workers, _worker_weight)
     for name, extra in (
         ("links_capped", c1),
         ("decks_capped", c2),
         ("spans_capped", c3),
         ("pods_capped", c4),
         ("unknown_capped", c5),
+        ("workers_capped", c6),
     ):
         counters[name] += extra
     return TaskState(
@@ -668,12 +1187,15 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
         link_entries=links,
         deck_entries=decks,
         spans=spans,
-        progress=progress,
+        workers=workers,
         pod_events=pods,
-        applied=VersionVector.from_json(st.get("applied", {})),
-        last_event_time=last_t,
+        applied=applied,
+        instance_times=times,
+        watermark=watermark,
+        first_event_time=_time(st.get("firstEventTime")),
+        last_event_time=_time(st.get("lastEventTime")),
         counters=counters,
         unknown=unknown,
-        warnings=_int(st.get("warnings", 0)),
+        warnings=warnings,
         limits=lim,
     )

@@ -1,6 +1,11 @@
 """Compact record of applied (instance, seq) pairs: sorted disjoint inclusive ranges per instance.
 
-Immutable: ``add`` returns a new vector, so a fold that uses it stays pure.
+Immutable: ``add`` returns a new vector, so a fold that uses it stays pure. Persisted as one
+compact text field (``to_text``): ``inst=lo-hi,seq inst2=lo-hi``, instances sorted, ranges
+sorted; instance ids never contain ``=``, ``,`` or spaces, so the encoding is unambiguous.
+One string is one field for the API server, however many instances it holds. An entry may end
+in ``@<epoch seconds>``: the newest creationTimestamp of that instance's events, which dedup
+compaction needs (see schemas/state.py).
 """
 
 from __future__ import annotations
@@ -137,6 +142,54 @@ class VersionVector:
         """``{instance: [[lo, hi], ...]}`` with instances sorted."""
         return {k: [[lo, hi] for lo, hi in self._r[k]] for k in sorted(self._r)}
 
+    def without(self, instances: Iterable[str]) -> VersionVector:
+        """A vector that forgets ``instances`` (dedup compaction)."""
+        gone = set(instances)
+        out = VersionVector.__new__(VersionVector)
+        out._r = {k: v for k, v in self._r.items() if k not in gone}
+        return out
+
+    def to_text(self, times: Mapping[str, int] | None = None) -> str:
+        """The compact text form (see the module docstring); ``""`` when empty. With
+        ``times``, an instance's entry ends in ``@<epoch seconds>`` when it has one."""
+        t = times or {}
+        return " ".join(
+            f"{k}=" + ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self._r[k])
+            + (f"@{t[k]}" if k in t else "")
+            for k in sorted(self._r)
+        )
+
+    @classmethod
+    def from_text(cls, text: Any) -> VersionVector:
+        """Inverse of ``to_text`` (times ignored); raises ValueError on malformed input."""
+        return cls.parse_text(text)[0]
+
+    @classmethod
+    def parse_text(cls, text: Any) -> tuple[VersionVector, dict[str, int]]:
+        """The vector and the per-instance times of a ``to_text`` string; raises ValueError
+        on malformed input."""
+        if not isinstance(text, str):
+            raise ValueError("version vector must be a string")
+        data: dict[str, list[list[int]]] = {}
+        times: dict[str, int] = {}
+        for part in text.split():
+            inst, sep, ranges = part.partition("=")
+            if not sep or inst in data:
+                raise ValueError("bad version vector entry")
+            ranges, at, when = ranges.partition("@")
+            if at:
+                if not _digits(when):
+                    raise ValueError("bad version vector time")
+                times[inst] = int(when)
+            out: list[list[int]] = []
+            for r in ranges.split(","):
+                lo, dash, hi = r.partition("-")
+                if not _digits(lo) or (dash and not _digits(hi)):
+                    raise ValueError("bad range")
+                out.append([int(lo), int(hi) if dash else int(lo)])
+            data[inst] = out
+        return cls.from_json(data), times
+
     @classmethod
     def from_json(cls, data: Any) -> VersionVector:
         """Inverse of ``to_json``; overlapping or unsorted ranges are normalised.
@@ -167,6 +220,10 @@ class VersionVector:
             if merged:
                 out[inst] = tuple(merged)
         return cls(out)
+
+
+def _digits(s: str) -> bool:
+    return 0 < len(s) <= 19 and s.isascii() and s.isdigit()
 
 
 def _merge_ranges(ranges: Iterable[Range]) -> tuple[Range, ...]:

@@ -51,6 +51,9 @@ class Options:
     max_write_rate: float = 20.0
     watch_timeout: int = 60
     evict_after: float = 7200.0
+    clock_skew: float = 60.0  # seconds eventTime may lead creationTimestamp (for ordering)
+    event_ttl: float = 3600.0  # the API server's --event-ttl, for dedup compaction
+    max_instances: int = 512
     identity: str | None = None
     flush_timeout: float = 10.0
     ttl_after_finished: float = 0.0
@@ -73,6 +76,12 @@ def _validate(o: Options) -> None:
         raise ConfigError("--max-write-rate must not be negative")
     if o.evict_after < 0:
         raise ConfigError("--evict-after must not be negative")
+    if not 0 <= o.clock_skew <= 86400:
+        raise ConfigError("--clock-skew must be 0..86400 s")
+    if o.event_ttl < 60:
+        raise ConfigError("--event-ttl must be at least 60 s")
+    if o.max_instances < 16:
+        raise ConfigError("--max-instances must be at least 16")
     if not 0 <= o.metrics_port <= 65535:
         raise ConfigError("--metrics-port must be 0..65535")
     if o.lease_duration < 1:
@@ -129,6 +138,8 @@ def run(o: Options, *, announce: Any = print) -> int:
     settings = Settings(namespaces=o.namespaces, concurrency=o.concurrency,
                         write_interval=o.write_interval, max_write_rate=o.max_write_rate,
                         watch_timeout=o.watch_timeout, evict_after=o.evict_after,
+                        clock_skew=o.clock_skew, event_ttl=o.event_ttl,
+                        max_instances=o.max_instances,
                         ttl_after_finished=o.ttl_after_finished)
     if o.leader_elect:
         d = o.lease_duration

@@ -10,13 +10,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from tidings.kube import paginate
 from tidings.schemas.constants import API_GROUP, API_VERSION, BUS_CONTROLLER, KIND, PLURAL
 from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event, parse_watch_line
 from tidings.schemas.rejection import Rejection
-from tidings.schemas.state import fold
+from tidings.schemas.state import Limits, fold
 
 from .kube import Kube, KubeError
 from .metrics import Metrics
@@ -44,6 +45,9 @@ class Settings:
     slow_writes: dict[str, float] | None = None  # test hook; None: from the environment
     # Finished, unowned TaskFeedbacks are deleted this long after their last fact; 0: never.
     ttl_after_finished: float = 0.0
+    clock_skew: float = 60.0  # how far eventTime may lead creationTimestamp (seconds)
+    event_ttl: float = 3600.0  # the API server's --event-ttl (dedup compaction horizon)
+    max_instances: int = 512  # emitter instances kept in a task's version vector
 
 
 class EventSource:
@@ -81,7 +85,9 @@ class Controller:
                  may_write: Any = None) -> None:
         self.kube, self.s, self.metrics = kube, settings, metrics
         self.watch_kube = watch_kube or kube
-        self.store = Store()
+        self.store = Store(Limits(clock_skew=timedelta(seconds=settings.clock_skew),
+                                  event_ttl=timedelta(seconds=settings.event_ttl),
+                                  max_instances=settings.max_instances))
         self.queue: WorkQueue[TaskRef] = WorkQueue()
         self.senders = Senders(kube_getter(kube))
         self.writer = StatusWriter(kube, self.store, metrics, interval=settings.write_interval,
@@ -213,6 +219,13 @@ class Controller:
             if state.applied.contains(ev.instance, ev.seq):
                 # Skipped before the fold so the persisted counters don't depend on delivery.
                 m.events_skipped.labels("duplicate").inc()
+                continue
+            if state.late(ev):
+                # Created before the compaction watermark: the fold skips it and counts it
+                # (lateSkipped); no sender lookup for it.
+                m.events_skipped.labels("late").inc()
+                state = fold(state, ev)
+                applied.append(ev)  # its counter is state too: a rebase re-folds it
                 continue
             # Every event is checked: the cache makes it cheap, and a (name, uid) seen before
             # says nothing about the namespace an event now claims (issue 10, item 1).

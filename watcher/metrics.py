@@ -62,7 +62,7 @@ class Metrics:
             self.events_rejected.labels(reason.value)
         for cause in ("gone", "short_watch", "decode_error", "error", "start"):
             self.relists.labels(cause)
-        for cause in ("not_task", "deleted", "duplicate"):
+        for cause in ("not_task", "deleted", "duplicate", "late"):
             self.events_skipped.labels(cause)
         # conflict: refused by the resourceVersion precondition (then re-read and rebased);
         # fenced: not sent, the lease is not held.

@@ -22,7 +22,7 @@ from typing import Any
 
 from tidings.schemas.constants import API_VERSION, KIND, taskfeedback_collection
 from tidings.schemas.event import TaskRef
-from tidings.schemas.state import TaskState
+from tidings.schemas.state import STATUS_BUDGET, TaskState
 
 from .coalesce import Coalescer, TokenBucket
 from .kube import Kube, KubeError
@@ -37,8 +37,7 @@ SLOW_WRITE_ENV = "TIDINGS_TEST_SLOW_WRITE_TASK"
 # renewing its lease is rarely still in flight when a standby takes over (and if it is, the
 # resourceVersion precondition refuses it).
 WRITE_TIMEOUT = (2.0, 3.0)
-
-
+# Who owns .status in managedFields (the API server would say "OpenAPI-Generator" or nothing).
 FIELD_MANAGER = "tidings-watcher"
 # Conflicts resolved (re-read, rebase, write again) within one write before it counts as a
 # failure and waits for the coalescer's backoff.
@@ -66,22 +65,11 @@ def parse_slow_writes(spec: str | None) -> dict[str, float]:
     return out
 
 
-def summary(state: TaskState) -> dict[str, Any]:
-    """The typed ``status.summary`` digest behind the CRD's printer columns."""
-    out: dict[str, Any] = {"links": len(state.link_entries), "completed": state.completed}
-    if state.progress is not None:
-        out["progress"] = state.progress.fraction
-    if state.deck_entries:
-        name, _ = max(state.deck_entries.items(), key=lambda kv: (kv[1].at, kv[0]))
-        out["deck"] = name
-    return out
-
-
 def status_body(state: TaskState) -> dict[str, Any]:
-    """The whole ``.status``: the fold's dict (nulls dropped) plus the summary."""
-    st = {k: v for k, v in state.to_status().items() if v is not None}
-    st["summary"] = summary(state)
-    return st
+    """The whole ``.status`` as written: the fold's camelCase status, cut to the byte budget
+    (``STATUS_BUDGET``, dropping detail in ``BUDGET_DROP_ORDER``) so a write never fails for
+    its size."""
+    return state.to_status(budget=STATUS_BUDGET)
 
 
 collection_path = taskfeedback_collection

@@ -30,11 +30,12 @@ def train(epochs: int) -> None:
 
 
 if __name__ == "__main__":
-    # Usage: train.py [EPOCHS] [--final]   (--final: also send the terminal progress report)
+    # Usage: train.py [EPOCHS] [--final]   (--final: also send this worker's terminal report;
+    # with several workers, set TIDINGS_EMIT_WORKERS to their number in each of them)
     args = [a for a in sys.argv[1:] if a != "--final"]
     train(int(args[0]) if args else 5)
     if "--final" in sys.argv[1:]:
-        tidings.progress(1.0, "all workers done", final=True)
+        tidings.progress(1.0, f"{os.environ.get('POD_NAME', 'local')}: done", final=True)
     delivered = tidings.flush(15)
     print(f"  {os.environ.get('POD_NAME', 'local')}: delivered={delivered} "
           f"stats={ {k: v for k, v in tidings.stats().items() if v} }")

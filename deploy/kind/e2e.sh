@@ -61,8 +61,7 @@ kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f -
 kubectl -n "$ns" delete job train-mnist-42 --ignore-not-found
 kubectl -n "$ns" apply -f deploy/examples/workload.yaml
 kubectl -n "$ns" wait --for=condition=Complete job/train-mnist-42 --timeout=180s
-kubectl -n "$ns" wait --for=jsonpath='{.status.summary.completed}'=true \
-  taskfeedback/train-mnist-42 --timeout=120s
+kubectl -n "$ns" wait --for=condition=Completed taskfeedback/train-mnist-42 --timeout=120s
 kubectl -n "$ns" get taskfeedbacks
 tidings=.venv/bin/tidings
 [[ -x "$tidings" ]] && "$tidings" state train-mnist-42 -n "$ns"

@@ -66,7 +66,7 @@ def test_state_folds_the_events_when_no_watcher_runs(control_plane: ControlPlane
     assert data["source"] == "events"
     assert data["status"]["links"]["wandb"]["url"] == "https://wandb.ai/team/run-1"
     assert data["status"]["spans"]["epoch"]["count"] == 3
-    assert data["status"]["completed"] is False
+    assert data["status"]["phase"] == "Running" and data["status"]["progress"]["percent"] == 40
     same = yaml.safe_load(invoke(control_plane, "state", "train-1", "-n", namespace,
                                  "-o", "yaml").stdout)
     assert same == data
@@ -103,7 +103,7 @@ def test_state_finds_the_namespace_with_A(control_plane: ControlPlane, admin: An
     emit(admin, namespace, "only-here", Progress(fraction=1.0, final=True), 0)
     data = json.loads(invoke(control_plane, "state", "only-here", "-A", "-o", "json").stdout)
     assert data["task"] == {"namespace": namespace, "name": "only-here"}
-    assert data["status"]["completed"] is True
+    assert data["status"]["phase"] == "Succeeded"
 
 
 def test_hostile_notes_print_harmlessly(control_plane: ControlPlane, admin: Any,
@@ -125,10 +125,10 @@ def test_hostile_notes_print_harmlessly(control_plane: ControlPlane, admin: Any,
     # A status written by someone other than the watcher is not trusted either.
     ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     write_status(control_plane, namespace, "evil-cr", {
-        "schema_version": 1, "completed": False,
-        "progress": {"fraction": 0.2, "message": HOSTILE, "final": False,
-                     "at": [ts, "inst-1", 0]},
-        "links": {"x\x1b[2Jy": {"url": "https://e.com/\x1b]0;t\x07", "at": [ts, "i", 1],
+        "schemaVersion": 2, "phase": "Running",
+        "workers": [{"pod": "w-0", "fraction": 0.2, "message": HOSTILE,
+                     "at": f"{ts} inst-1 0", "events": 1}],
+        "links": {"x\x1b[2Jy": {"url": "https://e.com/\x1b]0;t\x07", "at": f"{ts} i 1",
                                 "events": 1}},
         "pods": [{"name": "p\x1b[31m", "uid": "u\x07", "events": 1}],
     })
@@ -212,11 +212,11 @@ def test_watch_follows_until_the_task_completes(control_plane: ControlPlane, adm
     emit(admin, namespace, "live", Progress(fraction=1.0, message="all done", final=True), 3,
          when=base + timedelta(seconds=1))
     assert p.proc.wait(30) == 0, p.err
-    p.wait_for(lambda out: any("Completed" in line and "yes" in line for line in out), 10,
+    p.wait_for(lambda out: any("Phase" in line and "Succeeded" in line for line in out), 10,
                "the final view")
     changes = [line for line in p.out if re.match(rf"\d\d:\d\d:\d\d {namespace}/live ", line)]
     assert any("at 0.5" in line for line in changes[1:-1]), changes  # seen live
-    assert changes[-1].endswith("completed") and "all done" in changes[-1]
+    assert changes[-1].endswith("succeeded") and "all done" in changes[-1]
 
 
 def test_watch_wait_follows_a_task_that_has_not_started(control_plane: ControlPlane,
@@ -246,9 +246,9 @@ def test_watch_follows_the_taskfeedback_status(control_plane: ControlPlane, admi
 
     def status(fraction: float, message: str, final: bool) -> dict[str, Any]:
         st = fold_all(ref, []).to_status()
-        st["progress"] = {"fraction": fraction, "message": message, "final": final,
-                          "at": [ts, "inst-1", int(fraction * 10)]}
-        st["completed"] = final
+        st["workers"] = [{"pod": "w-0", "fraction": fraction, "message": message,
+                          "final": final, "at": f"{ts} inst-1 {int(fraction * 10)}",
+                          "events": 1}]
         return st
 
     write_status(control_plane, namespace, "cr-live", status(0.2, "from the watcher", False))
@@ -257,7 +257,7 @@ def test_watch_follows_the_taskfeedback_status(control_plane: ControlPlane, admi
     write_status(control_plane, namespace, "cr-live", status(1.0, "watcher says done", True))
     assert p.proc.wait(30) == 0, p.err
     p.wait_for(lambda out: any("TaskFeedback status" in line for line in out), 10, "the view")
-    assert any("watcher says done" in line and line.endswith("completed") for line in p.out)
+    assert any("watcher says done" in line and line.endswith("succeeded") for line in p.out)
 
 
 def test_the_namespace_defaults_to_the_contexts(control_plane: ControlPlane, admin: Any,
@@ -275,3 +275,21 @@ def test_the_namespace_defaults_to_the_contexts(control_plane: ControlPlane, adm
     res = CliRunner().invoke(app, ["state", "ctx-task", "--kubeconfig", str(path)])
     assert res.exit_code == 0, res.output
     assert "found via context" in res.stdout
+
+
+def test_watch_ends_only_once_the_windows_before_the_final_are_in(
+        control_plane: ControlPlane, admin: Any, namespace: str, proc_factory: Any) -> None:
+    """The final arrives before a span window its emitter sent earlier (seq 1 < 2): watch
+    keeps following until that window is folded, so its last view has the span."""
+    t = datetime.now(UTC).timestamp()
+    emit(admin, namespace, "late-span", Progress(fraction=0.5, message="half"), 0)
+    emit(admin, namespace, "late-span", Progress(fraction=1.0, message="done", final=True), 2)
+    p = proc_factory("watch", "late-span", "-n", namespace, "--grace", "120")
+    p.wait_for(lambda out: any("done" in line and "succeeded" in line for line in out), 30,
+               "the final")
+    assert p.proc.poll() is None  # over, but a window is missing: still following
+    emit(admin, namespace, "late-span", SpanSummary(
+        name="evaluate", count=3, total_s=0.151, min_s=0.05, max_s=0.051, first_start=t - 2,
+        last_end=t - 1), 1)
+    assert p.proc.wait(30) == 0, p.err
+    p.wait_for(lambda out: any("evaluate" in line for line in out), 10, "the span in the view")

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.cluster
 
 def _spans(admin: Any, ns: str, task: str) -> None:
     t0 = datetime.now(UTC).timestamp() - 100
-    spans = [("load", 0, 10, 1, 0), ("epoch", 10, 80, 4, 0), ("epoch", 80, 95, 1, 0),
+    spans = [("load", 0, 10, 1, 0), ("epoch", 10, 40, 4, 0), ("epoch", 80, 95, 1, 0),
              ("eval", 90, 100, 2, 1)]
     for seq, (name, a, b, count, errors) in enumerate(spans):
         emit(admin, ns, task, SpanSummary(name=name, count=count, total_s=float(b - a),
@@ -43,16 +43,19 @@ def test_timeline_draws_the_spans(control_plane: ControlPlane, admin: Any, names
                  "--width", "40")
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
-    assert "3 spans over 100.00s" in lines[0]
+    assert "3 names, 8 spans over 100.00s" in lines[0]
     rows = {line.split()[0]: line for line in lines if line.split()[:1] in
             (["load"], ["epoch"], ["eval"])}
     assert list(rows) == ["load", "epoch", "eval"]  # ordered by first start
     assert rows["load"].index("█") < rows["epoch"].index("█") < rows["eval"].index("█")
-    assert " 5 " in rows["epoch"]  # the two windows of "epoch" are one aggregate
+    assert " 5 " in rows["epoch"]  # the two windows of "epoch" are one aggregate row ...
+    bars = rows["epoch"].split()[1:-3]
+    assert len(bars) == 2, rows["epoch"]  # ... drawn where they ran: two marks, a gap between
     assert "wrote" in res.stderr
 
     doc = xml.dom.minidom.parseString(out_file.read_text())
-    assert len(doc.getElementsByTagName("rect")) == 1 + 3  # background + one bar per span
+    # background + one mark per window: load, epoch twice, eval
+    assert len(doc.getElementsByTagName("rect")) == 1 + 4
     assert "epoch" in out_file.read_text()
 
     data = json.loads(invoke(control_plane, "timeline", "fit", "-n", namespace,

@@ -16,7 +16,7 @@ def test_demo_exits_zero_and_shows_the_folded_task(control_plane: ControlPlane) 
     out = run.stdout
     assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
     state = out.split("6. tidings state train-42")[1].split("tidings lineage")[0]
-    assert "100.0%" in state and re.search(r"Completed\s+yes", state)
+    assert "100.0%" in state and re.search(r"Phase\s+Succeeded", state)
     for text in ("wandb-train-42-0", "wandb-train-42-1", "report-train-42-1", "epoch", "batch"):
         assert text in state, text
     # The spoofed sender is refused by the admission policy, not by luck.

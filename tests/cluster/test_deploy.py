@@ -20,6 +20,7 @@ from kubernetes.client.rest import ApiException
 from tests.cluster.test_controlplane import bound_token, client_with_token
 from tests.support import create_kwok_pod, eventually, pod_phase, write_cri_log
 from tidings.cli.devcluster import REPO_ROOT, ControlPlane
+from tidings.schemas import COUNTER_NAMES, TaskRef, fold_all
 
 pytestmark = pytest.mark.cluster
 
@@ -200,26 +201,128 @@ def test_the_crd_validates_and_prints_the_summary(control_plane: ControlPlane, a
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TaskFeedback",
             "metadata": {"name": "train-1"}, "spec": {"task": "train-1"}}
     crs.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
-    # The folded state is open-ended; the summary is typed.
-    crs.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "train-1", {
-        "status": {"summary": {"progress": 0.5, "links": 2, "deck": "report",
-                               "completed": False},
-                   "links": {"wandb": "https://wandb.ai/x"}, "applied": {"abc": [[1, 7]]}}})
+    status = {"schemaVersion": 2, "phase": "Running",
+              "progress": {"percent": 33, "message": "epoch 1 of 3"}, "linkCount": 1,
+              "deck": "report", "links": {"wandb": {"url": "https://wandb.ai/x",
+                                                    "at": "2026-11-30T03:00:00.000000Z i 1",
+                                                    "events": 1}},
+              "lastEventTime": now(), "applied": "abc=1-7"}
+    crs.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "train-1",
+                                              {"status": status})
     got = crs.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "train-1")
-    assert got["status"]["links"] == {"wandb": "https://wandb.ai/x"}
-    assert got["status"]["applied"] == {"abc": [[1, 7]]}
+    assert got["status"]["links"]["wandb"]["url"] == "https://wandb.ai/x"
+    assert got["status"]["applied"] == "abc=1-7"
     table = control_plane.kubectl_run("get", "tfb", "-n", namespace)
     header, row = table.splitlines()
-    assert header.split() == ["NAME", "PROGRESS", "LINKS", "DECK", "AGE"]
-    assert row.split()[:4] == ["train-1", "0.5", "2", "report"]
+    assert header.split() == ["NAME", "PHASE", "PROGRESS", "LINKS", "DECK", "LAST", "EVENT",
+                              "AGE"]
+    assert row.split()[:5] == ["train-1", "Running", "33", "1", "report"]
+    wide = control_plane.kubectl_run("get", "tfb", "-n", namespace, "-o", "wide")
+    assert "MESSAGE" in wide and "epoch 1 of 3" in wide
     with pytest.raises(ApiException) as err:
         crs.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
             **body, "metadata": {"name": "no-task"}, "spec": {}})
     assert err.value.status == 422 and "spec.task" in err.value.body
-    with pytest.raises(ApiException) as err:
-        crs.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "train-1", {
-            "status": {"summary": {"progress": "half"}}})
-    assert err.value.status == 422 and "status.summary.progress" in err.value.body
+
+
+def test_the_status_is_structural_documented_pruned_and_typed(
+        control_plane: ControlPlane, admin: Any, install: dict[str, Any],
+        namespace: str) -> None:
+    """The CRD documents every field the fold writes; the API server prunes unknown fields
+    and refuses mistyped ones (the attack from the issue: progres / counters "x" / links 42)."""
+    explained = kubectl(control_plane, "explain", "taskfeedback.status").stdout
+    st = fold_all(TaskRef(namespace, "t"), _every_kind_of_event(namespace)).to_status()
+    st["budgetDropped"] = {"pods": 1}  # what a write over budget adds
+    st["compactedBefore"] = now()[:19] + "Z"  # what dedup compaction adds
+    # Every counter the fold keeps, whether or not this fold moved it.
+    st["counters"] = {**{_camel(k): 1 for k in COUNTER_NAMES}, **st["counters"]}
+    for key in st:
+        assert f"  {key}\t" in explained, f"{key} not documented:\n{explained}"
+    for path, _value in _leaves(st):
+        if path.count(".") >= 1 and path.split(".")[0] in ("links", "decks", "spans",
+                                                           "unknownTypes"):
+            continue  # user-chosen keys: explained through additionalProperties
+        field = "taskfeedback.status." + path
+        out = kubectl(control_plane, "explain", field, check=False)
+        assert out.returncode == 0 and "DESCRIPTION" in out.stdout, f"{field}: {out.stderr}"
+        assert "<empty>" not in out.stdout.split("DESCRIPTION")[1][:80], field
+
+    crs = client.CustomObjectsApi(admin)
+    crs.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TaskFeedback",
+        "metadata": {"name": "typed"}, "spec": {"task": "typed"}})
+    # The whole real status is accepted as written, byte for byte.
+    crs.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "typed",
+                                              {"status": st})
+    got = crs.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "typed")
+    assert got["status"] == st
+    # A misspelled field is pruned, silently, as Kubernetes does (the rest is kept).
+    crs.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "typed", {
+        "status": {**st, "progres": {}, "counters": {**st["counters"], "eventsApplid": 3}}})
+    got = crs.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "typed")
+    assert "progres" not in got["status"] and "eventsApplid" not in got["status"]["counters"]
+    assert got["status"] == st
+    # A mistyped one is refused (422) and changes nothing.
+    for bad, where in ([{"counters": "x"}, "status.counters"], [{"links": 42}, "status.links"],
+                       [{"phase": "Done"}, "status.phase"],
+                       [{"progress": {"percent": "half"}}, "status.progress.percent"],
+                       [{"links": {"w": {"url": 1, "at": "t", "events": 1}}},
+                        "status.links.w.url"]):
+        with pytest.raises(ApiException) as err:
+            crs.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL,
+                                                      "typed", {"status": {**st, **bad}})
+        assert err.value.status == 422 and where in err.value.body, err.value.body
+    got = crs.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "typed")
+    assert got["status"] == st
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def _every_kind_of_event(namespace: str) -> list[Any]:
+    """Parsed events of every payload type, two workers (one failed), so every status field
+    the fold can write is present."""
+    from tidings.schemas import (
+        DeckReady,
+        LogLink,
+        ParsedEvent,
+        PodRef,
+        Progress,
+        SpanSummary,
+        UnknownPayload,
+        build_event,
+        parse_event,
+    )
+    t = datetime.now(UTC)
+    ref = TaskRef(namespace, "t")
+    out = []
+    payloads: list[Any] = [
+        LogLink(name="wandb", url="https://wandb.ai/x"), DeckReady(name="d", uri="s3://b/d"),
+        SpanSummary(name="s", count=1, total_s=1, min_s=1, max_s=1, first_start=1, last_end=2),
+        Progress(fraction=0.5, message="half", workers=3),
+        Progress(fraction=0.2, message="boom", final=True, failed=True),
+        UnknownPayload(type="Future", version=9)]
+    for seq, p in enumerate(payloads):
+        pod = PodRef(f"w-{seq % 2}", f"u-{seq % 2}")
+        ev = parse_event(build_event(task=ref, pod=pod, payload=p, instance="i", seq=seq,
+                                     time=t, warning=seq == 4))
+        assert isinstance(ev, ParsedEvent)
+        out.append(ev)
+    return out
+
+
+def _leaves(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _leaves(v, f"{prefix}.{k}" if prefix else k)
+    elif isinstance(obj, list):
+        yield prefix, obj
+        if obj:
+            yield from _leaves(obj[0], prefix)
+    else:
+        yield prefix, obj
 
 
 def test_the_example_workload_passes_a_server_side_dry_run(control_plane: ControlPlane,
@@ -379,7 +482,7 @@ def test_a_workload_can_create_events_and_nothing_else(control_plane: ControlPla
     forbidden(lambda: crs.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "w"))
     forbidden(lambda: crs.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL))
     forbidden(lambda: crs.patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, PLURAL, "w", {"status": {"summary": {"progress": 1}}}))
+        GROUP, VERSION, namespace, PLURAL, "w", {"status": {"phase": "Running"}}))
     forbidden(lambda: client.CoreV1Api(as_me).read_namespaced_pod("w-0", namespace))
 
 
@@ -434,7 +537,7 @@ def test_the_viewer_reads_but_never_writes(api_client: Callable[[str], Any], adm
     forbidden(lambda: crs.patch_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, "v", {"spec": {"task": "w"}}))
     forbidden(lambda: crs.patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, PLURAL, "v", {"status": {"summary": {"progress": 1}}}))
+        GROUP, VERSION, namespace, PLURAL, "v", {"status": {"phase": "Running"}}))
     forbidden(lambda: crs.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "v"))
     forbidden(lambda: events.create_namespaced_event(
         namespace, bus_event(namespace, "v", related=pod, instance="v-0")))
@@ -476,12 +579,14 @@ def test_the_watcher_can_do_its_job_and_no_more(control_plane: ControlPlane, adm
     crs.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "job",
                                        {"metadata": {"labels": {"tidings.dev/task": "job"}}})
     crs.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "job", {
-        "status": {"summary": {"progress": 0.25, "links": 0}, "lastEventTime": now()}})
+        "status": {"phase": "Running", "progress": {"percent": 25, "message": ""},
+                   "lastEventTime": now()}})
     current = crs.get_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "job")
-    current["status"]["summary"]["completed"] = True
+    current["status"]["phase"] = "Succeeded"
     updated = crs.replace_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL,
                                                           "job", current)
-    assert updated["status"]["summary"] == {"progress": 0.25, "links": 0, "completed": True}
+    assert updated["status"]["phase"] == "Succeeded"
+    assert updated["status"]["progress"] == {"percent": 25, "message": ""}
     assert crs.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
 
     # Its leader-election Lease, in tidings-system only.

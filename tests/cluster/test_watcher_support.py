@@ -129,13 +129,25 @@ def emitted_events(files: Iterable[Path]) -> list[dict[str, Any]]:
     return out
 
 
-def expected_status(namespace: str, task: str, bodies: list[dict[str, Any]]) -> dict[str, Any]:
-    """The status the watcher must write: the fold of exactly these events."""
+def expected_status(namespace: str, task: str, bodies: list[dict[str, Any]],
+                    admin: Any) -> dict[str, Any]:
+    """The status the watcher must write: the fold of exactly these events, each with the
+    creationTimestamp the API server gave it (the fold bounds eventTime and compacts dedup
+    entries by it, so the watcher's status carries it)."""
+    from kubernetes import client
+
     from tidings.schemas.event import ParsedEvent, TaskRef, parse_event
     from tidings.schemas.state import fold_all
     from tidings.watcher.writer import status_body
 
     ref = TaskRef(namespace, task)
+    listed = client.EventsV1Api(admin).list_namespaced_event(
+        namespace, field_selector="reportingController=tidings.dev/bus", _preload_content=False)
+    created = {e["metadata"]["name"]: e["metadata"]["creationTimestamp"]
+               for e in json.loads(listed.data)["items"]}
+    for b in bodies:
+        if b["metadata"]["name"] in created:
+            b["metadata"] = {**b["metadata"], "creationTimestamp": created[b["metadata"]["name"]]}
     parsed = [parse_event(b) for b in bodies]
     assert all(isinstance(p, ParsedEvent) for p in parsed), parsed
     mine = [p for p in parsed if isinstance(p, ParsedEvent) and p.task == ref]

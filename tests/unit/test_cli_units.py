@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from tidings.cli.common import CliError, Output, check_name, dump, parse_duration
 from tidings.cli.logstream import Dedup, since_time, ts_key
 from tidings.cli.main import app
-from tidings.cli.timeline_cmd import bar, svg
+from tidings.cli.timeline_cmd import busy_bar, svg
 
 HOSTILE = "ok\x1b[31mred\x1b]0;pwned\x07\x9b2J\x08\r\x00end\u202e"
 
@@ -68,18 +68,21 @@ def test_a_resumed_stream_repeats_nothing_and_loses_nothing() -> None:
     assert d2.admit(None) is True  # a line without a timestamp is always shown
 
 
-def test_bars_fit_their_width() -> None:
-    assert bar(0, 10, 10, 8) == "█" * 8
-    assert bar(5, 5, 10, 8) == "    ████"
-    assert bar(0, 0, 10, 8) == "▏" + " " * 7  # a zero-length span is still visible
-    assert len(bar(9.99, 0.01, 10, 8)) == 8
-    assert bar(0, 1.0, 8.0, 8).rstrip() == "█"
+def test_bars_fit_their_width_and_show_each_window() -> None:
+    assert busy_bar([[0, 10]], 10, 8) == "█" * 8
+    assert busy_bar([[5, 10]], 10, 8) == "    ████"
+    assert busy_bar([[0, 0]], 10, 8) == "█" + " " * 7  # a zero-length window is still visible
+    assert len(busy_bar([[9.99, 10]], 10, 8)) == 8
+    assert busy_bar([[0, 1.0]], 8.0, 8).rstrip() == "█"
+    # Three short windows far apart are three marks, not one bar from first to last.
+    assert busy_bar([[0, 0.1], [4, 4.1], [7.9, 8]], 8.0, 8) == "█   █  █"
 
 
 def test_svg_escapes_hostile_names() -> None:
     rows = [{"name": "<script>alert(1)</script>" + HOSTILE, "count": 1, "total_s": 1.0,
              "mean_s": 1.0, "min_s": 1.0, "max_s": 1.0, "errors": 0, "first_start": 1e9,
-             "last_end": 1e9 + 1, "offset_s": 0.0, "duration_s": 1.0}]
+             "last_end": 1e9 + 1, "offset_s": 0.0, "duration_s": 1.0,
+             "windows": [[0.0, 1.0]]}]
     text = svg("t\"&", "ns", rows)
     assert "<script>" not in text and "&lt;script&gt;" in text
     assert "t&quot;&amp;" in text

@@ -226,3 +226,17 @@ def test_a_forked_child_gets_its_own_instance_and_sender() -> None:
     assert os.read(read_end, 1) == b"1"
     os.close(read_end)
     os.waitpid(pid, 0)
+
+
+def test_span_windows_go_out_before_the_final_and_fail_is_a_failed_final() -> None:
+    em, rec = make(span_window_s=3600.0, workers=3)  # the window would not close by itself
+    em.record_span("evaluate", 1000.0, 1000.05)
+    em.record_span("evaluate", 1001.0, 1001.05)
+    em.fail("CUDA out of memory", 0.4)
+    assert em.flush(5)
+    parsed = rec.parsed()
+    assert [type(p.payload).__name__ for p in parsed] == ["SpanSummary", "Progress"]
+    assert parsed[0].seq < parsed[1].seq  # so a reader can tell nothing is still pending
+    final = parsed[1].payload
+    assert isinstance(final, Progress) and final.final and final.failed
+    assert final.workers == 3 and parsed[1].warning and final.message == "CUDA out of memory"

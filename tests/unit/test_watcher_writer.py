@@ -19,7 +19,7 @@ from tidings.watcher.coalesce import Coalescer
 from tidings.watcher.kube import KubeError
 from tidings.watcher.metrics import Metrics
 from tidings.watcher.store import Store
-from tidings.watcher.writer import StatusWriter, parse_slow_writes, status_body, summary
+from tidings.watcher.writer import StatusWriter, parse_slow_writes, status_body
 
 # --- Coalescer (pure) ------------------------------------------------------------------
 
@@ -211,11 +211,12 @@ def test_transient_errors_are_retried_until_written() -> None:
     w.stop()
 
 
-def test_summary_and_slow_hook_parsing() -> None:
+def test_status_body_and_slow_hook_parsing() -> None:
     t = TaskRef("ns", "t")
-    s = fold(new_state(t), ev(t, 1, Progress(fraction=0.5)))
-    assert summary(s) == {"links": 0, "completed": False, "progress": 0.5}
-    assert "summary" in status_body(s)
+    s = fold(new_state(t), ev(t, 1, Progress(fraction=1 / 3)))
+    body = status_body(s)
+    assert body["phase"] == "Running" and body["progress"] == {"percent": 33, "message": ""}
+    assert "summary" not in body and body["linkCount"] == 0
     assert None not in status_body(new_state(t)).values()
     assert parse_slow_writes("a:2.5, b:1,bad,c:x") == {"a": 2.5, "b": 1.0}
 

@@ -45,7 +45,9 @@ def test_logs_follow_outlives_expiring_and_revoked_exec_tokens(
                           [(tokens[0], 3), (tokens[1], None), (tokens[2], None),
                            (tokens[3], None)])
     runs = tmp_path / "tokens.json.runs"
-    pod = _pod(admin, namespace, "w-0", tmp_path, ["line one"])
+    # labelled for the app: a spawned pod confirms its lineage record
+    pod = _pod(admin, namespace, "w-0", tmp_path, ["line one"],
+               labels={"tidings.dev/task": "app-x"})
     record_spawn(admin, namespace, "app-x", pod["name"], pod["uid"], 0)
     _running(admin, namespace, "w-0")
 

@@ -12,12 +12,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from tidings.schemas.constants import API_GROUP, API_VERSION, BUS_CONTROLLER, KIND, PLURAL
 from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event, parse_watch_line
 from tidings.schemas.rejection import Rejection
 from tidings.schemas.state import fold
 
 from .kube import Kube, KubeError
+from .logs import OncePerEvent, event_key
 from .metrics import Metrics
 from .queue import WorkQueue
 from .reflector import Reflector
@@ -55,7 +58,7 @@ class EventSource:
 
     def list_page(self, items: list[Any]) -> None:
         for obj in items:
-            self.c.deliver(parse_event(obj))
+            self.c.deliver(parse_event(obj), obj)
 
     def list_done(self, resource_version: str) -> None:
         pass
@@ -63,7 +66,7 @@ class EventSource:
     def watch_line(self, line: bytes) -> WatchItem:
         item = parse_watch_line(line)
         if item.type in ("ADDED", "MODIFIED"):
-            self.c.deliver(item.result)
+            self.c.deliver(item.result, line)
         elif item.type == "DELETED":
             self.c.metrics.events_skipped.labels("deleted").inc()  # TTL expiry; state outlives it
         return item
@@ -77,7 +80,9 @@ class Controller:
                  may_write: Any = None) -> None:
         self.kube, self.s, self.metrics = kube, settings, metrics
         self.watch_kube = watch_kube or kube
-        self.store = Store()
+        self.store = Store(on_saved=metrics.saved)
+        # A relist delivers every event again: each rejection is logged once per event.
+        self.rejections_logged = OncePerEvent()
         self.queue: WorkQueue[TaskRef] = WorkQueue()
         self.senders = Senders(kube)
         self.writer = StatusWriter(kube, self.store, metrics, interval=settings.write_interval,
@@ -165,12 +170,14 @@ class Controller:
             self._stopping.wait(0.2)
 
     # --- the watch loop's side ----------------------------------------------------------
-    def deliver(self, result: ParsedEvent | Rejection | None) -> None:
-        """O(1): count, buffer the event under its task, mark the task key dirty."""
+    def deliver(self, result: ParsedEvent | Rejection | None, raw: Any = None) -> None:
+        """O(1): count, buffer the event under its task, mark the task key dirty. ``raw`` (the
+        Event object or its watch line) names a rejected event in the log."""
         m = self.metrics
         m.events_seen.inc()
         if isinstance(result, Rejection):
-            m.events_rejected.labels(result.reason.value).inc()
+            m.events_rejected.labels(result.reason.value).inc()  # per delivery, as documented
+            self._log_refused(result, raw)
             return
         if result is None:
             return
@@ -179,6 +186,20 @@ class Controller:
             return
         self.store.push(result)
         self.queue.add(result.task)
+
+    def _log_refused(self, rejection: Rejection, raw: Any) -> None:
+        """Log an unparseable event once (by namespace, name, resourceVersion) when it can be
+        named; a nameless one is counted only, its reason being all there is to say."""
+        if isinstance(raw, bytes | str):
+            try:
+                raw = orjson.loads(raw).get("object")
+            except Exception:  # not JSON, or not a watch event: nameless
+                raw = None
+        key = event_key(raw)
+        if key is not None and self.rejections_logged.first(key):
+            log.info("rejected %s/%s: %s: %s", key[0], key[1], rejection.reason.value,
+                     rejection.message, extra={"namespace": key[0], "event": key[1],
+                                               "reason": rejection.reason.value})
 
     # --- workers ------------------------------------------------------------------------
     def _fold_worker(self) -> None:
@@ -209,7 +230,11 @@ class Controller:
                     continue
                 if isinstance(verdict, Rejection):
                     m.events_rejected.labels(verdict.reason.value).inc()
-                    log.info("rejected %s: %s", ev.name, verdict.message)
+                    if self.rejections_logged.first((task.namespace, ev.name,
+                                                     ev.resource_version)):
+                        log.info("rejected %s/%s: %s", task.namespace, ev.name, verdict.message,
+                                 extra={"namespace": task.namespace, "task": task.name,
+                                        "event": ev.name, "reason": verdict.reason.value})
                     continue
             state = fold(state, ev)
             m.events_applied.inc()

@@ -59,6 +59,7 @@ def configure(level: str, fmt: LogFormat, stream: IO[str] | None = None) -> None
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level_number(level))
+    logging.captureWarnings(True)  # a Python warning is a record too, not a stray stderr line
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retries are ours to report
 
 

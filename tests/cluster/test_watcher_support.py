@@ -159,7 +159,8 @@ class WatcherProc:
                                      stderr=self._err, env={**os.environ, **(env or {})},
                                      text=True)
         self.port = 0
-        self.lines: list[str] = []
+        self.lines: list[str] = []  # stdout, as text (the message of a --log-format json line)
+        self.raw_lines: list[str] = []
         line = self._readline(60)
         assert "http on" in line, f"watcher did not start: {line!r} {self.tail()}"
         self.port = int(line.rsplit(":", 1)[1])
@@ -172,7 +173,9 @@ class WatcherProc:
         sel.register(self.proc.stdout, selectors.EVENT_READ)
         if not sel.select(timeout):
             return ""
-        line = self.proc.stdout.readline().strip()
+        raw = self.proc.stdout.readline().strip()
+        self.raw_lines.append(raw)
+        line = _message(raw)
         self.lines.append(line)
         return line
 
@@ -233,6 +236,16 @@ class WatcherProc:
             return "\n".join(self.log.read_text().splitlines()[-n:])
         except OSError:
             return ""
+
+
+def _message(line: str) -> str:
+    """A stdout line's text: itself, or with --log-format json the message it carries."""
+    if line.startswith("{"):
+        try:
+            return str(json.loads(line)["message"])
+        except (ValueError, KeyError, TypeError):
+            pass
+    return line
 
 
 # --- the API and etcd ------------------------------------------------------------------

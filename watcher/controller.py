@@ -20,7 +20,7 @@ from tidings.schemas.rejection import Rejection
 from tidings.schemas.state import fold
 
 from .kube import Kube, KubeError
-from .logs import OncePerEvent, event_key
+from .logs import OncePerEvent, event_key, task_fields
 from .metrics import Metrics
 from .queue import WorkQueue
 from .reflector import Reflector
@@ -204,7 +204,7 @@ class Controller:
     # --- workers ------------------------------------------------------------------------
     def _fold_worker(self) -> None:
         self.queue.serve(self.fold_task, lambda task: log.exception(
-            "fold of %s/%s failed", task.namespace, task.name))
+            "fold of %s/%s failed", task.namespace, task.name, extra=task_fields(task)))
 
     def fold_task(self, task: TaskRef) -> None:
         """Fold every pending event of ``task`` (runs in one worker; never two for one key)."""
@@ -233,8 +233,8 @@ class Controller:
                     if self.rejections_logged.first((task.namespace, ev.name,
                                                      ev.resource_version)):
                         log.info("rejected %s/%s: %s", task.namespace, ev.name, verdict.message,
-                                 extra={"namespace": task.namespace, "task": task.name,
-                                        "event": ev.name, "reason": verdict.reason.value})
+                                 extra={**task_fields(task), "event": ev.name,
+                                        "reason": verdict.reason.value})
                     continue
             state = fold(state, ev)
             m.events_applied.inc()
@@ -255,7 +255,8 @@ class Controller:
             obj = self.kube.request("GET", path, timeout=(5, 30))
         except KubeError as e:
             if e.status != 404:
-                log.warning("cannot load %s/%s: %s", task.namespace, task.name, e)
+                log.warning("cannot load %s/%s: %s", task.namespace, task.name, e,
+                            extra=task_fields(task))
                 return False
             self.store.load(task, None, exists=False)
             return True

@@ -11,7 +11,10 @@ import sys
 import threading
 from collections.abc import Callable, Hashable
 from enum import StrEnum
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tidings.schemas.event import TaskRef
 
 
 class LogLevel(StrEnum):
@@ -101,6 +104,11 @@ class OncePerEvent:
     def __len__(self) -> int:
         with self._lock:
             return len(self._seen)
+
+
+def task_fields(task: TaskRef) -> dict[str, str]:
+    """The ``extra`` of a log line about one task (JSON lines carry them as fields)."""
+    return {"namespace": task.namespace, "task": task.name}
 
 
 def event_key(obj: Any) -> tuple[str, str, str] | None:

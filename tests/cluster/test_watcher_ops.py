@@ -27,7 +27,7 @@ from tests.cluster.test_watcher_support import (
     etcd_compact_now,
     payload_for,
 )
-from tests.support import create_kwok_pod, eventually
+from tests.support import create_kwok_pod, eventually, raw_event
 
 pytestmark = pytest.mark.cluster
 
@@ -48,6 +48,11 @@ def _is_critical(seq: int, total: int) -> bool:
 
 def _relists(w: WatcherProc) -> float:
     return sum(v for k, v in w.metrics().items() if k.startswith("tidings_watcher_relists_total"))
+
+
+def _rejected(w: WatcherProc) -> float:
+    return sum(v for k, v in w.metrics().items()
+               if k.startswith("tidings_watcher_events_rejected_total"))
 
 
 def _names(f: Path) -> list[str]:
@@ -94,20 +99,29 @@ def test_a_rejected_event_is_logged_once_across_a_forced_relist(
     fg, fs = tmp_path / "good.jsonl", tmp_path / "spoof.jsonl"
     Emitter(kubeconfig, namespace, "victim", good, "good", fg, count=3, total=10).wait()
     Emitter(kubeconfig, namespace, "victim", bare, "spoof", fs, count=2).wait()
-    eventually(lambda: metric(w, SPOOFED) == 2, 20, "2 spoofed events rejected")
+    # A bus event the parser refuses (its note is no payload): named in the log as well.
+    from kubernetes import client
+
+    from tidings.schemas.constants import BUS_CONTROLLER
+
+    client.EventsV1Api(admin).create_namespaced_event(
+        namespace, raw_event(namespace, "malformed-1", controller=BUS_CONTROLLER))
+    eventually(lambda: metric(w, SPOOFED) == 2 and _rejected(w) == 3, 20,
+               "2 spoofed events and 1 malformed rejected")
     relists = _relists(w)
     # Twice: the watch's resourceVersion may be etcd's newest, which one compaction keeps.
     etcd_compact_now(control_plane.etcd_url)
     etcd_compact_now(control_plane.etcd_url)
     eventually(lambda: _relists(w) > relists, 30, f"a relist after compaction\n{w.tail()}")
     # Counted per delivery, as documented: the relist delivered both again.
-    eventually(lambda: metric(w, SPOOFED) == 4, 20, "the relisted spoofed events re-rejected")
+    eventually(lambda: metric(w, SPOOFED) == 4 and _rejected(w) == 6, 20,
+               "the relisted events rejected again")
     # Folds of one task run one at a time: once a later event of it is written, the fold that
     # re-rejected the relisted ones has finished (and logged whatever it logs).
     Emitter(kubeconfig, namespace, "victim", good, "good", fg, first=4, count=1, total=10).wait()
     assert_exact(admin, namespace, ["victim"], [fg])
     log = w.log.read_text().splitlines()
-    for name in _names(fs):
+    for name in [*_names(fs), "malformed-1"]:
         lines = [x for x in log if "rejected" in x and name in x]
         assert len(lines) == 1, (name, lines)
 
@@ -125,8 +139,7 @@ def test_json_log_format_prints_only_json_objects_with_structured_fields(
     eventually(lambda: metric(w, SPOOFED) == 1, 20, "the spoofed event rejected")
     w.kill(signal.SIGTERM)  # a graceful stop logs its flush too
     assert w.proc.returncode == 0, w.tail()
-    assert w.proc.stdout is not None
-    stdout = w.raw_lines + w.proc.stdout.read().splitlines()
+    stdout = w.raw_lines
     stderr = w.log.read_text().splitlines()
     assert len(stderr) >= 3 and len(stdout) >= 1, (stdout, stderr)
     records = []

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from tidings.watcher.logs import LogFormat, LogLevel
+
 app = typer.Typer(help="The watcher: fold bus events into durable TaskFeedback state.",
                   no_args_is_help=True)
 
@@ -71,17 +73,20 @@ def run(
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
                             help="Run as one of several replicas behind a Lease.")] = True,
     identity: Annotated[str | None, typer.Option(help="Lease holder identity.")] = None,
-    log_level: Annotated[str, typer.Option(envvar="TIDINGS_LOG_LEVEL")] = "INFO",
+    log_level: Annotated[LogLevel, typer.Option(
+        envvar="TIDINGS_LOG_LEVEL", case_sensitive=False,
+        help="Least severe level logged.")] = LogLevel.info,
+    log_format: Annotated[LogFormat, typer.Option(
+        envvar="TIDINGS_LOG_FORMAT", case_sensitive=False,
+        help="text, or json: one object per line (time, level, logger, message and fields "
+        "such as namespace, task, reason), status lines on stdout included.")] = LogFormat.text,
 ) -> None:
     """Watch bus events and keep one TaskFeedback status per task up to date."""
-    import logging
-
     from tidings.watcher.app import ConfigError, Options
     from tidings.watcher.app import run as run_watcher
+    from tidings.watcher.logs import announcer, configure
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: "
-                        "%(message)s")
-    logging.getLogger("urllib3").setLevel(logging.ERROR)
+    configure(log_level, log_format)
     opts = Options(
         kubeconfig=kubeconfig, context=context, namespaces=_namespaces(namespace),
         concurrency=concurrency, metrics_host=metrics_host, metrics_port=metrics_port,
@@ -93,7 +98,7 @@ def run(
         event_ttl=event_ttl, max_instances=max_instances,
         identity=identity, ttl_after_finished=ttl_after_finished)
     try:
-        code = run_watcher(opts)
+        code = run_watcher(opts, announce=announcer(log_format))
     except ConfigError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import orjson
+
 from tidings.kube import paginate
 from tidings.schemas.constants import API_GROUP, API_VERSION, BUS_CONTROLLER, KIND, PLURAL
 from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event, parse_watch_line
@@ -20,6 +22,7 @@ from tidings.schemas.rejection import Rejection
 from tidings.schemas.state import Limits, fold
 
 from .kube import Kube, KubeError
+from .logs import OncePerEvent, event_key, task_fields
 from .metrics import Metrics
 from .queue import WorkQueue
 from .reflector import Reflector
@@ -63,7 +66,7 @@ class EventSource:
 
     def list_page(self, items: list[Any]) -> None:
         for obj in items:
-            self.c.deliver(parse_event(obj))
+            self.c.deliver(parse_event(obj), obj)
 
     def list_done(self, resource_version: str) -> None:
         pass
@@ -71,7 +74,7 @@ class EventSource:
     def watch_line(self, line: bytes) -> WatchItem:
         item = parse_watch_line(line)
         if item.type in ("ADDED", "MODIFIED"):
-            self.c.deliver(item.result)
+            self.c.deliver(item.result, line)
         elif item.type == "DELETED":
             self.c.metrics.events_skipped.labels("deleted").inc()  # TTL expiry; state outlives it
         return item
@@ -87,7 +90,10 @@ class Controller:
         self.watch_kube = watch_kube or kube
         self.store = Store(Limits(clock_skew=timedelta(seconds=settings.clock_skew),
                                   event_ttl=timedelta(seconds=settings.event_ttl),
-                                  max_instances=settings.max_instances))
+                                  max_instances=settings.max_instances),
+                           on_saved=metrics.saved)
+        # A relist delivers every event again: each rejection is logged once per event.
+        self.rejections_logged = OncePerEvent()
         self.queue: WorkQueue[TaskRef] = WorkQueue()
         self.senders = Senders(kube_getter(kube))
         self.writer = StatusWriter(kube, self.store, metrics, interval=settings.write_interval,
@@ -185,12 +191,14 @@ class Controller:
                 log.warning("ttl sweep failed: %s", e)
 
     # --- the watch loop's side ----------------------------------------------------------
-    def deliver(self, result: ParsedEvent | Rejection | None) -> None:
-        """O(1): count, buffer the event under its task, mark the task key dirty."""
+    def deliver(self, result: ParsedEvent | Rejection | None, raw: Any = None) -> None:
+        """O(1): count, buffer the event under its task, mark the task key dirty. ``raw`` (the
+        Event object or its watch line) names a rejected event in the log."""
         m = self.metrics
         m.events_seen.inc()
         if isinstance(result, Rejection):
-            m.events_rejected.labels(result.reason.value).inc()
+            m.events_rejected.labels(result.reason.value).inc()  # per delivery, as documented
+            self._log_refused(result, raw)
             return
         if result is None:
             return
@@ -200,10 +208,24 @@ class Controller:
         self.store.push(result)
         self.queue.add(result.task)
 
+    def _log_refused(self, rejection: Rejection, raw: Any) -> None:
+        """Log an unparseable event once (by namespace, name, resourceVersion) when it can be
+        named; a nameless one is counted only, its reason being all there is to say."""
+        if isinstance(raw, bytes | str):
+            try:
+                raw = orjson.loads(raw).get("object")
+            except Exception:  # not JSON, or not a watch event: nameless
+                raw = None
+        key = event_key(raw)
+        if key is not None and self.rejections_logged.first(key):
+            log.info("rejected %s/%s: %s: %s", key[0], key[1], rejection.reason.value,
+                     rejection.message, extra={"namespace": key[0], "event": key[1],
+                                               "reason": rejection.reason.value})
+
     # --- workers ------------------------------------------------------------------------
     def _fold_worker(self) -> None:
         self.queue.serve(self.fold_task, lambda task: log.exception(
-            "fold of %s/%s failed", task.namespace, task.name))
+            "fold of %s/%s failed", task.namespace, task.name, extra=task_fields(task)))
 
     def fold_task(self, task: TaskRef) -> None:
         """Fold every pending event of ``task`` (runs in one worker; never two for one key)."""
@@ -235,7 +257,11 @@ class Controller:
                 continue
             if isinstance(verdict, Rejection):
                 m.events_rejected.labels(verdict.reason.value).inc()
-                log.info("rejected %s: %s", ev.name, verdict.message)
+                if self.rejections_logged.first((task.namespace, ev.name,
+                                                 ev.resource_version)):
+                    log.info("rejected %s/%s: %s", task.namespace, ev.name, verdict.message,
+                             extra={**task_fields(task), "event": ev.name,
+                                    "reason": verdict.reason.value})
                 continue
             m.sender_lookups.labels(verdict).inc()
             state = fold(state, ev)
@@ -257,7 +283,8 @@ class Controller:
             obj = self.kube.request("GET", path, timeout=(5, 30))
         except KubeError as e:
             if e.status != 404:
-                log.warning("cannot load %s/%s: %s", task.namespace, task.name, e)
+                log.warning("cannot load %s/%s: %s", task.namespace, task.name, e,
+                            extra=task_fields(task))
                 return False
             self.store.load(task, None, exists=False)
             return True

@@ -2,8 +2,24 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+import platform
+import time
+from collections.abc import Iterable
+from importlib import metadata
 
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
+
+from tidings.schemas.event import ParsedEvent
+from tidings.schemas.payloads import Progress, SpanSummary
 from tidings.schemas.rejection import RejectReason
 
 from .auth import REASONS
@@ -11,10 +27,40 @@ from .auth import REASONS
 disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created series only add noise to every scrape
 
 
+# Emit-to-status latency: from a fraction of the write interval up to a minute behind (the
+# freshness goal is 2 s for critical facts, 30 s for coalescible ones).
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60)
+
+
+def version() -> str:
+    """The installed ``tidings`` distribution's version ("unknown" when run from a bare tree)."""
+    try:
+        return metadata.version("tidings")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def fact_kind(ev: ParsedEvent) -> str:
+    """"coalescible" for facts a newer one supersedes (spans, non-final progress), else
+    "critical" (links, decks, final progress, failures, and payload types not known here)."""
+    p = ev.payload
+    if not ev.warning and (isinstance(p, SpanSummary)
+                           or (isinstance(p, Progress) and not p.final)):
+        return "coalescible"
+    return "critical"
+
+
 class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        # What the default registry carries (process_*, python_info, python_gc_*), on ours.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
         p = "tidings_watcher_"
+        self.build_info = Gauge(p + "build_info", "Always 1: the version running.",
+                                ["version", "python"], registry=r)
+        self.build_info.labels(version(), platform.python_version()).set(1)
         self.events_seen = Counter(p + "events_seen", "Bus events read from list or watch.",
                                    registry=r)
         self.events_applied = Counter(p + "events_applied", "Events folded into a task state.",
@@ -56,6 +102,13 @@ class Metrics:
         self.http_denied = Counter(
             p + "http_denied", "Requests to /tasks refused, by reason (no_token, bad_token, "
             "forbidden, review_error).", ["reason"], registry=r)
+        self.emit_to_status = Histogram(
+            p + "emit_to_status_seconds",
+            "From an applied event's eventTime (the sender's clock) to the successful status "
+            "write that first contains it, by kind (critical, coalescible).", ["kind"],
+            buckets=LATENCY_BUCKETS, registry=r)
+        for kind in ("critical", "coalescible"):
+            self.emit_to_status.labels(kind)
         for reason in REASONS:
             self.http_denied.labels(reason)
         for reason in RejectReason:
@@ -68,3 +121,11 @@ class Metrics:
         # fenced: not sent, the lease is not held.
         for result in ("ok", "error", "conflict", "fenced"):
             self.status_writes.labels(result)
+
+    def saved(self, events: Iterable[ParsedEvent], now: float | None = None) -> None:
+        """``events`` are in the status now: observe how long each took from its sender."""
+        t = time.time() if now is None else now
+        for ev in events:
+            # A sender whose clock runs ahead would give negative latencies: count them as 0.
+            lag = max(0.0, t - ev.event_time.timestamp())
+            self.emit_to_status.labels(fact_kind(ev)).observe(lag)

@@ -42,8 +42,12 @@ class Entry:
 class Store:
     """Thread-safe map TaskRef -> Entry. The fold itself runs outside the lock, in a worker."""
 
-    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
+    def __init__(self, limits: Limits = DEFAULT_LIMITS,
+                 on_saved: Callable[[list[ParsedEvent]], None] | None = None) -> None:
         self.limits = limits
+        # Told (outside the lock) which unsaved events a status now holds, once each: the
+        # emit-to-status latency is observed there.
+        self.on_saved = on_saved
         self._lock = threading.Lock()
         self._entries: dict[TaskRef, Entry] = {}
 
@@ -133,11 +137,14 @@ class Store:
             if changed:
                 e.state = _fold_new(theirs, [ev for _, ev in e.unsaved])
                 e.version += 1
+            saved: list[ParsedEvent] = []
             if e.state == theirs:
                 # The status already says all we know (we were behind, or our own write
                 # landed and only its answer was lost): nothing to write.
+                saved = [ev for _, ev in e.unsaved]
                 e.written, e.unsaved = e.version, []
-            return changed
+        self._saved(saved)
+        return changed
 
     def absent(self, task: TaskRef) -> None:
         """The TaskFeedback object is gone: the next write creates it."""
@@ -165,7 +172,13 @@ class Store:
             e = self._entry(task)
             e.written = max(e.written, version)
             e.rv = rv
+            saved = [ev for v, ev in e.unsaved if v <= version]
             e.unsaved = [(v, ev) for v, ev in e.unsaved if v > version]
+        self._saved(saved)
+
+    def _saved(self, events: list[ParsedEvent]) -> None:
+        if events and self.on_saved is not None:
+            self.on_saved(events)
 
     def tasks(self) -> list[TaskRef]:
         with self._lock:

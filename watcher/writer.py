@@ -26,6 +26,7 @@ from tidings.schemas.state import STATUS_BUDGET, TaskState
 
 from .coalesce import Coalescer, TokenBucket
 from .kube import Kube, KubeError
+from .logs import task_fields
 from .metrics import Metrics
 from .queue import WorkQueue
 from .store import Store
@@ -125,7 +126,7 @@ class StatusWriter:
     # --- workers ------------------------------------------------------------------------
     def _work(self) -> None:
         self.queue.serve(self._write_one, lambda task: log.exception(
-            "status write of %s/%s failed", task.namespace, task.name))
+            "status write of %s/%s failed", task.namespace, task.name, extra=task_fields(task)))
 
     def _write_one(self, task: TaskRef) -> None:
         try:
@@ -170,7 +171,8 @@ class StatusWriter:
                     new_rv = self._persist(task, status_body(state), rv)
                 except Conflict as e:
                     self.metrics.status_writes.labels("conflict").inc()
-                    log.info("status write %s/%s: %s; re-reading", task.namespace, task.name, e)
+                    log.info("status write %s/%s: %s; re-reading", task.namespace, task.name, e,
+                             extra=task_fields(task))
                     self._reread(task)
                     continue
                 self.store.written(task, version, new_rv)
@@ -178,20 +180,22 @@ class StatusWriter:
                 self.metrics.status_writes.labels("ok").inc()
                 return True
             log.warning("status write %s/%s: still conflicting after %d attempts",
-                        task.namespace, task.name, MAX_CONFLICTS)
+                        task.namespace, task.name, MAX_CONFLICTS, extra=task_fields(task))
             return False
         except NotLeader:
             self.metrics.status_writes.labels("fenced").inc()
             return False
         except KubeError as e:
             self.metrics.status_writes.labels("error").inc()
-            log.warning("status write %s/%s failed: %s", task.namespace, task.name, e)
+            log.warning("status write %s/%s failed: %s", task.namespace, task.name, e,
+                        extra=task_fields(task))
             # Permanent refusals (422 invalid name, 403, ...) wait for the task's next change
             # instead of being retried forever; transient ones are rescheduled with backoff.
             return not e.retryable
         except Exception as e:
             self.metrics.status_writes.labels("error").inc()
-            log.warning("status write %s/%s failed: %s", task.namespace, task.name, e)
+            log.warning("status write %s/%s failed: %s", task.namespace, task.name, e,
+                        extra=task_fields(task))
             return False
 
     def _fence(self) -> None:
@@ -239,7 +243,8 @@ class StatusWriter:
             self.store.absent(task)
             return
         if self.store.rebase(task, obj.get("status"), _resource_version(obj)):
-            log.info("status of %s/%s had events we lacked: merged", task.namespace, task.name)
+            log.info("status of %s/%s had events we lacked: merged", task.namespace, task.name,
+                     extra=task_fields(task))
 
     def _create(self, task: TaskRef, coll: str) -> str | None:
         """Create the TaskFeedback; its resourceVersion. Conflict when it already exists (we

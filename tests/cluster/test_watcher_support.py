@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -173,37 +174,43 @@ class WatcherProc:
                                      stderr=self._err, env={**os.environ, **(env or {})},
                                      text=True)
         self.port = 0
-        self.lines: list[str] = []
-        line = self._readline(60)
-        assert "http on" in line, f"watcher did not start: {line!r} {self.tail()}"
+        self.lines: list[str] = []  # stdout, as text (the message of a --log-format json line)
+        self.raw_lines: list[str] = []
+        # A reader thread, not select() on the pipe: two lines that arrive together would
+        # leave the second in the file object's buffer, where select() cannot see it.
+        self._seen = threading.Condition()
+        self._eof = False
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        ok = self.wait_line("http on", 60)
+        line = next((x for x in self.lines if "http on" in x), "")
+        assert ok, f"watcher did not start: {line!r} {self.tail()}"
         self.port = int(line.rsplit(":", 1)[1])
 
-    def _readline(self, timeout: float) -> str:
-        import selectors
-
+    def _read(self) -> None:
         assert self.proc.stdout is not None
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        if not sel.select(timeout):
-            return ""
-        line = self.proc.stdout.readline().strip()
-        self.lines.append(line)
-        return line
+        for raw in self.proc.stdout:
+            with self._seen:
+                self.raw_lines.append(raw.strip())
+                self.lines.append(_message(raw.strip()))
+                self._seen.notify_all()
+        with self._seen:
+            self._eof = True
+            self._seen.notify_all()
 
     def said(self, text: str) -> int:
         """How many stdout lines so far contain ``text``."""
-        return sum(text in x for x in self.lines)
+        with self._seen:
+            return sum(text in x for x in self.lines)
 
     def wait_line(self, text: str, timeout: float, count: int = 1) -> bool:
         """Wait until ``count`` stdout lines contain ``text`` (False on timeout or exit)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.said(text) >= count:
-                return True
-            if self.proc.poll() is not None:
-                return False
-            self._readline(max(0.0, min(0.5, deadline - time.monotonic())))
-        return self.said(text) >= count
+        def enough() -> bool:
+            return sum(text in x for x in self.lines) >= count
+
+        with self._seen:
+            self._seen.wait_for(lambda: enough() or self._eof, timeout)
+            return enough()
 
     def wait_leading(self, timeout: float, count: int = 1) -> bool:
         return self.wait_line("leading as", timeout, count)
@@ -240,6 +247,7 @@ class WatcherProc:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(5)
+        self._reader.join(5)  # every stdout line is in self.lines now
         self._err.close()
 
     def tail(self, n: int = 30) -> str:
@@ -247,6 +255,16 @@ class WatcherProc:
             return "\n".join(self.log.read_text().splitlines()[-n:])
         except OSError:
             return ""
+
+
+def _message(line: str) -> str:
+    """A stdout line's text: itself, or with --log-format json the message it carries."""
+    if line.startswith("{"):
+        try:
+            return str(json.loads(line)["message"])
+        except (ValueError, KeyError, TypeError):
+            pass
+    return line
 
 
 # --- the API and etcd ------------------------------------------------------------------

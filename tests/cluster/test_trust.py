@@ -305,7 +305,7 @@ def test_task_ids_that_cannot_be_object_names_are_refused_at_the_first_emit(
         control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
         start_watcher: Callable[..., WatcherProc]) -> None:
     from tidings.emitter import Emitter, EmitterConfig, Identity
-    from tidings.emitter.transport import KubeTransport
+    from tidings.emitter.transport import KubeTransport, connect
 
     w = start_watcher()
     pod = create_kwok_pod(admin, namespace, "p-0", labels={TASK_LABEL: "Train_42"})
@@ -321,7 +321,7 @@ def test_task_ids_that_cannot_be_object_names_are_refused_at_the_first_emit(
     # The library: counted and logged once at the first emit, never raised, nothing sent.
     em = Emitter(EmitterConfig(), identity=Identity(namespace, pod["name"], pod["uid"],
                                                      "Train_42"),
-                 transport=KubeTransport(admin))
+                 transport=KubeTransport(connect(str(cfg))))
     em.log_link("w", "https://w.ai/")
     em.progress(1.0, final=True)
     assert em.flush(10)
@@ -382,14 +382,17 @@ def test_lineage_is_taken_only_from_pods_that_confirm_it(
     a workload that records another pod (backdated) for the app gets neither the watcher nor
     `tidings lineage`/`logs` to take it."""
     from tidings.emitter import Emitter, EmitterConfig, Identity
-    from tidings.emitter.transport import KubeTransport
+    from tidings.emitter.transport import KubeTransport, connect
 
     w = start_watcher()
-    ctl, as_ctl, _ = workload(control_plane, admin, namespace, "ctl-0", {}, sa="controller")
+    ctl, as_ctl, ctl_token = workload(control_plane, admin, namespace, "ctl-0", {},
+                                      sa="controller")
+    ctl_client = connect(str(token_kubeconfig(control_plane, ctl_token, namespace,
+                                              tmp_path / "ctl.yaml")))
     spawned = create_kwok_pod(admin, namespace, "app-x-worker-0", labels={TASK_LABEL: "app-x"},
                               log_file=write_cri_log(tmp_path / "w.log", ["worker line"]))
     em = Emitter(EmitterConfig(), identity=Identity(namespace, ctl["name"], ctl["uid"], ""),
-                 transport=KubeTransport(as_ctl, pod_bound=True))
+                 transport=KubeTransport(ctl_client, pod_bound=True))
     eventually(lambda: (em.pod_spawned(spawned["name"], spawned["uid"], app="app-x"),
                         em.flush(10), em.stats()["delivered"] >= 1)[-1], 30,
                f"the controller's record delivered: {em.stats()}")

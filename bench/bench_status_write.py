@@ -4,8 +4,9 @@ The statuses are what the watcher writes (``status_body`` of a real fold):
   minimal  one worker's progress;
   typical  a training task: 2 workers, 2 links, a deck, 5 span names, ~100 events;
   capped   every cap full with the longest names and URLs, cut to the byte budget.
-Each is written N times as the watcher writes it (JSON Patch ``add /status``, field manager
-``tidings-watcher``), every write a real change (a counter moves). API-server CPU is read
+Each is written N times as the watcher writes it (PUT of ``/status`` with a resourceVersion
+precondition, field manager ``tidings-watcher``; ``--method patch``: JSON Patch ``add /status``),
+every write a real change (a counter moves). API-server CPU is read
 from ``/proc/<kube-apiserver pid>/stat`` (utime + stime) around the writes, minus its idle
 rate measured just before, and divided by N. Prints a table and the ratios to minimal
 (goal: typical <= 1.5x, capped <= 4x).
@@ -105,7 +106,7 @@ def capped(ref: TaskRef) -> dict[str, Any]:
         items.append((DeckReady(name=f"{i:02d}" + heavy, uri=url), pod0, "i" * 64, len(items)))
     for i in range(lim.spans):
         items.append((SpanSummary(name=f"{i:03d}" + heavy, count=2**40, total_s=9e8,
-                                  min_s=1 / 3, max_s=9e8, first_start=1e9 / 3, last_end=1e10),
+                                  min_s=1 / 3e9, max_s=9e8, first_start=1e9 / 3, last_end=1e10),
                       pod0, "i" * 64, len(items)))
     for i in range(lim.pods):
         items.append((Progress(fraction=1 / 3, message=heavy * 4),
@@ -167,8 +168,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--writes", type=int, default=300, help="writes per status (capped: 1/3)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds; the median is reported")
-    ap.add_argument("--method", choices=["patch", "put"], default="patch",
-                    help="JSON Patch add /status (the watcher today) or PUT with resourceVersion")
+    ap.add_argument("--method", choices=["patch", "put"], default="put",
+                    help="PUT with a resourceVersion precondition (the watcher's write) or "
+                    "JSON Patch add /status")
     args = ap.parse_args()
     global METHOD
     METHOD = args.method

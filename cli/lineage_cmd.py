@@ -1,5 +1,7 @@
-"""`tidings lineage APP` and `tidings logs APP`: the pods an app spawned, from structured
-PodSpawned records (name and uid), and their logs; never pods that merely share a prefix."""
+"""`tidings lineage APP` and `tidings logs APP`: the pods of an app, from structured
+PodSpawned records (name and uid) or, without a lineage controller, from its TaskFeedback
+status and the pods labelled for it (by uid), and their logs; never pods that merely share a
+prefix."""
 
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from tidings.cli.common import (
 
 App = Annotated[str, typer.Argument(
     metavar="APP", show_default=False,
-    help="The app or owner the pods were spawned for (the PodSpawned events' subject).")]
+    help="The app or task: the PodSpawned events' subject, else the TaskFeedback and the "
+    "tidings.dev/task label of its pods.")]
 
 
 class Color(StrEnum):
@@ -46,19 +49,20 @@ def lineage(
     kubeconfig: Kubeconfig = None,
     context: Context = None,
 ) -> None:
-    """Show the pods spawned for an app, as a tree, with what became of each one."""
+    """Show the pods of an app or task, as a tree, with where each was found and its fate."""
     check_name(app, "app")
     from tidings.cli import lineage as lin
     from tidings.cli import taskview
 
     k, ns = taskview.open_app(app, namespace, all_namespaces, kubeconfig, context)
-    entries, _ = lin.load(k, ns, app)
-    items = lin.fates(k, entries)
+    found = lin.discover(k, ns, app)
+    items = lin.fates(k, found)
     disowned = [f for f in items if f.state == "disowned"]
     if disowned:  # deny by default: a live pod that does not confirm the record is not shown
         items = [f for f in items if f.state != "disowned"]
         names = ", ".join(safe(f.entry.pod.name) for f in disowned)
-        typer.echo(f"ignored {len(disowned)} lineage record(s) naming pods not labelled "
+        what = "reporting pod(s)" if found.fallback else "lineage record(s) naming pods"
+        typer.echo(f"ignored {len(disowned)} {what} not labelled "
                    f"tidings.dev/task={safe(app)}: {names}", err=True)
     if output is Output.table:
         console().print(lin.render(ns, app, items))
@@ -91,7 +95,7 @@ def logs(
     kubeconfig: Kubeconfig = None,
     context: Context = None,
 ) -> None:
-    """Stream the logs of exactly the pods spawned for an app (by name and uid), like stern."""
+    """Stream the logs of exactly the pods of an app or task (by name and uid), like stern."""
     check_name(app, "app")
     since_s = None if since is None else max(1, int(-(-parse_duration(since) // 1)))
     if container is not None and not container.replace("-", "").isalnum():
@@ -106,13 +110,16 @@ def logs(
     mux = logstream.LogMux(k, ns, logstream.Options(
         follow=follow, since_seconds=since_s, container=container, max_streams=max_streams),
         printer)
-    entries, rv = lin.load(k, ns, app, must_exist=not follow)
-    if not entries:
+    found = lin.discover(k, ns, app, must_exist=not follow)
+    if not found.entries:
         printer.note(f"waiting for pods of app {app!r} in namespace {ns} ...")
-    mux.add(entries)
+    mux.add(found.entries)
     if follow:
         mux.start_monitor()
-        mux.spawn(lambda: mux.add(lin.follow(k, ns, app, rv, mux.stopped)))
+        mux.spawn(lambda: mux.add(lin.follow(k, ns, app, found.events_rv, mux.stopped)))
+        if found.fallback:  # no lineage controller (yet): new pods show up by their label
+            mux.spawn(lambda: mux.add(
+                lin.follow_labelled(k, ns, app, found.pods_rv, mux.stopped)))
     try:
         mux.wait()
     finally:

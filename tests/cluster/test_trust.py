@@ -385,11 +385,18 @@ def test_lineage_is_taken_only_from_pods_that_confirm_it(
     from tidings.emitter.transport import KubeTransport
 
     w = start_watcher()
-    ctl, as_ctl, _ = workload(control_plane, admin, namespace, "ctl-0", {}, sa="controller")
+    from tidings.kube import Client
+    from tidings.kube import load as load_config
+
+    ctl, as_ctl, ctl_token = workload(control_plane, admin, namespace, "ctl-0", {},
+                                      sa="controller")
     spawned = create_kwok_pod(admin, namespace, "app-x-worker-0", labels={TASK_LABEL: "app-x"},
                               log_file=write_cri_log(tmp_path / "w.log", ["worker line"]))
+    # The emitter's transport is a tidings.kube Client with the controller's pod-bound token.
+    ctl_client = Client(load_config(str(token_kubeconfig(
+        control_plane, ctl_token, namespace, tmp_path / "ctl.yaml"))))
     em = Emitter(EmitterConfig(), identity=Identity(namespace, ctl["name"], ctl["uid"], ""),
-                 transport=KubeTransport(as_ctl, pod_bound=True))
+                 transport=KubeTransport(ctl_client, pod_bound=True))
     eventually(lambda: (em.pod_spawned(spawned["name"], spawned["uid"], app="app-x"),
                         em.flush(10), em.stats()["delivered"] >= 1)[-1], 30,
                f"the controller's record delivered: {em.stats()}")

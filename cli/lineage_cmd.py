@@ -6,6 +6,7 @@ prefix."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Annotated
 
@@ -32,6 +33,21 @@ App = Annotated[str, typer.Argument(
     metavar="APP", show_default=False,
     help="The app or task: the PodSpawned events' subject, else the TaskFeedback and the "
     "tidings.dev/task label of its pods.")]
+
+
+class LogFormat(StrEnum):
+    text = "text"
+    jsonl = "jsonl"
+
+
+def _patterns(values: list[str] | None, flag: str) -> tuple[re.Pattern[str], ...]:
+    out = []
+    for v in values or []:
+        try:
+            out.append(re.compile(v))
+        except re.error as err:
+            invalid(f"{flag} {v[:64]!r} is not a regular expression: {err}")
+    return tuple(out)
 
 
 class Color(StrEnum):
@@ -90,6 +106,27 @@ def logs(
     color: Annotated[Color, typer.Option(
         "--color", case_sensitive=False, help="Colour the \\[pod/container] prefixes.")
     ] = Color.auto,
+    tail: Annotated[int | None, typer.Option(
+        "--tail", metavar="N", min=0, show_default=False,
+        help="Start with the last N lines of each container (default: all).")] = None,
+    since_time: Annotated[str | None, typer.Option(
+        "--since-time", metavar="RFC3339", show_default=False,
+        help="Only lines at or after this time (2026-12-01T10:00:00Z).")] = None,
+    previous: Annotated[bool, typer.Option(
+        "--previous", "-p", help="The previous instance of each container (after a restart).")
+    ] = False,
+    no_prefix: Annotated[bool, typer.Option(
+        "--no-prefix", help="Print the lines without the \\[pod/container] prefix.")] = False,
+    include: Annotated[list[str] | None, typer.Option(
+        "--include", "-i", metavar="REGEX", show_default=False,
+        help="Only lines matching this (repeatable: any of them).")] = None,
+    exclude: Annotated[list[str] | None, typer.Option(
+        "--exclude", "-e", metavar="REGEX", show_default=False,
+        help="Not lines matching this (repeatable).")] = None,
+    output: Annotated[LogFormat, typer.Option(
+        "--output", "-o", case_sensitive=False,
+        help="text, or jsonl: one JSON object per line (pod, container, time, line).")
+    ] = LogFormat.text,
     namespace: Namespace = None,
     all_namespaces: AllNamespaces = False,
     kubeconfig: Kubeconfig = None,
@@ -100,16 +137,29 @@ def logs(
     since_s = None if since is None else max(1, int(-(-parse_duration(since) // 1)))
     if container is not None and not container.replace("-", "").isalnum():
         invalid(f"container {container[:64]!r} is not a valid container name")
+    from tidings.cli import logstream
+
+    if since_time is not None:
+        if since is not None:
+            invalid("--since and --since-time cannot be used together")
+        if logstream.ts_key(since_time) is None:
+            invalid(f"--since-time {since_time[:40]!r} is not an RFC 3339 time like "
+                    "2026-12-01T10:00:00Z")
+    if previous and follow:
+        invalid("--previous cannot be used with --follow (a previous instance has ended)")
+    includes, excludes = _patterns(include, "--include"), _patterns(exclude, "--exclude")
     from tidings.cli import lineage as lin
-    from tidings.cli import logstream, taskview
+    from tidings.cli import taskview
 
     k, ns = taskview.open_app(app, namespace, all_namespaces, kubeconfig, context)
     use_color = color is Color.always or (
         color is Color.auto and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
-    printer = logstream.Printer(color=use_color, timestamps=timestamps)
+    printer = logstream.Printer(color=use_color, timestamps=timestamps, prefix=not no_prefix,
+                                jsonl=output is LogFormat.jsonl)
     mux = logstream.LogMux(k, ns, logstream.Options(
-        follow=follow, since_seconds=since_s, container=container, max_streams=max_streams),
-        printer)
+        follow=follow, since_seconds=since_s, container=container, max_streams=max_streams,
+        tail=tail, since_time=since_time, previous=previous, include=includes,
+        exclude=excludes), printer)
     found = lin.discover(k, ns, app, must_exist=not follow)
     if not found.entries:
         printer.note(f"waiting for pods of app {app!r} in namespace {ns} ...")

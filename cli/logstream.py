@@ -18,7 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from tidings.cli.common import EXIT_ERROR, CliError, safe
+import orjson
+
+from tidings.cli.common import EXIT_ERROR, EXIT_NOT_FOUND, CliError, safe
 from tidings.cli.kube import Action, ApiError, Kube, lines
 from tidings.cli.lineage import vouches
 from tidings.schemas import TASK_LABEL, LineageEntry
@@ -28,6 +30,8 @@ _PALETTE = (31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96)
 _TS = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?"
                  r"(Z|[+-]\d\d:\d\d)$")
 _RETRY_CAP = 5.0
+# orjson leaves DEL and the C1 controls raw; a terminal may act on them, so they are escaped.
+_C1 = re.compile("[\x7f-\x9f]")
 
 
 def ts_key(stamp: str) -> int | None:
@@ -82,11 +86,14 @@ class Printer:
     """Serialises output from many streams: whole lines, one writer at a time."""
 
     def __init__(self, out: TextIO | None = None, err: TextIO | None = None,
-                 color: bool = False, timestamps: bool = False) -> None:
+                 color: bool = False, timestamps: bool = False, prefix: bool = True,
+                 jsonl: bool = False) -> None:
         self.out = out
         self.err = err
         self.color = color
         self.timestamps = timestamps
+        self.prefix = prefix
+        self.jsonl = jsonl  # one JSON object per line: pod, container, time (if known), line
         self.lock = threading.Lock()
 
     def _prefix(self, pod: str, container: str) -> str:
@@ -97,8 +104,14 @@ class Printer:
         return f"\x1b[{code}m{text}\x1b[0m"
 
     def line(self, pod: str, container: str, stamp: str, text: str) -> None:
-        shown = f"{stamp} " if self.timestamps and stamp else ""
-        out = f"{self._prefix(pod, container)} {shown}{safe(text)}\n"
+        if self.jsonl:
+            obj = {"pod": pod, "container": container, **({"time": stamp} if stamp else {}),
+                   "line": text}
+            out = _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", orjson.dumps(obj).decode()) + "\n"
+        else:
+            shown = f"{stamp} " if self.timestamps and stamp else ""
+            head = f"{self._prefix(pod, container)} " if self.prefix else ""
+            out = f"{head}{shown}{safe(text)}\n"
         with self.lock:
             stream = self.out or sys.stdout
             stream.write(out)
@@ -118,6 +131,16 @@ class Options:
     container: str | None = None
     max_streams: int = 16
     poll_interval: float = 2.0  # how often -f checks whether streamed pods finished
+    tail: int | None = None  # tailLines of each stream's first request (not of a resume)
+    since_time: str | None = None  # RFC 3339; the first request's sinceTime
+    previous: bool = False  # the previous instance of each container (never followed)
+    include: tuple[re.Pattern[str], ...] = ()  # a line is shown when it matches one of these
+    exclude: tuple[re.Pattern[str], ...] = ()  # ... and none of these
+
+    def shows(self, text: str) -> bool:
+        if self.include and not any(r.search(text) for r in self.include):
+            return False
+        return not any(r.search(text) for r in self.exclude)
 
 
 @dataclass
@@ -226,10 +249,10 @@ class LogMux:
         spec = pod.get("spec") or {}
         names = [str(c.get("name")) for c in spec.get("containers") or [] if c.get("name")]
         if self.opt.container is not None:
-            if self.opt.container not in names:
-                self.printer.note(f"- {name}: has no container {self.opt.container!r} "
-                                  f"(it has {', '.join(names) or 'none'})")
-                return
+            if self.opt.container not in names:  # like kubectl: an error, not silence
+                raise CliError(f"not found: container {self.opt.container!r} in pod {name} "
+                               f"(its containers: {', '.join(names) or 'none'})",
+                               EXIT_NOT_FOUND)
             names = [self.opt.container]
         for c in names:
             self.spawn(self._run_stream, Stream(name, uid, c))
@@ -265,13 +288,19 @@ class LogMux:
         action = Action("get", "pods/log", self.ns, s.pod)
         backoff = 0.2
         while not self.stopped.is_set():
-            follow = self.opt.follow and not s.final_pass
+            follow = self.opt.follow and not s.final_pass and not self.opt.previous
             query: dict[str, Any] = {"container": s.container, "timestamps": "true",
-                                     "follow": "true" if follow else None}
+                                     "follow": "true" if follow else None,
+                                     "previous": "true" if self.opt.previous else None}
             if s.dedup.last is not None:
                 query["sinceTime"] = since_time(s.dedup.last)
-            elif self.opt.since_seconds:
-                query["sinceSeconds"] = self.opt.since_seconds
+            else:
+                if self.opt.since_time:
+                    query["sinceTime"] = self.opt.since_time
+                elif self.opt.since_seconds:
+                    query["sinceSeconds"] = self.opt.since_seconds
+                if self.opt.tail is not None:
+                    query["tailLines"] = self.opt.tail
             broken = False
             try:
                 s.resp = self.kube.stream(path, query, action=action,
@@ -281,6 +310,9 @@ class LogMux:
                     raise
                 if err.status == 404:
                     return "pod gone"
+                if err.status == 400 and self.opt.previous:
+                    why = err.message.removeprefix("invalid input: ")
+                    return f"no logs: no previous instance ({why})"
                 if err.status != 400 and not follow:
                     raise
                 # 400: the container is not running yet (Pending) or already gone.
@@ -337,7 +369,7 @@ class LogMux:
         key = ts_key(stamp) if sep else None
         if key is None:
             stamp, rest = "", text
-        if s.dedup.admit(key):
+        if s.dedup.admit(key) and self.opt.shows(rest):
             self.printer.line(s.pod, s.container, stamp, rest)
 
     # -- follow: notice pods that finish ----------------------------------------------------

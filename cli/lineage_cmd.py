@@ -159,7 +159,7 @@ def logs(
     mux = logstream.LogMux(k, ns, logstream.Options(
         follow=follow, since_seconds=since_s, container=container, max_streams=max_streams,
         tail=tail, since_time=since_time, previous=previous, include=includes,
-        exclude=excludes), printer)
+        exclude=excludes), printer, app)
     found = lin.discover(k, ns, app, must_exist=not follow)
     if not found.entries:
         printer.note(f"waiting for pods of app {app!r} in namespace {ns} ...")

@@ -1,8 +1,10 @@
 """The engine of `tidings logs`: one stream per (lineage pod, container), bounded in number,
 prefixed and coloured per pod like stern, resumed with sinceTime without repeating lines.
 
-Pods are identified by the name AND uid recorded in their PodSpawned event; a pod that now
-carries the name under another uid is someone else and is never streamed.
+Pods are identified by name AND uid (from their PodSpawned record, the TaskFeedback status or
+the label list); a pod that now carries the name under another uid is someone else and is never
+streamed, nor is one without the label tidings.dev/task=<app>. With -f, one list of the app's
+labelled pods per tick tells which streams' pods went away or finished.
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ class Options:
     since_seconds: int | None = None
     container: str | None = None
     max_streams: int = 16
-    poll_interval: float = 2.0  # how often -f checks whether streamed pods finished
+    poll_interval: float = 2.0  # how often -f lists the app's pods to see which finished
     tail: int | None = None  # tailLines of each stream's first request (not of a resume)
     since_time: str | None = None  # RFC 3339; the first request's sinceTime
     previous: bool = False  # the previous instance of each container (never followed)
@@ -156,9 +158,11 @@ class Stream:
 class LogMux:
     """Starts and bounds the streams; follow mode also watches pods finish."""
 
-    def __init__(self, kube: Kube, namespace: str, options: Options, printer: Printer) -> None:
+    def __init__(self, kube: Kube, namespace: str, options: Options, printer: Printer,
+                 app: str) -> None:
         self.kube = kube
         self.ns = namespace
+        self.app = app  # every streamed pod carries tidings.dev/task=<app> (see _start_pod)
         self.opt = options
         self.printer = printer
         self.stopped = threading.Event()
@@ -353,6 +357,9 @@ class LogMux:
                 return "pod gone"
             if pod and str((pod.get("metadata") or {}).get("uid") or "") != s.uid:
                 return "pod replaced"
+            if pod and ((pod.get("metadata") or {}).get("labels") or {}).get(TASK_LABEL) \
+                    != self.app:  # it no longer confirms it belongs to the app
+                return f"pod no longer labelled {TASK_LABEL}={self.app}"
             phase = str((pod.get("status") or {}).get("phase") or "")
             if phase in ("Succeeded", "Failed"):
                 s.final_pass = True  # drain what was written before it ended
@@ -375,19 +382,27 @@ class LogMux:
     # -- follow: notice pods that finish ----------------------------------------------------
 
     def _monitor(self) -> None:
+        """One list of the app's labelled pods per tick (not a GET per stream): a stream whose
+        pod is not in it (gone, replaced, label removed) or has finished is shut down; its
+        reader wakes, reads that one pod to find out why, and drains or ends."""
+        path = f"/api/v1/namespaces/{self.ns}/pods"
+        query = {"labelSelector": f"{TASK_LABEL}={self.app}"}
+        action = Action("list", "pods", self.ns)
         while not self.stopped.wait(self.opt.poll_interval):
             with self._lock:
                 streams = [s for s in self._active.values()
                            if s.resp is not None and not s.final_pass]
+            if not streams:
+                continue
+            try:
+                pods, _ = self.kube.list_all(path, query, action=action)
+            except CliError:
+                continue  # unreachable or not allowed to list: the streams still end by EOF
+            phases = {str((p.get("metadata") or {}).get("uid") or ""):
+                      str((p.get("status") or {}).get("phase") or "") for p in pods}
             for s in streams:
-                try:
-                    pod = self.kube.get_pod(self.ns, s.pod)
-                except CliError:
-                    continue
-                uid = str(((pod or {}).get("metadata") or {}).get("uid") or "")
-                phase = str(((pod or {}).get("status") or {}).get("phase") or "")
-                if pod is None or uid != s.uid or phase in ("Succeeded", "Failed"):
-                    _shutdown(s.resp)  # the reader wakes, finds out why, and drains
+                if phases.get(s.uid, "Succeeded") in ("Succeeded", "Failed"):
+                    _shutdown(s.resp)
 
 
 def _shutdown(resp: Any) -> None:

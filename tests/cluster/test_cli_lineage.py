@@ -407,3 +407,31 @@ def test_logs_flags_select_lines_like_kubectl_and_stern(
                        (["--tail", "-1"], "--tail")]:
         res = invoke(control_plane, "logs", "fl", "-n", namespace, *flags)
         assert res.exit_code == 2 and why in res.stderr, (flags, res.output)
+
+
+def test_logs_follow_ends_the_stream_of_a_pod_that_drops_the_label(
+        control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
+        proc_factory: Any) -> None:
+    """A pod streamed by -f that removes its tidings.dev/task label no longer confirms it
+    belongs to the task: its stream ends (found by the one pod list per tick), and lines it
+    writes afterwards are never shown, while the task's other pod goes on streaming."""
+    from kubernetes import client
+
+    label = {"labels": {TASK_LABEL: "drop"}}
+    pod = _pod(admin, namespace, "drop-0", tmp_path, ["before"], **label)
+    keep = _pod(admin, namespace, "keep-0", tmp_path, ["kept"], **label)
+    _serving(admin, namespace, "drop-0", "keep-0")
+    p = proc_factory("logs", "drop", "-f", "-n", namespace)
+    p.wait_for(lambda out: "[drop-0/main] before" in out and "[keep-0/main] kept" in out, 30,
+               "the first lines")
+    client.CoreV1Api(admin).patch_namespaced_pod(
+        "drop-0", namespace, {"metadata": {"labels": {TASK_LABEL: None}}})
+    eventually(lambda: any("- [drop-0/main] pod no longer labelled" in x for x in p.err),
+               timeout=30, what="the stream to end")
+    with pod["log"].open("a") as f:
+        f.write(cri_log_line("SECRET after the label went"))
+    with keep["log"].open("a") as f:
+        f.write(cri_log_line("kept again"))
+    p.wait_for(lambda out: "[keep-0/main] kept again" in out, 30, "the other pod's new line")
+    assert p.proc.poll() is None  # -f goes on following the task
+    assert not [x for x in p.out if "SECRET" in x]

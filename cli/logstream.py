@@ -388,6 +388,7 @@ class LogMux:
         path = f"/api/v1/namespaces/{self.ns}/pods"
         query = {"labelSelector": f"{TASK_LABEL}={self.app}"}
         action = Action("list", "pods", self.ns)
+        may_list = True
         while not self.stopped.wait(self.opt.poll_interval):
             with self._lock:
                 streams = [s for s in self._active.values()
@@ -395,9 +396,16 @@ class LogMux:
             if not streams:
                 continue
             try:
-                pods, _ = self.kube.list_all(path, query, action=action)
+                if may_list:
+                    pods, _ = self.kube.list_all(path, query, action=action)
+                else:  # allowed to get pods but not to list them: one GET per stream
+                    pods = [p for p in (self.kube.get_pod(self.ns, s.pod) for s in streams)
+                            if p is not None]
+            except ApiError as err:
+                may_list = may_list and err.status != 403
+                continue
             except CliError:
-                continue  # unreachable or not allowed to list: the streams still end by EOF
+                continue  # unreachable for now: the next tick asks again
             phases = {str((p.get("metadata") or {}).get("uid") or ""):
                       str((p.get("status") or {}).get("phase") or "") for p in pods}
             for s in streams:

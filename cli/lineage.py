@@ -1,36 +1,53 @@
-"""Pod lineage for `lineage` and `logs`: the pods recorded as spawned for an app (PodSpawned
-events, matched by name AND uid, never by prefix) and what became of each of them.
+"""Pod lineage for `lineage` and `logs`: the pods of an app, matched by name AND uid (never
+by prefix), and what became of each of them. The pods come from its PodSpawned records; when a
+task has none (no lineage controller: Argo, Flyte, Kubeflow), from the reporting pods its
+TaskFeedback status records and the pods labelled ``tidings.dev/task=<app>``.
 
 Who may speak for an app's lineage: nobody on their word. A record counts only when the pod
 it names confirms it: a pod of the app's namespace with that uid, labelled
 ``tidings.dev/task=<app>`` by whoever created it (the watcher applies the same rule to
 PodSpawned regarding a TaskFeedback). A record naming any other live pod is ignored and
 reported; a record of a pod that is gone or replaced cannot be confirmed any more, so it is
-shown as history, flagged unverified, and never streamed.
+shown as history, flagged unverified, and never streamed. The same rule holds for the pods
+found without a record: each one streamed is the live pod of that uid, carrying the label.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+import orjson
+
+from tidings._compat import UTC
 from tidings.cli.common import CliError, not_found, safe
-from tidings.cli.kube import ApiError, Kube, lines
-from tidings.cli.taskview import lineage_selector
+from tidings.cli.kube import Action, ApiError, Kube, lines
+from tidings.cli.taskview import CR_RESOURCE, cr_path, lineage_selector
 from tidings.schemas import (
+    KIND,
     TASK_LABEL,
     LineageEntry,
     ParsedEvent,
+    PodRef,
     PodSpawned,
+    TaskRef,
     fold_lineage,
     format_time,
     parse_event,
+    parse_time,
     parse_watch_line,
 )
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+# Where a pod of the app was found (a pod may be found several ways; see `Found`).
+SPAWNED = "spawned"  # a PodSpawned record names it
+STATUS = "status"  # the task's TaskFeedback status lists it among the pods that reported
+LABEL = "label"  # it carries tidings.dev/task=<app>
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _ours(p: object, app: str) -> bool:
@@ -49,11 +66,103 @@ def load(kube: Kube, namespace: str, app: str, must_exist: bool = True
     return entries, rv
 
 
-def follow(kube: Kube, namespace: str, app: str, resource_version: str,
-           stopped: Any) -> Iterator[LineageEntry]:
-    """Lineage entries recorded after `resource_version`, until `stopped.is_set()`.
+@dataclass
+class Found:
+    """The app's pods and where each was found: its PodSpawned records when it has any, else
+    (no lineage controller) the reporting pods of its TaskFeedback status and the pods
+    labelled for it. Every pod is keyed by uid; ``pods`` keeps the objects the label list
+    returned, so their fate needs no second read."""
 
-    Relists (yielding everything, the caller deduplicates by uid) when a watch ends."""
+    entries: list[LineageEntry]
+    sources: dict[str, tuple[str, ...]] = field(default_factory=dict)  # uid -> sources
+    events: dict[str, int] = field(default_factory=dict)  # uid -> events reported (status)
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # uid -> listed pod
+    events_rv: str = ""  # the PodSpawned list's resourceVersion (to watch from)
+    pods_rv: str = ""  # the labelled pods list's resourceVersion ("" when not listed)
+    fallback: bool = False  # no PodSpawned records: found by status and label
+
+
+def pod_selector(app: str) -> str:
+    return f"{TASK_LABEL}={app}"
+
+
+def member(namespace: str, app: str, name: str, uid: str, when: datetime | None = None
+           ) -> LineageEntry:
+    """An entry for a pod found without a PodSpawned record: it belongs to the task ``app``
+    (the label it must carry says so); no role, attempt or reporter."""
+    return LineageEntry(subject=TaskRef(namespace, app), subject_kind=KIND,
+                        pod=PodRef(name, uid, namespace), app=app, role="", attempt=0,
+                        event_time=when or _EPOCH, reported_by=PodRef("", "", namespace))
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def status_pods(kube: Kube, namespace: str, app: str) -> list[tuple[str, str, int]]:
+    """(name, uid, events) of the pods the TaskFeedback status records as reporting; none
+    when there is no TaskFeedback (or no CRD, or no right to read it)."""
+    try:
+        obj = kube.get_json(cr_path(namespace, app),
+                            action=Action("get", CR_RESOURCE, namespace, app))
+    except ApiError as err:
+        if err.status in (403, 404):
+            return []
+        raise
+    status = obj.get("status")
+    pods = status.get("pods") if isinstance(status, dict) else None
+    out = []
+    for p in pods if isinstance(pods, list) else []:
+        if isinstance(p, dict) and p.get("name") and p.get("uid"):  # never by name alone
+            events = p.get("events")
+            out.append((str(p["name"]), str(p["uid"]), events if isinstance(events, int) else 0))
+    return out
+
+
+def list_labelled(kube: Kube, namespace: str, app: str) -> tuple[list[dict[str, Any]], str]:
+    return kube.list_all(f"/api/v1/namespaces/{namespace}/pods",
+                         {"labelSelector": pod_selector(app)},
+                         action=Action("list", "pods", namespace))
+
+
+def discover(kube: Kube, namespace: str, app: str, must_exist: bool = True) -> Found:
+    """The app's pods (see `Found`); not found when no source knows any."""
+    entries, events_rv = load(kube, namespace, app, must_exist=False)
+    if entries:
+        return Found(entries, {e.pod.uid: (SPAWNED,) for e in entries}, events_rv=events_rv)
+    found = Found([], events_rv=events_rv, fallback=True)
+    by_uid: dict[str, LineageEntry] = {}
+    for name, uid, events in status_pods(kube, namespace, app):
+        by_uid[uid] = member(namespace, app, name, uid)
+        found.sources[uid] = (STATUS,)
+        found.events[uid] = events
+    pods, found.pods_rv = list_labelled(kube, namespace, app)
+    for pod in pods:
+        meta = _meta(pod)
+        name, uid = str(meta.get("name") or ""), str(meta.get("uid") or "")
+        if not name or not uid:
+            continue
+        when = parse_time(meta.get("creationTimestamp"))
+        by_uid[uid] = member(namespace, app, name, uid, when)
+        found.sources[uid] = (*found.sources.get(uid, ()), LABEL)
+        found.pods[uid] = pod
+    found.entries = sorted(by_uid.values(), key=lambda e: (e.pod.name, e.pod.uid))
+    if must_exist and not found.entries:
+        not_found(f"app {app!r} in namespace {namespace} (no PodSpawned events, no "
+                  f"reporting pods in its TaskFeedback, no pods labelled {pod_selector(app)})")
+    return found
+
+
+# One watch line -> (its type, its resourceVersion, the entries it brings).
+Pick = Callable[[bytes], tuple[str, str, list[LineageEntry]]]
+
+
+def _follow(watch: Callable[[str], Any], pick: Pick,
+            relist: Callable[[], tuple[list[LineageEntry], str]], resource_version: str,
+            stopped: Any) -> Iterator[LineageEntry]:
+    """Entries from a watch after ``resource_version`` until ``stopped.is_set()``; when the
+    watch ends, relists (yielding everything: the caller deduplicates by uid) and watches on."""
     import time
 
     rv = resource_version
@@ -61,7 +170,7 @@ def follow(kube: Kube, namespace: str, app: str, resource_version: str,
     while not stopped.is_set():
         started = time.monotonic()
         try:
-            resp = kube.watch_events(namespace, lineage_selector(app), rv, timeout_s=30)
+            resp = watch(rv)
         except ApiError as err:
             if err.status == 403:
                 raise
@@ -71,14 +180,12 @@ def follow(kube: Kube, namespace: str, app: str, resource_version: str,
         if resp is not None:
             try:
                 for line in lines(resp):
-                    item = parse_watch_line(line)
-                    if item.type == "ERROR":
+                    kind, line_rv, entries = pick(line)
+                    if kind == "ERROR":
                         rv = ""
                         break
-                    if item.resource_version:
-                        rv = item.resource_version
-                    if item.type == "ADDED" and _ours(item.result, app):
-                        yield from fold_lineage([item.result])  # type: ignore[list-item]
+                    rv = line_rv or rv
+                    yield from entries
             except Exception:
                 pass  # broken watch: relist below
             finally:
@@ -89,12 +196,63 @@ def follow(kube: Kube, namespace: str, app: str, resource_version: str,
         if quick:
             stopped.wait(min(0.2 * 2 ** quick, 5.0))
         try:
-            entries, rv = load(kube, namespace, app, must_exist=False)
+            entries, rv = relist()
         except CliError as err:
             if isinstance(err, ApiError) and err.status == 403:
                 raise
             continue
         yield from entries
+
+
+def follow(kube: Kube, namespace: str, app: str, resource_version: str,
+           stopped: Any) -> Iterator[LineageEntry]:
+    """Lineage entries recorded after `resource_version`, until `stopped.is_set()`."""
+    def pick(line: bytes) -> tuple[str, str, list[LineageEntry]]:
+        item = parse_watch_line(line)
+        new = item.type == "ADDED" and _ours(item.result, app)
+        return item.type, item.resource_version, \
+            fold_lineage([item.result]) if new else []  # type: ignore[list-item]
+
+    return _follow(
+        lambda rv: kube.watch_events(namespace, lineage_selector(app), rv, timeout_s=30),
+        pick, lambda: load(kube, namespace, app, must_exist=False), resource_version, stopped)
+
+
+def follow_labelled(kube: Kube, namespace: str, app: str, resource_version: str,
+                    stopped: Any) -> Iterator[LineageEntry]:
+    """The pods labelled for the app that appear after `resource_version` (a reporting pod
+    carries the label, so this also finds every new reporting pod), until stopped."""
+    def entry(pod: dict[str, Any]) -> Iterator[LineageEntry]:
+        meta = _meta(pod)
+        if meta.get("name") and meta.get("uid"):
+            yield member(namespace, app, str(meta["name"]), str(meta["uid"]),
+                         parse_time(meta.get("creationTimestamp")))
+
+    def pick(line: bytes) -> tuple[str, str, list[LineageEntry]]:
+        try:
+            msg = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return "", "", []
+        if not isinstance(msg, dict) or not isinstance(msg.get("object"), dict):
+            return "", "", []
+        obj, kind = msg["object"], str(msg.get("type") or "")
+        rv = str(_meta(obj).get("resourceVersion") or "")
+        if kind == "ERROR":
+            return kind, "", []
+        return kind, rv, list(entry(obj)) if kind in ("ADDED", "MODIFIED") else []
+
+    def relist() -> tuple[list[LineageEntry], str]:
+        pods, rv = list_labelled(kube, namespace, app)
+        return [e for p in pods for e in entry(p)], rv
+
+    def watch(rv: str) -> Any:
+        return kube.stream(
+            f"/api/v1/namespaces/{namespace}/pods",
+            {"labelSelector": pod_selector(app), "watch": "true", "resourceVersion": rv,
+             "allowWatchBookmarks": "true", "timeoutSeconds": 30},
+            action=Action("watch", "pods", namespace), read_timeout=45)
+
+    return _follow(watch, pick, relist, resource_version, stopped)
 
 
 # --- what became of each pod --------------------------------------------------------------
@@ -113,6 +271,8 @@ class PodFate:
     phase: str  # the pod's phase when current, else ""
     current_uid: str = ""  # the uid now carrying that name, when replaced
     reason: str = ""
+    sources: tuple[str, ...] = (SPAWNED,)  # where the pod was found
+    events: int = 0  # events it reported, when the TaskFeedback status lists it
 
     def label(self) -> str:
         if self.state == "current":
@@ -130,14 +290,21 @@ class PodFate:
         """The pod confirmed the record (only a current pod can)."""
         return self.state == "current"
 
+    @property
+    def spawned(self) -> bool:
+        return SPAWNED in self.sources
+
     def to_data(self) -> dict[str, Any]:
         e = self.entry
         return {
             "pod": e.pod.name, "uid": e.pod.uid, "namespace": e.pod.namespace,
             "app": e.app, "role": e.role, "attempt": e.attempt,
             "subject": {"kind": e.subject_kind, "name": e.subject.name},
-            "spawned_at": format_time(e.event_time),
-            "reported_by": {"pod": e.reported_by.name, "uid": e.reported_by.uid},
+            "sources": list(self.sources),
+            "spawned_at": format_time(e.event_time) if self.spawned else None,
+            "reported_by": {"pod": e.reported_by.name, "uid": e.reported_by.uid}
+            if self.spawned else None,
+            **({"events": self.events} if STATUS in self.sources else {}),
             "state": self.state, "phase": self.phase, "verified": self.verified,
             **({"current_uid": self.current_uid} if self.current_uid else {}),
         }
@@ -164,11 +331,22 @@ def fate_of(entry: LineageEntry, pod: dict[str, Any] | None) -> PodFate:
     return PodFate(entry, "current", phase)
 
 
-def fates(kube: Kube, entries: list[LineageEntry]) -> list[PodFate]:
+def fates(kube: Kube, found: Found) -> list[PodFate]:
+    """What became of each pod: the labelled pods as listed, the others read by name (and
+    then matched by uid)."""
+    def one(e: LineageEntry) -> PodFate:
+        uid = e.pod.uid
+        listed = found.pods.get(uid)
+        f = fate_of(e, listed) if listed is not None else fate(kube, e)
+        f.sources = found.sources.get(uid, (SPAWNED,))
+        f.events = found.events.get(uid, 0)
+        return f
+
+    entries = found.entries
     if len(entries) <= 1:
-        return [fate(kube, e) for e in entries]
+        return [one(e) for e in entries]
     with ThreadPoolExecutor(max_workers=min(8, len(entries))) as pool:
-        return list(pool.map(lambda e: fate(kube, e), entries))
+        return list(pool.map(one, entries))
 
 
 # --- the tree -----------------------------------------------------------------------------
@@ -193,12 +371,16 @@ def render(namespace: str, app: str, items: list[PodFate]) -> Any:
                 by_role[role] = root.add(Text.assemble(("role ", "dim"), (role, "bold cyan")))
             parent = by_role[role]
         style = _PHASE_STYLE.get(f.phase, "") if f.state == "current" else "dim red"
+        if f.spawned:
+            origin = f"spawned {format_time(e.event_time)[:19]}Z by {safe(e.reported_by.name)}"
+        else:  # no lineage controller: say where the pod was found instead
+            origin = "found by " + ", ".join(
+                f"{STATUS} ({f.events} events)" if s == STATUS else
+                f"{LABEL} {pod_selector(e.app)}" if s == LABEL else s for s in f.sources)
         label = Text.assemble(
             (safe(e.pod.name), "bold" if f.state == "current" else "strike"),
             (f"  uid {safe(e.pod.uid)[:8]}", "dim"),
             (f"  attempt {e.attempt}" if e.attempt else "", "dim"),
-            "  ", (safe(f.label()), style),
-            (f"  spawned {format_time(e.event_time)[:19]}Z by {safe(e.reported_by.name)}",
-             "dim"))
+            "  ", (safe(f.label()), style), (f"  {safe(origin)}", "dim"))
         parent.add(label)
     return root

@@ -1,9 +1,12 @@
-"""`tidings lineage APP` and `tidings logs APP`: the pods an app spawned, from structured
-PodSpawned records (name and uid), and their logs; never pods that merely share a prefix."""
+"""`tidings lineage APP` and `tidings logs APP`: the pods of an app, from structured
+PodSpawned records (name and uid) or, without a lineage controller, from its TaskFeedback
+status and the pods labelled for it (by uid), and their logs; never pods that merely share a
+prefix."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Annotated
 
@@ -28,7 +31,23 @@ from tidings.cli.common import (
 
 App = Annotated[str, typer.Argument(
     metavar="APP", show_default=False,
-    help="The app or owner the pods were spawned for (the PodSpawned events' subject).")]
+    help="The app or task: the PodSpawned events' subject, else the TaskFeedback and the "
+    "tidings.dev/task label of its pods.")]
+
+
+class LogFormat(StrEnum):
+    text = "text"
+    jsonl = "jsonl"
+
+
+def _patterns(values: list[str] | None, flag: str) -> tuple[re.Pattern[str], ...]:
+    out = []
+    for v in values or []:
+        try:
+            out.append(re.compile(v))
+        except re.error as err:
+            invalid(f"{flag} {v[:64]!r} is not a regular expression: {err}")
+    return tuple(out)
 
 
 class Color(StrEnum):
@@ -46,19 +65,20 @@ def lineage(
     kubeconfig: Kubeconfig = None,
     context: Context = None,
 ) -> None:
-    """Show the pods spawned for an app, as a tree, with what became of each one."""
+    """Show the pods of an app or task, as a tree, with where each was found and its fate."""
     check_name(app, "app")
     from tidings.cli import lineage as lin
     from tidings.cli import taskview
 
     k, ns = taskview.open_app(app, namespace, all_namespaces, kubeconfig, context)
-    entries, _ = lin.load(k, ns, app)
-    items = lin.fates(k, entries)
+    found = lin.discover(k, ns, app)
+    items = lin.fates(k, found)
     disowned = [f for f in items if f.state == "disowned"]
     if disowned:  # deny by default: a live pod that does not confirm the record is not shown
         items = [f for f in items if f.state != "disowned"]
         names = ", ".join(safe(f.entry.pod.name) for f in disowned)
-        typer.echo(f"ignored {len(disowned)} lineage record(s) naming pods not labelled "
+        what = "reporting pod(s)" if found.fallback else "lineage record(s) naming pods"
+        typer.echo(f"ignored {len(disowned)} {what} not labelled "
                    f"tidings.dev/task={safe(app)}: {names}", err=True)
     if output is Output.table:
         console().print(lin.render(ns, app, items))
@@ -86,33 +106,70 @@ def logs(
     color: Annotated[Color, typer.Option(
         "--color", case_sensitive=False, help="Colour the \\[pod/container] prefixes.")
     ] = Color.auto,
+    tail: Annotated[int | None, typer.Option(
+        "--tail", metavar="N", min=0, show_default=False,
+        help="Start with the last N lines of each container (default: all).")] = None,
+    since_time: Annotated[str | None, typer.Option(
+        "--since-time", metavar="RFC3339", show_default=False,
+        help="Only lines at or after this time (2026-12-01T10:00:00Z).")] = None,
+    previous: Annotated[bool, typer.Option(
+        "--previous", "-p", help="The previous instance of each container (after a restart).")
+    ] = False,
+    no_prefix: Annotated[bool, typer.Option(
+        "--no-prefix", help="Print the lines without the \\[pod/container] prefix.")] = False,
+    include: Annotated[list[str] | None, typer.Option(
+        "--include", "-i", metavar="REGEX", show_default=False,
+        help="Only lines matching this (repeatable: any of them).")] = None,
+    exclude: Annotated[list[str] | None, typer.Option(
+        "--exclude", "-e", metavar="REGEX", show_default=False,
+        help="Not lines matching this (repeatable).")] = None,
+    output: Annotated[LogFormat, typer.Option(
+        "--output", "-o", case_sensitive=False,
+        help="text, or jsonl: one JSON object per line (pod, container, time, line).")
+    ] = LogFormat.text,
     namespace: Namespace = None,
     all_namespaces: AllNamespaces = False,
     kubeconfig: Kubeconfig = None,
     context: Context = None,
 ) -> None:
-    """Stream the logs of exactly the pods spawned for an app (by name and uid), like stern."""
+    """Stream the logs of exactly the pods of an app or task (by name and uid), like stern."""
     check_name(app, "app")
     since_s = None if since is None else max(1, int(-(-parse_duration(since) // 1)))
     if container is not None and not container.replace("-", "").isalnum():
         invalid(f"container {container[:64]!r} is not a valid container name")
+    from tidings.cli import logstream
+
+    if since_time is not None:
+        if since is not None:
+            invalid("--since and --since-time cannot be used together")
+        if logstream.ts_key(since_time) is None:
+            invalid(f"--since-time {since_time[:40]!r} is not an RFC 3339 time like "
+                    "2026-12-01T10:00:00Z")
+    if previous and follow:
+        invalid("--previous cannot be used with --follow (a previous instance has ended)")
+    includes, excludes = _patterns(include, "--include"), _patterns(exclude, "--exclude")
     from tidings.cli import lineage as lin
-    from tidings.cli import logstream, taskview
+    from tidings.cli import taskview
 
     k, ns = taskview.open_app(app, namespace, all_namespaces, kubeconfig, context)
     use_color = color is Color.always or (
         color is Color.auto and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
-    printer = logstream.Printer(color=use_color, timestamps=timestamps)
+    printer = logstream.Printer(color=use_color, timestamps=timestamps, prefix=not no_prefix,
+                                jsonl=output is LogFormat.jsonl)
     mux = logstream.LogMux(k, ns, logstream.Options(
-        follow=follow, since_seconds=since_s, container=container, max_streams=max_streams),
-        printer)
-    entries, rv = lin.load(k, ns, app, must_exist=not follow)
-    if not entries:
+        follow=follow, since_seconds=since_s, container=container, max_streams=max_streams,
+        tail=tail, since_time=since_time, previous=previous, include=includes,
+        exclude=excludes), printer, app)
+    found = lin.discover(k, ns, app, must_exist=not follow)
+    if not found.entries:
         printer.note(f"waiting for pods of app {app!r} in namespace {ns} ...")
-    mux.add(entries)
+    mux.add(found.entries)
     if follow:
         mux.start_monitor()
-        mux.spawn(lambda: mux.add(lin.follow(k, ns, app, rv, mux.stopped)))
+        mux.spawn(lambda: mux.add(lin.follow(k, ns, app, found.events_rv, mux.stopped)))
+        if found.fallback:  # no lineage controller (yet): new pods show up by their label
+            mux.spawn(lambda: mux.add(
+                lin.follow_labelled(k, ns, app, found.pods_rv, mux.stopped)))
     try:
         mux.wait()
     finally:

@@ -1,8 +1,10 @@
 """The engine of `tidings logs`: one stream per (lineage pod, container), bounded in number,
 prefixed and coloured per pod like stern, resumed with sinceTime without repeating lines.
 
-Pods are identified by the name AND uid recorded in their PodSpawned event; a pod that now
-carries the name under another uid is someone else and is never streamed.
+Pods are identified by name AND uid (from their PodSpawned record, the TaskFeedback status or
+the label list); a pod that now carries the name under another uid is someone else and is never
+streamed, nor is one without the label tidings.dev/task=<app>. With -f, one list of the app's
+labelled pods per tick tells which streams' pods went away or finished.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from tidings.cli.common import EXIT_ERROR, CliError, safe
+import orjson
+
+from tidings.cli.common import EXIT_ERROR, EXIT_NOT_FOUND, CliError, safe
 from tidings.cli.kube import Action, ApiError, Kube, lines
 from tidings.cli.lineage import vouches
 from tidings.schemas import TASK_LABEL, LineageEntry
@@ -28,6 +32,8 @@ _PALETTE = (31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96)
 _TS = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?"
                  r"(Z|[+-]\d\d:\d\d)$")
 _RETRY_CAP = 5.0
+# orjson leaves DEL and the C1 controls raw; a terminal may act on them, so they are escaped.
+_C1 = re.compile("[\x7f-\x9f]")
 
 
 def ts_key(stamp: str) -> int | None:
@@ -82,11 +88,14 @@ class Printer:
     """Serialises output from many streams: whole lines, one writer at a time."""
 
     def __init__(self, out: TextIO | None = None, err: TextIO | None = None,
-                 color: bool = False, timestamps: bool = False) -> None:
+                 color: bool = False, timestamps: bool = False, prefix: bool = True,
+                 jsonl: bool = False) -> None:
         self.out = out
         self.err = err
         self.color = color
         self.timestamps = timestamps
+        self.prefix = prefix
+        self.jsonl = jsonl  # one JSON object per line: pod, container, time (if known), line
         self.lock = threading.Lock()
 
     def _prefix(self, pod: str, container: str) -> str:
@@ -97,8 +106,14 @@ class Printer:
         return f"\x1b[{code}m{text}\x1b[0m"
 
     def line(self, pod: str, container: str, stamp: str, text: str) -> None:
-        shown = f"{stamp} " if self.timestamps and stamp else ""
-        out = f"{self._prefix(pod, container)} {shown}{safe(text)}\n"
+        if self.jsonl:
+            obj = {"pod": pod, "container": container, **({"time": stamp} if stamp else {}),
+                   "line": text}
+            out = _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", orjson.dumps(obj).decode()) + "\n"
+        else:
+            shown = f"{stamp} " if self.timestamps and stamp else ""
+            head = f"{self._prefix(pod, container)} " if self.prefix else ""
+            out = f"{head}{shown}{safe(text)}\n"
         with self.lock:
             stream = self.out or sys.stdout
             stream.write(out)
@@ -117,7 +132,17 @@ class Options:
     since_seconds: int | None = None
     container: str | None = None
     max_streams: int = 16
-    poll_interval: float = 2.0  # how often -f checks whether streamed pods finished
+    poll_interval: float = 2.0  # how often -f lists the app's pods to see which finished
+    tail: int | None = None  # tailLines of each stream's first request (not of a resume)
+    since_time: str | None = None  # RFC 3339; the first request's sinceTime
+    previous: bool = False  # the previous instance of each container (never followed)
+    include: tuple[re.Pattern[str], ...] = ()  # a line is shown when it matches one of these
+    exclude: tuple[re.Pattern[str], ...] = ()  # ... and none of these
+
+    def shows(self, text: str) -> bool:
+        if self.include and not any(r.search(text) for r in self.include):
+            return False
+        return not any(r.search(text) for r in self.exclude)
 
 
 @dataclass
@@ -133,9 +158,11 @@ class Stream:
 class LogMux:
     """Starts and bounds the streams; follow mode also watches pods finish."""
 
-    def __init__(self, kube: Kube, namespace: str, options: Options, printer: Printer) -> None:
+    def __init__(self, kube: Kube, namespace: str, options: Options, printer: Printer,
+                 app: str) -> None:
         self.kube = kube
         self.ns = namespace
+        self.app = app  # every streamed pod carries tidings.dev/task=<app> (see _start_pod)
         self.opt = options
         self.printer = printer
         self.stopped = threading.Event()
@@ -226,10 +253,10 @@ class LogMux:
         spec = pod.get("spec") or {}
         names = [str(c.get("name")) for c in spec.get("containers") or [] if c.get("name")]
         if self.opt.container is not None:
-            if self.opt.container not in names:
-                self.printer.note(f"- {name}: has no container {self.opt.container!r} "
-                                  f"(it has {', '.join(names) or 'none'})")
-                return
+            if self.opt.container not in names:  # like kubectl: an error, not silence
+                raise CliError(f"not found: container {self.opt.container!r} in pod {name} "
+                               f"(its containers: {', '.join(names) or 'none'})",
+                               EXIT_NOT_FOUND)
             names = [self.opt.container]
         for c in names:
             self.spawn(self._run_stream, Stream(name, uid, c))
@@ -265,13 +292,19 @@ class LogMux:
         action = Action("get", "pods/log", self.ns, s.pod)
         backoff = 0.2
         while not self.stopped.is_set():
-            follow = self.opt.follow and not s.final_pass
+            follow = self.opt.follow and not s.final_pass and not self.opt.previous
             query: dict[str, Any] = {"container": s.container, "timestamps": "true",
-                                     "follow": "true" if follow else None}
+                                     "follow": "true" if follow else None,
+                                     "previous": "true" if self.opt.previous else None}
             if s.dedup.last is not None:
                 query["sinceTime"] = since_time(s.dedup.last)
-            elif self.opt.since_seconds:
-                query["sinceSeconds"] = self.opt.since_seconds
+            else:
+                if self.opt.since_time:
+                    query["sinceTime"] = self.opt.since_time
+                elif self.opt.since_seconds:
+                    query["sinceSeconds"] = self.opt.since_seconds
+                if self.opt.tail is not None:
+                    query["tailLines"] = self.opt.tail
             broken = False
             try:
                 s.resp = self.kube.stream(path, query, action=action,
@@ -281,6 +314,9 @@ class LogMux:
                     raise
                 if err.status == 404:
                     return "pod gone"
+                if err.status == 400 and self.opt.previous:
+                    why = err.message.removeprefix("invalid input: ")
+                    return f"no logs: no previous instance ({why})"
                 if err.status != 400 and not follow:
                     raise
                 # 400: the container is not running yet (Pending) or already gone.
@@ -321,6 +357,9 @@ class LogMux:
                 return "pod gone"
             if pod and str((pod.get("metadata") or {}).get("uid") or "") != s.uid:
                 return "pod replaced"
+            if pod and ((pod.get("metadata") or {}).get("labels") or {}).get(TASK_LABEL) \
+                    != self.app:  # it no longer confirms it belongs to the app
+                return f"pod no longer labelled {TASK_LABEL}={self.app}"
             phase = str((pod.get("status") or {}).get("phase") or "")
             if phase in ("Succeeded", "Failed"):
                 s.final_pass = True  # drain what was written before it ended
@@ -337,25 +376,41 @@ class LogMux:
         key = ts_key(stamp) if sep else None
         if key is None:
             stamp, rest = "", text
-        if s.dedup.admit(key):
+        if s.dedup.admit(key) and self.opt.shows(rest):
             self.printer.line(s.pod, s.container, stamp, rest)
 
     # -- follow: notice pods that finish ----------------------------------------------------
 
     def _monitor(self) -> None:
+        """One list of the app's labelled pods per tick (not a GET per stream): a stream whose
+        pod is not in it (gone, replaced, label removed) or has finished is shut down; its
+        reader wakes, reads that one pod to find out why, and drains or ends."""
+        path = f"/api/v1/namespaces/{self.ns}/pods"
+        query = {"labelSelector": f"{TASK_LABEL}={self.app}"}
+        action = Action("list", "pods", self.ns)
+        may_list = True
         while not self.stopped.wait(self.opt.poll_interval):
             with self._lock:
                 streams = [s for s in self._active.values()
                            if s.resp is not None and not s.final_pass]
+            if not streams:
+                continue
+            try:
+                if may_list:
+                    pods, _ = self.kube.list_all(path, query, action=action)
+                else:  # allowed to get pods but not to list them: one GET per stream
+                    pods = [p for p in (self.kube.get_pod(self.ns, s.pod) for s in streams)
+                            if p is not None]
+            except ApiError as err:
+                may_list = may_list and err.status != 403
+                continue
+            except CliError:
+                continue  # unreachable for now: the next tick asks again
+            phases = {str((p.get("metadata") or {}).get("uid") or ""):
+                      str((p.get("status") or {}).get("phase") or "") for p in pods}
             for s in streams:
-                try:
-                    pod = self.kube.get_pod(self.ns, s.pod)
-                except CliError:
-                    continue
-                uid = str(((pod or {}).get("metadata") or {}).get("uid") or "")
-                phase = str(((pod or {}).get("status") or {}).get("phase") or "")
-                if pod is None or uid != s.uid or phase in ("Succeeded", "Failed"):
-                    _shutdown(s.resp)  # the reader wakes, finds out why, and drains
+                if phases.get(s.uid, "Succeeded") in ("Succeeded", "Failed"):
+                    _shutdown(s.resp)
 
 
 def _shutdown(resp: Any) -> None:

@@ -60,9 +60,11 @@ def open_task(task: str, namespace: str | None, all_namespaces: bool, kubeconfig
 
 def open_app(app: str, namespace: str | None, all_namespaces: bool, kubeconfig: str | None,
              context: str | None) -> tuple[Kube, str]:
-    """Connect and find the app's namespace: the common start of lineage and logs."""
+    """Connect and find the app's namespace: the common start of lineage and logs (by its
+    PodSpawned records, or its TaskFeedback when it has no lineage controller)."""
     k = connect(kubeconfig, context, namespace)
-    return k, resolve_namespace(k, app, "app", lineage_selector(app), all_namespaces)
+    return k, resolve_namespace(k, app, "app", lineage_selector(app), all_namespaces,
+                                with_cr=True)
 
 
 def resolve_namespace(kube: Kube, name: str, what: str, selector: str, all_namespaces: bool,

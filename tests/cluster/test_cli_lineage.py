@@ -10,20 +10,26 @@ from typing import Any
 
 import pytest
 
+from tests.cluster import test_watcher as tw
 from tests.cluster.test_cli_support import (
     assert_harmless,
     closed_port_kubeconfig,
+    emit,
     grant,
     invoke,
     proc_pool,
     record_spawn,
 )
+from tests.cluster.test_watcher_support import WatcherProc, task_status
 from tests.support import create_kwok_pod, cri_log_line, eventually, write_cri_log
 from tidings.cli.devcluster import ControlPlane
+from tidings.schemas import Progress
 
 pytestmark = pytest.mark.cluster
 TASK_LABEL = "tidings.dev/task"
 _procs = pytest.fixture(name="proc_factory")(proc_pool)
+# The watcher fixtures of test_watcher.py (a watcher process per test, killed at the end).
+crd, kubeconfig, watchers, start_watcher = tw.crd, tw.kubeconfig, tw.watchers, tw.start_watcher
 
 
 def _pod(admin: Any, ns: str, name: str, folder: Path, lines: list[str], **kw: Any
@@ -39,6 +45,24 @@ def _running(admin: Any, ns: str, *names: str) -> None:
 
     for n in names:
         eventually(lambda n=n: pod_phase(admin, ns, n) == "Running", what=f"{n} Running")
+
+
+def _serving(admin: Any, ns: str, *names: str) -> None:
+    """Running, and kwok serves the pod's logs (it may answer 400 for a moment after)."""
+    from kubernetes import client
+
+    def served(name: str) -> bool:
+        try:
+            client.CoreV1Api(admin).read_namespaced_pod_log(name, ns, container="main")
+        except client.ApiException as err:
+            if err.status != 400:
+                raise
+            return False
+        return True
+
+    _running(admin, ns, *names)
+    for n in names:
+        eventually(lambda n=n: served(n), what=f"{n}'s logs served")
 
 
 def test_lineage_tree_shows_each_pod_and_what_became_of_it(
@@ -87,7 +111,8 @@ def test_lineage_errors(control_plane: ControlPlane, admin: Any, namespace: str,
     res = invoke(control_plane, "lineage", "no-such-app", "-n", namespace)
     assert res.exit_code == 5
     assert res.stderr == f"error: not found: app 'no-such-app' in namespace {namespace} " \
-        "(no PodSpawned events)\n"
+        "(no PodSpawned events, no reporting pods in its TaskFeedback, no pods labelled " \
+        "tidings.dev/task=no-such-app)\n"
     res = invoke(control_plane, "lineage", "app", "-n", namespace, user="alice")
     assert res.exit_code == 4
     assert res.stderr == ("error: forbidden: cannot list events.events.k8s.io in namespace "
@@ -121,7 +146,9 @@ def test_logs_streams_exactly_the_lineage_pods(control_plane: ControlPlane, admi
     assert res.stdout.splitlines()[0].split(" ", 2)[1].endswith("Z")
 
     res = invoke(control_plane, "logs", "app-a", "-n", namespace, "-c", "sidecar")
-    assert res.exit_code == 0 and res.stdout == "" and "no container 'sidecar'" in res.stderr
+    assert res.exit_code == 5 and res.stdout == ""
+    assert res.stderr == ("error: not found: container 'sidecar' in pod te-vllm-qwen-0 "
+                          "(its containers: main)\n")
     res = invoke(control_plane, "logs", "app-a", "-n", namespace, "--since", "soon")
     assert res.exit_code == 2 and "--since" in res.stderr
     res = invoke(control_plane, "logs", "nothing", "-n", namespace)
@@ -225,3 +252,186 @@ def test_a_broken_stream_resumes_without_repeating_lines(
     body = [line for line in p.out if line.startswith("[resume-0/main]")]
     assert body == [f"[resume-0/main] before {i}" for i in range(5)] + [
         "[resume-0/main] while the API was away", "[resume-0/main] after the restart"]
+
+
+# --- no lineage controller: the TaskFeedback status and the task label -------------------
+
+
+def _reported(admin: Any, ns: str, task: str, *pods: dict[str, Any]) -> None:
+    """Each pod sends a progress event as a workload would; the watcher folds them."""
+    for seq, pod in enumerate(pods):
+        emit(admin, ns, task, Progress(fraction=0.1 * (seq + 1), message=pod["name"]), seq,
+             instance=pod["name"], pod=(pod["name"], pod["uid"]))
+
+    def listed() -> bool:
+        status = task_status(admin, ns, task) or {}
+        return {p["uid"] for p in status.get("pods", [])} >= {p["uid"] for p in pods}
+
+    eventually(listed, 30, "the reporting pods in the TaskFeedback status")
+
+
+def test_logs_and_lineage_without_a_lineage_controller_use_the_status_and_the_label(
+        control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
+        start_watcher: Any) -> None:
+    """No PodSpawned record anywhere: `logs` streams exactly the task's pods, the ones its
+    TaskFeedback status lists as reporting (by uid) and the ones labelled for it; a pod whose
+    name merely looks like theirs, and a pod that took a reporting pod's name under a new uid,
+    never appear. `lineage` lists each pod with where it was found."""
+    from kubernetes import client
+
+    w: WatcherProc = start_watcher()
+    label = {"labels": {TASK_LABEL: "train"}}
+    w0 = _pod(admin, namespace, "train-worker-0", tmp_path, ["w0 says hi"], **label)
+    # (kwok serves logs by pod name: the pod that reuses this name below would serve them.)
+    old = _pod(admin, namespace, "train-worker-1", tmp_path, ["INTRUDER reused name"],
+               **label)
+    _reported(admin, namespace, "train", w0, old)
+    # worker-1 is deleted and its name reused by an unlabelled pod: the status still names
+    # the old uid, so the new pod is "replaced", never streamed.
+    core = client.CoreV1Api(admin)
+    core.delete_namespaced_pod("train-worker-1", namespace, grace_period_seconds=0)
+    eventually(lambda: not [p for p in core.list_namespaced_pod(namespace).items
+                            if p.metadata.uid == old["uid"]], what="deletion")
+    create_kwok_pod(admin, namespace, "train-worker-1")
+    # Labelled but has not reported (yet): found by the label.
+    quiet = _pod(admin, namespace, "train-worker-2", tmp_path, ["w2 is quiet"], **label)
+    # Look-alikes: the name prefix, and more, without the label or a recorded uid.
+    _pod(admin, namespace, "train-worker-0-x", tmp_path, ["INTRUDER prefix"])
+    _pod(admin, namespace, "train-worker-00", tmp_path, ["INTRUDER prefix 2"],
+         labels={TASK_LABEL: "train-other"})
+    _serving(admin, namespace, "train-worker-0", "train-worker-1", "train-worker-2",
+             "train-worker-0-x", "train-worker-00")
+    w.kill()  # the status is written; what follows reads it without a watcher running
+
+    res = invoke(control_plane, "logs", "train", "-n", namespace)
+    assert res.exit_code == 0, res.output
+    assert sorted(res.stdout.splitlines()) == ["[train-worker-0/main] w0 says hi",
+                                               "[train-worker-2/main] w2 is quiet"]
+    assert "INTRUDER" not in res.output
+    assert "train-worker-1: replaced" in res.stderr
+
+    data = json.loads(invoke(control_plane, "lineage", "train", "-n", namespace,
+                             "-o", "json").stdout)
+    by_uid = {p["uid"]: p for p in data["pods"]}
+    assert set(by_uid) == {w0["uid"], old["uid"], quiet["uid"]}
+    assert by_uid[w0["uid"]]["sources"] == ["status", "label"]
+    assert by_uid[w0["uid"]]["state"] == "current" and by_uid[w0["uid"]]["events"] == 1
+    assert by_uid[old["uid"]]["sources"] == ["status"]
+    assert by_uid[old["uid"]]["state"] == "replaced"
+    assert by_uid[quiet["uid"]]["sources"] == ["label"]
+    assert by_uid[w0["uid"]]["spawned_at"] is None
+    tree = invoke(control_plane, "lineage", "train", "-n", namespace)
+    assert tree.exit_code == 0, tree.output
+    for text in ("TaskFeedback train", "3 pods", "found by status (1 events), label",
+                 "replaced", "found by label tidings.dev/task=train"):
+        assert text in tree.stdout, text
+    assert "train-worker-0-x" not in tree.stdout and "train-worker-00" not in tree.stdout
+
+    # -A finds the task by its TaskFeedback (it has no PodSpawned events to be found by).
+    found = json.loads(invoke(control_plane, "lineage", "train", "-A", "-o", "json").stdout)
+    assert found["namespace"] == namespace
+    res = invoke(control_plane, "logs", "nothing", "-n", namespace)
+    assert res.exit_code == 5 and "no pods labelled tidings.dev/task=nothing" in res.stderr
+
+
+def test_logs_follow_without_a_lineage_controller_picks_up_labelled_pods(
+        control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
+        proc_factory: Any) -> None:
+    """`logs -f` of a task with no PodSpawned records watches the pods labelled for it:
+    a labelled pod created later is streamed, a look-alike created with it is not."""
+    first = _pod(admin, namespace, "lab-0", tmp_path, ["lab-0 hi"],
+                 labels={TASK_LABEL: "lab"})
+    _running(admin, namespace, "lab-0")
+    p = proc_factory("logs", "lab", "-f", "-n", namespace)
+    p.wait_for(lambda out: "[lab-0/main] lab-0 hi" in out, 30, "the first pod's log")
+    _pod(admin, namespace, "lab-1", tmp_path, ["lab-1 hi"], labels={TASK_LABEL: "lab"})
+    _pod(admin, namespace, "lab-1x", tmp_path, ["INTRUDER"])
+    _running(admin, namespace, "lab-1", "lab-1x")
+    p.wait_for(lambda out: "[lab-1/main] lab-1 hi" in out, 30, "the later pod's log")
+    with first["log"].open("a") as f:
+        f.write(cri_log_line("lab-0 again"))
+    p.wait_for(lambda out: "[lab-0/main] lab-0 again" in out, 30, "the appended line")
+    assert p.stop() in (0, 130)
+    assert not [line for line in p.out if "INTRUDER" in line]
+    assert p.out.count("[lab-0/main] lab-0 hi") == 1
+
+
+# --- kubectl/stern flags -------------------------------------------------------------------
+
+
+def test_logs_flags_select_lines_like_kubectl_and_stern(
+        control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path) -> None:
+    """--tail, --since-time, --include/--exclude, --no-prefix, -o jsonl and --previous each
+    change which lines are printed, or how, as kubectl and stern would; bad values exit 2."""
+    from datetime import datetime, timedelta
+
+    from tidings._compat import UTC
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    old = now - timedelta(hours=2)
+    log = tmp_path / "flags-0.log"
+    log.write_text(cri_log_line("old INFO boot", old) + cri_log_line("old WARN disk", old)
+                   + "".join(cri_log_line(f"new INFO step {i}", now) for i in range(3))
+                   + cri_log_line("new WARN \x1b[31mred\x9b2J", now))
+    pod = create_kwok_pod(admin, namespace, "flags-0", log_file=log, labels={TASK_LABEL: "fl"})
+    _serving(admin, namespace, "flags-0")
+
+    def lines(*flags: str) -> list[str]:
+        res = invoke(control_plane, "logs", "fl", "-n", namespace, *flags)
+        assert res.exit_code == 0, res.output
+        return res.stdout.splitlines()
+
+    assert len(lines()) == 6
+    assert lines("--tail", "2", "--no-prefix") == ["new INFO step 2", "new WARN red"]
+    assert lines("--tail", "0") == []
+    since = (now - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert [x.split()[1] for x in lines("--since-time", since)] == ["new"] * 4
+    assert lines("--include", "WARN", "--exclude", "red", "--no-prefix") == ["old WARN disk"]
+    assert lines("-i", "boot", "-i", "step 0") == ["[flags-0/main] old INFO boot",
+                                                 "[flags-0/main] new INFO step 0"]
+    objs = [json.loads(x) for x in lines("-o", "jsonl", "--tail", "1")]
+    assert objs == [{"pod": "flags-0", "container": "main", "time": objs[0]["time"],
+                     "line": "new WARN \x1b[31mred\x9b2J"}]
+    assert objs[0]["time"].startswith(now.strftime("%Y-%m-%dT%H:%M:%S"))
+    raw = invoke(control_plane, "logs", "fl", "-n", namespace, "-o", "jsonl").stdout
+    assert_harmless(raw)  # escaped in the JSON text, the line itself intact when parsed
+
+    res = invoke(control_plane, "logs", "fl", "-n", namespace, "--previous")
+    assert res.stdout == "" and "no previous instance" in res.stderr, res.output
+    del pod
+
+    for flags, why in [(["--since-time", "yesterday"], "--since-time 'yesterday'"),
+                       (["--since-time", since, "--since", "5m"], "cannot be used together"),
+                       (["--previous", "-f"], "--previous cannot be used with --follow"),
+                       (["--include", "("], "--include '(' is not a regular expression"),
+                       (["--tail", "-1"], "--tail")]:
+        res = invoke(control_plane, "logs", "fl", "-n", namespace, *flags)
+        assert res.exit_code == 2 and why in res.stderr, (flags, res.output)
+
+
+def test_logs_follow_ends_the_stream_of_a_pod_that_drops_the_label(
+        control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
+        proc_factory: Any) -> None:
+    """A pod streamed by -f that removes its tidings.dev/task label no longer confirms it
+    belongs to the task: its stream ends (found by the one pod list per tick), and lines it
+    writes afterwards are never shown, while the task's other pod goes on streaming."""
+    from kubernetes import client
+
+    label = {"labels": {TASK_LABEL: "drop"}}
+    pod = _pod(admin, namespace, "drop-0", tmp_path, ["before"], **label)
+    keep = _pod(admin, namespace, "keep-0", tmp_path, ["kept"], **label)
+    _serving(admin, namespace, "drop-0", "keep-0")
+    p = proc_factory("logs", "drop", "-f", "-n", namespace)
+    p.wait_for(lambda out: "[drop-0/main] before" in out and "[keep-0/main] kept" in out, 30,
+               "the first lines")
+    client.CoreV1Api(admin).patch_namespaced_pod(
+        "drop-0", namespace, {"metadata": {"labels": {TASK_LABEL: None}}})
+    eventually(lambda: any("- [drop-0/main] pod no longer labelled" in x for x in p.err),
+               timeout=30, what="the stream to end")
+    with pod["log"].open("a") as f:
+        f.write(cri_log_line("SECRET after the label went"))
+    with keep["log"].open("a") as f:
+        f.write(cri_log_line("kept again"))
+    p.wait_for(lambda out: "[keep-0/main] kept again" in out, 30, "the other pod's new line")
+    assert p.proc.poll() is None  # -f goes on following the task
+    assert not [x for x in p.out if "SECRET" in x]

@@ -1,5 +1,6 @@
-"""Pure parts of the CLI: input checks, the no-repeat rule of resumed log streams, the
-timeline drawing, sanitised output, and one-line usage errors (no cluster needed)."""
+"""Pure parts of the CLI: input checks, the no-repeat rule of resumed log streams, log line
+formats and filters, the timeline drawing, sanitised output, and one-line usage errors (no
+cluster needed)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tidings.cli.common import CliError, Output, check_name, dump, parse_duration
@@ -159,3 +162,31 @@ def test_log_lines_are_prefixed_coloured_per_pod_and_neutralised() -> None:
     plain = io.StringIO()
     Printer(out=plain, timestamps=True).line("p", "c", "2026-01-01T00:00:00Z", "x")
     assert plain.getvalue() == "[p/c] 2026-01-01T00:00:00Z x\n"
+
+
+@given(st.text())
+def test_a_jsonl_log_line_is_one_line_of_json_that_parses_back_and_carries_no_controls(
+        text: str) -> None:
+    """-o jsonl: whatever the container wrote, one JSON line with that exact text, and no raw
+    character a terminal acts on (orjson leaves DEL and C1 raw; we escape them)."""
+    import io
+
+    from tidings.cli.logstream import Printer
+
+    out = io.StringIO()
+    Printer(out=out, jsonl=True).line("p", "c", "", text)
+    printed = out.getvalue()
+    assert printed.endswith("\n") and printed.count("\n") == 1
+    assert json.loads(printed) == {"pod": "p", "container": "c", "line": text}
+    assert not [c for c in printed[:-1] if ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F]
+
+
+def test_include_and_exclude_filters_select_lines_like_stern() -> None:
+    import re
+
+    from tidings.cli.logstream import Options
+
+    o = Options(include=(re.compile("WARN"), re.compile("ERR")), exclude=(re.compile("noisy"),))
+    assert [t for t in ["INFO a", "WARN b", "ERR c", "WARN noisy"] if o.shows(t)] == \
+        ["WARN b", "ERR c"]
+    assert Options().shows("anything") and not Options(exclude=(re.compile(""),)).shows("x")

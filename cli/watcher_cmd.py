@@ -8,7 +8,10 @@ from typing import Annotated
 import typer
 
 app = typer.Typer(help="The watcher: fold bus events into durable TaskFeedback state.",
-                  no_args_is_help=True)
+                  no_args_is_help=True, rich_markup_mode=None)
+
+
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def _namespaces(values: list[str] | None) -> list[str]:
@@ -71,7 +74,8 @@ def run(
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
                             help="Run as one of several replicas behind a Lease.")] = True,
     identity: Annotated[str | None, typer.Option(help="Lease holder identity.")] = None,
-    log_level: Annotated[str, typer.Option(envvar="TIDINGS_LOG_LEVEL")] = "INFO",
+    log_level: Annotated[str, typer.Option(envvar="TIDINGS_LOG_LEVEL",
+                         help="DEBUG, INFO, WARNING, ERROR or CRITICAL.")] = "INFO",
 ) -> None:
     """Watch bus events and keep one TaskFeedback status per task up to date."""
     import logging
@@ -79,6 +83,10 @@ def run(
     from tidings.watcher.app import ConfigError, Options
     from tidings.watcher.app import run as run_watcher
 
+    if log_level.upper() not in _LEVELS:  # logging would raise a traceback at basicConfig
+        typer.echo(f"error: invalid input: --log-level {' '.join(log_level.split())[:40]!r}: "
+                   f"use one of {', '.join(_LEVELS)}", err=True)
+        raise typer.Exit(2)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
     logging.getLogger("urllib3").setLevel(logging.ERROR)

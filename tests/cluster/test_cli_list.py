@@ -254,3 +254,33 @@ def test_watch_jsonl_streams_one_object_per_change(control_plane: ControlPlane,
     assert all(o["task"] == {"namespace": ns, "name": "train-a"} for o in objs)
     res = invoke(control_plane, "watch", "train-a", "-n", ns, "-o", "json")
     assert res.exit_code == 2 and res.stderr.startswith("error: invalid input: --output")
+
+
+def _complete(words: str, kubeconfig: Path) -> tuple[list[str], float]:
+    """What bash completion offers for the last word of `words` (typer's protocol)."""
+    import time
+
+    env = {**os.environ, "_TIDINGS_COMPLETE": "complete_bash",
+           "COMP_WORDS": f"{words}", "COMP_CWORD": str(len(words.split()) - 1),
+           "KUBECONFIG": str(kubeconfig)}
+    start = time.monotonic()
+    out = subprocess.run([TIDINGS], capture_output=True, text=True, env=env, timeout=30)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    return out.stdout.split(), time.monotonic() - start
+
+
+def test_task_names_complete_quickly_and_fail_silently(control_plane: ControlPlane,
+                                                       two_tasks: str, tmp_path: Path) -> None:
+    from tests.cluster.test_cli_support import closed_port_kubeconfig
+
+    admin = control_plane.kubeconfig("admin")
+    names, _ = _complete(f"tidings state -n {two_tasks} train-", admin)
+    assert names == ["train-a", "train-b"]
+    names, _ = _complete(f"tidings timeline -n {two_tasks} train-b", admin)
+    assert names == ["train-b"]
+    # No cluster: nothing offered, nothing printed, well within the 2 s bound.
+    names, took = _complete("tidings state tr", closed_port_kubeconfig(control_plane, tmp_path))
+    assert names == [] and took < 5
+    # bob may not list: nothing offered either.
+    names, _ = _complete(f"tidings state -n {two_tasks} train-", control_plane.kubeconfig("bob"))
+    assert names == []

@@ -34,7 +34,6 @@ Node = str | _Path | _Range
 
 
 def _compile(text: str) -> Any:
-    from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
     from jsonpath_ng.ext import parse
 
     path = text.strip()
@@ -48,7 +47,7 @@ def _compile(text: str) -> Any:
         path = "$" + path[2:]
     try:
         return parse(path)
-    except (JsonPathLexerError, JsonPathParserError, Exception) as err:
+    except Exception as err:  # its lexer, parser and the ext filters raise various types
         raise TemplateError(f"cannot parse {text!r}: {err}") from None
 
 

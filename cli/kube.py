@@ -27,14 +27,14 @@ from tidings.cli.common import (
 )
 from tidings.kube import Client, ConfigError, Impersonation, KubeError, iter_lines
 from tidings.kube import load as load_config
+from tidings.schemas import API_GROUP, API_VERSION, PLURAL
 
 # (connect, read) seconds for ordinary requests; streams choose their own read timeout.
 REQUEST_TIMEOUT = (5.0, 30.0)
 
 # The TaskFeedback API, for the message when its CRD is not installed.
-_CR_RESOURCE = "taskfeedbacks.tidings.dev"
-NO_CRD = ("the server has no TaskFeedback API (tidings.dev/v1alpha1): "
-          "install deploy/crd.yaml")
+_CR_RESOURCE = f"{PLURAL}.{API_GROUP}"
+NO_CRD = f"the server has no TaskFeedback API ({API_VERSION}): install deploy/crd.yaml"
 
 
 @dataclass(frozen=True)

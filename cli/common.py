@@ -152,6 +152,37 @@ AllNamespaces = Annotated[bool, typer.Option(
     help="Look in every namespace (it must be found in exactly one).")]
 OutputOpt = Annotated[Output, typer.Option(
     "--output", "-o", case_sensitive=False, help="Output format.")]
+RequestTimeout = Annotated[str | None, typer.Option(
+    "--request-timeout", metavar="DURATION", show_default=False,
+    help="How long one API request may take, as kubectl: 30s, 1m, 1h; a bare number is "
+    "seconds; 0 waits as long as the server takes (default: 5s to connect, 30s to answer).")]
+AsUser = Annotated[str | None, typer.Option(
+    "--as", metavar="USER", show_default=False,
+    help="Impersonate this user (the context's identity needs the 'impersonate' verb).")]
+AsGroup = Annotated[list[str] | None, typer.Option(
+    "--as-group", metavar="GROUP", show_default=False,
+    help="Impersonate this group (repeatable); with or without --as.")]
+
+
+def complete_task(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of TASK: TaskFeedback names in the namespace the command line means
+    (bounded: one page, short timeouts; any failure completes nothing)."""
+    try:
+        from tidings.cli.kube import connect
+        from tidings.schemas import API_VERSION, PLURAL
+
+        p = ctx.params
+        k = connect(p.get("kubeconfig"), p.get("context"), p.get("namespace"),
+                    request_timeout="2s")
+        try:
+            page = k.client.get(f"/apis/{API_VERSION}/namespaces/{k.namespace}/{PLURAL}",
+                                {"limit": 200}, timeout=2.0)
+        finally:
+            k.close()
+        names = [str((i.get("metadata") or {}).get("name") or "") for i in page.get("items", [])]
+        return sorted(n for n in names if n.startswith(incomplete) and _NAME.match(n))
+    except Exception:  # completion must never print an error into the user's prompt
+        return []
 
 
 # --- input validation ----------------------------------------------------------------------
@@ -186,8 +217,8 @@ def check_namespace(value: str) -> str:
     return value
 
 
-def parse_duration(value: str, what: str = "--since") -> float:
-    """'90s', '5m', '1h30m', '2d', '250ms' -> seconds (> 0)."""
+def parse_duration(value: str, what: str = "--since", *, allow_zero: bool = False) -> float:
+    """'90s', '5m', '1h30m', '2d', '250ms' -> seconds (> 0, or >= 0 with allow_zero)."""
     text = value.strip()
     pos, total = 0, 0.0
     for m in _DURATION.finditer(text):
@@ -195,9 +226,18 @@ def parse_duration(value: str, what: str = "--since") -> float:
             break
         total += float(m.group(1)) * _UNIT[m.group(2)]
         pos = m.end()
-    if pos != len(text) or not text or total <= 0:
+    if pos != len(text) or not text or total < 0 or (total == 0 and not allow_zero):
         invalid(f"{what} {_one_line(value)[:40]!r} is not a duration like 30s, 5m, 1h30m")
     return total
+
+
+def parse_request_timeout(value: str) -> float:
+    """kubectl's --request-timeout: '0' (no limit), a bare number of seconds, or a duration
+    ('30s', '1m', '1h30m'). Returns seconds; 0 means no limit."""
+    text = value.strip()
+    if re.fullmatch(r"\d+", text):
+        return float(text)
+    return parse_duration(text, "--request-timeout", allow_zero=True)
 
 
 # --- terminal- and parser-safe output ------------------------------------------------------
@@ -234,8 +274,15 @@ def dump(data: Any, fmt: Output) -> str:
 
 
 def console(stderr: bool = False) -> Any:
-    """A rich Console that never interprets markup or highlights cluster text."""
+    """A rich Console that never interprets markup or highlights cluster text. Not on a
+    terminal (piped, CI logs) it does not wrap: a long URL stays one line that grep finds."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, markup=False, emoji=False,
-                   soft_wrap=False)
+    out = Console(stderr=stderr, highlight=False, markup=False, emoji=False, soft_wrap=False)
+    if not out.is_terminal:
+        out.width = UNWRAPPED_WIDTH
+    return out
+
+
+# Rich needs a width; this one is never reached by a real line, so nothing wraps.
+UNWRAPPED_WIDTH = 100_000

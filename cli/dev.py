@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 app = typer.Typer(help="Run a local control plane (etcd, kube-apiserver, kwok) on 127.0.0.1.",
-                  no_args_is_help=True)
+                  no_args_is_help=True, rich_markup_mode=None)
 
 StateDir = Annotated[Path | None, typer.Option("--state-dir", help="Where the control plane keeps "
                      "its data, logs and kubeconfigs (default: $TIDINGS_DEV_DIR or "

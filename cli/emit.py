@@ -23,17 +23,18 @@ app = typer.Typer(
     help="Emit one fact about the current task (identity from the downward-API environment; "
          "flags override it). Exits 0 only once the event is delivered.",
     no_args_is_help=True,
+    rich_markup_mode=None,  # help text is plain: '[env X]' is never markup
 )
 
 Task = Annotated[str, typer.Option("--task", envvar="TIDINGS_TASK", show_default=False,
-                                   help="Task id [env TIDINGS_TASK].")]
+                                   help="Task id.")]
 PodName = Annotated[str, typer.Option("--pod-name", envvar="POD_NAME", show_default=False,
-                                      help="This pod's name [env POD_NAME].")]
+                                      help="This pod's name.")]
 PodUid = Annotated[str, typer.Option("--pod-uid", envvar="POD_UID", show_default=False,
-                                     help="This pod's uid [env POD_UID].")]
+                                     help="This pod's uid.")]
 Namespace = Annotated[str, typer.Option(
     "--namespace", "-n", envvar="POD_NAMESPACE", show_default=False,
-    help="The task's namespace [env POD_NAMESPACE; else the kubeconfig context's].")]
+    help="The task's namespace (without it or its env var: the kubeconfig context's).")]
 Kubeconfig = Annotated[str | None, typer.Option(
     "--kubeconfig", show_default=False,
     help="Kubeconfig file (default: in-cluster config, else $KUBECONFIG or ~/.kube/config).")]

@@ -23,12 +23,18 @@ from tidings.cli.common import (
     EXIT_UNREACHABLE,
     CliError,
     check_namespace,
+    parse_request_timeout,
 )
 from tidings.kube import Client, ConfigError, Impersonation, KubeError, iter_lines
 from tidings.kube import load as load_config
+from tidings.schemas import API_GROUP, API_VERSION, PLURAL
 
 # (connect, read) seconds for ordinary requests; streams choose their own read timeout.
 REQUEST_TIMEOUT = (5.0, 30.0)
+
+# The TaskFeedback API, for the message when its CRD is not installed.
+_CR_RESOURCE = f"{PLURAL}.{API_GROUP}"
+NO_CRD = f"the server has no TaskFeedback API ({API_VERSION}): install deploy/crd.yaml"
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,8 @@ def api_error(status: int, body: bytes | str | None, action: Action | None,
         return ApiError("unauthorized: the cluster rejected the credentials of this context",
                         EXIT_FORBIDDEN, status, action)
     if status == 404:
+        if action is not None and action.resource == _CR_RESOURCE and no_such_resource(body):
+            return ApiError(NO_CRD, EXIT_NOT_FOUND, status, action)
         what = f"{action.resource} {action.name!r}" if action and action.name else doing
         return ApiError(f"not found: {what}", EXIT_NOT_FOUND, status, action)
     if status in (400, 422):
@@ -79,6 +87,17 @@ def api_error(status: int, body: bytes | str | None, action: Action | None,
                         EXIT_INVALID, status, action)
     return ApiError(f"API error {status} while trying to {doing}: "
                     f"{_status_message(status, body, reason)}", EXIT_ERROR, status, action)
+
+
+def no_such_resource(body: bytes | str | None) -> bool:
+    """Whether a 404 says the resource type is unknown (no CRD), not that an object is
+    missing: the API server names the kind in a missing object's Status details only."""
+    try:
+        obj = orjson.loads(body or b"{}")
+    except orjson.JSONDecodeError:
+        return True  # a plain-text "404 page not found": no API at that path at all
+    details = obj.get("details") if isinstance(obj, dict) else None
+    return not (isinstance(details, dict) and details.get("kind"))
 
 
 def translate_error(err: BaseException, server: str = "") -> CliError | None:
@@ -122,13 +141,15 @@ class Kube:
 
     client: Client
     namespace: str
+    #: (connect, read) seconds, or total seconds (--request-timeout)
+    timeout: tuple[float, float | None] | float = REQUEST_TIMEOUT
 
     @property
     def server(self) -> str:
         return self.client.server
 
     def _open(self, path: str, query: dict[str, Any] | None, action: Action | None,
-              timeout: tuple[float, float | None], stream: bool) -> Any:
+              timeout: tuple[float, float | None] | float, stream: bool) -> Any:
         params = {k: v for k, v in (query or {}).items() if v is not None}
         try:
             return self.client.open("GET", path, query=params, timeout=timeout, stream=stream)
@@ -137,7 +158,7 @@ class Kube:
 
     def get_json(self, path: str, query: dict[str, Any] | None = None, *,
                  action: Action | None = None) -> dict[str, Any]:
-        resp = self._open(path, query, action, REQUEST_TIMEOUT, False)
+        resp = self._open(path, query, action, self.timeout, False)
         try:
             obj = orjson.loads(resp.data)
         except orjson.JSONDecodeError:
@@ -151,14 +172,16 @@ class Kube:
         """Every item of a list (paginated), and the list's resourceVersion."""
         params = {k: v for k, v in (query or {}).items() if v is not None}
         try:
-            return self.client.list_all(path, params, timeout=REQUEST_TIMEOUT)
+            return self.client.list_all(path, params, timeout=self.timeout)
         except KubeError as err:
             raise _from_kube_error(err, action) from None
 
     def stream(self, path: str, query: dict[str, Any], *, action: Action | None = None,
                read_timeout: float | None = 60.0) -> Any:
-        """An open urllib3 response (watch or log stream). Iterate `lines(resp)`."""
-        return self._open(path, query, action, (REQUEST_TIMEOUT[0], read_timeout), True)
+        """An open urllib3 response (watch or log stream). Iterate `lines(resp)`. A stream
+        is long by design: --request-timeout bounds its connect only."""
+        connect_s = self.timeout if isinstance(self.timeout, float) else self.timeout[0]
+        return self._open(path, query, action, (connect_s, read_timeout), True)
 
     # -- well-known paths ---------------------------------------------------------------------
 
@@ -198,16 +221,37 @@ def lines(resp: Any) -> Iterator[bytes]:
     return iter_lines(resp)
 
 
+def client_timeout(value: str | None) -> tuple[float, float | None] | float:
+    """--request-timeout as a client timeout: the default, a total, or 0 for no read limit."""
+    if value is None:
+        return REQUEST_TIMEOUT
+    seconds = parse_request_timeout(value)
+    return (REQUEST_TIMEOUT[0], None) if seconds == 0 else seconds
+
+
+def impersonation(as_user: str | None, as_groups: list[str] | None) -> Impersonation | None:
+    """kubectl's --as/--as-group as headers the client sends (None: act as the context)."""
+    groups = tuple(g for g in as_groups or [] if g)
+    if not as_user and not groups:
+        return None
+    if as_user is not None and not as_user.strip():
+        raise CliError("invalid input: --as needs a user name", EXIT_INVALID)
+    return Impersonation(user=as_user or "", groups=groups)
+
+
 def connect(kubeconfig: str | None, context: str | None, namespace: str | None,
-            impersonate: Impersonation | None = None) -> Kube:
+            impersonate: Impersonation | None = None, *, request_timeout: str | None = None,
+            as_user: str | None = None, as_groups: list[str] | None = None) -> Kube:
     """A client for what kubectl would use with these flags (kubeconfig, else in-cluster), and
     the namespace the user means: -n, else the context's, else 'default'."""
     if namespace is not None:
         check_namespace(namespace)
+    timeout = client_timeout(request_timeout)
+    impersonate = impersonate or impersonation(as_user, as_groups)
     try:
         config = load_config(kubeconfig, context, namespace=namespace, impersonate=impersonate)
         # Many connections per host: `logs` runs concurrent streams.
         client = Client(config, maxsize=64, user_agent="tidings-cli")
     except ConfigError as err:
         raise _from_config_error(err) from None
-    return Kube(client=client, namespace=config.namespace)
+    return Kube(client=client, namespace=config.namespace, timeout=timeout)

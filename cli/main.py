@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import typer
 
-from tidings.cli import dev, emit, lineage_cmd, state_cmd, task_cmd, timeline_cmd, watcher_cmd
+from tidings.cli import (
+    dev,
+    emit,
+    lineage_cmd,
+    list_cmd,
+    state_cmd,
+    task_cmd,
+    timeline_cmd,
+    watcher_cmd,
+)
 from tidings.cli.common import TidingsGroup
 
 app = typer.Typer(
@@ -16,7 +25,10 @@ app = typer.Typer(
     name="tidings",
     help="A feedback bus built on Kubernetes Events.",
     no_args_is_help=True,
-    add_completion=False,
+    # kubectl-like plain help: no rich markup, so text such as '[env TIDINGS_TASK]' is shown
+    # as written (and --help never imports rich).
+    rich_markup_mode=None,
+    add_completion=True,  # --install-completion / --show-completion; TASK names complete
     pretty_exceptions_enable=False,
 )
 
@@ -39,10 +51,15 @@ app.add_typer(dev.app, name="dev")
 app.add_typer(emit.app, name="emit")
 app.add_typer(watcher_cmd.app, name="watcher")
 app.add_typer(task_cmd.app, name="task")
-# The person-facing commands (state, watch, lineage, logs, timeline); see cli/*_cmd.py.
-for _commands in (state_cmd, lineage_cmd, timeline_cmd):
+# The person-facing commands (list, state, watch, lineage, logs, timeline); see cli/*_cmd.py.
+for _commands in (list_cmd, state_cmd, lineage_cmd, timeline_cmd):
     _commands.register(app)
 
 
 def run() -> None:
-    app()
+    import os
+    import sys
+
+    # Installed as `kubectl-tidings`, kubectl runs it for `kubectl tidings ...`: say so in usage.
+    plugin = os.path.basename(sys.argv[0]) == "kubectl-tidings"
+    app(prog_name="kubectl tidings" if plugin else "tidings")

@@ -15,22 +15,28 @@ import typer
 
 from tidings.cli.common import (
     AllNamespaces,
+    AsGroup,
+    AsUser,
     Context,
     Kubeconfig,
     Namespace,
     Output,
     OutputOpt,
+    RequestTimeout,
     check_task,
     command,
+    complete_task,
     console,
     dump,
+    invalid,
+    safe_data,
 )
 
 # `watch` exits with this when the task it watched failed (distinct from the error codes).
 EXIT_FAILED = 6
 
 Task = Annotated[str, typer.Argument(metavar="TASK", help="The task id (TaskFeedback name).",
-                                     show_default=False)]
+                                     show_default=False, autocompletion=complete_task)]
 FromEvents = Annotated[bool, typer.Option(
     "--from-events", help="Ignore the TaskFeedback status; list the task's events and fold "
     "them here, exactly as the watcher does.")]
@@ -45,13 +51,17 @@ def state(
     from_events: FromEvents = False,
     kubeconfig: Kubeconfig = None,
     context: Context = None,
+    request_timeout: RequestTimeout = None,
+    as_user: AsUser = None,
+    as_group: AsGroup = None,
 ) -> None:
     """Show a task's state: progress, links, decks, spans and who reported them."""
     check_task(task)
     from tidings.cli import taskview
 
     k, ref = taskview.open_task(task, namespace, all_namespaces, kubeconfig, context,
-                                from_events)
+                                from_events, request_timeout=request_timeout, as_user=as_user,
+                                as_groups=as_group)
     snap = taskview.load(k, ref, use_events=from_events)
     if output is Output.table:
         console().print(taskview.render(snap))
@@ -71,18 +81,28 @@ def watch(
     grace: Annotated[float, typer.Option(
         "--grace", min=0, max=300, help="Seconds to keep following once the task is over "
         "while span windows its workers sent before their finals are still missing.")] = 3.0,
+    output: Annotated[str, typer.Option(
+        "--output", "-o", metavar="FORMAT",
+        help="table (live view; one line per change when piped), or jsonl: one JSON object "
+        "per status change (the -o json of state), for scripts.")] = "table",
     kubeconfig: Kubeconfig = None,
     context: Context = None,
+    request_timeout: RequestTimeout = None,
+    as_user: AsUser = None,
+    as_group: AsGroup = None,
 ) -> None:
     """Watch a task live until it is over (phase Succeeded or Failed) or Ctrl-C; exits 6 when
     the task failed."""
     check_task(task)
+    if output not in ("table", "jsonl"):
+        invalid(f"--output {output!r}: use table or jsonl")
     from rich.live import Live
 
     from tidings.cli import taskview
 
     k, ref = taskview.open_task(task, namespace, all_namespaces, kubeconfig, context,
-                                from_events)
+                                from_events, request_timeout=request_timeout, as_user=as_user,
+                                as_groups=as_group)
     snapshots = _Pump(taskview.follow(k, ref, use_events=from_events, must_exist=not wait))
     snap = snapshots.next(None)
     assert snap is not None
@@ -102,7 +122,24 @@ def watch(
         left = None if ended is None else max(0.0, grace - (time.monotonic() - ended))
         return snapshots.next(left)
 
-    if not out.is_terminal:
+    if output == "jsonl":
+        # One compact object per change, flushed, so `| jq` or a script sees each at once.
+        import json
+        import sys
+
+        def emit_line(s: taskview.Snapshot) -> None:
+            sys.stdout.write(json.dumps(safe_data(s.to_data()), ensure_ascii=False,
+                                        separators=(",", ":")) + "\n")
+            sys.stdout.flush()
+
+        emit_line(snap)
+        while not done(snap):
+            nxt = step(snap)
+            if nxt is None:
+                break
+            snap = nxt
+            emit_line(snap)
+    elif not out.is_terminal:
         # Piped (CI logs, scripts): one line per change, then the full view at the end.
         typer.echo(taskview.one_line(snap))
         while not done(snap):

@@ -14,10 +14,13 @@ import typer
 from tidings.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_UNREACHABLE,
+    AsGroup,
+    AsUser,
     CliError,
     Context,
     Kubeconfig,
     Namespace,
+    RequestTimeout,
     check_name,
     command,
     invalid,
@@ -28,7 +31,7 @@ if TYPE_CHECKING:
     from tidings.cli.kube import Kube
 
 app = typer.Typer(help="Manage tasks' TaskFeedback objects (for controllers and scripts).",
-                  no_args_is_help=True)
+                  no_args_is_help=True, rich_markup_mode=None)
 
 OwnerOpt = Annotated[str, typer.Option(
     "--owner", metavar="RESOURCE/NAME", show_default=False,
@@ -48,6 +51,9 @@ def create(
     kubeconfig: Kubeconfig = None,
     context: Context = None,
     output: OutputOpt = "",
+    request_timeout: RequestTimeout = None,
+    as_user: AsUser = None,
+    as_group: AsGroup = None,
 ) -> None:
     """Create TASK's TaskFeedback owned by --owner (or adopt an unowned one) and print its uid.
 
@@ -63,7 +69,8 @@ def create(
     from tidings.cli.kube import Action, api_error, connect
     from tidings.emitter.task import TaskFeedbackError, create_task_feedback
 
-    kube = connect(kubeconfig, context, namespace)
+    kube = connect(kubeconfig, context, namespace, request_timeout=request_timeout,
+                   as_user=as_user, as_groups=as_group)
     ns = kube.namespace
     try:
         obj = _get_owner(kube, resource, owner_name, ns)

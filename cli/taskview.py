@@ -11,8 +11,15 @@ from typing import Any
 import orjson
 
 from tidings._compat import UTC
-from tidings.cli.common import EXIT_INVALID, EXIT_UNREACHABLE, CliError, not_found, safe
-from tidings.cli.kube import Action, ApiError, Kube, connect, lines
+from tidings.cli.common import (
+    EXIT_INVALID,
+    EXIT_NOT_FOUND,
+    EXIT_UNREACHABLE,
+    CliError,
+    not_found,
+    safe,
+)
+from tidings.cli.kube import NO_CRD, Action, ApiError, Kube, connect, lines
 from tidings.schemas import (
     API_GROUP,
     API_VERSION,
@@ -50,19 +57,20 @@ def cr_path(namespace: str, name: str = "") -> str:
 
 
 def open_task(task: str, namespace: str | None, all_namespaces: bool, kubeconfig: str | None,
-              context: str | None, from_events: bool) -> tuple[Kube, TaskRef]:
-    """Connect and find the task: the common start of state, watch and timeline."""
-    k = connect(kubeconfig, context, namespace)
+              context: str | None, from_events: bool, **flags: Any) -> tuple[Kube, TaskRef]:
+    """Connect and find the task: the common start of state, watch and timeline. ``flags``:
+    connect's request_timeout, as_user, as_groups."""
+    k = connect(kubeconfig, context, namespace, **flags)
     ns = resolve_namespace(k, task, "task", task_selector(task), all_namespaces,
                            with_cr=not from_events)
     return k, TaskRef(ns, task)
 
 
 def open_app(app: str, namespace: str | None, all_namespaces: bool, kubeconfig: str | None,
-             context: str | None) -> tuple[Kube, str]:
+             context: str | None, **flags: Any) -> tuple[Kube, str]:
     """Connect and find the app's namespace: the common start of lineage and logs (by its
     PodSpawned records, or its TaskFeedback when it has no lineage controller)."""
-    k = connect(kubeconfig, context, namespace)
+    k = connect(kubeconfig, context, namespace, **flags)
     return k, resolve_namespace(k, app, "app", lineage_selector(app), all_namespaces,
                                 with_cr=True)
 
@@ -204,6 +212,9 @@ def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = 
             must_exist = False  # the object exists; its watcher has not written yet
     snap = from_events(kube, ref, cr_error)
     if must_exist and snap.state.counters.get("events_applied", 0) == 0 and snap.rejected == 0:
+        if cr_error is not None and cr_error.message == NO_CRD:
+            raise CliError(f"{NO_CRD} (and task {ref.name!r} has no events in namespace "
+                           f"{ref.namespace})", EXIT_NOT_FOUND)
         not_found(f"task {ref.name!r} in namespace {ref.namespace} "
                   "(no TaskFeedback and no events)")
     return snap

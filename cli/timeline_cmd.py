@@ -10,13 +10,17 @@ import typer
 
 from tidings.cli.common import (
     AllNamespaces,
+    AsGroup,
+    AsUser,
     Context,
     Kubeconfig,
     Namespace,
     Output,
     OutputOpt,
+    RequestTimeout,
     check_task,
     command,
+    complete_task,
     console,
     dump,
     invalid,
@@ -154,7 +158,8 @@ def svg(task: str, namespace: str, data: list[dict[str, Any]]) -> str:
 @command
 def timeline(
     task: Annotated[str, typer.Argument(metavar="TASK", show_default=False,
-                                        help="The task id (TaskFeedback name).")],
+                                        help="The task id (TaskFeedback name).",
+                                        autocompletion=complete_task)],
     svg_file: Annotated[Path | None, typer.Option(
         "--svg", metavar="FILE", show_default=False, dir_okay=False,
         help="Also write the chart as an SVG file.")] = None,
@@ -169,6 +174,9 @@ def timeline(
     ] = False,
     kubeconfig: Kubeconfig = None,
     context: Context = None,
+    request_timeout: RequestTimeout = None,
+    as_user: AsUser = None,
+    as_group: AsGroup = None,
 ) -> None:
     """Show a task's spans as a Gantt-like chart (and write an SVG on request)."""
     check_task(task)
@@ -177,7 +185,8 @@ def timeline(
     from tidings.cli import taskview
 
     k, ref = taskview.open_task(task, namespace, all_namespaces, kubeconfig, context,
-                                from_events)
+                                from_events, request_timeout=request_timeout, as_user=as_user,
+                                as_groups=as_group)
     snap = taskview.load(k, ref, use_events=from_events)
     data = rows(snap.state)
     if svg_file is not None:

@@ -10,7 +10,8 @@ import typer
 from tidings.watcher.logs import LogFormat, LogLevel
 
 app = typer.Typer(help="The watcher: fold bus events into durable TaskFeedback state.",
-                  no_args_is_help=True)
+                  no_args_is_help=True, rich_markup_mode=None)
+
 
 
 def _namespaces(values: list[str] | None) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 # What the CLI extra brings; a missing one of these means "install the extra", not a bug.
-_CLI_DEPENDENCIES = {"typer", "click", "rich", "prometheus_client", "shellingham"}
+_CLI_DEPENDENCIES = {"typer", "click", "rich", "prometheus_client", "shellingham", "jsonpath_ng"}
 
 
 def main() -> None:

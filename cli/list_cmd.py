@@ -1,0 +1,266 @@
+"""`tidings list` (alias `get`): tasks' TaskFeedbacks as kubectl would list them, with the
+CRD's printer columns (phase, progress, links, deck, last event, age), `-l`, `-A`, `-w` and
+`-o table|wide|name|json|yaml|jsonpath=TEMPLATE`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+
+from tidings.cli.common import (
+    AsGroup,
+    AsUser,
+    Context,
+    Kubeconfig,
+    Namespace,
+    RequestTimeout,
+    command,
+    invalid,
+    safe,
+    safe_data,
+)
+
+ALL = "--all-namespaces"
+FORMATS = ("table", "wide", "name", "json", "yaml", "jsonpath=TEMPLATE")
+
+OutputFormat = Annotated[str, typer.Option(
+    "--output", "-o", metavar="FORMAT",
+    help="table, wide (adds the progress message), name, json, yaml, or "
+    "jsonpath=TEMPLATE (kubectl's, e.g. jsonpath='{.items[*].metadata.name}').")]
+
+
+def age(t: str | None, now: datetime | None = None) -> str:
+    """kubectl's age of an RFC 3339 time (5s, 3m20s, 4h, 12d, 2y30d); '<unknown>' if none."""
+    from tidings._compat import UTC
+
+    if not t:
+        return "<unknown>"
+    try:
+        when = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        return "<unknown>"
+    secs = int(((now or datetime.now(UTC)) - when).total_seconds())
+    if secs < 0:
+        return "<invalid>"
+    m, h, d = secs // 60, secs // 3600, secs // 86400
+    if secs < 120:
+        return f"{secs}s"
+    if m < 10:
+        return f"{m}m{secs % 60}s" if secs % 60 else f"{m}m"
+    if m < 180:
+        return f"{m}m"
+    if h < 8:
+        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
+    if h < 48:
+        return f"{h}h"
+    if h < 192:
+        return f"{d}d{h % 24}h" if h % 24 else f"{d}d"
+    if d < 730:
+        return f"{d}d"
+    y = d // 365
+    return f"{y}y{d % 365}d" if y < 8 and d % 365 else f"{y}y"
+
+
+def _get(obj: Any, *keys: str) -> Any:
+    for k in keys:
+        obj = obj.get(k) if isinstance(obj, dict) else None
+    return obj
+
+
+def row(obj: dict[str, Any], wide: bool, namespaced: bool,
+        now: datetime | None = None) -> list[str]:
+    """One table row: the CRD's printer columns, read from the object as kubectl does."""
+    def text(value: Any) -> str:
+        return "<none>" if value is None or value == "" else safe(value)
+
+    pct = _get(obj, "status", "progress", "percent")
+    cells = [text(_get(obj, "metadata", "name")), text(_get(obj, "status", "phase")),
+             "<none>" if pct is None else f"{safe(pct)}%"]
+    if wide:
+        cells.append(text(_get(obj, "status", "progress", "message")))
+    last = _get(obj, "status", "lastEventTime")
+    cells += [text(_get(obj, "status", "linkCount")), text(_get(obj, "status", "deck")),
+              age(last, now) if last else "<none>",
+              age(_get(obj, "metadata", "creationTimestamp"), now)]
+    if namespaced:
+        cells.insert(0, text(_get(obj, "metadata", "namespace")))
+    return cells
+
+
+def header(wide: bool, namespaced: bool) -> list[str]:
+    cols = ["NAME", "PHASE", "PROGRESS", *(["MESSAGE"] if wide else []), "LINKS", "DECK",
+            "LAST EVENT", "AGE"]
+    return ["NAMESPACE", *cols] if namespaced else cols
+
+
+def table(rows: list[list[str]], widths: list[int] | None = None) -> tuple[str, list[int]]:
+    """kubectl's tabwriter layout: columns padded by 3 spaces, nothing ever wrapped."""
+    widths = widths or [0] * len(rows[0])
+    widths = [max(w, *(len(r[i]) for r in rows)) for i, w in enumerate(widths)]
+    lines = ["   ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+    return "\n".join(lines) + "\n", widths
+
+
+def clean(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object as kubectl -o json shows it (no managedFields), every string neutralised."""
+    meta = dict(obj.get("metadata") or {})
+    meta.pop("managedFields", None)
+    return safe_data({**obj, "metadata": meta})  # type: ignore[no-any-return]
+
+
+class Printer:
+    """Writes a list, then (with -w) each change, in one output format."""
+
+    def __init__(self, output: str, namespaced: bool, echo: Callable[[str], None]) -> None:
+        fmt, eq, template = output.partition("=")
+        # Only jsonpath takes a value after '=', and it needs one.
+        if fmt not in ("table", "wide", "name", "json", "yaml", "jsonpath") \
+                or (fmt == "jsonpath") != bool(template) or (fmt != "jsonpath" and eq):
+            invalid(f"--output {safe(output)!r}: use one of {', '.join(FORMATS)}")
+        self.fmt, self.namespaced, self.echo = fmt, namespaced, echo
+        self.widths: list[int] | None = None
+        if fmt == "jsonpath":
+            from tidings.cli.jsonpath import TemplateError, parse_template
+
+            try:
+                parse_template(template)
+            except TemplateError as err:
+                invalid(f"--output jsonpath: {err}")
+        self.template = template
+
+    def listing(self, items: list[dict[str, Any]], resource_version: str) -> None:
+        if self.fmt in ("table", "wide"):
+            if not items:
+                typer.echo("No resources found" + ("" if self.namespaced else " in this "
+                           "namespace") + ".", err=True)
+                return
+            wide = self.fmt == "wide"
+            rows = [header(wide, self.namespaced)]
+            rows += [row(o, wide, self.namespaced) for o in items]
+            text, self.widths = table(rows)
+            self.echo(text)
+        elif self.fmt == "name":
+            self.echo("".join(self._name(o) for o in items))
+        else:
+            self._data({"apiVersion": "v1", "kind": "List",
+                        "items": [clean(o) for o in items],
+                        "metadata": {"resourceVersion": resource_version}})
+
+    def change(self, obj: dict[str, Any]) -> None:
+        if self.fmt in ("table", "wide"):
+            r = row(obj, self.fmt == "wide", self.namespaced)
+            if self.widths is None:  # the list was empty: the header comes with the first row
+                text, self.widths = table([header(self.fmt == "wide", self.namespaced), r])
+            else:
+                text, self.widths = table([r], self.widths)
+            self.echo(text)
+        elif self.fmt == "name":
+            self.echo(self._name(obj))
+        else:
+            self._data(clean(obj))
+
+    def _name(self, obj: dict[str, Any]) -> str:
+        return f"taskfeedback.tidings.dev/{safe(_get(obj, 'metadata', 'name') or '')}\n"
+
+    def _data(self, data: Any) -> None:
+        if self.fmt == "json":
+            import json
+
+            self.echo(json.dumps(data, indent=4, ensure_ascii=False) + "\n")
+        elif self.fmt == "yaml":
+            import yaml
+
+            self.echo(("---\n" if data.get("kind") != "List" else "")
+                      + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=10**6))
+        else:
+            from tidings.cli.jsonpath import render
+
+            # The data is already neutralised (clean); the template's own "\n" stays.
+            self.echo(render(self.template, data))
+
+
+@command
+def list_tasks(
+    namespace: Namespace = None,
+    all_namespaces: Annotated[bool, typer.Option(
+        "--all-namespaces", "-A", help="List the tasks of every namespace.")] = False,
+    selector: Annotated[str | None, typer.Option(
+        "--selector", "-l", metavar="SELECTOR", show_default=False,
+        help="Label selector, kubectl's (app=train,team!=ml, env in (a,b)).")] = None,
+    watch: Annotated[bool, typer.Option(
+        "--watch", "-w", help="After the list, print each change as it happens (Ctrl-C "
+        "stops).")] = False,
+    output: OutputFormat = "table",
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    request_timeout: RequestTimeout = None,
+    as_user: AsUser = None,
+    as_group: AsGroup = None,
+) -> None:
+    """List tasks (their TaskFeedbacks): phase, progress, links, deck, last event, age."""
+    import sys
+
+    from tidings.cli.kube import Action, connect
+    from tidings.schemas import API_GROUP, API_VERSION, PLURAL
+
+    def echo(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()  # -w output is read line by line by scripts
+
+    printer = Printer(output.strip(), all_namespaces, echo)
+    k = connect(kubeconfig, context, namespace, request_timeout=request_timeout,
+                as_user=as_user, as_groups=as_group)
+    ns = "" if all_namespaces else k.namespace
+    path = (f"/apis/{API_VERSION}/namespaces/{ns}/{PLURAL}" if ns
+            else f"/apis/{API_VERSION}/{PLURAL}")
+    resource = f"{PLURAL}.{API_GROUP}"
+    query = {"labelSelector": selector or None}
+    items, rv = k.list_all(path, query, action=Action("list", resource, ns))
+    printer.listing(items, rv)
+    if not watch:
+        return
+    for obj in _changes(k, path, query, rv, Action("watch", resource, ns)):
+        printer.change(obj)
+
+
+def _changes(k: Any, path: str, query: dict[str, Any], rv: str, action: Any
+             ) -> Iterator[dict[str, Any]]:
+    """Objects as they change, from watches resumed at the last resourceVersion (relisting
+    quietly when the server has compacted it away)."""
+    import orjson
+
+    from tidings.cli.kube import lines
+
+    while True:
+        resp = k.stream(path, {**query, "watch": "true", "resourceVersion": rv,
+                               "allowWatchBookmarks": "true", "timeoutSeconds": 300},
+                        action=action, read_timeout=330)
+        gone = False
+        try:
+            for line in lines(resp):
+                try:
+                    msg = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                obj = msg.get("object") if isinstance(msg, dict) else None
+                if not isinstance(obj, dict):
+                    continue
+                kind = msg.get("type")
+                if kind == "ERROR":
+                    gone = True
+                    break
+                rv = str(_get(obj, "metadata", "resourceVersion") or rv)
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    yield obj
+        finally:
+            resp.release_conn()
+        if gone:  # 410 Gone: start again from a fresh list (changes meanwhile not replayed)
+            _, rv = k.list_all(path, query, action=action)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("list")(list_tasks)
+    app.command("get", help="Alias of list.")(list_tasks)

@@ -138,12 +138,3 @@ def test_every_help_text_is_shown_as_written() -> None:
         for param in cmd.params:
             text = "".join((getattr(param, "help", None) or "").split())
             assert text in shown, (path, param.name, text)
-
-
-def test_watcher_log_level_is_validated_in_one_line() -> None:
-    from tidings.cli.main import app
-
-    res = CliRunner().invoke(app, ["watcher", "run", "--log-level", "verbose"])
-    assert res.exit_code == 2
-    assert res.stderr == ("error: invalid input: --log-level 'verbose': use one of DEBUG, "
-                          "INFO, WARNING, ERROR, CRITICAL\n")

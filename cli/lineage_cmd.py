@@ -15,11 +15,14 @@ import typer
 from tidings._compat import StrEnum
 from tidings.cli.common import (
     AllNamespaces,
+    AsGroup,
+    AsUser,
     Context,
     Kubeconfig,
     Namespace,
     Output,
     OutputOpt,
+    RequestTimeout,
     check_name,
     command,
     console,
@@ -64,13 +67,18 @@ def lineage(
     output: OutputOpt = Output.table,
     kubeconfig: Kubeconfig = None,
     context: Context = None,
+    request_timeout: RequestTimeout = None,
+    as_user: AsUser = None,
+    as_group: AsGroup = None,
 ) -> None:
     """Show the pods of an app or task, as a tree, with where each was found and its fate."""
     check_name(app, "app")
     from tidings.cli import lineage as lin
     from tidings.cli import taskview
 
-    k, ns = taskview.open_app(app, namespace, all_namespaces, kubeconfig, context)
+    k, ns = taskview.open_app(app, namespace, all_namespaces, kubeconfig, context,
+                              request_timeout=request_timeout, as_user=as_user,
+                              as_groups=as_group)
     found = lin.discover(k, ns, app)
     items = lin.fates(k, found)
     disowned = [f for f in items if f.state == "disowned"]
@@ -131,6 +139,9 @@ def logs(
     all_namespaces: AllNamespaces = False,
     kubeconfig: Kubeconfig = None,
     context: Context = None,
+    request_timeout: RequestTimeout = None,
+    as_user: AsUser = None,
+    as_group: AsGroup = None,
 ) -> None:
     """Stream the logs of exactly the pods of an app or task (by name and uid), like stern."""
     check_name(app, "app")
@@ -151,7 +162,9 @@ def logs(
     from tidings.cli import lineage as lin
     from tidings.cli import taskview
 
-    k, ns = taskview.open_app(app, namespace, all_namespaces, kubeconfig, context)
+    k, ns = taskview.open_app(app, namespace, all_namespaces, kubeconfig, context,
+                              request_timeout=request_timeout, as_user=as_user,
+                              as_groups=as_group)
     use_color = color is Color.always or (
         color is Color.auto and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
     printer = logstream.Printer(color=use_color, timestamps=timestamps, prefix=not no_prefix,

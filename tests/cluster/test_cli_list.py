@@ -157,6 +157,10 @@ def test_impersonation_meets_rbac(control_plane: ControlPlane, two_tasks: str) -
                           f"namespace {ns}\n")
     res = invoke(control_plane, "state", "train-a", "-n", ns, "--as", "bob")
     assert res.exit_code == 4 and len(res.stderr.splitlines()) == 1, res.output
+    for command in ("lineage", "logs"):  # the app commands take the same flags
+        res = invoke(control_plane, command, "train-a", "-n", ns, "--as", "bob",
+                     "--request-timeout", "10s")
+        assert res.exit_code == 4 and res.stderr.startswith("error: forbidden"), res.output
     # bob himself (his own kubeconfig) is refused impersonating admin.
     res = invoke(control_plane, "list", "-n", ns, "--as", "admin", user="bob")
     assert res.exit_code == 4 and res.stderr.startswith("error: forbidden"), res.output

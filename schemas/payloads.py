@@ -274,7 +274,8 @@ def _span_rows(v: Any, info: ValidationInfo) -> Any:
         if not all(type(x) is int for x in (total, lo, hi, start, end)):
             raise PydanticCustomError("span_row", "span row times must be integers")
         if start < 0 or end < 0 or base + end > 10**17:
-            raise PydanticCustomError("span_row", "span row times must not precede base_us")
+            raise PydanticCustomError(
+                "span_row", "span row times must lie between base_us and the epoch bound")
         # SpanSummary validates the rest (name rules, bounds, consistency) as for one name.
         out.append(SpanSummary(name=name, count=count, total_s=total / 1e9, min_s=lo / 1e9,
                                max_s=hi / 1e9, first_start=(base + start) / 1e6,

@@ -55,6 +55,10 @@ def run(
         envvar="TIDINGS_EVICT_AFTER",
         help="Drop a task from memory after this many idle seconds once its state is written "
         "(it is reloaded from its status on its next event; 0: never).")] = 7200.0,
+    compact_after: Annotated[float, typer.Option(
+        envvar="TIDINGS_COMPACT_AFTER", min=0.0,
+        help="Keep a task compact (its compressed status, rebuilt on its next event) after "
+        "this many idle seconds once its state is written (0: never).")] = 60.0,
     ttl_after_finished: Annotated[float, typer.Option(
         envvar="TIDINGS_TTL_AFTER_FINISHED", min=0.0,
         help="Delete a finished TaskFeedback that nobody owns (no ownerReferences) and its "
@@ -95,7 +99,8 @@ def run(
         lease_namespace=lease_namespace or os.environ.get("POD_NAMESPACE") or "default",
         lease_name=lease_name, lease_duration=lease_duration, renew_deadline=renew_deadline,
         retry_period=retry_period, write_interval=write_interval, max_write_rate=max_write_rate,
-        watch_timeout=watch_timeout, evict_after=evict_after, clock_skew=clock_skew,
+        watch_timeout=watch_timeout, evict_after=evict_after, compact_after=compact_after,
+        clock_skew=clock_skew,
         event_ttl=event_ttl, max_instances=max_instances,
         identity=identity, ttl_after_finished=ttl_after_finished)
     try:

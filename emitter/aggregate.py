@@ -1,4 +1,4 @@
-"""Span aggregation: many spans per name fold into one SpanSummary per window.
+"""Span aggregation: many spans per name fold into one summary per name and window.
 
 ``record`` runs in the workload thread: O(1) under an uncontended lock, no allocation
 after a name's first span in a window. The sender ``drain``s whole windows.
@@ -13,11 +13,19 @@ COUNT, TOTAL, MIN, MAX, FIRST_START, LAST_END, ERRORS = range(7)
 Agg = list[float]  # [count, total_s, min_s, max_s, first_start, last_end, errors]
 
 
-def merge(into: dict[str, Agg], other: dict[str, Agg]) -> None:
-    """Fold the aggregates of ``other`` into ``into`` (used for windows not yet sent)."""
+def merge(into: dict[str, Agg], other: dict[str, Agg], max_names: int | None = None) -> int:
+    """Fold the aggregates of ``other`` into ``into`` (used for windows not yet sent).
+
+    With ``max_names``, a name new to ``into`` once it holds that many is not added: windows
+    waiting for budget keep merging, so without the bound a workload that changes its span
+    names every window would grow them without end. Returns the spans so refused."""
+    dropped = 0
     for name, b in other.items():
         a = into.get(name)
         if a is None:
+            if max_names is not None and len(into) >= max_names:
+                dropped += int(b[COUNT])
+                continue
             into[name] = b
             continue
         a[COUNT] += b[COUNT]
@@ -27,6 +35,7 @@ def merge(into: dict[str, Agg], other: dict[str, Agg]) -> None:
         a[FIRST_START] = min(a[FIRST_START], b[FIRST_START])
         a[LAST_END] = max(a[LAST_END], b[LAST_END])
         a[ERRORS] += b[ERRORS]
+    return dropped
 
 
 class SpanAggregator:
@@ -67,6 +76,10 @@ class SpanAggregator:
                 a[6] += 1
             self.recorded += 1
             return True
+
+    @property
+    def max_names(self) -> int:
+        return self._max_names
 
     def drain(self) -> dict[str, Agg]:
         """Take the current window and start an empty one."""

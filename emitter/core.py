@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import math
 import os
 import queue
 import threading
@@ -19,19 +20,24 @@ from collections import deque
 from datetime import datetime
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from tidings._compat import UTC
+from tidings.schemas.constants import NOTE_LIMIT, SCHEMA_VERSION, SEQ_MAX
 from tidings.schemas.event import ObjectRef, PodRef, TaskRef, build_event, valid_uid
 from tidings.schemas.names import task_id_error
 from tidings.schemas.payloads import (
+    SPAN_ROWS_MAX,
     DeckReady,
     LogLink,
     Payload,
     PodSpawned,
     Progress,
+    SpanSummaries,
     SpanSummary,
     payload_type,
+    span_row,
 )
 from tidings.schemas.rejection import describe_validation_error
 
@@ -77,7 +83,8 @@ Item = tuple[Any, Any, float, bool, Any]
 _COUNTERS = (
     "accepted", "delivered", "already_existed", "refused", "undelivered", "api_calls",
     "retries", "sunk", "invalid", "unaddressable", "span_summaries", "spans_sent",
-    "dropped_after_close", "internal_errors",
+    "dropped_after_close", "internal_errors", "span_notes", "spans_unsent",
+    "dropped_span_names_pending",
 )
 
 
@@ -130,7 +137,8 @@ class Emitter:
         self._last_error = ""
         # Sender-thread state.
         self._seq = 1
-        self._outbox: deque[tuple[str, dict[str, Any], bool]] = deque()
+        # (namespace, event, (span names, spans) the event carries: counted once delivered).
+        self._outbox: deque[tuple[str, dict[str, Any], tuple[int, int]]] = deque()
         self._pending: dict[str, Agg] = {}
         self._progress_out: tuple[float, str, float] | None = None
         self._flush_seen = 0
@@ -295,7 +303,7 @@ class Emitter:
             out["progress_coalesced"] = self._progress_coalesced
         spans = self._spans
         out["spans_recorded"] = spans.recorded
-        out["dropped_span_names"] = spans.dropped
+        out["dropped_span_names"] = spans.dropped + out.pop("dropped_span_names_pending")
         out["spans_coalesced"] = out["spans_sent"] - out["span_summaries"]
         out["queued"] = self._q.qsize() + len(self._outbox)
         out["instance"] = self.instance
@@ -305,15 +313,16 @@ class Emitter:
     def _log_summary(self) -> None:
         s = self.stats()
         lost = (s["undelivered"] + s["dropped_queue_full"] + s["dropped_span_names"]
-                + s["refused"] + s["invalid"] + s["unaddressable"] + s["queued"])
+                + s["refused"] + s["invalid"] + s["unaddressable"] + s["queued"]
+                + s["spans_unsent"])
         log.log(
             logging.WARNING if lost else logging.INFO,
             "tidings emitter %s: delivered=%d (already existed %d) sunk=%d api_calls=%d "
             "retries=%d | coalesced: spans=%d progress=%d | refused=%d %s undelivered=%d "
-            "dropped: queue_full=%d span_names=%d invalid=%d unaddressable=%d",
+            "spans_unsent=%d dropped: queue_full=%d span_names=%d invalid=%d unaddressable=%d",
             s["instance"][:8], s["delivered"], s["already_existed"], s["sunk"], s["api_calls"],
             s["retries"], s["spans_coalesced"], s["progress_coalesced"], s["refused"],
-            s["refused_by_status"] or "", s["undelivered"] + s["queued"],
+            s["refused_by_status"] or "", s["undelivered"] + s["queued"], s["spans_unsent"],
             s["dropped_queue_full"], s["dropped_span_names"], s["invalid"], s["unaddressable"])
 
     # ---- the sender thread -------------------------------------------------------------
@@ -377,7 +386,7 @@ class Emitter:
                     item = None
             now = time.monotonic()
             if flush_now or stop or now >= next_window:
-                merge(self._pending, self._spans.drain())
+                self._merge_window()
                 next_window = now + window
             with self._lock:  # latest wins, also over an update still waiting for budget
                 if self._progress is not None:
@@ -394,6 +403,7 @@ class Emitter:
         left = self._q.qsize() + len(self._outbox)
         with self._stats_lock:
             self._n["undelivered"] += left
+            self._n["spans_unsent"] += sum(c[1] for _, _, c in self._outbox)
 
     def _retrying(self, attempts: int | None) -> Any:
         def before_sleep(state: Any) -> None:
@@ -411,28 +421,29 @@ class Emitter:
         if self._abandon.is_set():
             # Past the exit deadline: no more attempts; what is left is counted as lost.
             left = len(self._outbox) + len(self._pending) + (self._progress_out is not None)
+            spans = (sum(c[1] for _, _, c in self._outbox)
+                     + sum(int(a[COUNT]) for a in self._pending.values()))
             self._outbox.clear()
             self._pending.clear()
             self._progress_out = None
             with self._stats_lock:
                 self._n["undelivered"] += left
+                self._n["spans_unsent"] += spans
             return
         while self._outbox:
             if not bucket.try_take():
                 return
-            ns, body, _ = self._outbox[0]
-            self._deliver(ns, body, critical=True)
+            ns, body, carried = self._outbox[0]
+            ok = self._deliver(ns, body, critical=True)
             self._outbox.popleft()
+            if carried[0]:
+                self._count_spans(carried, ok)
         while self._pending:
             if not bucket.try_take():
                 return
-            name, agg = next(iter(self._pending.items()))
-            del self._pending[name]
-            built = self._build_summary(name, agg)
-            if built is not None and self._deliver(*built, critical=False):
-                with self._stats_lock:
-                    self._n["span_summaries"] += 1
-                    self._n["spans_sent"] += int(agg[COUNT])
+            built, carried = self._take_span_note()
+            ok = built is not None and self._deliver(*built, critical=False)
+            self._count_spans(carried, ok)
         if self._progress_out is not None:
             if not bucket.try_take():
                 return
@@ -450,27 +461,101 @@ class Emitter:
             self._spans_before_final()
         built = self._build(*item)
         if built is not None:
-            self._outbox.append((*built, True))
+            self._outbox.append((*built, (0, 0)))
 
     def _spans_before_final(self) -> None:
         """Queue every pending span window ahead of a final progress: a reader that stops at
         the task's end must not miss the spans recorded before it."""
-        merge(self._pending, self._spans.drain())
+        self._merge_window()
         while self._pending:
-            name, agg = next(iter(self._pending.items()))
-            del self._pending[name]
-            built = self._build_summary(name, agg)
+            built, carried = self._take_span_note()
             if built is not None:
-                self._outbox.append((*built, True))
-                with self._stats_lock:
-                    self._n["span_summaries"] += 1
-                    self._n["spans_sent"] += int(agg[COUNT])
+                self._outbox.append((*built, carried))
+            else:
+                self._count_spans(carried, False)
+
+    def _merge_window(self) -> None:
+        dropped = merge(self._pending, self._spans.drain(), self._spans.max_names)
+        if dropped:
+            with self._stats_lock:
+                self._n["dropped_span_names_pending"] += dropped
+
+    def _count_spans(self, carried: tuple[int, int], delivered: bool) -> None:
+        with self._stats_lock:
+            if delivered:
+                self._n["span_notes"] += 1
+                self._n["span_summaries"] += carried[0]
+                self._n["spans_sent"] += carried[1]
+            else:
+                self._n["spans_unsent"] += carried[1]
+
+    def _take_span_note(self) -> tuple[tuple[str, dict[str, Any]] | None, tuple[int, int]]:
+        """Take as many pending names as one note holds (oldest first) and build their event:
+        a SpanSummaries of compact rows, or a plain SpanSummary for a lone name (which any
+        watcher reads, and whose long name the note codec may shorten). Returns the event
+        (None when it cannot be built: counted) and the (names, spans) it carries."""
+        pending = self._pending
+        base = math.floor(min(a[FIRST_START] for a in pending.values()) * 1e6)
+        # The note's envelope and fixed fields, with the longest seq there can be.
+        room = NOTE_LIMIT - len(orjson.dumps({
+            "v": SCHEMA_VERSION, "t": SpanSummaries.TYPE, "i": self.instance, "s": SEQ_MAX,
+            "base_us": base, "spans": []}))
+        taken: list[tuple[str, Agg]] = []
+        rows: list[list[Any]] = []
+        for name, a in pending.items():
+            row = span_row(name, a[COUNT], a[TOTAL], a[MIN], a[MAX], a[FIRST_START],
+                           a[LAST_END], a[ERRORS], base)
+            size = len(orjson.dumps(row)) + 1
+            if size > room or len(rows) >= SPAN_ROWS_MAX:
+                break
+            room -= size
+            taken.append((name, a))
+            rows.append(row)
+        if len(taken) < 2:
+            name, a = taken[0] if taken else next(iter(pending.items()))
+            del pending[name]
+            return self._build_summary(name, a), (1, int(a[COUNT]))
+        for name, _ in taken:
+            del pending[name]
+        carried = (len(taken), sum(int(a[COUNT]) for _, a in taken))
+        try:
+            payload = SpanSummaries(base_us=base, spans=rows)
+        except ValidationError:
+            # One bad name must not cost the others: keep the rows that pass on their own
+            # (each refusal counted once, as for a lone summary).
+            good = [(r, a) for r, (n, a) in zip(rows, taken, strict=True)
+                    if self._valid_summary(n, a)]
+            carried = (len(good), sum(int(a[COUNT]) for _, a in good))
+            with self._stats_lock:
+                self._n["spans_unsent"] += sum(int(a[COUNT]) for _, a in taken) - carried[1]
+            if not good:
+                return None, (0, 0)
+            try:
+                payload = SpanSummaries(base_us=base, spans=[r for r, _ in good])
+            except ValidationError as e:
+                self._count_once("invalid", ("SpanSummaries", str(e)[:80]),
+                                 "tidings: invalid span summaries not sent: %s",
+                                 describe_validation_error(e))
+                return None, carried
+        return self._build(None, payload, time.time(), False, None), carried
+
+    def _summary_fields(self, name: str, a: Agg) -> dict[str, Any]:
+        return {"name": name, "count": a[COUNT], "total_s": a[TOTAL], "min_s": a[MIN],
+                "max_s": a[MAX], "first_start": a[FIRST_START], "last_end": a[LAST_END],
+                "errors": a[ERRORS]}
+
+    def _valid_summary(self, name: str, a: Agg) -> bool:
+        try:
+            SpanSummary(**self._summary_fields(name, a))
+            return True
+        except ValidationError as e:
+            detail = describe_validation_error(e)
+            self._count_once("invalid", ("SpanSummary", detail),
+                             "tidings: invalid SpanSummary not sent: %s", detail)
+            return False
 
     def _build_summary(self, name: str, a: Agg) -> tuple[str, dict[str, Any]] | None:
-        fields = {"name": name, "count": a[COUNT], "total_s": a[TOTAL], "min_s": a[MIN],
-                  "max_s": a[MAX], "first_start": a[FIRST_START], "last_end": a[LAST_END],
-                  "errors": a[ERRORS]}
-        return self._build(SpanSummary, fields, time.time(), False, None)
+        return self._build(SpanSummary, self._summary_fields(name, a), time.time(), False, None)
 
     def _build(self, model: Any, fields: Any, t: float, warning: bool,
                target: Any) -> tuple[str, dict[str, Any]] | None:

@@ -63,9 +63,11 @@ from .payloads import (
     Payload,
     PodSpawned,
     Progress,
+    SpanSummaries,
     SpanSummary,
     UnknownPayload,
     payload_type,
+    span_summaries,
 )
 from .rejection import Rejection, RejectReason
 from .state import (
@@ -118,6 +120,7 @@ __all__ = [
     "RejectReason",
     "Rejection",
     "SpanAgg",
+    "SpanSummaries",
     "SpanSummary",
     "TaskProgress",
     "TaskRef",
@@ -142,6 +145,7 @@ __all__ = [
     "parse_watch_line",
     "payload_type",
     "sanitize_text",
+    "span_summaries",
     "valid_instance",
     "valid_seq",
 ]

@@ -10,7 +10,17 @@ import re
 from typing import Annotated, Any, ClassVar, TypeAlias
 from urllib.parse import quote, urlsplit
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from .constants import NAME_LIMIT, TYPE_LIMIT, URL_LIMIT
@@ -232,6 +242,71 @@ def span_inconsistency(count: int, total_s: float, min_s: float, max_s: float,
     return None
 
 
+# A row of SpanSummaries: [name, count, total_ns, min_ns, max_ns, start_us, end_us, errors],
+# durations in integer nanoseconds and times in integer microseconds after ``base_us``.
+# Integers instead of floats make a row about half as long, so one note carries a dozen
+# names instead of five or six.
+SPAN_ROW_FIELDS = 8
+# Rows per SpanSummaries note: far more than fit in NOTE_LIMIT bytes; bounds the work per note.
+SPAN_ROWS_MAX = 64
+
+
+def span_row(name: str, count: int, total_s: float, min_s: float, max_s: float,
+             first_start: float, last_end: float, errors: int, base_us: int) -> list[Any]:
+    """The compact row of one name's aggregates. Rounded outward (min and start down, max
+    and end up), so the row still passes ``span_inconsistency`` after rounding."""
+    return [name, int(count), round(total_s * 1e9), math.floor(min_s * 1e9),
+            math.ceil(max_s * 1e9), math.floor(first_start * 1e6) - base_us,
+            math.ceil(last_end * 1e6) - base_us, int(errors)]
+
+
+def _span_rows(v: Any, info: ValidationInfo) -> Any:
+    base = info.data.get("base_us")
+    if not isinstance(v, list | tuple) or not isinstance(base, int):
+        return v  # strict validation (or the base's own error) explains what is wrong
+    out: list[Any] = []
+    for row in v:
+        if not isinstance(row, list | tuple) or len(row) != SPAN_ROW_FIELDS:
+            raise PydanticCustomError(
+                "span_row", "a span row is [name, count, totalNs, minNs, maxNs, startUs, "
+                "endUs, errors]")
+        name, count, total, lo, hi, start, end, errors = row
+        if not all(type(x) is int for x in (total, lo, hi, start, end)):
+            raise PydanticCustomError("span_row", "span row times must be integers")
+        if start < 0 or end < 0 or base + end > 10**17:
+            raise PydanticCustomError(
+                "span_row", "span row times must lie between base_us and the epoch bound")
+        # SpanSummary validates the rest (name rules, bounds, consistency) as for one name.
+        out.append(SpanSummary(name=name, count=count, total_s=total / 1e9, min_s=lo / 1e9,
+                               max_s=hi / 1e9, first_start=(base + start) / 1e6,
+                               last_end=(base + end) / 1e6, errors=errors))
+    return tuple(out)
+
+
+class SpanSummaries(BaseModel):
+    """The SpanSummary aggregates of several names in one note (one API call for a dozen
+    names). On the wire: ``base_us`` (epoch microseconds) and ``spans``, a list of compact
+    rows (see ``span_row``); in memory, ``spans`` holds one validated SpanSummary per row."""
+
+    model_config = _MODEL_CONFIG
+    TYPE: ClassVar[str] = "SpanSummaries"
+
+    base_us: Annotated[int, Field(ge=0, le=10**17)]
+    spans: Annotated[tuple[SpanSummary, ...], Field(min_length=1, max_length=SPAN_ROWS_MAX)]
+
+    _rows = field_validator("spans", mode="before")(_span_rows)
+
+    @model_serializer(mode="plain")
+    def _wire(self) -> dict[str, Any]:
+        # The in-memory values came from integer rows, so rounding to the nearest unit gives
+        # those integers back: decoding and re-encoding yields the same bytes.
+        base = self.base_us
+        return {"base_us": base, "spans": [
+            [s.name, s.count, round(s.total_s * 1e9), round(s.min_s * 1e9),
+             round(s.max_s * 1e9), round(s.first_start * 1e6) - base,
+             round(s.last_end * 1e6) - base, s.errors] for s in self.spans]}
+
+
 def _round_fraction(v: Any) -> Any:
     # Four decimals (0.01 %) is all any view shows; 17-digit floats only cost note bytes.
     return round(v, 4) if type(v) is float else v
@@ -315,10 +390,12 @@ class UnknownPayload(BaseModel):
     raw: Annotated[dict[str, Any], BeforeValidator(_clean_raw)] = Field(default_factory=dict)
 
 
-Payload: TypeAlias = LogLink | DeckReady | SpanSummary | Progress | PodSpawned | UnknownPayload
+Payload: TypeAlias = (LogLink | DeckReady | SpanSummary | SpanSummaries | Progress | PodSpawned
+                      | UnknownPayload)
 
-KNOWN_PAYLOADS: dict[str, type[LogLink | DeckReady | SpanSummary | Progress | PodSpawned]] = {
-    m.TYPE: m for m in (LogLink, DeckReady, SpanSummary, Progress, PodSpawned)
+KNOWN_PAYLOADS: dict[
+    str, type[LogLink | DeckReady | SpanSummary | SpanSummaries | Progress | PodSpawned]] = {
+    m.TYPE: m for m in (LogLink, DeckReady, SpanSummary, SpanSummaries, Progress, PodSpawned)
 }
 
 # Text fields that may be cut to make a note fit, in the order they are given up.
@@ -329,6 +406,13 @@ SHRINKABLE: dict[str, tuple[str, ...]] = {
     "Progress": ("message",),
     "PodSpawned": ("role", "app"),
 }
+
+
+def span_summaries(p: Payload) -> tuple[SpanSummary, ...]:
+    """The per-name span summaries ``p`` carries: its rows, itself, or none."""
+    if isinstance(p, SpanSummaries):
+        return p.spans
+    return (p,) if isinstance(p, SpanSummary) else ()
 
 
 def payload_type(p: Payload) -> str:

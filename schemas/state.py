@@ -62,6 +62,7 @@ from .payloads import (
     LogLink,
     PodSpawned,
     Progress,
+    SpanSummaries,
     SpanSummary,
     UnknownPayload,
     cut_text,
@@ -681,6 +682,16 @@ def _merge_span(entries: dict[str, SpanAgg], p: SpanSummary, cap: int) -> int:
     return 0
 
 
+def _merge_spans(entries: dict[str, SpanAgg], p: SpanSummaries, cap: int) -> int:
+    """A SpanSummaries note is its rows, each merged as one SpanSummary would be (each row
+    counts as one event of its name), so packing names into one note changes nothing in
+    the state: the per-name merges commute, whatever notes carry them."""
+    capped = 0
+    for row in p.spans:
+        capped += _merge_span(entries, row, cap)
+    return capped
+
+
 def _merge_progress(
     entries: dict[str, ProgressState], pod: str, p: Progress, key: OrderKey, cap: int
 ) -> int:
@@ -794,6 +805,11 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         assert isinstance(p, SpanSummary)
         spans = dict(spans)
         capped = _merge_span(spans, p, lim.spans)
+        capped_name = "spans_capped"
+    elif tp is SpanSummaries:
+        assert isinstance(p, SpanSummaries)
+        spans = dict(spans)
+        capped = _merge_spans(spans, p, lim.spans)
         capped_name = "spans_capped"
     elif tp is Progress:
         assert isinstance(p, Progress)
@@ -959,6 +975,13 @@ def _fold_run(state: TaskState, events: Sequence[ParsedEvent], start: int
             if spans_w is None:
                 spans = spans_w = dict(spans)
             capped = _merge_span(spans_w, p, lim.spans)
+            if capped:
+                counters["spans_capped"] = counters.get("spans_capped", 0) + capped
+        elif tp is SpanSummaries:
+            assert isinstance(p, SpanSummaries)
+            if spans_w is None:
+                spans = spans_w = dict(spans)
+            capped = _merge_spans(spans_w, p, lim.spans)
             if capped:
                 counters["spans_capped"] = counters.get("spans_capped", 0) + capped
         elif tp is Progress:

@@ -51,6 +51,7 @@ class Options:
     max_write_rate: float = 20.0
     watch_timeout: int = 60
     evict_after: float = 7200.0
+    compact_after: float = 60.0
     clock_skew: float = 60.0  # seconds eventTime may lead creationTimestamp (for ordering)
     event_ttl: float = 3600.0  # the API server's --event-ttl, for dedup compaction
     max_instances: int = 512
@@ -76,6 +77,8 @@ def _validate(o: Options) -> None:
         raise ConfigError("--max-write-rate must not be negative")
     if o.evict_after < 0:
         raise ConfigError("--evict-after must not be negative")
+    if o.compact_after < 0:
+        raise ConfigError("--compact-after must not be negative")
     if not 0 <= o.clock_skew <= 86400:
         raise ConfigError("--clock-skew must be 0..86400 s")
     if o.event_ttl < 60:
@@ -138,6 +141,7 @@ def run(o: Options, *, announce: Any = print) -> int:
     settings = Settings(namespaces=o.namespaces, concurrency=o.concurrency,
                         write_interval=o.write_interval, max_write_rate=o.max_write_rate,
                         watch_timeout=o.watch_timeout, evict_after=o.evict_after,
+                        compact_after=o.compact_after,
                         clock_skew=o.clock_skew, event_ttl=o.event_ttl,
                         max_instances=o.max_instances,
                         ttl_after_finished=o.ttl_after_finished)

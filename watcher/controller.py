@@ -45,6 +45,9 @@ class Settings:
     sender_retry: float = 1.0
     # Tasks idle this long (and fully written) leave memory; 0 keeps them forever.
     evict_after: float = 7200.0
+    # Tasks idle this long (and fully written) are kept compact (their compressed status,
+    # about a quarter of the live size); 0: never.
+    compact_after: float = 60.0
     slow_writes: dict[str, float] | None = None  # test hook; None: from the environment
     # Finished, unowned TaskFeedbacks are deleted this long after their last fact; 0: never.
     ttl_after_finished: float = 0.0
@@ -163,12 +166,15 @@ class Controller:
 
     def _monitor(self, events: list[Reflector]) -> None:
         """Readiness (initial list folded and written), the gauges and idle-task eviction."""
-        next_sweep = time.monotonic() + min(60.0, self.s.evict_after)
+        every = min([60.0] + [x for x in (self.s.evict_after, self.s.compact_after) if x > 0])
+        next_sweep = time.monotonic() + every
         while not self._stopping.is_set():
             if time.monotonic() >= next_sweep:
                 self.evict_idle()
-                next_sweep = time.monotonic() + min(60.0, self.s.evict_after)
+                self.compact_idle()
+                next_sweep = time.monotonic() + every
             self.metrics.queue_depth.set(len(self.queue))
+            self.metrics.tasks_compact.set(self.store.compacted)
             self.metrics.write_queue_depth.set(len(self.writer.queue))
             self.metrics.tasks.set(len(self.store))
             if not self.ready.is_set() and all(r.synced.is_set() for r in events) \
@@ -302,6 +308,13 @@ class Controller:
             self.metrics.tasks_evicted.inc(n)
         return n
 
+    def compact_idle(self) -> int:
+        """Keep idle, fully written tasks in their compact form (rebuilt on their next use)."""
+        if self.s.compact_after <= 0:
+            return 0
+        return self.store.compact_idle(self.s.compact_after, lambda t: self.queue.is_processing(t)
+                                       or self.writer.queue.is_processing(t))
+
     # --- shutdown -----------------------------------------------------------------------
     def abort(self) -> None:
         """Stop at once without flushing (the lease is lost: writing more could overwrite a
@@ -312,7 +325,7 @@ class Controller:
         self.queue.shutdown()
         self.writer.stop()
         m = self.metrics  # this term's gauges no longer describe anything held
-        for g in (m.ready, m.tasks, m.queue_depth, m.write_queue_depth):
+        for g in (m.ready, m.tasks, m.queue_depth, m.write_queue_depth, m.tasks_compact):
             g.set(0)
 
     def stop(self, flush_timeout: float = 10.0) -> bool:

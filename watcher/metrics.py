@@ -89,6 +89,9 @@ class Metrics:
         self.tasks = Gauge(p + "tasks", "Tasks with state in memory.", registry=r)
         self.writes_in_flight = Gauge(p + "status_writes_in_flight",
                                       "Status writes being made right now.", registry=r)
+        self.tasks_compact = Gauge(
+            p + "tasks_compact", "Idle tasks held in their compact form (compressed status).",
+            registry=r)
         self.tasks_evicted = Counter(p + "tasks_evicted",
                                      "Idle, fully written tasks dropped from memory.", registry=r)
         self.ttl_deleted = Counter(

@@ -20,7 +20,14 @@ from tidings.emitter import Emitter, EmitterConfig, Identity, Span
 from tidings.emitter.transport import KubeTransport, connect
 from tidings.schemas.constants import BUS_CONTROLLER, NOTE_LIMIT
 from tidings.schemas.event import ParsedEvent, event_name, parse_event
-from tidings.schemas.payloads import DeckReady, LogLink, PodSpawned, Progress, SpanSummary
+from tidings.schemas.payloads import (
+    DeckReady,
+    LogLink,
+    PodSpawned,
+    Progress,
+    SpanSummary,
+    span_summaries,
+)
 
 TASK = "train-7"
 
@@ -150,7 +157,7 @@ def test_an_api_server_outage_delays_but_never_blocks_or_loses(
     critical = {p.name for p in parsed if p.reason in ("LogLink", "DeckReady")
                 or (isinstance(p.payload, Progress) and p.payload.final)}
     assert critical <= set(names) and len(critical) == 203
-    spans = sum(p.payload.count for p in parsed if isinstance(p.payload, SpanSummary))
+    spans = sum(r.count for p in parsed for r in span_summaries(p.payload))
     assert spans == 200
     s = em.stats()
     assert s["undelivered"] == 0 and s["refused"] == 0 and s["dropped_queue_full"] == 0
@@ -169,14 +176,45 @@ def test_a_burst_of_100k_spans_costs_a_handful_of_api_calls(
     burst_s = time.perf_counter() - t0
     assert burst_s < 1.0, f"100k spans took {burst_s:.2f}s"
     assert em.flush(15), em.stats()
-    summaries = [p.payload for p in parsed_events(admin, namespace)
-                 if isinstance(p.payload, SpanSummary)]
+    parsed = parsed_events(admin, namespace)
+    summaries = [r for p in parsed for r in span_summaries(p.payload)]
     assert sum(s.count for s in summaries) == 100_000
     assert sum(s.errors for s in summaries) == 5
     s = em.stats()
-    assert s["api_calls"] == len(summaries) <= 10, s
+    assert s["api_calls"] == s["span_notes"] == len(parsed) <= 10, s
     assert s["spans_coalesced"] == 100_000 - len(summaries)
     print(f"\n100k spans in {burst_s:.3f}s -> {s['api_calls']} API calls")
+
+
+def test_100k_spans_over_256_names_leave_within_5s_of_flush_inside_the_budget(
+        control_plane: ControlPlane, admin: Any, namespace: str) -> None:
+    me = workload(admin, namespace)
+    em = emitter_for(control_plane, me)  # the default budget: burst 20, then 2/s
+    names = [f"layer.{i:03d}.forward" for i in range(256)]
+    t0 = time.perf_counter()
+    base = time.time()
+    for k in range(100_000):
+        em.record_span(names[k % 256], base + k * 1e-5, base + k * 1e-5 + 3e-6,
+                       error=k % 1000 == 0)
+    burst_s = time.perf_counter() - t0
+    assert burst_s < 1.0, f"100k spans took {burst_s:.2f}s"
+    t1 = time.perf_counter()
+    assert em.flush(5), em.stats()
+    flush_s = time.perf_counter() - t1
+    s = em.stats()
+    cfg = em.config
+    # Within the per-pod budget, counted by the emitter itself (each attempt is a call).
+    assert s["api_calls"] <= cfg.burst + cfg.rate * (time.perf_counter() - t0), s
+    parsed = parsed_events(admin, namespace)
+    assert len(parsed) == s["span_notes"] == s["delivered"]
+    got: dict[str, int] = {}
+    for p in parsed:
+        for r in span_summaries(p.payload):
+            got[r.name] = got.get(r.name, 0) + r.count
+    assert got == dict.fromkeys(names, 100_000 // 256) | {
+        n: 100_000 // 256 + 1 for n in names[:100_000 % 256]}
+    assert s["spans_sent"] == 100_000 and s["spans_unsent"] == s["dropped_span_names"] == 0
+    print(f"\n100k spans over 256 names: flush {flush_s:.2f}s, {s['api_calls']} API calls")
 
 
 def test_a_child_that_exits_at_once_still_delivers(control_plane: ControlPlane, admin: Any,

@@ -156,6 +156,27 @@ def test_idle_tasks_leave_memory_and_resume_exactly(admin: Any, namespace: str,
     assert metric(w, "tidings_watcher_events_applied_total") == 80
 
 
+def test_idle_tasks_are_kept_compact_and_fold_on_exactly(admin: Any, namespace: str,
+                                                        kubeconfig: Path, tmp_path: Path,
+                                                        start_watcher: Any,
+                                                        admin_token: str) -> None:
+    """An idle, written task is kept compact; the read API serves it as it was, and its
+    next events fold onto it exactly, without a reload."""
+    w = start_watcher("--compact-after", "1", "--evict-after", "0")
+    pod = pods_for(admin, namespace, "nap", 1)[0]
+    first, second = tmp_path / "nap-1.jsonl", tmp_path / "nap-2.jsonl"
+    Emitter(kubeconfig, namespace, "nap", pod, "nap-i1", first, count=40, rate=200).wait()
+    assert_exact(admin, namespace, ["nap"], [first])
+    eventually(lambda: metric(w, "tidings_watcher_tasks_compact") >= 1, 90,
+               "the idle task to be kept compact")
+    code, body = w.get(f"/tasks/{namespace}/nap", admin_token)
+    assert code == 200 and orjson.loads(body) == task_status(admin, namespace, "nap")
+    Emitter(kubeconfig, namespace, "nap", pod, "nap-i2", second, count=40, rate=200).wait()
+    assert_exact(admin, namespace, ["nap"], [first, second])
+    assert metric(w, "tidings_watcher_events_applied_total") == 80
+    assert metric(w, "tidings_watcher_tasks_evicted_total") == 0
+
+
 def test_lineage_events_are_skipped_not_rejected(admin: Any, namespace: str, kubeconfig: Path,
                                                  start_watcher: Any) -> None:
     from kubernetes import client

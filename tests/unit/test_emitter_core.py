@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
+from tests.support import eventually
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.retry import SendError
 from tidings.emitter.transport import LogSink
 from tidings.schemas.constants import NOTE_LIMIT
 from tidings.schemas.event import ParsedEvent, parse_event
-from tidings.schemas.payloads import LogLink, PodSpawned, Progress, SpanSummary
+from tidings.schemas.payloads import LogLink, PodSpawned, Progress, span_summaries
 
 ME = Identity(namespace="ml", pod_name="train-0", pod_uid="0c4f-11", task="run-7")
 
@@ -145,8 +146,9 @@ def test_spans_coalesce_into_few_summaries_with_exact_counts() -> None:
     for k in range(30_000):
         em.record_span(f"op{k % 3}", 1000.0 + k, 1000.5 + k, error=k % 1000 == 0)
     assert em.flush(5)
-    summaries = [p.payload for p in rec.parsed() if isinstance(p.payload, SpanSummary)]
+    summaries = [s for p in rec.parsed() for s in span_summaries(p.payload)]
     assert 3 <= len(summaries) <= 12
+    assert em.stats()["api_calls"] == len(rec.bodies) <= 4  # three names share each note
     assert sum(s.count for s in summaries) == 30_000
     assert sum(s.errors for s in summaries) == 30
     s = em.stats()
@@ -240,3 +242,70 @@ def test_span_windows_go_out_before_the_final_and_fail_is_a_failed_final() -> No
     final = parsed[1].payload
     assert isinstance(final, Progress) and final.final and final.failed
     assert final.workers == 3 and parsed[1].warning and final.message == "CUDA out of memory"
+
+
+# --- many span names ----------------------------------------------------------------------
+
+def _offer(em: Emitter, names: list[str], n: int) -> float:
+    t = time.time()
+    for k in range(n):
+        em.record_span(names[k % len(names)], t, t + 0.001, error=k % 997 == 0)
+    return time.time() - t
+
+
+def test_100k_spans_over_256_names_leave_in_a_handful_of_calls_within_the_budget() -> None:
+    em, rec = make()  # the default budget: burst 20, then 2/s
+    names = [f"stage.{i:03d}" for i in range(256)]
+    t0 = time.monotonic()
+    assert _offer(em, names, 100_000) < 1.0
+    assert em.flush(5)
+    took = time.monotonic() - t0
+    assert took < 5.0
+    s = em.stats()
+    cfg = em.config
+    assert s["api_calls"] == len(rec.bodies) <= cfg.burst + cfg.rate * took, s
+    got: dict[str, int] = {}
+    for p in rec.parsed():
+        for row in span_summaries(p.payload):
+            got[row.name] = got.get(row.name, 0) + row.count
+    assert got == {n: 100_000 // 256 + (i < 100_000 % 256) for i, n in enumerate(names)}
+    assert s["spans_sent"] == 100_000 and s["span_summaries"] == 256
+    assert s["span_notes"] == len(rec.bodies) and s["spans_unsent"] == 0
+    assert all(len(b["note"].encode()) <= NOTE_LIMIT for b in rec.bodies)
+
+
+def test_names_waiting_for_budget_are_bounded_and_every_span_is_counted() -> None:
+    # A tiny budget and names that change every window: pending names stay bounded, and
+    # each span ends up sent, counted as dropped (name bound) or as unsent at the deadline.
+    em, rec = make(rate=0.5, burst=1, max_span_names=8, span_window_s=0.05)
+    offered = 0
+    for w in range(12):
+        offered += 40
+        _offer(em, [f"w{w}.{i}" for i in range(20)], 40)
+        # The sender takes the window over into its pending names, then waits for budget.
+        eventually(lambda: len(em._spans) == 0, 5, "the window drained", interval=0.01)
+        assert len(em._pending) <= 8
+    em.close(0.5)
+    s = em.stats()
+    assert s["dropped_span_names"] > 0 and s["spans_unsent"] > 0
+    assert s["spans_sent"] + s["spans_unsent"] + s["dropped_span_names"] == offered, s
+    assert s["spans_sent"] == sum(r.count for p in rec.parsed()
+                                  for r in span_summaries(p.payload))
+
+
+def test_one_bad_span_name_costs_only_its_own_spans() -> None:
+    em, rec = make()
+    names = [f"ok{i}" for i in range(10)] + ["bad\u200bname"]
+    _offer(em, names, 110)
+    assert em.flush(5)
+    s = em.stats()
+    sent = sorted(r.name for p in rec.parsed() for r in span_summaries(p.payload))
+    assert sent == sorted(names[:10]) and s["invalid"] == 1
+    assert s["spans_sent"] == 100 and s["spans_unsent"] == 10 and len(rec.bodies) == 1
+
+
+def test_a_lone_span_name_is_a_plain_span_summary() -> None:
+    em, rec = make()
+    _offer(em, ["only"], 5)
+    assert em.flush(5)
+    assert [b["reason"] for b in rec.bodies] == ["SpanSummary"]

@@ -106,3 +106,96 @@ def test_a_fold_racing_a_rebase_lands_on_the_rebased_state() -> None:
     store.put(A, fold_all(A, ev), base=base, events=ev)  # folded onto the stale base
     now = store.get(A)
     assert now is not None and now.to_status() == fold_all(A, [other, *ev]).to_status()
+
+
+# --- compact idle tasks: the compressed status, rebuilt exactly -------------------------
+
+import dataclasses  # noqa: E402
+from datetime import timedelta  # noqa: E402
+
+from tests.unit.test_schemas_fold import SMALL  # noqa: E402
+from tidings.schemas import Limits, Named, TaskState, fold  # noqa: E402
+from tidings.watcher.store import pack_state, unpack_state  # noqa: E402
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> list[ParsedEvent]:
+    """Event sets with server creation times, some past eventTime + the clock skew (clamped)
+    and some spread over hours (dedup compaction moves the watermark)."""
+    out = []
+    for ev in draw(event_sets()):
+        if draw(st.booleans()):
+            lag = draw(st.sampled_from([0, 1, 90, 3 * 3600, -7200]))
+            ev = dataclasses.replace(ev, created=ev.event_time + timedelta(seconds=lag))
+        out.append(ev)
+    return out
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(streams(), st.randoms(use_true_random=False),
+       st.sampled_from([SMALL, Limits(), Limits(max_instances=2)]))
+def test_the_compact_form_rebuilds_a_written_state_exactly(
+        events: list[ParsedEvent], rnd: object, limits: Limits) -> None:
+    import random
+
+    assert isinstance(rnd, random.Random)
+    cut = rnd.randint(0, len(events))
+    state = fold_all(TASK, events[:cut], limits)
+    back = unpack_state(TASK, pack_state(state), limits)
+    assert back == state and back.to_status() == state.to_status()
+    assert back.to_status(budget=2048) == state.to_status(budget=2048)
+    # And it folds on exactly as the live state would (same skips, same caps, same counters).
+    a, b = state, back
+    for ev in events[cut:] + events[:cut]:
+        a, b = fold(a, ev), fold(b, ev)
+    assert a == b and a.to_status() == b.to_status()
+
+
+def _written(store: Store, task: TaskRef, events: list[ParsedEvent]) -> TaskState:
+    store.load(task, None)
+    base, _ = store.take(task)
+    state = fold_all(task, events)
+    store.written(task, store.put(task, state, base=base, events=events), "1")
+    return state
+
+
+def test_only_idle_written_unheld_tasks_are_compacted_and_come_back_exactly() -> None:
+    store = Store()
+    states = {t: _written(store, t, [event(t)]) for t in (A, B, C, D)}
+    store.push(event(B))  # pending: not folded yet
+    store.put(C, fold(states[C], event(C)))  # folded but not written
+    assert store.compact_idle(3600.0, busy=lambda t: False) == 0  # not idle long enough
+    assert store.compact_idle(0.0, busy=lambda t: t == D) == 1  # only A
+    assert store.compacted == 1 and store.compact_idle(0.0, busy=lambda t: t == D) == 0
+    assert store.get(A) == states[A] and store.compacted == 1  # a read keeps it compact
+    store.push(event(A))  # its next event...
+    state, pending = store.take(A)  # ...rebuilds it for the fold
+    assert state == states[A] and len(pending) == 1 and store.compacted == 0
+    assert store.seeded(A)  # no reload from the API server needed
+
+
+def test_a_compact_task_rebases_and_evicts_like_a_live_one() -> None:
+    store = Store()
+    mine = _written(store, A, [event(A)])
+    assert store.compact_idle(0.0, busy=lambda t: False) == 1
+    other = parse_event(build_event(task=A, pod=PodRef("p", "u1", "ns"),
+                                    payload=LogLink(name="m", url="https://example.com/m"),
+                                    instance="i2", seq=7, time=datetime.now(UTC)))
+    assert isinstance(other, ParsedEvent)
+    assert store.rebase(A, fold(mine, other).to_status(), rv="9")
+    assert store.get(A) == fold(mine, other) and store.compacted == 0
+    assert store.compact_idle(0.0, busy=lambda t: False) == 1
+    assert store.evict_idle(0.0, busy=lambda t: False) == 1 and store.compacted == 0
+
+
+def test_a_state_its_status_cannot_rebuild_stays_live_and_is_counted() -> None:
+    """The attacker's case for losslessness: a state whose status would not read back (here
+    a name longer than any status may hold) must never be swapped for what it reads as."""
+    store = Store()
+    good = _written(store, A, [event(A)])
+    bad = dataclasses.replace(good, link_entries={"x" * 500: Named("https://e.x/", (
+        good.first_event_time, "i1", 1), 1)})
+    store.put(A, bad, base=good)
+    store.written(A, 2, "2")
+    assert store.compact_idle(0.0, busy=lambda t: False) == 0
+    assert store.not_compactable == 1 and store.get(A) is bad

@@ -31,6 +31,9 @@ def test_demo_exits_zero_and_shows_the_folded_task(control_plane: ControlPlane) 
     # Pre-created by the launcher, so its pods carried the uid: describe lists the bus events.
     described = out.split("kubectl describe taskfeedback train-42")[1].split("demo finished")[0]
     assert "Events:" in described and "<none>" not in described
-    for reason in ("LogLink", "DeckReady", "SpanSummary", "Progress"):
+    for reason in ("LogLink", "DeckReady", "Progress"):
         assert reason in described, reason
+    # Span windows travel as SpanSummaries (several names in one note), or as a SpanSummary
+    # when a window holds one name.
+    assert "SpanSummaries" in described or "SpanSummary" in described, described
     assert "demo finished" in out

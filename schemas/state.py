@@ -33,7 +33,9 @@ time is the *watermark*. Instances whose newest event was created before it are 
 out of the version vector, and an event created before it is skipped (``late_skipped``)
 instead of being checked against the vector. When more than ``max_instances`` instances
 remain, the watermark is raised to the creation time of the oldest quarter, and their
-entries go the same way. Why this never double counts: an instance is forgotten only when
+entries go the same way, but never past the newest creation second: the vector holds at most
+``max_instances`` instances plus those created in the newest second (the API server's own
+create rate bounds them). Why this never double counts: an instance is forgotten only when
 all its known events were created before the watermark, and from then on *every* event
 created before the watermark is skipped, applied or not; an event created at or after it
 still finds its instance in the vector. What raising the watermark for the cap can cost is
@@ -758,8 +760,9 @@ def _compact(applied: VersionVector, times: Mapping[str, int], watermark: int, c
         keep = max(1, lim.max_instances * 3 // 4)
         cut = ordered[len(ordered) - keep]
         # Creation times have second precision: when the oldest second alone holds more than
-        # the cap allows, that whole second goes (the cap is a hard bound).
-        new = max(new, cut if cut > ordered[0] else cut + 1)
+        # the cap allows, that whole second goes; but never the newest second, whose later
+        # events (a final right after a burst) would then all be skipped as late.
+        new = max(new, min(cut if cut > ordered[0] else cut + 1, ordered[-1]))
     if new == watermark:
         return applied, times, watermark, 0
     drop = [i for i, t in times.items() if t < new]

@@ -210,7 +210,7 @@ def test_22000_instances_on_one_task_stay_under_the_budget_and_complete(
     instance (as every process and fork is one), then its final. The object stays under the
     status byte budget, the final state is persisted and completed, and the counters say
     what was compacted; nothing is applied twice."""
-    start_watcher()
+    w = start_watcher()
     pod = create_kwok_pod(admin, namespace, "burst-0", labels={TASK_LABEL: "burst"})
     sender = PodRef(pod["name"], pod["uid"], namespace)
     ref = TaskRef(namespace, "burst")
@@ -234,13 +234,30 @@ def test_22000_instances_on_one_task_stay_under_the_budget_and_complete(
     events.create_namespaced_event(namespace, build_event(
         task=ref, pod=sender, payload=Progress(fraction=1.0, message="done", final=True),
         instance="burst-final", seq=0, time=now()))
-    st = eventually(lambda: (s := _status(admin, namespace, "burst")).get("phase")
-                    == "Succeeded" and s, 300, "the burst's final to be persisted")
+    last: dict[str, Any] = {}
+
+    def persisted() -> bool:
+        last.update(_status(admin, namespace, "burst"))
+        return last.get("phase") == "Succeeded"
+
+    try:
+        eventually(persisted, 300, "the burst's final to be persisted")
+    except AssertionError as err:
+        raise AssertionError(f"{err}\nphase={last.get('phase')} counters={last.get('counters')}"
+                             f"\n{w.tail()}") from None
+    st = last
     size = len(json.dumps(st))
     c = st["counters"]
-    print(f"\n{BURST} instances created in {created_s:.1f}s; status {size} B; counters {c}")
+    entries = st.get("applied", "").split()
+    kept = len(entries)
+    times = [int(e.rsplit("@", 1)[1]) for e in entries]
+    print(f"\n{BURST} instances created in {created_s:.1f}s; status {size} B; "
+          f"{kept} instances kept; counters {c}")
     assert size <= STATUS_BUDGET
     assert c["eventsApplied"] + c.get("lateSkipped", 0) == BURST + 1  # each exactly once
-    # Forgotten instances: all applied ones but at most the cap (late ones never got in).
-    assert c["instancesCompacted"] >= c["eventsApplied"] - Limits().max_instances
+    # Every applied instance (one event each) is either still in the vector or forgotten.
+    assert c["instancesCompacted"] + kept == c["eventsApplied"]
+    # Bounded: beyond the cap, only the instances of the newest second are kept.
+    assert sum(t < max(times) for t in times) <= Limits().max_instances
+    assert any(e.startswith("burst-final=0@") for e in entries)
     assert st["progress"] == {"percent": 100, "message": "done"}

@@ -264,7 +264,7 @@ def iter_lines(resp: BaseHTTPResponse, *, skip_empty: bool = False) -> Iterator[
     except (urllib3.exceptions.HTTPError, OSError, ValueError) as e:
         raise KubeError(0, f"stream broke: {type(e).__name__}: {e}",
                         reason=type(e).__name__) from None
-    if buf and (buf.strip() or not skip_empty):
+    if buf:  # the last line had no newline; whitespace is content (a log line of a tab)
         yield buf
 
 

@@ -20,18 +20,23 @@ from pathlib import Path
 from typing import Any
 
 from tidings.emitter import Emitter, EmitterConfig, Identity
+from tidings.emitter.sender import Sender
 from tidings.emitter.transport import KubeTransport, connect
 
 SPANS = 100_000
 
 
-class OneNamePerEvent(Emitter):
+class OneNamePerEventSender(Sender):
     """The sender before SpanSummaries: each pending name is its own SpanSummary event."""
 
-    def _take_span_note(self) -> Any:
-        name, a = next(iter(self._pending.items()))
-        del self._pending[name]
-        return self._build_summary(name, a), (1, int(a[0]))
+    def take_span_note(self) -> Any:
+        name, a = next(iter(self.pending.items()))
+        del self.pending[name]
+        return self.build_summary(name, a), (1, int(a[0]))
+
+
+class OneNamePerEvent(Emitter):
+    sender_type = OneNamePerEventSender
 
 
 def one_round(kubeconfig: str, ns: str, names: int, cls: type[Emitter]) -> dict[str, float]:

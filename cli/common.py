@@ -9,7 +9,7 @@ import functools
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
@@ -107,9 +107,10 @@ def _map_exception(err: Exception) -> CliError | None:
 class TidingsGroup(TyperGroup):
     """The root command group: usage errors become one line and exit code 2 as well."""
 
-    def main(self, args: Any = None, prog_name: str | None = None,
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
-             **extra: Any) -> Any:
+             windows_expand_args: bool = True, **extra: Any) -> Any:
+        extra["windows_expand_args"] = windows_expand_args
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         from typer._click import exceptions as click_exc

@@ -353,8 +353,9 @@ class ControlPlane:
             raise BinariesMissing(f"kwok manifests missing in {upstream}; {BUILD_HINT}")
         for crd in sorted(upstream.glob("kwok.x-k8s.io_*.yaml")):
             self.kubectl_run("apply", "--server-side", "-f", str(crd))
-        for crd in ("logs.kwok.x-k8s.io", "clusterlogs.kwok.x-k8s.io"):
-            self.kubectl_run("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        for name in ("logs.kwok.x-k8s.io", "clusterlogs.kwok.x-k8s.io"):
+            self.kubectl_run("wait", "--for=condition=Established", f"crd/{name}",
+                             "--timeout=60s")
         stages = [doc for f in sorted(upstream.glob("*.yaml")) if "_" not in f.name
                   for doc in yaml.safe_load_all(f.read_text()) if doc]
         stages += [d for d in yaml.safe_load_all(

@@ -9,7 +9,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Annotated, Generic, TypeVar
 
 import typer
 
@@ -34,6 +34,8 @@ from tidings.cli.common import (
 
 # `watch` exits with this when the task it watched failed (distinct from the error codes).
 EXIT_FAILED = 6
+
+T = TypeVar("T")
 
 Task = Annotated[str, typer.Argument(metavar="TASK", help="The task id (TaskFeedback name).",
                                      show_default=False, autocompletion=complete_task)]
@@ -161,21 +163,21 @@ def watch(
         raise typer.Exit(EXIT_FAILED)
 
 
-class _Pump:
+class _Pump(Generic[T]):
     """Snapshots from a blocking generator, with a timeout (a daemon thread pulls them)."""
 
-    def __init__(self, gen: Iterator[Any]) -> None:
-        self._q: queue.Queue[Any] = queue.Queue()
+    def __init__(self, gen: Iterator[T]) -> None:
+        self._q: queue.Queue[T | _Raised] = queue.Queue()
         threading.Thread(target=self._run, args=(gen,), daemon=True).start()
 
-    def _run(self, gen: Iterator[Any]) -> None:
+    def _run(self, gen: Iterator[T]) -> None:
         try:
             for item in gen:
                 self._q.put(item)
         except BaseException as e:  # handed to the caller's thread
             self._q.put(_Raised(e))
 
-    def next(self, timeout: float | None) -> Any:
+    def next(self, timeout: float | None) -> T | None:
         """The next snapshot; None when ``timeout`` passed first."""
         try:
             item = self._q.get(timeout=timeout)

@@ -3,7 +3,7 @@ wrote one, else the task's events through the same fold; plus the table view of 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -249,7 +249,8 @@ def follow(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool 
         snap = fresh
 
 
-def _follow_cr(kube: Kube, ref: TaskRef, snap: Snapshot) -> Iterator[Snapshot]:
+def _follow_cr(kube: Kube, ref: TaskRef, snap: Snapshot
+               ) -> Generator[Snapshot, None, Snapshot]:
     resp = kube.stream(cr_path(ref.namespace),
                        {"watch": "true", "fieldSelector": f"metadata.name={ref.name}",
                         "resourceVersion": snap.resource_version or None,
@@ -265,7 +266,7 @@ def _follow_cr(kube: Kube, ref: TaskRef, snap: Snapshot) -> Iterator[Snapshot]:
                 if isinstance(msg, dict) and msg.get("type") == "ERROR":
                     break
                 continue
-            obj = msg.get("object") if isinstance(msg.get("object"), dict) else {}
+            obj: dict[str, Any] = msg["object"] if isinstance(msg.get("object"), dict) else {}
             status = _status_of(obj)
             if status is None:
                 continue
@@ -280,7 +281,8 @@ def _follow_cr(kube: Kube, ref: TaskRef, snap: Snapshot) -> Iterator[Snapshot]:
     return snap
 
 
-def _follow_events(kube: Kube, ref: TaskRef, snap: Snapshot) -> Iterator[Snapshot]:
+def _follow_events(kube: Kube, ref: TaskRef, snap: Snapshot
+                   ) -> Generator[Snapshot, None, Snapshot]:
     resp = kube.watch_events(ref.namespace, task_selector(ref.name), snap.resource_version)
     state, rejected = snap.state, snap.rejected
     try:

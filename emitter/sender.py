@@ -270,8 +270,8 @@ class Sender:
         taken: list[tuple[str, Agg]] = []
         rows: list[list[Any]] = []
         for name, a in pending.items():
-            row = span_row(name, a[COUNT], a[TOTAL], a[MIN], a[MAX], a[FIRST_START],
-                           a[LAST_END], a[ERRORS], base)
+            row = span_row(name, int(a[COUNT]), a[TOTAL], a[MIN], a[MAX], a[FIRST_START],
+                           a[LAST_END], int(a[ERRORS]), base)
             size = len(orjson.dumps(row)) + 1
             if size > room or len(rows) >= SPAN_ROWS_MAX:
                 break

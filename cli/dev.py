@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from tidings.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NOT_FOUND, fail
+
 app = typer.Typer(help="Run a local control plane (etcd, kube-apiserver, kwok) on 127.0.0.1.",
                   no_args_is_help=True, rich_markup_mode=None)
 
@@ -17,18 +19,12 @@ StateDir = Annotated[Path | None, typer.Option("--state-dir", help="Where the co
                      "~/.local/state/tidings/dev).")]
 
 
-def _fail(message: str, code: int = 1) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
 @app.command()
 def up(
     state_dir: StateDir = None,
     port: Annotated[int, typer.Option(help="kube-apiserver port (0 picks a free one).")] = 0,
 ) -> None:
     """Start the control plane and print `export` lines for eval."""
-    from tidings.cli.common import EXIT_NOT_FOUND
     from tidings.cli.devcluster import (
         BinariesMissing,
         ControlPlane,
@@ -50,11 +46,11 @@ def up(
         typer.echo(f"# starting etcd, kube-apiserver and kwok in {folder} ...", err=True)
         cp = ControlPlane(state_dir=folder, apiserver_port=port).start()
     except BinariesMissing as err:
-        _fail(str(err), EXIT_NOT_FOUND)
+        fail(str(err), EXIT_NOT_FOUND)
     except ControlPlaneError as err:
-        _fail(str(err))
+        fail(str(err), EXIT_ERROR)
     except KeyboardInterrupt:
-        _fail("interrupted", 130)
+        fail("interrupted", EXIT_INTERRUPTED)
     typer.echo(f"# ready: {cp.server} (run `tidings dev down` to stop)", err=True)
     _print_exports(cp.env())
 
@@ -88,8 +84,8 @@ def status(state_dir: StateDir = None) -> None:
     try:
         cp = ControlPlane.load(folder)
     except ControlPlaneError as err:
-        _fail(str(err))
+        fail(str(err), EXIT_ERROR)
     if not cp.running():
-        _fail(f"control plane in {folder} is not running")
+        fail(f"control plane in {folder} is not running", EXIT_ERROR)
     typer.echo(f"running: {cp.server} (KUBECONFIG={cp.kubeconfig('admin')})")
     sys.stdout.flush()

@@ -16,10 +16,11 @@ from tidings.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_UNREACHABLE,
     CliError,
+    Connection,
     not_found,
     safe,
 )
-from tidings.cli.kube import NO_CRD, Action, ApiError, Kube, connect, lines
+from tidings.cli.kube import NO_CRD, Action, ApiError, Kube, lines
 from tidings.schemas import (
     API_GROUP,
     API_VERSION,
@@ -56,21 +57,20 @@ def cr_path(namespace: str, name: str = "") -> str:
 # --- which namespace ----------------------------------------------------------------------
 
 
-def open_task(task: str, namespace: str | None, all_namespaces: bool, kubeconfig: str | None,
-              context: str | None, from_events: bool, **flags: Any) -> tuple[Kube, TaskRef]:
-    """Connect and find the task: the common start of state, watch and timeline. ``flags``:
-    connect's request_timeout, as_user, as_groups."""
-    k = connect(kubeconfig, context, namespace, **flags)
+def open_task(task: str, namespace: str | None, all_namespaces: bool, conn: Connection,
+              from_events: bool) -> tuple[Kube, TaskRef]:
+    """Connect and find the task: the common start of state, watch and timeline."""
+    k = conn.connect(namespace)
     ns = resolve_namespace(k, task, "task", task_selector(task), all_namespaces,
                            with_cr=not from_events)
     return k, TaskRef(ns, task)
 
 
-def open_app(app: str, namespace: str | None, all_namespaces: bool, kubeconfig: str | None,
-             context: str | None, **flags: Any) -> tuple[Kube, str]:
+def open_app(app: str, namespace: str | None, all_namespaces: bool, conn: Connection
+             ) -> tuple[Kube, str]:
     """Connect and find the app's namespace: the common start of lineage and logs (by its
     PodSpawned records, or its TaskFeedback when it has no lineage controller)."""
-    k = connect(kubeconfig, context, namespace, **flags)
+    k = conn.connect(namespace)
     return k, resolve_namespace(k, app, "app", lineage_selector(app), all_namespaces,
                                 with_cr=True)
 

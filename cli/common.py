@@ -234,14 +234,13 @@ def complete_task(ctx: typer.Context, incomplete: str) -> list[str]:
     (bounded: one page, short timeouts; any failure completes nothing)."""
     try:
         from tidings.cli.kube import connect
-        from tidings.schemas import API_VERSION, PLURAL
+        from tidings.schemas.contract import taskfeedback_path
 
         p = ctx.params
         k = connect(p.get("kubeconfig"), p.get("context"), p.get("namespace"),
                     request_timeout="2s")
         try:
-            page = k.client.get(f"/apis/{API_VERSION}/namespaces/{k.namespace}/{PLURAL}",
-                                {"limit": 200}, timeout=2.0)
+            page = k.client.get(taskfeedback_path(k.namespace), {"limit": 200}, timeout=2.0)
         finally:
             k.close()
         names = [str((i.get("metadata") or {}).get("name") or "") for i in page.get("items", [])]

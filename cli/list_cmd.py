@@ -199,7 +199,7 @@ def list_tasks(
     import sys
 
     from tidings.cli.kube import Action
-    from tidings.schemas import API_GROUP, API_VERSION, PLURAL
+    from tidings.schemas.contract import TASKFEEDBACK_RESOURCE, taskfeedback_path
 
     def echo(text: str) -> None:
         sys.stdout.write(text)
@@ -208,9 +208,8 @@ def list_tasks(
     printer = Printer(output.strip(), all_namespaces, echo)
     k = conn.connect(namespace)
     ns = "" if all_namespaces else k.namespace
-    path = (f"/apis/{API_VERSION}/namespaces/{ns}/{PLURAL}" if ns
-            else f"/apis/{API_VERSION}/{PLURAL}")
-    resource = f"{PLURAL}.{API_GROUP}"
+    path = taskfeedback_path(ns)
+    resource = TASKFEEDBACK_RESOURCE
     query = {"labelSelector": selector or None}
     items, rv = k.list_all(path, query, action=Action("list", resource, ns))
     printer.listing(items, rv)

@@ -26,6 +26,7 @@ from tidings.cli.common import EXIT_ERROR, EXIT_NOT_FOUND, CliError, safe
 from tidings.cli.kube import Action, ApiError, Kube, lines
 from tidings.cli.lineage import vouches
 from tidings.schemas import TASK_LABEL, LineageEntry
+from tidings.schemas.contract import TERMINAL_PHASES, pod_selector
 
 # stern-like palette: distinct, readable on dark and light terminals.
 _PALETTE = (31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96)
@@ -361,7 +362,7 @@ class LogMux:
                     != self.app:  # it no longer confirms it belongs to the app
                 return f"pod no longer labelled {TASK_LABEL}={self.app}"
             phase = str((pod.get("status") or {}).get("phase") or "")
-            if phase in ("Succeeded", "Failed"):
+            if phase in TERMINAL_PHASES:
                 s.final_pass = True  # drain what was written before it ended
                 continue
             if not follow:
@@ -386,7 +387,7 @@ class LogMux:
         pod is not in it (gone, replaced, label removed) or has finished is shut down; its
         reader wakes, reads that one pod to find out why, and drains or ends."""
         path = f"/api/v1/namespaces/{self.ns}/pods"
-        query = {"labelSelector": f"{TASK_LABEL}={self.app}"}
+        query = {"labelSelector": pod_selector(self.app)}
         action = Action("list", "pods", self.ns)
         may_list = True
         while not self.stopped.wait(self.opt.poll_interval):
@@ -409,7 +410,7 @@ class LogMux:
             phases = {str((p.get("metadata") or {}).get("uid") or ""):
                       str((p.get("status") or {}).get("phase") or "") for p in pods}
             for s in streams:
-                if phases.get(s.uid, "Succeeded") in ("Succeeded", "Failed"):
+                if phases.get(s.uid, "Succeeded") in TERMINAL_PHASES:
                     _shutdown(s.resp)
 
 

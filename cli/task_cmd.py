@@ -63,6 +63,7 @@ def create(
         invalid(f"--owner {safe(owner)!r}: use RESOURCE/NAME, e.g. job/train")
     from tidings.cli.kube import Action, api_error
     from tidings.emitter.task import TaskFeedbackError, create_task_feedback
+    from tidings.schemas.contract import TASKFEEDBACK_RESOURCE
 
     kube = conn.connect(namespace)
     ns = kube.namespace
@@ -76,7 +77,7 @@ def create(
 
         # The same wording and exit codes as every other command's API errors.
         raise api_error(e.status, json.dumps({"message": e.message}),
-                        Action("create", "taskfeedbacks.tidings.dev", ns, task)) from None
+                        Action("create", TASKFEEDBACK_RESOURCE, ns, task)) from None
     except ValueError as e:
         invalid(str(e))
     if output == "uid":

@@ -67,7 +67,9 @@ def main() -> None:
     if a.kubeconfig:
         kubeconfig = a.kubeconfig
     else:
-        from tidings.cli.devcluster import ControlPlane
+        from tidings.cli.dev import devcluster
+
+        ControlPlane = devcluster().ControlPlane  # the checkout's tools/devcluster.py
 
         cp = ControlPlane(state_dir=Path(tempfile.mkdtemp(prefix="bench-spans-"))).start()
         kubeconfig = str(cp.kubeconfig("admin"))

@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TREE = ROOT / "build" / "typecheck"
 # Checked by `make lint` and tests/unit/test_static_checks.py (watcher: the lead's, next).
 CHECKED = ("schemas", "kube", "emitter", "cli")
+# The checkout's own tools, checked too (by their own names: tools.devcluster, ...).
+TOOLS = ("tools.devcluster", "tools.typecheck")
 
 
 def package_dirs() -> dict[str, str]:
@@ -42,15 +44,17 @@ def build_tree() -> Path:
     for name, folder in package_dirs().items():
         if name != "tidings":
             (top / name.split(".", 1)[1]).symlink_to(ROOT / folder, target_is_directory=True)
+    (TREE / "tools").symlink_to(ROOT / "tools", target_is_directory=True)
     return TREE
 
 
 def main(argv: list[str]) -> int:
     build_tree()
-    packages = argv or list(CHECKED)
     args = [sys.executable, "-m", "mypy", "--strict"]
-    for p in packages:
+    for p in argv or CHECKED:
         args += ["-p", f"tidings.{p}"]
+    for m in () if argv else TOOLS:
+        args += ["-m", m]
     return subprocess.run(args, cwd=ROOT, env={**os.environ, "MYPYPATH": str(TREE)}).returncode
 
 

@@ -22,8 +22,8 @@ from tests.cluster.test_cli_support import (
 )
 from tests.cluster.test_watcher_support import WatcherProc, task_status
 from tests.support import create_kwok_pod, cri_log_line, eventually, write_cri_log
-from tidings.cli.devcluster import ControlPlane
 from tidings.schemas import Progress
+from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
 TASK_LABEL = "tidings.dev/task"

@@ -22,7 +22,7 @@ from tests.cluster.test_cli_support import (
     invoke,
     proc_pool,
 )
-from tidings.cli.devcluster import ControlPlane
+from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
 _crd = pytest.fixture(scope="session", name="crd")(install_crd)

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from tests.support import create_kwok_pod, eventually
-from tidings.cli.devcluster import ControlPlane
 from tidings.cli.kube import connect
 from tidings.cli.logtargets import PodView, Target
 from tidings.schemas import TASK_LABEL
+from tools.devcluster import ControlPlane
 
 
 def _view(control_plane: ControlPlane, namespace: str, app: str) -> PodView:

@@ -23,7 +23,6 @@ from tests.cluster.test_cli_support import (
     proc_pool,
     write_status,
 )
-from tidings.cli.devcluster import ControlPlane
 from tidings.schemas import (
     DeckReady,
     LogLink,
@@ -33,6 +32,7 @@ from tidings.schemas import (
     fold_all,
     parse_event,
 )
+from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
 _crd = pytest.fixture(scope="session", name="crd")(install_crd)

@@ -18,8 +18,8 @@ from tests.cluster.test_cli_support import (
     emit,
     invoke,
 )
-from tidings.cli.devcluster import ControlPlane
 from tidings.schemas import Progress, SpanSummary
+from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
 

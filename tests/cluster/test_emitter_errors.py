@@ -16,12 +16,12 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.cluster.test_emitter import bus_events, emitter_for, parsed_events, workload
-from tidings.cli.devcluster import ControlPlane
 from tidings.emitter import Emitter, EmitterConfig
 from tidings.emitter.transport import KubeTransport
 from tidings.kube import Client, ClusterConfig
 from tidings.kube.auth import NoAuth, bearer
 from tidings.schemas.payloads import LogLink
+from tools.devcluster import ControlPlane
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 

@@ -1,4 +1,5 @@
-"""The local control plane: etcd, kube-apiserver and kwok on 127.0.0.1, for tests and the demo.
+"""The local control plane: etcd, kube-apiserver and kwok on 127.0.0.1, for tests, the demo and
+hacking. A checkout-only tool (never in the wheel): `tidings dev up` loads it from the checkout.
 
 Real components built from their Go modules (tools/controlplane/build.sh), RBAC on,
 service-account tokens issuable, a fake kwok node that runs pods and serves their logs.

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.test_cli_support import (
+from tests.cluster.support_cli import (
     HOSTILE,
     assert_harmless,
     closed_port_kubeconfig,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.test_cli_support import (
+from tests.cluster.support_cli import (
     HOSTILE,
     assert_harmless,
     closed_port_kubeconfig,

@@ -16,8 +16,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tests.cluster.support_watcher import REPO_ROOT, task_status
 from tests.cluster.test_watcher import crd, start_watcher, watchers  # noqa: F401 - fixtures
-from tests.cluster.test_watcher_support import REPO_ROOT, task_status
 from tests.support import NODE_NAME, eventually
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.task import (

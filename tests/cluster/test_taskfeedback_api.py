@@ -19,8 +19,8 @@ import pytest
 from kubernetes import client, watch
 
 from tests.cluster import test_watcher as _watcher_tests
-from tests.cluster.test_cli_support import TIDINGS
-from tests.cluster.test_watcher_support import task_status
+from tests.cluster.support_cli import TIDINGS
+from tests.cluster.support_watcher import task_status
 from tests.support import create_kwok_pod, eventually
 from tidings.schemas import (
     Limits,

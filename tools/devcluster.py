@@ -19,6 +19,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -518,3 +519,17 @@ def running_control_plane(state_dir: Path) -> Iterator[ControlPlane]:
     cp = ControlPlane(state_dir=state_dir)
     with cp:
         yield cp
+
+
+@contextlib.contextmanager
+def admin_kubeconfig(given: str | None, prefix: str = "tidings-dev-") -> Iterator[str]:
+    """The benchmarks' --kubeconfig: ``given`` when set (a cluster of your own), else the
+    admin kubeconfig of a fresh control plane in a new temporary state dir, stopped on exit."""
+    if given:
+        yield given
+        return
+    cp = ControlPlane(state_dir=Path(tempfile.mkdtemp(prefix=prefix))).start()
+    try:
+        yield str(cp.kubeconfig("admin"))
+    finally:
+        cp.stop()

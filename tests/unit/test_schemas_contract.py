@@ -25,6 +25,9 @@ def test_paths() -> None:
     assert taskfeedback_path("ns", "t") == \
         "/apis/tidings.dev/v1alpha1/namespaces/ns/taskfeedbacks/t"
     assert taskfeedback_path() == "/apis/tidings.dev/v1alpha1/taskfeedbacks"
+    from tidings.schemas import constants
+
+    assert constants.taskfeedback_collection("ns") == taskfeedback_path("ns")
 
 
 def test_selectors_and_names() -> None:

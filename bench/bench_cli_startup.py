@@ -29,7 +29,9 @@ def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
 def main() -> None:
     import os
 
-    from tidings.cli.devcluster import ControlPlane
+    from tidings.cli.dev import devcluster
+
+    ControlPlane = devcluster().ControlPlane  # the checkout's tools/devcluster.py
 
     floor = timed([sys.executable, "-c", "pass"])
     rows = [("python -c pass", floor), ("tidings --help", timed([EXE, "--help"]))]

@@ -26,12 +26,10 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
-from pathlib import Path
 
 import orjson
 import urllib3
@@ -62,19 +60,10 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=2000, help="creates per round and client")
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
-    cp = None
-    if a.kubeconfig:
-        kubeconfig = a.kubeconfig
-    else:
-        from tidings.cli.devcluster import ControlPlane
+    from tidings.cli.dev import devcluster  # the checkout's tools/devcluster.py
 
-        cp = ControlPlane(state_dir=Path(tempfile.mkdtemp(prefix="bench-emitter-"))).start()
-        kubeconfig = str(cp.kubeconfig("admin"))
-    try:
+    with devcluster().admin_kubeconfig(a.kubeconfig, "bench-emitter-") as kubeconfig:
         run(a, kubeconfig)
-    finally:
-        if cp is not None:
-            cp.stop()
 
 
 def run(a: argparse.Namespace, kubeconfig: str) -> None:

@@ -13,25 +13,28 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 from tidings.emitter import Emitter, EmitterConfig, Identity
+from tidings.emitter.sender import Sender
 from tidings.emitter.transport import KubeTransport, connect
 
 SPANS = 100_000
 
 
-class OneNamePerEvent(Emitter):
+class OneNamePerEventSender(Sender):
     """The sender before SpanSummaries: each pending name is its own SpanSummary event."""
 
-    def _take_span_note(self) -> Any:
-        name, a = next(iter(self._pending.items()))
-        del self._pending[name]
-        return self._build_summary(name, a), (1, int(a[0]))
+    def take_span_note(self) -> Any:
+        name, a = next(iter(self.pending.items()))
+        del self.pending[name]
+        return self.build_summary(name, a), (1, int(a[0]))
+
+
+class OneNamePerEvent(Emitter):
+    sender_type = OneNamePerEventSender
 
 
 def one_round(kubeconfig: str, ns: str, names: int, cls: type[Emitter]) -> dict[str, float]:
@@ -58,15 +61,9 @@ def main() -> None:
     ap.add_argument("--kubeconfig", help="use this cluster instead of starting one")
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
-    cp = None
-    if a.kubeconfig:
-        kubeconfig = a.kubeconfig
-    else:
-        from tidings.cli.devcluster import ControlPlane
+    from tidings.cli.dev import devcluster  # the checkout's tools/devcluster.py
 
-        cp = ControlPlane(state_dir=Path(tempfile.mkdtemp(prefix="bench-spans-"))).start()
-        kubeconfig = str(cp.kubeconfig("admin"))
-    try:
+    with devcluster().admin_kubeconfig(a.kubeconfig, "bench-spans-") as kubeconfig:
         kube = connect(kubeconfig)
         ns = f"bench-{uuid.uuid4().hex[:8]}"
         kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
@@ -84,9 +81,6 @@ def main() -> None:
                 print(f"| {names} | {label} | {med('flush_s'):.2f} | "
                       f"{sum(r['ok'] for r in rs):.0f}/{len(rs)} | {med('calls'):.0f} | "
                       f"{med('sent'):.0%} |")
-    finally:
-        if cp is not None:
-            cp.stop()
 
 
 if __name__ == "__main__":

@@ -174,7 +174,9 @@ def main() -> None:
     args = ap.parse_args()
     global METHOD
     METHOD = args.method
-    from tidings.cli.devcluster import ControlPlane
+    from tidings.cli.dev import devcluster
+
+    ControlPlane = devcluster().ControlPlane  # the checkout's tools/devcluster.py
 
     with tempfile.TemporaryDirectory() as tmp:
         cp = ControlPlane(state_dir=Path(tmp) / "cp").start()

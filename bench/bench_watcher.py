@@ -264,7 +264,9 @@ def main() -> None:
     if a.kubeconfig:
         kubeconfig = a.kubeconfig
     else:
-        from tidings.cli.devcluster import ControlPlane
+        from tidings.cli.dev import devcluster
+
+        ControlPlane = devcluster().ControlPlane  # the checkout's tools/devcluster.py
 
         cp = ControlPlane(state_dir=tmp / "cp").start()
         kubeconfig = str(cp.kubeconfig("admin"))
@@ -276,7 +278,9 @@ def main() -> None:
 
 
 def run(a: argparse.Namespace, kubeconfig: str, tmp: Path) -> None:
-    from tidings.cli.devcluster import find_bin_dir
+    from tidings.cli.dev import devcluster
+
+    find_bin_dir = devcluster().find_bin_dir
 
     kubectl = str(find_bin_dir() / "kubectl")
     kube = Kube(load_client(kubeconfig, pool_size=a.threads * 4))

@@ -1,1 +1,1 @@
-"""tidings.cli"""
+"""tidings.cli: the `tidings` command (typer), for people and scripts; needs the `cli` extra."""

@@ -6,16 +6,21 @@ Imports only typer and the standard library, so that `tidings --help` stays fast
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import re
 import sys
-from collections.abc import Callable
-from typing import Annotated, Any, NoReturn, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from typer.core import TyperGroup
 
 from tidings._compat import StrEnum
+
+if TYPE_CHECKING:
+    from tidings.cli.kube import Kube
 
 # Exit codes: one per failure class, stable, documented in README ("The CLI").
 EXIT_OK = 0
@@ -48,10 +53,11 @@ def _one_line(message: str) -> str:
     # Messages may quote server text; keep them to one harmless line.
     from tidings.schemas.text import sanitize_text
 
-    return sanitize_text(message).strip() or "error"
+    return " ".join(sanitize_text(message).split()) or "error"
 
 
 def fail(message: str, code: int) -> NoReturn:
+    """One line on stderr, no traceback, and the exit code: what every failure ends in."""
     typer.echo(f"error: {_one_line(message)}", err=True)
     raise SystemExit(code)
 
@@ -107,9 +113,10 @@ def _map_exception(err: Exception) -> CliError | None:
 class TidingsGroup(TyperGroup):
     """The root command group: usage errors become one line and exit code 2 as well."""
 
-    def main(self, args: Any = None, prog_name: str | None = None,
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
-             **extra: Any) -> Any:
+             windows_expand_args: bool = True, **extra: Any) -> Any:
+        extra["windows_expand_args"] = windows_expand_args
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         from typer._click import exceptions as click_exc
@@ -164,19 +171,76 @@ AsGroup = Annotated[list[str] | None, typer.Option(
     help="Impersonate this group (repeatable); with or without --as.")]
 
 
+def option_group(param: str, build: Callable[..., Any],
+                 options: dict[str, tuple[Any, Any]]) -> Callable[[F], F]:
+    """A decorator that writes a set of flags once: the command's parameter ``param`` becomes
+    the flags ``options`` (name -> (Annotated type, default)), in its place, and the command
+    gets ``build(**those flags)`` as ``param``. Typer reads the new signature."""
+
+    def decorate(func: F) -> F:
+        sig = inspect.signature(func, eval_str=True)
+        params: list[inspect.Parameter] = []
+        for p in sig.parameters.values():
+            if p.name != param:
+                params.append(p)
+                continue
+            params += [inspect.Parameter(name, p.kind, default=default, annotation=ann)
+                       for name, (ann, default) in options.items()]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            flags = {name: kwargs.pop(name) for name in options if name in kwargs}
+            return func(*args, **kwargs, **{param: build(**flags)})
+
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+@dataclass(frozen=True)
+class Connection:
+    """kubectl's connection flags of one command line (--kubeconfig, --context,
+    --request-timeout, --as, --as-group); ``connect`` makes the client they mean."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    request_timeout: str | None = None
+    as_user: str | None = None
+    as_group: list[str] | None = None
+
+    def connect(self, namespace: str | None) -> Kube:
+        from tidings.cli.kube import connect
+
+        return connect(self.kubeconfig, self.context, namespace,
+                       request_timeout=self.request_timeout, as_user=self.as_user,
+                       as_groups=self.as_group)
+
+
+# What a command's ``conn`` parameter defaults to in its own signature (the decorator below
+# replaces the parameter, so typer never sees it).
+DEFAULT_CONNECTION = Connection()
+
+#: The command's ``conn: Connection`` parameter becomes the five connection flags.
+connection = option_group("conn", Connection, {
+    "kubeconfig": (Kubeconfig, None), "context": (Context, None),
+    "request_timeout": (RequestTimeout, None), "as_user": (AsUser, None),
+    "as_group": (AsGroup, None)})
+
+
 def complete_task(ctx: typer.Context, incomplete: str) -> list[str]:
     """Shell completion of TASK: TaskFeedback names in the namespace the command line means
     (bounded: one page, short timeouts; any failure completes nothing)."""
     try:
         from tidings.cli.kube import connect
-        from tidings.schemas import API_VERSION, PLURAL
+        from tidings.schemas.contract import taskfeedback_path
 
         p = ctx.params
         k = connect(p.get("kubeconfig"), p.get("context"), p.get("namespace"),
                     request_timeout="2s")
         try:
-            page = k.client.get(f"/apis/{API_VERSION}/namespaces/{k.namespace}/{PLURAL}",
-                                {"limit": 200}, timeout=2.0)
+            page = k.client.get(taskfeedback_path(k.namespace), {"limit": 200}, timeout=2.0)
         finally:
             k.close()
         names = [str((i.get("metadata") or {}).get("name") or "") for i in page.get("items", [])]

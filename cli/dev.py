@@ -1,13 +1,21 @@
-"""`tidings dev up|down|status`: the local control plane for the demo and for hacking."""
+"""`tidings dev up|down|status`: the local control plane for the demo and for hacking.
+
+Only these commands ship; the control plane itself (tools/devcluster.py) is in the checkout,
+never in the wheel: workload and watcher images do not carry it. Without a checkout the
+commands say so in one line (exit 5).
+"""
 
 from __future__ import annotations
 
+import importlib
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from tidings.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NOT_FOUND, fail
 
 app = typer.Typer(help="Run a local control plane (etcd, kube-apiserver, kwok) on 127.0.0.1.",
                   no_args_is_help=True, rich_markup_mode=None)
@@ -17,9 +25,20 @@ StateDir = Annotated[Path | None, typer.Option("--state-dir", help="Where the co
                      "~/.local/state/tidings/dev).")]
 
 
-def _fail(message: str, code: int = 1) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
+def devcluster() -> Any:
+    """The checkout's tools.devcluster module: of the checkout tidings was installed from
+    (`pip install -e .`), else of the current directory. Exits 5 in one line without one."""
+    loaded = sys.modules.get("tools.devcluster")
+    if loaded is not None:
+        return loaded
+    import tidings
+
+    for root in (Path(tidings.__file__).resolve().parents[1], Path.cwd()):
+        if (root / "tools" / "devcluster.py").is_file():
+            sys.path.insert(0, str(root))
+            return importlib.import_module("tools.devcluster")
+    fail("the local control plane is not installed with tidings: run `tidings dev` from a "
+         "tidings checkout (git clone, then `make setup`)", EXIT_NOT_FOUND)
 
 
 @app.command()
@@ -28,33 +47,26 @@ def up(
     port: Annotated[int, typer.Option(help="kube-apiserver port (0 picks a free one).")] = 0,
 ) -> None:
     """Start the control plane and print `export` lines for eval."""
-    from tidings.cli.common import EXIT_NOT_FOUND
-    from tidings.cli.devcluster import (
-        BinariesMissing,
-        ControlPlane,
-        ControlPlaneError,
-        default_state_dir,
-    )
-
-    folder = state_dir or default_state_dir()
+    dc = devcluster()
+    folder = state_dir or dc.default_state_dir()
     try:
-        existing = ControlPlane.load(folder)
+        existing = dc.ControlPlane.load(folder)
         if existing.running():
             typer.echo(f"# already running in {folder}", err=True)
             _print_exports(existing.env())
             return
         existing.stop()
-    except ControlPlaneError:
+    except dc.ControlPlaneError:
         pass
     try:
         typer.echo(f"# starting etcd, kube-apiserver and kwok in {folder} ...", err=True)
-        cp = ControlPlane(state_dir=folder, apiserver_port=port).start()
-    except BinariesMissing as err:
-        _fail(str(err), EXIT_NOT_FOUND)
-    except ControlPlaneError as err:
-        _fail(str(err))
+        cp = dc.ControlPlane(state_dir=folder, apiserver_port=port).start()
+    except dc.BinariesMissing as err:
+        fail(str(err), EXIT_NOT_FOUND)
+    except dc.ControlPlaneError as err:
+        fail(str(err), EXIT_ERROR)
     except KeyboardInterrupt:
-        _fail("interrupted", 130)
+        fail("interrupted", EXIT_INTERRUPTED)
     typer.echo(f"# ready: {cp.server} (run `tidings dev down` to stop)", err=True)
     _print_exports(cp.env())
 
@@ -67,12 +79,11 @@ def _print_exports(env: dict[str, str]) -> None:
 @app.command()
 def down(state_dir: StateDir = None) -> None:
     """Stop the control plane started by `tidings dev up`."""
-    from tidings.cli.devcluster import ControlPlane, ControlPlaneError, default_state_dir
-
-    folder = state_dir or default_state_dir()
+    dc = devcluster()
+    folder = state_dir or dc.default_state_dir()
     try:
-        cp = ControlPlane.load(folder)
-    except ControlPlaneError as err:
+        cp = dc.ControlPlane.load(folder)
+    except dc.ControlPlaneError as err:
         typer.echo(f"# {err}; nothing to stop", err=True)
         return
     cp.stop()
@@ -82,14 +93,13 @@ def down(state_dir: StateDir = None) -> None:
 @app.command()
 def status(state_dir: StateDir = None) -> None:
     """Say whether the control plane is running, and where."""
-    from tidings.cli.devcluster import ControlPlane, ControlPlaneError, default_state_dir
-
-    folder = state_dir or default_state_dir()
+    dc = devcluster()
+    folder = state_dir or dc.default_state_dir()
     try:
-        cp = ControlPlane.load(folder)
-    except ControlPlaneError as err:
-        _fail(str(err))
+        cp = dc.ControlPlane.load(folder)
+    except dc.ControlPlaneError as err:
+        fail(str(err), EXIT_ERROR)
     if not cp.running():
-        _fail(f"control plane in {folder} is not running")
+        fail(f"control plane in {folder} is not running", EXIT_ERROR)
     typer.echo(f"running: {cp.server} (KUBECONFIG={cp.kubeconfig('admin')})")
     sys.stdout.flush()

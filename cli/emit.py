@@ -9,15 +9,16 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
 import typer
 
 from tidings._compat import UTC
-from tidings.cli.common import Context
-
-EXIT_INVALID, EXIT_UNDELIVERED, EXIT_FORBIDDEN = 2, 3, 4
+from tidings.cli.common import EXIT_FORBIDDEN, EXIT_INVALID, Context, option_group
+from tidings.cli.common import EXIT_UNREACHABLE as EXIT_UNDELIVERED
+from tidings.cli.common import fail as _fail  # `fail` is also a command here
 
 app = typer.Typer(
     help="Emit one fact about the current task (identity from the downward-API environment; "
@@ -42,10 +43,26 @@ Timeout = Annotated[float, typer.Option("--timeout", min=0.0,
                                         help="Seconds to wait for delivery.")]
 
 
-def _fail(message: str, code: int) -> None:
-    # One line, no traceback: shell scripts log stderr and branch on the exit code.
-    typer.echo(f"error: {' '.join(message.split())}", err=True)
-    raise typer.Exit(code)
+@dataclass(frozen=True)
+class Delivery:
+    """Who sends (the downward-API identity; flags override it), to which cluster, and how
+    long to wait for the event to be delivered."""
+
+    task: str = ""
+    pod_name: str = ""
+    pod_uid: str = ""
+    namespace: str = ""
+    kubeconfig: str | None = None
+    context: str | None = None
+    timeout: float = 15.0
+
+
+# Each command's ``to: Delivery`` parameter becomes these flags (written once for all).
+DEFAULT_DELIVERY = Delivery()
+delivery = option_group("to", Delivery, {
+    "task": (Task, ""), "pod_name": (PodName, ""), "pod_uid": (PodUid, ""),
+    "namespace": (Namespace, ""), "kubeconfig": (Kubeconfig, None),
+    "context": (Context, None), "timeout": (Timeout, 15.0)})
 
 
 def _parse_time(value: str, flag: str) -> float:
@@ -58,7 +75,6 @@ def _parse_time(value: str, flag: str) -> float:
         t = datetime.fromisoformat(value.strip())
     except ValueError:
         _fail(f"{flag} {value!r} is neither epoch seconds nor an RFC 3339 time", EXIT_INVALID)
-        raise  # unreachable: _fail exits
     return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
 
 
@@ -74,9 +90,7 @@ def _check(model: Any, **fields: Any) -> None:
         _fail(f"invalid {model.TYPE}: {describe_validation_error(e)}", EXIT_INVALID)
 
 
-def _deliver(send: Callable[[Any], None], *, task: str, pod_name: str, pod_uid: str,
-             namespace: str, kubeconfig: str | None, context: str | None,
-             timeout: float) -> None:
+def _deliver(send: Callable[[Any], None], to: Delivery) -> None:
     from tidings.emitter import Emitter, EmitterConfig, Identity
     from tidings.emitter.transport import (
         KubeTransport,
@@ -87,6 +101,7 @@ def _deliver(send: Callable[[Any], None], *, task: str, pod_name: str, pod_uid: 
     from tidings.kube import ConfigError
     from tidings.schemas.names import task_id_error
 
+    kubeconfig, context, timeout = to.kubeconfig, to.context, to.timeout
     if kubeconfig is None and context is None and no_cluster_configured():
         _fail("no cluster configured: not in a pod, no --kubeconfig, $KUBECONFIG or "
               "~/.kube/config", EXIT_UNDELIVERED)
@@ -95,8 +110,8 @@ def _deliver(send: Callable[[Any], None], *, task: str, pod_name: str, pod_uid: 
     except ConfigError as e:
         _fail(f"cannot load cluster config: {e}", EXIT_UNDELIVERED)
     # The pre-created TaskFeedback's uid only ever comes from the pod's environment.
-    identity = Identity(namespace=namespace or client.namespace, pod_name=pod_name,
-                        pod_uid=pod_uid, task=task,
+    identity = Identity(namespace=to.namespace or client.namespace, pod_name=to.pod_name,
+                        pod_uid=to.pod_uid, task=to.task,
                         task_uid=os.environ.get("TIDINGS_TASK_UID", "").strip())
     missing = identity.missing()
     if missing:
@@ -104,7 +119,7 @@ def _deliver(send: Callable[[Any], None], *, task: str, pod_name: str, pod_uid: 
                  "POD_UID": "--pod-uid", "TIDINGS_TASK": "--task"}
         _fail("missing identity: " + ", ".join(f"{flags[m]} (or {m})" for m in missing),
               EXIT_INVALID)
-    bad_task = task_id_error(task)
+    bad_task = task_id_error(to.task)
     if bad_task is not None:
         _fail(f"invalid input: {bad_task}", EXIT_INVALID)
     config = EmitterConfig.from_env()
@@ -140,76 +155,70 @@ def _deliver(send: Callable[[Any], None], *, task: str, pod_name: str, pod_uid: 
 
 
 @app.command("log-link")
+@delivery
 def log_link(
     name: Annotated[str, typer.Option("--name", help="Link name, e.g. wandb.")],
     url: Annotated[str, typer.Option("--url", help="An http(s) URL.")],
-    task: Task = "", pod_name: PodName = "", pod_uid: PodUid = "", namespace: Namespace = "",
-    kubeconfig: Kubeconfig = None, context: Context = None, timeout: Timeout = 15.0,
+    to: Delivery = DEFAULT_DELIVERY,
 ) -> None:
     """Publish a named link (W&B run, dashboard, logs)."""
     from tidings.schemas.payloads import LogLink
 
     _check(LogLink, name=name, url=url)
-    _deliver(lambda em: em.log_link(name, url), task=task, pod_name=pod_name, pod_uid=pod_uid,
-             namespace=namespace, kubeconfig=kubeconfig, context=context, timeout=timeout)
+    _deliver(lambda em: em.log_link(name, url), to)
 
 
 @app.command("deck-ready")
+@delivery
 def deck_ready(
     name: Annotated[str, typer.Option("--name", help="Deck name.")],
     uri: Annotated[str, typer.Option("--uri", help="Where the deck is (s3://, gs://, https://).")],
-    task: Task = "", pod_name: PodName = "", pod_uid: PodUid = "", namespace: Namespace = "",
-    kubeconfig: Kubeconfig = None, context: Context = None, timeout: Timeout = 15.0,
+    to: Delivery = DEFAULT_DELIVERY,
 ) -> None:
     """Announce that a report deck is ready."""
     from tidings.schemas.payloads import DeckReady
 
     _check(DeckReady, name=name, uri=uri)
-    _deliver(lambda em: em.deck_ready(name, uri), task=task, pod_name=pod_name, pod_uid=pod_uid,
-             namespace=namespace, kubeconfig=kubeconfig, context=context, timeout=timeout)
+    _deliver(lambda em: em.deck_ready(name, uri), to)
 
 
 @app.command("progress")
+@delivery
 def progress(
     fraction: Annotated[float, typer.Argument(help="Done so far, 0..1.")],
     message: Annotated[str, typer.Option("--message", "-m", help="A short status.")] = "",
     final: Annotated[bool, typer.Option("--final", help="The terminal report.")] = False,
-    task: Task = "", pod_name: PodName = "", pod_uid: PodUid = "", namespace: Namespace = "",
-    kubeconfig: Kubeconfig = None, context: Context = None, timeout: Timeout = 15.0,
+    to: Delivery = DEFAULT_DELIVERY,
 ) -> None:
     """Report progress."""
     from tidings.schemas.payloads import Progress
 
     _check(Progress, fraction=fraction, message=message, final=final)
-    _deliver(lambda em: em.progress(fraction, message, final), task=task, pod_name=pod_name,
-             pod_uid=pod_uid, namespace=namespace, kubeconfig=kubeconfig, context=context,
-             timeout=timeout)
+    _deliver(lambda em: em.progress(fraction, message, final), to)
 
 
 @app.command("fail")
+@delivery
 def fail(
     message: Annotated[str, typer.Option("--message", "-m", help="What went wrong.")] = "",
     fraction: Annotated[float, typer.Option("--fraction", help="Done so far, 0..1.")] = 0.0,
-    task: Task = "", pod_name: PodName = "", pod_uid: PodUid = "", namespace: Namespace = "",
-    kubeconfig: Kubeconfig = None, context: Context = None, timeout: Timeout = 15.0,
+    to: Delivery = DEFAULT_DELIVERY,
 ) -> None:
     """Report that this worker failed (a failed final progress; the task's phase: Failed)."""
     from tidings.schemas.payloads import Progress
 
     _check(Progress, fraction=fraction, message=message, final=True, failed=True)
-    _deliver(lambda em: em.fail(message, fraction), task=task, pod_name=pod_name,
-             pod_uid=pod_uid, namespace=namespace, kubeconfig=kubeconfig, context=context,
-             timeout=timeout)
+    _deliver(lambda em: em.fail(message, fraction), to)
 
 
 @app.command("span")
+@delivery
 def span(
     name: Annotated[str, typer.Argument(help="Span name, e.g. download.")],
     start: Annotated[str, typer.Option("--start", help="Epoch seconds or RFC 3339.")],
     end: Annotated[str, typer.Option("--end", help="Epoch seconds or RFC 3339.")],
     error: Annotated[bool, typer.Option("--error", help="The span failed.")] = False,
-    task: Task = "", pod_name: PodName = "", pod_uid: PodUid = "", namespace: Namespace = "",
-    kubeconfig: Kubeconfig = None, context: Context = None, timeout: Timeout = 15.0,
+    to: Delivery = DEFAULT_DELIVERY,
 ) -> None:
     """Report one finished span (sent as a SpanSummary of count 1)."""
     from tidings.schemas.payloads import SpanSummary
@@ -219,6 +228,4 @@ def span(
         _fail("--end is before --start", EXIT_INVALID)
     _check(SpanSummary, name=name, count=1, total_s=t1 - t0, min_s=t1 - t0, max_s=t1 - t0,
            first_start=t0, last_end=t1, errors=int(error))
-    _deliver(lambda em: em.record_span(name, t0, t1, error), task=task, pod_name=pod_name,
-             pod_uid=pod_uid, namespace=namespace, kubeconfig=kubeconfig, context=context,
-             timeout=timeout)
+    _deliver(lambda em: em.record_span(name, t0, t1, error), to)

@@ -34,7 +34,7 @@ Node = str | _Path | _Range
 
 
 def _compile(text: str) -> Any:
-    from jsonpath_ng.ext import parse
+    from jsonpath_ng.ext.parser import parse
 
     path = text.strip()
     if path.startswith("@"):

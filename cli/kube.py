@@ -27,13 +27,13 @@ from tidings.cli.common import (
 )
 from tidings.kube import Client, ConfigError, Impersonation, KubeError, iter_lines
 from tidings.kube import load as load_config
-from tidings.schemas import API_GROUP, API_VERSION, PLURAL
+from tidings.schemas import API_VERSION
+from tidings.schemas.contract import EVENTS_RESOURCE, TASKFEEDBACK_RESOURCE, events_path
 
 # (connect, read) seconds for ordinary requests; streams choose their own read timeout.
 REQUEST_TIMEOUT = (5.0, 30.0)
 
 # The TaskFeedback API, for the message when its CRD is not installed.
-_CR_RESOURCE = f"{PLURAL}.{API_GROUP}"
 NO_CRD = f"the server has no TaskFeedback API ({API_VERSION}): install deploy/crd.yaml"
 
 
@@ -78,7 +78,8 @@ def api_error(status: int, body: bytes | str | None, action: Action | None,
         return ApiError("unauthorized: the cluster rejected the credentials of this context",
                         EXIT_FORBIDDEN, status, action)
     if status == 404:
-        if action is not None and action.resource == _CR_RESOURCE and no_such_resource(body):
+        if (action is not None and action.resource == TASKFEEDBACK_RESOURCE
+                and no_such_resource(body)):
             return ApiError(NO_CRD, EXIT_NOT_FOUND, status, action)
         what = f"{action.resource} {action.name!r}" if action and action.name else doing
         return ApiError(f"not found: {what}", EXIT_NOT_FOUND, status, action)
@@ -187,18 +188,16 @@ class Kube:
 
     def list_events(self, namespace: str | None, selector: str
                     ) -> tuple[list[dict[str, Any]], str]:
-        path = (f"/apis/events.k8s.io/v1/namespaces/{namespace}/events" if namespace
-                else "/apis/events.k8s.io/v1/events")
-        return self.list_all(path, {"fieldSelector": selector},
-                             action=Action("list", "events.events.k8s.io", namespace or ""))
+        return self.list_all(events_path(namespace), {"fieldSelector": selector},
+                             action=Action("list", EVENTS_RESOURCE, namespace or ""))
 
     def watch_events(self, namespace: str, selector: str, resource_version: str,
                      timeout_s: int = 60) -> Any:
         return self.stream(
-            f"/apis/events.k8s.io/v1/namespaces/{namespace}/events",
+            events_path(namespace),
             {"fieldSelector": selector, "watch": "true", "resourceVersion": resource_version,
              "allowWatchBookmarks": "true", "timeoutSeconds": timeout_s},
-            action=Action("watch", "events.events.k8s.io", namespace),
+            action=Action("watch", EVENTS_RESOURCE, namespace),
             read_timeout=timeout_s + 15)
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:

@@ -25,7 +25,6 @@ import orjson
 from tidings._compat import UTC
 from tidings.cli.common import CliError, not_found, safe
 from tidings.cli.kube import Action, ApiError, Kube, lines
-from tidings.cli.taskview import CR_RESOURCE, cr_path, lineage_selector
 from tidings.schemas import (
     KIND,
     TASK_LABEL,
@@ -40,8 +39,12 @@ from tidings.schemas import (
     parse_time,
     parse_watch_line,
 )
-
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+from tidings.schemas.contract import (
+    TASKFEEDBACK_RESOURCE,
+    lineage_selector,
+    pod_selector,
+    taskfeedback_path,
+)
 
 # Where a pod of the app was found (a pod may be found several ways; see `Found`).
 SPAWNED = "spawned"  # a PodSpawned record names it
@@ -82,10 +85,6 @@ class Found:
     fallback: bool = False  # no PodSpawned records: found by status and label
 
 
-def pod_selector(app: str) -> str:
-    return f"{TASK_LABEL}={app}"
-
-
 def member(namespace: str, app: str, name: str, uid: str, when: datetime | None = None
            ) -> LineageEntry:
     """An entry for a pod found without a PodSpawned record: it belongs to the task ``app``
@@ -104,8 +103,8 @@ def status_pods(kube: Kube, namespace: str, app: str) -> list[tuple[str, str, in
     """(name, uid, events) of the pods the TaskFeedback status records as reporting; none
     when there is no TaskFeedback (or no CRD, or no right to read it)."""
     try:
-        obj = kube.get_json(cr_path(namespace, app),
-                            action=Action("get", CR_RESOURCE, namespace, app))
+        obj = kube.get_json(taskfeedback_path(namespace, app),
+                            action=Action("get", TASKFEEDBACK_RESOURCE, namespace, app))
     except ApiError as err:
         if err.status in (403, 404):
             return []

@@ -14,17 +14,15 @@ import typer
 
 from tidings._compat import StrEnum
 from tidings.cli.common import (
+    DEFAULT_CONNECTION,
     AllNamespaces,
-    AsGroup,
-    AsUser,
-    Context,
-    Kubeconfig,
+    Connection,
     Namespace,
     Output,
     OutputOpt,
-    RequestTimeout,
     check_name,
     command,
+    connection,
     console,
     dump,
     invalid,
@@ -60,25 +58,20 @@ class Color(StrEnum):
 
 
 @command
+@connection
 def lineage(
     app: App,
     namespace: Namespace = None,
     all_namespaces: AllNamespaces = False,
     output: OutputOpt = Output.table,
-    kubeconfig: Kubeconfig = None,
-    context: Context = None,
-    request_timeout: RequestTimeout = None,
-    as_user: AsUser = None,
-    as_group: AsGroup = None,
+    conn: Connection = DEFAULT_CONNECTION,
 ) -> None:
     """Show the pods of an app or task, as a tree, with where each was found and its fate."""
     check_name(app, "app")
     from tidings.cli import lineage as lin
     from tidings.cli import taskview
 
-    k, ns = taskview.open_app(app, namespace, all_namespaces, kubeconfig, context,
-                              request_timeout=request_timeout, as_user=as_user,
-                              as_groups=as_group)
+    k, ns = taskview.open_app(app, namespace, all_namespaces, conn)
     found = lin.discover(k, ns, app)
     items = lin.fates(k, found)
     disowned = [f for f in items if f.state == "disowned"]
@@ -96,6 +89,7 @@ def lineage(
 
 
 @command
+@connection
 def logs(
     app: App,
     follow: Annotated[bool, typer.Option(
@@ -137,11 +131,7 @@ def logs(
     ] = LogFormat.text,
     namespace: Namespace = None,
     all_namespaces: AllNamespaces = False,
-    kubeconfig: Kubeconfig = None,
-    context: Context = None,
-    request_timeout: RequestTimeout = None,
-    as_user: AsUser = None,
-    as_group: AsGroup = None,
+    conn: Connection = DEFAULT_CONNECTION,
 ) -> None:
     """Stream the logs of exactly the pods of an app or task (by name and uid), like stern."""
     check_name(app, "app")
@@ -162,9 +152,7 @@ def logs(
     from tidings.cli import lineage as lin
     from tidings.cli import taskview
 
-    k, ns = taskview.open_app(app, namespace, all_namespaces, kubeconfig, context,
-                              request_timeout=request_timeout, as_user=as_user,
-                              as_groups=as_group)
+    k, ns = taskview.open_app(app, namespace, all_namespaces, conn)
     use_color = color is Color.always or (
         color is Color.auto and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
     printer = logstream.Printer(color=use_color, timestamps=timestamps, prefix=not no_prefix,

@@ -11,13 +11,11 @@ from typing import Annotated, Any
 import typer
 
 from tidings.cli.common import (
-    AsGroup,
-    AsUser,
-    Context,
-    Kubeconfig,
+    DEFAULT_CONNECTION,
+    Connection,
     Namespace,
-    RequestTimeout,
     command,
+    connection,
     invalid,
     safe,
     safe_data,
@@ -183,6 +181,7 @@ class Printer:
 
 
 @command
+@connection
 def list_tasks(
     namespace: Namespace = None,
     all_namespaces: Annotated[bool, typer.Option(
@@ -194,29 +193,23 @@ def list_tasks(
         "--watch", "-w", help="After the list, print each change as it happens (Ctrl-C "
         "stops).")] = False,
     output: OutputFormat = "table",
-    kubeconfig: Kubeconfig = None,
-    context: Context = None,
-    request_timeout: RequestTimeout = None,
-    as_user: AsUser = None,
-    as_group: AsGroup = None,
+    conn: Connection = DEFAULT_CONNECTION,
 ) -> None:
     """List tasks (their TaskFeedbacks): phase, progress, links, deck, last event, age."""
     import sys
 
-    from tidings.cli.kube import Action, connect
-    from tidings.schemas import API_GROUP, API_VERSION, PLURAL
+    from tidings.cli.kube import Action
+    from tidings.schemas.contract import TASKFEEDBACK_RESOURCE, taskfeedback_path
 
     def echo(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()  # -w output is read line by line by scripts
 
     printer = Printer(output.strip(), all_namespaces, echo)
-    k = connect(kubeconfig, context, namespace, request_timeout=request_timeout,
-                as_user=as_user, as_groups=as_group)
+    k = conn.connect(namespace)
     ns = "" if all_namespaces else k.namespace
-    path = (f"/apis/{API_VERSION}/namespaces/{ns}/{PLURAL}" if ns
-            else f"/apis/{API_VERSION}/{PLURAL}")
-    resource = f"{PLURAL}.{API_GROUP}"
+    path = taskfeedback_path(ns)
+    resource = TASKFEEDBACK_RESOURCE
     query = {"labelSelector": selector or None}
     items, rv = k.list_all(path, query, action=Action("list", resource, ns))
     printer.listing(items, rv)

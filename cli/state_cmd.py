@@ -9,23 +9,21 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Annotated, Generic, TypeVar
 
 import typer
 
 from tidings.cli.common import (
+    DEFAULT_CONNECTION,
     AllNamespaces,
-    AsGroup,
-    AsUser,
-    Context,
-    Kubeconfig,
+    Connection,
     Namespace,
     Output,
     OutputOpt,
-    RequestTimeout,
     check_task,
     command,
     complete_task,
+    connection,
     console,
     dump,
     invalid,
@@ -35,6 +33,8 @@ from tidings.cli.common import (
 # `watch` exits with this when the task it watched failed (distinct from the error codes).
 EXIT_FAILED = 6
 
+T = TypeVar("T")
+
 Task = Annotated[str, typer.Argument(metavar="TASK", help="The task id (TaskFeedback name).",
                                      show_default=False, autocompletion=complete_task)]
 FromEvents = Annotated[bool, typer.Option(
@@ -43,25 +43,20 @@ FromEvents = Annotated[bool, typer.Option(
 
 
 @command
+@connection
 def state(
     task: Task,
     namespace: Namespace = None,
     all_namespaces: AllNamespaces = False,
     output: OutputOpt = Output.table,
     from_events: FromEvents = False,
-    kubeconfig: Kubeconfig = None,
-    context: Context = None,
-    request_timeout: RequestTimeout = None,
-    as_user: AsUser = None,
-    as_group: AsGroup = None,
+    conn: Connection = DEFAULT_CONNECTION,
 ) -> None:
     """Show a task's state: progress, links, decks, spans and who reported them."""
     check_task(task)
     from tidings.cli import taskview
 
-    k, ref = taskview.open_task(task, namespace, all_namespaces, kubeconfig, context,
-                                from_events, request_timeout=request_timeout, as_user=as_user,
-                                as_groups=as_group)
+    k, ref = taskview.open_task(task, namespace, all_namespaces, conn, from_events)
     snap = taskview.load(k, ref, use_events=from_events)
     if output is Output.table:
         console().print(taskview.render(snap))
@@ -70,6 +65,7 @@ def state(
 
 
 @command
+@connection
 def watch(
     task: Task,
     namespace: Namespace = None,
@@ -85,11 +81,7 @@ def watch(
         "--output", "-o", metavar="FORMAT",
         help="table (live view; one line per change when piped), or jsonl: one JSON object "
         "per status change (the -o json of state), for scripts.")] = "table",
-    kubeconfig: Kubeconfig = None,
-    context: Context = None,
-    request_timeout: RequestTimeout = None,
-    as_user: AsUser = None,
-    as_group: AsGroup = None,
+    conn: Connection = DEFAULT_CONNECTION,
 ) -> None:
     """Watch a task live until it is over (phase Succeeded or Failed) or Ctrl-C; exits 6 when
     the task failed."""
@@ -100,9 +92,7 @@ def watch(
 
     from tidings.cli import taskview
 
-    k, ref = taskview.open_task(task, namespace, all_namespaces, kubeconfig, context,
-                                from_events, request_timeout=request_timeout, as_user=as_user,
-                                as_groups=as_group)
+    k, ref = taskview.open_task(task, namespace, all_namespaces, conn, from_events)
     snapshots = _Pump(taskview.follow(k, ref, use_events=from_events, must_exist=not wait))
     snap = snapshots.next(None)
     assert snap is not None
@@ -161,21 +151,21 @@ def watch(
         raise typer.Exit(EXIT_FAILED)
 
 
-class _Pump:
+class _Pump(Generic[T]):
     """Snapshots from a blocking generator, with a timeout (a daemon thread pulls them)."""
 
-    def __init__(self, gen: Iterator[Any]) -> None:
-        self._q: queue.Queue[Any] = queue.Queue()
+    def __init__(self, gen: Iterator[T]) -> None:
+        self._q: queue.Queue[T | _Raised] = queue.Queue()
         threading.Thread(target=self._run, args=(gen,), daemon=True).start()
 
-    def _run(self, gen: Iterator[Any]) -> None:
+    def _run(self, gen: Iterator[T]) -> None:
         try:
             for item in gen:
                 self._q.put(item)
         except BaseException as e:  # handed to the caller's thread
             self._q.put(_Raised(e))
 
-    def next(self, timeout: float | None) -> Any:
+    def next(self, timeout: float | None) -> T | None:
         """The next snapshot; None when ``timeout`` passed first."""
         try:
             item = self._q.get(timeout=timeout)

@@ -12,17 +12,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tidings.cli.common import (
+    DEFAULT_CONNECTION,
     EXIT_NOT_FOUND,
     EXIT_UNREACHABLE,
-    AsGroup,
-    AsUser,
     CliError,
-    Context,
-    Kubeconfig,
+    Connection,
     Namespace,
-    RequestTimeout,
     check_name,
     command,
+    connection,
     invalid,
     safe,
 )
@@ -44,16 +42,13 @@ OutputOpt = Annotated[str, typer.Option(
 
 @app.command("create")
 @command
+@connection
 def create(
     task: Annotated[str, typer.Argument(help="The task id (the TaskFeedback's name).")],
     owner: OwnerOpt,
     namespace: Namespace = None,
-    kubeconfig: Kubeconfig = None,
-    context: Context = None,
     output: OutputOpt = "",
-    request_timeout: RequestTimeout = None,
-    as_user: AsUser = None,
-    as_group: AsGroup = None,
+    conn: Connection = DEFAULT_CONNECTION,
 ) -> None:
     """Create TASK's TaskFeedback owned by --owner (or adopt an unowned one) and print its uid.
 
@@ -66,11 +61,11 @@ def create(
     resource, _, owner_name = owner.partition("/")
     if not resource or not owner_name or "/" in owner_name:
         invalid(f"--owner {safe(owner)!r}: use RESOURCE/NAME, e.g. job/train")
-    from tidings.cli.kube import Action, api_error, connect
+    from tidings.cli.kube import Action, api_error
     from tidings.emitter.task import TaskFeedbackError, create_task_feedback
+    from tidings.schemas.contract import TASKFEEDBACK_RESOURCE
 
-    kube = connect(kubeconfig, context, namespace, request_timeout=request_timeout,
-                   as_user=as_user, as_groups=as_group)
+    kube = conn.connect(namespace)
     ns = kube.namespace
     try:
         obj = _get_owner(kube, resource, owner_name, ns)
@@ -82,7 +77,7 @@ def create(
 
         # The same wording and exit codes as every other command's API errors.
         raise api_error(e.status, json.dumps({"message": e.message}),
-                        Action("create", "taskfeedbacks.tidings.dev", ns, task)) from None
+                        Action("create", TASKFEEDBACK_RESOURCE, ns, task)) from None
     except ValueError as e:
         invalid(str(e))
     if output == "uid":

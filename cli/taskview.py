@@ -3,7 +3,7 @@ wrote one, else the task's events through the same fold; plus the table view of 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -16,16 +16,13 @@ from tidings.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_UNREACHABLE,
     CliError,
+    Connection,
     not_found,
     safe,
 )
-from tidings.cli.kube import NO_CRD, Action, ApiError, Kube, connect, lines
+from tidings.cli.kube import NO_CRD, Action, ApiError, Kube, lines
 from tidings.schemas import (
-    API_GROUP,
-    API_VERSION,
-    BUS_CONTROLLER,
     KIND,
-    PLURAL,
     ParsedEvent,
     TaskRef,
     TaskState,
@@ -34,43 +31,34 @@ from tidings.schemas import (
     parse_event,
     parse_watch_line,
 )
+from tidings.schemas.contract import (
+    TASKFEEDBACK_RESOURCE,
+    lineage_selector,
+    task_selector,
+    taskfeedback_path,
+)
 
-CR_RESOURCE = f"{PLURAL}.{API_GROUP}"
 SOURCE_CR = "TaskFeedback"
 SOURCE_EVENTS = "events"
-
-
-def task_selector(task: str) -> str:
-    return f"reportingController={BUS_CONTROLLER},regarding.kind={KIND},regarding.name={task}"
-
-
-def lineage_selector(app: str) -> str:
-    return f"reportingController={BUS_CONTROLLER},reason=PodSpawned,regarding.name={app}"
-
-
-def cr_path(namespace: str, name: str = "") -> str:
-    base = f"/apis/{API_VERSION}/namespaces/{namespace}/{PLURAL}"
-    return f"{base}/{name}" if name else base
 
 
 # --- which namespace ----------------------------------------------------------------------
 
 
-def open_task(task: str, namespace: str | None, all_namespaces: bool, kubeconfig: str | None,
-              context: str | None, from_events: bool, **flags: Any) -> tuple[Kube, TaskRef]:
-    """Connect and find the task: the common start of state, watch and timeline. ``flags``:
-    connect's request_timeout, as_user, as_groups."""
-    k = connect(kubeconfig, context, namespace, **flags)
+def open_task(task: str, namespace: str | None, all_namespaces: bool, conn: Connection,
+              from_events: bool) -> tuple[Kube, TaskRef]:
+    """Connect and find the task: the common start of state, watch and timeline."""
+    k = conn.connect(namespace)
     ns = resolve_namespace(k, task, "task", task_selector(task), all_namespaces,
                            with_cr=not from_events)
     return k, TaskRef(ns, task)
 
 
-def open_app(app: str, namespace: str | None, all_namespaces: bool, kubeconfig: str | None,
-             context: str | None, **flags: Any) -> tuple[Kube, str]:
+def open_app(app: str, namespace: str | None, all_namespaces: bool, conn: Connection
+             ) -> tuple[Kube, str]:
     """Connect and find the app's namespace: the common start of lineage and logs (by its
     PodSpawned records, or its TaskFeedback when it has no lineage controller)."""
-    k = connect(kubeconfig, context, namespace, **flags)
+    k = conn.connect(namespace)
     return k, resolve_namespace(k, app, "app", lineage_selector(app), all_namespaces,
                                 with_cr=True)
 
@@ -85,9 +73,9 @@ def resolve_namespace(kube: Kube, name: str, what: str, selector: str, all_names
     found.update(str((i.get("metadata") or {}).get("namespace") or "") for i in items)
     if with_cr:
         try:
-            crs, _ = kube.list_all(f"/apis/{API_VERSION}/{PLURAL}",
+            crs, _ = kube.list_all(taskfeedback_path(),
                                    {"fieldSelector": f"metadata.name={name}"},
-                                   action=Action("list", CR_RESOURCE))
+                                   action=Action("list", TASKFEEDBACK_RESOURCE))
             found.update(str((i.get("metadata") or {}).get("namespace") or "") for i in crs)
         except ApiError as err:
             if err.status not in (403, 404):
@@ -119,8 +107,9 @@ class Snapshot:
 
 def _read_cr(kube: Kube, ref: TaskRef) -> tuple[dict[str, Any] | None, ApiError | None]:
     try:
-        return kube.get_json(cr_path(ref.namespace, ref.name),
-                             action=Action("get", CR_RESOURCE, ref.namespace, ref.name)), None
+        return kube.get_json(taskfeedback_path(ref.namespace, ref.name),
+                             action=Action("get", TASKFEEDBACK_RESOURCE, ref.namespace,
+                                           ref.name)), None
     except ApiError as err:
         if err.status in (403, 404):  # forbidden or no CRD/object: the events still tell
             return None, err
@@ -191,7 +180,7 @@ def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None) -> S
         raw, rv = kube.list_events(ref.namespace, task_selector(ref.name))
     except ApiError as err:
         if err.status == 403 and cr_error is not None and cr_error.status == 403:
-            raise ApiError(f"{err.message} (nor get {CR_RESOURCE})", err.code, 403,
+            raise ApiError(f"{err.message} (nor get {TASKFEEDBACK_RESOURCE})", err.code, 403,
                            err.action) from None
         raise
     parsed, rejected = _task_events(kube, ref, raw)
@@ -249,12 +238,14 @@ def follow(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool 
         snap = fresh
 
 
-def _follow_cr(kube: Kube, ref: TaskRef, snap: Snapshot) -> Iterator[Snapshot]:
-    resp = kube.stream(cr_path(ref.namespace),
+def _follow_cr(kube: Kube, ref: TaskRef, snap: Snapshot
+               ) -> Generator[Snapshot, None, Snapshot]:
+    resp = kube.stream(taskfeedback_path(ref.namespace),
                        {"watch": "true", "fieldSelector": f"metadata.name={ref.name}",
                         "resourceVersion": snap.resource_version or None,
                         "allowWatchBookmarks": "true", "timeoutSeconds": 60},
-                       action=Action("watch", CR_RESOURCE, ref.namespace), read_timeout=75)
+                       action=Action("watch", TASKFEEDBACK_RESOURCE, ref.namespace),
+                       read_timeout=75)
     try:
         for line in lines(resp):
             try:
@@ -265,7 +256,7 @@ def _follow_cr(kube: Kube, ref: TaskRef, snap: Snapshot) -> Iterator[Snapshot]:
                 if isinstance(msg, dict) and msg.get("type") == "ERROR":
                     break
                 continue
-            obj = msg.get("object") if isinstance(msg.get("object"), dict) else {}
+            obj: dict[str, Any] = msg["object"] if isinstance(msg.get("object"), dict) else {}
             status = _status_of(obj)
             if status is None:
                 continue
@@ -280,7 +271,8 @@ def _follow_cr(kube: Kube, ref: TaskRef, snap: Snapshot) -> Iterator[Snapshot]:
     return snap
 
 
-def _follow_events(kube: Kube, ref: TaskRef, snap: Snapshot) -> Iterator[Snapshot]:
+def _follow_events(kube: Kube, ref: TaskRef, snap: Snapshot
+                   ) -> Generator[Snapshot, None, Snapshot]:
     resp = kube.watch_events(ref.namespace, task_selector(ref.name), snap.resource_version)
     state, rejected = snap.state, snap.rejected
     try:

@@ -9,18 +9,16 @@ from typing import Annotated, Any
 import typer
 
 from tidings.cli.common import (
+    DEFAULT_CONNECTION,
     AllNamespaces,
-    AsGroup,
-    AsUser,
-    Context,
-    Kubeconfig,
+    Connection,
     Namespace,
     Output,
     OutputOpt,
-    RequestTimeout,
     check_task,
     command,
     complete_task,
+    connection,
     console,
     dump,
     invalid,
@@ -156,6 +154,7 @@ def svg(task: str, namespace: str, data: list[dict[str, Any]]) -> str:
 
 
 @command
+@connection
 def timeline(
     task: Annotated[str, typer.Argument(metavar="TASK", show_default=False,
                                         help="The task id (TaskFeedback name).",
@@ -172,11 +171,7 @@ def timeline(
     from_events: Annotated[bool, typer.Option(
         "--from-events", help="Fold the task's events here instead of reading its status.")
     ] = False,
-    kubeconfig: Kubeconfig = None,
-    context: Context = None,
-    request_timeout: RequestTimeout = None,
-    as_user: AsUser = None,
-    as_group: AsGroup = None,
+    conn: Connection = DEFAULT_CONNECTION,
 ) -> None:
     """Show a task's spans as a Gantt-like chart (and write an SVG on request)."""
     check_task(task)
@@ -184,9 +179,7 @@ def timeline(
         invalid(f"--svg {str(svg_file)!r}: directory {str(svg_file.parent)!r} does not exist")
     from tidings.cli import taskview
 
-    k, ref = taskview.open_task(task, namespace, all_namespaces, kubeconfig, context,
-                                from_events, request_timeout=request_timeout, as_user=as_user,
-                                as_groups=as_group)
+    k, ref = taskview.open_task(task, namespace, all_namespaces, conn, from_events)
     snap = taskview.load(k, ref, use_events=from_events)
     data = rows(snap.state)
     if svg_file is not None:

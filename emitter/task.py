@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings.kube import Client, ConfigError, KubeError
-from tidings.schemas.constants import API_VERSION, KIND, TASK_LABEL, taskfeedback_collection
+from tidings.schemas.constants import API_VERSION, KIND, TASK_LABEL
+from tidings.schemas.contract import taskfeedback_collection
 from tidings.schemas.event import ObjectRef, valid_uid
 
 from .transport import FIELD_MANAGER

@@ -16,10 +16,11 @@ import orjson
 
 from tidings.kube import JSON, Client, ConfigError, KubeError
 from tidings.kube import load as load_config
+from tidings.schemas.contract import events_path
 
 log = logging.getLogger("tidings.emitter")
 
-EVENTS_PATH = "/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+EVENTS_PATH = events_path("{namespace}")  # a str.format template
 FIELD_MANAGER = "tidings-emitter"
 # Every create names the emitter's field manager (managedFields show it); encoded once.
 _CREATE_PATH = EVENTS_PATH + f"?fieldManager={FIELD_MANAGER}"

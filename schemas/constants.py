@@ -38,7 +38,12 @@ TASK_ID_MAX: Final = 63
 # (deploy/admission-policy.yaml), so it outlives the pod.
 SENDER_UID_ANNOTATION: Final = "tidings.dev/sender-uid"
 
+# The API paths, selectors and phase names built from these are in contract.py.
+
 
 def taskfeedback_collection(namespace: str) -> str:
-    """The API path of the TaskFeedback collection in ``namespace``."""
-    return f"/apis/{API_VERSION}/namespaces/{namespace}/{PLURAL}"
+    """The TaskFeedback collection's path: contract.py builds it (kept here for callers
+    written against this module)."""
+    from .contract import taskfeedback_path  # contract imports this module
+
+    return taskfeedback_path(namespace)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tidings.cli.devcluster import ControlPlane
+from tools.devcluster import ControlPlane
 
 
 @pytest.fixture(scope="session")

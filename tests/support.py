@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tidings._compat import UTC
-from tidings.cli.devcluster import NODE_NAME
+from tools.devcluster import NODE_NAME
 
 T = TypeVar("T")
 

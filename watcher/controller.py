@@ -16,7 +16,8 @@ from typing import Any
 import orjson
 
 from tidings.kube import paginate
-from tidings.schemas.constants import API_GROUP, API_VERSION, BUS_CONTROLLER, KIND, PLURAL
+from tidings.schemas.constants import API_GROUP, API_VERSION, KIND, PLURAL
+from tidings.schemas.contract import BUS_SELECTOR, EVENTS_GROUP_PATH
 from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event, parse_watch_line
 from tidings.schemas.rejection import Rejection
 from tidings.schemas.state import Limits, fold
@@ -142,9 +143,8 @@ class Controller:
         self.writer.start()
         for i in range(self.s.concurrency):
             self._thread(self._fold_worker, f"fold-{i}")
-        events = [self._reflector(p, [("fieldSelector", f"reportingController={BUS_CONTROLLER}")],
-                                  EventSource(self))
-                  for p in self._paths("/apis/events.k8s.io/v1", "events")]
+        events = [self._reflector(p, [("fieldSelector", BUS_SELECTOR)], EventSource(self))
+                  for p in self._paths(EVENTS_GROUP_PATH, "events")]
         self._thread(lambda: self._monitor(events), "monitor")
         if self.s.ttl_after_finished > 0:
             self._thread(self._ttl_loop, "ttl")

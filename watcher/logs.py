@@ -10,8 +10,9 @@ import logging
 import sys
 import threading
 from collections.abc import Callable, Hashable
-from enum import StrEnum
 from typing import IO, TYPE_CHECKING, Any
+
+from tidings._compat import StrEnum
 
 if TYPE_CHECKING:
     from tidings.schemas.event import TaskRef

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from tidings.schemas.constants import BUS_CONTROLLER, KIND
+from tidings.schemas.contract import events_path, task_selector
 from tidings.schemas.event import TaskRef, parse_time
 from tidings.schemas.state import TaskState
 
@@ -94,11 +94,9 @@ class TtlSweeper:
             raise
         log.info("deleted finished taskfeedback %s/%s (ttl %gs)", ns, name, self.ttl)
         self.on_deleted(TaskRef(ns, name))
-        selector = (f"reportingController={BUS_CONTROLLER},regarding.kind={KIND},"
-                    f"regarding.name={name}")
         try:
-            self.kube.request("DELETE", f"/apis/events.k8s.io/v1/namespaces/{ns}/events",
-                              query=[("fieldSelector", selector)], timeout=(5, 60))
+            self.kube.request("DELETE", events_path(ns),
+                              query=[("fieldSelector", task_selector(name))], timeout=(5, 60))
         except KubeError as e:  # they expire anyway; a relist may recreate it meanwhile
             log.warning("cannot delete the bus events of %s/%s: %s", ns, name, e)
         return True

@@ -20,7 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tidings.schemas.constants import API_VERSION, KIND, taskfeedback_collection
+from tidings.schemas.constants import API_VERSION, KIND
+from tidings.schemas.contract import taskfeedback_collection
 from tidings.schemas.event import TaskRef
 from tidings.schemas.state import STATUS_BUDGET, TaskState
 

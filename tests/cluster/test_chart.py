@@ -17,7 +17,7 @@ from kubernetes import client, config
 
 from tests.cluster.test_controlplane import client_with_token
 from tests.support import eventually
-from tidings.cli.devcluster import REPO_ROOT, ControlPlane, find_bin_dir
+from tools.devcluster import REPO_ROOT, ControlPlane, find_bin_dir
 
 pytestmark = pytest.mark.cluster
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from tests.cluster.support_cli import Proc, assert_harmless, record_spawn
 from tests.cluster.test_cli_lineage import _pod, _running
-from tests.cluster.test_cli_support import Proc, assert_harmless, record_spawn
 from tests.cluster.test_kube_client import exec_kubeconfig, revoked, service_account_tokens
 from tests.support import cri_log_line, eventually
-from tidings.cli.devcluster import ControlPlane
+from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.cluster import test_watcher as tw
-from tests.cluster.test_cli_support import (
+from tests.cluster.support_cli import (
     assert_harmless,
     closed_port_kubeconfig,
     emit,
@@ -20,10 +20,10 @@ from tests.cluster.test_cli_support import (
     proc_pool,
     record_spawn,
 )
-from tests.cluster.test_watcher_support import WatcherProc, task_status
+from tests.cluster.support_watcher import WatcherProc, task_status
 from tests.support import create_kwok_pod, cri_log_line, eventually, write_cri_log
-from tidings.cli.devcluster import ControlPlane
 from tidings.schemas import Progress
+from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
 TASK_LABEL = "tidings.dev/task"

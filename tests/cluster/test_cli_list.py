@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.test_cli_support import (
+from tests.cluster.support_cli import (
     TIDINGS,
     grant,
     install_crd,
     invoke,
     proc_pool,
 )
-from tidings.cli.devcluster import ControlPlane
+from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
 _crd = pytest.fixture(scope="session", name="crd")(install_crd)
@@ -275,7 +275,7 @@ def _complete(words: str, kubeconfig: Path) -> tuple[list[str], float]:
 
 def test_task_names_complete_quickly_and_fail_silently(control_plane: ControlPlane,
                                                        two_tasks: str, tmp_path: Path) -> None:
-    from tests.cluster.test_cli_support import closed_port_kubeconfig
+    from tests.cluster.support_cli import closed_port_kubeconfig
 
     admin = control_plane.kubeconfig("admin")
     names, _ = _complete(f"tidings state -n {two_tasks} train-", admin)

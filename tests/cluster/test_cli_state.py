@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.test_cli_support import (
+from tests.cluster.support_cli import (
     HOSTILE,
     assert_harmless,
     closed_port_kubeconfig,
@@ -23,7 +23,6 @@ from tests.cluster.test_cli_support import (
     proc_pool,
     write_status,
 )
-from tidings.cli.devcluster import ControlPlane
 from tidings.schemas import (
     DeckReady,
     LogLink,
@@ -33,6 +32,7 @@ from tidings.schemas import (
     fold_all,
     parse_event,
 )
+from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
 _crd = pytest.fixture(scope="session", name="crd")(install_crd)

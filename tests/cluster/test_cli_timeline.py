@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.test_cli_support import (
+from tests.cluster.support_cli import (
     HOSTILE,
     assert_harmless,
     closed_port_kubeconfig,
     emit,
     invoke,
 )
-from tidings.cli.devcluster import ControlPlane
 from tidings.schemas import Progress, SpanSummary
+from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
 

@@ -16,7 +16,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from tests.support import create_kwok_pod, eventually, pod_phase, raw_event, write_cri_log
-from tidings.cli.devcluster import REPO_ROOT, ControlPlane, ControlPlaneError
+from tools.devcluster import REPO_ROOT, ControlPlane, ControlPlaneError
 
 
 def _versions() -> dict[str, str]:

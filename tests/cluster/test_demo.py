@@ -6,7 +6,7 @@ import os
 import re
 import subprocess
 
-from tidings.cli.devcluster import REPO_ROOT, ControlPlane
+from tools.devcluster import REPO_ROOT, ControlPlane
 
 
 def test_demo_exits_zero_and_shows_the_folded_task(control_plane: ControlPlane) -> None:

@@ -19,8 +19,8 @@ from kubernetes.client.rest import ApiException
 
 from tests.cluster.test_controlplane import bound_token, client_with_token
 from tests.support import create_kwok_pod, eventually, pod_phase, write_cri_log
-from tidings.cli.devcluster import REPO_ROOT, ControlPlane
 from tidings.schemas import COUNTER_NAMES, TaskRef, fold_all
+from tools.devcluster import REPO_ROOT, ControlPlane
 
 pytestmark = pytest.mark.cluster
 

@@ -15,7 +15,6 @@ import orjson
 from kubernetes import client
 
 from tests.support import create_kwok_pod
-from tidings.cli.devcluster import ControlPlane
 from tidings.emitter import Emitter, EmitterConfig, Identity, Span
 from tidings.emitter.transport import KubeTransport, connect
 from tidings.schemas.constants import BUS_CONTROLLER, NOTE_LIMIT
@@ -28,6 +27,7 @@ from tidings.schemas.payloads import (
     SpanSummary,
     span_summaries,
 )
+from tools.devcluster import ControlPlane
 
 TASK = "train-7"
 

@@ -14,9 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.cluster.test_emitter import TASK, parsed_events, workload
-from tidings.cli.devcluster import ControlPlane
 from tidings.cli.main import app
 from tidings.schemas.payloads import DeckReady, LogLink, Progress, SpanSummary
+from tools.devcluster import ControlPlane
 
 TIDINGS = str(Path(sys.executable).parent / "tidings")
 

@@ -16,12 +16,12 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.cluster.test_emitter import bus_events, emitter_for, parsed_events, workload
-from tidings.cli.devcluster import ControlPlane
 from tidings.emitter import Emitter, EmitterConfig
 from tidings.emitter.transport import KubeTransport
 from tidings.kube import Client, ClusterConfig
 from tidings.kube.auth import NoAuth, bearer
 from tidings.schemas.payloads import LogLink
+from tools.devcluster import ControlPlane
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 
@@ -157,7 +157,7 @@ def test_422_is_counted_and_not_retried(control_plane: ControlPlane, admin: Any,
                                         namespace: str) -> None:
     me = workload(admin, namespace)
     em = emitter_for(control_plane, me)
-    em._transport = Corrupting(em._transport.client)  # type: ignore[union-attr]
+    em._sender.transport = Corrupting(em._sender.transport.client)  # type: ignore[union-attr]
     em.log_link("a", "https://example.com/a")
     em.progress(1.0, "done", final=True)
     assert em.flush(15)

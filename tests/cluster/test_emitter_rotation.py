@@ -18,10 +18,10 @@ from kubernetes.client.rest import ApiException
 from tests.cluster.test_controlplane import client_with_token
 from tests.cluster.test_emitter import TASK, parsed_events, workload
 from tests.support import eventually
-from tidings.cli.devcluster import ControlPlane
 from tidings.emitter import Emitter, EmitterConfig
 from tidings.emitter.transport import KubeTransport, connect
 from tidings.kube import config as kube_config
+from tools.devcluster import ControlPlane
 
 
 def secret_bound_token(admin: Any, namespace: str, secret: str) -> str:

@@ -21,9 +21,9 @@ import yaml
 from kubernetes import client as k8s
 
 from tests.support import eventually
-from tidings.cli.devcluster import ControlPlane
 from tidings.kube import Client, ClusterConfig, ConfigError, Impersonation, KubeError, connect, load
 from tidings.kube.auth import NoAuth
+from tools.devcluster import ControlPlane
 
 
 def kubeconfig(path: Path, server: str, user: dict[str, Any], *, cluster: dict[str, Any],

@@ -16,10 +16,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tests.cluster.support_watcher import REPO_ROOT, task_status
 from tests.cluster.test_watcher import crd, start_watcher, watchers  # noqa: F401 - fixtures
-from tests.cluster.test_watcher_support import REPO_ROOT, task_status
 from tests.support import NODE_NAME, eventually
-from tidings.cli.devcluster import ControlPlane
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.task import (
     TASK_UID_ANNOTATION,
@@ -29,6 +28,7 @@ from tidings.emitter.task import (
 )
 from tidings.emitter.transport import KubeTransport, connect
 from tidings.schemas.constants import BUS_CONTROLLER
+from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
 

@@ -19,10 +19,9 @@ import pytest
 from kubernetes import client, watch
 
 from tests.cluster import test_watcher as _watcher_tests
-from tests.cluster.test_cli_support import TIDINGS
-from tests.cluster.test_watcher_support import task_status
+from tests.cluster.support_cli import TIDINGS
+from tests.cluster.support_watcher import task_status
 from tests.support import create_kwok_pod, eventually
-from tidings.cli.devcluster import ControlPlane
 from tidings.schemas import (
     Limits,
     LogLink,
@@ -33,6 +32,7 @@ from tidings.schemas import (
     format_time,
 )
 from tidings.schemas.state import STATUS_BUDGET
+from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
 

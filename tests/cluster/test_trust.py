@@ -20,11 +20,10 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.cluster import test_watcher as tw
+from tests.cluster.support_watcher import TIDINGS, WatcherProc, task_status
 from tests.cluster.test_controlplane import bound_token, client_with_token
 from tests.cluster.test_deploy import DENIAL
-from tests.cluster.test_watcher_support import TIDINGS, WatcherProc, task_status
 from tests.support import create_kwok_pod, eventually, write_cri_log
-from tidings.cli.devcluster import REPO_ROOT, ControlPlane
 from tidings.schemas import (
     ObjectRef,
     PodRef,
@@ -34,6 +33,7 @@ from tidings.schemas import (
     build_event,
 )
 from tidings.schemas.payloads import DeckReady, LogLink, Progress, SpanSummary
+from tools.devcluster import REPO_ROOT, ControlPlane
 
 pytestmark = pytest.mark.cluster
 

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.cluster.test_watcher_support import (
+from tests.cluster.support_watcher import (
     REPO_ROOT,
     Emitter,
     WatcherProc,
@@ -466,7 +466,7 @@ def test_graceful_stop_hands_the_lease_over_at_once(namespace: str, start_watche
 def test_config_errors_are_one_line(tmp_path: Path) -> None:
     import subprocess
 
-    from tests.cluster.test_watcher_support import TIDINGS
+    from tests.cluster.support_watcher import TIDINGS
 
     r = subprocess.run([str(TIDINGS), "watcher", "run", "--kubeconfig",
                         str(tmp_path / "missing.yaml")], capture_output=True, text=True,

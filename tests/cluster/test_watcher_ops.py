@@ -11,6 +11,13 @@ from typing import Any
 
 import pytest
 
+from tests.cluster.support_watcher import (
+    Emitter,
+    WatcherProc,
+    emitted_events,
+    etcd_compact_now,
+    payload_for,
+)
 from tests.cluster.test_watcher import (  # noqa: F401 - fixtures
     assert_exact,
     crd,
@@ -19,13 +26,6 @@ from tests.cluster.test_watcher import (  # noqa: F401 - fixtures
     pods_for,
     start_watcher,
     watchers,
-)
-from tests.cluster.test_watcher_support import (
-    Emitter,
-    WatcherProc,
-    emitted_events,
-    etcd_compact_now,
-    payload_for,
 )
 from tests.support import create_kwok_pod, eventually, raw_event
 

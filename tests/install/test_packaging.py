@@ -1,7 +1,8 @@
 """The plain install is the workload library: build the wheel once, install it into fresh
 venvs (Python 3.10 and 3.13 where pyenv has them, and this one), check what it pulled in,
 that the library imports, that the console script answers with a hint instead of a
-traceback, and that pip resolves it beside kfp 2.17 (which pins kubernetes<31).
+traceback, that the wheel holds no dev control plane, and that pip resolves it beside kfp
+2.17 (which pins kubernetes<31).
 
 These install from PyPI (the wheel's dependencies), so they carry the ``pypi`` marker.
 """
@@ -98,6 +99,17 @@ def test_plain_install_is_the_light_workload_library(python: str | None, wheelho
     version = subprocess.run([str(bin_dir / "tidings"), "--version"], capture_output=True,
                              text=True, env=env, timeout=60)
     assert version.stdout == "tidings 0.1.0\n"
+
+
+def test_the_wheel_holds_no_dev_control_plane(wheelhouse: Path) -> None:
+    # The launcher and its kwok stages are checkout tools (tools/devcluster.py); workload and
+    # watcher images built from the wheel never carry them. `tidings dev` ships, to say so.
+    import zipfile
+
+    names = zipfile.ZipFile(next(wheelhouse.glob("tidings-*.whl"))).namelist()
+    assert [n for n in names if "devcluster" in n or n.startswith("tools/")] == []
+    assert "tidings/cli/dev.py" in names
+    assert {n.split("/")[0] for n in names} == {"tidings", "tidings-0.1.0.dist-info"}
 
 
 def test_resolves_beside_kfp(wheelhouse: Path, tmp_path: Path) -> None:

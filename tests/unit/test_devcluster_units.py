@@ -1,5 +1,5 @@
 """The dev control plane's state dir rule, without starting anything: a directory the
-launcher did not create is never wiped."""
+launcher did not create is never wiped; and without a checkout, `tidings dev` says so."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tidings.cli.devcluster import OWNER_MARKER, ControlPlane, ControlPlaneError
+from tools.devcluster import OWNER_MARKER, ControlPlane, ControlPlaneError
 
 
 def claim(folder: Path) -> None:
@@ -50,3 +50,28 @@ def test_its_own_dir_is_wiped_for_a_fresh_start(tmp_path: Path) -> None:
     claim(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == [OWNER_MARKER]
     assert (outside / "keep").read_text() == "keep"  # a symlink is removed, not followed
+
+
+def test_without_a_checkout_tidings_dev_says_so_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As from a wheel: tidings lives in site-packages, the current directory is no checkout,
+    # and the control plane was never imported.
+    import sys
+
+    from typer.testing import CliRunner
+
+    import tidings
+    from tidings.cli.main import app
+
+    site = tmp_path / "site-packages" / "tidings"
+    site.mkdir(parents=True)
+    monkeypatch.setattr(tidings, "__file__", str(site / "__init__.py"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "tools.devcluster", raising=False)
+    for args in (["dev", "up"], ["dev", "status"], ["dev", "down"]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 5, res.output
+        assert res.stdout == "" and res.stderr.count("\n") == 1
+        assert res.stderr.startswith("error: the local control plane is not installed")
+        assert "tidings checkout" in res.stderr
+    assert "tools.devcluster" not in sys.modules

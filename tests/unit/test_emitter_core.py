@@ -284,7 +284,7 @@ def test_names_waiting_for_budget_are_bounded_and_every_span_is_counted() -> Non
         _offer(em, [f"w{w}.{i}" for i in range(20)], 40)
         # The sender takes the window over into its pending names, then waits for budget.
         eventually(lambda: len(em._spans) == 0, 5, "the window drained", interval=0.01)
-        assert len(em._pending) <= 8
+        assert len(em._sender.pending) <= 8
     em.close(0.5)
     s = em.stats()
     assert s["dropped_span_names"] > 0 and s["spans_unsent"] > 0

@@ -17,7 +17,6 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from tidings.cli.devcluster import REPO_ROOT, ControlPlane
 from tidings.cli.main import app
 from tidings.schemas import (
     API_GROUP,
@@ -28,6 +27,7 @@ from tidings.schemas import (
     TaskRef,
     build_event,
 )
+from tools.devcluster import REPO_ROOT, ControlPlane
 
 TIDINGS = str(Path(sys.executable).parent / "tidings")
 # Anything a terminal would act on: ESC, BEL, CSI/OSC/DCS/ST in 8-bit form, other C0/C1, DEL.

@@ -1,4 +1,5 @@
-"""The local control plane: etcd, kube-apiserver and kwok on 127.0.0.1, for tests and the demo.
+"""The local control plane: etcd, kube-apiserver and kwok on 127.0.0.1, for tests, the demo and
+hacking. A checkout-only tool (never in the wheel): `tidings dev up` loads it from the checkout.
 
 Real components built from their Go modules (tools/controlplane/build.sh), RBAC on,
 service-account tokens issuable, a fake kwok node that runs pods and serves their logs.
@@ -18,6 +19,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -353,8 +355,9 @@ class ControlPlane:
             raise BinariesMissing(f"kwok manifests missing in {upstream}; {BUILD_HINT}")
         for crd in sorted(upstream.glob("kwok.x-k8s.io_*.yaml")):
             self.kubectl_run("apply", "--server-side", "-f", str(crd))
-        for crd in ("logs.kwok.x-k8s.io", "clusterlogs.kwok.x-k8s.io"):
-            self.kubectl_run("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        for name in ("logs.kwok.x-k8s.io", "clusterlogs.kwok.x-k8s.io"):
+            self.kubectl_run("wait", "--for=condition=Established", f"crd/{name}",
+                             "--timeout=60s")
         stages = [doc for f in sorted(upstream.glob("*.yaml")) if "_" not in f.name
                   for doc in yaml.safe_load_all(f.read_text()) if doc]
         stages += [d for d in yaml.safe_load_all(
@@ -516,3 +519,17 @@ def running_control_plane(state_dir: Path) -> Iterator[ControlPlane]:
     cp = ControlPlane(state_dir=state_dir)
     with cp:
         yield cp
+
+
+@contextlib.contextmanager
+def admin_kubeconfig(given: str | None, prefix: str = "tidings-dev-") -> Iterator[str]:
+    """The benchmarks' --kubeconfig: ``given`` when set (a cluster of your own), else the
+    admin kubeconfig of a fresh control plane in a new temporary state dir, stopped on exit."""
+    if given:
+        yield given
+        return
+    cp = ControlPlane(state_dir=Path(tempfile.mkdtemp(prefix=prefix))).start()
+    try:
+        yield str(cp.kubeconfig("admin"))
+    finally:
+        cp.stop()

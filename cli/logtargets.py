@@ -1,0 +1,158 @@
+"""Which logs `tidings logs` may show, like stern's targets: a lineage entry (PodSpawned
+record, TaskFeedback status or label list) becomes the pod/container targets it confirms, and
+one PodView, refreshed by one list of the app's labelled pods per tick, tells every stream
+whether its pod is still the one it was (same uid, still labelled) and whether it ended.
+
+Pods are identified by name AND uid; a pod that now carries the name under another uid is
+someone else and is never streamed, nor is one without the label tidings.dev/task=<app>.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tidings.cli.common import EXIT_NOT_FOUND, CliError
+from tidings.cli.kube import Action, ApiError, Kube
+from tidings.cli.lineage import vouches
+from tidings.schemas import TASK_LABEL, LineageEntry
+from tidings.schemas.contract import TERMINAL_PHASES, pod_selector
+
+if TYPE_CHECKING:
+    from tidings.cli.logtail import Options, Printer
+
+
+@dataclass(frozen=True)
+class Target:
+    """One container of one pod of the app: what a tail streams."""
+
+    pod: str
+    uid: str
+    container: str
+
+
+def targets(kube: Kube, ns: str, entry: LineageEntry, opt: Options, printer: Printer,
+            stopped: threading.Event) -> list[Target]:
+    """The containers of the entry's pod when that pod is there under the recorded uid and
+    carries the app's label (with -f, a pod not visible yet is waited for, 30 s at most);
+    else a note on stderr and none. An unknown -c is an error, as kubectl's."""
+    name, uid = entry.pod.name, entry.pod.uid
+    delay, deadline = 0.2, time.monotonic() + 30.0
+    while True:
+        pod = kube.get_pod(ns, name)
+        if pod is not None:
+            break
+        if not opt.follow or time.monotonic() > deadline or stopped.is_set():
+            printer.note(f"- {name}: gone (uid {uid[:8]}), no logs")
+            return []
+        stopped.wait(delay)  # the record may arrive before the pod is visible
+        delay = min(delay * 2, 2.0)
+    current = _uid(pod)
+    if current != uid:
+        printer.note(f"- {name}: replaced (recorded uid {uid[:8]}, now {current[:8]}); "
+                     "not streaming the new pod, it is not in the lineage")
+        return []
+    if not vouches(entry, pod):  # the record's word is not enough (cli/lineage.py)
+        printer.note(f"- {name}: not labelled {TASK_LABEL}={entry.subject.name}; "
+                     "not streaming a pod that does not confirm the lineage record")
+        return []
+    spec = pod.get("spec") or {}
+    names = [str(c.get("name")) for c in spec.get("containers") or [] if c.get("name")]
+    if opt.container is not None:
+        if opt.container not in names:  # like kubectl: an error, not silence
+            raise CliError(f"not found: container {opt.container!r} in pod {name} "
+                           f"(its containers: {', '.join(names) or 'none'})", EXIT_NOT_FOUND)
+        names = [opt.container]
+    return [Target(name, uid, c) for c in names]
+
+
+class PodView:
+    """The app's labelled pods as of the last list, shared by the mux's monitor and every
+    tail: a tail whose stream ended asks ``check``, and a list taken since is reused, so
+    many streams ending together (an API server restart) cost one list, not a GET each.
+
+    Without the right to list pods (only get), each check is one GET, as before."""
+
+    def __init__(self, kube: Kube, ns: str, app: str) -> None:
+        self.kube = kube
+        self.ns = ns
+        self.app = app
+        self._lock = threading.Lock()
+        self._path = f"/api/v1/namespaces/{ns}/pods"
+        self._query = {"labelSelector": pod_selector(app)}
+        self._action = Action("list", "pods", ns)
+        self.may_list = True
+        self.tried_at = -1.0  # when the last list was sent (monotonic), even a failed one
+        self.phases: dict[str, str] | None = None  # uid -> phase of that list; None: failed
+        self.lists = 0  # lists sent (for tests and the curious)
+
+    def refresh(self) -> dict[str, str] | None:
+        """List the app's labelled pods now (the monitor's tick): uid -> phase, or None when
+        the list failed (unknown: the next tick asks again). Never raises."""
+        with self._lock:
+            return self._refresh(strict=False)
+
+    def _refresh(self, strict: bool = True) -> dict[str, str] | None:
+        """As refresh; ``strict`` (a tail asking) raises when the credentials are rejected,
+        as the tail's own request would."""
+        self.tried_at = time.monotonic()
+        self.lists += 1
+        try:
+            pods, _ = self.kube.list_all(self._path, self._query, action=self._action)
+        except ApiError as err:
+            if strict and err.status == 401:
+                raise
+            self.may_list = self.may_list and err.status != 403
+            self.phases = None
+            return None
+        except CliError:  # unreachable for now: the next tick asks again
+            self.phases = None
+            return None
+        self.phases = {_uid(p): str((p.get("status") or {}).get("phase") or "") for p in pods}
+        return self.phases
+
+    def check(self, t: Target, since: float) -> tuple[str, str]:
+        """Why ``t``'s stream should end ("" when it should not) and its pod's phase ("" when
+        unknown), from a list taken after ``since`` (the stream's start) when that list
+        already shows the pod gone or ended, else from a fresh list shared with the tails
+        that ended meanwhile. A pod missing from the list is read once to say why."""
+        if not self.may_list:
+            return self._get(t)
+        ended = time.monotonic()
+        with self._lock:
+            phases = self.phases
+            shows_end = phases is not None and (
+                t.uid not in phases or phases[t.uid] in TERMINAL_PHASES)
+            # Taken since the stream began and it explains the end; or taken since the end
+            # (by a tail that ended with this one): either way no new list is needed.
+            if not ((self.tried_at >= since and (phases is None or shows_end))
+                    or self.tried_at >= ended):
+                phases = self._refresh()
+        if phases is None:
+            return ("", "") if self.may_list else self._get(t)
+        if t.uid in phases:
+            return "", phases[t.uid]
+        return self._get(t)  # gone, replaced or unlabelled: one read says which
+
+    def _get(self, t: Target) -> tuple[str, str]:
+        try:
+            pod = self.kube.get_pod(self.ns, t.pod)
+        except ApiError as err:
+            if err.status in (401, 403):
+                raise
+            return "", ""
+        except CliError:
+            return "", ""
+        if pod is None:
+            return "pod gone", ""
+        if _uid(pod) != t.uid:
+            return "pod replaced", ""
+        if ((pod.get("metadata") or {}).get("labels") or {}).get(TASK_LABEL) != self.app:
+            return f"pod no longer labelled {TASK_LABEL}={self.app}", ""
+        return "", str((pod.get("status") or {}).get("phase") or "")
+
+
+def _uid(pod: dict[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or "")

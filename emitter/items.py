@@ -1,0 +1,81 @@
+"""What the workload side hands the sender thread: queue items, control signals, and the
+latest-wins progress slot.
+
+Items stay plain tuples (a put is on the workload's path; a NamedTuple would cost a call);
+the aliases give them precise types.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, TypeAlias
+
+from pydantic import BaseModel
+
+from tidings.schemas.event import ObjectRef, TaskRef
+from tidings.schemas.payloads import Payload
+
+# Where an item goes: None is the workload's own task; else the task and, for lineage about
+# an app that is not a TaskFeedback, the object the event is regarding.
+Target: TypeAlias = "tuple[TaskRef, ObjectRef | None]"
+
+# (payload model and its fields | None and a ready payload, epoch time, warning, target).
+Item: TypeAlias = (
+    "tuple[type[BaseModel], dict[str, Any], float, bool, Target | None]"
+    " | tuple[None, Payload, float, bool, Target | None]"
+)
+
+# A pending non-final progress: (fraction, message, epoch time).
+ProgressUpdate: TypeAlias = "tuple[float, str, float]"
+
+
+class Signal:
+    """A control item: wake the sender (the progress slot was filled) or stop it."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+
+WAKE = Signal("wake")
+STOP = Signal("stop")
+
+
+class Flush:
+    """A flush request: everything queued before it must settle before ``gen`` is reported."""
+
+    __slots__ = ("gen",)
+
+    def __init__(self, gen: int) -> None:
+        self.gen = gen
+
+
+QueueItem: TypeAlias = "Item | Signal | Flush"
+
+
+class ProgressSlot:
+    """The latest non-final progress, waiting for the sender: a new update replaces the old
+    one (counted as coalesced), also one the sender holds while it waits for budget. The
+    workload side sets ``value`` under ``lock`` inline (Emitter.progress is a hot path)."""
+
+    __slots__ = ("coalesced", "lock", "value")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.value: ProgressUpdate | None = None
+        self.coalesced = 0
+
+    def take(self, held: ProgressUpdate | None) -> ProgressUpdate | None:
+        """The sender's turn: the newest update, replacing ``held`` (which then counts as
+        coalesced); ``held`` itself when nothing newer came."""
+        with self.lock:
+            if self.value is None:
+                return held
+            if held is not None:
+                self.coalesced += 1
+            value, self.value = self.value, None
+            return value

@@ -1,0 +1,416 @@
+"""The Emitter's sender thread: takes what the workload queued, builds the Events and
+creates them within the pod's budget, in priority order (critical, span windows, progress).
+
+It alone touches the outbox, the pending span windows and the sequence numbers, so they need
+no lock; what it shares with the workload side is in items.py (the queue, the progress slot)
+and counters.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Hashable
+from datetime import datetime
+from typing import Any
+
+import orjson
+import tenacity
+from pydantic import BaseModel, ValidationError
+
+from tidings._compat import UTC
+from tidings.schemas.constants import NOTE_LIMIT, SCHEMA_VERSION, SEQ_MAX
+from tidings.schemas.event import PodRef, TaskRef, build_event
+from tidings.schemas.names import task_id_error
+from tidings.schemas.payloads import (
+    SPAN_ROWS_MAX,
+    Payload,
+    Progress,
+    SpanSummaries,
+    SpanSummary,
+    payload_type,
+    span_row,
+)
+from tidings.schemas.rejection import describe_validation_error
+
+from .aggregate import (
+    COUNT,
+    ERRORS,
+    FIRST_START,
+    LAST_END,
+    MAX,
+    MIN,
+    TOTAL,
+    Agg,
+    SpanAggregator,
+    merge,
+)
+from .bucket import TokenBucket
+from .config import EmitterConfig, Identity
+from .counters import Counters, Problem
+from .items import STOP, WAKE, Flush, ProgressSlot, ProgressUpdate, QueueItem, Target
+from .retry import FirstTryFast, SendError, make_retrying
+from .transport import Transport, default_transport
+
+log = logging.getLogger("tidings.emitter")
+
+# Built events held by the sender beyond the queue; small, so the queue bound stays the bound.
+_OUTBOX_MAX = 64
+# The longest the sender sleeps without looking at the clock (window ticks, shutdown).
+_MAX_IDLE_S = 1.0
+
+# A built event: (namespace, the Event dict).
+Built = tuple[str, dict[str, Any]]
+# (span names, spans) an event carries: counted once it is delivered.
+Carried = tuple[int, int]
+
+
+class Sender:
+    """The sender's state and loop; ``run`` is the thread's target. Never raises into it."""
+
+    def __init__(self, config: EmitterConfig, identity: Identity, instance: str, *,
+                 q: queue.SimpleQueue[QueueItem], spans: SpanAggregator, slot: ProgressSlot,
+                 counters: Counters, abandon: threading.Event,
+                 transport: Transport | None) -> None:
+        self.config = config
+        self.identity = identity
+        self.instance = instance
+        self.transport = transport  # None: resolved on the thread (it may read files)
+        self._q = q
+        self._spans = spans
+        self._slot = slot
+        self._n = counters
+        self._abandon = abandon  # the exit deadline passed: stop retrying
+        # Flushes: the workload numbers them, the sender reports the newest it settled.
+        self._cond = threading.Condition()
+        self._flush_gen = 0
+        self._flushed = 0
+        self.dead = False
+        self._seq = 1
+        self.outbox: deque[tuple[str, dict[str, Any], Carried]] = deque()
+        self.pending: dict[str, Agg] = {}
+        self._progress_out: ProgressUpdate | None = None
+        self._flush_seen = 0
+        self._logged: set[Hashable] = set()
+
+    # ---- what the workload side asks ----------------------------------------------------
+    def next_flush(self) -> int:
+        with self._cond:
+            self._flush_gen += 1
+            return self._flush_gen
+
+    def wait_flushed(self, gen: int, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._flushed >= gen or self.dead,
+                                       max(0.0, timeout)) and not self.dead
+
+    def queued(self) -> int:
+        return self._q.qsize() + len(self.outbox)
+
+    # ---- the thread ---------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            self._send_loop()
+        except BaseException as e:  # the workload must go on even if the sender cannot
+            self.dead = True
+            log.error("tidings emitter: sender stopped: %s: %s", type(e).__name__, e)
+            with self._cond:
+                self._cond.notify_all()
+
+    def _send_loop(self) -> None:
+        cfg = self.config
+        if self.transport is None:
+            self.transport = default_transport()
+        if self.transport.sink:
+            log.info("tidings: no cluster configured; events are counted and logged at DEBUG "
+                     "on logger 'tidings.emitter'")
+        bucket = TokenBucket(cfg.rate, cfg.burst)
+        self._retry_critical = self._retrying(None)
+        self._retry_coalescible = self._retrying(max(1, int(cfg.coalescible_attempts)))
+        while True:
+            try:
+                self._send_until_stopped(bucket)
+                return
+            except Exception as e:  # a bug on one item must not end delivery of the rest
+                self._count_once("internal_errors", ("loop", type(e).__name__),
+                                 "tidings emitter: internal error: %s: %s", type(e).__name__, e)
+                self._abandon.wait(0.1)
+
+    def _send_until_stopped(self, bucket: TokenBucket) -> None:
+        window = max(0.01, self.config.span_window_s)
+        next_window = time.monotonic() + window
+        stop = False
+        while not stop:
+            wait = min(next_window - time.monotonic(), _MAX_IDLE_S)
+            if self.outbox or self.pending or self._progress_out is not None:
+                wait = min(wait, bucket.wait_time())
+            item: QueueItem | None
+            try:
+                item = self._q.get(timeout=wait) if wait > 0 else self._q.get_nowait()
+            except queue.Empty:
+                item = None
+            flush_now = False
+            while item is not None:
+                if item is STOP:
+                    stop = True
+                elif isinstance(item, Flush):
+                    # Everything emitted before the flush is now in the outbox: stop pulling
+                    # so a busy workload cannot keep a flush waiting forever.
+                    self._flush_seen = max(self._flush_seen, item.gen)
+                    flush_now = True
+                    break
+                elif item is not WAKE and isinstance(item, tuple):
+                    self._accept(*item)
+                if stop or len(self.outbox) >= _OUTBOX_MAX:
+                    break
+                try:
+                    item = self._q.get_nowait()
+                except queue.Empty:
+                    item = None
+            now = time.monotonic()
+            if flush_now or stop or now >= next_window:
+                self._merge_window()
+                next_window = now + window
+            # Latest wins, also over an update still waiting for budget.
+            self._progress_out = self._slot.take(self._progress_out)
+            self._send(bucket)
+            if self._flush_seen > self._flushed and not (
+                    self.outbox or self.pending or self._progress_out is not None):
+                with self._cond:
+                    self._flushed = self._flush_seen
+                    self._cond.notify_all()
+        # Closing: whatever is still queued will never be sent.
+        self._n.lost(self.queued(), sum(c[1] for _, _, c in self.outbox))
+
+    def _retrying(self, attempts: int | None) -> FirstTryFast:
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            self._n.retry(str(exc))
+
+        return make_retrying(abandoned=self._abandon.is_set, sleep=self._abandon.wait,
+                             max_attempts=attempts, initial=self.config.retry_initial_s,
+                             maximum=self.config.retry_max_s, before_sleep=before_sleep)
+
+    def _send(self, bucket: TokenBucket) -> None:
+        """Send in priority order while the budget lasts: critical, span windows, progress."""
+        if self._abandon.is_set():
+            # Past the exit deadline: no more attempts; what is left is counted as lost.
+            left = len(self.outbox) + len(self.pending) + (self._progress_out is not None)
+            spans = (sum(c[1] for _, _, c in self.outbox)
+                     + sum(int(a[COUNT]) for a in self.pending.values()))
+            self.outbox.clear()
+            self.pending.clear()
+            self._progress_out = None
+            self._n.lost(left, spans)
+            return
+        while self.outbox:
+            if not bucket.try_take():
+                return
+            ns, body, carried = self.outbox[0]
+            ok = self._deliver(ns, body, critical=True)
+            self.outbox.popleft()
+            if carried[0]:
+                self._n.span_note(*carried, delivered=ok)
+        while self.pending:
+            if not bucket.try_take():
+                return
+            built, carried = self.take_span_note()
+            ok = built is not None and self._deliver(*built, critical=False)
+            self._n.span_note(*carried, delivered=ok)
+        if self._progress_out is not None:
+            if not bucket.try_take():
+                return
+            fraction, message, t = self._progress_out
+            self._progress_out = None
+            built = self._build(Progress, {"fraction": fraction, "message": message}, t, False,
+                                None)
+            if built is not None:
+                self._deliver(*built, critical=False)
+
+    def _accept(self, model: type[BaseModel] | None, fields: Any, t: float, warning: bool,
+                target: Target | None) -> None:
+        self._n.accept()
+        if model is Progress and fields.get("final"):
+            self._spans_before_final()
+        built = self._build(model, fields, t, warning, target)
+        if built is not None:
+            self.outbox.append((*built, (0, 0)))
+
+    def _spans_before_final(self) -> None:
+        """Queue every pending span window ahead of a final progress: a reader that stops at
+        the task's end must not miss the spans recorded before it."""
+        self._merge_window()
+        while self.pending:
+            built, carried = self.take_span_note()
+            if built is not None:
+                self.outbox.append((*built, carried))
+            else:
+                self._n.span_note(*carried, delivered=False)
+
+    def _merge_window(self) -> None:
+        dropped = merge(self.pending, self._spans.drain(), self._spans.max_names)
+        if dropped:
+            self._n.span_names_dropped(dropped)
+
+    def take_span_note(self) -> tuple[Built | None, Carried]:
+        """Take as many pending names as one note holds (oldest first) and build their event:
+        a SpanSummaries of compact rows, or a plain SpanSummary for a lone name (which any
+        watcher reads, and whose long name the note codec may shorten). Returns the event
+        (None when it cannot be built: counted) and the (names, spans) it carries."""
+        pending = self.pending
+        base = math.floor(min(a[FIRST_START] for a in pending.values()) * 1e6)
+        # The note's envelope and fixed fields, with the longest seq there can be.
+        room = NOTE_LIMIT - len(orjson.dumps({
+            "v": SCHEMA_VERSION, "t": SpanSummaries.TYPE, "i": self.instance, "s": SEQ_MAX,
+            "base_us": base, "spans": []}))
+        taken: list[tuple[str, Agg]] = []
+        rows: list[list[Any]] = []
+        for name, a in pending.items():
+            row = span_row(name, int(a[COUNT]), a[TOTAL], a[MIN], a[MAX], a[FIRST_START],
+                           a[LAST_END], int(a[ERRORS]), base)
+            size = len(orjson.dumps(row)) + 1
+            if size > room or len(rows) >= SPAN_ROWS_MAX:
+                break
+            room -= size
+            taken.append((name, a))
+            rows.append(row)
+        if len(taken) < 2:
+            name, a = taken[0] if taken else next(iter(pending.items()))
+            del pending[name]
+            return self.build_summary(name, a), (1, int(a[COUNT]))
+        for name, _ in taken:
+            del pending[name]
+        carried = (len(taken), sum(int(a[COUNT]) for _, a in taken))
+        try:
+            payload = SpanSummaries(base_us=base, spans=rows)
+        except ValidationError:
+            # One bad name must not cost the others: keep the rows that pass on their own
+            # (each refusal counted once, as for a lone summary).
+            good = [(r, a) for r, (n, a) in zip(rows, taken, strict=True)
+                    if self._valid_summary(n, a)]
+            carried = (len(good), sum(int(a[COUNT]) for _, a in good))
+            self._n.lost(0, sum(int(a[COUNT]) for _, a in taken) - carried[1])
+            if not good:
+                return None, (0, 0)
+            try:
+                payload = SpanSummaries(base_us=base, spans=[r for r, _ in good])
+            except ValidationError as e:
+                self._count_once("invalid", ("SpanSummaries", str(e)[:80]),
+                                 "tidings: invalid span summaries not sent: %s",
+                                 describe_validation_error(e))
+                return None, carried
+        return self._build(None, payload, time.time(), False, None), carried
+
+    @staticmethod
+    def _summary_fields(name: str, a: Agg) -> dict[str, Any]:
+        return {"name": name, "count": a[COUNT], "total_s": a[TOTAL], "min_s": a[MIN],
+                "max_s": a[MAX], "first_start": a[FIRST_START], "last_end": a[LAST_END],
+                "errors": a[ERRORS]}
+
+    def _valid_summary(self, name: str, a: Agg) -> bool:
+        try:
+            SpanSummary(**self._summary_fields(name, a))
+            return True
+        except ValidationError as e:
+            detail = describe_validation_error(e)
+            self._count_once("invalid", ("SpanSummary", detail),
+                             "tidings: invalid SpanSummary not sent: %s", detail)
+            return False
+
+    def build_summary(self, name: str, a: Agg) -> Built | None:
+        return self._build(SpanSummary, self._summary_fields(name, a), time.time(), False, None)
+
+    def _build(self, model: type[BaseModel] | None, fields: Any, t: float, warning: bool,
+               target: Target | None) -> Built | None:
+        """Validate the payload and build the Event dict; count and log once what cannot be.
+        ``fields`` is the model's fields dict, or (model None) a ready payload."""
+        try:
+            payload: Payload
+            if model is None:
+                payload = fields
+            else:
+                if model is Progress:
+                    fields["fraction"] = float(fields["fraction"])
+                    if self.config.workers:  # the task's worker count (the completion rule)
+                        fields["workers"] = int(self.config.workers)
+                payload = model(**fields)  # type: ignore[assignment]  # a payload model
+            payload_type(payload)  # anything that is not a payload model fails here
+        except Exception as e:
+            kind = getattr(model, "TYPE", "payload")
+            detail = describe_validation_error(e) if isinstance(e, ValidationError) else str(e)
+            self._count_once("invalid", (kind, detail), "tidings: invalid %s not sent: %s",
+                             kind, detail)
+            return None
+        ident = self.identity
+        if target is None:
+            missing = ident.missing()
+            task, regarding = TaskRef(ident.namespace, ident.task), None
+        else:
+            missing = ident.missing(need_task=False)
+            task, regarding = target
+        if missing:
+            self._count_once("unaddressable", "identity",
+                             "tidings: events cannot be sent: %s not set (downward API)",
+                             ", ".join(missing))
+            return None
+        if regarding is None:  # about a TaskFeedback: its name must be a valid task id
+            bad = task_id_error(task.name)
+            if bad is not None:
+                self._count_once("unaddressable", ("task", task.name),
+                                 "tidings: events cannot be sent: %s", bad)
+                return None
+        seq = self._seq
+        self._seq += 1
+        try:
+            body = build_event(
+                task=task, pod=PodRef(ident.pod_name, ident.pod_uid, ident.namespace),
+                payload=payload, instance=self.instance, seq=seq,
+                time=datetime.fromtimestamp(t, UTC), warning=warning, regarding=regarding,
+                task_uid=ident.task_uid,
+                sender_proof=bool(getattr(self.transport, "pod_bound", False)))
+        except Exception as e:  # e.g. a payload that cannot fit: counted, never raised
+            self._count_once("invalid", ("build", type(e).__name__),
+                             "tidings: cannot build %s event: %s", payload_type(payload), e)
+            return None
+        return task.namespace, body
+
+    def _deliver(self, ns: str, body: dict[str, Any], *, critical: bool) -> bool:
+        transport = self.transport
+        assert transport is not None
+        counters = self._n
+
+        def attempt() -> bool:
+            if not transport.sink:
+                counters.api_call()
+            return transport.post(ns, body)
+
+        retrying = self._retry_critical if critical else self._retry_coalescible
+        try:
+            created = retrying(attempt)
+        except SendError as e:
+            if e.retryable:  # abandoned at exit, or a coalescible send out of attempts
+                counters.give_up(str(e))
+                return False
+            counters.refuse(e.status, str(e))
+            key = (e.status, e.reason)
+            if key not in self._logged:
+                self._logged.add(key)
+                log.warning("tidings: event refused, not retried (%s); similar refusals are "
+                            "counted silently", e)
+            return False
+        except Exception as e:  # a bug in a transport must not kill the sender
+            self._count_once("undelivered", ("internal", type(e).__name__),
+                             "tidings: send failed: %s: %s", type(e).__name__, e)
+            return False
+        counters.deliver(body.get("reason", ""), sunk=transport.sink, created=created)
+        return True
+
+    def _count_once(self, counter: Problem, key: Hashable, msg: str, *args: Any) -> None:
+        self._n.problem(counter)
+        if key not in self._logged:
+            self._logged.add(key)
+            log.warning(msg, *args)

@@ -1,0 +1,49 @@
+"""The bus contract's addresses are the literal strings the API server, the RBAC in deploy/
+and the admission policy know: a change here is a wire change, so it must fail a test."""
+
+from __future__ import annotations
+
+from tidings.schemas.contract import (
+    BUS_SELECTOR,
+    EVENTS_RESOURCE,
+    TASKFEEDBACK_RESOURCE,
+    TERMINAL_PHASES,
+    events_path,
+    lineage_selector,
+    pod_selector,
+    task_selector,
+    taskfeedback_collection,
+    taskfeedback_path,
+)
+
+
+def test_paths() -> None:
+    assert events_path("ns") == "/apis/events.k8s.io/v1/namespaces/ns/events"
+    assert events_path() == events_path("") == "/apis/events.k8s.io/v1/events"
+    assert taskfeedback_path("ns") == taskfeedback_collection("ns") == \
+        "/apis/tidings.dev/v1alpha1/namespaces/ns/taskfeedbacks"
+    assert taskfeedback_path("ns", "t") == \
+        "/apis/tidings.dev/v1alpha1/namespaces/ns/taskfeedbacks/t"
+    assert taskfeedback_path() == "/apis/tidings.dev/v1alpha1/taskfeedbacks"
+    from tidings.schemas import constants
+
+    assert constants.taskfeedback_collection("ns") == taskfeedback_path("ns")
+
+
+def test_selectors_and_names() -> None:
+    assert BUS_SELECTOR == "reportingController=tidings.dev/bus"
+    assert task_selector("t") == \
+        "reportingController=tidings.dev/bus,regarding.kind=TaskFeedback,regarding.name=t"
+    assert lineage_selector("a") == \
+        "reportingController=tidings.dev/bus,reason=PodSpawned,regarding.name=a"
+    assert pod_selector("t") == "tidings.dev/task=t"
+    assert (EVENTS_RESOURCE, TASKFEEDBACK_RESOURCE) == \
+        ("events.events.k8s.io", "taskfeedbacks.tidings.dev")
+    assert frozenset({"Succeeded", "Failed"}) == TERMINAL_PHASES
+
+
+def test_the_deployed_rbac_names_the_same_resources() -> None:
+    from pathlib import Path
+
+    text = "\n".join(p.read_text() for p in (Path(__file__).parents[2] / "deploy").glob("*.yaml"))
+    assert "taskfeedbacks" in text and "events.k8s.io" in text and "tidings.dev/bus" in text

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from tidings._compat import UTC
 from tidings.schemas.contract import events_path, task_selector
 from tidings.schemas.event import TaskRef, parse_time
 from tidings.schemas.state import TaskState

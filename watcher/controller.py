@@ -15,7 +15,8 @@ from typing import Any
 
 from tidings.kube import paginate
 from tidings.schemas.constants import API_GROUP, API_VERSION, BUS_CONTROLLER, KIND, PLURAL
-from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event, parse_watch_line
+from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event
+from tidings.schemas.fastpath import fast_watch_line
 from tidings.schemas.rejection import Rejection
 from tidings.schemas.state import Limits, fold
 
@@ -69,7 +70,7 @@ class EventSource:
         pass
 
     def watch_line(self, line: bytes) -> WatchItem:
-        item = parse_watch_line(line)
+        item = fast_watch_line(line)  # parse_watch_line's result, faster
         if item.type in ("ADDED", "MODIFIED"):
             self.c.deliver(item.result)
         elif item.type == "DELETED":

@@ -63,8 +63,7 @@ class EventSource:
         pass
 
     def list_page(self, items: list[Any]) -> None:
-        for obj in items:
-            self.c.deliver(parse_event(obj))
+        self.c.deliver_many([parse_event(obj) for obj in items])
 
     def list_done(self, resource_version: str) -> None:
         pass
@@ -76,6 +75,29 @@ class EventSource:
         elif item.type == "DELETED":
             self.c.metrics.events_skipped.labels("deleted").inc()  # TTL expiry; state outlives it
         return item
+
+    def watch_lines(self, lines: list[bytes]) -> list[WatchItem]:
+        """``watch_line`` for the lines of one socket read, delivered as one batch. Stops
+        after a line that ends the watch (ERROR, or a line that is not a watch event), as the
+        reflector stops reading there."""
+        items: list[WatchItem] = []
+        results: list[ParsedEvent | Rejection | None] = []
+        deleted = 0
+        for line in lines:
+            item = fast_watch_line(line)
+            items.append(item)
+            t = item.type
+            if t in ("ADDED", "MODIFIED"):
+                results.append(item.result)
+            elif t == "DELETED":
+                deleted += 1
+            elif t != "BOOKMARK":
+                break
+        if results:
+            self.c.deliver_many(results)
+        if deleted:
+            self.c.metrics.events_skipped.labels("deleted").inc(deleted)
+        return items
 
 
 class Controller:
@@ -200,6 +222,28 @@ class Controller:
             return
         self.store.push(result)
         self.queue.add(result.task)
+
+    def deliver_many(self, results: list[ParsedEvent | Rejection | None]) -> None:
+        """``deliver`` for a batch: the counters, the store and the queue once per batch, so
+        a socket read wakes the fold workers once, not once per event."""
+        m = self.metrics
+        m.events_seen.inc(len(results))
+        events: list[ParsedEvent] = []
+        not_task = 0
+        for r in results:
+            if isinstance(r, Rejection):
+                m.events_rejected.labels(r.reason.value).inc()
+            elif r is None:
+                continue
+            elif r.regarding_kind != KIND or r.regarding_api_version != API_VERSION:
+                not_task += 1
+            else:
+                events.append(r)
+        if not_task:
+            m.events_skipped.labels("not_task").inc(not_task)
+        if events:
+            self.store.push_many(events)
+            self.queue.add_many(dict.fromkeys(ev.task for ev in events))
 
     # --- workers ------------------------------------------------------------------------
     def _fold_worker(self) -> None:

@@ -555,7 +555,7 @@ def test_a_deposed_leaders_delayed_write_cannot_land_over_the_new_leaders(
     eventually(lambda: metric(a, "tidings_watcher_status_writes_in_flight") == 0, 15,
                f"A's delayed write to finish\n{a.tail()}")
     got = task_status(admin, namespace, "st") or {}
-    assert got == expected_status(namespace, "st", emitted_events([f])), \
+    assert got == expected_status(namespace, "st", emitted_events([f]), admin), \
         f"the stale write landed: applied={got.get('applied')}"
     assert metric(a, 'tidings_watcher_status_writes_total{result="conflict"}') >= 1, a.tail()
     assert metric(a, WRITES_OK) == 0

@@ -210,18 +210,7 @@ class Controller:
     # --- the watch loop's side ----------------------------------------------------------
     def deliver(self, result: ParsedEvent | Rejection | None) -> None:
         """O(1): count, buffer the event under its task, mark the task key dirty."""
-        m = self.metrics
-        m.events_seen.inc()
-        if isinstance(result, Rejection):
-            m.events_rejected.labels(result.reason.value).inc()
-            return
-        if result is None:
-            return
-        if result.regarding_kind != KIND or result.regarding_api_version != API_VERSION:
-            m.events_skipped.labels("not_task").inc()  # lineage (PodSpawned) is not a task fact
-            return
-        self.store.push(result)
-        self.queue.add(result.task)
+        self.deliver_many([result])
 
     def deliver_many(self, results: list[ParsedEvent | Rejection | None]) -> None:
         """``deliver`` for a batch: the counters, the store and the queue once per batch, so

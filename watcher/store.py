@@ -168,6 +168,15 @@ class Store:
             e.pending.append(ev)
             e.touched = time.monotonic()
 
+    def push_many(self, events: Sequence[ParsedEvent]) -> None:
+        """``push`` for every event of one socket read, under one lock."""
+        now = time.monotonic()
+        with self._lock:
+            for ev in events:
+                e = self._entry(ev.task)
+                e.pending.append(ev)
+                e.touched = now
+
     def take(self, task: TaskRef) -> tuple[TaskState, list[ParsedEvent]]:
         """The current state and all pending events (now owned by the caller)."""
         with self._lock:

@@ -1,0 +1,373 @@
+"""The watcher's fast parse: a raw watch line to the same ``WatchItem`` as ``parse_watch_line``.
+
+``parse_watch_line`` (event.py) stays the reference. This path only *accepts*: it decodes the
+line into msgspec structs (the fields the contract reads; ``managedFields`` and the rest are
+skipped without building objects), runs the same checks on them, and validates the common
+payloads with the models' own field validators, then builds the pydantic object without
+pydantic's Python wrapper. The moment anything is unusual (a type msgspec refuses, a failed
+check, a null, a payload this path does not know, a note without its envelope), the line goes
+to the reference, so every rejection comes from the reference and keeps its exact reason and
+message. tests/unit/test_schemas_fastpath.py proves the two agree on random streams.
+
+One known difference: JSON numbers beyond the float range (``1e999``) inside fields the
+contract never reads are skipped by msgspec, while orjson refuses the whole line. The API
+server cannot send such a line (Go's encoder writes no infinities), so the watcher keeps the
+speed; the test pins the difference.
+
+msgspec is a dependency of ``tidings[watcher]`` only: nothing else in schemas/ imports this.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+import msgspec
+import orjson
+from msgspec import UNSET, Struct, UnsetType
+from pydantic import BaseModel
+
+from .constants import (
+    ACTION,
+    API_VERSION,
+    BUS_CONTROLLER,
+    EVENTS_API_VERSION,
+    KIND,
+    NOTE_LIMIT,
+    SCHEMA_VERSION,
+    SENDER_UID_ANNOTATION,
+    SEQ_MAX,
+)
+from .event import (
+    PodRef,
+    TaskRef,
+    WatchItem,
+    _new_parsed_event,
+    _new_watch_item,
+    _sender,
+    _subject,
+    _task_id,
+    event_name,
+    parse_time,
+    parse_watch_line,
+)
+from .note import _good_instance
+from .payloads import (
+    DeckReady,
+    LogLink,
+    Progress,
+    SpanSummary,
+    _any_uri,
+    _clean_name,
+    _round_fraction,
+    _web_url,
+    span_inconsistency,
+)
+from .text import sanitize_text
+
+__all__ = ["fast_watch_line"]
+
+
+class _Ref(Struct, frozen=True):  # frozen: hashable, a key of the per-sender cache
+    # UNSET (absent) and a string are the only shapes handled here; a null or any other type
+    # fails the decode and the line goes to the reference, which tells them apart.
+    kind: str | UnsetType = UNSET
+    apiVersion: str | UnsetType = UNSET
+    name: str | UnsetType = UNSET
+    namespace: str | UnsetType = UNSET
+    uid: str | UnsetType = UNSET
+
+
+class _Meta(Struct):
+    name: str | UnsetType = UNSET
+    namespace: str | UnsetType = UNSET
+    resourceVersion: str | UnsetType = UNSET
+    creationTimestamp: str | UnsetType = UNSET
+    annotations: dict[str, str] | UnsetType = UNSET
+
+
+class _Event(Struct):
+    apiVersion: str | UnsetType = UNSET
+    kind: str | UnsetType = UNSET
+    reportingController: str | UnsetType = UNSET
+    action: str | UnsetType = UNSET
+    metadata: _Meta | UnsetType = UNSET
+    eventTime: str | UnsetType = UNSET
+    type: str | UnsetType = UNSET
+    note: str | UnsetType = UNSET
+    reason: str | UnsetType = UNSET
+    regarding: _Ref | UnsetType = UNSET
+    related: _Ref | UnsetType = UNSET
+
+
+class _Line(Struct):
+    type: str
+    object: _Event
+
+
+_decode_line = msgspec.json.Decoder(_Line).decode
+_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED"})
+_new = object.__new__
+# BaseModel's slots, written through their descriptors (its own __setattr__ is frozen).
+_set_dict = object.__setattr__
+_set_fields = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+
+
+def _model(cls: type[Any], values: dict[str, Any], given: set[str]) -> Any:
+    """The object ``cls.__pydantic_validator__`` builds from already validated ``values``
+    (all fields, in order; ``given``: the keys the input carried), without its wrapper."""
+    m = _new(cls)
+    _set_dict(m, "__dict__", values)
+    _set_fields(m, given)
+    _set_extra(m, None)
+    _set_private(m, None)
+    return m
+
+
+# Span, link and deck names repeat: each distinct name is cleaned once. Notes are at most
+# NOTE_LIMIT bytes, so the keys are bounded too.
+@lru_cache(maxsize=4096)
+def _name(v: str) -> str | None:
+    try:
+        out = _clean_name(v)
+    except Exception:
+        return None
+    return out if type(out) is str and out else None
+
+
+_SPAN_KEYS = frozenset(
+    {"name", "count", "total_s", "min_s", "max_s", "first_start", "last_end", "errors"})
+_PROGRESS_KEYS = frozenset({"fraction", "message", "final", "failed", "workers"})
+_LINK_KEYS = frozenset({"name", "url"})
+_DECK_KEYS = frozenset({"name", "uri"})
+
+
+def _seconds(v: Any) -> bool:
+    return type(v) is float and 0.0 <= v <= 9.0e9
+
+
+def _epoch(v: Any) -> bool:
+    return type(v) is float and 0.0 <= v <= 1.0e11
+
+
+def _span(o: dict[str, Any]) -> Any:
+    if not o.keys() <= _SPAN_KEYS or len(o) < 7:
+        return None
+    get = o.get
+    name: Any = get("name")
+    count: Any = get("count")
+    total: Any = get("total_s")
+    lo: Any = get("min_s")
+    hi: Any = get("max_s")
+    first: Any = get("first_start")
+    last: Any = get("last_end")
+    errors: Any = get("errors", 0)
+    # Strict types as pydantic's strict mode reads them; an int where a float is expected is
+    # legal there but left to the reference (which keeps the int), so the values stay alike.
+    if not (type(name) is str and type(count) is int and 1 <= count <= 2**53
+            and _seconds(total) and _seconds(lo) and _seconds(hi)
+            and _epoch(first) and _epoch(last)
+            and type(errors) is int and 0 <= errors <= 2**53):
+        return None
+    clean = _name(name)
+    if clean is None:
+        return None
+    # Exact comparisons imply the reference's tolerant ones; only a borderline summary pays
+    # for the tolerant check itself.
+    if not (errors <= count and lo <= hi <= total and lo * count <= total <= hi * count
+            and first <= last and hi <= last - first) and span_inconsistency(
+                count, total, lo, hi, first, last, errors) is not None:
+        return None
+    given = set(o)
+    return _model(SpanSummary, {"name": clean, "count": count, "total_s": total, "min_s": lo,
+                                "max_s": hi, "first_start": first, "last_end": last,
+                                "errors": errors}, given)
+
+
+def _progress(o: dict[str, Any]) -> Any:
+    if not o.keys() <= _PROGRESS_KEYS:
+        return None
+    fraction = o.get("fraction")
+    message = o.get("message", "")
+    final, failed, workers = o.get("final", False), o.get("failed", False), o.get("workers", 0)
+    if type(fraction) is not float or type(message) is not str:
+        return None
+    fraction = _round_fraction(fraction)
+    if not (0.0 <= fraction <= 1.0 and type(final) is bool and type(failed) is bool
+            and type(workers) is int and 0 <= workers <= 10_000 and (final or not failed)):
+        return None
+    return _model(Progress, {"fraction": fraction, "message": sanitize_text(message),
+                             "final": final, "failed": failed, "workers": workers}, set(o))
+
+
+def _link(o: dict[str, Any], keys: frozenset[str], field: str, web: bool) -> Any:
+    if o.keys() != keys:
+        return None
+    name, url = o["name"], o[field]
+    if type(name) is not str or type(url) is not str:
+        return None
+    clean = _name(name)
+    if clean is None:
+        return None
+    try:
+        value = _web_url(url) if web else _any_uri(url)
+    except Exception:
+        return None
+    return _model(LogLink if web else DeckReady, {"name": clean, field: value}, set(o))
+
+
+def _payload(note: str) -> tuple[Any, str, int] | None:
+    """(payload, instance, seq) exactly as ``decode_envelope`` gives them, or None when this
+    path does not handle the note (the reference then decides, rejection included)."""
+    if len(note) > NOTE_LIMIT or not note.isascii():
+        return None  # a non-ASCII note may still fit, but its byte count is the reference's
+    o = orjson.loads(note)
+    if type(o) is not dict:
+        return None
+    version, kind, instance, seq = o.pop("v", None), o.pop("t", None), o.pop("i", None), o.pop(
+        "s", None)
+    if not (type(version) is int and 1 <= version <= SCHEMA_VERSION
+            and type(instance) is str and _good_instance(instance)
+            and type(seq) is int and 0 <= seq <= SEQ_MAX):
+        return None
+    p: Any
+    if kind == "SpanSummary":
+        p = _span(o)
+    elif kind == "Progress":
+        p = _progress(o)
+    elif kind == "LogLink":
+        p = _link(o, _LINK_KEYS, "url", True)
+    elif kind == "DeckReady":
+        p = _link(o, _DECK_KEYS, "uri", False)
+    else:
+        return None  # lineage and unknown types are rare: the reference's whole path
+    return None if p is None else (p, instance, seq)
+
+
+def _fast(line: bytes | str) -> WatchItem | None:
+    if type(line) is bytes:
+        if not line.isascii():
+            line.decode()  # orjson refuses invalid UTF-8 anywhere; msgspec only where it reads
+    elif type(line) is not str:
+        return None
+    msg = _decode_line(line)
+    wtype = msg.type
+    if wtype not in _EVENT_TYPES:
+        return None
+    ev = msg.object
+    meta = ev.metadata
+    api, kind = ev.apiVersion, ev.kind
+    if (type(meta) is not _Meta or (api is not UNSET and api != EVENTS_API_VERSION)
+            or (kind is not UNSET and kind != "Event")
+            or ev.reportingController != BUS_CONTROLLER or ev.action != ACTION):
+        return None
+    name, ns = meta.name, meta.namespace
+    if type(name) is not str or type(ns) is not str or not name or not ns:
+        return None
+    rv = meta.resourceVersion
+    rv = rv if type(rv) is str else ""
+    ct = meta.creationTimestamp
+    created = _created(ct) if type(ct) is str and len(ct) <= 40 else parse_time(ct)
+    raw_time = ev.eventTime
+    event_time = parse_time(raw_time) if type(raw_time) is str else None
+    if event_time is None:
+        return None
+    etype = ev.type
+    if etype == "Normal":
+        warning = False
+    elif etype == "Warning":
+        warning = True
+    else:
+        return None
+    note = ev.note
+    decoded = _payload(note) if type(note) is str else None
+    if decoded is None:
+        return None
+    payload, instance, seq = decoded
+    if ev.reason != payload.TYPE:
+        return None
+
+    reg, rel = ev.regarding, ev.related
+    if type(reg) is not _Ref or type(rel) is not _Ref:
+        return None
+    key = (ns, reg, rel)
+    refs = _REFS.get(key)
+    if refs is None:
+        refs = _refs(ns, reg, rel)
+    task, sender = refs
+    if task is None or sender is None:
+        return None
+    reg_name = reg.name
+    assert type(reg_name) is str
+    if name != event_name(reg_name, instance, seq):
+        return None
+    ann = meta.annotations
+    proof = sender.uid if type(ann) is dict and ann.get(SENDER_UID_ANNOTATION) == sender.uid else ""
+    reg_uid = reg.uid
+    parsed = _new_parsed_event(
+        task, sender, payload, instance, seq, event_time, name, KIND, warning, API_VERSION,
+        reg_uid if type(reg_uid) is str else "", rv, proof, created)
+    return _new_watch_item(wtype, rv if len(rv) <= 64 else "", parsed, None, "")
+
+
+# creationTimestamp has second precision: many events share one (parse_time refuses longer).
+@lru_cache(maxsize=256)
+def _created(ct: str) -> datetime | None:
+    return parse_time(ct)
+
+
+_Refs = tuple[TaskRef | None, PodRef | None]
+
+
+# The per-sender check: one pod sends many events about one task, so the whole regarding and
+# related verdict (the same checks as ``_parse``, for a TaskFeedback subject) is computed once
+# per distinct (namespace, regarding, related). Only short strings enter the cache, and it is
+# emptied when full: a bound, never a leak.
+_REFS: dict[tuple[str, _Ref, _Ref], _Refs] = {}
+_REFS_MAX = 4096
+
+
+def _refs(ns: str, reg: _Ref, rel: _Ref) -> _Refs:
+    out = _check_refs(ns, reg, rel)
+    short = all(type(f) is not str or len(f) <= 253 for f in (*_fields(reg), *_fields(rel)))
+    if short and len(ns) <= 253:
+        if len(_REFS) >= _REFS_MAX:
+            _REFS.clear()
+        _REFS[(ns, reg, rel)] = out
+    return out
+
+
+def _fields(r: _Ref) -> tuple[Any, ...]:
+    return (r.kind, r.apiVersion, r.name, r.namespace, r.uid)
+
+
+def _check_refs(ns: str, reg: _Ref, rel: _Ref) -> _Refs:
+    reg_name, reg_ns = reg.name, reg.namespace
+    if reg.kind != KIND or reg.apiVersion != API_VERSION or type(reg_name) is not str:
+        return None, None
+    if not reg_name or len(reg_name) > 253 or (reg_ns is not UNSET and reg_ns not in (ns, "")):
+        return None, None
+    task = _subject(ns, reg_name)
+    if task is None or not _task_id(reg_name):
+        return None, None
+    rel_name, rel_uid, rel_ns = rel.name, rel.uid, rel.namespace
+    if rel.kind != "Pod" or (rel.apiVersion is not UNSET and rel.apiVersion != "v1"):
+        return None, None
+    pod_ns = rel_ns if type(rel_ns) is str and rel_ns else ns
+    if pod_ns != ns or type(rel_name) is not str or type(rel_uid) is not str:
+        return None, None
+    if len(pod_ns) > 253 or len(rel_name) > 253 or len(rel_uid) > 64:
+        return None, None
+    return task, _sender(rel_name, rel_uid, pod_ns)
+
+
+def fast_watch_line(line: bytes | str) -> WatchItem:
+    """``parse_watch_line(line)``, faster for the common line. Never raises."""
+    try:
+        item = _fast(line)
+    except Exception:  # whatever this path cannot read, the reference reads (and judges)
+        item = None
+    return parse_watch_line(line) if item is None else item

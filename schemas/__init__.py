@@ -50,9 +50,7 @@ from .event import (
     WatchItem,
     build_event,
     event_name,
-    format_time,
     parse_event,
-    parse_time,
     parse_watch_line,
 )
 from .lineage import LineageEntry, fold_lineage
@@ -86,6 +84,7 @@ from .state import (
     new_state,
 )
 from .text import sanitize_text
+from .times import format_time, parse_time
 from .version_vector import VersionVector
 
 __all__ = [

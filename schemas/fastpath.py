@@ -49,7 +49,6 @@ from .event import (
     _subject,
     _task_id,
     event_name,
-    parse_time,
     parse_watch_line,
 )
 from .note import _good_instance
@@ -65,6 +64,7 @@ from .payloads import (
     span_inconsistency,
 )
 from .text import sanitize_text
+from .times import parse_time
 
 __all__ = ["fast_watch_line"]
 

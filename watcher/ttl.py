@@ -18,8 +18,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tidings.schemas.constants import BUS_CONTROLLER, KIND
-from tidings.schemas.event import TaskRef, parse_time
+from tidings.schemas.event import TaskRef
 from tidings.schemas.state import TaskState
+from tidings.schemas.times import parse_time
 
 from .kube import Kube, KubeError
 from .writer import collection_path

@@ -24,7 +24,6 @@ from functools import lru_cache
 from typing import Any
 
 import msgspec
-import orjson
 from msgspec import UNSET, Struct, UnsetType
 from pydantic import BaseModel
 
@@ -53,9 +52,11 @@ from .event import (
 )
 from .note import _good_instance
 from .payloads import (
+    SPAN_ROWS_MAX,
     DeckReady,
     LogLink,
     Progress,
+    SpanSummaries,
     SpanSummary,
     _any_uri,
     _clean_name,
@@ -138,39 +139,64 @@ def _name(v: str) -> str | None:
     return out if type(out) is str and out else None
 
 
-_SPAN_KEYS = frozenset(
+# The notes this path decodes, as msgspec structs tagged by the note's "t". Anything else (an
+# unknown type or field, a null, a bool for an int, a missing required field) fails the
+# decode, and the reference judges the line. ``int | float`` keeps an int an int, as the
+# reference does; such a value is then left to the reference (see ``_floats``).
+class _Note(Struct, kw_only=True, forbid_unknown_fields=True, tag_field="t"):
+    v: int
+    i: str | UnsetType = UNSET  # without i or s the annotations decide: the reference's path
+    s: int | UnsetType = UNSET
+
+
+class _SpanNote(_Note, tag="SpanSummary"):
+    name: str
+    count: int
+    total_s: int | float
+    min_s: int | float
+    max_s: int | float
+    first_start: int | float
+    last_end: int | float
+    errors: int | UnsetType = UNSET
+
+
+class _SpansNote(_Note, tag="SpanSummaries"):
+    base_us: int
+    spans: list[tuple[str, int, int, int, int, int, int, int]]
+
+
+class _ProgressNote(_Note, tag="Progress"):
+    fraction: int | float
+    message: str | UnsetType = UNSET
+    final: bool | UnsetType = UNSET
+    failed: bool | UnsetType = UNSET
+    workers: int | UnsetType = UNSET
+
+
+class _LinkNote(_Note, tag="LogLink"):
+    name: str
+    url: str
+
+
+class _DeckNote(_Note, tag="DeckReady"):
+    name: str
+    uri: str
+
+
+_decode_note = msgspec.json.Decoder(
+    _SpanNote | _SpansNote | _ProgressNote | _LinkNote | _DeckNote).decode
+_SPAN_FIELDS = frozenset(
     {"name", "count", "total_s", "min_s", "max_s", "first_start", "last_end", "errors"})
-_PROGRESS_KEYS = frozenset({"fraction", "message", "final", "failed", "workers"})
-_LINK_KEYS = frozenset({"name", "url"})
-_DECK_KEYS = frozenset({"name", "uri"})
+_SPAN_REQUIRED = frozenset(_SPAN_FIELDS - {"errors"})
 
 
-def _seconds(v: Any) -> bool:
-    return type(v) is float and 0.0 <= v <= 9.0e9
-
-
-def _epoch(v: Any) -> bool:
-    return type(v) is float and 0.0 <= v <= 1.0e11
-
-
-def _span(o: dict[str, Any]) -> Any:
-    if not o.keys() <= _SPAN_KEYS or len(o) < 7:
-        return None
-    get = o.get
-    name: Any = get("name")
-    count: Any = get("count")
-    total: Any = get("total_s")
-    lo: Any = get("min_s")
-    hi: Any = get("max_s")
-    first: Any = get("first_start")
-    last: Any = get("last_end")
-    errors: Any = get("errors", 0)
-    # Strict types as pydantic's strict mode reads them; an int where a float is expected is
-    # legal there but left to the reference (which keeps the int), so the values stay alike.
-    if not (type(name) is str and type(count) is int and 1 <= count <= 2**53
-            and _seconds(total) and _seconds(lo) and _seconds(hi)
-            and _epoch(first) and _epoch(last)
-            and type(errors) is int and 0 <= errors <= 2**53):
+def _span(name: str, count: int, total: float, lo: float, hi: float, first: float,
+          last: float, errors: int, given: frozenset[str]) -> Any:
+    """The SpanSummary the reference validates from these values, or None when it may not."""
+    # Strict types as pydantic's strict mode reads them; the caller passes only floats.
+    if not (1 <= count <= 2**53 and 0.0 <= total <= 9.0e9 and 0.0 <= lo <= 9.0e9
+            and 0.0 <= hi <= 9.0e9 and 0.0 <= first <= 1.0e11 and 0.0 <= last <= 1.0e11
+            and 0 <= errors <= 2**53):
         return None
     clean = _name(name)
     if clean is None:
@@ -181,34 +207,68 @@ def _span(o: dict[str, Any]) -> Any:
             and first <= last and hi <= last - first) and span_inconsistency(
                 count, total, lo, hi, first, last, errors) is not None:
         return None
-    given = set(o)
     return _model(SpanSummary, {"name": clean, "count": count, "total_s": total, "min_s": lo,
                                 "max_s": hi, "first_start": first, "last_end": last,
-                                "errors": errors}, given)
+                                "errors": errors}, set(given))
 
 
-def _progress(o: dict[str, Any]) -> Any:
-    if not o.keys() <= _PROGRESS_KEYS:
+def _span_note(n: _SpanNote) -> Any:
+    total, lo, hi, first, last = n.total_s, n.min_s, n.max_s, n.first_start, n.last_end
+    if not (type(total) is float and type(lo) is float and type(hi) is float
+            and type(first) is float and type(last) is float):
         return None
-    fraction = o.get("fraction")
-    message = o.get("message", "")
-    final, failed, workers = o.get("final", False), o.get("failed", False), o.get("workers", 0)
-    if type(fraction) is not float or type(message) is not str:
+    errors = n.errors
+    if errors is UNSET:
+        return _span(n.name, n.count, total, lo, hi, first, last, 0, _SPAN_REQUIRED)
+    return _span(n.name, n.count, total, lo, hi, first, last, errors, _SPAN_FIELDS)
+
+
+def _spans_note(n: _SpansNote) -> Any:
+    base, rows = n.base_us, n.spans
+    if not (0 <= base <= 10**17 and 1 <= len(rows) <= SPAN_ROWS_MAX):
         return None
+    out = []
+    for name, count, total, lo, hi, start, end, errors in rows:
+        # As SpanSummaries' row validator converts them (integers to float seconds).
+        if start < 0 or end < 0 or base + end > 10**17:
+            return None
+        row = _span(name, count, total / 1e9, lo / 1e9, hi / 1e9, (base + start) / 1e6,
+                    (base + end) / 1e6, errors, _SPAN_FIELDS)
+        if row is None:
+            return None
+        out.append(row)
+    return _model(SpanSummaries, {"base_us": base, "spans": tuple(out)}, {"base_us", "spans"})
+
+
+def _progress_note(n: _ProgressNote) -> Any:
+    fraction, message, final, failed, workers = n.fraction, n.message, n.final, n.failed, n.workers
+    if type(fraction) is not float:
+        return None
+    given = {"fraction"}
+    if message is UNSET:
+        message = ""
+    else:
+        given.add("message")
+    if final is UNSET:
+        final = False
+    else:
+        given.add("final")
+    if failed is UNSET:
+        failed = False
+    else:
+        given.add("failed")
+    if workers is UNSET:
+        workers = 0
+    else:
+        given.add("workers")
     fraction = _round_fraction(fraction)
-    if not (0.0 <= fraction <= 1.0 and type(final) is bool and type(failed) is bool
-            and type(workers) is int and 0 <= workers <= 10_000 and (final or not failed)):
+    if not (0.0 <= fraction <= 1.0 and 0 <= workers <= 10_000 and (final or not failed)):
         return None
     return _model(Progress, {"fraction": fraction, "message": sanitize_text(message),
-                             "final": final, "failed": failed, "workers": workers}, set(o))
+                             "final": final, "failed": failed, "workers": workers}, given)
 
 
-def _link(o: dict[str, Any], keys: frozenset[str], field: str, web: bool) -> Any:
-    if o.keys() != keys:
-        return None
-    name, url = o["name"], o[field]
-    if type(name) is not str or type(url) is not str:
-        return None
+def _link_note(cls: type[Any], name: str, field: str, url: str, web: bool) -> Any:
     clean = _name(name)
     if clean is None:
         return None
@@ -216,34 +276,32 @@ def _link(o: dict[str, Any], keys: frozenset[str], field: str, web: bool) -> Any
         value = _web_url(url) if web else _any_uri(url)
     except Exception:
         return None
-    return _model(LogLink if web else DeckReady, {"name": clean, field: value}, set(o))
+    return _model(cls, {"name": clean, field: value}, {"name", field})
 
 
 def _payload(note: str) -> tuple[Any, str, int] | None:
     """(payload, instance, seq) exactly as ``decode_envelope`` gives them, or None when this
-    path does not handle the note (the reference then decides, rejection included)."""
+    path does not handle the note (the reference then decides, rejection included). Raises
+    on a note it cannot decode (the caller hands the line to the reference)."""
     if len(note) > NOTE_LIMIT or not note.isascii():
         return None  # a non-ASCII note may still fit, but its byte count is the reference's
-    o = orjson.loads(note)
-    if type(o) is not dict:
+    n = _decode_note(note)
+    version, instance, seq = n.v, n.i, n.s
+    if not (1 <= version <= SCHEMA_VERSION and type(instance) is str
+            and _good_instance(instance) and type(seq) is int and 0 <= seq <= SEQ_MAX):
         return None
-    version, kind, instance, seq = o.pop("v", None), o.pop("t", None), o.pop("i", None), o.pop(
-        "s", None)
-    if not (type(version) is int and 1 <= version <= SCHEMA_VERSION
-            and type(instance) is str and _good_instance(instance)
-            and type(seq) is int and 0 <= seq <= SEQ_MAX):
-        return None
+    tn = type(n)
     p: Any
-    if kind == "SpanSummary":
-        p = _span(o)
-    elif kind == "Progress":
-        p = _progress(o)
-    elif kind == "LogLink":
-        p = _link(o, _LINK_KEYS, "url", True)
-    elif kind == "DeckReady":
-        p = _link(o, _DECK_KEYS, "uri", False)
+    if tn is _SpanNote:
+        p = _span_note(n)
+    elif tn is _ProgressNote:
+        p = _progress_note(n)
+    elif tn is _LinkNote:
+        p = _link_note(LogLink, n.name, "url", n.url, True)
+    elif tn is _DeckNote:
+        p = _link_note(DeckReady, n.name, "uri", n.uri, False)
     else:
-        return None  # lineage and unknown types are rare: the reference's whole path
+        p = _spans_note(n)
     return None if p is None else (p, instance, seq)
 
 

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import cast
+from typing import NamedTuple, cast
 
 from tidings._compat import UTC
 
@@ -193,6 +193,8 @@ class _SpanAcc:
     )
 
     def __init__(self, base: SpanAgg | None, p: SpanSummary, total_ns: int) -> None:
+        """The aggregate of ``base`` (whose merge is then up to the caller), or with no base
+        of ``p`` alone."""
         if base is None:
             self.count, self.total_ns, self.errors, self.events = p.count, total_ns, p.errors, 1
             self.min_s, self.max_s = p.min_s, p.max_s
@@ -207,23 +209,6 @@ class _SpanAcc:
             self.errors, self.events = base.errors, base.events
             self.shift, self.windows = base.shift, base.windows
             self.raw = []
-            self.add(p, total_ns)
-
-    def add(self, p: SpanSummary, total_ns: int) -> None:
-        # The same comparisons, in the same order, as a merge of two SpanAggs would make.
-        self.count += p.count
-        self.total_ns += total_ns
-        self.errors += p.errors
-        if not self.min_s <= p.min_s:
-            self.min_s = p.min_s
-        if not self.max_s >= p.max_s:
-            self.max_s = p.max_s
-        if not self.first_start <= p.first_start:
-            self.first_start = p.first_start
-        if not self.last_end >= p.last_end:
-            self.last_end = p.last_end
-        self.events += 1
-        self.raw.append((_us(p.first_start), _us(p.last_end)))
 
     def agg(self) -> SpanAgg:
         shift = _shift_for(self.first_start, self.last_end)
@@ -252,20 +237,37 @@ def _merge_span(w: _Work, p: SpanSummary) -> int:
     spans = w.spans_w
     if spans is None:
         spans = w.spans_w = dict(w.state.spans)
+    name = p.name
     total_ns = round(p.total_s * 1e9)
     if total_ns > _INT_MAX:
         total_ns = _INT_MAX
-    name = p.name
     cur = spans.get(name)
-    if type(cur) is _SpanAcc:
-        cur.add(p, total_ns)  # the hottest merge of the fold: in place
-        return 0
-    acc = _SpanAcc(cur, p, total_ns)  # type: ignore[arg-type]
-    w.accs.append((name, acc))
-    if cur is not None:
-        spans[name] = acc
-        return 0
-    return _insert_capped(spans, name, acc, w.lim.spans, _span_weight)  # type: ignore[arg-type]
+    if type(cur) is not _SpanAcc:
+        if cur is None:
+            acc = _SpanAcc(None, p, total_ns)
+            w.accs.append((name, acc))
+            return _insert_capped(spans, name, acc, w.lim.spans, _span_weight)  # type: ignore[arg-type]
+        cur = spans[name] = _SpanAcc(cur, p, total_ns)  # type: ignore[arg-type]
+        w.accs.append((name, cur))
+    # The hottest merge of the fold, in place; the same comparisons, in the same order, as
+    # merging two SpanAggs would make.
+    cur.count += p.count
+    cur.total_ns += total_ns
+    cur.errors += p.errors
+    v = p.min_s
+    if not cur.min_s <= v:
+        cur.min_s = v
+    v = p.max_s
+    if not cur.max_s >= v:
+        cur.max_s = v
+    start, end = p.first_start, p.last_end
+    if not cur.first_start <= start:
+        cur.first_start = start
+    if not cur.last_end >= end:
+        cur.last_end = end
+    cur.events += 1
+    cur.raw.append((round(start * 1e6), round(end * 1e6)))  # _us, inline
+    return 0
 
 
 # --- the apply table: what each payload type does to a run's state ------------------------
@@ -391,7 +393,7 @@ def _horizon(lim: Limits) -> int:
 
 
 def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups: bool,
-         admit: Admit | None, taken: list[ParsedEvent] | None
+         admit: Admit | None, taken: list[ParsedEvent] | None, dropped: list[int]
          ) -> tuple[TaskState, int, int | None]:
     """Fold ``events[start:]`` into ``state`` until an applied event may move the compaction
     watermark. Returns the state, the index after the last event folded, and that event's
@@ -411,6 +413,9 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
     last_created: datetime | None = None
     last_c = 0
     bound = _EPOCH0
+    last_sender = None
+    key = ("", "")
+    n_wrong = n_dups = n_late = n_clamped = n_applied = 0
     n = len(events)
     due: int | None = None
     k = start
@@ -418,14 +423,13 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
         ev = events[k]
         k += 1
         if ev.task is not task and ev.task != task:
-            counters["wrong_task"] = counters.get("wrong_task", 0) + 1
+            n_wrong += 1
             continue
         instance, seq = ev.instance, ev.seq
         seen = added.get(instance)
         # Duplicates (relists, retries) are decided by the version vector before any work.
         if (seen is not None and seq in seen) or contains(instance, seq):
-            if count_dups:
-                counters["duplicates"] = counters.get("duplicates", 0) + 1
+            n_dups += 1
             continue
         created = ev.created
         t = ev.event_time
@@ -438,7 +442,7 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
                     admit(ev, True)
                 if taken is not None:
                     taken.append(ev)
-                counters["late_skipped"] = counters.get("late_skipped", 0) + 1
+                n_late += 1
                 continue
             if admit is not None and not admit(ev, False):
                 continue
@@ -452,12 +456,12 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
                 due = c
             if t > bound:
                 t = bound
-                counters["time_clamped"] = counters.get("time_clamped", 0) + 1
+                n_clamped += 1
         elif admit is not None and not admit(ev, False):
             continue
         if taken is not None:
             taken.append(ev)
-        counters["events_applied"] = counters.get("events_applied", 0) + 1
+        n_applied += 1
         p = ev.payload
         apply = APPLY.get(type(p))
         if apply is not None:
@@ -465,7 +469,8 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
         if pods is None:
             pods = dict(state.pod_events)
         sender = ev.sender
-        key = (sender.name, sender.uid)
+        if sender is not last_sender:
+            last_sender, key = sender, (sender.name, sender.uid)
         cur = pods.get(key)
         if cur is not None:
             pods[key] = cur + 1
@@ -485,6 +490,14 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
             seen.add(seq)
         if due is not None:
             break
+    if not count_dups:
+        dropped[0] += n_dups
+        n_dups = 0
+    for name, m in (("wrong_task", n_wrong), ("duplicates", n_dups),
+                    ("late_skipped", n_late), ("time_clamped", n_clamped),
+                    ("events_applied", n_applied)):
+        if m:
+            counters[name] = counters.get(name, 0) + m
     spans: Mapping[str, SpanAgg] = state.spans
     if w.spans_w is not None:
         entries = w.spans_w
@@ -549,11 +562,12 @@ def _compacted(state: TaskState, c: int) -> TaskState:
 
 
 def _fold_events(state: TaskState, events: Sequence[ParsedEvent], count_dups: bool = True,
-                 admit: Admit | None = None, taken: list[ParsedEvent] | None = None
-                 ) -> TaskState:
+                 admit: Admit | None = None, taken: list[ParsedEvent] | None = None,
+                 dropped: list[int] | None = None) -> TaskState:
     i, n = 0, len(events)
+    out = [0] if dropped is None else dropped
     while True:
-        state, i, due = _run(state, events, i, count_dups, admit, taken)
+        state, i, due = _run(state, events, i, count_dups, admit, taken, out)
         if due is not None:
             state = _compacted(state, due)
         if i >= n:
@@ -599,19 +613,26 @@ def fold_many(state: TaskState, events: Iterable[ParsedEvent]) -> TaskState:
         return state
 
 
+class Checked(NamedTuple):
+    state: TaskState
+    taken: list[ParsedEvent]  # the events applied or counted late, in order
+    duplicates: int  # the events skipped as already applied (not counted in the state)
+
+
 def fold_checked(state: TaskState, events: Sequence[ParsedEvent], admit: Admit | None = None
-                 ) -> tuple[TaskState, list[ParsedEvent]]:
+                 ) -> Checked:
     """The watcher's fold of a task's pending events: ``fold_many``, except that a duplicate
     is dropped uncounted (so the persisted counters never depend on delivery) and an event
     is applied only when ``admit(ev, False)`` says so (the sender check). A late event is
     always folded (counted in ``lateSkipped``) after ``admit(ev, True)`` is told of it.
-    Returns the state and the events it took in (applied or counted late), in order.
+    Returns the state, the events it took in and how many duplicates it dropped.
 
     The same as checking each event against the state folded so far and folding it alone,
     which is what a rebase re-applies. Unlike ``fold_many`` it is not total: an exception of
     ``admit`` propagates (the state is then not changed)."""
     taken: list[ParsedEvent] = []
-    return _fold_events(state, events, False, admit, taken), taken
+    dropped = [0]
+    return Checked(_fold_events(state, events, False, admit, taken, dropped), taken, dropped[0])
 
 
 def fold_all(

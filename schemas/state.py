@@ -9,7 +9,7 @@ here or from ``tidings.schemas``.
 from __future__ import annotations
 
 from .decoding import decode_status
-from .folding import APPLY, WINDOW_BUCKETS, fold, fold_all, fold_checked, fold_many
+from .folding import APPLY, WINDOW_BUCKETS, Checked, fold, fold_all, fold_checked, fold_many
 from .taskstate import (
     BUDGET_DROP_ORDER,
     CLOCK_SKEW,
@@ -33,8 +33,31 @@ from .taskstate import (
 )
 
 __all__ = [
-    "APPLY", "BUDGET_DROP_ORDER", "CLOCK_SKEW", "COUNTER_NAMES", "DEFAULT_LIMITS", "FAILED",
-    "MESSAGE_LIMIT", "PENDING", "RUNNING", "STATUS_BUDGET", "STATUS_VERSION", "SUCCEEDED",
-    "WINDOW_BUCKETS", "Limits", "Named", "OrderKey", "ProgressState", "SpanAgg", "TaskProgress",
-    "TaskState", "decode_status", "fold", "fold_all", "fold_checked", "fold_many", "new_state",
+    "APPLY",
+    "BUDGET_DROP_ORDER",
+    "CLOCK_SKEW",
+    "COUNTER_NAMES",
+    "DEFAULT_LIMITS",
+    "FAILED",
+    "MESSAGE_LIMIT",
+    "PENDING",
+    "RUNNING",
+    "STATUS_BUDGET",
+    "STATUS_VERSION",
+    "SUCCEEDED",
+    "WINDOW_BUCKETS",
+    "Checked",
+    "Limits",
+    "Named",
+    "OrderKey",
+    "ProgressState",
+    "SpanAgg",
+    "TaskProgress",
+    "TaskState",
+    "decode_status",
+    "fold",
+    "fold_all",
+    "fold_checked",
+    "fold_many",
+    "new_state",
 ]

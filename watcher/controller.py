@@ -21,7 +21,7 @@ from tidings.schemas.constants import API_GROUP, API_VERSION, BUS_CONTROLLER, KI
 from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event
 from tidings.schemas.fastpath import fast_watch_line
 from tidings.schemas.rejection import Rejection
-from tidings.schemas.state import Limits, fold
+from tidings.schemas.state import Limits, fold_checked
 
 from .kube import Kube, KubeError
 from .logs import OncePerEvent, event_key, task_fields
@@ -278,27 +278,21 @@ class Controller:
             self.queue.add_after(task, self.s.sender_retry)
             return
         base, events = self.store.take(task)
-        state = base
-        applied: list[ParsedEvent] = []
         later: list[ParsedEvent] = []
-        for ev in events:
-            if state.applied.contains(ev.instance, ev.seq):
-                # Skipped before the fold so the persisted counters don't depend on delivery.
-                m.events_skipped.labels("duplicate").inc()
-                continue
-            if state.late(ev):
+        skipped = m.events_skipped
+
+        def admit(ev: ParsedEvent, late: bool) -> bool:
+            if late:
                 # Created before the compaction watermark: the fold skips it and counts it
                 # (lateSkipped); no sender lookup for it.
-                m.events_skipped.labels("late").inc()
-                state = fold(state, ev)
-                applied.append(ev)  # its counter is state too: a rebase re-folds it
-                continue
+                skipped.labels("late").inc()
+                return True
             # Every event is checked: the cache makes it cheap, and a (name, uid) seen before
             # says nothing about the namespace an event now claims (issue 10, item 1).
             verdict = self.senders.verify(ev)
             if verdict is Retry.LATER:
                 later.append(ev)
-                continue
+                return False
             if isinstance(verdict, Rejection):
                 m.events_rejected.labels(verdict.reason.value).inc()
                 if self.rejections_logged.first((task.namespace, ev.name,
@@ -306,11 +300,16 @@ class Controller:
                     log.info("rejected %s/%s: %s", task.namespace, ev.name, verdict.message,
                              extra={**task_fields(task), "event": ev.name,
                                     "reason": verdict.reason.value})
-                continue
+                return False
             m.sender_lookups.labels(verdict).inc()
-            state = fold(state, ev)
             m.events_applied.inc()
-            applied.append(ev)
+            return True
+
+        # One batch fold of everything pending; duplicates are skipped before the fold (and
+        # not counted in the state), so the persisted counters don't depend on delivery.
+        state, applied, duplicates = fold_checked(base, events, admit)
+        if duplicates:
+            skipped.labels("duplicate").inc(duplicates)
         if applied:
             self.store.put(task, state, base=base, events=applied)
             self.writer.changed(task)

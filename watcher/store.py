@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from tidings.schemas.event import ParsedEvent, TaskRef
-from tidings.schemas.state import DEFAULT_LIMITS, Limits, TaskState, fold, new_state
+from tidings.schemas.state import DEFAULT_LIMITS, Limits, TaskState, fold_checked, new_state
 from tidings.schemas.version_vector import VersionVector
 
 
@@ -278,9 +278,6 @@ def covers(ours: VersionVector, theirs: VersionVector) -> bool:
 
 
 def _fold_new(state: TaskState, events: Sequence[ParsedEvent]) -> TaskState:
-    """Fold the events ``state`` has not applied yet (skipped before the fold, as the
-    controller does, so the persisted counters never see a duplicate)."""
-    for ev in events:
-        if not state.applied.contains(ev.instance, ev.seq):
-            state = fold(state, ev)
-    return state
+    """Fold the events ``state`` has not applied yet (duplicates skipped before the fold, as
+    the controller does, so the persisted counters never see one)."""
+    return fold_checked(state, events).state

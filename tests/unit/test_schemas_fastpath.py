@@ -11,6 +11,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.unit import reference_fold
 from tests.unit.test_schemas_fold import PODS, T0, TASK, payloads
 from tidings.schemas import (
     DeckReady,
@@ -19,6 +20,7 @@ from tidings.schemas import (
     Payload,
     Progress,
     Rejection,
+    SpanSummaries,
     SpanSummary,
     TaskRef,
     TaskState,
@@ -26,11 +28,12 @@ from tidings.schemas import (
     WatchItem,
     build_event,
     fastpath,
-    fold,
+    fold_many,
     new_state,
     parse_watch_line,
 )
 from tidings.schemas.fastpath import fast_watch_line
+from tidings.schemas.payloads import span_row
 
 # Payloads the fast path handles, with the text and number shapes that make it hesitate.
 texts = st.sampled_from(["a", "train_step", " padded ", "x" * 80, "naïve", "emoji 👩‍💻", "a\u200bb",
@@ -46,6 +49,11 @@ fast_payloads: st.SearchStrategy[Payload] = st.one_of(
               message=st.sampled_from(["", "naïve", "tab\there", "x" * 300]),
               final=st.just(True), failed=st.booleans(),
               workers=st.integers(0, 3)),
+    st.builds(lambda n, base, k: SpanSummaries(base_us=base, spans=[
+        span_row(f"{n}{j}", 2, 1.0, 0.5, 0.5, base / 1e6, base / 1e6 + 2, j % 2, base)
+        for j in range(k)]), st.sampled_from(["s", "eval", "naïve", " padded "]),
+        st.sampled_from([0, 1_700_000_000_000_000]),
+        st.integers(1, 3)),
     st.builds(SpanSummary, name=st.sampled_from(["s", "eval"]), count=st.just(1),
               total_s=st.just(0.5), min_s=st.just(0.5), max_s=st.just(0.5),
               first_start=st.just(1.7e9), last_end=st.sampled_from([1.7e9 + 0.5, 1.7e9 + 1])),
@@ -68,7 +76,7 @@ NESTED = {"metadata": ["name", "namespace", "resourceVersion", "creationTimestam
           "related": ["kind", "apiVersion", "name", "namespace", "uid"]}
 NOTE_KEYS = ["v", "t", "i", "s", "name", "url", "uri", "count", "total_s", "min_s", "max_s",
              "first_start", "last_end", "errors", "fraction", "message", "final", "failed",
-             "workers", "extra"]
+             "workers", "base_us", "spans", "extra"]
 DELETE = object()
 
 
@@ -172,24 +180,89 @@ def test_fast_parse_gives_the_reference_item_for_any_line(line: bytes) -> None:
     assert_same(parse_watch_line(line), fast_watch_line(line))
 
 
-@given(st.lists(lines(), max_size=40))
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
-def test_fast_parse_folds_to_byte_identical_statuses(stream: list[bytes]) -> None:
-    def folded(parse: Any) -> dict[TaskRef, bytes]:
+@given(st.lists(lines(), max_size=40), st.randoms(use_true_random=False))
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+def test_the_watchers_path_folds_to_the_references_statuses(stream: list[bytes],
+                                                           rnd: Any) -> None:
+    """The watcher's path (fast parse, one batch fold per task per read) against the
+    reference (parse_watch_line, the per-event reference fold): byte-identical statuses, and
+    the same rejections (reason and message) in the same order."""
+    def reference() -> tuple[dict[TaskRef, bytes], list[tuple[str, str]]]:
         states: dict[TaskRef, TaskState] = {}
+        refused = []
         for line in stream:
-            ev = parse(line).result
+            ev = parse_watch_line(line).result
             if isinstance(ev, ParsedEvent):
-                states[ev.task] = fold(states.get(ev.task) or new_state(ev.task), ev)
-        return {t: orjson.dumps(s.to_status()) for t, s in states.items()}
+                states[ev.task] = reference_fold.fold(states.get(ev.task) or new_state(ev.task),
+                                                      ev)
+            elif isinstance(ev, Rejection):
+                refused.append((ev.reason.value, ev.message))
+        return {t: orjson.dumps(s.to_status()) for t, s in states.items()}, refused
 
-    assert folded(fast_watch_line) == folded(parse_watch_line)
+    def watcher() -> tuple[dict[TaskRef, bytes], list[tuple[str, str]]]:
+        states: dict[TaskRef, TaskState] = {}
+        refused = []
+        i = 0
+        while i < len(stream):  # socket reads of 1 to 8 lines
+            read = stream[i : i + rnd.randint(1, 8)]
+            i += len(read)
+            groups: dict[TaskRef, list[ParsedEvent]] = {}
+            for line in read:
+                ev = fast_watch_line(line).result
+                if isinstance(ev, ParsedEvent):
+                    groups.setdefault(ev.task, []).append(ev)
+                elif isinstance(ev, Rejection):
+                    refused.append((ev.reason.value, ev.message))
+            for task, evs in groups.items():
+                states[task] = fold_many(states.get(task) or new_state(task), evs)
+        return {t: orjson.dumps(s.to_status()) for t, s in states.items()}, refused
+
+    assert watcher() == reference()
+
+
+# Each value at or just past a bound the payload models check, or of another JSON type.
+BOUNDS: list[Any] = [
+    -1, 0, 1, 2, 10_000, 10_001, 2**31, 2**53, 2**53 + 1, 2**63, 10**17, 10**17 + 1,
+    -1e-9, -0.0, 0.0, 0.5, 1.0, 1.00004, 1.00006, 9.0e9, 9.000001e9, 1.0e11, 1.0000001e11,
+    True, False, None, "", " ", "x" * 300, "a\u200bb", "https://x.y/", "s3://b/k",
+    "javascript:alert(1)", [], {}, ["s", 1, 1, 1, 1, 0, 1, 0], [["s", 1, 1, 1, 1, 0, 1, 0]],
+    [["s", 2, 1000, 500, 500, 0, 2_000_000, 3]], [["s", 1, 1, 1, 1, -1, 1, 0]],
+]
+BASES: list[Payload] = [
+    LogLink(name="w", url="https://x.y/"), DeckReady(name="d", uri="s3://b/k"),
+    Progress(fraction=0.5, message="m", final=True, workers=2),
+    SpanSummary(name="s", count=2, total_s=1.0, min_s=0.5, max_s=0.5, first_start=1.7e9,
+                last_end=1.7e9 + 2, errors=1),
+    SpanSummaries(base_us=1_700_000_000_000_000, spans=[
+        span_row("s", 2, 1.0, 0.5, 0.5, 1.7e9, 1.7e9 + 2, 0, 1_700_000_000_000_000)]),
+]
+
+
+def test_every_note_field_at_its_bounds_is_judged_alike() -> None:
+    """Every key of each payload the fast path reads (and the envelope's), set to every
+    boundary value in turn, or removed: the reference's verdict, exactly."""
+    n = 0
+    for payload in BASES:
+        ev = _raw(payload, 1, 0, False)
+        note = orjson.loads(ev["note"])
+        for key in [*note, "errors", "message", "final", "failed", "workers", "extra"]:
+            for value in [*BOUNDS, DELETE]:
+                changed = dict(note)
+                _set(changed, key, value)
+                e = copy.deepcopy(ev)
+                e["note"] = orjson.dumps(changed).decode()
+                line = orjson.dumps({"type": "ADDED", "object": e})
+                assert_same(parse_watch_line(line), fast_watch_line(line))
+                n += 1
+    assert n > 1000
 
 
 def test_the_common_line_takes_the_fast_path() -> None:
     # Guards the speed claim: a plain event must not quietly fall back to the reference.
     for payload in (LogLink(name="w", url="https://x.y/"), DeckReady(name="d", uri="s3://b/k"),
                     Progress(fraction=0.5, message="m"),
+                    SpanSummaries(base_us=1_700_000_000_000_000, spans=[
+                        span_row("s", 2, 1.0, 0.5, 0.5, 1.7e9, 1.7e9 + 2, 0, 1_700_000_000_000_000)]),
                     SpanSummary(name="s", count=2, total_s=1.0, min_s=0.5, max_s=0.5,
                                 first_start=1.7e9, last_end=1.7e9 + 2)):
         line = orjson.dumps({"type": "ADDED", "object": _raw(payload, 1, 0, False)})

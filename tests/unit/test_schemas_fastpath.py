@@ -116,8 +116,8 @@ def _set(obj: dict[str, Any], key: str, value: Any) -> None:
 def lines(draw: st.DrawFn) -> bytes:
     ev = _raw(draw(fast_payloads), draw(st.integers(0, 50)), draw(st.integers(0, 2)),
               draw(st.booleans()))
-    wtype: Any = draw(st.sampled_from(["ADDED", "ADDED", "MODIFIED", "DELETED", "BOOKMARK",
-                                       "ERROR", "WHAT", 5]))
+    wtype: Any = draw(st.sampled_from(["ADDED"] * 6 + ["MODIFIED", "DELETED", "BOOKMARK",
+                                                        "ERROR", "WHAT", 5]))
     for _ in range(draw(st.integers(0, 3))):
         where = draw(st.sampled_from(["top", "nested", "note", "note", "note", "annotation"]))
         value = draw(st.one_of(values, st.just(DELETE)))
@@ -144,7 +144,8 @@ def lines(draw: st.DrawFn) -> bytes:
                 _set(ann, draw(st.sampled_from(["tidings.dev/sender-uid", "tidings.dev/seq",
                                                 "tidings.dev/instance"])), value)
     line = orjson.dumps({"type": wtype, "object": ev})
-    cut = draw(st.sampled_from(["none"] * 6 + ["truncate", "garbage", "utf8", "not-object"]))
+    # Mostly whole lines: a broken line is judged before any field (one check, few cases).
+    cut = draw(st.sampled_from(["none"] * 16 + ["truncate", "garbage", "utf8", "not-object"]))
     if cut == "truncate":
         line = line[: draw(st.integers(0, len(line) - 1))]
     elif cut == "garbage":
@@ -255,6 +256,32 @@ def test_every_note_field_at_its_bounds_is_judged_alike() -> None:
                 assert_same(parse_watch_line(line), fast_watch_line(line))
                 n += 1
     assert n > 1000
+
+
+# Values for the event's own fields: the right ones elsewhere, near misses, other types.
+EVENT_VALUES: list[Any] = [
+    *BOUNDS[22:], 1, 0.5, "Event", "Pod", "v1", "Normal", "Warning", "Report", "tidings",
+    "events.k8s.io/v1", "tidings.dev/v1alpha1", "TaskFeedback", "team-a", "team-b", "train-42",
+    "worker-0", "uid-0", "LogLink", "Progress", "2026-11-30T03:00:01.000000Z",
+    "2026-11-30T03:00:01Z", "2026-11-30T03:00:01+01:00", "2026-13-30T03:00:01Z",
+    {"kind": "Pod"}, {"tidings.dev/sender-uid": "uid-0"}, {"tidings.dev/sender-uid": 5},
+]
+
+
+def test_every_event_field_is_judged_alike() -> None:
+    """Every field the contract reads, top-level or nested, set to each value in turn (or
+    removed), on events of each payload type: the reference's verdict, exactly."""
+    for payload in BASES:
+        ev = _raw(payload, 1, 0, False)
+        places: list[tuple[str | None, str]] = [(None, k) for k in TOP]
+        places += [(part, k) for part, keys in NESTED.items() for k in keys]
+        places += [("metadata", "annotations")]
+        for part, key in places:
+            for value in [*EVENT_VALUES, DELETE]:
+                e = copy.deepcopy(ev)
+                _set(e if part is None else e[part], key, value)
+                line = orjson.dumps({"type": "ADDED", "object": e})
+                assert_same(parse_watch_line(line), fast_watch_line(line))
 
 
 def test_the_common_line_takes_the_fast_path() -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
@@ -35,7 +35,6 @@ from .constants import (
     KIND,
     NOTE_LIMIT,
     SCHEMA_VERSION,
-    SENDER_UID_ANNOTATION,
     SEQ_MAX,
 )
 from .event import (
@@ -70,41 +69,63 @@ from .times import parse_time
 __all__ = ["fast_watch_line"]
 
 
-class _Ref(Struct, frozen=True):  # frozen: hashable, a key of the per-sender cache
+# The constant fields of a bus event are Literal types: msgspec checks them while decoding
+# (a mismatch fails the decode, and the reference judges the line) and allocates nothing
+# for them. The literals restate constants.py (a Literal cannot name a constant); the check
+# below the classes keeps them equal.
+class _Reg(Struct, frozen=True):  # frozen: hashable, part of the per-sender cache key
     # UNSET (absent) and a string are the only shapes handled here; a null or any other type
     # fails the decode and the line goes to the reference, which tells them apart.
-    kind: str | UnsetType = UNSET
-    apiVersion: str | UnsetType = UNSET
-    name: str | UnsetType = UNSET
+    kind: Literal["TaskFeedback"]
+    apiVersion: Literal["tidings.dev/v1alpha1"]
+    name: str
     namespace: str | UnsetType = UNSET
     uid: str | UnsetType = UNSET
 
 
-class _Meta(Struct):
-    name: str | UnsetType = UNSET
+class _Rel(Struct, frozen=True):
+    kind: Literal["Pod"]
+    name: str
+    uid: str
+    apiVersion: Literal["v1"] | UnsetType = UNSET
     namespace: str | UnsetType = UNSET
+
+
+class _Ann(Struct):
+    # Only the annotation this path reads; the others (map[string]string) are skipped.
+    sender_uid: str | UnsetType = msgspec.field(default=UNSET, name="tidings.dev/sender-uid")
+
+
+class _Meta(Struct):
+    name: str
+    namespace: str
     resourceVersion: str | UnsetType = UNSET
     creationTimestamp: str | UnsetType = UNSET
-    annotations: dict[str, str] | UnsetType = UNSET
+    annotations: _Ann | UnsetType = UNSET
 
 
 class _Event(Struct):
-    apiVersion: str | UnsetType = UNSET
-    kind: str | UnsetType = UNSET
-    reportingController: str | UnsetType = UNSET
-    action: str | UnsetType = UNSET
-    metadata: _Meta | UnsetType = UNSET
-    eventTime: str | UnsetType = UNSET
-    type: str | UnsetType = UNSET
-    note: str | UnsetType = UNSET
-    reason: str | UnsetType = UNSET
-    regarding: _Ref | UnsetType = UNSET
-    related: _Ref | UnsetType = UNSET
+    reportingController: Literal["tidings.dev/bus"]
+    action: Literal["Report"]
+    metadata: _Meta
+    eventTime: str
+    type: Literal["Normal", "Warning"]
+    note: str
+    reason: str
+    regarding: _Reg
+    related: _Rel
+    apiVersion: Literal["events.k8s.io/v1"] | UnsetType = UNSET
+    kind: Literal["Event"] | UnsetType = UNSET
 
 
 class _Line(Struct):
-    type: str
+    type: Literal["ADDED", "MODIFIED", "DELETED"]
     object: _Event
+
+
+if (BUS_CONTROLLER, ACTION, EVENTS_API_VERSION, KIND, API_VERSION) != (
+        "tidings.dev/bus", "Report", "events.k8s.io/v1", "TaskFeedback", "tidings.dev/v1alpha1"):
+    raise ImportError("schemas/fastpath.py's Literal types no longer match constants.py")
 
 
 _decode_line = msgspec.json.Decoder(_Line).decode
@@ -312,45 +333,27 @@ def _fast(line: bytes | str) -> WatchItem | None:
     elif type(line) is not str:
         return None
     msg = _decode_line(line)
-    wtype = msg.type
-    if wtype not in _EVENT_TYPES:
-        return None
     ev = msg.object
     meta = ev.metadata
-    api, kind = ev.apiVersion, ev.kind
-    if (type(meta) is not _Meta or (api is not UNSET and api != EVENTS_API_VERSION)
-            or (kind is not UNSET and kind != "Event")
-            or ev.reportingController != BUS_CONTROLLER or ev.action != ACTION):
-        return None
     name, ns = meta.name, meta.namespace
-    if type(name) is not str or type(ns) is not str or not name or not ns:
+    if not name or not ns:
         return None
     rv = meta.resourceVersion
     rv = rv if type(rv) is str else ""
     ct = meta.creationTimestamp
-    created = _created(ct) if type(ct) is str and len(ct) <= 40 else parse_time(ct)
-    raw_time = ev.eventTime
-    event_time = parse_time(raw_time) if type(raw_time) is str else None
+    created = _created(ct) if type(ct) is str and len(ct) <= 40 else None
+    if created is None and ct is not UNSET:
+        return None  # an unreadable creationTimestamp: the reference's (rarer) path
+    event_time = parse_time(ev.eventTime)
     if event_time is None:
         return None
-    etype = ev.type
-    if etype == "Normal":
-        warning = False
-    elif etype == "Warning":
-        warning = True
-    else:
-        return None
-    note = ev.note
-    decoded = _payload(note) if type(note) is str else None
+    decoded = _payload(ev.note)
     if decoded is None:
         return None
     payload, instance, seq = decoded
     if ev.reason != payload.TYPE:
         return None
-
     reg, rel = ev.regarding, ev.related
-    if type(reg) is not _Ref or type(rel) is not _Ref:
-        return None
     key = (ns, reg, rel)
     refs = _REFS.get(key)
     if refs is None:
@@ -359,16 +362,15 @@ def _fast(line: bytes | str) -> WatchItem | None:
     if task is None or sender is None:
         return None
     reg_name = reg.name
-    assert type(reg_name) is str
     if name != event_name(reg_name, instance, seq):
         return None
     ann = meta.annotations
-    proof = sender.uid if type(ann) is dict and ann.get(SENDER_UID_ANNOTATION) == sender.uid else ""
+    proof = sender.uid if type(ann) is _Ann and ann.sender_uid == sender.uid else ""
     reg_uid = reg.uid
     parsed = _new_parsed_event(
-        task, sender, payload, instance, seq, event_time, name, KIND, warning, API_VERSION,
-        reg_uid if type(reg_uid) is str else "", rv, proof, created)
-    return _new_watch_item(wtype, rv if len(rv) <= 64 else "", parsed, None, "")
+        task, sender, payload, instance, seq, event_time, name, KIND, ev.type == "Warning",
+        API_VERSION, reg_uid if type(reg_uid) is str else "", rv, proof, created)
+    return _new_watch_item(msg.type, rv if len(rv) <= 64 else "", parsed, None, "")
 
 
 # creationTimestamp has second precision: many events share one (parse_time refuses longer).
@@ -384,40 +386,32 @@ _Refs = tuple[TaskRef | None, PodRef | None]
 # related verdict (the same checks as ``_parse``, for a TaskFeedback subject) is computed once
 # per distinct (namespace, regarding, related). Only short strings enter the cache, and it is
 # emptied when full: a bound, never a leak.
-_REFS: dict[tuple[str, _Ref, _Ref], _Refs] = {}
+_REFS: dict[tuple[str, _Reg, _Rel], _Refs] = {}
 _REFS_MAX = 4096
 
 
-def _refs(ns: str, reg: _Ref, rel: _Ref) -> _Refs:
+def _refs(ns: str, reg: _Reg, rel: _Rel) -> _Refs:
     out = _check_refs(ns, reg, rel)
-    short = all(type(f) is not str or len(f) <= 253 for f in (*_fields(reg), *_fields(rel)))
-    if short and len(ns) <= 253:
+    fields = (reg.name, reg.namespace, reg.uid, rel.name, rel.uid, rel.namespace)
+    if len(ns) <= 253 and all(type(f) is not str or len(f) <= 253 for f in fields):
         if len(_REFS) >= _REFS_MAX:
             _REFS.clear()
         _REFS[(ns, reg, rel)] = out
     return out
 
 
-def _fields(r: _Ref) -> tuple[Any, ...]:
-    return (r.kind, r.apiVersion, r.name, r.namespace, r.uid)
-
-
-def _check_refs(ns: str, reg: _Ref, rel: _Ref) -> _Refs:
+def _check_refs(ns: str, reg: _Reg, rel: _Rel) -> _Refs:
+    """``_parse``'s checks of regarding and related, for a TaskFeedback subject (the kinds
+    and apiVersions are already checked by the decode)."""
     reg_name, reg_ns = reg.name, reg.namespace
-    if reg.kind != KIND or reg.apiVersion != API_VERSION or type(reg_name) is not str:
-        return None, None
     if not reg_name or len(reg_name) > 253 or (reg_ns is not UNSET and reg_ns not in (ns, "")):
         return None, None
     task = _subject(ns, reg_name)
     if task is None or not _task_id(reg_name):
         return None, None
     rel_name, rel_uid, rel_ns = rel.name, rel.uid, rel.namespace
-    if rel.kind != "Pod" or (rel.apiVersion is not UNSET and rel.apiVersion != "v1"):
-        return None, None
     pod_ns = rel_ns if type(rel_ns) is str and rel_ns else ns
-    if pod_ns != ns or type(rel_name) is not str or type(rel_uid) is not str:
-        return None, None
-    if len(pod_ns) > 253 or len(rel_name) > 253 or len(rel_uid) > 64:
+    if pod_ns != ns or len(pod_ns) > 253 or len(rel_name) > 253 or len(rel_uid) > 64:
         return None, None
     return task, _sender(rel_name, rel_uid, pod_ns)
 

@@ -233,7 +233,7 @@ class _SpanAcc:
 _SpanEntry = SpanAgg | _SpanAcc
 
 
-def _merge_span(w: _Work, p: SpanSummary) -> int:
+def _apply_span(w: _Work, ev: ParsedEvent, p: SpanSummary, t: datetime) -> None:
     spans = w.spans_w
     if spans is None:
         spans = w.spans_w = dict(w.state.spans)
@@ -246,7 +246,10 @@ def _merge_span(w: _Work, p: SpanSummary) -> int:
         if cur is None:
             acc = _SpanAcc(None, p, total_ns)
             w.accs.append((name, acc))
-            return _insert_capped(spans, name, acc, w.lim.spans, _span_weight)  # type: ignore[arg-type]
+            capped = _insert_capped(spans, name, acc, w.lim.spans, _span_weight)  # type: ignore[arg-type]
+            if capped:
+                w.bump("spans_capped", capped)
+            return
         cur = spans[name] = _SpanAcc(cur, p, total_ns)  # type: ignore[arg-type]
         w.accs.append((name, cur))
     # The hottest merge of the fold, in place; the same comparisons, in the same order, as
@@ -267,7 +270,6 @@ def _merge_span(w: _Work, p: SpanSummary) -> int:
         cur.last_end = end
     cur.events += 1
     cur.raw.append((round(start * 1e6), round(end * 1e6)))  # _us, inline
-    return 0
 
 
 # --- the apply table: what each payload type does to a run's state ------------------------
@@ -304,21 +306,12 @@ class _Work:
         c[name] = c.get(name, 0) + n
 
 
-def _apply_span(w: _Work, ev: ParsedEvent, p: SpanSummary, t: datetime) -> None:
-    capped = _merge_span(w, p)
-    if capped:
-        w.bump("spans_capped", capped)
-
-
 def _apply_spans(w: _Work, ev: ParsedEvent, p: SpanSummaries, t: datetime) -> None:
     # A SpanSummaries note is its rows, each merged as one SpanSummary would be (each row
     # counts as one event of its name), so packing names into one note changes nothing in
     # the state: the per-name merges commute, whatever notes carry them.
-    capped = 0
     for row in p.spans:
-        capped += _merge_span(w, row)
-    if capped:
-        w.bump("spans_capped", capped)
+        _apply_span(w, ev, row, t)
 
 
 def _apply_progress(w: _Work, ev: ParsedEvent, p: Progress, t: datetime) -> None:
@@ -402,6 +395,7 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
     task, lim, counters = state.task, w.lim, w.counters
     skew, horizon, max_instances = lim.clock_skew, _horizon(lim), lim.max_instances
     contains = state.applied.contains
+    ranges = state.applied._r.get  # contains(), its common case inline: the newest range
     added: dict[str, set[int]] = {}  # (instance, seq) applied in this run
     pods: dict[tuple[str, str], int] | None = None
     times: Mapping[str, int] = state.instance_times
@@ -428,7 +422,9 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
         instance, seq = ev.instance, ev.seq
         seen = added.get(instance)
         # Duplicates (relists, retries) are decided by the version vector before any work.
-        if (seen is not None and seq in seen) or contains(instance, seq):
+        rs = ranges(instance)
+        if (seen is not None and seq in seen) or (rs and (
+                rs[-1][0] <= seq <= rs[-1][1] if seq >= rs[-1][0] else contains(instance, seq))):
             n_dups += 1
             continue
         created = ev.created

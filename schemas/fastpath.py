@@ -19,6 +19,7 @@ msgspec is a dependency of ``tidings[watcher]`` only: nothing else in schemas/ i
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from functools import lru_cache
 from typing import Any, Literal
@@ -36,6 +37,7 @@ from .constants import (
     NOTE_LIMIT,
     SCHEMA_VERSION,
     SEQ_MAX,
+    URL_LIMIT,
 )
 from .event import (
     PodRef,
@@ -293,11 +295,24 @@ def _link_note(cls: type[Any], name: str, field: str, url: str, web: bool) -> An
     clean = _name(name)
     if clean is None:
         return None
-    try:
-        value = _web_url(url) if web else _any_uri(url)
-    except Exception:
-        return None
+    if len(url) <= URL_LIMIT and (_PLAIN_WEB if web else _PLAIN_URI).match(url):
+        value = url  # what the validator returns for such a URL: itself
+    else:
+        try:
+            value = _web_url(url) if web else _any_uri(url)
+        except Exception:
+            return None
     return _model(cls, {"name": clean, field: value}, {"name", field})
+
+
+# URLs of the plain shape, which the payload validators accept and return unchanged: a
+# lower-case scheme they allow, a host of letters, digits, dots and hyphens (no userinfo,
+# no IPv6 brackets), a port up to 65535, then only characters that need no escaping. Any
+# other URL gets the validators' whole check.
+_PORT = r"(?::(?:[0-5]?[0-9]{1,4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?"
+_REST = r"(?:[/?#][A-Za-z0-9._~!$&'()*+,;=:@%/?#-]*)?\Z"
+_PLAIN_WEB = re.compile(r"https?://[A-Za-z0-9.-]+" + _PORT + _REST)
+_PLAIN_URI = re.compile(r"(?:s3a?|gcs?|hdfs|https?)://[A-Za-z0-9.-]+" + _PORT + _REST)
 
 
 def _payload(note: str) -> tuple[Any, str, int] | None:

@@ -226,7 +226,12 @@ BOUNDS: list[Any] = [
     -1, 0, 1, 2, 10_000, 10_001, 2**31, 2**53, 2**53 + 1, 2**63, 10**17, 10**17 + 1,
     -1e-9, -0.0, 0.0, 0.5, 1.0, 1.00004, 1.00006, 9.0e9, 9.000001e9, 1.0e11, 1.0000001e11,
     True, False, None, "", " ", "x" * 300, "a\u200bb", "https://x.y/", "s3://b/k",
-    "javascript:alert(1)", [], {}, ["s", 1, 1, 1, 1, 0, 1, 0], [["s", 1, 1, 1, 1, 0, 1, 0]],
+    "javascript:alert(1)", "https://h:65535/p?q#f", "https://h:65536/", "https://h:0/",
+    "https://u@h/", "https://h:/", "HTTPS://h/", "https://h/ x", "https://h/%zz@x", "https://-/",
+    "https://[::1]/", "http://h.", "s3://b", "s3:///k", "gs://b/k", "abfss://c@a/x",
+    "hdfs://nn:8020/p", "https://h/" + "x" * 2100, "ftp://h/", "https:h", [], {},
+    ["s", 1, 1, 1, 1, 0, 1, 0],
+    [["s", 1, 1, 1, 1, 0, 1, 0]],
     [["s", 2, 1000, 500, 500, 0, 2_000_000, 3]], [["s", 1, 1, 1, 1, -1, 1, 0]],
 ]
 BASES: list[Payload] = [
@@ -260,7 +265,8 @@ def test_every_note_field_at_its_bounds_is_judged_alike() -> None:
 
 # Values for the event's own fields: the right ones elsewhere, near misses, other types.
 EVENT_VALUES: list[Any] = [
-    *BOUNDS[22:], 1, 0.5, "Event", "Pod", "v1", "Normal", "Warning", "Report", "tidings",
+    *BOUNDS[BOUNDS.index(True):], 1, 0.5, "Event", "Pod", "v1", "Normal", "Warning", "Report",
+    "tidings",
     "events.k8s.io/v1", "tidings.dev/v1alpha1", "TaskFeedback", "team-a", "team-b", "train-42",
     "worker-0", "uid-0", "LogLink", "Progress", "2026-11-30T03:00:01.000000Z",
     "2026-11-30T03:00:01Z", "2026-11-30T03:00:01+01:00", "2026-13-30T03:00:01Z",
@@ -289,7 +295,8 @@ def test_the_common_line_takes_the_fast_path() -> None:
     for payload in (LogLink(name="w", url="https://x.y/"), DeckReady(name="d", uri="s3://b/k"),
                     Progress(fraction=0.5, message="m"),
                     SpanSummaries(base_us=1_700_000_000_000_000, spans=[
-                        span_row("s", 2, 1.0, 0.5, 0.5, 1.7e9, 1.7e9 + 2, 0, 1_700_000_000_000_000)]),
+                        span_row("s", 2, 1.0, 0.5, 0.5, 1.7e9, 1.7e9 + 2, 0,
+                                 1_700_000_000_000_000)]),
                     SpanSummary(name="s", count=2, total_s=1.0, min_s=0.5, max_s=0.5,
                                 first_start=1.7e9, last_end=1.7e9 + 2)):
         line = orjson.dumps({"type": "ADDED", "object": _raw(payload, 1, 0, False)})

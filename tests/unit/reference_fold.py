@@ -1,6 +1,7 @@
 """The reference fold: the per-event fold as it was before the one-engine fold (main abf9afe).
 
-Kept verbatim (only its imports and constructors adapted) as the oracle of the property
+Kept verbatim (its imports and constructors adapted; the per-entry merges and the
+compaction, unchanged since, are imported from the engine) as the oracle of the property
 tests: every fold of schemas/folding.py (``fold``, ``fold_many``, ``fold_checked``) must give
 byte-identical statuses and equal states. Each event copies the maps it touches and builds
 new immutable entries, which is slow and obviously per event; it is not used by the code.
@@ -13,6 +14,14 @@ from datetime import datetime, timedelta, timezone
 from typing import TypeVar
 
 from tidings.schemas.event import ParsedEvent
+from tidings.schemas.folding import (
+    WINDOW_BUCKETS,
+    _compact,
+    _count,
+    _insert_capped,
+    _merge_progress,
+    _set_named,
+)
 from tidings.schemas.payloads import (
     DeckReady,
     LogLink,
@@ -21,18 +30,12 @@ from tidings.schemas.payloads import (
     SpanSummaries,
     SpanSummary,
     UnknownPayload,
-    cut_text,
 )
 from tidings.schemas.state import (
-    MESSAGE_LIMIT,
-    Limits,
-    Named,
-    OrderKey,
-    ProgressState,
     SpanAgg,
     TaskState,
 )
-from tidings.schemas.version_vector import VersionVector
+from tidings.schemas.taskstate import _span_weight
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -43,59 +46,6 @@ _INT_MAX = 2**63 - 1
 # Both ``fold`` (which copies only the one map an event touches, sharing the rest with the
 # input state) and ``fold_many`` (which copies each touched map once per batch) apply events
 # through these, so the two cannot disagree on what an event does.
-
-
-def _insert_capped(
-    entries: dict[K, V], key: K, value: V, cap: int, weight: Callable[[V], int]
-) -> int:
-    """Insert a new ``key``, keeping only the ``cap`` smallest keys.
-
-    Returns how many events fell beyond the cap (the event itself, or those of an evicted
-    key). The kept set is always the cap smallest keys ever seen, and each event is counted
-    exactly once, so both results are independent of arrival order.
-    """
-    if len(entries) < cap:
-        entries[key] = value
-        return 0
-    if cap <= 0:
-        return 1
-    largest = max(entries)  # type: ignore[type-var]
-    if key > largest:  # type: ignore[operator]
-        return 1
-    evicted = entries.pop(largest)
-    entries[key] = value
-    return weight(evicted)
-
-
-def _named_weight(v: Named) -> int:
-    return v.events
-
-
-def _span_weight(v: SpanAgg) -> int:
-    return v.events
-
-
-def _worker_weight(v: ProgressState) -> int:
-    return v.events
-
-
-def _ident(v: int) -> int:
-    return v
-
-
-def _set_named(entries: dict[str, Named], name: str, value: str, at: OrderKey, cap: int) -> int:
-    cur = entries.get(name)
-    if cur is None:
-        return _insert_capped(entries, name, Named(value, at, 1), cap, _named_weight)
-    if at > cur.at:
-        entries[name] = Named(value, at, cur.events + 1)
-    else:
-        entries[name] = Named(cur.value, cur.at, cur.events + 1)
-    return 0
-
-
-# Buckets across a span name's whole extent (so the busy intervals stay ~WINDOW_BUCKETS / 2).
-WINDOW_BUCKETS = 64
 
 
 def _us(t: float) -> int:
@@ -169,33 +119,6 @@ def _merge_spans(entries: dict[str, SpanAgg], p: SpanSummaries, cap: int) -> int
     return capped
 
 
-def _merge_progress(
-    entries: dict[str, ProgressState], pod: str, p: Progress, key: OrderKey, cap: int
-) -> int:
-    """Merge ``p`` into its worker's register: a final beats a non-final, then latest wins."""
-    cur = entries.get(pod)
-    if cur is None:
-        msg = cut_text(p.message, MESSAGE_LIMIT)
-        new = ProgressState(p.fraction, msg, p.final, key, p.failed, p.workers, 1)
-        return _insert_capped(entries, pod, new, cap, _worker_weight)
-    if (p.final, key) > (cur.final, cur.at):
-        msg = cut_text(p.message, MESSAGE_LIMIT)
-        entries[pod] = ProgressState(
-            p.fraction, msg, p.final, key, p.failed, p.workers, cur.events + 1
-        )
-    else:
-        entries[pod] = cur._replace(events=cur.events + 1)
-    return 0
-
-
-def _count(entries: dict[K, int], key: K, cap: int) -> int:
-    cur = entries.get(key)
-    if cur is None:
-        return _insert_capped(entries, key, 1, cap, _ident)
-    entries[key] = cur + 1
-    return 0
-
-
 def _order_time(ev: ParsedEvent, skew: timedelta) -> datetime:
     """The event's time for ordering: its eventTime, bounded by the server's clock."""
     created = ev.created
@@ -211,32 +134,6 @@ _UTC = timezone.utc
 
 def _epoch(t: datetime) -> int:
     return int(t.timestamp())
-
-
-def _horizon(lim: Limits) -> int:
-    return int((lim.event_ttl + lim.ttl_margin).total_seconds())
-
-
-def _compact(applied: VersionVector, times: Mapping[str, int], watermark: int, c: int,
-             lim: Limits) -> tuple[VersionVector, Mapping[str, int], int, int]:
-    """Raise the watermark (TTL horizon, then the instance cap) and forget the instances
-    whose newest event is older. Returns the new vector, times, watermark and how many
-    instances were forgotten."""
-    new = max(watermark, c - _horizon(lim))
-    if len(times) > lim.max_instances:
-        ordered = sorted(times.values())
-        keep = max(1, lim.max_instances * 3 // 4)
-        cut = ordered[len(ordered) - keep]
-        # Creation times have second precision: when the oldest second alone holds more than
-        # the cap allows, that whole second goes; but never the newest second, whose later
-        # events (a final right after a burst) would then all be skipped as late.
-        new = max(new, min(cut if cut > ordered[0] else cut + 1, ordered[-1]))
-    if new == watermark:
-        return applied, times, watermark, 0
-    drop = [i for i, t in times.items() if t < new]
-    if not drop:
-        return applied, times, new, 0
-    return applied.without(drop), {i: t for i, t in times.items() if t >= new}, new, len(drop)
 
 
 def _bump(counters: Mapping[str, int], name: str) -> dict[str, int]:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from tests.unit import reference_fold as ref
 from tests.unit.test_schemas_fold import PODS, T0, TASK, make_event, names, payloads
+from tests.unit.test_schemas_fold_many import _chunks
 from tidings.schemas import (
     Limits,
     ParsedEvent,
@@ -73,15 +74,6 @@ def streams(draw: st.DrawFn) -> list[ParsedEvent]:
     stream = out + dups + wrong
     draw(st.randoms(use_true_random=False)).shuffle(stream)
     return stream
-
-
-def _chunks(events: list[ParsedEvent], rnd: random.Random) -> list[list[ParsedEvent]]:
-    out, i = [], 0
-    while i < len(events):
-        n = rnd.randint(1, 9)
-        out.append(events[i : i + n])
-        i += n
-    return out
 
 
 def same(got: TaskState, want: TaskState) -> None:

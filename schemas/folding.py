@@ -324,22 +324,25 @@ def _apply_progress(w: _Work, ev: ParsedEvent, p: Progress, t: datetime) -> None
         w.bump("workers_capped", capped)
 
 
-def _apply_link(w: _Work, ev: ParsedEvent, p: LogLink, t: datetime) -> None:
-    links = w.links_w
-    if links is None:
-        links = w.links_w = dict(w.state.link_entries)
-    capped = _set_named(links, p.name, p.url, (t, ev.instance, ev.seq), w.lim.links)
+def _apply_named(w: _Work, entries: dict[str, Named], name: str, value: str, at: OrderKey,
+                 cap: int, counter: str) -> None:
+    capped = _set_named(entries, name, value, at, cap)
     if capped:
-        w.bump("links_capped", capped)
+        w.bump(counter, capped)
+
+
+def _apply_link(w: _Work, ev: ParsedEvent, p: LogLink, t: datetime) -> None:
+    if w.links_w is None:
+        w.links_w = dict(w.state.link_entries)
+    _apply_named(w, w.links_w, p.name, p.url, (t, ev.instance, ev.seq), w.lim.links,
+                 "links_capped")
 
 
 def _apply_deck(w: _Work, ev: ParsedEvent, p: DeckReady, t: datetime) -> None:
-    decks = w.decks_w
-    if decks is None:
-        decks = w.decks_w = dict(w.state.deck_entries)
-    capped = _set_named(decks, p.name, p.uri, (t, ev.instance, ev.seq), w.lim.decks)
-    if capped:
-        w.bump("decks_capped", capped)
+    if w.decks_w is None:
+        w.decks_w = dict(w.state.deck_entries)
+    _apply_named(w, w.decks_w, p.name, p.uri, (t, ev.instance, ev.seq), w.lim.decks,
+                 "decks_capped")
 
 
 def _apply_pod_spawned(w: _Work, ev: ParsedEvent, p: PodSpawned, t: datetime) -> None:

@@ -4,6 +4,8 @@ bad (so every rejection keeps its reason and message), and byte-identical folded
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from datetime import timedelta
 from typing import Any
 
@@ -338,3 +340,11 @@ def test_the_one_known_difference_numbers_beyond_float_range_in_unread_fields() 
     ref, fast = parse_watch_line(line), fast_watch_line(line)
     assert isinstance(ref.result, Rejection) and ref.result.reason == "malformed_json"
     assert isinstance(fast.result, ParsedEvent)
+
+
+def test_schemas_and_the_emitter_import_without_msgspec() -> None:
+    # msgspec comes with tidings[watcher] only: a workload's install never has it.
+    code = ("import sys; sys.modules['msgspec'] = None\n"
+            "import tidings.schemas, tidings.schemas.state, tidings.emitter\n"
+            "assert 'tidings.schemas.fastpath' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

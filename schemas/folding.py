@@ -627,11 +627,42 @@ def fold_checked(state: TaskState, events: Sequence[ParsedEvent], admit: Admit |
     Returns the state, the events it took in and how many duplicates it dropped.
 
     The same as checking each event against the state folded so far and folding it alone,
-    which is what a rebase re-applies. Unlike ``fold_many`` it is not total: an exception of
-    ``admit`` propagates (the state is then not changed)."""
+    which is what a rebase re-applies. Total like ``fold_many`` (an internal error is redone
+    event by event and counted in ``foldErrors``), except that an exception of ``admit``
+    itself propagates."""
+    said: list[bool] = []  # admit's answers, in the order asked
+
+    def asked(ev: ParsedEvent, late: bool) -> bool:
+        said.append(True if admit is None else admit(ev, late))
+        return said[-1]
+
     taken: list[ParsedEvent] = []
     dropped = [0]
-    return Checked(_fold_events(state, events, False, admit, taken, dropped), taken, dropped[0])
+    try:
+        return Checked(_fold_events(state, events, False, asked, taken, dropped), taken,
+                       dropped[0])
+    except Exception:
+        pass
+    # Never expected: the per-event loop the engine stands for, with ``fold`` (total). It asks
+    # in the same order, so the answers already given are replayed, not asked again.
+    replay = iter(said)
+
+    def again(ev: ParsedEvent, late: bool) -> bool:
+        v = next(replay, None)
+        return v if v is not None else (True if admit is None else admit(ev, late))
+
+    taken, dups = [], 0
+    for ev in events:
+        if state.applied.contains(ev.instance, ev.seq):
+            dups += 1
+            continue
+        if state.late(ev):
+            again(ev, True)
+        elif not again(ev, False):
+            continue
+        state = fold(state, ev)
+        taken.append(ev)
+    return Checked(state, taken, dups)
 
 
 def fold_all(

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from functools import reduce
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,7 @@ from tests.unit.test_schemas_fold import PODS, T0, TASK, make_event, names, payl
 from tests.unit.test_schemas_fold_many import _chunks
 from tidings.schemas import (
     Limits,
+    LogLink,
     ParsedEvent,
     Payload,
     SpanSummaries,
@@ -30,6 +32,7 @@ from tidings.schemas import (
     TaskState,
     fold,
     fold_many,
+    folding,
     new_state,
 )
 from tidings.schemas.payloads import span_row
@@ -134,3 +137,24 @@ def _span(name: str) -> Payload:
 
     return SpanSummary(name=name, count=1, total_s=0.5, min_s=0.5, max_s=0.5,
                        first_start=1.7e9, last_end=1.7e9 + 1)
+
+
+def test_an_internal_error_in_the_watchers_fold_is_counted_and_asks_no_one_twice(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setitem(folding.APPLY, LogLink, broken)
+    evs = [make_event(p, "i", s, T0) for s, p in enumerate(
+        [_span("a"), LogLink(name="w", url="https://x.y/"), _span("b")])]
+    asked: list[int] = []
+
+    def admit(ev: ParsedEvent, late: bool) -> bool:
+        asked.append(ev.seq)
+        return True
+
+    got = fold_checked(new_state(TASK), evs + evs[:1], admit)
+    assert asked == [0, 1, 2]  # each event's sender checked once, the bug notwithstanding
+    assert got.state.counters["fold_errors"] == 1 and got.duplicates == 1
+    assert got.taken == evs
+    assert sorted(got.state.spans) == ["a", "b"]

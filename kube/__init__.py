@@ -14,6 +14,7 @@ from .client import (
     STRATEGIC_MERGE_PATCH,
     Client,
     close_stream,
+    iter_line_batches,
     iter_lines,
     paginate,
 )
@@ -32,6 +33,7 @@ def connect(kubeconfig: str | None = None, context: str | None = None, *,
 __all__ = [
     "JSON", "JSON_PATCH", "MERGE_PATCH", "STRATEGIC_MERGE_PATCH", "Client", "ClusterConfig",
     "ConfigError", "CredentialError", "Impersonation", "KubeError", "close_stream", "connect",
-    "in_cluster", "in_cluster_possible", "is_retryable_status", "iter_lines", "load",
+    "in_cluster", "in_cluster_possible", "is_retryable_status", "iter_line_batches", "iter_lines",
+    "load",
     "paginate", "parse_retry_after",
 ]

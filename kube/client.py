@@ -250,6 +250,14 @@ def paginate(get: Callable[[list[tuple[str, Any]]], Any], query: Query = None,
 def iter_lines(resp: BaseHTTPResponse, *, skip_empty: bool = False) -> Iterator[bytes]:
     """The lines of a streaming response as they arrive, without their newline. A broken
     stream (reset, read timeout, truncated chunk) raises KubeError with status 0."""
+    for batch in iter_line_batches(resp, skip_empty=skip_empty):
+        yield from batch
+
+
+def iter_line_batches(resp: BaseHTTPResponse, *, skip_empty: bool = False
+                      ) -> Iterator[list[bytes]]:
+    """``iter_lines``, one list per read: the lines each chunk completed (never empty), so a
+    consumer can hand on a whole read at once."""
     buf = b""
     try:
         for chunk in _chunks(resp):
@@ -258,14 +266,15 @@ def iter_lines(resp: BaseHTTPResponse, *, skip_empty: bool = False) -> Iterator[
                 continue
             *lines, rest = (buf + chunk).split(b"\n")
             buf = rest
-            for line in lines:
-                if line or not skip_empty:
-                    yield line
+            if skip_empty:
+                lines = [line for line in lines if line]
+            if lines:
+                yield lines
     except (urllib3.exceptions.HTTPError, OSError, ValueError) as e:
         raise KubeError(0, f"stream broke: {type(e).__name__}: {e}",
                         reason=type(e).__name__) from None
     if buf:  # the last line had no newline; whitespace is content (a log line of a tab)
-        yield buf
+        yield [buf]
 
 
 def _chunks(resp: BaseHTTPResponse) -> Iterable[bytes]:

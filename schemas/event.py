@@ -15,8 +15,6 @@ from typing import Any
 
 import orjson
 
-from tidings._compat import UTC, fromisoformat
-
 from ._fast import slot_constructor
 from .constants import (
     ACTION,
@@ -34,6 +32,7 @@ from .note import decode_envelope, encode_note, valid_instance, valid_seq
 from .payloads import Payload, PodSpawned, payload_type
 from .rejection import Rejection, RejectReason
 from .text import sanitize_text
+from .times import format_time, parse_time
 
 _DIGEST_HEX = 16
 _NAME_MAX = 253
@@ -73,37 +72,6 @@ class ObjectRef:
 def valid_uid(uid: str) -> bool:
     """True for a string shaped like a Kubernetes object uid (what a reference may carry)."""
     return bool(_UID.match(uid))
-
-
-def format_time(t: datetime) -> str:
-    """RFC 3339 UTC with microseconds, the MicroTime form: ``2026-11-30T03:55:49.123456Z``.
-
-    Naive datetimes are taken as UTC. Strings in this form sort chronologically.
-    """
-    if t.tzinfo is not None:
-        t = t.astimezone(UTC)
-    return (
-        f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
-        f".{t.microsecond:06d}Z"
-    )
-
-
-def parse_time(s: object) -> datetime | None:
-    """Parse an RFC 3339 time into an aware UTC datetime; None when it is not one."""
-    if not isinstance(s, str) or not 10 <= len(s) <= 40:
-        return None
-    try:
-        t = fromisoformat(s)
-    except ValueError:
-        return None
-    if t.tzinfo is None:
-        return t.replace(tzinfo=UTC)
-    if t.utcoffset():
-        try:
-            return t.astimezone(UTC)
-        except (OverflowError, ValueError):
-            return None
-    return t if t.tzinfo is UTC else t.replace(tzinfo=UTC)
 
 
 @lru_cache(maxsize=4096)  # few distinct task names; this sits on the watcher's hot path

@@ -5,7 +5,7 @@ compact text field (``to_text``): ``inst=lo-hi,seq inst2=lo-hi``, instances sort
 sorted; instance ids never contain ``=``, ``,`` or spaces, so the encoding is unambiguous.
 One string is one field for the API server, however many instances it holds. An entry may end
 in ``@<epoch seconds>``: the newest creationTimestamp of that instance's events, which dedup
-compaction needs (see schemas/state.py).
+compaction needs (see schemas/folding.py).
 """
 
 from __future__ import annotations

@@ -11,7 +11,15 @@ import contextlib
 from collections.abc import Callable, Generator
 from typing import Any
 
-from tidings.kube import JSON, JSON_PATCH, MERGE_PATCH, Client, KubeError, iter_lines
+from tidings.kube import (
+    JSON,
+    JSON_PATCH,
+    MERGE_PATCH,
+    Client,
+    KubeError,
+    iter_line_batches,
+    iter_lines,
+)
 from tidings.kube import load as load_config
 
 __all__ = ["JSON", "JSON_PATCH", "MERGE_PATCH", "Kube", "KubeError", "load_client"]
@@ -38,9 +46,11 @@ class Kube:
                                    content_type=content_type, timeout=timeout)
 
     def stream(self, path: str, *, query: list[tuple[str, Any]], timeout: Any,
-               on_open: Callable[[Any], None] | None = None) -> Generator[bytes, None, None]:
-        """GET ``path`` and yield raw non-empty lines (a watch stream). Raises KubeError on a
-        non-200 answer or a broken stream.
+               on_open: Callable[[Any], None] | None = None, batches: bool = False
+               ) -> Generator[Any, None, None]:
+        """GET ``path`` and yield raw non-empty lines (a watch stream); with ``batches``, a
+        list of the lines each socket read completed. Raises KubeError on a non-200 answer
+        or a broken stream.
 
         ``on_open`` receives the urllib3 response, so another thread can shut it down.
         """
@@ -48,7 +58,10 @@ class Kube:
         if on_open is not None:
             on_open(resp)
         try:
-            yield from iter_lines(resp, skip_empty=True)
+            if batches:
+                yield from iter_line_batches(resp, skip_empty=True)
+            else:
+                yield from iter_lines(resp, skip_empty=True)
         finally:
             with contextlib.suppress(Exception):
                 resp.release_conn()

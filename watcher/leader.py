@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from tidings._compat import UTC
-from tidings.schemas.event import format_time
+from tidings.schemas.times import format_time
 
 from .kube import Kube, KubeError
 

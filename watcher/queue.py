@@ -12,7 +12,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -41,14 +41,23 @@ class WorkQueue(Generic[K]):
         with self._cond:
             self._add_locked(key)
 
-    def _add_locked(self, key: K) -> None:
+    def add_many(self, keys: Iterable[K]) -> None:
+        """``add`` for each key, with one wake-up call for the batch (not one per key)."""
+        with self._cond:
+            queued = sum(self._add_locked(k, wake=False) for k in keys)
+            if queued:
+                self._cond.notify(queued)  # one call, waking at most one getter per new key
+
+    def _add_locked(self, key: K, wake: bool = True) -> bool:
         if self._shutdown or key in self._dirty:
-            return
+            return False
         self._dirty.add(key)
         if key in self._processing:
-            return  # done() re-queues it
+            return False  # done() re-queues it
         self._order.append(key)
-        self._cond.notify()
+        if wake:
+            self._cond.notify()
+        return True
 
     def add_after(self, key: K, delay: float) -> None:
         """``add(key)`` once ``delay`` seconds have passed (immediately when delay <= 0)."""

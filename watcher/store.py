@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from tidings.schemas.event import ParsedEvent, TaskRef
-from tidings.schemas.state import DEFAULT_LIMITS, Limits, TaskState, fold, new_state
+from tidings.schemas.state import DEFAULT_LIMITS, Limits, TaskState, fold_checked, new_state
 from tidings.schemas.version_vector import VersionVector
 
 
@@ -168,6 +168,15 @@ class Store:
             e.pending.append(ev)
             e.touched = time.monotonic()
 
+    def push_many(self, events: Sequence[ParsedEvent]) -> None:
+        """``push`` for every event of one socket read, under one lock."""
+        now = time.monotonic()
+        with self._lock:
+            for ev in events:
+                e = self._entry(ev.task)
+                e.pending.append(ev)
+                e.touched = now
+
     def take(self, task: TaskRef) -> tuple[TaskState, list[ParsedEvent]]:
         """The current state and all pending events (now owned by the caller)."""
         with self._lock:
@@ -269,9 +278,6 @@ def covers(ours: VersionVector, theirs: VersionVector) -> bool:
 
 
 def _fold_new(state: TaskState, events: Sequence[ParsedEvent]) -> TaskState:
-    """Fold the events ``state`` has not applied yet (skipped before the fold, as the
-    controller does, so the persisted counters never see a duplicate)."""
-    for ev in events:
-        if not state.applied.contains(ev.instance, ev.seq):
-            state = fold(state, ev)
-    return state
+    """Fold the events ``state`` has not applied yet (duplicates skipped before the fold, as
+    the controller does, so the persisted counters never see one)."""
+    return fold_checked(state, events).state

@@ -19,8 +19,9 @@ from typing import Any
 
 from tidings._compat import UTC
 from tidings.schemas.contract import events_path, task_selector
-from tidings.schemas.event import TaskRef, parse_time
+from tidings.schemas.event import TaskRef
 from tidings.schemas.state import TaskState
+from tidings.schemas.times import parse_time
 
 from .kube import Kube, KubeError
 from .writer import collection_path

@@ -22,7 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PYENV = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions"
 # What a workload image must never get from `pip install tidings`.
-HEAVY = {"kubernetes", "typer", "rich", "prometheus-client", "click", "opentelemetry-sdk"}
+HEAVY = {"kubernetes", "typer", "rich", "prometheus-client", "click", "opentelemetry-sdk",
+         "msgspec"}
 
 pytestmark = pytest.mark.pypi
 

@@ -14,7 +14,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.kube import ConfigError, KubeError, iter_lines, load
+from tidings.kube import ConfigError, KubeError, iter_line_batches, iter_lines, load
 from tidings.kube import config as kube_config
 from tidings.kube.auth import CredentialError, ExecAuth, ExecConfig, NoAuth, TokenFileAuth
 
@@ -215,3 +215,7 @@ def test_lines_survive_any_chunking(lines: list[bytes], trailing: bool, data: st
         want.pop()
     assert got == want
     assert list(iter_lines(Chunked(chunks), skip_empty=True)) == [w for w in want if w]  # type: ignore[arg-type]
+    # Batches: the same lines, one non-empty list per chunk that completed any.
+    batches = list(iter_line_batches(Chunked(chunks), skip_empty=True))  # type: ignore[arg-type]
+    assert [x for b in batches for x in b] == [w for w in want if w]
+    assert all(batches) and len(batches) <= len(chunks) + 1

@@ -194,3 +194,41 @@ def test_serve_survives_a_failing_key_and_marks_every_key_done() -> None:
     assert handled == ["a", "bad", "b"]
     assert failed == ["bad"]
     assert q.pending() == 0
+
+
+@given(st.lists(st.lists(st.sampled_from("abcde"), max_size=6), max_size=6),
+       st.lists(st.sampled_from("abcde"), max_size=3))
+def test_add_many_is_repeated_add_with_one_wake_up_call(
+        batches: list[list[str]], held: list[str]) -> None:
+    one: WorkQueue[str] = WorkQueue()
+    many: WorkQueue[str] = WorkQueue()
+    for q in (one, many):  # keys a worker holds are deferred alike
+        for k in dict.fromkeys(held):
+            q.add(k)
+            assert q.get(0) == k
+    calls: list[int] = []
+    notify = many._cond.notify
+    many._cond.notify = lambda n=1: (calls.append(n), notify(n))[1]  # type: ignore[method-assign]
+    for batch in batches:
+        for k in batch:
+            one.add(k)
+        many.add_many(batch)
+    assert len(calls) <= len(batches)
+    for q in (one, many):
+        for k in dict.fromkeys(held):
+            q.done(k)
+    drained = [[q.get(0) for _ in range(len(q))] for q in (one, many)]
+    assert drained[0] == drained[1]
+
+
+def test_add_many_wakes_every_waiting_worker_it_has_keys_for() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    got: list[str] = []
+    workers = [threading.Thread(target=lambda: got.append(str(q.get(5)))) for _ in range(3)]
+    for w in workers:
+        w.start()
+    eventually(lambda: len(q._cond._waiters) == 3)  # type: ignore[attr-defined]
+    q.add_many(["a", "b", "c"])
+    for w in workers:
+        w.join(5)
+    assert sorted(got) == ["a", "b", "c"]

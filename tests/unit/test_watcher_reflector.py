@@ -29,7 +29,7 @@ class Script:
         return {"metadata": {"resourceVersion": f"L{self.lists}"}, "items": []}
 
     def stream(self, path: str, *, query: list[tuple[str, str]], timeout: Any,
-               on_open: Any = None) -> Any:
+               on_open: Any = None, batches: bool = False) -> Any:
         self.watch_rvs.append(dict(query)["resourceVersion"])
         if not self.streams:
             self.stop()
@@ -37,6 +37,8 @@ class Script:
         nxt = self.streams.pop(0)
         if isinstance(nxt, Exception):
             raise nxt
+        if batches:  # a scripted stream of lists is one socket read per list
+            return (x if isinstance(x, list) else [x] for x in nxt)
         return (x for x in nxt)
 
 
@@ -121,3 +123,37 @@ def test_backoff_is_capped_with_jitter() -> None:
     assert max(delays) == 30.0
     b.reset()
     assert b.next() == pytest.approx(1.2)
+
+
+class BatchSrc(Src):
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+
+    def watch_lines(self, lines: list[bytes]) -> list[WatchItem]:
+        self.batches.append(len(lines))
+        out = []
+        for raw in lines:
+            out.append(self.watch_line(raw))
+            if out[-1].type in ("ERROR", ""):
+                break
+        return out
+
+
+def test_a_batched_source_gets_each_read_whole_and_an_error_mid_read_still_relists() -> None:
+    relists: list[str] = []
+    src = BatchSrc()
+    holder: dict[str, Reflector] = {}
+    script = Script([[[line("BOOKMARK", "5"), line("BOOKMARK", "6")],
+                      [line("BOOKMARK", "7"), line("ERROR", "", code=410), line("BOOKMARK", "9")]],
+                     [[line("BOOKMARK", "20")]]], lambda: holder["r"].stop())
+    r = Reflector(script, "/x", [], src, on_relist=relists.append,  # type: ignore[arg-type]
+                  backoff=Backoff(base=0.001, cap=0.002))
+    holder["r"] = r
+    t = threading.Thread(target=r.run)
+    t.start()
+    t.join(10)
+    assert not t.is_alive()
+    assert src.batches == [2, 3, 1]
+    assert [i.resource_version for i in src.items] == ["5", "6", "7", "", "20"]
+    assert relists == ["start", "gone"]

@@ -1,0 +1,672 @@
+"""The fold: merge parsed events into one bounded, order-insensitive task state, as one engine.
+
+``fold``, ``fold_many`` and ``fold_checked`` (the watcher's) all run ``_run``: one loop that
+decides what happens to each event (wrong task, duplicate, late, applied) and one table,
+``APPLY``, of what each payload type does to the state. A run copies each map it writes once
+(on its first write) and changes the copy in place, so a batch costs one copy per map and a
+single event the copy of the one map it touches; span aggregates are summed in place during
+a run and built once at its end. ``fold`` is pure and total; the state round-trips through
+the TaskFeedback ``.status`` dict (``TaskState.to_status``/``from_status``, in
+schemas/taskstate.py and schemas/decoding.py; the camelCase layout is documented in
+deploy/crd.yaml).
+
+Order-insensitivity, precisely: for a set of events with distinct (instance, seq), folding any
+permutation, with any duplicates mixed in, yields an identical ``to_status()`` except for
+``counters.duplicates``, which counts re-deliveries (applications minus distinct events) and
+so depends on the delivery by definition. Every other counter counts distinct events, and
+caps keep the lexicographically smallest names, so nothing else depends on arrival order.
+Event names bind (instance, seq) to one object per task (see ``parse_event``), so two
+different payloads can never share a dedup key.
+
+Time: eventTime is the sender's word. When the API server's ``creationTimestamp`` is known,
+the time used for ordering is ``min(eventTime, creationTimestamp + CLOCK_SKEW)`` (counted in
+``time_clamped`` when it cuts), so no sender can pin a last-writer-wins field by claiming
+the future. A past eventTime is kept: it can only make the sender lose.
+
+Many workers, one task: progress is kept per reporting pod (its own last-writer-wins, a
+final beating any non-final). The completion rule: a task *fails* as soon as any worker
+reports a failed final; it *succeeds* once every pod that reported progress has reported a
+final, and at least ``workers`` of them when a worker count was declared (the largest
+``Progress.workers`` seen). A worker that has not spoken yet cannot be known, so tasks with
+several workers declare their count (``TIDINGS_EMIT_WORKERS``). The task's fraction is the
+sum of the workers' fractions over ``max(declared, reporting)`` workers, shown below 100 %
+until the rule holds; with a declared count another worker speaking can only raise it.
+
+Dedup compaction (bounded by construction): the API server deletes an event ``event_ttl``
+(1 h by default) after its creation, so once the fold has seen an event created at ``c``, no
+event created before ``c - event_ttl - ttl_margin`` can be listed or watched again. That
+time is the *watermark*. Instances whose newest event was created before it are compacted
+out of the version vector, and an event created before it is skipped (``late_skipped``)
+instead of being checked against the vector. When more than ``max_instances`` instances
+remain, the watermark is raised to the creation time of the oldest quarter, and their
+entries go the same way, but never past the newest creation second: the vector holds at most
+``max_instances`` instances plus those created in the newest second (the API server's own
+create rate bounds them). Why this never double counts: an instance is forgotten only when
+all its known events were created before the watermark, and from then on *every* event
+created before the watermark is skipped, applied or not; an event created at or after it
+still finds its instance in the vector. What raising the watermark for the cap can cost is
+an event that arrives later than the newest ``max_instances`` instances' events: it is
+skipped and counted, never applied twice. Order-insensitivity holds for any set of events
+whose creation times lie within ``event_ttl + ttl_margin`` of each other from at most
+``max_instances`` instances (events without a creationTimestamp are never compacted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import NamedTuple, cast
+
+from tidings._compat import UTC
+
+from .event import ParsedEvent, TaskRef
+from .payloads import (
+    DeckReady,
+    LogLink,
+    Payload,
+    PodSpawned,
+    Progress,
+    SpanSummaries,
+    SpanSummary,
+    UnknownPayload,
+    cut_text,
+)
+from .taskstate import (
+    _INT_MAX,
+    DEFAULT_LIMITS,
+    MESSAGE_LIMIT,
+    K,
+    Limits,
+    Named,
+    OrderKey,
+    ProgressState,
+    SpanAgg,
+    TaskState,
+    V,
+    _ident,
+    _named_weight,
+    _new_span_agg,
+    _new_task_state,
+    _span_weight,
+    _us,
+    _worker_weight,
+    new_state,
+)
+from .times import epoch
+from .version_vector import VersionVector
+
+# --- per-entry merges, in place on a map the run owns ------------------------------------
+
+
+def _insert_capped(
+    entries: dict[K, V], key: K, value: V, cap: int, weight: Callable[[V], int]
+) -> int:
+    """Insert a new ``key``, keeping only the ``cap`` smallest keys.
+
+    Returns how many events fell beyond the cap (the event itself, or those of an evicted
+    key). The kept set is always the cap smallest keys ever seen, and each event is counted
+    exactly once, so both results are independent of arrival order.
+    """
+    if len(entries) < cap:
+        entries[key] = value
+        return 0
+    if cap <= 0:
+        return 1
+    largest = max(entries)  # type: ignore[type-var]
+    if key > largest:  # type: ignore[operator]
+        return 1
+    evicted = entries.pop(largest)
+    entries[key] = value
+    return weight(evicted)
+
+
+def _set_named(entries: dict[str, Named], name: str, value: str, at: OrderKey, cap: int) -> int:
+    cur = entries.get(name)
+    if cur is None:
+        return _insert_capped(entries, name, Named(value, at, 1), cap, _named_weight)
+    if at > cur.at:
+        entries[name] = Named(value, at, cur.events + 1)
+    else:
+        entries[name] = Named(cur.value, cur.at, cur.events + 1)
+    return 0
+
+
+def _merge_progress(
+    entries: dict[str, ProgressState], pod: str, p: Progress, key: OrderKey, cap: int
+) -> int:
+    """Merge ``p`` into its worker's register: a final beats a non-final, then latest wins."""
+    cur = entries.get(pod)
+    if cur is None:
+        msg = cut_text(p.message, MESSAGE_LIMIT)
+        new = ProgressState(p.fraction, msg, p.final, key, p.failed, p.workers, 1)
+        return _insert_capped(entries, pod, new, cap, _worker_weight)
+    if (p.final, key) > (cur.final, cur.at):
+        msg = cut_text(p.message, MESSAGE_LIMIT)
+        entries[pod] = ProgressState(
+            p.fraction, msg, p.final, key, p.failed, p.workers, cur.events + 1
+        )
+    else:
+        entries[pod] = cur._replace(events=cur.events + 1)
+    return 0
+
+
+def _count(entries: dict[K, int], key: K, cap: int) -> int:
+    cur = entries.get(key)
+    if cur is None:
+        return _insert_capped(entries, key, 1, cap, _ident)
+    entries[key] = cur + 1
+    return 0
+
+
+# --- span aggregates --------------------------------------------------------------------
+# Buckets across a span name's whole extent (so the busy intervals stay ~WINDOW_BUCKETS / 2).
+WINDOW_BUCKETS = 64
+
+
+def _shift_for(first_start: float, last_end: float) -> int:
+    n = -(-(_us(last_end) - _us(first_start)) // WINDOW_BUCKETS)
+    return (n - 1).bit_length() if n > 1 else 0
+
+
+class _SpanAcc:
+    """A span name's aggregate while a run folds into it: sums kept in place, each window kept
+    as raw microseconds, and one ``SpanAgg`` made at the end of the run.
+
+    Why that equals merging window by window: regridding rounds outward at a power-of-two
+    grid (``lo >> d``, ``ceil(hi / 2**d)``), and two such roundings compose into one, and
+    rounding commutes with merging overlapping intervals; so the windows regridded step by
+    step are the windows rounded once to the final grid, then merged. The sums saturate at
+    int64 and are of non-negatives, so saturating once at the end is the same too."""
+
+    __slots__ = (
+        "count",
+        "errors",
+        "events",
+        "first_start",
+        "last_end",
+        "max_s",
+        "min_s",
+        "raw",
+        "shift",
+        "total_ns",
+        "windows",
+    )
+
+    def __init__(self, base: SpanAgg | None, p: SpanSummary, total_ns: int) -> None:
+        """The aggregate of ``base`` (whose merge is then up to the caller), or with no base
+        of ``p`` alone."""
+        if base is None:
+            self.count, self.total_ns, self.errors, self.events = p.count, total_ns, p.errors, 1
+            self.min_s, self.max_s = p.min_s, p.max_s
+            self.first_start, self.last_end = p.first_start, p.last_end
+            self.shift = 0
+            self.windows: tuple[tuple[int, int], ...] = ()
+            self.raw: list[tuple[int, int]] = [(_us(p.first_start), _us(p.last_end))]
+        else:
+            self.count, self.total_ns = base.count, base.total_ns
+            self.min_s, self.max_s = base.min_s, base.max_s
+            self.first_start, self.last_end = base.first_start, base.last_end
+            self.errors, self.events = base.errors, base.events
+            self.shift, self.windows = base.shift, base.windows
+            self.raw = []
+
+    def agg(self) -> SpanAgg:
+        shift = _shift_for(self.first_start, self.last_end)
+        d = shift - self.shift
+        ivs = [(lo >> d, -(-hi >> d)) for lo, hi in self.windows] if d else list(self.windows)
+        ivs.extend((lo >> shift, -(-hi >> shift)) for lo, hi in self.raw)
+        ivs.sort()
+        out: list[tuple[int, int]] = []
+        for lo, hi in ivs:
+            if out and lo <= out[-1][1]:
+                if hi > out[-1][1]:
+                    out[-1] = (out[-1][0], hi)
+            else:
+                out.append((lo, hi))
+        m = _INT_MAX
+        return _new_span_agg(
+            self.count if self.count <= m else m, self.total_ns if self.total_ns <= m else m,
+            self.min_s, self.max_s, self.first_start, self.last_end,
+            self.errors if self.errors <= m else m, self.events, shift, tuple(out))
+
+
+_SpanEntry = SpanAgg | _SpanAcc
+
+
+def _apply_span(w: _Work, ev: ParsedEvent, p: SpanSummary, t: datetime) -> None:
+    spans = w.spans_w
+    if spans is None:
+        spans = w.spans_w = dict(w.state.spans)
+    name = p.name
+    total_ns = round(p.total_s * 1e9)
+    if total_ns > _INT_MAX:
+        total_ns = _INT_MAX
+    cur = spans.get(name)
+    if type(cur) is not _SpanAcc:
+        if cur is None:
+            acc = _SpanAcc(None, p, total_ns)
+            w.accs.append((name, acc))
+            capped = _insert_capped(spans, name, acc, w.lim.spans, _span_weight)  # type: ignore[arg-type]
+            if capped:
+                w.bump("spans_capped", capped)
+            return
+        cur = spans[name] = _SpanAcc(cur, p, total_ns)  # type: ignore[arg-type]
+        w.accs.append((name, cur))
+    # The hottest merge of the fold, in place; the same comparisons, in the same order, as
+    # merging two SpanAggs would make.
+    cur.count += p.count
+    cur.total_ns += total_ns
+    cur.errors += p.errors
+    v = p.min_s
+    if not cur.min_s <= v:
+        cur.min_s = v
+    v = p.max_s
+    if not cur.max_s >= v:
+        cur.max_s = v
+    start, end = p.first_start, p.last_end
+    if not cur.first_start <= start:
+        cur.first_start = start
+    if not cur.last_end >= end:
+        cur.last_end = end
+    cur.events += 1
+    cur.raw.append((round(start * 1e6), round(end * 1e6)))  # _us, inline
+
+
+# --- the apply table: what each payload type does to a run's state ------------------------
+
+
+class _Work:
+    """One run's state under construction: the input state, and the maps the run has
+    written (each a copy of the input's, made on the first write, then changed in place)."""
+
+    __slots__ = (
+        "accs",
+        "counters",
+        "decks_w",
+        "lim",
+        "links_w",
+        "spans_w",
+        "state",
+        "unknown_w",
+        "workers_w",
+    )
+
+    def __init__(self, state: TaskState) -> None:
+        self.state, self.lim = state, state.limits
+        self.counters = dict(state.counters)
+        self.links_w: dict[str, Named] | None = None
+        self.decks_w: dict[str, Named] | None = None
+        self.spans_w: dict[str, _SpanEntry] | None = None
+        self.workers_w: dict[str, ProgressState] | None = None
+        self.unknown_w: dict[str, int] | None = None
+        self.accs: list[tuple[str, _SpanAcc]] = []
+
+    def bump(self, name: str, n: int = 1) -> None:
+        c = self.counters
+        c[name] = c.get(name, 0) + n
+
+
+def _apply_spans(w: _Work, ev: ParsedEvent, p: SpanSummaries, t: datetime) -> None:
+    # A SpanSummaries note is its rows, each merged as one SpanSummary would be (each row
+    # counts as one event of its name), so packing names into one note changes nothing in
+    # the state: the per-name merges commute, whatever notes carry them.
+    for row in p.spans:
+        _apply_span(w, ev, row, t)
+
+
+def _apply_progress(w: _Work, ev: ParsedEvent, p: Progress, t: datetime) -> None:
+    workers = w.workers_w
+    if workers is None:
+        workers = w.workers_w = dict(w.state.workers)
+    capped = _merge_progress(workers, ev.sender.name, p, (t, ev.instance, ev.seq),
+                             w.lim.workers)
+    if capped:
+        w.bump("workers_capped", capped)
+
+
+def _apply_named(w: _Work, entries: dict[str, Named], name: str, value: str, at: OrderKey,
+                 cap: int, counter: str) -> None:
+    capped = _set_named(entries, name, value, at, cap)
+    if capped:
+        w.bump(counter, capped)
+
+
+def _apply_link(w: _Work, ev: ParsedEvent, p: LogLink, t: datetime) -> None:
+    if w.links_w is None:
+        w.links_w = dict(w.state.link_entries)
+    _apply_named(w, w.links_w, p.name, p.url, (t, ev.instance, ev.seq), w.lim.links,
+                 "links_capped")
+
+
+def _apply_deck(w: _Work, ev: ParsedEvent, p: DeckReady, t: datetime) -> None:
+    if w.decks_w is None:
+        w.decks_w = dict(w.state.deck_entries)
+    _apply_named(w, w.decks_w, p.name, p.uri, (t, ev.instance, ev.seq), w.lim.decks,
+                 "decks_capped")
+
+
+def _apply_pod_spawned(w: _Work, ev: ParsedEvent, p: PodSpawned, t: datetime) -> None:
+    w.bump("pods_spawned")
+
+
+def _apply_unknown(w: _Work, ev: ParsedEvent, p: UnknownPayload, t: datetime) -> None:
+    unknown = w.unknown_w
+    if unknown is None:
+        unknown = w.unknown_w = dict(w.state.unknown)
+    capped = _count(unknown, p.type, w.lim.unknown_types)
+    w.bump("unknown_payloads")
+    if capped:
+        w.bump("unknown_capped", capped)
+
+
+Apply = Callable[[_Work, ParsedEvent, Payload, datetime], None]
+# What each payload type does. ``t`` is the event's order time (eventTime bounded by the
+# server's clock); every applied event also counts its sender pod, its time and warning.
+# (Each function takes its own type; the table is keyed by exactly that type.)
+APPLY: dict[type, Apply] = {
+    SpanSummary: cast(Apply, _apply_span),
+    SpanSummaries: cast(Apply, _apply_spans),
+    Progress: cast(Apply, _apply_progress),
+    LogLink: cast(Apply, _apply_link),
+    DeckReady: cast(Apply, _apply_deck),
+    PodSpawned: cast(Apply, _apply_pod_spawned),
+    UnknownPayload: cast(Apply, _apply_unknown),
+}
+
+# admit(event, late) -> fold it? Asked once per event that is not a duplicate; for a late
+# event (created before the watermark) the answer is ignored: it is always counted.
+Admit = Callable[[ParsedEvent, bool], bool]
+
+
+# --- the engine ---------------------------------------------------------------------------
+
+
+_EPOCH0 = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _horizon(lim: Limits) -> int:
+    return int((lim.event_ttl + lim.ttl_margin).total_seconds())
+
+
+def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups: bool,
+         admit: Admit | None, taken: list[ParsedEvent] | None, dropped: list[int]
+         ) -> tuple[TaskState, int, int | None]:
+    """Fold ``events[start:]`` into ``state`` until an applied event may move the compaction
+    watermark. Returns the state, the index after the last event folded, and that event's
+    creation second when the watermark may move (the caller compacts), else None."""
+    w = _Work(state)
+    task, lim, counters = state.task, w.lim, w.counters
+    skew, horizon, max_instances = lim.clock_skew, _horizon(lim), lim.max_instances
+    contains = state.applied.contains
+    ranges = state.applied._r.get  # contains(), its common case inline: the newest range
+    added: dict[str, set[int]] = {}  # (instance, seq) applied in this run
+    pods: dict[tuple[str, str], int] | None = None
+    times: Mapping[str, int] = state.instance_times
+    times_w: dict[str, int] | None = None
+    watermark = state.watermark
+    first, last, warnings = state.first_event_time, state.last_event_time, state.warnings
+    # Consecutive events often share one creationTimestamp object (it has second precision
+    # and the parsers intern it): its epoch and clock bound are computed once per object.
+    last_created: datetime | None = None
+    last_c = 0
+    bound = _EPOCH0
+    last_sender = None
+    key = ("", "")
+    n_wrong = n_dups = n_late = n_clamped = n_applied = 0
+    n = len(events)
+    due: int | None = None
+    k = start
+    while k < n:
+        ev = events[k]
+        k += 1
+        if ev.task is not task and ev.task != task:
+            n_wrong += 1
+            continue
+        instance, seq = ev.instance, ev.seq
+        seen = added.get(instance)
+        # Duplicates (relists, retries) are decided by the version vector before any work.
+        rs = ranges(instance)
+        if (seen is not None and seq in seen) or (rs and (
+                rs[-1][0] <= seq <= rs[-1][1] if seq >= rs[-1][0] else contains(instance, seq))):
+            n_dups += 1
+            continue
+        created = ev.created
+        t = ev.event_time
+        if created is not None:
+            if created is not last_created:
+                last_created, last_c, bound = created, epoch(created), created + skew
+            c = last_c
+            if c < watermark:
+                if admit is not None:
+                    admit(ev, True)
+                if taken is not None:
+                    taken.append(ev)
+                n_late += 1
+                continue
+            if admit is not None and not admit(ev, False):
+                continue
+            tc = times.get(instance)
+            if tc is None or tc < c:
+                if times_w is None:
+                    times = times_w = dict(times)
+                times_w[instance] = c
+            # Superset of "``_compact`` would change something": the run ends here.
+            if c - horizon > watermark or len(times) > max_instances:
+                due = c
+            if t > bound:
+                t = bound
+                n_clamped += 1
+        elif admit is not None and not admit(ev, False):
+            continue
+        if taken is not None:
+            taken.append(ev)
+        n_applied += 1
+        p = ev.payload
+        apply = APPLY.get(type(p))
+        if apply is not None:
+            apply(w, ev, p, t)
+        if pods is None:
+            pods = dict(state.pod_events)
+        sender = ev.sender
+        if sender is not last_sender:
+            last_sender, key = sender, (sender.name, sender.uid)
+        cur = pods.get(key)
+        if cur is not None:
+            pods[key] = cur + 1
+        else:
+            capped = _insert_capped(pods, key, 1, lim.pods, _ident)
+            if capped:
+                counters["pods_capped"] = counters.get("pods_capped", 0) + capped
+        if first is None or t < first:
+            first = t
+        if last is None or t > last:
+            last = t
+        if ev.warning:
+            warnings += 1
+        if seen is None:
+            added[instance] = {seq}
+        else:
+            seen.add(seq)
+        if due is not None:
+            break
+    if not count_dups:
+        dropped[0] += n_dups
+        n_dups = 0
+    for name, m in (("wrong_task", n_wrong), ("duplicates", n_dups),
+                    ("late_skipped", n_late), ("time_clamped", n_clamped),
+                    ("events_applied", n_applied)):
+        if m:
+            counters[name] = counters.get(name, 0) + m
+    spans: Mapping[str, SpanAgg] = state.spans
+    if w.spans_w is not None:
+        entries = w.spans_w
+        for name, acc in w.accs:
+            if entries.get(name) is acc:  # (unless the cap evicted it meanwhile)
+                entries[name] = acc.agg()
+        spans = entries  # type: ignore[assignment]
+    return _new_task_state(
+        task,
+        state.link_entries if w.links_w is None else w.links_w,
+        state.deck_entries if w.decks_w is None else w.decks_w,
+        spans,
+        state.workers if w.workers_w is None else w.workers_w,
+        state.pod_events if pods is None else pods,
+        state.applied._with_seqs(added),
+        times,
+        watermark,
+        first,
+        last,
+        counters,
+        state.unknown if w.unknown_w is None else w.unknown_w,
+        warnings,
+        lim,
+    ), k, due
+
+
+def _compact(applied: VersionVector, times: Mapping[str, int], watermark: int, c: int,
+             lim: Limits) -> tuple[VersionVector, Mapping[str, int], int, int]:
+    """Raise the watermark (TTL horizon, then the instance cap) and forget the instances
+    whose newest event is older. Returns the new vector, times, watermark and how many
+    instances were forgotten."""
+    new = max(watermark, c - _horizon(lim))
+    if len(times) > lim.max_instances:
+        ordered = sorted(times.values())
+        keep = max(1, lim.max_instances * 3 // 4)
+        cut = ordered[len(ordered) - keep]
+        # Creation times have second precision: when the oldest second alone holds more than
+        # the cap allows, that whole second goes; but never the newest second, whose later
+        # events (a final right after a burst) would then all be skipped as late.
+        new = max(new, min(cut if cut > ordered[0] else cut + 1, ordered[-1]))
+    if new == watermark:
+        return applied, times, watermark, 0
+    drop = [i for i, t in times.items() if t < new]
+    if not drop:
+        return applied, times, new, 0
+    return applied.without(drop), {i: t for i, t in times.items() if t >= new}, new, len(drop)
+
+
+def _compacted(state: TaskState, c: int) -> TaskState:
+    applied, times, watermark, n = _compact(state.applied, state.instance_times,
+                                            state.watermark, c, state.limits)
+    if watermark == state.watermark:
+        return state
+    counters = state.counters
+    if n:
+        counters = dict(counters)
+        counters["instances_compacted"] = counters.get("instances_compacted", 0) + n
+    return _new_task_state(
+        state.task, state.link_entries, state.deck_entries, state.spans, state.workers,
+        state.pod_events, applied, times, watermark, state.first_event_time,
+        state.last_event_time, counters, state.unknown, state.warnings, state.limits)
+
+
+def _fold_events(state: TaskState, events: Sequence[ParsedEvent], count_dups: bool = True,
+                 admit: Admit | None = None, taken: list[ParsedEvent] | None = None,
+                 dropped: list[int] | None = None) -> TaskState:
+    i, n = 0, len(events)
+    out = [0] if dropped is None else dropped
+    while True:
+        state, i, due = _run(state, events, i, count_dups, admit, taken, out)
+        if due is not None:
+            state = _compacted(state, due)
+        if i >= n:
+            return state
+
+
+def _with_counter(state: TaskState, name: str) -> TaskState:
+    counters = dict(state.counters)
+    counters[name] = counters.get(name, 0) + 1
+    return _new_task_state(
+        state.task, state.link_entries, state.deck_entries, state.spans, state.workers,
+        state.pod_events, state.applied, state.instance_times, state.watermark,
+        state.first_event_time, state.last_event_time, counters, state.unknown,
+        state.warnings, state.limits)
+
+
+# --- the public folds ---------------------------------------------------------------------
+
+
+def fold(state: TaskState, ev: ParsedEvent) -> TaskState:
+    """Merge one event into ``state``. Pure, total and idempotent per (instance, seq).
+
+    Events of another task are not applied (counted in ``wrong_task``).
+    """
+    try:
+        return _fold_events(state, (ev,))
+    except Exception:  # totality beats strictness here; the counter makes the bug visible
+        return _with_counter(state, "fold_errors")
+
+
+def fold_many(state: TaskState, events: Iterable[ParsedEvent]) -> TaskState:
+    """Merge ``events`` into ``state`` in order; the same state as folding them one by one
+    (``functools.reduce(fold, events, state)``), but each map is copied once per batch
+    instead of once per event. Pure and total, like ``fold``."""
+    evs = events if isinstance(events, list | tuple) else list(events)
+    try:
+        return _fold_events(state, evs)
+    except Exception:
+        # Never expected. Redone event by event, each failing event is counted in
+        # fold_errors exactly as ``fold`` counts it, so the two stay equivalent even here.
+        for ev in evs:
+            state = fold(state, ev)
+        return state
+
+
+class Checked(NamedTuple):
+    state: TaskState
+    taken: list[ParsedEvent]  # the events applied or counted late, in order
+    duplicates: int  # the events skipped as already applied (not counted in the state)
+
+
+def fold_checked(state: TaskState, events: Sequence[ParsedEvent], admit: Admit | None = None
+                 ) -> Checked:
+    """The watcher's fold of a task's pending events: ``fold_many``, except that a duplicate
+    is dropped uncounted (so the persisted counters never depend on delivery) and an event
+    is applied only when ``admit(ev, False)`` says so (the sender check). A late event is
+    always folded (counted in ``lateSkipped``) after ``admit(ev, True)`` is told of it.
+    Returns the state, the events it took in and how many duplicates it dropped.
+
+    The same as checking each event against the state folded so far and folding it alone,
+    which is what a rebase re-applies. Total like ``fold_many`` (an internal error is redone
+    event by event and counted in ``foldErrors``), except that an exception of ``admit``
+    itself propagates."""
+    said: list[bool] = []  # admit's answers, in the order asked
+
+    def asked(ev: ParsedEvent, late: bool) -> bool:
+        said.append(True if admit is None else admit(ev, late))
+        return said[-1]
+
+    taken: list[ParsedEvent] = []
+    dropped = [0]
+    try:
+        return Checked(_fold_events(state, events, False, asked, taken, dropped), taken,
+                       dropped[0])
+    except Exception:
+        pass
+    # Never expected: the per-event loop the engine stands for, with ``fold`` (total). It asks
+    # in the same order, so the answers already given are replayed, not asked again.
+    replay = iter(said)
+
+    def again(ev: ParsedEvent, late: bool) -> bool:
+        v = next(replay, None)
+        return v if v is not None else (True if admit is None else admit(ev, late))
+
+    taken, dups = [], 0
+    for ev in events:
+        if state.applied.contains(ev.instance, ev.seq):
+            dups += 1
+            continue
+        if state.late(ev):
+            again(ev, True)
+        elif not again(ev, False):
+            continue
+        state = fold(state, ev)
+        taken.append(ev)
+    return Checked(state, taken, dups)
+
+
+def fold_all(
+    task: TaskRef, events: Iterable[ParsedEvent], limits: Limits = DEFAULT_LIMITS
+) -> TaskState:
+    """Fold ``events`` into a fresh state of ``task``."""
+    return fold_many(new_state(task, limits), events)

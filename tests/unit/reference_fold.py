@@ -1,0 +1,289 @@
+"""The reference fold: the per-event fold as it was before the one-engine fold (main abf9afe).
+
+Kept verbatim (its imports and constructors adapted; the per-entry merges and the
+compaction, unchanged since, are imported from the engine) as the oracle of the property
+tests: every fold of schemas/folding.py (``fold``, ``fold_many``, ``fold_checked``) must give
+byte-identical statuses and equal states. Each event copies the maps it touches and builds
+new immutable entries, which is slow and obviously per event; it is not used by the code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta, timezone
+from typing import TypeVar
+
+from tidings.schemas.event import ParsedEvent
+from tidings.schemas.folding import (
+    WINDOW_BUCKETS,
+    _compact,
+    _count,
+    _insert_capped,
+    _merge_progress,
+    _set_named,
+)
+from tidings.schemas.payloads import (
+    DeckReady,
+    LogLink,
+    PodSpawned,
+    Progress,
+    SpanSummaries,
+    SpanSummary,
+    UnknownPayload,
+)
+from tidings.schemas.state import (
+    SpanAgg,
+    TaskState,
+)
+from tidings.schemas.taskstate import _span_weight
+
+K = TypeVar("K")
+V = TypeVar("V")
+_INT_MAX = 2**63 - 1
+
+
+# --- per-entry merges, in place on a map the caller owns ---------------------------------
+# Both ``fold`` (which copies only the one map an event touches, sharing the rest with the
+# input state) and ``fold_many`` (which copies each touched map once per batch) apply events
+# through these, so the two cannot disagree on what an event does.
+
+
+def _us(t: float) -> int:
+    return round(t * 1e6)
+
+
+def _shift_for(first_start: float, last_end: float) -> int:
+    n = -(-(_us(last_end) - _us(first_start)) // WINDOW_BUCKETS)
+    return (n - 1).bit_length() if n > 1 else 0
+
+
+def _windows(
+    old: tuple[tuple[int, int], ...], old_shift: int, shift: int, start: float, end: float
+) -> tuple[tuple[int, int], ...]:
+    """``old`` regridded to ``shift`` (outward), plus [start, end], merged."""
+    d = shift - old_shift
+    ivs = [(lo >> d, -(-hi >> d)) for lo, hi in old] if d else list(old)
+    ivs.append((_us(start) >> shift, -(-_us(end) >> shift)))
+    ivs.sort()
+    out: list[tuple[int, int]] = []
+    for lo, hi in ivs:
+        if out and lo <= out[-1][1]:
+            if hi > out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+def _merge_span(entries: dict[str, SpanAgg], p: SpanSummary, cap: int) -> int:
+    total_ns = min(round(p.total_s * 1e9), _INT_MAX)
+    name = p.name
+    cur = entries.get(name)
+    if cur is None:
+        shift = _shift_for(p.first_start, p.last_end)
+        new = SpanAgg(
+            p.count, total_ns, p.min_s, p.max_s, p.first_start, p.last_end, p.errors, 1,
+            shift, _windows((), shift, shift, p.first_start, p.last_end),
+        )
+        return _insert_capped(entries, name, new, cap, _span_weight)
+    # Saturating sums (of non-negatives, so still associative and commutative), inline:
+    # this is the hottest merge of the fold.
+    count = cur.count + p.count
+    total = cur.total_ns + total_ns
+    errors = cur.errors + p.errors
+    first = cur.first_start if cur.first_start <= p.first_start else p.first_start
+    last = cur.last_end if cur.last_end >= p.last_end else p.last_end
+    shift = _shift_for(first, last)
+    entries[name] = SpanAgg(
+        count if count <= _INT_MAX else _INT_MAX,
+        total if total <= _INT_MAX else _INT_MAX,
+        cur.min_s if cur.min_s <= p.min_s else p.min_s,
+        cur.max_s if cur.max_s >= p.max_s else p.max_s,
+        first,
+        last,
+        errors if errors <= _INT_MAX else _INT_MAX,
+        cur.events + 1,
+        shift,
+        _windows(cur.windows, cur.shift, shift, p.first_start, p.last_end),
+    )
+    return 0
+
+
+def _merge_spans(entries: dict[str, SpanAgg], p: SpanSummaries, cap: int) -> int:
+    """A SpanSummaries note is its rows, each merged as one SpanSummary would be (each row
+    counts as one event of its name), so packing names into one note changes nothing in
+    the state: the per-name merges commute, whatever notes carry them."""
+    capped = 0
+    for row in p.spans:
+        capped += _merge_span(entries, row, cap)
+    return capped
+
+
+def _order_time(ev: ParsedEvent, skew: timedelta) -> datetime:
+    """The event's time for ordering: its eventTime, bounded by the server's clock."""
+    created = ev.created
+    if created is not None:
+        bound = created + skew
+        if ev.event_time > bound:
+            return bound
+    return ev.event_time
+
+
+_UTC = timezone.utc
+
+
+def _epoch(t: datetime) -> int:
+    return int(t.timestamp())
+
+
+def _bump(counters: Mapping[str, int], name: str) -> dict[str, int]:
+    out = dict(counters)
+    out[name] = out.get(name, 0) + 1
+    return out
+
+
+def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
+    if ev.task is not state.task and ev.task != state.task:
+        return _with(state, counters=_bump(state.counters, "wrong_task"))
+    instance, seq = ev.instance, ev.seq
+    applied = state.applied
+    # Duplicates (relists, retries) are decided by the version vector before any other work.
+    if applied.contains(instance, seq):
+        return _with(state, counters=_bump(state.counters, "duplicates"))
+    created = ev.created
+    c = 0 if created is None else _epoch(created)
+    if created is not None and c < state.watermark:
+        return _with(state, counters=_bump(state.counters, "late_skipped"))
+
+    lim = state.limits
+    links, decks, spans = state.link_entries, state.deck_entries, state.spans
+    workers, unknown = state.workers, state.unknown
+    counters = dict(state.counters)
+    counters["events_applied"] = counters.get("events_applied", 0) + 1
+    t = _order_time(ev, lim.clock_skew)
+    if t is not ev.event_time:
+        counters["time_clamped"] = counters.get("time_clamped", 0) + 1
+    capped = 0
+    capped_name = ""
+    p = ev.payload
+    tp = type(p)
+    sender = ev.sender
+    # Only the map this event touches is copied; the others are shared with ``state``.
+    if tp is SpanSummary:
+        assert isinstance(p, SpanSummary)
+        spans = dict(spans)
+        capped = _merge_span(spans, p, lim.spans)
+        capped_name = "spans_capped"
+    elif tp is SpanSummaries:
+        assert isinstance(p, SpanSummaries)
+        spans = dict(spans)
+        capped = _merge_spans(spans, p, lim.spans)
+        capped_name = "spans_capped"
+    elif tp is Progress:
+        assert isinstance(p, Progress)
+        workers = dict(workers)
+        capped = _merge_progress(workers, sender.name, p, (t, instance, seq), lim.workers)
+        capped_name = "workers_capped"
+    elif tp is LogLink:
+        assert isinstance(p, LogLink)
+        links = dict(links)
+        capped = _set_named(links, p.name, p.url, (t, instance, seq), lim.links)
+        capped_name = "links_capped"
+    elif tp is DeckReady:
+        assert isinstance(p, DeckReady)
+        decks = dict(decks)
+        capped = _set_named(decks, p.name, p.uri, (t, instance, seq), lim.decks)
+        capped_name = "decks_capped"
+    elif tp is PodSpawned:
+        counters["pods_spawned"] = counters.get("pods_spawned", 0) + 1
+    elif tp is UnknownPayload:
+        assert isinstance(p, UnknownPayload)
+        unknown = dict(unknown)
+        capped = _count(unknown, p.type, lim.unknown_types)
+        capped_name = "unknown_capped"
+        counters["unknown_payloads"] = counters.get("unknown_payloads", 0) + 1
+    if capped:
+        counters[capped_name] = counters.get(capped_name, 0) + capped
+
+    pod_events = dict(state.pod_events)
+    pods_capped = _count(pod_events, (sender.name, sender.uid), lim.pods)
+    if pods_capped:
+        counters["pods_capped"] = counters.get("pods_capped", 0) + pods_capped
+    first, last = state.first_event_time, state.last_event_time
+    applied = applied.add(instance, seq)
+    times, watermark = state.instance_times, state.watermark
+    if created is not None:
+        if times.get(instance, -1) < c:
+            times = {**times, instance: c}
+        applied, times, watermark, n = _compact(applied, times, watermark, c, lim)
+        if n:
+            counters["instances_compacted"] = counters.get("instances_compacted", 0) + n
+    return TaskState(
+        state.task,
+        links,
+        decks,
+        spans,
+        workers,
+        pod_events,
+        applied,
+        times,
+        watermark,
+        t if first is None or t < first else first,
+        t if last is None or t > last else last,
+        counters,
+        unknown,
+        state.warnings + 1 if ev.warning else state.warnings,
+        lim,
+    )
+
+
+def _with(state: TaskState, *, counters: dict[str, int]) -> TaskState:
+    return TaskState(
+        state.task,
+        state.link_entries,
+        state.deck_entries,
+        state.spans,
+        state.workers,
+        state.pod_events,
+        state.applied,
+        state.instance_times,
+        state.watermark,
+        state.first_event_time,
+        state.last_event_time,
+        counters,
+        state.unknown,
+        state.warnings,
+        state.limits,
+    )
+
+
+def fold(state: TaskState, ev: ParsedEvent) -> TaskState:
+    """Merge one event into ``state``. Pure, total and idempotent per (instance, seq).
+
+    Events of another task are not applied (counted in ``wrong_task``).
+    """
+    try:
+        return _fold(state, ev)
+    except Exception:  # totality beats strictness here; the counter makes the bug visible
+        return _with(state, counters=_bump(state.counters, "fold_errors"))
+
+
+def fold_checked(state: TaskState, events: list[ParsedEvent],
+                 admit: Callable[[ParsedEvent, bool], bool]
+                 ) -> tuple[TaskState, list[ParsedEvent], int]:
+    """The watcher's per-event loop before the batch fold (watcher/controller.py, main
+    abf9afe): skip what the state folded so far holds, fold a late event, ask the sender
+    check for the rest."""
+    taken: list[ParsedEvent] = []
+    dups = 0
+    for ev in events:
+        if state.applied.contains(ev.instance, ev.seq):
+            dups += 1
+            continue
+        if state.late(ev):
+            admit(ev, True)
+        elif not admit(ev, False):
+            continue
+        state = fold(state, ev)
+        taken.append(ev)
+    return state, taken, dups

@@ -31,7 +31,7 @@ unit: venv
 demo: setup
 	TIDINGS_BIN_DIR=$(BIN_DIR) deploy/demo.sh
 
-# mypy --strict over tidings.schemas, .kube, .emitter and .cli (tools/typecheck.py says how).
+# mypy --strict over tidings.schemas, .kube, .emitter, .watcher and .cli (tools/typecheck.py says how).
 lint: venv
 	$(VENV)/bin/ruff check schemas kube emitter watcher cli tidings tests bench tools
 	$(VENV)/bin/python tools/typecheck.py

@@ -28,7 +28,7 @@ from tidings.cli.common import (
 from tidings.kube import Client, ConfigError, Impersonation, KubeError, iter_lines
 from tidings.kube import load as load_config
 from tidings.schemas import API_VERSION
-from tidings.schemas.contract import EVENTS_RESOURCE, TASKFEEDBACK_RESOURCE, events_path
+from tidings.schemas.contract import EVENTS_RESOURCE, TASKFEEDBACK_RESOURCE, events_path, pods_path
 
 # (connect, read) seconds for ordinary requests; streams choose their own read timeout.
 REQUEST_TIMEOUT = (5.0, 30.0)
@@ -203,7 +203,7 @@ class Kube:
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod, or None when it does not exist."""
         try:
-            return self.get_json(f"/api/v1/namespaces/{namespace}/pods/{name}",
+            return self.get_json(pods_path(namespace, name),
                                  action=Action("get", "pods", namespace, name))
         except ApiError as err:
             if err.status == 404:

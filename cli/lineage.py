@@ -43,6 +43,7 @@ from tidings.schemas.contract import (
     TASKFEEDBACK_RESOURCE,
     lineage_selector,
     pod_selector,
+    pods_path,
     taskfeedback_path,
 )
 
@@ -120,7 +121,7 @@ def status_pods(kube: Kube, namespace: str, app: str) -> list[tuple[str, str, in
 
 
 def list_labelled(kube: Kube, namespace: str, app: str) -> tuple[list[dict[str, Any]], str]:
-    return kube.list_all(f"/api/v1/namespaces/{namespace}/pods",
+    return kube.list_all(pods_path(namespace),
                          {"labelSelector": pod_selector(app)},
                          action=Action("list", "pods", namespace))
 
@@ -246,7 +247,7 @@ def follow_labelled(kube: Kube, namespace: str, app: str, resource_version: str,
 
     def watch(rv: str) -> Any:
         return kube.stream(
-            f"/api/v1/namespaces/{namespace}/pods",
+            pods_path(namespace),
             {"labelSelector": pod_selector(app), "watch": "true", "resourceVersion": rv,
              "allowWatchBookmarks": "true", "timeoutSeconds": 30},
             action=Action("watch", "pods", namespace), read_timeout=45)

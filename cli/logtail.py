@@ -23,7 +23,7 @@ import orjson
 from tidings.cli.common import CliError, safe
 from tidings.cli.kube import Action, ApiError, Kube, lines
 from tidings.cli.logtargets import PodView, Target
-from tidings.schemas.contract import TERMINAL_PHASES
+from tidings.schemas.contract import TERMINAL_PHASES, pods_path
 
 # stern-like palette: distinct, readable on dark and light terminals.
 _PALETTE = (31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96)
@@ -175,7 +175,7 @@ class Tail:
     def run(self, kube: Kube, ns: str, opt: Options, printer: Printer, pods: PodView,
             stopped: threading.Event) -> str:
         t = self.target
-        path = f"/api/v1/namespaces/{ns}/pods/{t.pod}/log"
+        path = pods_path(ns, t.pod) + "/log"
         action = Action("get", "pods/log", ns, t.pod)
         backoff = 0.2
         while not stopped.is_set():

@@ -18,7 +18,7 @@ from tidings.cli.common import EXIT_NOT_FOUND, CliError
 from tidings.cli.kube import Action, ApiError, Kube
 from tidings.cli.lineage import vouches
 from tidings.schemas import TASK_LABEL, LineageEntry
-from tidings.schemas.contract import TERMINAL_PHASES, pod_selector
+from tidings.schemas.contract import TERMINAL_PHASES, pod_selector, pods_path
 
 if TYPE_CHECKING:
     from tidings.cli.logtail import Options, Printer
@@ -80,7 +80,7 @@ class PodView:
         self.ns = ns
         self.app = app
         self._lock = threading.Lock()
-        self._path = f"/api/v1/namespaces/{ns}/pods"
+        self._path = pods_path(ns)
         self._query = {"labelSelector": pod_selector(app)}
         self._action = Action("list", "pods", ns)
         self.may_list = True

@@ -23,6 +23,15 @@ def events_path(namespace: str | None = None) -> str:
     return f"{EVENTS_GROUP_PATH}/events"
 
 
+def pods_path(namespace: str | None = None, name: str = "") -> str:
+    """The core/v1 Pod collection in ``namespace`` (None or "": every namespace), or the pod
+    ``name`` in it: senders are pods, and lineage and logs find pods."""
+    if not namespace:
+        return "/api/v1/pods"
+    base = f"/api/v1/namespaces/{namespace}/pods"
+    return f"{base}/{name}" if name else base
+
+
 def taskfeedback_path(namespace: str | None = None, name: str = "") -> str:
     """The TaskFeedback collection in ``namespace`` (None or "": every namespace), or the
     object ``name`` in it."""

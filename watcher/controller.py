@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -17,8 +17,14 @@ from typing import Any
 import orjson
 
 from tidings.kube import paginate
-from tidings.schemas.constants import API_GROUP, API_VERSION, KIND, PLURAL
-from tidings.schemas.contract import BUS_SELECTOR, EVENTS_GROUP_PATH
+from tidings.schemas.constants import API_VERSION, KIND
+from tidings.schemas.contract import (
+    BUS_SELECTOR,
+    TASK_LABEL,
+    events_path,
+    pods_path,
+    taskfeedback_path,
+)
 from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event
 from tidings.schemas.fastpath import fast_watch_line
 from tidings.schemas.rejection import Rejection
@@ -136,10 +142,9 @@ class Controller:
         self._stopping = threading.Event()
 
     # --- wiring -------------------------------------------------------------------------
-    def _paths(self, group_path: str, plural: str) -> list[str]:
-        if not self.s.namespaces:
-            return [f"{group_path}/{plural}"]
-        return [f"{group_path}/namespaces/{ns}/{plural}" for ns in self.s.namespaces]
+    def _paths(self, collection: Callable[[str | None], str]) -> list[str]:
+        """``collection``'s path once per watched namespace (one cluster-wide path if none)."""
+        return [collection(ns) for ns in self.s.namespaces] or [collection(None)]
 
     def _thread(self, target: Any, name: str) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
@@ -162,27 +167,27 @@ class Controller:
         t0 = time.monotonic()
         loaded = self._load()
         log.info("loaded %d task states in %.2fs", loaded, time.monotonic() - t0)
-        pods = [self._reflector(p, [("labelSelector", "tidings.dev/task")], self.senders)
-                for p in self._paths("/api/v1", "pods")]
+        pods = [self._reflector(p, [("labelSelector", TASK_LABEL)], self.senders)
+                for p in self._paths(pods_path)]
         for r in pods:  # best effort: a cache miss falls back to a GET anyway
             r.synced.wait(10)
         self.writer.start()
         for i in range(self.s.concurrency):
             self._thread(self._fold_worker, f"fold-{i}")
         events = [self._reflector(p, [("fieldSelector", BUS_SELECTOR)], EventSource(self))
-                  for p in self._paths(EVENTS_GROUP_PATH, "events")]
+                  for p in self._paths(events_path)]
         self._thread(lambda: self._monitor(events), "monitor")
         if self.s.ttl_after_finished > 0:
             self._thread(self._ttl_loop, "ttl")
 
     def _load(self) -> int:
         """Seed the store from existing TaskFeedback statuses (version vectors included)."""
-        version = API_VERSION.split("/")[1]
         n = 0
-        for path in self._paths(f"/apis/{API_GROUP}/{version}", PLURAL):
-            pages = paginate(lambda q, path=path: self.kube.request(
-                "GET", path, query=q, timeout=(5, 60)), None, 500)
-            for data in pages:
+        for path in self._paths(taskfeedback_path):
+            def get(q: list[tuple[str, Any]], path: str = path) -> Any:
+                return self.kube.request("GET", path, query=q, timeout=(5, 60))
+
+            for data in paginate(get, None, 500):
                 for obj in data.get("items") or []:
                     meta = obj.get("metadata") or {}
                     task = TaskRef(meta.get("namespace", ""), meta.get("name", ""))
@@ -211,8 +216,7 @@ class Controller:
             self._stopping.wait(0.2)
 
     def _ttl_loop(self) -> None:
-        version = API_VERSION.split("/")[1]
-        sweeper = TtlSweeper(self.kube, self._paths(f"/apis/{API_GROUP}/{version}", PLURAL),
+        sweeper = TtlSweeper(self.kube, self._paths(taskfeedback_path),
                              self.s.ttl_after_finished, on_deleted=self.store.forget)
         while not self._stopping.wait(sweeper.interval):
             if not self.writer.may_write():

@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from tidings.schemas.constants import TASK_LABEL
+from tidings.schemas.contract import pods_path
 from tidings.schemas.event import ParsedEvent, WatchItem
 from tidings.schemas.payloads import PodSpawned
 from tidings.schemas.rejection import Rejection, RejectReason
@@ -275,7 +276,7 @@ class Senders:
         if self.get is None:
             return None
         try:
-            obj = self.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+            obj = self.get(pods_path(ns, name))
         except SenderLookupError as e:
             if e.retry:
                 return Retry.LATER

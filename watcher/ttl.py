@@ -55,7 +55,7 @@ class TtlSweeper:
     """One sweep lists the TaskFeedbacks under ``paths`` and deletes the expired ones."""
 
     def __init__(self, kube: Kube, paths: list[str], ttl: float,
-                 on_deleted: Callable[[TaskRef], None]) -> None:
+                 on_deleted: Callable[[TaskRef], object]) -> None:
         self.kube, self.paths, self.ttl, self.on_deleted = kube, paths, ttl, on_deleted
 
     @property

@@ -1,5 +1,5 @@
 """The code-quality bar is part of the suite: ruff everywhere, mypy --strict on schemas, kube,
-emitter and cli, and the dependency rules: schemas and the emitter import nothing of the
+emitter, watcher and cli, and the dependency rules: schemas and the emitter import nothing of the
 parts above them, no shipped code imports the kubernetes client."""
 
 from __future__ import annotations

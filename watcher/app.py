@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidings.kube.flowcontrol import Backoff
 from tidings.schemas.event import TaskRef
 
 from .auth import Authorizer
@@ -23,7 +24,6 @@ from .http import Endpoints
 from .kube import Kube, KubeError, load_client
 from .leader import LeaderElector
 from .metrics import Metrics
-from .reflector import Backoff
 from .writer import status_body
 
 log = logging.getLogger("tidings.watcher")

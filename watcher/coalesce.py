@@ -1,5 +1,5 @@
 """Write pacing: per key, at most one write in flight and writes spaced by an interval
-(``Coalescer``, pure); across keys, a global budget of writes/s (``TokenBucket``).
+(``Coalescer``, pure); across keys, a global budget (the kit's ``TokenBucket``).
 
 The writer asks the coalescer when to schedule a key; whatever state is newest when the
 write begins is what gets written, so any number of folds between two writes cost one write.
@@ -7,11 +7,11 @@ write begins is what gets written, so any number of folds between two writes cos
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+from tidings.kube.flowcontrol import Backoff
 
 K = TypeVar("K", bound=Hashable)
 
@@ -34,8 +34,8 @@ class Coalescer(Generic[K]):
 
     def __init__(self, interval: float, retry_base: float = 0.5, retry_cap: float = 10.0) -> None:
         self.interval = max(0.0, interval)
-        self.retry_base = retry_base
-        self.retry_cap = retry_cap
+        # Failed writes of a key back off by its own count of failures in a row.
+        self.backoff = Backoff(base=retry_base, cap=retry_cap, jitter=0.0)
         self._keys: dict[K, _Key] = {}
 
     def _k(self, key: K) -> _Key:
@@ -46,9 +46,7 @@ class Coalescer(Generic[K]):
 
     def _next_delay(self, k: _Key, now: float) -> float:
         delay = max(0.0, k.last_start + self.interval - now)
-        if k.failures:
-            delay = max(delay, min(self.retry_cap, self.retry_base * 2 ** (k.failures - 1)))
-        return delay
+        return max(delay, self.backoff.delay(k.failures))
 
     def changed(self, key: K, now: float) -> float | None:
         """The key's state changed; returns the delay to schedule a write, or None."""
@@ -91,26 +89,3 @@ class Coalescer(Generic[K]):
     def is_dirty(self, key: K) -> bool:
         k = self._keys.get(key)
         return k is not None and (k.dirty or k.in_flight)
-
-
-class TokenBucket:
-    """A global write budget (writes/s with a burst), reservation style like Go's rate.Limiter:
-    ``reserve`` takes a token now and says how long to wait before using it. Thread-safe."""
-
-    def __init__(self, rate: float, burst: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate, self.burst, self.clock = rate, max(1, burst), clock
-        self._tokens = float(self.burst)
-        self._at = clock()
-        self._lock = threading.Lock()
-
-    def reserve(self) -> float:
-        """Seconds to wait before the reserved write may start (0 when within budget)."""
-        if self.rate <= 0:
-            return 0.0
-        with self._lock:
-            now = self.clock()
-            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-            self._at = now
-            self._tokens -= 1.0
-            return 0.0 if self._tokens >= 0 else -self._tokens / self.rate

@@ -20,11 +20,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tidings.kube.flowcontrol import TokenBucket
 from tidings.schemas.constants import API_VERSION, KIND, taskfeedback_collection
 from tidings.schemas.event import TaskRef
 from tidings.schemas.state import STATUS_BUDGET, TaskState
 
-from .coalesce import Coalescer, TokenBucket
+from .coalesce import Coalescer
 from .kube import Kube, KubeError
 from .logs import task_fields
 from .metrics import Metrics
@@ -90,7 +91,7 @@ class StatusWriter:
         self.may_write = may_write
         # Status patches are the watcher's main cost to the API server (decode, schema
         # validation and managedFields of a large object): the budget bounds it globally.
-        self.budget = TokenBucket(max_rate, burst=max(1, int(max_rate)))
+        self.budget = TokenBucket(max_rate, burst=max(1, int(max_rate))) if max_rate > 0 else None
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
 
@@ -139,7 +140,8 @@ class StatusWriter:
             if not self.co.begin(task, time.monotonic()):
                 return
         ok = True
-        wait = self.budget.reserve() if self.store.unwritten(task) is not None else 0.0
+        wait = self.budget.take() if self.budget is not None \
+            and self.store.unwritten(task) is not None else 0.0
         if wait > 0:
             time.sleep(wait)  # holds only this key; its newer folds coalesce meanwhile
         if self.store.unwritten(task) is not None:

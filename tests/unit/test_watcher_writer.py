@@ -8,8 +8,6 @@ import time
 from datetime import datetime
 from typing import Any
 
-import pytest
-
 from tests.support import eventually
 from tidings._compat import UTC
 from tidings.schemas.event import ParsedEvent, PodRef, TaskRef
@@ -257,20 +255,6 @@ def test_no_write_without_the_lease() -> None:
     assert kube.objects == {}
     assert not w.idle(), "the state stays dirty for whoever holds the lease"
     w.stop()
-
-
-def test_token_bucket_spaces_writes_after_the_burst() -> None:
-    from tidings.watcher.coalesce import TokenBucket
-
-    clock = [0.0]
-    b = TokenBucket(rate=10, burst=3, clock=lambda: clock[0])
-    assert [b.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
-    waits = [b.reserve() for _ in range(3)]
-    assert waits == pytest.approx([0.1, 0.2, 0.3])
-    clock[0] = 10.0  # refills up to the burst, not beyond
-    assert [b.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
-    assert b.reserve() == pytest.approx(0.1)
-    assert TokenBucket(rate=0, burst=1).reserve() == 0.0  # unlimited
 
 
 def test_global_write_budget_bounds_writes_across_tasks() -> None:

@@ -8,6 +8,11 @@ import time
 from datetime import datetime
 from typing import Any
 
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from tests.support import eventually
 from tidings._compat import UTC
 from tidings.schemas.event import ParsedEvent, PodRef, TaskRef
@@ -22,69 +27,130 @@ from tidings.watcher.writer import StatusWriter, parse_slow_writes, status_body
 # --- Coalescer (pure) ------------------------------------------------------------------
 
 
-def test_first_change_schedules_immediately_then_collapses() -> None:
+def test_first_change_is_due_at_once_then_collapses() -> None:
     c: Coalescer[str] = Coalescer(interval=1.0)
-    assert c.changed("a", 0.0) == 0.0
-    assert c.changed("a", 0.1) is None  # already scheduled
-    assert c.begin("a", 0.2)
-    assert c.changed("a", 0.3) is None  # in flight: remembered, not scheduled twice
-    assert c.changed("a", 0.4) is None
-    # the write ends; the newer state goes next, one interval after the last start
-    assert c.end("a", 0.5, ok=True) == 0.7
-    assert c.begin("a", 1.2)
-    assert c.end("a", 1.3, ok=True) is None
+    c.changed("a", 0.0)
+    c.changed("a", 0.1)  # already queued: still one write
+    assert c.next(0.2) == ("a", 0.0)
+    assert c.next(0.2) == (None, None), "one write per key in flight, nothing else queued"
+    c.changed("a", 0.3)  # in flight: remembered, queued when the write ends
+    c.changed("a", 0.4)
+    c.end("a", 0.5, ok=True)
+    # the newer state goes next, one interval after the last start
+    assert c.next(0.5) == (None, pytest.approx(0.7))
+    assert c.next(1.2) == ("a", 0.0)
+    c.end("a", 1.3, ok=True)
     assert c.idle()
 
 
-def test_writes_are_spaced_by_the_interval() -> None:
-    c: Coalescer[str] = Coalescer(interval=0.5)
-    starts = []
-    now, due = 0.0, None
-    # 1000 changes/s for 5 s: a start happens only when the scheduled time is due
-    for i in range(5000):
-        now = i / 1000
-        d = c.changed("k", now)
-        if d is not None:
-            due = now + d
-        if due is not None and now >= due:
-            assert c.begin("k", now)
-            starts.append(now)
-            due = None
-            d = c.end("k", now + 0.01, ok=True)
-            if d is not None:
-                due = now + 0.01 + d
-    gaps = [b - a for a, b in itertools.pairwise(starts)]
-    assert len(starts) <= 5 / 0.5 + 1
-    assert min(gaps) >= 0.5 - 1e-9
+def test_writes_of_a_key_are_spaced_by_its_interval() -> None:
+    c: Coalescer[str] = Coalescer(interval=0.5, coalesce_interval=2.0)
+    starts: dict[bool, list[float]] = {True: [], False: []}
+    for critical in (True, False):
+        c = Coalescer(interval=0.5, coalesce_interval=2.0)
+        for i in range(5000):  # 1000 changes/s for 5 s
+            now = i / 1000
+            c.changed("k", now, critical)
+            key, _ = c.next(now)
+            if key is not None:
+                starts[critical].append(now)
+                c.end("k", now + 0.01, ok=True)
+    for critical, gap in ((True, 0.5), (False, 2.0)):
+        gaps = [b - a for a, b in itertools.pairwise(starts[critical])]
+        assert len(starts[critical]) <= 5 / gap + 1
+        assert min(gaps) >= gap - 1e-9
 
 
 def test_failure_keeps_the_state_dirty_and_backs_off() -> None:
     c: Coalescer[str] = Coalescer(interval=0.0, retry_base=0.5, retry_cap=2.0)
-    assert c.changed("a", 0.0) == 0.0
-    assert c.begin("a", 0.0)
-    assert c.end("a", 0.1, ok=False) == 0.5
-    assert c.begin("a", 0.6)
-    assert c.end("a", 0.7, ok=False) == 1.0
-    assert c.begin("a", 1.7)
-    assert c.end("a", 1.8, ok=False) == 2.0  # capped
-    assert c.begin("a", 3.8)
-    assert c.end("a", 3.9, ok=True) is None
+    c.changed("a", 0.0)
+    waits = []
+    now = 0.0
+    for _ in range(3):
+        assert c.next(now)[0] == "a"
+        c.end("a", now + 0.1, ok=False)
+        _, wait = c.next(now + 0.1)
+        assert wait is not None
+        waits.append(wait)
+        now += 0.1 + wait
+    assert waits == pytest.approx([0.5, 1.0, 2.0])  # capped at 2
+    assert c.next(now)[0] == "a"
+    assert c.oldest(now) == pytest.approx(now), "the failed change stays as old as it was"
+    c.end("a", now + 0.1, ok=True)
     assert c.idle()
-
-
-def test_begin_without_a_change_writes_nothing() -> None:
-    c: Coalescer[str] = Coalescer(interval=0.0)
-    assert not c.begin("a", 0.0)
-    assert c.changed("a", 0.0) == 0.0
-    assert c.begin("a", 0.0)
-    assert not c.begin("a", 0.0), "never two writes of one key in flight"
 
 
 def test_keys_are_independent() -> None:
     c: Coalescer[str] = Coalescer(interval=10.0)
-    assert c.changed("a", 0.0) == 0.0
-    assert c.begin("a", 0.0)
-    assert c.changed("b", 0.1) == 0.0  # b is not held back by a's write or interval
+    c.changed("a", 0.0)
+    assert c.next(0.0)[0] == "a"
+    c.changed("b", 0.1)
+    assert c.next(0.1)[0] == "b"  # b is not held back by a's write or interval
+
+
+def _line(priority: bool) -> list[str]:
+    """Thirty tasks with coalescible changes, then one critical: the order they are taken."""
+    c: Coalescer[str] = Coalescer(interval=0.0, priority=priority)
+    for i in range(30):
+        c.changed(f"span-{i}", i * 0.01, critical=False)
+    c.changed("link", 1.0, critical=True)
+    order = []
+    while (key := c.next(2.0)[0]) is not None:
+        order.append(key)
+        c.end(key, 2.0, ok=True)
+    return order
+
+
+def test_a_critical_change_overtakes_a_line_of_coalescible_ones() -> None:
+    assert _line(priority=True) == ["link"] + [f"span-{i}" for i in range(30)]
+    # The old single line (the baseline): the link waits behind every span.
+    assert _line(priority=False) == [f"span-{i}" for i in range(30)] + ["link"]
+
+
+def test_a_queued_coalescible_key_jumps_the_line_when_it_turns_critical() -> None:
+    c: Coalescer[str] = Coalescer(interval=0.5, coalesce_interval=5.0)
+    c.changed("a", 0.0)
+    assert c.next(0.0)[0] == "a"
+    c.end("a", 0.1, ok=True)
+    c.changed("a", 0.2, critical=False)
+    assert c.next(0.6) == (None, pytest.approx(4.4)), "coalescible: 5 s after the last write"
+    c.changed("a", 0.7, critical=True)
+    assert c.next(0.7)[0] == "a", "critical: 0.5 s after the last write, due now"
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.booleans(), st.floats(0, 0.3),
+                          st.booleans()), max_size=80))
+def test_the_plan_never_runs_a_key_twice_and_prefers_critical_and_old(
+        steps: list[tuple[int, bool, float, bool]]) -> None:
+    c: Coalescer[int] = Coalescer(interval=0.2, coalesce_interval=1.0, retry_base=0.1)
+    now = 0.0
+    flying: set[int] = set()
+    crit: dict[int, bool] = {}
+    since: dict[int, float] = {}
+    for key, critical, dt, finish in steps:
+        now += dt
+        c.changed(key, now, critical)
+        crit[key] = crit.get(key, False) or critical
+        since.setdefault(key, now)
+        if finish and flying:
+            done = min(flying)
+            flying.discard(done)
+            c.end(done, now, ok=key % 2 == 0)
+        got, _ = c.next(now)
+        if got is not None:
+            assert got not in flying, "never two writes of one key in flight"
+            flying.add(got)
+    while flying:  # drain: every change is written eventually
+        c.end(flying.pop(), now, ok=True)
+    for _ in range(1000):
+        got, wait = c.next(now)
+        if got is None:
+            if wait is None:
+                break
+            now += wait
+            continue
+        c.end(got, now, ok=True)
+    assert c.idle()
 
 
 # --- StatusWriter against a fake API ----------------------------------------------------
@@ -102,6 +168,8 @@ class FakeKube:
         self.lock = threading.Lock()
 
     def request(self, method: str, path: str, **kw: Any) -> Any:
+        if kw.get("data") is not None:  # the writer sends PUT bodies encoded already
+            kw["body"] = orjson.loads(kw["data"])
         name = path.split("/taskfeedbacks")[1].strip("/").split("/")[0] or \
             kw["body"]["metadata"]["name"]
         with self.lock:
@@ -183,7 +251,7 @@ def test_slow_task_does_not_hold_up_another() -> None:
     w.start()
     a, b = TaskRef("ns", "a"), TaskRef("ns", "b")
     _apply(store, w, a, 1)
-    eventually(lambda: w.queue.is_processing(a), 5, "a's write to sit in the slow hook")
+    eventually(lambda: w.is_processing(a), 5, "a's write to sit in the slow hook")
     t0 = time.monotonic()
     for seq in range(1, 20):
         last_b = _apply(store, w, b, seq)
@@ -270,4 +338,29 @@ def test_global_write_budget_bounds_writes_across_tasks() -> None:
     elapsed = time.monotonic() - t0
     assert len(kube.objects) == 60
     assert elapsed >= (60 - 20) / 20 * 0.9, f"60 writes in {elapsed:.2f}s exceed 20/s + burst"
+    w.stop()
+
+
+def test_the_cost_budget_bounds_estimated_api_server_time() -> None:
+    from tidings.watcher.writer import write_cost
+
+    kube = FakeKube()
+    store = Store()
+    m = Metrics()
+    # 50 ms of API-server CPU per second; 40 first writes (a create and a PUT each) cost
+    # ~350 ms in all, so they take several seconds after the one-second burst.
+    w = StatusWriter(kube, store, m, interval=0.0, workers=8,  # type: ignore[arg-type]
+                     slow={}, budget=0.05)
+    w.start()
+    t0 = time.monotonic()
+    for i in range(40):
+        _apply(store, w, TaskRef("ns", f"t{i}"), 1)
+    assert w.flush(30)
+    elapsed = time.monotonic() - t0
+    spent = m.status_write_cost._value.get()
+    assert len(kube.objects) == 40
+    assert spent >= 40 * (write_cost(0) + write_cost(200)) / 1000
+    # Admission lets each worker take one write into debt: allow 8 writes of slack.
+    slack = 8 * 2 * write_cost(1000) / 1000
+    assert elapsed >= (spent - 0.05 - slack) / 0.05 * 0.9, f"{spent:.3f}s spent in {elapsed:.2f}s"
     w.stop()

@@ -180,12 +180,14 @@ class StatusWriter:
         """The next task to write, once the budget allows; None once stopped."""
         with self._cond:
             while not self._stopped:
-                wait: float | None = self._budget_wait()
-                if wait is not None and wait <= 0:
-                    task, wait = self.co.next(time.monotonic())
-                    if task is not None:
-                        return task
-                self._cond.wait(wait)
+                budget_wait = self._budget_wait()
+                if budget_wait > 0:
+                    self._cond.wait(budget_wait)
+                    continue
+                task, wait = self.co.next(time.monotonic())
+                if task is not None:
+                    return task
+                self._cond.wait(wait)  # None: until a change or a finished write
             return None
 
     def _work(self) -> None:

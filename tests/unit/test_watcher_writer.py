@@ -5,12 +5,13 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support import eventually
@@ -44,10 +45,9 @@ def test_first_change_is_due_at_once_then_collapses() -> None:
 
 
 def test_writes_of_a_key_are_spaced_by_its_interval() -> None:
-    c: Coalescer[str] = Coalescer(interval=0.5, coalesce_interval=2.0)
     starts: dict[bool, list[float]] = {True: [], False: []}
     for critical in (True, False):
-        c = Coalescer(interval=0.5, coalesce_interval=2.0)
+        c: Coalescer[str] = Coalescer(interval=0.5, coalesce_interval=2.0)
         for i in range(5000):  # 1000 changes/s for 5 s
             now = i / 1000
             c.changed("k", now, critical)
@@ -118,30 +118,73 @@ def test_a_queued_coalescible_key_jumps_the_line_when_it_turns_critical() -> Non
     assert c.next(0.7)[0] == "a", "critical: 0.5 s after the last write, due now"
 
 
-@given(st.lists(st.tuples(st.integers(0, 5), st.booleans(), st.floats(0, 0.3),
-                          st.booleans()), max_size=80))
-def test_the_plan_never_runs_a_key_twice_and_prefers_critical_and_old(
-        steps: list[tuple[int, bool, float, bool]]) -> None:
+@dataclass
+class _Model:
+    """The reference plan of one key, written out plainly."""
+
+    dirty: bool = False
+    critical: bool = False
+    since: float = 0.0
+    last_start: float = float("-inf")
+    retry_at: float = float("-inf")
+    failures: int = 0
+    flying: bool = False
+    taken: tuple[float, bool] = (0.0, False)
+
+    def due(self, now: float) -> bool:
+        gap = 0.2 if self.critical else 1.0
+        return self.dirty and not self.flying and max(self.last_start + gap,
+                                                      self.retry_at) <= now + 1e-9
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.booleans(), st.floats(0, 0.5),
+                          st.integers(0, 3)), max_size=100))
+@settings(max_examples=200)
+def test_the_plan_takes_due_critical_keys_first_then_the_oldest_change(
+        steps: list[tuple[int, bool, float, int]]) -> None:
     c: Coalescer[int] = Coalescer(interval=0.2, coalesce_interval=1.0, retry_base=0.1)
+    model = {k: _Model() for k in range(6)}
     now = 0.0
-    flying: set[int] = set()
-    crit: dict[int, bool] = {}
-    since: dict[int, float] = {}
-    for key, critical, dt, finish in steps:
-        now += dt
-        c.changed(key, now, critical)
-        crit[key] = crit.get(key, False) or critical
-        since.setdefault(key, now)
-        if finish and flying:
-            done = min(flying)
-            flying.discard(done)
-            c.end(done, now, ok=key % 2 == 0)
+
+    def take() -> None:
         got, _ = c.next(now)
-        if got is not None:
-            assert got not in flying, "never two writes of one key in flight"
-            flying.add(got)
-    while flying:  # drain: every change is written eventually
-        c.end(flying.pop(), now, ok=True)
+        due = [k for k, m in model.items() if m.due(now)]
+        if got is None:
+            assert not due, f"{due} are due but nothing was taken"
+            return
+        assert got in due, "never a key that is in flight, clean or not due"
+        rank = {k: (not model[k].critical, model[k].since) for k in due}
+        assert rank[got] == min(rank.values()), "critical first, then the oldest change"
+        m = model[got]
+        m.flying, m.dirty, m.last_start = True, False, now
+        m.taken, m.critical = (m.since, m.critical), False
+
+    for key, critical, dt, action in steps:
+        now += dt
+        m = model[key]
+        if action == 0 and m.flying:  # the write of ``key`` ends: ok for even keys
+            ok = key % 2 == 0
+            c.end(key, now, ok)
+            m.flying = False
+            if ok:
+                m.failures, m.retry_at = 0, float("-inf")
+            else:
+                m.failures += 1
+                m.retry_at = now + min(10.0, 0.1 * 2 ** (m.failures - 1))
+                m.since = min(m.since, m.taken[0]) if m.dirty else m.taken[0]
+                m.critical = m.critical or m.taken[1]
+                m.dirty = True
+        else:
+            c.changed(key, now, critical)
+            if not m.dirty:
+                m.dirty, m.since = True, now
+            m.critical = m.critical or critical
+        if action == 3:  # a worker asks: between asks, due keys pile up
+            take()
+    for k, m in model.items():  # drain: every change is written in the end
+        if m.flying:
+            c.end(k, now, ok=True)
+            m.flying = False
     for _ in range(1000):
         got, wait = c.next(now)
         if got is None:

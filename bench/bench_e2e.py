@@ -28,20 +28,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-TICK = os.sysconf("SC_CLK_TCK")
+from support import REPO, Watcher, cpu_seconds  # bench/support.py
+
 PYTHON = REPO / ".venv/bin/python"
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 # --- a child: one sender process ---------------------------------------------------------
@@ -117,29 +111,6 @@ def child(a: argparse.Namespace) -> None:
 
 
 # --- the parent ----------------------------------------------------------------------------
-
-
-class Watcher:
-    def __init__(self, kubeconfig: str, ns: str, log: Path) -> None:
-        self.log = open(log, "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [str(REPO / ".venv/bin/tidings"), "watcher", "run", "--kubeconfig", kubeconfig,
-             "-n", ns, "--no-leader-elect", "--metrics-host", "127.0.0.1", "--metrics-port",
-             "0", "--log-level", "WARNING"], stdout=subprocess.PIPE, stderr=self.log, text=True)
-        assert self.proc.stdout is not None
-        self.port = int(self.proc.stdout.readline().strip().rsplit(":", 1)[1])
-
-    def ready(self) -> bool:
-        try:
-            return urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz",
-                                          timeout=5).status == 200
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
-        self.log.close()
 
 
 def applied_in_status(kube: Any, ns: str) -> int:

@@ -26,11 +26,9 @@ import argparse
 import heapq
 import os
 import random
-import subprocess
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from support import REPO, Watcher, cpu_seconds, pct  # bench/support.py
 
 from tidings.schemas.constants import TASK_LABEL
 from tidings.schemas.event import PodRef, TaskRef, build_event
@@ -46,24 +45,12 @@ from tidings.schemas.payloads import DeckReady, LogLink, Payload, Progress, Span
 from tidings.schemas.version_vector import VersionVector
 from tidings.watcher.kube import Kube, KubeError, load_client
 
-REPO = Path(__file__).resolve().parents[1]
-TICK = os.sysconf("SC_CLK_TCK")
 POLICIES = {
     # name: (label, watcher flags)
     "priority": ("critical first, cost budget (default flags)", []),
     "fifo": ("old: one FIFO, 20 writes/s", ["--write-policy", "fifo", "--write-budget", "0",
                                             "--max-write-rate", "20"]),
 }
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] if xs else float("nan")
 
 
 class Tasks:
@@ -166,39 +153,6 @@ class Tasks:
         self._stop = True
 
 
-class Watcher:
-    def __init__(self, kubeconfig: str, ns: str, flags: list[str], log: Path) -> None:
-        self.log = open(log, "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [str(REPO / ".venv/bin/tidings"), "watcher", "run", "--kubeconfig", kubeconfig,
-             "-n", ns, "--no-leader-elect", "--metrics-host", "127.0.0.1", "--metrics-port",
-             "0", "--log-level", "WARNING", *flags],
-            stdout=subprocess.PIPE, stderr=self.log, text=True)
-        assert self.proc.stdout is not None
-        self.port = int(self.proc.stdout.readline().strip().rsplit(":", 1)[1])
-
-    def metrics(self) -> dict[str, float]:
-        body = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5).read()
-        out = {}
-        for line in body.decode().splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
-
-    def ready(self) -> bool:
-        try:
-            return urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz",
-                                          timeout=5).status == 200
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
-        self.log.close()
-
-
 def wait(cond: Callable[[], bool], timeout: float, what: str) -> float:
     t0 = time.monotonic()
     while not cond():
@@ -242,7 +196,7 @@ def run_policy(name: str, flags: list[str], cp: Any, kubeconfig: str, kube: Kube
     pids = {"kube-apiserver": cp.processes["kube-apiserver"].pid, "etcd": cp.processes["etcd"].pid}
     tasks = Tasks(kube, a.tasks, a.threads)
     pool = ThreadPoolExecutor(a.threads)
-    w = Watcher(kubeconfig, tasks.ns, flags, tmp / f"watcher-{name}.log")
+    w = Watcher(kubeconfig, tasks.ns, tmp / f"watcher-{name}.log", flags)
     pids["watcher"] = w.proc.pid
     wait(w.ready, 60, "watcher ready")
     # Priming: every task's first status (a phase change) before anything is measured.

@@ -25,6 +25,8 @@ import orjson
 from tidings._compat import UTC
 from tidings.cli.common import CliError, not_found, safe
 from tidings.cli.kube import Action, ApiError, Kube, lines
+from tidings.cli.taskview import QUICK_BASE, QUICK_CAP
+from tidings.kube.flowcontrol import Backoff
 from tidings.schemas import (
     KIND,
     TASK_LABEL,
@@ -166,7 +168,7 @@ def _follow(watch: Callable[[str], Any], pick: Pick,
     import time
 
     rv = resource_version
-    quick = 0
+    quick = Backoff(base=QUICK_BASE, cap=QUICK_CAP, jitter=0.0)
     while not stopped.is_set():
         started = time.monotonic()
         try:
@@ -192,9 +194,10 @@ def _follow(watch: Callable[[str], Any], pick: Pick,
                 resp.release_conn()
         if stopped.is_set():
             return
-        quick = quick + 1 if time.monotonic() - started < 1.0 else 0
-        if quick:
-            stopped.wait(min(0.2 * 2 ** quick, 5.0))
+        if time.monotonic() - started < 1.0:
+            stopped.wait(quick.next())
+        else:
+            quick.reset()
         try:
             entries, rv = relist()
         except CliError as err:

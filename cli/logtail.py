@@ -23,6 +23,7 @@ import orjson
 from tidings.cli.common import CliError, safe
 from tidings.cli.kube import Action, ApiError, Kube, lines
 from tidings.cli.logtargets import PodView, Target
+from tidings.kube.flowcontrol import Backoff
 from tidings.schemas.contract import TERMINAL_PHASES, pods_path
 
 # stern-like palette: distinct, readable on dark and light terminals.
@@ -177,7 +178,7 @@ class Tail:
         t = self.target
         path = pods_path(ns, t.pod) + "/log"
         action = Action("get", "pods/log", ns, t.pod)
-        backoff = 0.2
+        backoff = Backoff(base=0.2, cap=_RETRY_CAP, jitter=0.0)
         while not stopped.is_set():
             follow = opt.follow and not self.final_pass and not opt.previous
             broken = False
@@ -212,7 +213,7 @@ class Tail:
                     _release(self.resp)
                     self.resp = None
                 if time.monotonic() - self.started > 5.0:
-                    backoff = 0.2
+                    backoff.reset()
             if stopped.is_set():
                 return ""
             if self.final_pass:
@@ -228,8 +229,7 @@ class Tail:
                 continue
             if not follow:
                 return f"no logs: container not running (pod {phase or 'Unknown'})"
-            stopped.wait(backoff)
-            backoff = min(backoff * 2, _RETRY_CAP)
+            stopped.wait(backoff.next())
         return ""
 
     def _emit(self, raw: bytes, opt: Options, printer: Printer) -> None:

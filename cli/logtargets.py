@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tidings.cli.common import EXIT_NOT_FOUND, CliError
 from tidings.cli.kube import Action, ApiError, Kube
 from tidings.cli.lineage import vouches
+from tidings.kube.flowcontrol import Backoff
 from tidings.schemas import TASK_LABEL, LineageEntry
 from tidings.schemas.contract import TERMINAL_PHASES, pod_selector, pods_path
 
@@ -39,7 +40,7 @@ def targets(kube: Kube, ns: str, entry: LineageEntry, opt: Options, printer: Pri
     carries the app's label (with -f, a pod not visible yet is waited for, 30 s at most);
     else a note on stderr and none. An unknown -c is an error, as kubectl's."""
     name, uid = entry.pod.name, entry.pod.uid
-    delay, deadline = 0.2, time.monotonic() + 30.0
+    wait, deadline = Backoff(base=0.2, cap=2.0, jitter=0.0), time.monotonic() + 30.0
     while True:
         pod = kube.get_pod(ns, name)
         if pod is not None:
@@ -47,8 +48,7 @@ def targets(kube: Kube, ns: str, entry: LineageEntry, opt: Options, printer: Pri
         if not opt.follow or time.monotonic() > deadline or stopped.is_set():
             printer.note(f"- {name}: gone (uid {uid[:8]}), no logs")
             return []
-        stopped.wait(delay)  # the record may arrive before the pod is visible
-        delay = min(delay * 2, 2.0)
+        stopped.wait(wait.next())  # the record may arrive before the pod is visible
     current = _uid(pod)
     if current != uid:
         printer.note(f"- {name}: replaced (recorded uid {uid[:8]}, now {current[:8]}); "

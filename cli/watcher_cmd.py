@@ -45,11 +45,25 @@ def run(
         help="Seconds the leader keeps trying to renew (default: 2/3 lease).")] = None,
     retry_period: Annotated[float | None, typer.Option(
         help="Seconds between lease attempts (default: 2/15 lease).")] = None,
-    write_interval: Annotated[float, typer.Option(envvar="TIDINGS_WRITE_INTERVAL",
-                              help="Minimum seconds between status writes of one task.")] = 0.5,
+    write_interval: Annotated[float, typer.Option(
+        envvar="TIDINGS_WRITE_INTERVAL",
+        help="Minimum seconds between status writes of one task with a critical change "
+        "(a link, a deck, a final or failed report, a phase change).")] = 0.5,
+    coalesce_interval: Annotated[float, typer.Option(
+        envvar="TIDINGS_COALESCE_INTERVAL",
+        help="Minimum seconds between status writes of one task whose changes are only "
+        "spans and non-final progress (merged meanwhile).")] = 5.0,
+    write_budget: Annotated[float, typer.Option(
+        envvar="TIDINGS_WRITE_BUDGET",
+        help="API-server CPU (cores) the status writes may use, estimated from each "
+        "write's size; critical changes go first (0: unlimited).")] = 0.5,
     max_write_rate: Annotated[float, typer.Option(
         envvar="TIDINGS_MAX_WRITE_RATE",
-        help="Status writes/s over all tasks (0: unlimited); the API server's main cost.")] = 20.0,
+        help="Status writes/s over all tasks, on top of the budget (0: unlimited).")] = 0.0,
+    write_policy: Annotated[str, typer.Option(
+        envvar="TIDINGS_WRITE_POLICY",
+        help="priority (critical changes first, then the oldest), or fifo (one line: the "
+        "order before, for comparison).")] = "priority",
     watch_timeout: Annotated[int, typer.Option(help="Server-side watch timeout (s).")] = 60,
     evict_after: Annotated[float, typer.Option(
         envvar="TIDINGS_EVICT_AFTER",
@@ -98,7 +112,9 @@ def run(
         leader_elect=leader_elect,
         lease_namespace=lease_namespace or os.environ.get("POD_NAMESPACE") or "default",
         lease_name=lease_name, lease_duration=lease_duration, renew_deadline=renew_deadline,
-        retry_period=retry_period, write_interval=write_interval, max_write_rate=max_write_rate,
+        retry_period=retry_period, write_interval=write_interval,
+        coalesce_interval=coalesce_interval, write_budget=write_budget,
+        max_write_rate=max_write_rate, write_policy=write_policy,
         watch_timeout=watch_timeout, evict_after=evict_after, compact_after=compact_after,
         clock_skew=clock_skew,
         event_ttl=event_ttl, max_instances=max_instances,

@@ -23,6 +23,7 @@ import tenacity
 from pydantic import BaseModel, ValidationError
 
 from tidings._compat import UTC
+from tidings.kube.flowcontrol import TokenBucket
 from tidings.schemas.constants import NOTE_LIMIT, SCHEMA_VERSION, SEQ_MAX
 from tidings.schemas.event import PodRef, TaskRef, build_event
 from tidings.schemas.names import task_id_error
@@ -49,7 +50,6 @@ from .aggregate import (
     SpanAggregator,
     merge,
 )
-from .bucket import TokenBucket
 from .config import EmitterConfig, Identity
 from .counters import Counters, Problem
 from .items import STOP, WAKE, Flush, ProgressSlot, ProgressUpdate, QueueItem, Target

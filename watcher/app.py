@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidings.kube.flowcontrol import Backoff
 from tidings.schemas.event import TaskRef
 
 from .auth import Authorizer
@@ -23,7 +24,6 @@ from .http import Endpoints
 from .kube import Kube, KubeError, load_client
 from .leader import LeaderElector
 from .metrics import Metrics
-from .reflector import Backoff
 from .writer import status_body
 
 log = logging.getLogger("tidings.watcher")
@@ -48,7 +48,10 @@ class Options:
     renew_deadline: float | None = None  # default: 2/3 of the lease duration
     retry_period: float | None = None  # default: 2/15 of the lease duration
     write_interval: float = 0.5
-    max_write_rate: float = 20.0
+    coalesce_interval: float = 5.0
+    write_budget: float = 0.5
+    max_write_rate: float = 0.0
+    write_policy: str = "priority"
     watch_timeout: int = 60
     evict_after: float = 7200.0
     compact_after: float = 60.0
@@ -73,8 +76,14 @@ def _validate(o: Options) -> None:
         raise ConfigError("--concurrency must be at least 1")
     if o.write_interval < 0:
         raise ConfigError("--write-interval must not be negative")
+    if o.coalesce_interval < 0:
+        raise ConfigError("--coalesce-interval must not be negative")
+    if o.write_budget < 0:
+        raise ConfigError("--write-budget must not be negative")
     if o.max_write_rate < 0:
         raise ConfigError("--max-write-rate must not be negative")
+    if o.write_policy not in ("priority", "fifo"):
+        raise ConfigError("--write-policy must be priority or fifo")
     if o.evict_after < 0:
         raise ConfigError("--evict-after must not be negative")
     if o.compact_after < 0:
@@ -139,7 +148,9 @@ def run(o: Options, *, announce: Any = print) -> int:
         signal.signal(sig, lambda *_: stop.set())
 
     settings = Settings(namespaces=o.namespaces, concurrency=o.concurrency,
-                        write_interval=o.write_interval, max_write_rate=o.max_write_rate,
+                        write_interval=o.write_interval, coalesce_interval=o.coalesce_interval,
+                        write_budget=o.write_budget, max_write_rate=o.max_write_rate,
+                        write_policy=o.write_policy,
                         watch_timeout=o.watch_timeout, evict_after=o.evict_after,
                         compact_after=o.compact_after,
                         clock_skew=o.clock_skew, event_ttl=o.event_ttl,

@@ -1,42 +1,90 @@
-"""Write pacing: per key, at most one write in flight and writes spaced by an interval
-(``Coalescer``, pure); across keys, a global budget of writes/s (``TokenBucket``).
+"""Write pacing (pure: no I/O, no threads): which task's status to write next, and when.
 
-The writer asks the coalescer when to schedule a key; whatever state is newest when the
-write begins is what gets written, so any number of folds between two writes cost one write.
+Per key: at most one write in flight; whatever state is newest when the write begins is what
+gets written, so any number of folds between two writes cost one write. A key with a
+*critical* change (a new link or deck, a final or failed report, a phase change) may be
+written ``interval`` after its last write; one with only *coalescible* changes (spans,
+non-final progress) waits ``coalesce_interval``. Across keys, due critical keys go first,
+then due coalescible ones, each oldest change first: under a budget the coalescible writes
+of a task merge until its turn comes, and the oldest change is always the next in line.
+The global budget (API-server cost, the kit's ``TokenBucket``) is the writer's: it asks
+``next`` only when the budget allows a write.
+
+``priority=False`` is the order before this (the baseline of bench/bench_freshness.py): one
+FIFO by due time, one interval for every change.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Hashable
+import heapq
+import itertools
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from tidings.kube.flowcontrol import Backoff
+from tidings.schemas.event import ParsedEvent
+from tidings.schemas.payloads import Progress, SpanSummary
+from tidings.schemas.state import TaskState
+
 K = TypeVar("K", bound=Hashable)
+
+CRITICAL, COALESCIBLE = "critical", "coalescible"
+
+
+def fact_kind(ev: ParsedEvent) -> str:
+    """"coalescible" for facts a newer one supersedes (spans, non-final progress), else
+    "critical" (links, decks, final progress, failures, and payload types not known here)."""
+    p = ev.payload
+    if not ev.warning and (isinstance(p, SpanSummary)
+                           or (isinstance(p, Progress) and not p.final)):
+        return COALESCIBLE
+    return CRITICAL
+
+
+def critical_change(before: TaskState, after: TaskState, events: Iterable[ParsedEvent]) -> bool:
+    """Whether folding ``events`` onto ``before`` (giving ``after``) is worth writing soon: a
+    critical fact, or a phase change (the first fact of a task, a final, a failure), which
+    moves the conditions too."""
+    return before.phase != after.phase or any(fact_kind(ev) == CRITICAL for ev in events)
 
 
 @dataclass(slots=True)
 class _Key:
     last_start: float = float("-inf")
+    retry_at: float = float("-inf")  # not before this after a failed write (backoff)
+    since: float = 0.0  # when the oldest unwritten change arrived (while dirty)
     in_flight: bool = False
     dirty: bool = False
-    scheduled: bool = False
+    critical: bool = False  # the unwritten changes include a critical one
     failures: int = 0
+    # What the write in flight took (restored if it fails, so its change stays unwritten).
+    taken_since: float = 0.0
+    taken_critical: bool = False
+    # Bumped whenever the key is queued anew: heap entries of an older generation are stale.
+    gen: int = 0
+    queued: bool = False
+    queued_critical: bool = False
 
 
 class Coalescer(Generic[K]):
-    """Bookkeeping of dirty, scheduled and in-flight writes; not thread-safe (caller locks).
+    """The write plan of all keys; not thread-safe (the writer locks around it)."""
 
-    Returned delays are "schedule this key after N seconds"; None means "nothing to schedule"
-    (already scheduled, in flight, or clean).
-    """
-
-    def __init__(self, interval: float, retry_base: float = 0.5, retry_cap: float = 10.0) -> None:
+    def __init__(self, interval: float, coalesce_interval: float | None = None, *,
+                 priority: bool = True, retry_base: float = 0.5, retry_cap: float = 10.0
+                 ) -> None:
         self.interval = max(0.0, interval)
-        self.retry_base = retry_base
-        self.retry_cap = retry_cap
+        self.coalesce_interval = self.interval if coalesce_interval is None \
+            else max(self.interval, coalesce_interval)
+        self.priority = priority
+        # Failed writes of a key back off by its own count of failures in a row.
+        self.backoff = Backoff(base=retry_base, cap=retry_cap, jitter=0.0)
         self._keys: dict[K, _Key] = {}
+        self._tie = itertools.count()
+        # (due, tie, gen, key): queued keys not due yet.
+        self._waiting: list[tuple[float, int, int, K]] = []
+        # (rank, order, tie, gen, key): due keys; rank 0 critical, 1 coalescible.
+        self._due: list[tuple[int, float, int, int, K]] = []
 
     def _k(self, key: K) -> _Key:
         k = self._keys.get(key)
@@ -44,73 +92,109 @@ class Coalescer(Generic[K]):
             k = self._keys[key] = _Key()
         return k
 
-    def _next_delay(self, k: _Key, now: float) -> float:
-        delay = max(0.0, k.last_start + self.interval - now)
-        if k.failures:
-            delay = max(delay, min(self.retry_cap, self.retry_base * 2 ** (k.failures - 1)))
-        return delay
+    def _due_at(self, k: _Key) -> float:
+        gap = self.interval if (k.critical or not self.priority) else self.coalesce_interval
+        return max(k.last_start + gap, k.retry_at)
 
-    def changed(self, key: K, now: float) -> float | None:
-        """The key's state changed; returns the delay to schedule a write, or None."""
+    def _queue(self, key: K, k: _Key, now: float) -> None:
+        """(Re)queue a dirty key that is not in flight; older heap entries become stale."""
+        k.gen += 1
+        k.queued, k.queued_critical = True, k.critical
+        due = self._due_at(k)
+        if due > now:
+            heapq.heappush(self._waiting, (due, next(self._tie), k.gen, key))
+        else:
+            self._push_due(key, k, due)
+
+    def _push_due(self, key: K, k: _Key, due: float) -> None:
+        if self.priority:
+            rank, order = (0 if k.critical else 1), k.since
+        else:
+            rank, order = 0, due
+        heapq.heappush(self._due, (rank, order, next(self._tie), k.gen, key))
+
+    def changed(self, key: K, now: float, critical: bool = True) -> None:
+        """The key's state changed (``critical``: see ``critical_change``)."""
         k = self._k(key)
-        k.dirty = True
-        if k.in_flight or k.scheduled:
-            return None
-        k.scheduled = True
-        return self._next_delay(k, now)
+        if not k.dirty:
+            k.dirty, k.since = True, now
+        k.critical = k.critical or critical
+        if k.in_flight:
+            return  # ``end`` queues it
+        if not k.queued or (k.critical and not k.queued_critical and self.priority):
+            self._queue(key, k, now)  # a critical change jumps from the coalescible line
 
-    def begin(self, key: K, now: float) -> bool:
-        """A write worker picked the key up. False: nothing to write (clean, or already busy)."""
-        k = self._k(key)
-        k.scheduled = False
-        if not k.dirty or k.in_flight:
-            return False
-        k.dirty = False
-        k.in_flight = True
-        k.last_start = now
-        return True
+    def next(self, now: float) -> tuple[K | None, float | None]:
+        """The key to write now (its write has begun), else None and the seconds until one
+        is due (None: nothing is queued)."""
+        while self._waiting and self._waiting[0][0] <= now:
+            due, _, gen, key = heapq.heappop(self._waiting)
+            k = self._keys.get(key)
+            if k is not None and gen == k.gen:
+                self._push_due(key, k, due)
+        while self._due:
+            *_, gen, key = heapq.heappop(self._due)
+            k = self._keys.get(key)
+            if k is None or gen != k.gen:
+                continue  # stale: queued anew since, or swept
+            k.queued = False
+            k.gen += 1
+            k.in_flight, k.dirty, k.last_start = True, False, now
+            k.taken_since, k.taken_critical = k.since, k.critical
+            k.critical = False
+            return key, 0.0
+        while self._waiting and self._stale(self._waiting[0][3], self._waiting[0][2]):
+            heapq.heappop(self._waiting)
+        return None, (self._waiting[0][0] - now if self._waiting else None)
 
-    def end(self, key: K, now: float, ok: bool) -> float | None:
-        """The write finished (ok or not); returns the delay for the next write, or None."""
+    def _stale(self, key: K, gen: int) -> bool:
+        k = self._keys.get(key)
+        return k is None or k.gen != gen
+
+    def end(self, key: K, now: float, ok: bool) -> None:
+        """The write finished (ok or not); a key changed meanwhile, or failed, is queued."""
         k = self._k(key)
         k.in_flight = False
         if ok:
-            k.failures = 0
+            k.failures, k.retry_at = 0, float("-inf")
         else:
             k.failures += 1
-            k.dirty = True  # the state is still unwritten
-        if not k.dirty or k.scheduled:
-            return None
-        k.scheduled = True
-        return self._next_delay(k, now)
+            k.retry_at = now + self.backoff.delay(k.failures)
+            # The state is still unwritten: as old and as critical as what the write took.
+            k.since = min(k.since, k.taken_since) if k.dirty else k.taken_since
+            k.critical = k.critical or k.taken_critical
+            k.dirty = True
+        if k.dirty:
+            self._queue(key, k, now)
 
     def idle(self) -> bool:
-        """No key dirty, scheduled or in flight."""
-        return not any(k.dirty or k.scheduled or k.in_flight for k in self._keys.values())
+        """No key dirty, queued or in flight."""
+        return not any(k.dirty or k.in_flight for k in self._keys.values())
 
     def is_dirty(self, key: K) -> bool:
         k = self._keys.get(key)
         return k is not None and (k.dirty or k.in_flight)
 
+    def in_flight(self, key: K) -> bool:
+        k = self._keys.get(key)
+        return k is not None and k.in_flight
 
-class TokenBucket:
-    """A global write budget (writes/s with a burst), reservation style like Go's rate.Limiter:
-    ``reserve`` takes a token now and says how long to wait before using it. Thread-safe."""
+    def due(self) -> int:
+        """Keys due now or waiting for their interval (not counting writes in flight)."""
+        return sum(1 for k in self._keys.values() if k.queued)
 
-    def __init__(self, rate: float, burst: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate, self.burst, self.clock = rate, max(1, burst), clock
-        self._tokens = float(self.burst)
-        self._at = clock()
-        self._lock = threading.Lock()
+    def oldest(self, now: float) -> float:
+        """Age in seconds of the oldest unwritten change (0 when everything is written)."""
+        ages = [now - (k.taken_since if k.in_flight else k.since)
+                for k in self._keys.values() if k.dirty or k.in_flight]
+        return max(ages, default=0.0)
 
-    def reserve(self) -> float:
-        """Seconds to wait before the reserved write may start (0 when within budget)."""
-        if self.rate <= 0:
-            return 0.0
-        with self._lock:
-            now = self.clock()
-            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-            self._at = now
-            self._tokens -= 1.0
-            return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+    def sweep(self, now: float) -> int:
+        """Forget clean keys whose spacing no longer matters (bounded memory); how many."""
+        horizon = now - self.coalesce_interval
+        gone = [key for key, k in self._keys.items()
+                if not (k.dirty or k.in_flight or k.queued or k.failures)
+                and k.last_start < horizon]
+        for key in gone:
+            del self._keys[key]
+        return len(gone)

@@ -30,6 +30,7 @@ from tidings.schemas.fastpath import fast_watch_line
 from tidings.schemas.rejection import Rejection
 from tidings.schemas.state import Limits, fold_checked
 
+from .coalesce import critical_change
 from .kube import Kube, KubeError
 from .logs import OncePerEvent, event_key, task_fields
 from .metrics import Metrics
@@ -47,8 +48,12 @@ log = logging.getLogger("tidings.watcher")
 class Settings:
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
     concurrency: int = 8
-    write_interval: float = 0.5
-    max_write_rate: float = 20.0  # status writes/s over all tasks (0: unlimited)
+    write_interval: float = 0.5  # between writes of a task with a critical change
+    coalesce_interval: float = 5.0  # between writes of a task with coalescible changes only
+    # API-server CPU the status writes may spend (cores; 0: unlimited), estimated per write.
+    write_budget: float = 0.5
+    max_write_rate: float = 0.0  # status writes/s over all tasks as well (0: unlimited)
+    write_policy: str = "priority"  # or "fifo": one line, no critical-first (the old order)
     watch_timeout: int = 60
     page_size: int = 500
     sender_retry: float = 1.0
@@ -133,9 +138,12 @@ class Controller:
         self.queue: WorkQueue[TaskRef] = WorkQueue()
         self.senders = Senders(kube_getter(kube))
         self.writer = StatusWriter(kube, self.store, metrics, interval=settings.write_interval,
+                                   coalesce_interval=settings.coalesce_interval,
                                    workers=settings.concurrency, slow=settings.slow_writes,
                                    may_write=may_write or (lambda: True),
-                                   max_rate=settings.max_write_rate)
+                                   max_rate=settings.max_write_rate,
+                                   budget=settings.write_budget,
+                                   priority=settings.write_policy != "fifo")
         self.ready = threading.Event()
         self._reflectors: list[Reflector] = []
         self._threads: list[threading.Thread] = []
@@ -206,7 +214,8 @@ class Controller:
                 next_sweep = time.monotonic() + every
             self.metrics.queue_depth.set(len(self.queue))
             self.metrics.tasks_compact.set(self.store.compacted)
-            self.metrics.write_queue_depth.set(len(self.writer.queue))
+            self.metrics.write_queue_depth.set(self.writer.backlog())
+            self.metrics.status_lag.set(self.writer.oldest())
             self.metrics.tasks.set(len(self.store))
             if not self.ready.is_set() and all(r.synced.is_set() for r in events) \
                     and self.queue.pending() == 0:
@@ -316,7 +325,7 @@ class Controller:
             skipped.labels("duplicate").inc(duplicates)
         if applied:
             self.store.put(task, state, base=base, events=applied)
-            self.writer.changed(task)
+            self.writer.changed(task, critical=critical_change(base, state, applied))
         if later:
             for ev in later:
                 self.store.push(ev)
@@ -344,7 +353,7 @@ class Controller:
         if self.s.evict_after <= 0:
             return 0
         n = self.store.evict_idle(self.s.evict_after, lambda t: self.queue.is_processing(t)
-                                  or self.writer.queue.is_processing(t))
+                                  or self.writer.is_processing(t))
         if n:
             self.metrics.tasks_evicted.inc(n)
         return n
@@ -354,7 +363,7 @@ class Controller:
         if self.s.compact_after <= 0:
             return 0
         return self.store.compact_idle(self.s.compact_after, lambda t: self.queue.is_processing(t)
-                                       or self.writer.queue.is_processing(t))
+                                       or self.writer.is_processing(t))
 
     # --- shutdown -----------------------------------------------------------------------
     def abort(self) -> None:
@@ -366,7 +375,8 @@ class Controller:
         self.queue.shutdown()
         self.writer.stop()
         m = self.metrics  # this term's gauges no longer describe anything held
-        for g in (m.ready, m.tasks, m.queue_depth, m.write_queue_depth, m.tasks_compact):
+        for g in (m.ready, m.tasks, m.queue_depth, m.write_queue_depth, m.tasks_compact,
+                  m.status_lag):
             g.set(0)
 
     def stop(self, flush_timeout: float = 10.0) -> bool:

@@ -40,9 +40,10 @@ class Kube:
         self.client = client
 
     def request(self, method: str, path: str, *, query: list[tuple[str, Any]] | None = None,
-                body: Any = None, content_type: str | None = None,
+                body: Any = None, data: bytes | None = None, content_type: str | None = None,
                 timeout: Any = (5, 30)) -> Any:
-        return self.client.request(method, path, query=query, body=body,
+        """``body`` is encoded with orjson; ``data`` is sent as it is (already encoded)."""
+        return self.client.request(method, path, query=query, body=body, data=data,
                                    content_type=content_type, timeout=timeout)
 
     def stream(self, path: str, *, query: list[tuple[str, Any]], timeout: Any,

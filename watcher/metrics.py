@@ -19,10 +19,10 @@ from prometheus_client import (
 )
 
 from tidings.schemas.event import ParsedEvent
-from tidings.schemas.payloads import Progress, SpanSummary
 from tidings.schemas.rejection import RejectReason
 
 from .auth import REASONS
+from .coalesce import COALESCIBLE, CRITICAL, fact_kind
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created series only add noise to every scrape
 
@@ -38,16 +38,6 @@ def version() -> str:
         return metadata.version("tidings")
     except metadata.PackageNotFoundError:
         return "unknown"
-
-
-def fact_kind(ev: ParsedEvent) -> str:
-    """"coalescible" for facts a newer one supersedes (spans, non-final progress), else
-    "critical" (links, decks, final progress, failures, and payload types not known here)."""
-    p = ev.payload
-    if not ev.warning and (isinstance(p, SpanSummary)
-                           or (isinstance(p, Progress) and not p.final)):
-        return "coalescible"
-    return "critical"
 
 
 class Metrics:
@@ -110,7 +100,14 @@ class Metrics:
             "From an applied event's eventTime (the sender's clock) to the successful status "
             "write that first contains it, by kind (critical, coalescible).", ["kind"],
             buckets=LATENCY_BUCKETS, registry=r)
-        for kind in ("critical", "coalescible"):
+        self.status_write_cost = Counter(
+            p + "status_write_cost_seconds",
+            "Estimated API-server CPU spent on status writes (the --write-budget's unit).",
+            registry=r)
+        self.status_lag = Gauge(
+            p + "status_lag_seconds",
+            "How long the oldest change not yet in its task's status has waited.", registry=r)
+        for kind in (CRITICAL, COALESCIBLE):
             self.emit_to_status.labels(kind)
         for reason in REASONS:
             self.http_denied.labels(reason)

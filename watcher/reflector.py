@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from tidings.kube import paginate
+from tidings.kube.flowcontrol import Backoff
 from tidings.schemas.event import WatchItem
 
 from .kube import Kube, KubeError
@@ -36,23 +36,6 @@ class Source(Protocol):
 
     # Optional: ``watch_lines(lines) -> list[WatchItem]`` takes the lines of one socket read
     # at once (parsed and delivered in order, stopping after a line that ends the watch).
-
-
-class Backoff:
-    """Capped exponential backoff with jitter (client-go's 800 ms to 30 s)."""
-
-    def __init__(self, base: float = 0.8, cap: float = 30.0, jitter: float = 0.5,
-                 rng: Callable[[], float] = random.random) -> None:
-        self.base, self.cap, self.jitter, self._rng = base, cap, jitter, rng
-        self.failures = 0
-
-    def next(self) -> float:
-        d = min(self.cap, self.base * 2.0**self.failures)
-        self.failures = min(self.failures + 1, 32)
-        return min(self.cap, d * (1.0 + self.jitter * self._rng()))
-
-    def reset(self) -> None:
-        self.failures = 0
 
 
 class Relist(Exception):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from tidings.emitter.aggregate import SpanAggregator, merge
-from tidings.emitter.bucket import TokenBucket
+from tidings.kube.flowcontrol import TokenBucket
 
 
 class FakeClock:

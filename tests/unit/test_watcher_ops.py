@@ -27,8 +27,9 @@ from tidings.schemas import (
 )
 from tidings.schemas.event import ParsedEvent
 from tidings.schemas.state import fold
+from tidings.watcher.coalesce import fact_kind
 from tidings.watcher.logs import LogFormat, OncePerEvent, announcer, configure, level_number
-from tidings.watcher.metrics import Metrics, fact_kind
+from tidings.watcher.metrics import Metrics
 from tidings.watcher.store import Store
 
 TASK = TaskRef("ns", "t")

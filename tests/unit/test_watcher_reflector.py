@@ -9,9 +9,10 @@ from typing import Any
 import orjson
 import pytest
 
+from tidings.kube.flowcontrol import Backoff
 from tidings.schemas.event import WatchItem, parse_watch_line
 from tidings.watcher.kube import KubeError
-from tidings.watcher.reflector import Backoff, Reflector
+from tidings.watcher.reflector import Reflector
 
 
 class Script:

@@ -5,10 +5,14 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.support import eventually
 from tidings._compat import UTC
@@ -24,69 +28,172 @@ from tidings.watcher.writer import StatusWriter, parse_slow_writes, status_body
 # --- Coalescer (pure) ------------------------------------------------------------------
 
 
-def test_first_change_schedules_immediately_then_collapses() -> None:
+def test_first_change_is_due_at_once_then_collapses() -> None:
     c: Coalescer[str] = Coalescer(interval=1.0)
-    assert c.changed("a", 0.0) == 0.0
-    assert c.changed("a", 0.1) is None  # already scheduled
-    assert c.begin("a", 0.2)
-    assert c.changed("a", 0.3) is None  # in flight: remembered, not scheduled twice
-    assert c.changed("a", 0.4) is None
-    # the write ends; the newer state goes next, one interval after the last start
-    assert c.end("a", 0.5, ok=True) == 0.7
-    assert c.begin("a", 1.2)
-    assert c.end("a", 1.3, ok=True) is None
+    c.changed("a", 0.0)
+    c.changed("a", 0.1)  # already queued: still one write
+    assert c.next(0.2) == ("a", 0.0)
+    assert c.next(0.2) == (None, None), "one write per key in flight, nothing else queued"
+    c.changed("a", 0.3)  # in flight: remembered, queued when the write ends
+    c.changed("a", 0.4)
+    c.end("a", 0.5, ok=True)
+    # the newer state goes next, one interval after the last start
+    assert c.next(0.5) == (None, pytest.approx(0.7))
+    assert c.next(1.2) == ("a", 0.0)
+    c.end("a", 1.3, ok=True)
     assert c.idle()
 
 
-def test_writes_are_spaced_by_the_interval() -> None:
-    c: Coalescer[str] = Coalescer(interval=0.5)
-    starts = []
-    now, due = 0.0, None
-    # 1000 changes/s for 5 s: a start happens only when the scheduled time is due
-    for i in range(5000):
-        now = i / 1000
-        d = c.changed("k", now)
-        if d is not None:
-            due = now + d
-        if due is not None and now >= due:
-            assert c.begin("k", now)
-            starts.append(now)
-            due = None
-            d = c.end("k", now + 0.01, ok=True)
-            if d is not None:
-                due = now + 0.01 + d
-    gaps = [b - a for a, b in itertools.pairwise(starts)]
-    assert len(starts) <= 5 / 0.5 + 1
-    assert min(gaps) >= 0.5 - 1e-9
+def test_writes_of_a_key_are_spaced_by_its_interval() -> None:
+    starts: dict[bool, list[float]] = {True: [], False: []}
+    for critical in (True, False):
+        c: Coalescer[str] = Coalescer(interval=0.5, coalesce_interval=2.0)
+        for i in range(5000):  # 1000 changes/s for 5 s
+            now = i / 1000
+            c.changed("k", now, critical)
+            key, _ = c.next(now)
+            if key is not None:
+                starts[critical].append(now)
+                c.end("k", now + 0.01, ok=True)
+    for critical, gap in ((True, 0.5), (False, 2.0)):
+        gaps = [b - a for a, b in itertools.pairwise(starts[critical])]
+        assert len(starts[critical]) <= 5 / gap + 1
+        assert min(gaps) >= gap - 1e-9
 
 
 def test_failure_keeps_the_state_dirty_and_backs_off() -> None:
     c: Coalescer[str] = Coalescer(interval=0.0, retry_base=0.5, retry_cap=2.0)
-    assert c.changed("a", 0.0) == 0.0
-    assert c.begin("a", 0.0)
-    assert c.end("a", 0.1, ok=False) == 0.5
-    assert c.begin("a", 0.6)
-    assert c.end("a", 0.7, ok=False) == 1.0
-    assert c.begin("a", 1.7)
-    assert c.end("a", 1.8, ok=False) == 2.0  # capped
-    assert c.begin("a", 3.8)
-    assert c.end("a", 3.9, ok=True) is None
+    c.changed("a", 0.0)
+    waits = []
+    now = 0.0
+    for _ in range(3):
+        assert c.next(now)[0] == "a"
+        c.end("a", now + 0.1, ok=False)
+        _, wait = c.next(now + 0.1)
+        assert wait is not None
+        waits.append(wait)
+        now += 0.1 + wait
+    assert waits == pytest.approx([0.5, 1.0, 2.0])  # capped at 2
+    assert c.next(now)[0] == "a"
+    assert c.oldest(now) == pytest.approx(now), "the failed change stays as old as it was"
+    c.end("a", now + 0.1, ok=True)
     assert c.idle()
-
-
-def test_begin_without_a_change_writes_nothing() -> None:
-    c: Coalescer[str] = Coalescer(interval=0.0)
-    assert not c.begin("a", 0.0)
-    assert c.changed("a", 0.0) == 0.0
-    assert c.begin("a", 0.0)
-    assert not c.begin("a", 0.0), "never two writes of one key in flight"
 
 
 def test_keys_are_independent() -> None:
     c: Coalescer[str] = Coalescer(interval=10.0)
-    assert c.changed("a", 0.0) == 0.0
-    assert c.begin("a", 0.0)
-    assert c.changed("b", 0.1) == 0.0  # b is not held back by a's write or interval
+    c.changed("a", 0.0)
+    assert c.next(0.0)[0] == "a"
+    c.changed("b", 0.1)
+    assert c.next(0.1)[0] == "b"  # b is not held back by a's write or interval
+
+
+def _line(priority: bool) -> list[str]:
+    """Thirty tasks with coalescible changes, then one critical: the order they are taken."""
+    c: Coalescer[str] = Coalescer(interval=0.0, priority=priority)
+    for i in range(30):
+        c.changed(f"span-{i}", i * 0.01, critical=False)
+    c.changed("link", 1.0, critical=True)
+    order = []
+    while (key := c.next(2.0)[0]) is not None:
+        order.append(key)
+        c.end(key, 2.0, ok=True)
+    return order
+
+
+def test_a_critical_change_overtakes_a_line_of_coalescible_ones() -> None:
+    assert _line(priority=True) == ["link"] + [f"span-{i}" for i in range(30)]
+    # The old single line (the baseline): the link waits behind every span.
+    assert _line(priority=False) == [f"span-{i}" for i in range(30)] + ["link"]
+
+
+def test_a_queued_coalescible_key_jumps_the_line_when_it_turns_critical() -> None:
+    c: Coalescer[str] = Coalescer(interval=0.5, coalesce_interval=5.0)
+    c.changed("a", 0.0)
+    assert c.next(0.0)[0] == "a"
+    c.end("a", 0.1, ok=True)
+    c.changed("a", 0.2, critical=False)
+    assert c.next(0.6) == (None, pytest.approx(4.4)), "coalescible: 5 s after the last write"
+    c.changed("a", 0.7, critical=True)
+    assert c.next(0.7)[0] == "a", "critical: 0.5 s after the last write, due now"
+
+
+@dataclass
+class _Model:
+    """The reference plan of one key, written out plainly."""
+
+    dirty: bool = False
+    critical: bool = False
+    since: float = 0.0
+    last_start: float = float("-inf")
+    retry_at: float = float("-inf")
+    failures: int = 0
+    flying: bool = False
+    taken: tuple[float, bool] = (0.0, False)
+
+    def due(self, now: float) -> bool:
+        gap = 0.2 if self.critical else 1.0
+        return self.dirty and not self.flying and max(self.last_start + gap,
+                                                      self.retry_at) <= now + 1e-9
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.booleans(), st.floats(0, 0.5),
+                          st.integers(0, 3)), max_size=100))
+@settings(max_examples=200)
+def test_the_plan_takes_due_critical_keys_first_then_the_oldest_change(
+        steps: list[tuple[int, bool, float, int]]) -> None:
+    c: Coalescer[int] = Coalescer(interval=0.2, coalesce_interval=1.0, retry_base=0.1)
+    model = {k: _Model() for k in range(6)}
+    now = 0.0
+
+    def take() -> None:
+        got, _ = c.next(now)
+        due = [k for k, m in model.items() if m.due(now)]
+        if got is None:
+            assert not due, f"{due} are due but nothing was taken"
+            return
+        assert got in due, "never a key that is in flight, clean or not due"
+        rank = {k: (not model[k].critical, model[k].since) for k in due}
+        assert rank[got] == min(rank.values()), "critical first, then the oldest change"
+        m = model[got]
+        m.flying, m.dirty, m.last_start = True, False, now
+        m.taken, m.critical = (m.since, m.critical), False
+
+    for key, critical, dt, action in steps:
+        now += dt
+        m = model[key]
+        if action == 0 and m.flying:  # the write of ``key`` ends: ok for even keys
+            ok = key % 2 == 0
+            c.end(key, now, ok)
+            m.flying = False
+            if ok:
+                m.failures, m.retry_at = 0, float("-inf")
+            else:
+                m.failures += 1
+                m.retry_at = now + min(10.0, 0.1 * 2 ** (m.failures - 1))
+                m.since = min(m.since, m.taken[0]) if m.dirty else m.taken[0]
+                m.critical = m.critical or m.taken[1]
+                m.dirty = True
+        else:
+            c.changed(key, now, critical)
+            if not m.dirty:
+                m.dirty, m.since = True, now
+            m.critical = m.critical or critical
+        if action == 3:  # a worker asks: between asks, due keys pile up
+            take()
+    for k, m in model.items():  # drain: every change is written in the end
+        if m.flying:
+            c.end(k, now, ok=True)
+            m.flying = False
+    for _ in range(1000):
+        got, wait = c.next(now)
+        if got is None:
+            if wait is None:
+                break
+            now += wait
+            continue
+        c.end(got, now, ok=True)
+    assert c.idle()
 
 
 # --- StatusWriter against a fake API ----------------------------------------------------
@@ -104,6 +211,8 @@ class FakeKube:
         self.lock = threading.Lock()
 
     def request(self, method: str, path: str, **kw: Any) -> Any:
+        if kw.get("data") is not None:  # the writer sends PUT bodies encoded already
+            kw["body"] = orjson.loads(kw["data"])
         name = path.split("/taskfeedbacks")[1].strip("/").split("/")[0] or \
             kw["body"]["metadata"]["name"]
         with self.lock:
@@ -185,7 +294,7 @@ def test_slow_task_does_not_hold_up_another() -> None:
     w.start()
     a, b = TaskRef("ns", "a"), TaskRef("ns", "b")
     _apply(store, w, a, 1)
-    eventually(lambda: w.queue.is_processing(a), 5, "a's write to sit in the slow hook")
+    eventually(lambda: w.is_processing(a), 5, "a's write to sit in the slow hook")
     t0 = time.monotonic()
     for seq in range(1, 20):
         last_b = _apply(store, w, b, seq)
@@ -259,20 +368,6 @@ def test_no_write_without_the_lease() -> None:
     w.stop()
 
 
-def test_token_bucket_spaces_writes_after_the_burst() -> None:
-    from tidings.watcher.coalesce import TokenBucket
-
-    clock = [0.0]
-    b = TokenBucket(rate=10, burst=3, clock=lambda: clock[0])
-    assert [b.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
-    waits = [b.reserve() for _ in range(3)]
-    assert waits == pytest.approx([0.1, 0.2, 0.3])
-    clock[0] = 10.0  # refills up to the burst, not beyond
-    assert [b.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
-    assert b.reserve() == pytest.approx(0.1)
-    assert TokenBucket(rate=0, burst=1).reserve() == 0.0  # unlimited
-
-
 def test_global_write_budget_bounds_writes_across_tasks() -> None:
     kube = FakeKube()
     store = Store()
@@ -286,4 +381,29 @@ def test_global_write_budget_bounds_writes_across_tasks() -> None:
     elapsed = time.monotonic() - t0
     assert len(kube.objects) == 60
     assert elapsed >= (60 - 20) / 20 * 0.9, f"60 writes in {elapsed:.2f}s exceed 20/s + burst"
+    w.stop()
+
+
+def test_the_cost_budget_bounds_estimated_api_server_time() -> None:
+    from tidings.watcher.writer import write_cost
+
+    kube = FakeKube()
+    store = Store()
+    m = Metrics()
+    # 50 ms of API-server CPU per second; 40 first writes (a create and a PUT each) cost
+    # ~350 ms in all, so they take several seconds after the one-second burst.
+    w = StatusWriter(kube, store, m, interval=0.0, workers=8,  # type: ignore[arg-type]
+                     slow={}, budget=0.05)
+    w.start()
+    t0 = time.monotonic()
+    for i in range(40):
+        _apply(store, w, TaskRef("ns", f"t{i}"), 1)
+    assert w.flush(30)
+    elapsed = time.monotonic() - t0
+    spent = m.status_write_cost._value.get()
+    assert len(kube.objects) == 40
+    assert spent >= 40 * (write_cost(0) + write_cost(200)) / 1000
+    # Admission lets each worker take one write into debt: allow 8 writes of slack.
+    slack = 8 * 2 * write_cost(1000) / 1000
+    assert elapsed >= (spent - 0.05 - slack) / 0.05 * 0.9, f"{spent:.3f}s spent in {elapsed:.2f}s"
     w.stop()

@@ -1,0 +1,251 @@
+"""Benchmark the bus end to end: LogLinks from 16 emitter processes into TaskFeedback status,
+as a ratio to raw event creates with the same 16-way client shape, in the same run, with the
+CPU of every process (kube-apiserver, etcd, emitters, watcher) from /proc beside it.
+
+Three phases on one control plane, each ``--seconds`` long, 16 processes, one task and pod
+each, every process one sequential sender (what an emitter is):
+
+  raw      prebuilt bodies POSTed one after another with the tidings.kube client, no watcher
+           (the baseline: what the API server takes from this client shape);
+  raw+watch the same with one events watch that only reads the lines (the API server's
+           fan-out to a watcher, which any bus pays; its reader in the watcher column);
+  emitters the Emitter library (log_link, its sender thread), no watcher: the emitter's share;
+  bus      the Emitter library with a watcher running: throughput counted once each event is
+           in its task's status (the watcher's version vectors), so the watch, fold and status
+           writes are all in it.
+
+Run: ``TIDINGS_BIN_DIR=$(tools/controlplane/build.sh) .venv/bin/python bench/bench_e2e.py``
+Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from support import REPO, Watcher, cpu_seconds  # bench/support.py
+
+PYTHON = REPO / ".venv/bin/python"
+
+
+# --- a child: one sender process ---------------------------------------------------------
+
+
+def child(a: argparse.Namespace) -> None:
+    """Wait for the common start, send for ``seconds``, print {"sent", "cpu"} as JSON."""
+    import orjson
+
+    from tidings.kube import JSON
+    from tidings.schemas.event import PodRef, TaskRef
+    from tidings.schemas.payloads import LogLink
+
+    pod_name, pod_uid = a.pod.split(":", 1)
+    n = int(a.seconds * 400)  # more than one sender can do
+    deadline = a.start + a.seconds
+    if a.child == "watch":
+        from tidings.kube import connect, iter_lines
+
+        client = connect(a.kubeconfig, maxsize=2)
+        path = f"/apis/events.k8s.io/v1/namespaces/{a.namespace}/events"
+        rv = client.request("GET", path, query=[("limit", "1")])["metadata"]["resourceVersion"]
+        resp = client.stream(path, [("watch", "true"), ("resourceVersion", rv),
+                                    ("timeoutSeconds", str(int(deadline - time.time()) + 3))],
+                             timeout=(5, a.seconds + 60))
+        time.sleep(max(0.0, a.start - time.time()))
+        c0 = time.process_time()
+        lines = 0
+        for _ in iter_lines(resp, skip_empty=True):
+            lines += 1
+            if time.time() > deadline + 2:
+                break
+        print(json.dumps({"sent": 0, "lines": lines, "cpu": time.process_time() - c0}),
+              flush=True)
+        os._exit(0)
+    if a.child == "raw":
+        from tidings.kube import connect
+        from tidings.schemas.event import build_event
+
+        client = connect(a.kubeconfig, maxsize=2)
+        inst = uuid.uuid4().hex
+        now = datetime.now(UTC)
+        data = [orjson.dumps(build_event(
+            task=TaskRef(a.namespace, a.task), pod=PodRef(pod_name, pod_uid, a.namespace),
+            payload=LogLink(name=f"l{i % 32}", url=f"https://logs.example/{i}"),
+            instance=inst, seq=i + 1, time=now, sender_proof=False)) for i in range(n)]
+        path = f"/apis/events.k8s.io/v1/namespaces/{a.namespace}/events"
+        client.open("GET", "/version")  # the connection and TLS handshake, outside the clock
+        time.sleep(max(0.0, a.start - time.time()))
+        c0 = time.process_time()
+        sent = 0
+        while time.time() < deadline:
+            client.open("POST", path, data=data[sent], content_type=JSON, timeout=(3, 10))
+            sent += 1
+        print(json.dumps({"sent": sent, "cpu": time.process_time() - c0}), flush=True)
+        return
+    from tidings.emitter import Emitter, EmitterConfig, Identity
+
+    os.environ["KUBECONFIG"] = a.kubeconfig
+    em = Emitter(EmitterConfig(burst=1e9, rate=1e9, max_queue=n + 10),
+                 identity=Identity(namespace=a.namespace, pod_name=pod_name, pod_uid=pod_uid,
+                                   task=a.task))
+    em.log_link("warm", "https://logs.example/warm")  # starts the sender, opens the pool
+    assert em.flush(30), em.stats()
+    time.sleep(max(0.0, a.start - time.time()))
+    c0 = time.process_time()
+    for i in range(n):  # O(1) each: the sender drains as fast as the API server answers
+        em.log_link(f"l{i % 32}", f"https://logs.example/{i}")
+    time.sleep(max(0.0, deadline - time.time()))
+    sent = int(em.stats()["delivered"]) - 1
+    print(json.dumps({"sent": sent, "cpu": time.process_time() - c0}), flush=True)
+    os._exit(0)  # what is still queued is not part of the run
+
+
+# --- the parent ----------------------------------------------------------------------------
+
+
+def applied_in_status(kube: Any, ns: str) -> int:
+    """Events in the TaskFeedback statuses of ``ns`` (from their version vectors)."""
+    from tidings.schemas.version_vector import VersionVector
+
+    items = kube.request("GET", f"/apis/tidings.dev/v1alpha1/namespaces/{ns}/taskfeedbacks")
+    n = 0
+    for obj in items.get("items") or []:
+        vv = VersionVector.from_text((obj.get("status") or {}).get("applied", ""))
+        n += sum(hi - lo + 1 for inst in vv.instances for lo, hi in vv.ranges(inst))
+    return n
+
+
+def phase(name: str, a: argparse.Namespace, cp: Any, kube: Any, kubeconfig: str,
+          tmp: Path) -> dict[str, float]:
+    from tidings.schemas.constants import TASK_LABEL
+
+    ns = f"e2e-{name.replace('+', '-')}-{uuid.uuid4().hex[:6]}"
+    kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
+    kube.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts",
+                 body={"metadata": {"name": "default"}})
+    pods = []
+    for i in range(a.procs):
+        p = kube.request("POST", f"/api/v1/namespaces/{ns}/pods", body={
+            "metadata": {"name": f"e{i}-pod", "labels": {TASK_LABEL: f"e{i}"}},
+            "spec": {"nodeName": "kwok-node-0",
+                     "containers": [{"name": "main", "image": "busybox"}]}})
+        pods.append(f"{p['metadata']['name']}:{p['metadata']['uid']}")
+    pids = {"kube-apiserver": cp.processes["kube-apiserver"].pid,
+            "etcd": cp.processes["etcd"].pid}
+    w = None
+    if name == "bus":
+        w = Watcher(kubeconfig, ns, tmp / "watcher.log")
+        pids["watcher"] = w.proc.pid
+        t0 = time.monotonic()
+        while not w.ready():
+            if time.monotonic() - t0 > 60:
+                raise TimeoutError("watcher not ready")
+            time.sleep(0.1)
+    mode = "raw" if name.startswith("raw") else "emitter"
+    start = time.time() + 3.0 + a.procs * 0.3  # every child imported and connected by then
+
+    def kid(mode: str, i: int) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [str(PYTHON), __file__, "--child", mode, "--kubeconfig", kubeconfig, "--namespace",
+             ns, "--task", f"e{i}", "--pod", pods[i], "--start", str(start), "--seconds",
+             str(a.seconds)], stdout=subprocess.PIPE, text=True)
+
+    reader = kid("watch", 0) if name == "raw+watch" else None
+    kids = [kid(mode, i) for i in range(a.procs)]
+    time.sleep(max(0.0, start - time.time()))
+    c0 = {k: cpu_seconds(p) for k, p in pids.items()}
+    time.sleep(a.seconds)
+    cpu = {k: (cpu_seconds(p) - c0[k]) / a.seconds for k, p in pids.items()}
+    outs = [json.loads(k.communicate(timeout=120)[0].strip().splitlines()[-1]) for k in kids]
+    sent = sum(o["sent"] for o in outs)
+    cpu["emitters"] = sum(o["cpu"] for o in outs) / a.seconds
+    if reader is not None:
+        cpu["watcher"] = json.loads(reader.communicate(timeout=120)[0].strip())["cpu"] / a.seconds
+    elapsed = a.seconds
+    if w is not None:
+        # The bus's events/s: counted once they are in a status; the lag after the load is
+        # part of the time.
+        deadline = time.monotonic() + 120
+        while applied_in_status(kube, ns) < sent + a.procs:  # + the warm-up link of each
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        elapsed = time.time() - start
+        w.stop()
+    return {"events": sent, "rate": sent / elapsed, "created": sent / a.seconds,
+            **{f"cpu {k}": v for k, v in cpu.items()}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--procs", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds; medians are reported")
+    ap.add_argument("--child", choices=["raw", "emitter", "watch"], help=argparse.SUPPRESS)
+    ap.add_argument("--kubeconfig", help=argparse.SUPPRESS)
+    ap.add_argument("--namespace", help=argparse.SUPPRESS)
+    ap.add_argument("--task", help=argparse.SUPPRESS)
+    ap.add_argument("--pod", help=argparse.SUPPRESS)
+    ap.add_argument("--start", type=float, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(a)
+        return
+
+    from tidings.cli.dev import devcluster
+
+    ControlPlane = devcluster().ControlPlane
+    from tidings.watcher.kube import Kube, load_client
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
+    cp = ControlPlane(state_dir=tmp / "cp").start()
+    load0 = os.getloadavg()
+    results: dict[str, list[dict[str, float]]] = {
+        "raw": [], "raw+watch": [], "emitters": [], "bus": []}
+    try:
+        kubeconfig = str(cp.kubeconfig("admin"))
+        cp.kubectl_run("apply", "-f", str(REPO / "deploy/crd.yaml"))
+        cp.kubectl_run("wait", "--for=condition=Established", "crd/taskfeedbacks.tidings.dev",
+                       "--timeout=60s")
+        kube = Kube(load_client(kubeconfig))
+        for _ in range(a.rounds):
+            for name in results:
+                results[name].append(phase(name, a, cp, kube, kubeconfig, tmp))
+    finally:
+        cp.stop()
+    load1 = os.getloadavg()
+
+    med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+           for name, rs in results.items()}
+    raw = med["raw"]["rate"]
+    print(f"\n{a.procs} senders x {a.seconds:g} s, median of {a.rounds} rounds; "
+          f"{os.cpu_count()} CPUs, load average {load0[0]:.1f} before, {load1[0]:.1f} after\n")
+    procs = ["kube-apiserver", "etcd", "emitters", "watcher"]
+    print("| phase | events/s (into status) | vs raw | created/s | "
+          + " | ".join(f"{p} cores (ms/event)" for p in procs) + " | CPU ms/event |")
+    print("|---|---|---|---|" + "---|" * len(procs) + "---|")
+    for name, m in med.items():
+        cores = [m.get(f"cpu {p}") for p in procs]
+        total = sum(c for c in cores if c is not None)
+        print(f"| {name} | {m['rate']:,.0f} | {m['rate'] / raw:.2f} | {m['created']:,.0f} | "
+              + " | ".join("-" if c is None else f"{c:.2f} ({c / m['created'] * 1000:.2f})"
+                           for c in cores)
+              + f" | {total / m['created'] * 1000:.2f} |")
+    print("\n(goal: bus >= 0.9 of raw; ms/event = a process's cores over the events created "
+          "in the window)")
+    print(f"(watcher log in {tmp})")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -450,9 +450,15 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
                 if times_w is None:
                     times = times_w = dict(times)
                 times_w[instance] = c
-            # Superset of "``_compact`` would change something": the run ends here.
+            # Superset of "``_compact`` would change something": the run ends here, unless
+            # all it would do is raise the watermark to ``c - horizon`` without forgetting
+            # anyone (every event of a new creation second asks): then the run raises it
+            # itself and goes on, the events after this one judged against the new one.
             if c - horizon > watermark or len(times) > max_instances:
-                due = c
+                if len(times) <= max_instances and min(times.values()) >= c - horizon:
+                    watermark = c - horizon
+                else:
+                    due = c
             if t > bound:
                 t = bound
                 n_clamped += 1

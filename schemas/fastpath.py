@@ -370,11 +370,10 @@ def _fast(line: bytes | str) -> WatchItem | None:
     # parse_time, its common case inline: fromisoformat gives the UTC singleton for "Z" (and
     # raises on what is not a time: the reference then judges the line).
     raw_time = ev.eventTime
-    event_time = fromisoformat(raw_time)
-    if event_time.tzinfo is not UTC or not 10 <= len(raw_time) <= 40:
-        event_time = parse_time(raw_time)
-        if event_time is None:
-            return None
+    t = fromisoformat(raw_time)
+    event_time = t if t.tzinfo is UTC and 10 <= len(raw_time) <= 40 else parse_time(raw_time)
+    if event_time is None:
+        return None
     decoded = _payload(ev.note)
     if decoded is None:
         return None

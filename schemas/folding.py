@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import NamedTuple, cast
 
 from tidings._compat import UTC
@@ -384,6 +385,7 @@ Admit = Callable[[ParsedEvent, bool], bool]
 _EPOCH0 = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+@lru_cache(maxsize=64)  # a few Limits per process; asked once per run
 def _horizon(lim: Limits) -> int:
     return int((lim.event_ttl + lim.ttl_margin).total_seconds())
 
@@ -498,11 +500,13 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
     if not count_dups:
         dropped[0] += n_dups
         n_dups = 0
-    for name, m in (("wrong_task", n_wrong), ("duplicates", n_dups),
-                    ("late_skipped", n_late), ("time_clamped", n_clamped),
-                    ("events_applied", n_applied)):
-        if m:
-            counters[name] = counters.get(name, 0) + m
+    if n_applied:
+        counters["events_applied"] = counters.get("events_applied", 0) + n_applied
+    if n_wrong or n_dups or n_late or n_clamped:  # (rarely: one test, not a loop, per run)
+        for name, m in (("wrong_task", n_wrong), ("duplicates", n_dups),
+                        ("late_skipped", n_late), ("time_clamped", n_clamped)):
+            if m:
+                counters[name] = counters.get(name, 0) + m
     spans: Mapping[str, SpanAgg] = state.spans
     if w.spans_w is not None:
         entries = w.spans_w

@@ -393,9 +393,10 @@ def _horizon(lim: Limits) -> int:
 def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups: bool,
          admit: Admit | None, taken: list[ParsedEvent] | None, dropped: list[int]
          ) -> tuple[TaskState, int, int | None]:
-    """Fold ``events[start:]`` into ``state`` until an applied event may move the compaction
-    watermark. Returns the state, the index after the last event folded, and that event's
-    creation second when the watermark may move (the caller compacts), else None."""
+    """Fold ``events[start:]`` into ``state`` until an applied event may make compaction
+    forget instances (a raise of the watermark that forgets nobody, the run makes itself).
+    Returns the state, the index after the last event folded, and that event's creation
+    second when compaction may forget (the caller compacts), else None."""
     w = _Work(state)
     task, lim, counters = state.task, w.lim, w.counters
     skew, horizon, max_instances = lim.clock_skew, _horizon(lim), lim.max_instances

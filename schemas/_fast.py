@@ -28,13 +28,13 @@ def slot_constructor(cls: type[T]) -> Callable[..., T]:
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     if tuple(cls.__dict__["__slots__"]) != tuple(names) or cls.__bases__ != (object,):
         raise TypeError(f"{cls.__name__}'s slots are not exactly its fields")
-    # Generated source, as dataclasses itself does: one flat function, no loop per call.
-    stores = "".join(f"        self.{n} = {n}\n" for n in names) or "        pass\n"
+    # Generated source, as dataclasses itself does: one flat function (one frame: the twin
+    # has no __init__ to call), no loop per call.
+    stores = "".join(f"    o.{n} = {n}\n" for n in names)
     src = (f"class _Twin:\n    __slots__ = {tuple(names)!r}\n"
-           f"    def __init__(self, {', '.join(names)}):\n{stores}"
            f"def make({', '.join(names)}):\n"
-           f"    o = _Twin({', '.join(names)})\n    o.__class__ = _cls\n    return o\n")
-    env: dict[str, Any] = {"_cls": cls}
+           f"    o = _new(_Twin)\n{stores}    o.__class__ = _cls\n    return o\n")
+    env: dict[str, Any] = {"_cls": cls, "_new": object.__new__}
     exec(src, env)
     make: Callable[..., T] = env["make"]
     make.__qualname__ = f"{cls.__name__}._fast_new"

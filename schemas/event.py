@@ -87,8 +87,12 @@ def event_name(task_name: str, instance: str, seq: int) -> str:
 
     The task part is lowercased, made DNS-safe and truncated so the whole stays <= 253 chars.
     """
-    digest = hashlib.sha256(f"{instance}\x00{seq}".encode()).hexdigest()[:_DIGEST_HEX]
-    return f"{_dns_prefix(task_name)}.{digest}"
+    return f"{_dns_prefix(task_name)}.{_name_digest(instance, seq)}"
+
+
+def _name_digest(instance: str, seq: int) -> str:
+    """The part of ``event_name`` after the task's prefix and its dot."""
+    return hashlib.sha256(f"{instance}\x00{seq}".encode()).hexdigest()[:_DIGEST_HEX]
 
 
 def _truncate_bytes(s: str, limit: int) -> str:

@@ -28,6 +28,8 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType
 from pydantic import BaseModel
 
+from tidings._compat import UTC, fromisoformat
+
 from .constants import (
     ACTION,
     API_VERSION,
@@ -43,12 +45,13 @@ from .event import (
     PodRef,
     TaskRef,
     WatchItem,
+    _dns_prefix,
+    _name_digest,
     _new_parsed_event,
     _new_watch_item,
     _sender,
     _subject,
     _task_id,
-    event_name,
     parse_watch_line,
 )
 from .note import _good_instance
@@ -217,33 +220,26 @@ def _span(name: str, count: int, total: float, lo: float, hi: float, first: floa
           last: float, errors: int, given: frozenset[str]) -> Any:
     """The SpanSummary the reference validates from these values, or None when it may not."""
     # Strict types as pydantic's strict mode reads them; the caller passes only floats.
-    if not (1 <= count <= 2**53 and 0.0 <= total <= 9.0e9 and 0.0 <= lo <= 9.0e9
-            and 0.0 <= hi <= 9.0e9 and 0.0 <= first <= 1.0e11 and 0.0 <= last <= 1.0e11
-            and 0 <= errors <= 2**53):
+    # The exact comparisons imply the reference's tolerant consistency checks, and with them
+    # most of the fields' bounds (0 <= lo <= hi <= total <= 9e9, 0 <= first <= last <= 1e11,
+    # errors <= count <= 2**53): only the bounds they leave open are compared. A summary that
+    # fails them gets every bound and the tolerant check itself.
+    if errors <= count and lo <= hi <= total and lo * count <= total <= hi * count \
+            and first <= last and hi <= last - first:
+        if not (1 <= count <= 2**53 and errors >= 0 and lo >= 0.0 and total <= 9.0e9
+                and first >= 0.0 and last <= 1.0e11):
+            return None
+    elif not (1 <= count <= 2**53 and 0.0 <= total <= 9.0e9 and 0.0 <= lo <= 9.0e9
+              and 0.0 <= hi <= 9.0e9 and 0.0 <= first <= 1.0e11 and 0.0 <= last <= 1.0e11
+              and 0 <= errors <= 2**53) or span_inconsistency(
+                count, total, lo, hi, first, last, errors) is not None:
         return None
     clean = _name(name)
     if clean is None:
         return None
-    # Exact comparisons imply the reference's tolerant ones; only a borderline summary pays
-    # for the tolerant check itself.
-    if not (errors <= count and lo <= hi <= total and lo * count <= total <= hi * count
-            and first <= last and hi <= last - first) and span_inconsistency(
-                count, total, lo, hi, first, last, errors) is not None:
-        return None
     return _model(SpanSummary, {"name": clean, "count": count, "total_s": total, "min_s": lo,
                                 "max_s": hi, "first_start": first, "last_end": last,
                                 "errors": errors}, set(given))
-
-
-def _span_note(n: _SpanNote) -> Any:
-    total, lo, hi, first, last = n.total_s, n.min_s, n.max_s, n.first_start, n.last_end
-    if not (type(total) is float and type(lo) is float and type(hi) is float
-            and type(first) is float and type(last) is float):
-        return None
-    errors = n.errors
-    if errors is UNSET:
-        return _span(n.name, n.count, total, lo, hi, first, last, 0, _SPAN_REQUIRED)
-    return _span(n.name, n.count, total, lo, hi, first, last, errors, _SPAN_FIELDS)
 
 
 def _spans_note(n: _SpansNote) -> Any:
@@ -328,8 +324,16 @@ def _payload(note: str) -> tuple[Any, str, int] | None:
         return None
     tn = type(n)
     p: Any
-    if tn is _SpanNote:
-        p = _span_note(n)
+    if tn is _SpanNote:  # the commonest note, inline
+        total, lo, hi, first, last = n.total_s, n.min_s, n.max_s, n.first_start, n.last_end
+        if not (type(total) is float and type(lo) is float and type(hi) is float
+                and type(first) is float and type(last) is float):
+            return None
+        errors = n.errors
+        if errors is UNSET:
+            p = _span(n.name, n.count, total, lo, hi, first, last, 0, _SPAN_REQUIRED)
+        else:
+            p = _span(n.name, n.count, total, lo, hi, first, last, errors, _SPAN_FIELDS)
     elif tn is _ProgressNote:
         p = _progress_note(n)
     elif tn is _LinkNote:
@@ -354,12 +358,20 @@ def _fast(line: bytes | str) -> WatchItem | None:
     if not name or not ns:
         return None
     rv = meta.resourceVersion
-    rv = rv if type(rv) is str else ""
+    if type(rv) is not str:
+        rv = ""
     ct = meta.creationTimestamp
-    created = _created(ct) if type(ct) is str and len(ct) <= 40 else None
-    if created is None and ct is not UNSET:
-        return None  # an unreadable creationTimestamp: the reference's (rarer) path
-    event_time = parse_time(ev.eventTime)
+    if ct is UNSET:
+        created = None
+    else:
+        created = _created(ct) if len(ct) <= 40 else None
+        if created is None:
+            return None  # an unreadable creationTimestamp: the reference's (rarer) path
+    # parse_time, its common case inline: fromisoformat gives the UTC singleton for "Z" (and
+    # raises on what is not a time: the reference then judges the line).
+    raw_time = ev.eventTime
+    t = fromisoformat(raw_time)
+    event_time = t if t.tzinfo is UTC and 10 <= len(raw_time) <= 40 else parse_time(raw_time)
     if event_time is None:
         return None
     decoded = _payload(ev.note)
@@ -369,22 +381,18 @@ def _fast(line: bytes | str) -> WatchItem | None:
     if ev.reason != payload.TYPE:
         return None
     reg, rel = ev.regarding, ev.related
-    key = (ns, reg, rel)
-    refs = _REFS.get(key)
+    refs = _REFS.get((ns, reg, rel))
     if refs is None:
         refs = _refs(ns, reg, rel)
-    task, sender = refs
-    if task is None or sender is None:
-        return None
-    reg_name = reg.name
-    if name != event_name(reg_name, instance, seq):
+    task, sender, prefix, reg_uid = refs
+    if sender is None or name != prefix + _name_digest(instance, seq):  # event_name's
         return None
     ann = meta.annotations
-    proof = sender.uid if type(ann) is _Ann and ann.sender_uid == sender.uid else ""
-    reg_uid = reg.uid
+    uid = sender.uid
     parsed = _new_parsed_event(
         task, sender, payload, instance, seq, event_time, name, KIND, ev.type == "Warning",
-        API_VERSION, reg_uid if type(reg_uid) is str else "", rv, proof, created)
+        API_VERSION, reg_uid, rv,
+        uid if type(ann) is _Ann and ann.sender_uid == uid else "", created)
     return _new_watch_item(msg.type, rv if len(rv) <= 64 else "", parsed, None, "")
 
 
@@ -394,7 +402,10 @@ def _created(ct: str) -> datetime | None:
     return parse_time(ct)
 
 
-_Refs = tuple[TaskRef | None, PodRef | None]
+# (task, sender, the event name's prefix up to its digest, regarding uid or ""); the sender
+# is None when the regarding/related pair fails a check.
+_Refs = tuple[TaskRef | None, PodRef | None, str, str]
+_NO_REFS: _Refs = (None, None, "", "")
 
 
 # The per-sender check: one pod sends many events about one task, so the whole regarding and
@@ -420,15 +431,19 @@ def _check_refs(ns: str, reg: _Reg, rel: _Rel) -> _Refs:
     and apiVersions are already checked by the decode)."""
     reg_name, reg_ns = reg.name, reg.namespace
     if not reg_name or len(reg_name) > 253 or (reg_ns is not UNSET and reg_ns not in (ns, "")):
-        return None, None
+        return _NO_REFS
     task = _subject(ns, reg_name)
     if task is None or not _task_id(reg_name):
-        return None, None
+        return _NO_REFS
     rel_name, rel_uid, rel_ns = rel.name, rel.uid, rel.namespace
     pod_ns = rel_ns if type(rel_ns) is str and rel_ns else ns
     if pod_ns != ns or len(pod_ns) > 253 or len(rel_name) > 253 or len(rel_uid) > 64:
-        return None, None
-    return task, _sender(rel_name, rel_uid, pod_ns)
+        return _NO_REFS
+    sender = _sender(rel_name, rel_uid, pod_ns)
+    if sender is None:
+        return _NO_REFS
+    reg_uid = reg.uid
+    return task, sender, _dns_prefix(reg_name) + ".", reg_uid if type(reg_uid) is str else ""
 
 
 def fast_watch_line(line: bytes | str) -> WatchItem:

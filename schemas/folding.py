@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import NamedTuple, cast
 
 from tidings._compat import UTC
@@ -384,6 +385,7 @@ Admit = Callable[[ParsedEvent, bool], bool]
 _EPOCH0 = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+@lru_cache(maxsize=64)  # a few Limits per process; asked once per run
 def _horizon(lim: Limits) -> int:
     return int((lim.event_ttl + lim.ttl_margin).total_seconds())
 
@@ -391,9 +393,10 @@ def _horizon(lim: Limits) -> int:
 def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups: bool,
          admit: Admit | None, taken: list[ParsedEvent] | None, dropped: list[int]
          ) -> tuple[TaskState, int, int | None]:
-    """Fold ``events[start:]`` into ``state`` until an applied event may move the compaction
-    watermark. Returns the state, the index after the last event folded, and that event's
-    creation second when the watermark may move (the caller compacts), else None."""
+    """Fold ``events[start:]`` into ``state`` until an applied event may make compaction
+    forget instances (a raise of the watermark that forgets nobody, the run makes itself).
+    Returns the state, the index after the last event folded, and that event's creation
+    second when compaction may forget (the caller compacts), else None."""
     w = _Work(state)
     task, lim, counters = state.task, w.lim, w.counters
     skew, horizon, max_instances = lim.clock_skew, _horizon(lim), lim.max_instances
@@ -450,9 +453,15 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
                 if times_w is None:
                     times = times_w = dict(times)
                 times_w[instance] = c
-            # Superset of "``_compact`` would change something": the run ends here.
+            # Superset of "``_compact`` would change something": the run ends here, unless
+            # all it would do is raise the watermark to ``c - horizon`` without forgetting
+            # anyone (every event of a new creation second asks): then the run raises it
+            # itself and goes on, the events after this one judged against the new one.
             if c - horizon > watermark or len(times) > max_instances:
-                due = c
+                if len(times) <= max_instances and min(times.values()) >= c - horizon:
+                    watermark = c - horizon
+                else:
+                    due = c
             if t > bound:
                 t = bound
                 n_clamped += 1
@@ -492,11 +501,13 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
     if not count_dups:
         dropped[0] += n_dups
         n_dups = 0
-    for name, m in (("wrong_task", n_wrong), ("duplicates", n_dups),
-                    ("late_skipped", n_late), ("time_clamped", n_clamped),
-                    ("events_applied", n_applied)):
-        if m:
-            counters[name] = counters.get(name, 0) + m
+    if n_applied:
+        counters["events_applied"] = counters.get("events_applied", 0) + n_applied
+    if n_wrong or n_dups or n_late or n_clamped:  # (rarely: one test, not a loop, per run)
+        for name, m in (("wrong_task", n_wrong), ("duplicates", n_dups),
+                        ("late_skipped", n_late), ("time_clamped", n_clamped)):
+            if m:
+                counters[name] = counters.get(name, 0) + m
     spans: Mapping[str, SpanAgg] = state.spans
     if w.spans_w is not None:
         entries = w.spans_w

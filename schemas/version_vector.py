@@ -87,6 +87,20 @@ class VersionVector:
             return self
         r = dict(self._r)
         for inst, seqs in added.items():
+            if len(seqs) == 1:
+                # One seq (a fold of one event, or one per instance): ``add``'s common cases.
+                seq = next(iter(seqs))
+                old = r.get(inst)
+                if not old:
+                    r[inst] = ((seq, seq),)
+                    continue
+                lo, hi = old[-1]
+                if seq == hi + 1:
+                    r[inst] = (*old[:-1], (lo, seq))
+                    continue
+                if seq > hi + 1:
+                    r[inst] = (*old, (seq, seq))
+                    continue
             new = sorted(seqs)
             if not new:
                 continue
@@ -105,7 +119,10 @@ class VersionVector:
                 runs = tuple(out)
             old = r.get(inst, ())
             if not old or old[-1][1] + 1 < runs[0][0]:
-                r[inst] = old + runs  # all after the old ranges (common): a plain append
+                r[inst] = old + runs  # all after the old ranges: a plain append
+            elif old[-1][1] + 1 == runs[0][0]:
+                # The next seqs of the newest range (the commonest case): it grows.
+                r[inst] = (*old[:-1], (old[-1][0], runs[0][1]), *runs[1:])
             else:
                 r[inst] = _merge_ranges(old + runs)
         vv = VersionVector.__new__(VersionVector)

@@ -316,12 +316,15 @@ class Controller:
             # says nothing about the namespace an event now claims (issue 10, item 1).
             key = (id(ev.sender), ev.sender_proof)
             lineage = type(ev.payload) is PodSpawned
-            verdict = None if lineage else verdicts.get(key)
-            if verdict is None:
-                verdict = self.senders.verify(ev)
-                if verdict is Retry.LATER:
+            kept = None if lineage else verdicts.get(key)
+            if kept is not None:
+                verdict: str | Rejection = kept
+            else:
+                fresh = self.senders.verify(ev)
+                if isinstance(fresh, Retry):
                     later.append(ev)
                     return False
+                verdict = fresh
                 if not lineage:
                     # A pod fetched by "get" is in the pod cache from then on: a repeat would
                     # be answered from it.

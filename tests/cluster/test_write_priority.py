@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.test_watcher_support import REPO_ROOT, WatcherProc, task_status
+from tests.cluster.support_watcher import REPO_ROOT, WatcherProc, task_status
 from tests.support import create_kwok_pod, eventually
 
 pytestmark = pytest.mark.cluster

@@ -1,48 +1,11 @@
-"""The token bucket and the span aggregator: the two pieces of the emitter's budget (pure)."""
+"""The span aggregator: the emitter's per-window span budget (pure; the token bucket is the
+pacing kit's, tested in test_flowcontrol.py)."""
 
 from __future__ import annotations
 
 import threading
 
 from tidings.emitter.aggregate import SpanAggregator, merge
-from tidings.kube.flowcontrol import TokenBucket
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_bucket_allows_a_burst_then_the_rate() -> None:
-    clock = FakeClock()
-    bucket = TokenBucket(rate=2.0, burst=3.0, clock=clock)
-    assert [bucket.try_take() for _ in range(4)] == [True, True, True, False]
-    assert bucket.wait_time() == 0.5
-    clock.now += 0.25
-    assert not bucket.try_take()
-    clock.now += 0.25
-    assert bucket.try_take()
-    assert not bucket.try_take()
-
-
-def test_bucket_never_holds_more_than_its_burst() -> None:
-    clock = FakeClock()
-    bucket = TokenBucket(rate=10.0, burst=2.0, clock=clock)
-    clock.now += 3600
-    assert bucket.tokens == 2.0
-    assert [bucket.try_take() for _ in range(3)] == [True, True, False]
-
-
-def test_bucket_survives_a_clock_going_backwards_and_silly_settings() -> None:
-    clock = FakeClock()
-    bucket = TokenBucket(rate=0.0, burst=0.0, clock=clock)  # clamped: 1 token, tiny rate
-    assert bucket.try_take()
-    clock.now -= 50
-    assert not bucket.try_take()
-    assert bucket.wait_time() > 0
 
 
 def test_aggregator_sums_one_window_per_name() -> None:

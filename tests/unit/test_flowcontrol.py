@@ -65,3 +65,32 @@ def test_backoff_jitter_stretches_but_never_past_the_cap() -> None:
     b = Backoff(base=0.8, cap=30.0, jitter=0.5, rng=lambda: 1.0)
     assert b.next() == pytest.approx(1.2)
     assert max(b.next() for _ in range(100)) == 30.0
+
+
+def test_bucket_allows_a_burst_then_the_rate() -> None:
+    clock = Clock()
+    bucket = TokenBucket(rate=2.0, burst=3.0, clock=clock)
+    assert [bucket.try_take() for _ in range(4)] == [True, True, True, False]
+    assert bucket.wait_time() == 0.5
+    clock.now += 0.25
+    assert not bucket.try_take()
+    clock.now += 0.25
+    assert bucket.try_take()
+    assert not bucket.try_take()
+
+
+def test_bucket_never_holds_more_than_its_burst() -> None:
+    clock = Clock()
+    bucket = TokenBucket(rate=10.0, burst=2.0, clock=clock)
+    clock.now += 3600
+    assert bucket.tokens == 2.0
+    assert [bucket.try_take() for _ in range(3)] == [True, True, False]
+
+
+def test_bucket_survives_a_clock_going_backwards_and_silly_settings() -> None:
+    clock = Clock()
+    bucket = TokenBucket(rate=0.0, burst=0.0, clock=clock)  # clamped: 1 token, tiny rate
+    assert bucket.try_take()
+    clock.now -= 50
+    assert not bucket.try_take()
+    assert bucket.wait_time() > 0

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from support import REPO, Watcher, cpu_seconds, pct  # bench/support.py
+from support import REPO, Watcher, cpu_seconds, pct, post_event  # bench/support.py
 
 from tidings.schemas.constants import TASK_LABEL
 from tidings.schemas.event import PodRef, TaskRef, build_event
@@ -103,16 +103,8 @@ class Tasks:
         with self.lock:
             self.sent[(task, seq)] = (time.monotonic(), kind)
             self.unseen[task].add(seq)
-        for _ in range(50):
-            try:
-                self.kube.request("POST", f"/apis/events.k8s.io/v1/namespaces/{self.ns}/events",
-                                  body=body, timeout=(5, 30))
-                return
-            except KubeError as e:
-                if e.status == 409:
-                    return
-                time.sleep(0.1)
-        self.failed += 1
+        if not post_event(self.kube, self.ns, body):
+            self.failed += 1
 
     def _watch(self) -> None:
         path = f"/apis/tidings.dev/v1alpha1/namespaces/{self.ns}/taskfeedbacks"

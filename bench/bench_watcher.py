@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from support import post_event  # bench/support.py
 
 from tidings.schemas.constants import BUS_CONTROLLER, TASK_LABEL
 from tidings.schemas.event import PodRef, TaskRef, build_event
@@ -74,15 +75,7 @@ class Creator:
         with self.lock:
             self.sent_at[(inst, seq)] = t
             self.names[body["metadata"]["name"]] = (inst, seq)
-        for _ in range(50):
-            try:
-                self.kube.request("POST", f"/apis/events.k8s.io/v1/namespaces/{self.ns}/events",
-                                  body=body, timeout=(5, 30))
-                return
-            except KubeError as e:
-                if e.status == 409:
-                    return
-                time.sleep(0.05)
+        post_event(self.kube, self.ns, body, pause=0.05)
 
     def run(self, tasks: list[str], total: int | None = None, seconds: float | None = None,
             rate: float | None = None, threads: int = 16) -> tuple[int, float]:

@@ -1,12 +1,18 @@
-"""Pieces the cluster benchmarks share: a process's CPU from /proc, percentiles, and the
-watcher as a subprocess (``tidings watcher run`` with its HTTP port read from stdout)."""
+"""Pieces the cluster benchmarks share: a process's CPU from /proc, percentiles, one event
+create that rides out a busy API server, and the watcher as a subprocess (``tidings watcher
+run`` with its HTTP port read from stdout)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import time
 import urllib.request
 from pathlib import Path
+from typing import Any
+
+from tidings.schemas.contract import events_path
+from tidings.watcher.kube import Kube, KubeError
 
 REPO = Path(__file__).resolve().parents[1]
 TICK = os.sysconf("SC_CLK_TCK")
@@ -21,6 +27,20 @@ def cpu_seconds(pid: int) -> float:
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] if xs else float("nan")
+
+
+def post_event(kube: Kube, ns: str, body: dict[str, Any], pause: float = 0.1) -> bool:
+    """Create one bus event, retried while the API server is overloaded (50 tries); an
+    AlreadyExists (a retry of a create that landed) counts as created."""
+    for _ in range(50):
+        try:
+            kube.request("POST", events_path(ns), body=body, timeout=(5, 30))
+            return True
+        except KubeError as e:
+            if e.status == 409:
+                return True
+            time.sleep(pause)
+    return False
 
 
 class Watcher:

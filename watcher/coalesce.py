@@ -96,15 +96,18 @@ class Coalescer(Generic[K]):
         gap = self.interval if (k.critical or not self.priority) else self.coalesce_interval
         return max(k.last_start + gap, k.retry_at)
 
-    def _queue(self, key: K, k: _Key, now: float) -> None:
-        """(Re)queue a dirty key that is not in flight; older heap entries become stale."""
+    def _queue(self, key: K, k: _Key, now: float) -> bool:
+        """(Re)queue a dirty key that is not in flight; older heap entries become stale.
+        True when a waiting writer must look again (the key is due now, or sooner than any
+        other waiting key); otherwise the writers' timed waits already end in time."""
         k.gen += 1
         k.queued, k.queued_critical = True, k.critical
         due = self._due_at(k)
         if due > now:
             heapq.heappush(self._waiting, (due, next(self._tie), k.gen, key))
-        else:
-            self._push_due(key, k, due)
+            return self._waiting[0][3] is key
+        self._push_due(key, k, due)
+        return True
 
     def _push_due(self, key: K, k: _Key, due: float) -> None:
         if self.priority:
@@ -113,16 +116,19 @@ class Coalescer(Generic[K]):
             rank, order = 0, due
         heapq.heappush(self._due, (rank, order, next(self._tie), k.gen, key))
 
-    def changed(self, key: K, now: float, critical: bool = True) -> None:
-        """The key's state changed (``critical``: see ``critical_change``)."""
+    def changed(self, key: K, now: float, critical: bool = True) -> bool:
+        """The key's state changed (``critical``: see ``critical_change``). True when a
+        waiting writer must look again (see ``_queue``): most changes of a busy key find it
+        queued already, and waking a writer per fold was the watcher's largest CPU cost."""
         k = self._k(key)
         if not k.dirty:
             k.dirty, k.since = True, now
         k.critical = k.critical or critical
         if k.in_flight:
-            return  # ``end`` queues it
+            return False  # ``end`` queues it
         if not k.queued or (k.critical and not k.queued_critical and self.priority):
-            self._queue(key, k, now)  # a critical change jumps from the coalescible line
+            return self._queue(key, k, now)  # a critical change jumps from the coalescible line
+        return False
 
     def next(self, now: float) -> tuple[K | None, float | None]:
         """The key to write now (its write has begun), else None and the seconds until one

@@ -135,8 +135,8 @@ class StatusWriter:
     def changed(self, task: TaskRef, critical: bool = True) -> None:
         """A fold changed ``task``'s state (``critical``: see ``coalesce.critical_change``)."""
         with self._cond:
-            self.co.changed(task, time.monotonic(), critical)
-            self._cond.notify()
+            if self.co.changed(task, time.monotonic(), critical):
+                self._cond.notify()
 
     def idle(self) -> bool:
         with self._cond:

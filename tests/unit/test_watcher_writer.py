@@ -28,6 +28,26 @@ from tidings.watcher.writer import StatusWriter, parse_slow_writes, status_body
 # --- Coalescer (pure) ------------------------------------------------------------------
 
 
+def test_a_change_asks_for_a_writer_only_when_one_must_look_again() -> None:
+    """Waking a writer per fold was the watcher's largest CPU cost under load: a change wakes
+    one only when its key is due now or sooner than every other waiting key."""
+    c: Coalescer[str] = Coalescer(interval=1.0, coalesce_interval=5.0)
+    assert c.changed("a", 0.0), "new and due at once"
+    assert not c.changed("a", 0.1), "already queued"
+    assert c.next(0.2) == ("a", 0.0)
+    assert not c.changed("a", 0.3), "in flight: end() queues it"
+    c.end("a", 0.4, ok=True)  # due again at 1.2: the writers wait until then
+    assert c.changed("b", 0.5, critical=False), "a new task is due at once"
+    assert c.next(0.5) == ("b", 0.0)
+    c.end("b", 0.6, ok=True)
+    assert not c.changed("b", 0.7, critical=False), "due at 5.5, after a's 1.2"
+    assert not c.changed("b", 0.8, critical=True), "critical: due at 1.5, still after 1.2"
+    assert c.next(1.2) == ("a", 0.0)
+    c.end("a", 1.3, ok=True)
+    assert c.next(1.3) == (None, pytest.approx(0.2)), "the writers wait for b's 1.5"
+    assert c.changed("c", 0.9), "new: due at once"
+
+
 def test_first_change_is_due_at_once_then_collapses() -> None:
     c: Coalescer[str] = Coalescer(interval=1.0)
     c.changed("a", 0.0)

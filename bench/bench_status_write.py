@@ -45,8 +45,9 @@ from tidings.schemas import (
     fold_all,
     parse_event,
 )
+from tidings.schemas.contract import taskfeedback_path
 from tidings.watcher.kube import JSON_PATCH, Kube, load_client
-from tidings.watcher.writer import FIELD_MANAGER, collection_path, status_body
+from tidings.watcher.writer import FIELD_MANAGER, status_body
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)
@@ -128,9 +129,9 @@ def apiserver_cpu(pid: int) -> float:
 class Target:
     def __init__(self, kube: Kube, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.kube, self.name, self.status = kube, name, status
-        self.path = f"{collection_path(namespace)}/{name}"
+        self.path = taskfeedback_path(namespace, name)
         self.obj = kube.request(
-            "POST", collection_path(namespace), query=[("fieldManager", FIELD_MANAGER)],
+            "POST", taskfeedback_path(namespace), query=[("fieldManager", FIELD_MANAGER)],
             body={"apiVersion": "tidings.dev/v1alpha1", "kind": "TaskFeedback",
                   "metadata": {"name": name}, "spec": {"task": name}})
         self.n = 0

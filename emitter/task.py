@@ -22,7 +22,7 @@ from typing import Any
 
 from tidings.kube import Client, ConfigError, KubeError
 from tidings.schemas.constants import API_VERSION, KIND, TASK_LABEL
-from tidings.schemas.contract import taskfeedback_collection
+from tidings.schemas.contract import taskfeedback_path
 from tidings.schemas.event import ObjectRef, valid_uid
 
 from .transport import FIELD_MANAGER
@@ -111,7 +111,7 @@ def create_task_feedback(task: str, *, namespace: str, owner: ObjectRef | Mappin
             client = connect()
         except ConfigError as e:
             raise TaskFeedbackError(0, f"cannot load cluster config: {e}") from None
-    collection = taskfeedback_collection(namespace)
+    collection = taskfeedback_path(namespace)
     body = {"apiVersion": API_VERSION, "kind": KIND,
             "metadata": {"name": task, "namespace": namespace,
                          "labels": {TASK_LABEL: task, **(labels or {})},

@@ -41,9 +41,3 @@ SENDER_UID_ANNOTATION: Final = "tidings.dev/sender-uid"
 # The API paths, selectors and phase names built from these are in contract.py.
 
 
-def taskfeedback_collection(namespace: str) -> str:
-    """The TaskFeedback collection's path: contract.py builds it (kept here for callers
-    written against this module)."""
-    from .contract import taskfeedback_path  # contract imports this module
-
-    return taskfeedback_path(namespace)

@@ -41,11 +41,6 @@ def taskfeedback_path(namespace: str | None = None, name: str = "") -> str:
     return f"{base}/{name}" if name else base
 
 
-def taskfeedback_collection(namespace: str) -> str:
-    """The API path of the TaskFeedback collection in ``namespace``."""
-    return taskfeedback_path(namespace)
-
-
 # ---- resource names (RBAC, the CLI's error messages) ---------------------------------------
 EVENTS_RESOURCE: Final = "events.events.k8s.io"
 TASKFEEDBACK_RESOURCE: Final = f"{PLURAL}.{API_GROUP}"

@@ -40,7 +40,7 @@ from .reflector import Reflector
 from .senders import Retry, Senders, kube_getter
 from .store import Store
 from .ttl import TtlSweeper
-from .writer import StatusWriter, collection_path
+from .writer import StatusWriter
 
 log = logging.getLogger("tidings.watcher")
 
@@ -364,7 +364,7 @@ class Controller:
     def _seed(self, task: TaskRef) -> bool:
         """Load a task that is new to this watcher (or was evicted) from its TaskFeedback, so
         its fold continues the persisted state. False when the API could not tell."""
-        path = f"{collection_path(task.namespace)}/{task.name}"
+        path = taskfeedback_path(task.namespace, task.name)
         try:
             obj = self.kube.request("GET", path, timeout=(5, 30))
         except KubeError as e:

@@ -18,13 +18,12 @@ from datetime import datetime
 from typing import Any
 
 from tidings._compat import UTC
-from tidings.schemas.contract import events_path, task_selector
+from tidings.schemas.contract import events_path, task_selector, taskfeedback_path
 from tidings.schemas.event import TaskRef
 from tidings.schemas.state import TaskState
 from tidings.schemas.times import parse_time
 
 from .kube import Kube, KubeError
-from .writer import collection_path
 
 log = logging.getLogger("tidings.watcher.ttl")
 
@@ -88,7 +87,7 @@ class TtlSweeper:
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {
             "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}}
         try:
-            self.kube.request("DELETE", f"{collection_path(ns)}/{name}", body=body,
+            self.kube.request("DELETE", taskfeedback_path(ns, name), body=body,
                               timeout=(5, 30))
         except KubeError as e:
             if e.status in (404, 409):  # gone already, or changed since listed: next sweep

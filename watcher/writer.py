@@ -29,7 +29,7 @@ import orjson
 
 from tidings.kube.flowcontrol import TokenBucket
 from tidings.schemas.constants import API_VERSION, KIND
-from tidings.schemas.contract import taskfeedback_collection
+from tidings.schemas.contract import taskfeedback_path
 from tidings.schemas.event import TaskRef
 from tidings.schemas.state import STATUS_BUDGET, TaskState
 
@@ -91,8 +91,6 @@ def status_body(state: TaskState) -> dict[str, Any]:
     its size."""
     return state.to_status(budget=STATUS_BUDGET)
 
-
-collection_path = taskfeedback_collection
 
 
 class StatusWriter:
@@ -282,7 +280,7 @@ class StatusWriter:
         resourceVersion ``rv``; returns the new resourceVersion. The API server refuses the
         write with 409 when the object changed since ``rv``, so a stale writer never wins."""
         self._fence()
-        coll = collection_path(task.namespace)
+        coll = taskfeedback_path(task.namespace)
         if rv is None:
             rv = self._create(task, coll)
             if rv is None:
@@ -311,7 +309,7 @@ class StatusWriter:
         self._fence()
         self._spend(0)
         try:
-            obj = self.kube.request("GET", f"{collection_path(task.namespace)}/{task.name}",
+            obj = self.kube.request("GET", taskfeedback_path(task.namespace, task.name),
                                     timeout=WRITE_TIMEOUT)
         except KubeError as e:
             if e.status != 404:

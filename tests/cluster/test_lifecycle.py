@@ -28,6 +28,7 @@ from tidings.emitter.task import (
 )
 from tidings.emitter.transport import KubeTransport, connect
 from tidings.schemas.constants import BUS_CONTROLLER
+from tidings.schemas.contract import taskfeedback_path
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -274,11 +275,10 @@ def test_a_taskfeedback_that_changed_since_the_sweep_read_it_survives(
     controller adopts it (or a late fact lands) before the delete."""
     from tidings.watcher.kube import Kube, load_client
     from tidings.watcher.ttl import TtlSweeper
-    from tidings.watcher.writer import collection_path
 
     kube = Kube(load_client(str(control_plane.kubeconfig("admin"))))
     forgotten: list[Any] = []
-    sweeper = TtlSweeper(kube, [collection_path(namespace)], 1.0, on_deleted=forgotten.append)
+    sweeper = TtlSweeper(kube, [taskfeedback_path(namespace)], 1.0, on_deleted=forgotten.append)
     crs = client.CustomObjectsApi(admin)
     crs.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "TaskFeedback",

@@ -12,7 +12,6 @@ from tidings.schemas.contract import (
     lineage_selector,
     pod_selector,
     task_selector,
-    taskfeedback_collection,
     taskfeedback_path,
 )
 
@@ -20,14 +19,11 @@ from tidings.schemas.contract import (
 def test_paths() -> None:
     assert events_path("ns") == "/apis/events.k8s.io/v1/namespaces/ns/events"
     assert events_path() == events_path("") == "/apis/events.k8s.io/v1/events"
-    assert taskfeedback_path("ns") == taskfeedback_collection("ns") == \
+    assert taskfeedback_path("ns") == \
         "/apis/tidings.dev/v1alpha1/namespaces/ns/taskfeedbacks"
     assert taskfeedback_path("ns", "t") == \
         "/apis/tidings.dev/v1alpha1/namespaces/ns/taskfeedbacks/t"
     assert taskfeedback_path() == "/apis/tidings.dev/v1alpha1/taskfeedbacks"
-    from tidings.schemas import constants
-
-    assert constants.taskfeedback_collection("ns") == taskfeedback_path("ns")
 
 
 def test_selectors_and_names() -> None:

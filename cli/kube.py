@@ -220,6 +220,19 @@ def lines(resp: Any) -> Iterator[bytes]:
     return iter_lines(resp)
 
 
+def watch_message(line: bytes) -> tuple[str, dict[str, Any] | None] | None:
+    """One watch line as (type, object): None for a line that is not a JSON object; the
+    object is None when the message carries none (each follower decides what that means)."""
+    try:
+        msg = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(msg, dict):
+        return None
+    obj = msg.get("object")
+    return str(msg.get("type") or ""), obj if isinstance(obj, dict) else None
+
+
 def client_timeout(value: str | None) -> tuple[float, float | None] | float:
     """--request-timeout as a client timeout: the default, a total, or 0 for no read limit."""
     if value is None:

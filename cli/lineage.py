@@ -20,11 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import orjson
-
 from tidings._compat import UTC
 from tidings.cli.common import CliError, not_found, safe
-from tidings.cli.kube import Action, ApiError, Kube, lines
+from tidings.cli.kube import Action, ApiError, Kube, lines, watch_message
 from tidings.cli.taskview import QUICK_BASE, QUICK_CAP
 from tidings.kube.flowcontrol import Backoff
 from tidings.schemas import (
@@ -232,13 +230,9 @@ def follow_labelled(kube: Kube, namespace: str, app: str, resource_version: str,
                          parse_time(meta.get("creationTimestamp")))
 
     def pick(line: bytes) -> tuple[str, str, list[LineageEntry]]:
-        try:
-            msg = orjson.loads(line)
-        except orjson.JSONDecodeError:
+        kind, obj = watch_message(line) or ("", None)
+        if obj is None:
             return "", "", []
-        if not isinstance(msg, dict) or not isinstance(msg.get("object"), dict):
-            return "", "", []
-        obj, kind = msg["object"], str(msg.get("type") or "")
         rv = str(_meta(obj).get("resourceVersion") or "")
         if kind == "ERROR":
             return kind, "", []

@@ -223,9 +223,8 @@ def _changes(k: Any, path: str, query: dict[str, Any], rv: str, action: Any
              ) -> Iterator[dict[str, Any]]:
     """Objects as they change, from watches resumed at the last resourceVersion (relisting
     quietly when the server has compacted it away)."""
-    import orjson
 
-    from tidings.cli.kube import lines
+    from tidings.cli.kube import lines, watch_message
 
     while True:
         resp = k.stream(path, {**query, "watch": "true", "resourceVersion": rv,
@@ -234,14 +233,9 @@ def _changes(k: Any, path: str, query: dict[str, Any], rv: str, action: Any
         gone = False
         try:
             for line in lines(resp):
-                try:
-                    msg = orjson.loads(line)
-                except orjson.JSONDecodeError:
+                kind, obj = watch_message(line) or ("", None)
+                if obj is None:
                     continue
-                obj = msg.get("object") if isinstance(msg, dict) else None
-                if not isinstance(obj, dict):
-                    continue
-                kind = msg.get("type")
                 if kind == "ERROR":
                     gone = True
                     break

@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import orjson
-
 from tidings._compat import UTC
 from tidings.cli.common import (
     EXIT_INVALID,
@@ -20,7 +18,7 @@ from tidings.cli.common import (
     not_found,
     safe,
 )
-from tidings.cli.kube import NO_CRD, Action, ApiError, Kube, lines
+from tidings.cli.kube import NO_CRD, Action, ApiError, Kube, lines, watch_message
 from tidings.kube.flowcontrol import Backoff
 from tidings.schemas import (
     KIND,
@@ -252,15 +250,12 @@ def _follow_cr(kube: Kube, ref: TaskRef, snap: Snapshot
                        read_timeout=75)
     try:
         for line in lines(resp):
-            try:
-                msg = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if not isinstance(msg, dict) or msg.get("type") not in ("ADDED", "MODIFIED"):
-                if isinstance(msg, dict) and msg.get("type") == "ERROR":
+            kind, found = watch_message(line) or ("", None)
+            if kind not in ("ADDED", "MODIFIED"):
+                if kind == "ERROR":
                     break
                 continue
-            obj: dict[str, Any] = msg["object"] if isinstance(msg.get("object"), dict) else {}
+            obj: dict[str, Any] = found if found is not None else {}
             status = _status_of(obj)
             if status is None:
                 continue

@@ -33,12 +33,10 @@ OutputFormat = Annotated[str, typer.Option(
 def age(t: str | None, now: datetime | None = None) -> str:
     """kubectl's age of an RFC 3339 time (5s, 3m20s, 4h, 12d, 2y30d); '<unknown>' if none."""
     from tidings._compat import UTC
+    from tidings.schemas.times import parse_time
 
-    if not t:
-        return "<unknown>"
-    try:
-        when = datetime.fromisoformat(t.replace("Z", "+00:00"))
-    except ValueError:
+    when = parse_time(t)
+    if when is None:
         return "<unknown>"
     secs = int(((now or datetime.now(UTC)) - when).total_seconds())
     if secs < 0:

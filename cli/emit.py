@@ -10,12 +10,11 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Annotated, Any
 
 import typer
 
-from tidings._compat import UTC
+from tidings._compat import UTC, fromisoformat
 from tidings.cli.common import EXIT_FORBIDDEN, EXIT_INVALID, Context, option_group
 from tidings.cli.common import EXIT_UNREACHABLE as EXIT_UNDELIVERED
 from tidings.cli.common import fail as _fail  # `fail` is also a command here
@@ -72,7 +71,7 @@ def _parse_time(value: str, flag: str) -> float:
     except ValueError:
         pass
     try:
-        t = datetime.fromisoformat(value.strip())
+        t = fromisoformat(value.strip())
     except ValueError:
         _fail(f"{flag} {value!r} is neither epoch seconds nor an RFC 3339 time", EXIT_INVALID)
     return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()

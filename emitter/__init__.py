@@ -7,6 +7,9 @@
     with tidings.span("epoch"):                 # summed per window into SpanSummary events
         train_one_epoch()
 
+    with tidings.run():                         # success at the end, or a failure naming
+        main()                                  # the exception (so does any uncaught crash)
+
 Identity comes from the downward API (POD_NAME, POD_NAMESPACE, POD_UID) and TIDINGS_TASK.
 With no cluster configured (no in-cluster config, no kubeconfig), calls are counted and
 logged at DEBUG on the ``tidings.emitter`` logger: local runs behave, nothing raises.
@@ -20,6 +23,7 @@ from typing import Any, TypeVar, overload
 
 from .config import EmitterConfig, Identity
 from .core import Emitter
+from .outcome import run
 from .spans import Span
 from .spans import traced as _traced
 
@@ -37,6 +41,7 @@ __all__ = [
     "pod_spawned",
     "progress",
     "record_span",
+    "run",
     "set_emitter",
     "span",
     "start_span",
@@ -87,8 +92,9 @@ def progress(fraction: float, message: str = "", final: bool = False,
     (_default or get_emitter()).progress(fraction, message, final, failed)
 
 
-def fail(message: str = "", fraction: float = 0.0) -> None:
-    """Report that this worker failed (a failed final progress: the task's phase is Failed)."""
+def fail(message: str = "", fraction: float | None = None) -> None:
+    """Report that this worker failed (a failed final progress: the task's phase is Failed),
+    keeping the progress made unless ``fraction`` is given."""
     (_default or get_emitter()).fail(message, fraction)
 
 

@@ -98,7 +98,7 @@ class Emitter:
         try:
             # An invalid fraction (refused when sent) is never what a failure keeps. A bare
             # try: contextlib.suppress costs ~0.5 us here, more than the rest of the call.
-            try:  # noqa: SIM105
+            try:
                 if 0.0 <= fraction <= 1.0:
                     self._fraction = fraction
             except TypeError:

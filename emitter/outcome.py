@@ -5,6 +5,7 @@ block's success or failure.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from collections.abc import Iterator
@@ -55,10 +56,9 @@ def report_failure(exc: BaseException, emitter: Emitter | None = None, *,
             message = cut_text(f"{sanitize_text(where)}: {message}", CRASH_MESSAGE_LIMIT)
         for em in [emitter] if emitter is not None else _started():
             em.fail(message)
-        try:
+        # An exception type that refuses attributes would be reported again: harmless.
+        with contextlib.suppress(Exception):
             setattr(exc, _REPORTED, True)
-        except Exception:  # an exception type that refuses attributes reports again, harmless
-            pass
     except Exception:
         pass
 

@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN_DIR = $(shell tools/controlplane/build.sh)
 
-.PHONY: setup debs venv binaries test unit demo lint clean-binaries
+.PHONY: setup debs venv binaries integrations-venv test unit demo lint clean-binaries
 
 setup: debs venv binaries
 
@@ -22,8 +22,22 @@ $(VENV)/.installed: pyproject.toml
 binaries:
 	tools/controlplane/build.sh
 
-test: setup
+# The real frameworks tidings.integrations is tested against (torch brings ~3 GB of CUDA
+# libraries): a venv of their own, cached per version of the pins and of pyproject, so the
+# workload install never pulls them and a second run installs nothing.
+INTEGRATIONS_REQ := tests/integrations/requirements.txt
+INTEGRATIONS_VENV = .cache/integrations/v1-$(shell cat $(INTEGRATIONS_REQ) pyproject.toml | sha256sum | cut -c1-12)
+
+integrations-venv:
+	@test -f $(INTEGRATIONS_VENV)/.complete || { rm -rf $(INTEGRATIONS_VENV) \
+	  && $(PYTHON) -m venv $(INTEGRATIONS_VENV) \
+	  && $(INTEGRATIONS_VENV)/bin/pip install -q --upgrade pip \
+	  && $(INTEGRATIONS_VENV)/bin/pip install -q -r $(INTEGRATIONS_REQ) -e '.[dev]' \
+	  && touch $(INTEGRATIONS_VENV)/.complete; }
+
+test: setup integrations-venv
 	TIDINGS_BIN_DIR=$(BIN_DIR) $(VENV)/bin/pytest
+	TIDINGS_BIN_DIR=$(BIN_DIR) $(INTEGRATIONS_VENV)/bin/pytest tests/integrations
 
 unit: venv
 	$(VENV)/bin/pytest tests/unit
@@ -33,7 +47,7 @@ demo: setup
 
 # mypy --strict over tidings.schemas, .kube, .emitter, .watcher and .cli (tools/typecheck.py says how).
 lint: venv
-	$(VENV)/bin/ruff check schemas kube emitter watcher cli tidings tests bench tools
+	$(VENV)/bin/ruff check schemas kube emitter watcher cli integrations tidings tests bench tools
 	$(VENV)/bin/python tools/typecheck.py
 
 clean-binaries:

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TREE = ROOT / "build" / "typecheck"
 # Checked by `make lint` and tests/unit/test_static_checks.py.
-CHECKED = ("schemas", "kube", "emitter", "watcher", "cli")
+CHECKED = ("schemas", "kube", "emitter", "watcher", "cli", "integrations")
 # The checkout's own tools, checked too (by their own names: tools.devcluster, ...).
 TOOLS = ("tools.devcluster", "tools.typecheck")
 

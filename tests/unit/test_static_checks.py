@@ -1,6 +1,7 @@
 """The code-quality bar is part of the suite: ruff everywhere, mypy --strict on schemas, kube,
-emitter, watcher and cli, and the dependency rules: schemas and the emitter import nothing of the
-parts above them, no shipped code imports the kubernetes client."""
+emitter, watcher, cli and integrations, and the dependency rules: schemas and the emitter import
+nothing of the parts above them, no shipped code imports the kubernetes client, and a framework
+only its own integration module."""
 
 from __future__ import annotations
 

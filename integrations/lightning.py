@@ -84,6 +84,8 @@ class TidingsCallback(Callback):  # type: ignore[misc, unused-ignore]
 def _mlflow_logger_urls(trainer: Trainer) -> Iterator[str | None]:
     """The run page of each MLFlowLogger (it uses its own client, not MLflow's active run)."""
     for logger in getattr(trainer, "loggers", None) or ():
-        if type(logger).__name__ == "MLFlowLogger":
+        # Its run_id would create the run (calls to the tracking server) when it has none
+        # yet: only a logger that has started its run is read.
+        if type(logger).__name__ == "MLFlowLogger" and getattr(logger, "_initialized", False):
             yield mlflow_run_url(getattr(logger, "_tracking_uri", None), logger.experiment_id,
                                  logger.run_id)

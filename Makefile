@@ -8,9 +8,12 @@ BIN_DIR = $(shell tools/controlplane/build.sh)
 
 setup: debs venv binaries
 
-# Debian packages the control plane needs at run time (only installed when missing).
+# Debian packages the control plane needs at run time, and cairo with a font for the test that
+# renders the timeline SVG (only installed when missing).
 debs:
 	@command -v openssl >/dev/null || { apt-get update -qq && apt-get install -y -qq openssl; }
+	@dpkg -s libcairo2 fonts-dejavu-core >/dev/null 2>&1 || { apt-get update -qq && \
+		apt-get install -y -qq libcairo2 fonts-dejavu-core; }
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml

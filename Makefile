@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN_DIR = $(shell tools/controlplane/build.sh)
 
-.PHONY: setup debs venv binaries test unit demo lint clean-binaries
+.PHONY: setup debs venv binaries test unit demo lint dist clean-binaries
 
 setup: debs venv binaries
 
@@ -38,6 +38,17 @@ demo: setup
 lint: venv
 	$(VENV)/bin/ruff check schemas kube emitter watcher cli tidings tests bench tools
 	$(VENV)/bin/python tools/typecheck.py
+
+# The wheel (pure Python, one for every platform) into $(DIST)/: `pip install
+# dist/tidings-*.whl`, with extras as `'tidings[cli] @ file://...'`. pip wheel rather than
+# `python -m build`, which build/ (tools/typecheck.py's output) would shadow. setuptools
+# stages in build/lib, and a file deleted from the source would still ship from there: cleared.
+DIST ?= dist
+dist: venv
+	rm -rf build/lib build/bdist.* $(DIST)/tidings-*.whl
+	$(VENV)/bin/pip wheel -q --no-deps --no-build-isolation -w $(DIST) .
+	rm -rf build/lib build/bdist.*
+	@ls $(DIST)/tidings-*.whl
 
 clean-binaries:
 	rm -rf .cache/controlplane

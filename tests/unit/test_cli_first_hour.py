@@ -70,3 +70,22 @@ def test_an_unreadable_kubeconfig_says_why(tmp_path: Path) -> None:
     path.chmod(0)
     res = run("list", KUBECONFIG=str(path), HOME=str(tmp_path))
     assert res.returncode == 2 and "Permission denied" in res.stderr
+
+
+def complete(words: str) -> list[str]:
+    """What bash completion offers for the last word of ``words`` (typer's protocol)."""
+    res = run(_TIDINGS_COMPLETE="complete_bash", COMP_WORDS=words,
+              COMP_CWORD=str(len(words.split()) - (0 if words.endswith(" ") else 1)),
+              KUBECONFIG="/nonexistent.yaml")
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    return res.stdout.split()
+
+
+def test_output_formats_complete() -> None:
+    assert complete("tidings list -o ") == ["table", "wide", "name", "json", "yaml",
+                                            "jsonpath="]
+    assert complete("tidings get -o j") == ["json", "jsonpath="]
+    assert complete("tidings logs app -o ") == ["text", "jsonl"]
+    assert complete("tidings state t -o y") == ["yaml"]
+    # Without a cluster, names complete to nothing, silently.
+    assert complete("tidings logs tr") == []

@@ -93,7 +93,7 @@ def test_timeline_hostile_names_and_no_spans(control_plane: ControlPlane, admin:
     assert res.exit_code == 0 and "no spans recorded" in res.stdout
 
 
-def test_timeline_errors(control_plane: ControlPlane, admin: Any, namespace: str,
+def test_timeline_errors(control_plane: ControlPlane, admin: Any, namespace: str, crd: str,
                          tmp_path: Path) -> None:
     res = invoke(control_plane, "timeline", "ghost", "-n", namespace)
     assert res.exit_code == 5 and res.stderr.startswith("error: not found: task 'ghost'")

@@ -43,3 +43,10 @@ def test_no_sentence_is_said_twice(doc: str) -> None:
                 sentences[sentence] = sentences.get(sentence, 0) + 1
     repeated = [s for s, n in sentences.items() if n > 1]
     assert not repeated, f"{doc} repeats: {repeated}"
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_no_doc_points_outside_the_repository(doc: str) -> None:
+    # A reader of the checkout (or of the package page) has nothing beside it.
+    outside = re.findall(r"`\.\./[^`]*`|\]\(\.\./[^)]*\)|\.\./shared\b", (ROOT / doc).read_text())
+    assert outside == [], outside

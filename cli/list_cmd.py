@@ -14,7 +14,7 @@ from tidings.cli.common import (
     DEFAULT_CONNECTION,
     Connection,
     Namespace,
-    check_task,
+    check_name,
     command,
     complete_task,
     connection,
@@ -215,7 +215,9 @@ def list_tasks(
     """List tasks (their TaskFeedbacks): phase, progress, links, deck, last event, age."""
     import sys
 
-    names = [check_task(n) for n in names or []]
+    # Any object name, as kubectl takes (a TaskFeedback made by hand need not be a task id);
+    # the check keeps ',' and '=' out of the field selector.
+    names = [check_name(n, "task") for n in names or []]
     # kubectl's rules for names beside other flags.
     if names and selector:
         invalid("a NAME cannot be given with --selector")

@@ -89,3 +89,10 @@ def test_output_formats_complete() -> None:
     assert complete("tidings state t -o y") == ["yaml"]
     # Without a cluster, names complete to nothing, silently.
     assert complete("tidings logs tr") == []
+
+
+def test_get_refuses_a_name_that_could_bend_its_field_selector() -> None:
+    for name in ("a,b", "x=y", "UPPER"):
+        res = run("get", name, KUBECONFIG="/nonexistent.yaml")
+        assert res.returncode == 2, res.stderr
+        assert res.stderr.startswith(f"error: invalid input: task {name!r} is not a valid name")

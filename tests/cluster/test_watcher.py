@@ -587,6 +587,7 @@ def test_a_lost_lease_is_logged_with_its_cause(admin: Any, namespace: str, crd: 
 
         eventually(lambda: lost() != "", 30, f"the lease to be lost\n{w.tail()}")
         line = lost()
+        print(f"\n{line}")
         assert f"lost the lease {namespace}/sa: " in line, line
         assert "HTTP 401" in line and "ServiceAccount or token deleted?" in line, line
     finally:

@@ -34,15 +34,17 @@ unit: venv
 demo: setup
 	TIDINGS_BIN_DIR=$(BIN_DIR) deploy/demo.sh
 
-# mypy --strict over tidings.schemas, .kube, .emitter, .watcher and .cli (tools/typecheck.py says how).
+# mypy --strict (pyproject's [tool.mypy]) over the installed names; tidings/'s symlinks let it
+# resolve tidings.* to the top-level folders.
+MYPY_TARGETS := -p tidings.schemas -p tidings.kube -p tidings.emitter -p tidings.watcher -p tidings.cli -m tools.devcluster
 lint: venv
 	$(VENV)/bin/ruff check schemas kube emitter watcher cli tidings tests bench tools
-	$(VENV)/bin/python tools/typecheck.py
+	$(VENV)/bin/mypy $(MYPY_TARGETS)
 
 # The wheel (pure Python, one for every platform) into $(DIST)/: `pip install
 # dist/tidings-*.whl`, with extras as `'tidings[cli] @ file://...'`. pip wheel rather than
-# `python -m build`, which build/ (tools/typecheck.py's output) would shadow. setuptools
-# stages in build/lib, and a file deleted from the source would still ship from there: cleared.
+# `python -m build`, which a build/ folder in the checkout would shadow. setuptools stages in
+# build/lib, and a file deleted from the source would still ship from there: cleared.
 DIST ?= dist
 dist: venv
 	rm -rf build/lib build/bdist.* $(DIST)/tidings-*.whl

@@ -286,7 +286,7 @@ class Sender:
             del pending[name]
         carried = (len(taken), sum(int(a[COUNT]) for _, a in taken))
         try:
-            payload = SpanSummaries(base_us=base, spans=rows)
+            payload = SpanSummaries.model_validate({"base_us": base, "spans": rows})
         except ValidationError:
             # One bad name must not cost the others: keep the rows that pass on their own
             # (each refusal counted once, as for a lone summary).
@@ -297,7 +297,8 @@ class Sender:
             if not good:
                 return None, (0, 0)
             try:
-                payload = SpanSummaries(base_us=base, spans=[r for r, _ in good])
+                payload = SpanSummaries.model_validate(
+                    {"base_us": base, "spans": [r for r, _ in good]})
             except ValidationError as e:
                 self._count_once("invalid", ("SpanSummaries", str(e)[:80]),
                                  "tidings: invalid span summaries not sent: %s",

@@ -26,17 +26,22 @@ binaries:
 	tools/controlplane/build.sh
 
 # The real frameworks tidings.integrations is tested against (torch brings ~3 GB of CUDA
-# libraries): a venv of their own, cached per version of the pins and of pyproject, so the
-# workload install never pulls them and a second run installs nothing.
+# libraries): a venv of their own, named by the hash of their pins and kept while the pins
+# stay (existence, not mtimes: a fresh checkout must not reinstall torch), so the workload
+# install never pulls them and a second run installs nothing. The project itself is
+# (re)installed into it when pyproject.toml changes, which costs seconds.
 INTEGRATIONS_REQ := tests/integrations/requirements.txt
-INTEGRATIONS_VENV = .cache/integrations/v1-$(shell cat $(INTEGRATIONS_REQ) pyproject.toml | sha256sum | cut -c1-12)
+INTEGRATIONS_VENV = .cache/integrations/v1-$(shell sha256sum < $(INTEGRATIONS_REQ) | cut -c1-12)
 
-integrations-venv:
+integrations-venv: $(INTEGRATIONS_VENV)/.project
+$(INTEGRATIONS_VENV)/.project: pyproject.toml
 	@test -f $(INTEGRATIONS_VENV)/.complete || { rm -rf $(INTEGRATIONS_VENV) \
 	  && $(PYTHON) -m venv $(INTEGRATIONS_VENV) \
 	  && $(INTEGRATIONS_VENV)/bin/pip install -q --upgrade pip \
-	  && $(INTEGRATIONS_VENV)/bin/pip install -q -r $(INTEGRATIONS_REQ) -e '.[dev]' \
+	  && $(INTEGRATIONS_VENV)/bin/pip install -q -r $(INTEGRATIONS_REQ) \
 	  && touch $(INTEGRATIONS_VENV)/.complete; }
+	$(INTEGRATIONS_VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
 
 test: setup integrations-venv
 	TIDINGS_BIN_DIR=$(BIN_DIR) $(VENV)/bin/pytest

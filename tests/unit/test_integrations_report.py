@@ -151,3 +151,11 @@ def test_a_guarded_hook_never_raises_and_logs_once(caplog: pytest.LogCaptureFixt
         assert hook(1) is None and hook(2) is None
     assert calls == [1, 2]
     assert len([r for r in caplog.records if "hook" in r.getMessage()]) == 1
+
+
+def test_a_declared_worker_count_from_the_environment_wins_over_the_world_size() -> None:
+    em, rec = make(workers=3)  # TIDINGS_EMIT_WORKERS=3, e.g. the Job's completions
+    r = RunReporter(em)
+    r.begin(global_rank=0, local_rank=0, world_size=8, local_world_size=4)
+    r.end()
+    assert {p.workers for p in sent(em, rec) if isinstance(p, Progress)} == {3}

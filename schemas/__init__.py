@@ -53,6 +53,7 @@ from .event import (
     parse_event,
     parse_watch_line,
 )
+from .folding import fold, fold_all, fold_checked, fold_many
 from .lineage import LineageEntry, fold_lineage
 from .note import decode_note, encode_note, encode_note_bytes, valid_instance, valid_seq
 from .payloads import (
@@ -78,10 +79,6 @@ from .state import (
     SpanAgg,
     TaskProgress,
     TaskState,
-    fold,
-    fold_all,
-    fold_checked,
-    fold_many,
     new_state,
 )
 from .text import sanitize_text

@@ -6,9 +6,8 @@ decides what happens to each event (wrong task, duplicate, late, applied) and on
 (on its first write) and changes the copy in place, so a batch costs one copy per map and a
 single event the copy of the one map it touches; span aggregates are summed in place during
 a run and built once at its end. ``fold`` is pure and total; the state round-trips through
-the TaskFeedback ``.status`` dict (``TaskState.to_status``/``from_status``, in
-schemas/taskstate.py and schemas/decoding.py; the camelCase layout is documented in
-deploy/crd.yaml).
+the TaskFeedback ``.status`` dict (``TaskState.to_status``/``from_status``, both in
+schemas/state.py; the camelCase layout is documented in deploy/crd.yaml).
 
 Order-insensitivity, precisely: for a set of events with distinct (instance, seq), folding any
 permutation, with any duplicates mixed in, yields an identical ``to_status()`` except for
@@ -72,7 +71,7 @@ from .payloads import (
     UnknownPayload,
     cut_text,
 )
-from .taskstate import (
+from .state import (
     _INT_MAX,
     DEFAULT_LIMITS,
     MESSAGE_LIMIT,

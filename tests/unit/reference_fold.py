@@ -34,8 +34,8 @@ from tidings.schemas.payloads import (
 from tidings.schemas.state import (
     SpanAgg,
     TaskState,
+    _span_weight,
 )
-from tidings.schemas.taskstate import _span_weight
 
 K = TypeVar("K")
 V = TypeVar("V")

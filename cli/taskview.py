@@ -36,6 +36,8 @@ from tidings.schemas.contract import (
     task_selector,
     taskfeedback_path,
 )
+from tidings.schemas.kinds import NAMED_KINDS, Kind, Scalar
+from tidings.schemas.state import Named
 
 SOURCE_CR = "TaskFeedback"
 SOURCE_EVENTS = "events"
@@ -354,16 +356,14 @@ def render(snap: Snapshot) -> Any:
             t.add_column(c, overflow="fold")
         return t
 
-    if st.links:
-        t = table("Links", "NAME", "URL")
-        for name, url in st.links.items():
-            t.add_row(_t(name), _t(url, "cyan"))
-        parts.append(t)
-    if st.decks:
-        t = table("Decks", "NAME", "URI")
-        for name, uri in st.decks.items():
-            t.add_row(_t(name), _t(uri, "cyan"))
-        parts.append(t)
+    for kind in NAMED_KINDS:  # links, decks, ...: one table each, as the registry says
+        entries = st.registers(kind)
+        if entries:
+            cols = ["NAME", *(f.header for f in kind.values)]
+            t = table(kind.title, *cols, *(["UPDATED"] if kind.age else []))
+            for name, entry in sorted(entries.items()):
+                t.add_row(*named_cells(kind, name, entry))
+            parts.append(t)
     if st.spans:
         t = table("Spans", "NAME", "COUNT", "TOTAL", "MIN", "MAX", "ERRORS")
         for name, s in sorted(st.spans.items()):
@@ -393,6 +393,26 @@ def render(snap: Snapshot) -> Any:
         footer += "; " + ", ".join(f"{k}={v}" for k, v in sorted(noisy.items()))
     parts.append(_t(footer, "dim"))
     return Group(*parts)
+
+
+def named_cells(kind: Kind, name: str, entry: Named) -> list[Any]:
+    """The table cells of one register of a named kind: its name, its value fields, and
+    how long ago it was written when the kind shows that."""
+    raw = entry.value
+    values = raw if isinstance(raw, tuple) else (raw,)
+    cells = [_t(name), *(_t(_scalar_text(v), f.style)
+                         for f, v in zip(kind.values, values, strict=True))]
+    if kind.age:
+        cells.append(_t(_ago(entry.at[0])))
+    return cells
+
+
+def _scalar_text(v: Scalar) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
 
 
 def one_line(snap: Snapshot) -> str:

@@ -393,21 +393,6 @@ class UnknownPayload(BaseModel):
 Payload: TypeAlias = (LogLink | DeckReady | SpanSummary | SpanSummaries | Progress | PodSpawned
                       | UnknownPayload)
 
-KNOWN_PAYLOADS: dict[
-    str, type[LogLink | DeckReady | SpanSummary | SpanSummaries | Progress | PodSpawned]] = {
-    m.TYPE: m for m in (LogLink, DeckReady, SpanSummary, SpanSummaries, Progress, PodSpawned)
-}
-
-# Text fields that may be cut to make a note fit, in the order they are given up.
-SHRINKABLE: dict[str, tuple[str, ...]] = {
-    "LogLink": ("name",),
-    "DeckReady": ("name",),
-    "SpanSummary": ("name",),
-    "Progress": ("message",),
-    "PodSpawned": ("role", "app"),
-}
-
-
 def span_summaries(p: Payload) -> tuple[SpanSummary, ...]:
     """The per-name span summaries ``p`` carries: its rows, itself, or none."""
     if isinstance(p, SpanSummaries):

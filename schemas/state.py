@@ -20,6 +20,7 @@ from ._fast import slot_constructor
 from .constants import NAME_LIMIT, TYPE_LIMIT
 from .contract import FAILED, PENDING, RUNNING, SUCCEEDED
 from .event import ParsedEvent, TaskRef
+from .kinds import KINDS, NAMED_KINDS, Kind, Scalar
 from .note import valid_instance, valid_seq
 from .times import epoch, format_seconds, format_time, from_epoch, parse_time
 from .version_vector import VersionVector
@@ -35,26 +36,25 @@ MESSAGE_LIMIT = 256
 # 64 KiB: the API server's CPU per status write grows with its bytes (about 0.2 ms/KB in
 # bench/bench_status_write.py), so this also bounds the cost of a write at every cap.
 STATUS_BUDGET = 64 * 1024
-# What ``to_status(budget=...)`` gives up, in this order, while the status is over budget.
+# What ``to_status(budget=...)`` gives up, in this order, while the status is over budget:
+# the sender pods first, then each kind's section by its ``drop_rank`` (schemas/kinds.py).
 # Dedup data, phase, conditions, progress, workers and counters are never dropped.
 # Entries go from the end of a section (the largest names first), a section at a time;
 # ``workerMessages`` empties the workers' messages (their progress stays).
-BUDGET_DROP_ORDER: tuple[str, ...] = (
-    "pods", "unknownTypes", "workerMessages", "spans", "decks", "links")
+BUDGET_DROP_ORDER: tuple[str, ...] = ("pods", *(
+    k.budget_section for k in sorted(KINDS, key=lambda k: k.drop_rank or 0)
+    if k.drop_rank is not None))
 # How far past the API server's creationTimestamp a sender's eventTime may order its event.
 CLOCK_SKEW = timedelta(seconds=60)
 
 COUNTER_NAMES: tuple[str, ...] = (
     "events_applied",  # distinct events folded in (order-independent)
     "duplicates",  # re-deliveries skipped by the version vector (depends on delivery)
-    "links_capped",  # LogLink events whose name is beyond the links cap
-    "decks_capped",
-    "spans_capped",
-    "pods_capped",
-    "workers_capped",  # Progress events of pods beyond the per-task worker cap
-    "unknown_payloads",  # events with an unknown type or newer schema version
-    "unknown_capped",  # unknown events whose type is beyond the unknown-types cap
-    "pods_spawned",  # PodSpawned (lineage) events regarding this subject
+    # Each kind's: ``*_capped`` counts its events beyond its cap (e.g. links whose name is
+    # beyond the links cap, Progress of pods beyond the worker cap); ``unknown_payloads``
+    # the events of an unknown type or newer schema version; ``pods_spawned`` lineage.
+    *dict.fromkeys(c for k in KINDS for c in (k.capped, *k.counters) if c),
+    "pods_capped",  # events of sender pods beyond the pods cap
     "wrong_task",  # events handed to the fold of another task (a caller bug); not applied
     "fold_errors",  # internal errors swallowed to keep the fold total (should stay 0)
     "time_clamped",  # events whose eventTime was later than creationTimestamp + CLOCK_SKEW
@@ -85,11 +85,16 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
+# A named register's value: the payload's one value field, or a tuple of its several
+# (in the order of its kind's ``values``).
+NamedValue = Scalar | tuple[Scalar, ...]
+
+
 class Named(NamedTuple):
     """A last-writer-wins register: ``value`` written by the event with order key ``at``;
     ``events`` counts the events that targeted this name (needed to count them when capped)."""
 
-    value: str
+    value: NamedValue
     at: OrderKey
     events: int
 
@@ -151,8 +156,7 @@ class TaskState:
     """Folded state of one task. Treat as immutable; build with ``new_state`` and ``fold``."""
 
     task: TaskRef
-    link_entries: Mapping[str, Named]
-    deck_entries: Mapping[str, Named]
+    named: Mapping[str, Mapping[str, Named]]  # a named kind's section -> its registers
     spans: Mapping[str, SpanAgg]
     workers: Mapping[str, ProgressState]  # reporting pod name -> its winning progress
     pod_events: Mapping[tuple[str, str], int]  # (pod name, uid) -> events sent
@@ -166,15 +170,27 @@ class TaskState:
     warnings: int
     limits: Limits = field(default=DEFAULT_LIMITS, compare=False)
 
+    def registers(self, kind: Kind) -> Mapping[str, Named]:
+        """The registers of the named ``kind`` (empty when none was written)."""
+        return self.named.get(kind.section, _NO_REGISTERS)
+
+    @property
+    def link_entries(self) -> Mapping[str, Named]:
+        return self.named.get("links", _NO_REGISTERS)
+
+    @property
+    def deck_entries(self) -> Mapping[str, Named]:
+        return self.named.get("decks", _NO_REGISTERS)
+
     @property
     def links(self) -> dict[str, str]:
         """Link name -> URL."""
-        return {k: v.value for k, v in sorted(self.link_entries.items())}
+        return {k: str(v.value) for k, v in sorted(self.link_entries.items())}
 
     @property
     def decks(self) -> dict[str, str]:
         """Deck name -> URI."""
-        return {k: v.value for k, v in sorted(self.deck_entries.items())}
+        return {k: str(v.value) for k, v in sorted(self.deck_entries.items())}
 
     @property
     def latest_deck(self) -> str | None:
@@ -293,16 +309,11 @@ class TaskState:
         deck = self.latest_deck
         if deck is not None:
             st["deck"] = deck
-        if self.link_entries:
-            st["links"] = {
-                k: {"url": v.value, "at": _key_text(v.at), "events": v.events}
-                for k, v in sorted(self.link_entries.items())
-            }
-        if self.deck_entries:
-            st["decks"] = {
-                k: {"uri": v.value, "at": _key_text(v.at), "events": v.events}
-                for k, v in sorted(self.deck_entries.items())
-            }
+        named = self.named
+        for kind in NAMED_KINDS:
+            entries = named.get(kind.section)
+            if entries:
+                st[kind.section] = {k: _named_json(kind, v) for k, v in sorted(entries.items())}
         if self.spans:
             st["spans"] = {
                 k: {
@@ -353,8 +364,7 @@ def new_state(task: TaskRef, limits: Limits = DEFAULT_LIMITS) -> TaskState:
     """The empty state of ``task``."""
     return TaskState(
         task=task,
-        link_entries={},
-        deck_entries={},
+        named={},
         spans={},
         workers={},
         pod_events={},
@@ -370,6 +380,8 @@ def new_state(task: TaskRef, limits: Limits = DEFAULT_LIMITS) -> TaskState:
     )
 
 
+
+_NO_REGISTERS: Mapping[str, Named] = {}
 
 # Room for the budgetDropped field itself.
 _DROPPED_RESERVE = 160
@@ -388,6 +400,23 @@ def _windows_text(s: SpanAgg) -> str:
     """``"<shift> lo-hi,lo-hi"`` with bucket numbers relative to the first start's bucket."""
     base = _us(s.first_start) >> s.shift
     return f"{s.shift} " + ",".join(f"{lo - base}-{hi - base}" for lo, hi in s.windows)
+
+
+def _named_json(kind: Kind, v: Named) -> dict[str, Any]:
+    """A register's status entry: its value fields (an absent optional one left out), then
+    ``at`` and ``events``."""
+    fields = kind.values
+    out: dict[str, Any] = {}
+    if len(fields) == 1:
+        out[fields[0].attr] = v.value
+    else:
+        assert isinstance(v.value, tuple)
+        for f, x in zip(fields, v.value, strict=True):
+            if x is not None:
+                out[f.attr] = x
+    out["at"] = _key_text(v.at)
+    out["events"] = v.events
+    return out
 
 
 def _key_text(k: OrderKey) -> str:
@@ -569,12 +598,28 @@ def _time(v: Any) -> datetime | None:
     return t
 
 
-def _named_map(data: Any, value_key: str) -> dict[str, Named]:
+def _scalar(v: Any, kind: str, optional: bool) -> Scalar:
+    if v is None:
+        _need(optional, "missing value")
+        return None
+    if kind == "str":
+        _need(isinstance(v, str), "bad value")
+        return str(v)
+    if kind == "int":
+        return _int(v)
+    _need(type(v) in (int, float) and math.isfinite(v), "bad value")
+    return float(v)
+
+
+def _named_map(data: Any, kind: Kind) -> dict[str, Named]:
     _need(isinstance(data, Mapping), "bad map")
     out: dict[str, Named] = {}
+    fields = kind.values
     for k, v in data.items():
-        _need(isinstance(v, Mapping) and isinstance(v.get(value_key), str), "bad entry")
-        out[_name(k)] = Named(v[value_key], _key(v.get("at")), _int(v.get("events")))
+        _need(isinstance(v, Mapping), "bad entry")
+        values = tuple(_scalar(v.get(f.attr), f.type, f.optional) for f in fields)
+        out[_name(k)] = Named(values[0] if len(values) == 1 else values, _key(v.get("at")),
+                              _int(v.get("events")))
     return out
 
 
@@ -602,8 +647,7 @@ def _worker(w: Any) -> tuple[str, ProgressState]:
 
 def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState:
     _need(_int(st.get("schemaVersion")) == STATUS_VERSION, "another status layout")
-    links = _named_map(st.get("links", {}), "url")
-    decks = _named_map(st.get("decks", {}), "uri")
+    named = {k.section: _named_map(st.get(k.section, {}), k) for k in NAMED_KINDS}
     spans: dict[str, SpanAgg] = {}
     raw_spans = st.get("spans", {})
     _need(isinstance(raw_spans, Mapping), "bad spans")
@@ -648,15 +692,16 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
     wm = _time(st.get("compactedBefore"))
     watermark = 0 if wm is None else epoch(wm)
 
-    links, c1 = _trim(links, lim.links, _named_weight)
-    decks, c2 = _trim(decks, lim.decks, _named_weight)
+    for kind in NAMED_KINDS:
+        entries, extra = _trim(named.pop(kind.section), getattr(lim, kind.cap), _named_weight)
+        if entries:
+            named[kind.section] = entries
+        counters[kind.capped] += extra
     spans, c3 = _trim(spans, lim.spans, _span_weight)
     pods, c4 = _trim(pods, lim.pods, _ident)
     unknown, c5 = _trim(unknown, lim.unknown_types, _ident)
     workers, c6 = _trim(workers, lim.workers, _worker_weight)
     for name, extra in (
-        ("links_capped", c1),
-        ("decks_capped", c2),
         ("spans_capped", c3),
         ("pods_capped", c4),
         ("unknown_capped", c5),
@@ -665,8 +710,7 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
         counters[name] += extra
     return TaskState(
         task=task,
-        link_entries=links,
-        deck_entries=decks,
+        named=named,
         spans=spans,
         workers=workers,
         pod_events=pods,

@@ -201,3 +201,15 @@ def test_a_final_progress_is_critical_and_a_running_one_coalescible() -> None:
     assert urgency(Progress(fraction=1.0, final=True)) == CRITICAL
     assert urgency(Progress(fraction=0.3, final=True, failed=True)) == CRITICAL
     assert urgency(Progress(fraction=0.3)) == COALESCIBLE
+
+
+@pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))
+def test_the_write_scheduler_takes_each_kinds_urgency(kind: Kind,
+                                                      model: type[BaseModel]) -> None:
+    """Issue 18 item 7: the watcher's write urgency is the kind's, for every kind (a
+    multi-name SpanSummaries window was taken for a critical fact and written at once)."""
+    from tidings.watcher.coalesce import fact_kind
+
+    payload, _ = EXAMPLES[model]
+    assert fact_kind(event_of(payload)) == kind.urgency
+    assert fact_kind(event_of(payload, warning=True)) == CRITICAL

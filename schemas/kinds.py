@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from .payloads import (
     DeckReady,
     LogLink,
+    Metric,
     Payload,
     PodSpawned,
     Progress,
@@ -77,9 +78,11 @@ class Kind:
     # Named kinds: the register's key attribute and its value fields.
     key: str = "name"
     values: tuple[ValueField, ...] = ()
-    # CLI: the table title; ``age`` adds a column with how long ago each entry was written.
+    # CLI: the table title; ``age`` adds a column with how long ago each entry was written;
+    # ``inline``: the one-line view (``watch`` piped) shows the registers as name=value.
     title: str = ""
     age: bool = False
+    inline: bool = False
 
     def urgency_of(self, payload: Payload) -> Urgency:
         if self.critical_if is not None and self.critical_if(payload):
@@ -102,6 +105,11 @@ KINDS: tuple[Kind, ...] = (
     Kind("decks", (DeckReady,), "named", CRITICAL, section="decks", cap="decks",
          capped="decks_capped", drop_rank=50, shrink=("name",),
          values=(ValueField("uri", "str", "URI", style="cyan"),), title="Decks"),
+    Kind("metrics", (Metric,), "named", COALESCIBLE, section="metrics", cap="metrics",
+         capped="metrics_capped", drop_rank=35, shrink=("name",),
+         values=(ValueField("value", "float", "VALUE"),
+                 ValueField("step", "int", "STEP", optional=True)),
+         title="Metrics", age=True, inline=True),
     Kind("spans", (SpanSummary, SpanSummaries), "spans", COALESCIBLE, section="spans",
          cap="spans", capped="spans_capped", drop_rank=40, shrink=("name",), title="Spans"),
     Kind("progress", (Progress,), "progress", COALESCIBLE, critical_if=_final,

@@ -22,11 +22,13 @@ from tidings.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_UNREACHABLE,
     CliError,
+    Connection,
+    add_error_translator,
     check_namespace,
     parse_request_timeout,
 )
 from tidings.kube import Client, ConfigError, Impersonation, KubeError, iter_lines
-from tidings.kube import load as load_config
+from tidings.kube import connect as connect_client
 from tidings.schemas import API_VERSION
 from tidings.schemas.contract import EVENTS_RESOURCE, TASKFEEDBACK_RESOURCE, events_path, pods_path
 
@@ -261,9 +263,20 @@ def connect(kubeconfig: str | None, context: str | None, namespace: str | None,
     timeout = client_timeout(request_timeout)
     impersonate = impersonate or impersonation(as_user, as_groups)
     try:
-        config = load_config(kubeconfig, context, namespace=namespace, impersonate=impersonate)
         # Many connections per host: `logs` runs concurrent streams.
-        client = Client(config, maxsize=64, user_agent="tidings-cli")
+        client = connect_client(kubeconfig, context, namespace=namespace,
+                                impersonate=impersonate, maxsize=64, user_agent="tidings-cli")
     except ConfigError as err:
         raise _from_config_error(err) from None
-    return Kube(client=client, namespace=config.namespace, timeout=timeout)
+    return Kube(client=client, namespace=client.config.namespace, timeout=timeout)
+
+
+def connect_with(conn: Connection, namespace: str | None) -> Kube:
+    """``connect`` for a command's connection flags."""
+    return connect(conn.kubeconfig, conn.context, namespace, request_timeout=conn.request_timeout,
+                   as_user=conn.as_user, as_groups=conn.as_group)
+
+
+# Every command that talks to the cluster imports this module; from then on its errors are
+# one line and their exit code (cli/common.py's ``command``).
+add_error_translator(translate_error)

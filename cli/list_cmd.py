@@ -196,7 +196,7 @@ def list_tasks(
     """List tasks (their TaskFeedbacks): phase, progress, links, deck, last event, age."""
     import sys
 
-    from tidings.cli.kube import Action
+    from tidings.cli.kube import Action, connect_with
     from tidings.schemas.contract import TASKFEEDBACK_RESOURCE, taskfeedback_path
 
     def echo(text: str) -> None:
@@ -204,7 +204,7 @@ def list_tasks(
         sys.stdout.flush()  # -w output is read line by line by scripts
 
     printer = Printer(output.strip(), all_namespaces, echo)
-    k = conn.connect(namespace)
+    k = connect_with(conn, namespace)
     ns = "" if all_namespaces else k.namespace
     path = taskfeedback_path(ns)
     resource = TASKFEEDBACK_RESOURCE

@@ -61,11 +61,11 @@ def create(
     resource, _, owner_name = owner.partition("/")
     if not resource or not owner_name or "/" in owner_name:
         invalid(f"--owner {safe(owner)!r}: use RESOURCE/NAME, e.g. job/train")
-    from tidings.cli.kube import Action, api_error
+    from tidings.cli.kube import Action, api_error, connect_with
     from tidings.emitter.task import TaskFeedbackError, create_task_feedback
     from tidings.schemas.contract import TASKFEEDBACK_RESOURCE
 
-    kube = conn.connect(namespace)
+    kube = connect_with(conn, namespace)
     ns = kube.namespace
     try:
         obj = _get_owner(kube, resource, owner_name, ns)

@@ -18,7 +18,15 @@ from tidings.cli.common import (
     not_found,
     safe,
 )
-from tidings.cli.kube import NO_CRD, Action, ApiError, Kube, lines, watch_message
+from tidings.cli.kube import (
+    NO_CRD,
+    Action,
+    ApiError,
+    Kube,
+    connect_with,
+    lines,
+    watch_message,
+)
 from tidings.kube.flowcontrol import Backoff
 from tidings.schemas import (
     KIND,
@@ -50,7 +58,7 @@ QUICK_BASE, QUICK_CAP = 0.4, 5.0
 def open_task(task: str, namespace: str | None, all_namespaces: bool, conn: Connection,
               from_events: bool) -> tuple[Kube, TaskRef]:
     """Connect and find the task: the common start of state, watch and timeline."""
-    k = conn.connect(namespace)
+    k = connect_with(conn, namespace)
     ns = resolve_namespace(k, task, "task", task_selector(task), all_namespaces,
                            with_cr=not from_events)
     return k, TaskRef(ns, task)
@@ -60,7 +68,7 @@ def open_app(app: str, namespace: str | None, all_namespaces: bool, conn: Connec
              ) -> tuple[Kube, str]:
     """Connect and find the app's namespace: the common start of lineage and logs (by its
     PodSpawned records, or its TaskFeedback when it has no lineage controller)."""
-    k = conn.connect(namespace)
+    k = connect_with(conn, namespace)
     return k, resolve_namespace(k, app, "app", lineage_selector(app), all_namespaces,
                                 with_cr=True)
 

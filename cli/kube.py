@@ -27,13 +27,18 @@ from tidings.cli.common import (
     check_namespace,
     parse_request_timeout,
 )
-from tidings.kube import Client, ConfigError, Impersonation, KubeError, iter_lines
+from tidings.kube import Client, ConfigError, Impersonation, KubeError, ListWatch, iter_lines
 from tidings.kube import connect as connect_client
+from tidings.kube.flowcontrol import Backoff
 from tidings.schemas import API_VERSION
 from tidings.schemas.contract import EVENTS_RESOURCE, TASKFEEDBACK_RESOURCE, events_path, pods_path
 
 # (connect, read) seconds for ordinary requests; streams choose their own read timeout.
 REQUEST_TIMEOUT = (5.0, 30.0)
+
+# A follow's backoff between failed watches: a person is waiting, so it starts low and stays
+# under 5 s (no jitter: one CLI is not a herd).
+FOLLOW_BACKOFF_BASE, FOLLOW_BACKOFF_CAP = 0.4, 5.0
 
 # The TaskFeedback API, for the message when its CRD is not installed.
 NO_CRD = f"the server has no TaskFeedback API ({API_VERSION}): install deploy/crd.yaml"
@@ -186,6 +191,29 @@ class Kube:
         connect_s = self.timeout if isinstance(self.timeout, float) else self.timeout[0]
         return self._open(path, query, action, (connect_s, read_timeout), True)
 
+    def list_watch(self, path: str, query: dict[str, Any], *, action: Action,
+                   resource_version: str | None = None, lists: bool = True,
+                   watch_timeout: int = 60, read_timeout: float | None = None) -> ListWatch:
+        """tidings.kube's list+watch loop on this client, with the CLI's rule for failures:
+        what may pass (no answer, 429, 5xx) is retried after a short backoff; anything else
+        (forbidden, unauthorized, ...) ends the command with its one-line error."""
+        connect_s = self.timeout if isinstance(self.timeout, float) else self.timeout[0]
+
+        def fail_unless_transient(err: Exception) -> None:
+            if isinstance(err, KubeError):
+                if err.retryable:
+                    return
+                raise _from_kube_error(err, action) from None
+            raise err
+
+        return ListWatch(
+            self.client, path, query, resource_version=resource_version, lists=lists,
+            watch_timeout=watch_timeout,
+            timeout=(connect_s, read_timeout if read_timeout is not None else watch_timeout + 15),
+            list_timeout=self.timeout,
+            backoff=Backoff(base=FOLLOW_BACKOFF_BASE, cap=FOLLOW_BACKOFF_CAP, jitter=0.0),
+            on_error=fail_unless_transient)
+
     # -- well-known paths ---------------------------------------------------------------------
 
     def list_events(self, namespace: str | None, selector: str
@@ -193,14 +221,13 @@ class Kube:
         return self.list_all(events_path(namespace), {"fieldSelector": selector},
                              action=Action("list", EVENTS_RESOURCE, namespace or ""))
 
-    def watch_events(self, namespace: str, selector: str, resource_version: str,
-                     timeout_s: int = 60) -> Any:
-        return self.stream(
-            events_path(namespace),
-            {"fieldSelector": selector, "watch": "true", "resourceVersion": resource_version,
-             "allowWatchBookmarks": "true", "timeoutSeconds": timeout_s},
-            action=Action("watch", EVENTS_RESOURCE, namespace),
-            read_timeout=timeout_s + 15)
+    def watch_events(self, namespace: str, selector: str, resource_version: str | None,
+                     *, lists: bool = True, timeout_s: int = 60) -> ListWatch:
+        """The bus events of ``namespace`` matching ``selector`` (the CLI's events follow)."""
+        return self.list_watch(events_path(namespace), {"fieldSelector": selector},
+                               action=Action("watch", EVENTS_RESOURCE, namespace),
+                               resource_version=resource_version, lists=lists,
+                               watch_timeout=timeout_s)
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod, or None when it does not exist."""

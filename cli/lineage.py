@@ -21,10 +21,9 @@ from datetime import datetime
 from typing import Any
 
 from tidings._compat import UTC
-from tidings.cli.common import CliError, not_found, safe
-from tidings.cli.kube import Action, ApiError, Kube, lines, watch_message
-from tidings.cli.taskview import QUICK_BASE, QUICK_CAP
-from tidings.kube.flowcontrol import Backoff
+from tidings.cli.common import not_found, safe
+from tidings.cli.kube import Action, ApiError, Kube, watch_message
+from tidings.kube import ListWatch, Page, WatchLines
 from tidings.schemas import (
     KIND,
     TASK_LABEL,
@@ -63,11 +62,16 @@ def load(kube: Kube, namespace: str, app: str, must_exist: bool = True
          ) -> tuple[list[LineageEntry], str]:
     """The app's lineage entries (deduplicated by pod uid, oldest first) and the list's RV."""
     raw, rv = kube.list_events(namespace, lineage_selector(app))
-    parsed = [p for p in map(parse_event, raw) if _ours(p, app)]
-    entries = fold_lineage(parsed)  # type: ignore[arg-type]
+    entries = _recorded(raw, app)
     if must_exist and not entries:
         not_found(f"app {app!r} in namespace {namespace} (no PodSpawned events)")
     return entries, rv
+
+
+def _recorded(events: list[dict[str, Any]], app: str) -> list[LineageEntry]:
+    """The lineage entries of the app's PodSpawned events among ``events``."""
+    parsed = [p for p in map(parse_event, events) if _ours(p, app)]
+    return fold_lineage(parsed)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -158,51 +162,24 @@ def discover(kube: Kube, namespace: str, app: str, must_exist: bool = True) -> F
 Pick = Callable[[bytes], tuple[str, str, list[LineageEntry]]]
 
 
-def _follow(watch: Callable[[str], Any], pick: Pick,
-            relist: Callable[[], tuple[list[LineageEntry], str]], resource_version: str,
+def _follow(loop: ListWatch, pick: Pick, listed: Callable[[list[dict[str, Any]]],
+                                                          list[LineageEntry]],
             stopped: Any) -> Iterator[LineageEntry]:
-    """Entries from a watch after ``resource_version`` until ``stopped.is_set()``; when the
-    watch ends, relists (yielding everything: the caller deduplicates by uid) and watches on."""
-    import time
-
-    rv = resource_version
-    quick = Backoff(base=QUICK_BASE, cap=QUICK_CAP, jitter=0.0)
-    while not stopped.is_set():
-        started = time.monotonic()
-        try:
-            resp = watch(rv)
-        except ApiError as err:
-            if err.status == 403:
-                raise
-            resp = None
-        except CliError:
-            resp = None  # the cluster went away for a moment: retry below
-        if resp is not None:
-            try:
-                for line in lines(resp):
-                    kind, line_rv, entries = pick(line)
-                    if kind == "ERROR":
-                        rv = ""
-                        break
-                    rv = line_rv or rv
-                    yield from entries
-            except Exception:
-                pass  # broken watch: relist below
-            finally:
-                resp.release_conn()
+    """Entries from the loop's watch lines (through ``pick``) and, whenever it relists, from
+    its list (everything again: the caller deduplicates by uid), until ``stopped.is_set()``."""
+    for change in loop:
         if stopped.is_set():
             return
-        if time.monotonic() - started < 1.0:
-            stopped.wait(quick.next())
-        else:
-            quick.reset()
-        try:
-            entries, rv = relist()
-        except CliError as err:
-            if isinstance(err, ApiError) and err.status == 403:
-                raise
-            continue
-        yield from entries
+        if isinstance(change, WatchLines):
+            for line in change.lines:
+                kind, line_rv, entries = pick(line)
+                if kind == "ERROR":
+                    loop.relist("error")
+                    break
+                loop.advance(line_rv)
+                yield from entries
+        elif isinstance(change, Page):
+            yield from listed(change.items)
 
 
 def follow(kube: Kube, namespace: str, app: str, resource_version: str,
@@ -214,9 +191,8 @@ def follow(kube: Kube, namespace: str, app: str, resource_version: str,
         return item.type, item.resource_version, \
             fold_lineage([item.result]) if new else []  # type: ignore[list-item]
 
-    return _follow(
-        lambda rv: kube.watch_events(namespace, lineage_selector(app), rv, timeout_s=30),
-        pick, lambda: load(kube, namespace, app, must_exist=False), resource_version, stopped)
+    loop = kube.watch_events(namespace, lineage_selector(app), resource_version, timeout_s=30)
+    return _follow(loop, pick, lambda events: _recorded(events, app), stopped)
 
 
 def follow_labelled(kube: Kube, namespace: str, app: str, resource_version: str,
@@ -238,18 +214,10 @@ def follow_labelled(kube: Kube, namespace: str, app: str, resource_version: str,
             return kind, "", []
         return kind, rv, list(entry(obj)) if kind in ("ADDED", "MODIFIED") else []
 
-    def relist() -> tuple[list[LineageEntry], str]:
-        pods, rv = list_labelled(kube, namespace, app)
-        return [e for p in pods for e in entry(p)], rv
-
-    def watch(rv: str) -> Any:
-        return kube.stream(
-            pods_path(namespace),
-            {"labelSelector": pod_selector(app), "watch": "true", "resourceVersion": rv,
-             "allowWatchBookmarks": "true", "timeoutSeconds": 30},
-            action=Action("watch", "pods", namespace), read_timeout=45)
-
-    return _follow(watch, pick, relist, resource_version, stopped)
+    loop = kube.list_watch(pods_path(namespace), {"labelSelector": pod_selector(app)},
+                           action=Action("watch", "pods", namespace),
+                           resource_version=resource_version, watch_timeout=30)
+    return _follow(loop, pick, lambda pods: [e for p in pods for e in entry(p)], stopped)
 
 
 # --- what became of each pod --------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -20,6 +20,9 @@ from tidings.cli.common import (
     safe,
     safe_data,
 )
+
+if TYPE_CHECKING:
+    from tidings.cli.kube import Action, Kube
 
 ALL = "--all-namespaces"
 FORMATS = ("table", "wide", "name", "json", "yaml", "jsonpath=TEMPLATE")
@@ -217,33 +220,28 @@ def list_tasks(
         printer.change(obj)
 
 
-def _changes(k: Any, path: str, query: dict[str, Any], rv: str, action: Any
+def _changes(k: Kube, path: str, query: dict[str, Any], rv: str, action: Action
              ) -> Iterator[dict[str, Any]]:
     """Objects as they change, from watches resumed at the last resourceVersion (relisting
-    quietly when the server has compacted it away)."""
+    quietly when the server has compacted it away: changes meanwhile are not replayed)."""
+    from tidings.cli.kube import watch_message
+    from tidings.kube import WatchLines
 
-    from tidings.cli.kube import lines, watch_message
-
-    while True:
-        resp = k.stream(path, {**query, "watch": "true", "resourceVersion": rv,
-                               "allowWatchBookmarks": "true", "timeoutSeconds": 300},
-                        action=action, read_timeout=330)
-        gone = False
-        try:
-            for line in lines(resp):
-                kind, obj = watch_message(line) or ("", None)
-                if obj is None:
-                    continue
-                if kind == "ERROR":
-                    gone = True
-                    break
-                rv = str(_get(obj, "metadata", "resourceVersion") or rv)
-                if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    yield obj
-        finally:
-            resp.release_conn()
-        if gone:  # 410 Gone: start again from a fresh list (changes meanwhile not replayed)
-            _, rv = k.list_all(path, query, action=action)
+    loop = k.list_watch(path, query, action=action, resource_version=rv, watch_timeout=300,
+                        read_timeout=330)
+    for change in loop:
+        if not isinstance(change, WatchLines):
+            continue
+        for line in change.lines:
+            kind, obj = watch_message(line) or ("", None)
+            if obj is None:
+                continue
+            if kind == "ERROR":
+                loop.relist("gone")
+                break
+            loop.advance(str(_get(obj, "metadata", "resourceVersion") or ""))
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                yield obj
 
 
 def register(app: typer.Typer) -> None:

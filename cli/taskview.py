@@ -24,10 +24,9 @@ from tidings.cli.kube import (
     ApiError,
     Kube,
     connect_with,
-    lines,
     watch_message,
 )
-from tidings.kube.flowcontrol import Backoff
+from tidings.kube import ListWatch, WatchLines
 from tidings.schemas import (
     KIND,
     ParsedEvent,
@@ -47,9 +46,6 @@ from tidings.schemas.contract import (
 
 SOURCE_CR = "TaskFeedback"
 SOURCE_EVENTS = "events"
-# A watch that ends at once (stale resourceVersion, no bookmarks on events) backs off from
-# 0.4 s, doubling up to 5 s; shared with the lineage watch.
-QUICK_BASE, QUICK_CAP = 0.4, 5.0
 
 
 # --- which namespace ----------------------------------------------------------------------
@@ -225,83 +221,74 @@ def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = 
 def follow(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = True
            ) -> Iterator[Snapshot]:
     """Snapshots of the task as it changes: from TaskFeedback watches when the object exists,
-    else from an events watch folded locally. Relists after a stale or very short watch."""
-    import time
-
-    first = load(kube, ref, use_events, must_exist)
-    yield first
-    quick = Backoff(base=QUICK_BASE, cap=QUICK_CAP, jitter=0.0)
-    snap = first
+    else from an events watch folded locally. Whenever a watch ends (or cannot resume) the
+    task is read afresh, since the object may have appeared or gone meanwhile, and watched on
+    from that read; a read that finds the other source starts a watch of that one."""
+    snap = load(kube, ref, use_events, must_exist)
+    yield snap
     while True:
-        started = time.monotonic()
-        if snap.source == SOURCE_CR:
-            snap = yield from _follow_cr(kube, ref, snap)
+        source = snap.source
+        if source == SOURCE_CR:
+            loop = kube.list_watch(taskfeedback_path(ref.namespace),
+                                   {"fieldSelector": f"metadata.name={ref.name}"},
+                                   action=Action("watch", TASKFEEDBACK_RESOURCE, ref.namespace),
+                                   resource_version=snap.resource_version, lists=False)
         else:
-            snap = yield from _follow_events(kube, ref, snap)
-        if time.monotonic() - started < 1.0:
-            time.sleep(quick.next())
-        else:
-            quick.reset()
-        fresh = load(kube, ref, use_events, must_exist=False)
-        if fresh.source != snap.source or fresh.state != snap.state:
-            yield fresh
-        snap = fresh
+            loop = kube.watch_events(ref.namespace, task_selector(ref.name),
+                                     snap.resource_version, lists=False)
+        read = _cr_changes if source == SOURCE_CR else _event_changes
+        for change in loop:
+            if isinstance(change, WatchLines):
+                snap = yield from read(kube, ref, snap, change.lines, loop)
+                continue
+            fresh = load(kube, ref, use_events, must_exist=False)
+            if fresh.source != snap.source or fresh.state != snap.state:
+                yield fresh
+            snap = fresh
+            if fresh.source != source:
+                break
+            loop.listed(fresh.resource_version)
 
 
-def _follow_cr(kube: Kube, ref: TaskRef, snap: Snapshot
-               ) -> Generator[Snapshot, None, Snapshot]:
-    resp = kube.stream(taskfeedback_path(ref.namespace),
-                       {"watch": "true", "fieldSelector": f"metadata.name={ref.name}",
-                        "resourceVersion": snap.resource_version or None,
-                        "allowWatchBookmarks": "true", "timeoutSeconds": 60},
-                       action=Action("watch", TASKFEEDBACK_RESOURCE, ref.namespace),
-                       read_timeout=75)
-    try:
-        for line in lines(resp):
-            kind, found = watch_message(line) or ("", None)
-            if kind not in ("ADDED", "MODIFIED"):
-                if kind == "ERROR":
-                    break
-                continue
-            obj: dict[str, Any] = found if found is not None else {}
-            status = _status_of(obj)
-            if status is None:
-                continue
-            rv = str(obj.get("metadata", {}).get("resourceVersion") or "")
-            snap = Snapshot(TaskState.from_status(ref, status), SOURCE_CR, 0, rv)
-            yield snap
-    except Exception as err:  # a broken watch is relisted by the caller
-        if isinstance(err, CliError):
-            raise
-    finally:
-        resp.release_conn()
+def _cr_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes], loop: ListWatch
+                ) -> Generator[Snapshot, None, Snapshot]:
+    for line in lines:
+        kind, found = watch_message(line) or ("", None)
+        obj: dict[str, Any] = found if found is not None else {}
+        if kind == "ERROR":
+            loop.relist("error")
+            break
+        loop.advance(str(obj.get("metadata", {}).get("resourceVersion") or ""))
+        if kind not in ("ADDED", "MODIFIED"):
+            continue
+        status = _status_of(obj)
+        if status is None:
+            continue
+        rv = str(obj.get("metadata", {}).get("resourceVersion") or "")
+        snap = Snapshot(TaskState.from_status(ref, status), SOURCE_CR, 0, rv)
+        yield snap
     return snap
 
 
-def _follow_events(kube: Kube, ref: TaskRef, snap: Snapshot
-                   ) -> Generator[Snapshot, None, Snapshot]:
-    resp = kube.watch_events(ref.namespace, task_selector(ref.name), snap.resource_version)
+def _event_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes],
+                   loop: ListWatch) -> Generator[Snapshot, None, Snapshot]:
     state, rejected = snap.state, snap.rejected
-    try:
-        for line in lines(resp):
-            item = parse_watch_line(line)
-            if item.type == "ERROR":
-                break
-            if item.type != "ADDED":
-                continue
-            if isinstance(item.result, ParsedEvent) and accepted(kube, ref, item.result):
-                new = fold(state, item.result)
-                if new != state:
-                    state = new
-                    snap = Snapshot(state, SOURCE_EVENTS, rejected, item.resource_version)
-                    yield snap
-            else:
-                rejected += 1
-    except Exception as err:
-        if isinstance(err, CliError):
-            raise
-    finally:
-        resp.release_conn()
+    for line in lines:
+        item = parse_watch_line(line)
+        if item.type == "ERROR":
+            loop.relist("error")
+            break
+        loop.advance(item.resource_version)
+        if item.type != "ADDED":
+            continue
+        if isinstance(item.result, ParsedEvent) and accepted(kube, ref, item.result):
+            new = fold(state, item.result)
+            if new != state:
+                state = new
+                snap = Snapshot(state, SOURCE_EVENTS, rejected, item.resource_version)
+                yield snap
+        else:
+            rejected += 1
     return snap
 
 

@@ -163,7 +163,7 @@ class Controller:
     def _reflector(self, path: str, selector: list[tuple[str, str]], source: Any) -> Reflector:
         resource = source.resource
         r = Reflector(
-            self.watch_kube, path, selector, source,
+            self.watch_kube.client, path, selector, source,
             on_relist=lambda cause: self.metrics.relists.labels(cause).inc()
             if resource == "events" else None,
             on_restart=lambda: self.metrics.watch_restarts.labels(resource).inc(),

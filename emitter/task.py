@@ -105,10 +105,10 @@ def create_task_feedback(task: str, *, namespace: str, owner: ObjectRef | Mappin
                          "owner references cannot cross namespaces")
     ref = owner_reference(oref)
     if client is None:
-        from .transport import connect
+        from tidings.kube import connect
 
         try:
-            client = connect()
+            client = connect(user_agent=FIELD_MANAGER)
         except ConfigError as e:
             raise TaskFeedbackError(0, f"cannot load cluster config: {e}") from None
     collection = taskfeedback_path(namespace)

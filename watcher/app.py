@@ -15,18 +15,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidings.kube import Client, KubeError, connect
 from tidings.kube.flowcontrol import Backoff
 from tidings.schemas.event import TaskRef
 
 from .auth import Authorizer
 from .controller import Controller, Settings
 from .http import Endpoints
-from .kube import Kube, KubeError, load_client
 from .leader import LeaderElector
 from .metrics import Metrics
 from .writer import status_body
 
 log = logging.getLogger("tidings.watcher")
+USER_AGENT = "tidings-watcher"
 
 
 class ConfigError(Exception):
@@ -63,10 +64,14 @@ class Options:
     ttl_after_finished: float = 0.0
 
 
-def _clients(o: Options, pool: int) -> tuple[Kube, Kube]:
+def _clients(o: Options, pool: int) -> tuple[Client, Client]:
+    """Two clients for what kubectl would use (a kubeconfig, else the pod's service
+    account): one for requests, one for the long watches (two per namespace), so neither
+    pool starves the other."""
     try:
-        return Kube(load_client(o.kubeconfig, o.context, pool)), \
-            Kube(load_client(o.kubeconfig, o.context, max(4, len(o.namespaces) * 2 + 4)))
+        return (connect(o.kubeconfig, o.context, maxsize=pool, user_agent=USER_AGENT),
+                connect(o.kubeconfig, o.context, maxsize=max(4, len(o.namespaces) * 2 + 4),
+                        user_agent=USER_AGENT))
     except Exception as e:  # kubeconfig missing/invalid, unknown context, no in-cluster env
         raise ConfigError(f"cannot load Kubernetes configuration: {e}") from e
 
@@ -179,7 +184,7 @@ def run(o: Options, *, announce: Any = print) -> int:
     return 0
 
 
-def _lead(kube: Kube, watch_kube: Kube, settings: Settings, metrics: Metrics,
+def _lead(kube: Client, watch_kube: Client, settings: Settings, metrics: Metrics,
           elector: LeaderElector | None, holder: dict[str, Any], stop: threading.Event,
           o: Options) -> bool:
     """Run one term as the active replica. True after a graceful stop (state flushed, lease

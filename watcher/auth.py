@@ -17,9 +17,8 @@ from typing import Any
 
 from cachetools import TTLCache
 
+from tidings.kube import Client, KubeError
 from tidings.schemas.constants import API_GROUP, PLURAL
-
-from .kube import Kube, KubeError
 
 log = logging.getLogger("tidings.watcher.auth")
 
@@ -43,7 +42,7 @@ REASONS = ("no_token", "bad_token", "forbidden", "review_error")
 class Authorizer:
     """``check(authorization_header, namespace, name)`` -> Decision. Thread-safe."""
 
-    def __init__(self, kube: Kube, *, ttl: float = 10.0, max_entries: int = 4096) -> None:
+    def __init__(self, kube: Client, *, ttl: float = 10.0, max_entries: int = 4096) -> None:
         self.kube = kube
         self._lock = threading.Lock()
         # token digest -> user info (None: the API server said the token is not valid)

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from tidings.kube import paginate
+from tidings.kube import Client, KubeError, paginate
 from tidings.schemas.constants import API_VERSION, KIND
 from tidings.schemas.contract import (
     BUS_SELECTOR,
@@ -32,7 +32,6 @@ from tidings.schemas.rejection import Rejection
 from tidings.schemas.state import Limits, fold_checked
 
 from .coalesce import critical_change
-from .kube import Kube, KubeError
 from .logs import OncePerEvent, event_key, task_fields
 from .metrics import Metrics
 from .queue import WorkQueue
@@ -125,8 +124,8 @@ class EventSource:
 class Controller:
     """Everything the leader runs; ``start`` returns once the workers and watches are running."""
 
-    def __init__(self, kube: Kube, settings: Settings, metrics: Metrics,
-                 watch_kube: Kube | None = None,
+    def __init__(self, kube: Client, settings: Settings, metrics: Metrics,
+                 watch_kube: Client | None = None,
                  may_write: Any = None) -> None:
         self.kube, self.s, self.metrics = kube, settings, metrics
         self.watch_kube = watch_kube or kube
@@ -163,7 +162,7 @@ class Controller:
     def _reflector(self, path: str, selector: list[tuple[str, str]], source: Any) -> Reflector:
         resource = source.resource
         r = Reflector(
-            self.watch_kube.client, path, selector, source,
+            self.watch_kube, path, selector, source,
             on_relist=lambda cause: self.metrics.relists.labels(cause).inc()
             if resource == "events" else None,
             on_restart=lambda: self.metrics.watch_restarts.labels(resource).inc(),

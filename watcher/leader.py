@@ -18,9 +18,8 @@ from datetime import datetime
 from typing import Any
 
 from tidings._compat import UTC
+from tidings.kube import Client, KubeError
 from tidings.schemas.times import format_time
-
-from .kube import Kube, KubeError
 
 log = logging.getLogger("tidings.watcher.leader")
 
@@ -30,7 +29,7 @@ def default_identity() -> str:
 
 
 class LeaderElector:
-    def __init__(self, kube: Kube, namespace: str, name: str = "tidings-watcher", *,
+    def __init__(self, kube: Client, namespace: str, name: str = "tidings-watcher", *,
                  identity: str | None = None, lease_duration: float = 15.0,
                  renew_deadline: float = 10.0, retry_period: float = 2.0,
                  clock: Callable[[], float] = time.monotonic) -> None:

@@ -65,8 +65,8 @@ Getter = Callable[[str], Any]
 
 
 def kube_getter(kube: Any) -> Getter:
-    """A Getter over the watcher's ``Kube`` client."""
-    from .kube import KubeError
+    """A Getter over the watcher's client."""
+    from tidings.kube import KubeError
 
     def get(path: str) -> Any:
         try:

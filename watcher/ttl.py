@@ -18,12 +18,11 @@ from datetime import datetime
 from typing import Any
 
 from tidings._compat import UTC
+from tidings.kube import Client, KubeError
 from tidings.schemas.contract import events_path, task_selector, taskfeedback_path
 from tidings.schemas.event import TaskRef
 from tidings.schemas.state import TaskState
 from tidings.schemas.times import parse_time
-
-from .kube import Kube, KubeError
 
 log = logging.getLogger("tidings.watcher.ttl")
 
@@ -53,7 +52,7 @@ def expired(obj: dict[str, Any], now: datetime, ttl: float) -> TaskState | None:
 class TtlSweeper:
     """One sweep lists the TaskFeedbacks under ``paths`` and deletes the expired ones."""
 
-    def __init__(self, kube: Kube, paths: list[str], ttl: float,
+    def __init__(self, kube: Client, paths: list[str], ttl: float,
                  on_deleted: Callable[[TaskRef], object]) -> None:
         self.kube, self.paths, self.ttl, self.on_deleted = kube, paths, ttl, on_deleted
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from tidings.kube import JSON, Client, KubeError
 from tidings.kube.flowcontrol import TokenBucket
 from tidings.schemas.constants import API_VERSION, KIND
 from tidings.schemas.contract import taskfeedback_path
@@ -34,7 +35,6 @@ from tidings.schemas.event import TaskRef
 from tidings.schemas.state import STATUS_BUDGET, TaskState
 
 from .coalesce import Coalescer
-from .kube import JSON, Kube, KubeError
 from .logs import task_fields
 from .metrics import Metrics
 from .store import Store
@@ -103,7 +103,7 @@ class StatusWriter:
     FIFO.
     """
 
-    def __init__(self, kube: Kube, store: Store, metrics: Metrics, *, interval: float = 0.5,
+    def __init__(self, kube: Client, store: Store, metrics: Metrics, *, interval: float = 0.5,
                  coalesce_interval: float | None = None, workers: int = 8,
                  slow: dict[str, float] | None = None,
                  may_write: Callable[[], bool] = lambda: True, max_rate: float = 0.0,

@@ -27,7 +27,15 @@ from tidings.cli.common import (
     check_namespace,
     parse_request_timeout,
 )
-from tidings.kube import Client, ConfigError, Impersonation, KubeError, ListWatch, iter_lines
+from tidings.kube import (
+    Client,
+    ConfigError,
+    Impersonation,
+    KubeError,
+    ListWatch,
+    StatusPredicates,
+    iter_lines,
+)
 from tidings.kube import connect as connect_client
 from tidings.kube.flowcontrol import Backoff
 from tidings.schemas import API_VERSION
@@ -58,7 +66,7 @@ class Action:
         return f"{self.verb} {self.resource} {where}"
 
 
-class ApiError(CliError):
+class ApiError(StatusPredicates, CliError):
     """A failed API request with its HTTP status (404 callers often recover)."""
 
     def __init__(self, message: str, code: int, status: int, action: Action | None) -> None:
@@ -79,18 +87,19 @@ def _status_message(status: int, body: bytes | str | None, reason: str = "") -> 
 def api_error(status: int, body: bytes | str | None, action: Action | None,
               reason: str = "") -> ApiError:
     doing = action.describe() if action else "make that request"
-    if status == 403:
+    answer = KubeError(status, "")  # what the status means (its predicates)
+    if answer.forbidden:
         return ApiError(f"forbidden: cannot {doing}", EXIT_FORBIDDEN, status, action)
-    if status == 401:
+    if answer.unauthorized:
         return ApiError("unauthorized: the cluster rejected the credentials of this context",
                         EXIT_FORBIDDEN, status, action)
-    if status == 404:
+    if answer.not_found:
         if (action is not None and action.resource == TASKFEEDBACK_RESOURCE
                 and no_such_resource(body)):
             return ApiError(NO_CRD, EXIT_NOT_FOUND, status, action)
         what = f"{action.resource} {action.name!r}" if action and action.name else doing
         return ApiError(f"not found: {what}", EXIT_NOT_FOUND, status, action)
-    if status in (400, 422):
+    if answer.invalid:
         return ApiError(f"invalid input: {_status_message(status, body, reason)}",
                         EXIT_INVALID, status, action)
     return ApiError(f"API error {status} while trying to {doing}: "
@@ -235,7 +244,7 @@ class Kube:
             return self.get_json(pods_path(namespace, name),
                                  action=Action("get", "pods", namespace, name))
         except ApiError as err:
-            if err.status == 404:
+            if err.not_found:
                 return None
             raise
 

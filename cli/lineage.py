@@ -111,7 +111,7 @@ def status_pods(kube: Kube, namespace: str, app: str) -> list[tuple[str, str, in
         obj = kube.get_json(taskfeedback_path(namespace, app),
                             action=Action("get", TASKFEEDBACK_RESOURCE, namespace, app))
     except ApiError as err:
-        if err.status in (403, 404):
+        if err.forbidden or err.not_found:
             return []
         raise
     status = obj.get("status")
@@ -279,7 +279,7 @@ def fate(kube: Kube, entry: LineageEntry) -> PodFate:
     try:
         pod = kube.get_pod(entry.pod.namespace, entry.pod.name)
     except ApiError as err:
-        why = "cannot get pods" if err.status == 403 else f"HTTP {err.status}"
+        why = "cannot get pods" if err.forbidden else f"HTTP {err.status}"
         return PodFate(entry, "unknown", "", reason=why)
     return fate_of(entry, pod)
 

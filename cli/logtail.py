@@ -187,14 +187,14 @@ class Tail:
                 self.resp = kube.stream(path, self.query(opt, follow), action=action,
                                         read_timeout=30.0 if follow else 60.0)
             except ApiError as err:
-                if err.status in (401, 403):
+                if err.denied:
                     raise
-                if err.status == 404:
+                if err.not_found:
                     return "pod gone"
-                if err.status == 400 and opt.previous:
+                if err.bad_request and opt.previous:
                     why = err.message.removeprefix("invalid input: ")
                     return f"no logs: no previous instance ({why})"
-                if err.status != 400 and not follow:
+                if not err.bad_request and not follow:
                     raise
                 # 400: the container is not running yet (Pending) or already gone.
                 broken = True

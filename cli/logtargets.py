@@ -102,9 +102,9 @@ class PodView:
         try:
             pods, _ = self.kube.list_all(self._path, self._query, action=self._action)
         except ApiError as err:
-            if strict and err.status == 401:
+            if strict and err.unauthorized:
                 raise
-            self.may_list = self.may_list and err.status != 403
+            self.may_list = self.may_list and not err.forbidden
             self.phases = None
             return None
         except CliError:  # unreachable for now: the next tick asks again
@@ -140,7 +140,7 @@ class PodView:
         try:
             pod = self.kube.get_pod(self.ns, t.pod)
         except ApiError as err:
-            if err.status in (401, 403):
+            if err.denied:
                 raise
             return "", ""
         except CliError:

@@ -71,7 +71,7 @@ def create(
         obj = _get_owner(kube, resource, owner_name, ns)
         made = create_task_feedback(task, namespace=ns, owner=obj, client=kube.client)
     except TaskFeedbackError as e:
-        if e.status == 0:
+        if e.unanswered:
             raise CliError(e.message, EXIT_UNREACHABLE) from None
         import json
 
@@ -135,7 +135,7 @@ def _get_owner(kube: Kube, resource: str, name: str, namespace: str) -> dict[str
         return kube.get_json(f"{base}{scope}/{res['name']}/{name}",
                              action=Action("get", kind, namespace, name))
     except ApiError as e:
-        if e.status == 404:
+        if e.not_found:
             raise CliError(f"not found: {res.get('kind')} {safe(name)!r} in namespace "
                            f"{namespace}", EXIT_NOT_FOUND) from None
         raise

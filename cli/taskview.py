@@ -84,7 +84,7 @@ def resolve_namespace(kube: Kube, name: str, what: str, selector: str, all_names
                                    action=Action("list", TASKFEEDBACK_RESOURCE))
             found.update(str((i.get("metadata") or {}).get("namespace") or "") for i in crs)
         except ApiError as err:
-            if err.status not in (403, 404):
+            if not (err.forbidden or err.not_found):
                 raise
     found.discard("")
     if not found:
@@ -117,7 +117,7 @@ def _read_cr(kube: Kube, ref: TaskRef) -> tuple[dict[str, Any] | None, ApiError 
                              action=Action("get", TASKFEEDBACK_RESOURCE, ref.namespace,
                                            ref.name)), None
     except ApiError as err:
-        if err.status in (403, 404):  # forbidden or no CRD/object: the events still tell
+        if err.forbidden or err.not_found:  # forbidden or no CRD/object: the events still tell
             return None, err
         raise
 
@@ -141,13 +141,13 @@ def senders(kube: Kube) -> Any:
             try:
                 return kube.get_json(path, action=action)
             except ApiError as err:
-                if err.status == 404:
+                if err.not_found:
                     return None
-                if pod and err.status == 403:
+                if pod and err.forbidden:
                     # Without reading pods no sender can be verified: say so, never guess.
                     raise ApiError(f"{err.message} (needed to verify the senders of the "
                                    "task's events)", err.code, err.status, action) from None
-                raise SenderLookupError(err.message, retry=err.status not in (401, 403)) \
+                raise SenderLookupError(err.message, retry=not err.denied) \
                     from None
 
         found = Senders(get, policy=ProofPolicy(get, quiet=True))
@@ -185,7 +185,7 @@ def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None) -> S
     try:
         raw, rv = kube.list_events(ref.namespace, task_selector(ref.name))
     except ApiError as err:
-        if err.status == 403 and cr_error is not None and cr_error.status == 403:
+        if err.forbidden and cr_error is not None and cr_error.forbidden:
             raise ApiError(f"{err.message} (nor get {TASKFEEDBACK_RESOURCE})", err.code, 403,
                            err.action) from None
         raise

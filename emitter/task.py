@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tidings.kube import Client, ConfigError, KubeError
+from tidings.kube import Client, ConfigError, KubeError, StatusPredicates
 from tidings.schemas.constants import API_VERSION, KIND, TASK_LABEL
 from tidings.schemas.contract import taskfeedback_path
 from tidings.schemas.event import ObjectRef, valid_uid
@@ -33,7 +33,7 @@ TASK_UID_ENV = "TIDINGS_TASK_UID"
 MERGE_PATCH = "application/merge-patch+json"
 
 
-class TaskFeedbackError(Exception):
+class TaskFeedbackError(StatusPredicates, Exception):
     """The API refused or could not be reached; ``status`` is the HTTP status (0: no answer)."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -121,7 +121,7 @@ def create_task_feedback(task: str, *, namespace: str, owner: ObjectRef | Mappin
         obj = _call(client, "POST", collection, body)
         return CreatedTask(task, namespace, str(obj["metadata"]["uid"]), True)
     except TaskFeedbackError as err:
-        if err.status != 409:
+        if not err.conflict:
             raise
     existing = _call(client, "GET", f"{collection}/{task}")
     meta = existing.get("metadata") or {}

@@ -70,7 +70,7 @@ class KubeTransport:
             self.client.open("POST", path, data=orjson.dumps(body), content_type=JSON,
                              timeout=self.timeout)
         except KubeError as e:
-            if e.status == 409 and e.reason == "AlreadyExists":
+            if e.already_exists:
                 return False
             raise
         return True

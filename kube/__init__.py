@@ -20,7 +20,14 @@ from .client import (
     paginate,
 )
 from .config import ClusterConfig, Impersonation, in_cluster, in_cluster_possible, load
-from .errors import ConfigError, KubeError, is_expired, is_retryable_status, parse_retry_after
+from .errors import (
+    ConfigError,
+    KubeError,
+    StatusPredicates,
+    is_expired,
+    is_retryable_status,
+    parse_retry_after,
+)
 from .watch import Change, Listing, ListWatch, Page, Rewatch, WatchLines
 
 
@@ -48,6 +55,7 @@ __all__ = [
     "Listing",
     "Page",
     "Rewatch",
+    "StatusPredicates",
     "WatchLines",
     "close_stream",
     "connect",

@@ -115,7 +115,7 @@ def _start_controller(c: Controller, stop: threading.Event) -> bool:
             c.start()
             return True
         except KubeError as e:
-            if e.status in (401, 403):
+            if e.denied:
                 raise ConfigError(f"not allowed to read TaskFeedbacks: {e}") from e
             log.warning("start failed (%s); retrying", e)
             stop.wait(backoff.next())

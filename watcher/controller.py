@@ -367,7 +367,7 @@ class Controller:
         try:
             obj = self.kube.request("GET", path, timeout=(5, 30))
         except KubeError as e:
-            if e.status != 404:
+            if not e.not_found:
                 log.warning("cannot load %s/%s: %s", task.namespace, task.name, e,
                             extra=task_fields(task))
                 return False

@@ -62,7 +62,7 @@ class LeaderElector:
         try:
             lease = self.kube.request("GET", self.path, timeout=(3, 5))
         except KubeError as e:
-            if e.status != 404:
+            if not e.not_found:
                 log.debug("lease get failed: %s", e)
                 return False
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",

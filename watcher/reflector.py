@@ -13,7 +13,16 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from tidings.kube import Client, KubeError, Listing, ListWatch, Page, Rewatch, WatchLines
+from tidings.kube import (
+    Client,
+    KubeError,
+    Listing,
+    ListWatch,
+    Page,
+    Rewatch,
+    WatchLines,
+    is_expired,
+)
 from tidings.kube.flowcontrol import Backoff
 from tidings.schemas.event import WatchItem
 
@@ -89,7 +98,7 @@ class Reflector:
     def _read(self, items: list[WatchItem]) -> None:
         for item in items:
             if item.type == "ERROR":
-                self.loop.relist("gone" if item.code == 410 else "error")
+                self.loop.relist("gone" if is_expired(item.code or 0) else "error")
                 return
             if item.type == "":
                 self.loop.relist("decode_error")  # a line we cannot read may hide an event

@@ -72,9 +72,9 @@ def kube_getter(kube: Any) -> Getter:
         try:
             return kube.request("GET", path, timeout=(3, 10))
         except KubeError as e:
-            if e.status == 404:
+            if e.not_found:
                 return None
-            raise SenderLookupError(str(e), retry=e.status not in (401, 403)) from None
+            raise SenderLookupError(str(e), retry=not e.denied) from None
 
     return get
 

@@ -89,7 +89,7 @@ class TtlSweeper:
             self.kube.request("DELETE", taskfeedback_path(ns, name), body=body,
                               timeout=(5, 30))
         except KubeError as e:
-            if e.status in (404, 409):  # gone already, or changed since listed: next sweep
+            if e.not_found or e.conflict:  # gone already, or changed since listed: next sweep
                 return False
             raise
         log.info("deleted finished taskfeedback %s/%s (ttl %gs)", ns, name, self.ttl)

@@ -299,7 +299,7 @@ class StatusWriter:
                                     content_type=JSON, query=[("fieldManager", FIELD_MANAGER)],
                                     timeout=WRITE_TIMEOUT)
         except KubeError as e:
-            if e.status in (404, 409):  # changed (or deleted) since rv
+            if e.not_found or e.conflict:  # changed (or deleted) since rv
                 raise Conflict(str(e)) from e
             raise
         return _resource_version(obj)
@@ -312,7 +312,7 @@ class StatusWriter:
             obj = self.kube.request("GET", taskfeedback_path(task.namespace, task.name),
                                     timeout=WRITE_TIMEOUT)
         except KubeError as e:
-            if e.status != 404:
+            if not e.not_found:
                 raise
             self.store.absent(task)
             return
@@ -332,7 +332,7 @@ class StatusWriter:
                                     query=[("fieldManager", FIELD_MANAGER)],
                                     timeout=WRITE_TIMEOUT)
         except KubeError as e:
-            if e.status == 409:
+            if e.conflict:
                 raise Conflict("already exists") from e
             raise
         return _resource_version(obj)

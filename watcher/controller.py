@@ -10,7 +10,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -37,37 +36,12 @@ from .metrics import Metrics
 from .queue import WorkQueue
 from .reflector import Reflector
 from .senders import Retry, Senders, kube_getter
+from .settings import Settings
 from .store import Store
 from .ttl import TtlSweeper
 from .writer import StatusWriter
 
 log = logging.getLogger("tidings.watcher")
-
-
-@dataclass
-class Settings:
-    namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
-    concurrency: int = 8
-    write_interval: float = 0.5  # between writes of a task with a critical change
-    coalesce_interval: float = 5.0  # between writes of a task with coalescible changes only
-    # API-server CPU the status writes may spend (cores; 0: unlimited), estimated per write.
-    write_budget: float = 0.5
-    max_write_rate: float = 0.0  # status writes/s over all tasks as well (0: unlimited)
-    write_policy: str = "priority"  # or "fifo": one line, no critical-first (the old order)
-    watch_timeout: int = 60
-    page_size: int = 500
-    sender_retry: float = 1.0
-    # Tasks idle this long (and fully written) leave memory; 0 keeps them forever.
-    evict_after: float = 7200.0
-    # Tasks idle this long (and fully written) are kept compact (their compressed status,
-    # about a quarter of the live size); 0: never.
-    compact_after: float = 60.0
-    slow_writes: dict[str, float] | None = None  # test hook; None: from the environment
-    # Finished, unowned TaskFeedbacks are deleted this long after their last fact; 0: never.
-    ttl_after_finished: float = 0.0
-    clock_skew: float = 60.0  # how far eventTime may lead creationTimestamp (seconds)
-    event_ttl: float = 3600.0  # the API server's --event-ttl (dedup compaction horizon)
-    max_instances: int = 512  # emitter instances kept in a task's version vector
 
 
 class EventSource:

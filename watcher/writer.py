@@ -29,8 +29,7 @@ import orjson
 
 from tidings.kube import JSON, Client, KubeError
 from tidings.kube.flowcontrol import TokenBucket
-from tidings.schemas.constants import API_VERSION, KIND
-from tidings.schemas.contract import taskfeedback_path
+from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
 from tidings.schemas.event import TaskRef
 from tidings.schemas.state import STATUS_BUDGET, TaskState
 
@@ -289,13 +288,12 @@ class StatusWriter:
         delay = self.slow.get(task.name)
         if delay:
             time.sleep(delay)  # test hook: this task's writes are slow (in flight), nobody else's
-        data = orjson.dumps({"apiVersion": API_VERSION, "kind": KIND,
-                             "metadata": {"name": task.name, "namespace": task.namespace,
-                                          "resourceVersion": rv},
-                             "status": status})
+        data = orjson.dumps(taskfeedback_body(task.namespace, task.name, resource_version=rv,
+                                              status=status))
         self._spend(len(data))
         try:
-            obj = self.kube.request("PUT", f"{coll}/{task.name}/status", data=data,
+            obj = self.kube.request("PUT", taskfeedback_path(task.namespace, task.name, "status"),
+                                    data=data,
                                     content_type=JSON, query=[("fieldManager", FIELD_MANAGER)],
                                     timeout=WRITE_TIMEOUT)
         except KubeError as e:
@@ -323,12 +321,9 @@ class StatusWriter:
     def _create(self, task: TaskRef, coll: str) -> str | None:
         """Create the TaskFeedback; its resourceVersion. Conflict when it already exists (we
         must read what it holds before writing over it)."""
-        body = {"apiVersion": API_VERSION, "kind": KIND,
-                "metadata": {"name": task.name, "namespace": task.namespace},
-                "spec": {"task": task.name}}
         self._spend(0)
         try:
-            obj = self.kube.request("POST", coll, body=body,
+            obj = self.kube.request("POST", coll, body=taskfeedback_body(task.namespace, task.name),
                                     query=[("fieldManager", FIELD_MANAGER)],
                                     timeout=WRITE_TIMEOUT)
         except KubeError as e:

@@ -10,7 +10,7 @@ import contextlib
 import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import urllib3
@@ -38,6 +38,7 @@ from tidings.kube import (
 )
 from tidings.kube import connect as connect_client
 from tidings.kube.flowcontrol import Backoff
+from tidings.kube.objects import Event, KubeObject, Pod
 from tidings.schemas import API_VERSION
 from tidings.schemas.contract import EVENTS_RESOURCE, TASKFEEDBACK_RESOURCE, events_path, pods_path
 
@@ -185,13 +186,14 @@ class Kube:
         return obj
 
     def list_all(self, path: str, query: dict[str, Any] | None = None, *,
-                 action: Action | None = None) -> tuple[list[dict[str, Any]], str]:
+                 action: Action | None = None) -> tuple[list[KubeObject], str]:
         """Every item of a list (paginated), and the list's resourceVersion."""
         params = {k: v for k, v in (query or {}).items() if v is not None}
         try:
-            return self.client.list_all(path, params, timeout=self.timeout)
+            items, rv = self.client.list_all(path, params, timeout=self.timeout)
         except KubeError as err:
             raise _from_kube_error(err, action) from None
+        return cast("list[KubeObject]", items), rv
 
     def stream(self, path: str, query: dict[str, Any], *, action: Action | None = None,
                read_timeout: float | None = 60.0) -> Any:
@@ -225,10 +227,16 @@ class Kube:
 
     # -- well-known paths ---------------------------------------------------------------------
 
-    def list_events(self, namespace: str | None, selector: str
-                    ) -> tuple[list[dict[str, Any]], str]:
-        return self.list_all(events_path(namespace), {"fieldSelector": selector},
-                             action=Action("list", EVENTS_RESOURCE, namespace or ""))
+    def list_events(self, namespace: str | None, selector: str) -> tuple[list[Event], str]:
+        items, rv = self.list_all(events_path(namespace), {"fieldSelector": selector},
+                                  action=Action("list", EVENTS_RESOURCE, namespace or ""))
+        return cast("list[Event]", items), rv
+
+    def list_pods(self, namespace: str, selector: str) -> tuple[list[Pod], str]:
+        """The pods of ``namespace`` with the labels ``selector`` asks for."""
+        items, rv = self.list_all(pods_path(namespace), {"labelSelector": selector},
+                                  action=Action("list", "pods", namespace))
+        return cast("list[Pod]", items), rv
 
     def watch_events(self, namespace: str, selector: str, resource_version: str | None,
                      *, lists: bool = True, timeout_s: int = 60) -> ListWatch:
@@ -238,11 +246,11 @@ class Kube:
                                resource_version=resource_version, lists=lists,
                                watch_timeout=timeout_s)
 
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get_pod(self, namespace: str, name: str) -> Pod | None:
         """The pod, or None when it does not exist."""
         try:
-            return self.get_json(pods_path(namespace, name),
-                                 action=Action("get", "pods", namespace, name))
+            return cast(Pod, self.get_json(pods_path(namespace, name),
+                                           action=Action("get", "pods", namespace, name)))
         except ApiError as err:
             if err.not_found:
                 return None
@@ -258,7 +266,7 @@ def lines(resp: Any) -> Iterator[bytes]:
     return iter_lines(resp)
 
 
-def watch_message(line: bytes) -> tuple[str, dict[str, Any] | None] | None:
+def watch_message(line: bytes) -> tuple[str, KubeObject | None] | None:
     """One watch line as (type, object): None for a line that is not a JSON object; the
     object is None when the message carries none (each follower decides what that means)."""
     try:
@@ -268,7 +276,7 @@ def watch_message(line: bytes) -> tuple[str, dict[str, Any] | None] | None:
     if not isinstance(msg, dict):
         return None
     obj = msg.get("object")
-    return str(msg.get("type") or ""), obj if isinstance(obj, dict) else None
+    return str(msg.get("type") or ""), cast(KubeObject, obj) if isinstance(obj, dict) else None
 
 
 def client_timeout(value: str | None) -> tuple[float, float | None] | float:

@@ -14,16 +14,18 @@ found without a record: each one streamed is the live pod of that uid, carrying 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from tidings._compat import UTC
 from tidings.cli.common import not_found, safe
 from tidings.cli.kube import Action, ApiError, Kube, watch_message
 from tidings.kube import ListWatch, Page, WatchLines
+from tidings.kube.objects import Event, KubeObject, ObjectMeta, Pod
 from tidings.schemas import (
     KIND,
     TASK_LABEL,
@@ -68,7 +70,7 @@ def load(kube: Kube, namespace: str, app: str, must_exist: bool = True
     return entries, rv
 
 
-def _recorded(events: list[dict[str, Any]], app: str) -> list[LineageEntry]:
+def _recorded(events: Sequence[Event], app: str) -> list[LineageEntry]:
     """The lineage entries of the app's PodSpawned events among ``events``."""
     parsed = [p for p in map(parse_event, events) if _ours(p, app)]
     return fold_lineage(parsed)  # type: ignore[arg-type]
@@ -84,7 +86,7 @@ class Found:
     entries: list[LineageEntry]
     sources: dict[str, tuple[str, ...]] = field(default_factory=dict)  # uid -> sources
     events: dict[str, int] = field(default_factory=dict)  # uid -> events reported (status)
-    pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # uid -> listed pod
+    pods: dict[str, Pod] = field(default_factory=dict)  # uid -> listed pod
     events_rv: str = ""  # the PodSpawned list's resourceVersion (to watch from)
     pods_rv: str = ""  # the labelled pods list's resourceVersion ("" when not listed)
     fallback: bool = False  # no PodSpawned records: found by status and label
@@ -99,7 +101,7 @@ def member(namespace: str, app: str, name: str, uid: str, when: datetime | None 
                         event_time=when or _EPOCH, reported_by=PodRef("", "", namespace))
 
 
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+def _meta(obj: KubeObject) -> ObjectMeta:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
 
@@ -124,10 +126,8 @@ def status_pods(kube: Kube, namespace: str, app: str) -> list[tuple[str, str, in
     return out
 
 
-def list_labelled(kube: Kube, namespace: str, app: str) -> tuple[list[dict[str, Any]], str]:
-    return kube.list_all(pods_path(namespace),
-                         {"labelSelector": pod_selector(app)},
-                         action=Action("list", "pods", namespace))
+def list_labelled(kube: Kube, namespace: str, app: str) -> tuple[list[Pod], str]:
+    return kube.list_pods(namespace, pod_selector(app))
 
 
 def discover(kube: Kube, namespace: str, app: str, must_exist: bool = True) -> Found:
@@ -162,9 +162,9 @@ def discover(kube: Kube, namespace: str, app: str, must_exist: bool = True) -> F
 Pick = Callable[[bytes], tuple[str, str, list[LineageEntry]]]
 
 
-def _follow(loop: ListWatch, pick: Pick, listed: Callable[[list[dict[str, Any]]],
-                                                          list[LineageEntry]],
-            stopped: Any) -> Iterator[LineageEntry]:
+def _follow(loop: ListWatch, pick: Pick,
+            listed: Callable[[list[KubeObject]], list[LineageEntry]],
+            stopped: threading.Event) -> Iterator[LineageEntry]:
     """Entries from the loop's watch lines (through ``pick``) and, whenever it relists, from
     its list (everything again: the caller deduplicates by uid), until ``stopped.is_set()``."""
     for change in loop:
@@ -179,11 +179,11 @@ def _follow(loop: ListWatch, pick: Pick, listed: Callable[[list[dict[str, Any]]]
                 loop.advance(line_rv)
                 yield from entries
         elif isinstance(change, Page):
-            yield from listed(change.items)
+            yield from listed(cast("list[KubeObject]", change.items))
 
 
 def follow(kube: Kube, namespace: str, app: str, resource_version: str,
-           stopped: Any) -> Iterator[LineageEntry]:
+           stopped: threading.Event) -> Iterator[LineageEntry]:
     """Lineage entries recorded after `resource_version`, until `stopped.is_set()`."""
     def pick(line: bytes) -> tuple[str, str, list[LineageEntry]]:
         item = parse_watch_line(line)
@@ -192,14 +192,15 @@ def follow(kube: Kube, namespace: str, app: str, resource_version: str,
             fold_lineage([item.result]) if new else []  # type: ignore[list-item]
 
     loop = kube.watch_events(namespace, lineage_selector(app), resource_version, timeout_s=30)
-    return _follow(loop, pick, lambda events: _recorded(events, app), stopped)
+    return _follow(loop, pick, lambda events: _recorded(cast("list[Event]", events), app),
+                   stopped)
 
 
 def follow_labelled(kube: Kube, namespace: str, app: str, resource_version: str,
-                    stopped: Any) -> Iterator[LineageEntry]:
+                    stopped: threading.Event) -> Iterator[LineageEntry]:
     """The pods labelled for the app that appear after `resource_version` (a reporting pod
     carries the label, so this also finds every new reporting pod), until stopped."""
-    def entry(pod: dict[str, Any]) -> Iterator[LineageEntry]:
+    def entry(pod: KubeObject) -> Iterator[LineageEntry]:
         meta = _meta(pod)
         if meta.get("name") and meta.get("uid"):
             yield member(namespace, app, str(meta["name"]), str(meta["uid"]),
@@ -223,7 +224,7 @@ def follow_labelled(kube: Kube, namespace: str, app: str, resource_version: str,
 # --- what became of each pod --------------------------------------------------------------
 
 
-def vouches(entry: LineageEntry, pod: dict[str, Any]) -> bool:
+def vouches(entry: LineageEntry, pod: Pod) -> bool:
     """Whether ``pod`` (the one the record names, same uid) confirms the record."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return isinstance(labels, dict) and labels.get(TASK_LABEL) == entry.subject.name
@@ -284,7 +285,7 @@ def fate(kube: Kube, entry: LineageEntry) -> PodFate:
     return fate_of(entry, pod)
 
 
-def fate_of(entry: LineageEntry, pod: dict[str, Any] | None) -> PodFate:
+def fate_of(entry: LineageEntry, pod: Pod | None) -> PodFate:
     if pod is None:
         return PodFate(entry, "gone", "")
     uid = str((pod.get("metadata") or {}).get("uid") or "")

@@ -23,6 +23,7 @@ from tidings.cli.common import (
 
 if TYPE_CHECKING:
     from tidings.cli.kube import Action, Kube
+    from tidings.kube.objects import KubeObject
 
 ALL = "--all-namespaces"
 FORMATS = ("table", "wide", "name", "json", "yaml", "jsonpath=TEMPLATE")
@@ -63,13 +64,13 @@ def age(t: str | None, now: datetime | None = None) -> str:
     return f"{y}y{d % 365}d" if y < 8 and d % 365 else f"{y}y"
 
 
-def _get(obj: Any, *keys: str) -> Any:
+def _get(obj: object, *keys: str) -> Any:
     for k in keys:
         obj = obj.get(k) if isinstance(obj, dict) else None
     return obj
 
 
-def row(obj: dict[str, Any], wide: bool, namespaced: bool,
+def row(obj: KubeObject, wide: bool, namespaced: bool,
         now: datetime | None = None) -> list[str]:
     """One table row: the CRD's printer columns, read from the object as kubectl does."""
     def text(value: Any) -> str:
@@ -103,7 +104,7 @@ def table(rows: list[list[str]], widths: list[int] | None = None) -> tuple[str, 
     return "\n".join(lines) + "\n", widths
 
 
-def clean(obj: dict[str, Any]) -> dict[str, Any]:
+def clean(obj: KubeObject) -> dict[str, Any]:
     """The object as kubectl -o json shows it (no managedFields), every string neutralised."""
     meta = dict(obj.get("metadata") or {})
     meta.pop("managedFields", None)
@@ -130,7 +131,7 @@ class Printer:
                 invalid(f"--output jsonpath: {err}")
         self.template = template
 
-    def listing(self, items: list[dict[str, Any]], resource_version: str) -> None:
+    def listing(self, items: list[KubeObject], resource_version: str) -> None:
         if self.fmt in ("table", "wide"):
             if not items:
                 typer.echo("No resources found" + ("" if self.namespaced else " in this "
@@ -148,7 +149,7 @@ class Printer:
                         "items": [clean(o) for o in items],
                         "metadata": {"resourceVersion": resource_version}})
 
-    def change(self, obj: dict[str, Any]) -> None:
+    def change(self, obj: KubeObject) -> None:
         if self.fmt in ("table", "wide"):
             r = row(obj, self.fmt == "wide", self.namespaced)
             if self.widths is None:  # the list was empty: the header comes with the first row
@@ -161,7 +162,7 @@ class Printer:
         else:
             self._data(clean(obj))
 
-    def _name(self, obj: dict[str, Any]) -> str:
+    def _name(self, obj: KubeObject) -> str:
         return f"taskfeedback.tidings.dev/{safe(_get(obj, 'metadata', 'name') or '')}\n"
 
     def _data(self, data: Any) -> None:
@@ -221,7 +222,7 @@ def list_tasks(
 
 
 def _changes(k: Kube, path: str, query: dict[str, Any], rv: str, action: Action
-             ) -> Iterator[dict[str, Any]]:
+             ) -> Iterator[KubeObject]:
     """Objects as they change, from watches resumed at the last resourceVersion (relisting
     quietly when the server has compacted it away: changes meanwhile are not replayed)."""
     from tidings.cli.kube import watch_message

@@ -3,7 +3,7 @@ wrote one, else the task's events through the same fold; plus the table view of 
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,6 +27,7 @@ from tidings.cli.kube import (
     watch_message,
 )
 from tidings.kube import ListWatch, WatchLines
+from tidings.kube.objects import Event, KubeObject
 from tidings.schemas import (
     KIND,
     ParsedEvent,
@@ -122,7 +123,7 @@ def _read_cr(kube: Kube, ref: TaskRef) -> tuple[dict[str, Any] | None, ApiError 
         raise
 
 
-def _status_of(obj: dict[str, Any] | None) -> dict[str, Any] | None:
+def _status_of(obj: Mapping[str, object] | None) -> dict[str, Any] | None:
     status = (obj or {}).get("status")
     return status if isinstance(status, dict) and status.get("schemaVersion") else None
 
@@ -168,7 +169,7 @@ def accepted(kube: Kube, ref: TaskRef, p: object) -> bool:
     return verdict is None
 
 
-def _task_events(kube: Kube, ref: TaskRef, events: list[dict[str, Any]]
+def _task_events(kube: Kube, ref: TaskRef, events: list[Event]
                  ) -> tuple[list[ParsedEvent], int]:
     parsed: list[ParsedEvent] = []
     rejected = 0
@@ -254,7 +255,7 @@ def _cr_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes], lo
                 ) -> Generator[Snapshot, None, Snapshot]:
     for line in lines:
         kind, found = watch_message(line) or ("", None)
-        obj: dict[str, Any] = found if found is not None else {}
+        obj: KubeObject = found if found is not None else {}
         if kind == "ERROR":
             loop.relist("error")
             break

@@ -179,7 +179,7 @@ def _follow(loop: ListWatch, pick: Pick,
                 loop.advance(line_rv)
                 yield from entries
         elif isinstance(change, Page):
-            yield from listed(cast("list[KubeObject]", change.items))
+            yield from listed(change.items)
 
 
 def follow(kube: Kube, namespace: str, app: str, resource_version: str,

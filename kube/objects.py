@@ -25,6 +25,7 @@ class ObjectMeta(TypedDict, total=False):
     uid: str
     resourceVersion: str
     creationTimestamp: str
+    deletionTimestamp: str
     labels: dict[str, str]
     annotations: dict[str, str]
     ownerReferences: list[OwnerReference]

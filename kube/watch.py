@@ -16,11 +16,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .client import Client, Query, Timeout, iter_line_batches, paginate
 from .errors import KubeError
 from .flowcontrol import Backoff
+from .objects import KubeObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,7 @@ class Listing:
 class Page:
     """One page of the list; ``last`` carries the list's resourceVersion (the watch's start)."""
 
-    items: list[dict[str, Any]]
+    items: list[KubeObject]
     resource_version: str
     last: bool
 
@@ -167,7 +168,7 @@ class ListWatch:
             meta = page.get("metadata") or {}
             rv = str(meta.get("resourceVersion") or "")
             items = page.get("items")
-            yield Page(items if isinstance(items, list) else [], rv,
+            yield Page(cast("list[KubeObject]", items) if isinstance(items, list) else [], rv,
                        not meta.get("continue"))
         self.resource_version = rv
 

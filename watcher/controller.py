@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from tidings.kube import Client, KubeError, paginate
+from tidings.kube.objects import KubeObject
 from tidings.schemas.constants import API_VERSION, KIND
 from tidings.schemas.contract import (
     BUS_SELECTOR,
@@ -55,7 +56,7 @@ class EventSource:
     def list_begin(self) -> None:
         pass
 
-    def list_page(self, items: list[Any]) -> None:
+    def list_page(self, items: list[KubeObject]) -> None:
         self.c.deliver_many([parse_event(obj) for obj in items], items)
 
     def list_done(self, resource_version: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from tidings.kube import (
     Client,
@@ -24,6 +24,7 @@ from tidings.kube import (
     is_expired,
 )
 from tidings.kube.flowcontrol import Backoff
+from tidings.kube.objects import KubeObject
 from tidings.schemas.event import WatchItem
 
 log = logging.getLogger("tidings.watcher.reflector")
@@ -35,7 +36,7 @@ class Source(Protocol):
     resource: str  # for logs and metrics: "events" or "pods"
 
     def list_begin(self) -> None: ...
-    def list_page(self, items: list[Any]) -> None: ...
+    def list_page(self, items: list[KubeObject]) -> None: ...
     def list_done(self, resource_version: str) -> None: ...
     def watch_line(self, line: bytes) -> WatchItem:
         """Parse one raw watch line and deliver it (cheaply: enqueue, cache update)."""

@@ -31,6 +31,8 @@ from typing import Any
 
 import orjson
 
+from tidings.kube import Client, KubeError
+from tidings.kube.objects import KubeObject
 from tidings.schemas.constants import TASK_LABEL
 from tidings.schemas.contract import pods_path
 from tidings.schemas.event import ParsedEvent, WatchItem
@@ -64,10 +66,8 @@ class SenderLookupError(Exception):
 Getter = Callable[[str], Any]
 
 
-def kube_getter(kube: Any) -> Getter:
+def kube_getter(kube: Client) -> Getter:
     """A Getter over the watcher's client."""
-    from tidings.kube import KubeError
-
     def get(path: str) -> Any:
         try:
             return kube.request("GET", path, timeout=(3, 10))
@@ -82,7 +82,7 @@ def kube_getter(kube: Any) -> Getter:
 _ABSENT = object()  # cache value: no pod of that namespace/name carries that uid
 
 
-def _pod(obj: Any) -> tuple[PodKey, str | None] | None:
+def _pod(obj: object) -> tuple[PodKey, str | None] | None:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if not isinstance(meta, dict):
         return None
@@ -161,7 +161,7 @@ class Senders:
     def list_begin(self) -> None:
         self._listed = set()
 
-    def list_page(self, items: list[Any]) -> None:
+    def list_page(self, items: list[KubeObject]) -> None:
         for obj in items:
             p = _pod(obj)
             if p is not None:

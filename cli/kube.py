@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
 import orjson
 import urllib3
+from urllib3.response import BaseHTTPResponse
 
 from tidings.cli.common import (
     EXIT_ERROR,
@@ -166,15 +167,15 @@ class Kube:
     def server(self) -> str:
         return self.client.server
 
-    def _open(self, path: str, query: dict[str, Any] | None, action: Action | None,
-              timeout: tuple[float, float | None] | float, stream: bool) -> Any:
+    def _open(self, path: str, query: Mapping[str, object] | None, action: Action | None,
+              timeout: tuple[float, float | None] | float, stream: bool) -> BaseHTTPResponse:
         params = {k: v for k, v in (query or {}).items() if v is not None}
         try:
             return self.client.open("GET", path, query=params, timeout=timeout, stream=stream)
         except KubeError as err:
             raise _from_kube_error(err, action) from None
 
-    def get_json(self, path: str, query: dict[str, Any] | None = None, *,
+    def get_json(self, path: str, query: Mapping[str, object] | None = None, *,
                  action: Action | None = None) -> dict[str, Any]:
         resp = self._open(path, query, action, self.timeout, False)
         try:
@@ -185,7 +186,7 @@ class Kube:
             raise CliError(f"unexpected answer from {path}", EXIT_ERROR)
         return obj
 
-    def list_all(self, path: str, query: dict[str, Any] | None = None, *,
+    def list_all(self, path: str, query: Mapping[str, object] | None = None, *,
                  action: Action | None = None) -> tuple[list[KubeObject], str]:
         """Every item of a list (paginated), and the list's resourceVersion."""
         params = {k: v for k, v in (query or {}).items() if v is not None}
@@ -195,14 +196,14 @@ class Kube:
             raise _from_kube_error(err, action) from None
         return cast("list[KubeObject]", items), rv
 
-    def stream(self, path: str, query: dict[str, Any], *, action: Action | None = None,
-               read_timeout: float | None = 60.0) -> Any:
+    def stream(self, path: str, query: Mapping[str, object], *, action: Action | None = None,
+               read_timeout: float | None = 60.0) -> BaseHTTPResponse:
         """An open urllib3 response (watch or log stream). Iterate `lines(resp)`. A stream
         is long by design: --request-timeout bounds its connect only."""
         connect_s = self.timeout if isinstance(self.timeout, float) else self.timeout[0]
         return self._open(path, query, action, (connect_s, read_timeout), True)
 
-    def list_watch(self, path: str, query: dict[str, Any], *, action: Action,
+    def list_watch(self, path: str, query: Mapping[str, object], *, action: Action,
                    resource_version: str | None = None, lists: bool = True,
                    watch_timeout: int = 60, read_timeout: float | None = None) -> ListWatch:
         """tidings.kube's list+watch loop on this client, with the CLI's rule for failures:
@@ -261,7 +262,7 @@ class Kube:
             self.client.close()
 
 
-def lines(resp: Any) -> Iterator[bytes]:
+def lines(resp: BaseHTTPResponse) -> Iterator[bytes]:
     """The lines of a streaming response (without the trailing newline)."""
     return iter_lines(resp)
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import orjson
+from urllib3.response import BaseHTTPResponse
 
 from tidings.cli.common import CliError, safe
 from tidings.cli.kube import Action, ApiError, Kube, lines
@@ -152,7 +153,8 @@ class Tail:
 
     target: Target
     dedup: Dedup = field(default_factory=Dedup)
-    resp: Any = None  # the open response, shut down by the mux to end or wake the read
+    # The open response, shut down by the mux to end or wake the read.
+    resp: BaseHTTPResponse | None = None
     final_pass: bool = False  # the pod finished: one last read, then done
     started: float = 0.0  # when the current response was opened (monotonic)
 
@@ -242,7 +244,7 @@ class Tail:
             printer.line(self.target.pod, self.target.container, stamp, rest)
 
 
-def shutdown(resp: Any) -> None:
+def shutdown(resp: BaseHTTPResponse | None) -> None:
     """End a response another thread reads (its read raises, and the reader decides)."""
     if resp is None:
         return
@@ -250,6 +252,6 @@ def shutdown(resp: Any) -> None:
         resp.shutdown()
 
 
-def _release(resp: Any) -> None:
+def _release(resp: BaseHTTPResponse) -> None:
     with contextlib.suppress(Exception):
         resp.release_conn()

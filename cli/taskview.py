@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tidings._compat import UTC
 from tidings.cli.common import (
@@ -27,7 +27,7 @@ from tidings.cli.kube import (
     watch_message,
 )
 from tidings.kube import ListWatch, WatchLines
-from tidings.kube.objects import Event, KubeObject
+from tidings.kube.objects import Event, KubeObject, TaskFeedback
 from tidings.schemas import (
     KIND,
     ParsedEvent,
@@ -44,6 +44,9 @@ from tidings.schemas.contract import (
     task_selector,
     taskfeedback_path,
 )
+
+if TYPE_CHECKING:
+    from tidings.watcher.senders import Senders
 
 SOURCE_CR = "TaskFeedback"
 SOURCE_EVENTS = "events"
@@ -112,11 +115,11 @@ class Snapshot:
                 "status": self.state.to_status()}
 
 
-def _read_cr(kube: Kube, ref: TaskRef) -> tuple[dict[str, Any] | None, ApiError | None]:
+def _read_cr(kube: Kube, ref: TaskRef) -> tuple[TaskFeedback | None, ApiError | None]:
     try:
-        return kube.get_json(taskfeedback_path(ref.namespace, ref.name),
-                             action=Action("get", TASKFEEDBACK_RESOURCE, ref.namespace,
-                                           ref.name)), None
+        return cast(TaskFeedback, kube.get_json(
+            taskfeedback_path(ref.namespace, ref.name),
+            action=Action("get", TASKFEEDBACK_RESOURCE, ref.namespace, ref.name))), None
     except ApiError as err:
         if err.forbidden or err.not_found:  # forbidden or no CRD/object: the events still tell
             return None, err
@@ -128,7 +131,7 @@ def _status_of(obj: Mapping[str, object] | None) -> dict[str, Any] | None:
     return status if isinstance(status, dict) and status.get("schemaVersion") else None
 
 
-def senders(kube: Kube) -> Any:
+def senders(kube: Kube) -> Senders:
     """The watcher's own sender check over this client (one per client: its pod cache), so
     the CLI's fold of raw events and the watcher's status cannot disagree (issue 10, item 6)."""
     found = getattr(kube, "_tidings_senders", None)

@@ -16,18 +16,9 @@ import pytest
 from kubernetes import client as k8s
 
 from tests.support import eventually
-from tidings.kube import (
-    Change,
-    Client,
-    KubeError,
-    Listing,
-    ListWatch,
-    Page,
-    Rewatch,
-    WatchLines,
-    connect,
-)
+from tidings.kube import Client, KubeError, connect
 from tidings.kube.flowcontrol import Backoff
+from tidings.kube.watch import Change, Listing, ListWatch, Page, Rewatch, WatchLines
 from tools.devcluster import ControlPlane
 
 LABEL = "tidings.dev/watch-test"

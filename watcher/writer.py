@@ -333,6 +333,8 @@ class StatusWriter:
         return _resource_version(obj)
 
 
-def _resource_version(obj: Any) -> str | None:
+def _resource_version(obj: object) -> str | None:
     """The object's resourceVersion (None if the answer lacks one: the next write re-reads)."""
-    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "") or None
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return str(rv or "") or None

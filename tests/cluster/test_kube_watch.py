@@ -183,3 +183,21 @@ def test_stop_unblocks_a_watch_in_progress(control_plane: ControlPlane, namespac
     loop.stop()
     assert done.wait(5), "the loop did not end"
     assert time.monotonic() - started < 5
+
+
+def test_a_cli_follow_ends_on_a_refusal_with_its_one_line_error(
+        control_plane: ControlPlane, namespace: str) -> None:
+    from tidings.cli.common import EXIT_FORBIDDEN
+    from tidings.cli.kube import Action, ApiError
+    from tidings.cli.kube import connect as cli_connect
+
+    k = cli_connect(str(control_plane.kubeconfig("alice")), None, namespace)  # no rights
+    loop = k.list_watch(f"/api/v1/namespaces/{namespace}/configmaps", {},
+                        action=Action("watch", "configmaps", namespace))
+    deadline = time.monotonic() + 20
+    with pytest.raises(ApiError) as raised:
+        for _ in loop:  # only a failure that may pass is retried: a refusal is final
+            assert time.monotonic() < deadline, "the refusal was retried"
+    assert raised.value.forbidden and raised.value.code == EXIT_FORBIDDEN
+    assert raised.value.message == f"forbidden: cannot watch configmaps in namespace {namespace}"
+    k.close()

@@ -67,6 +67,26 @@ def taskfeedback_body(namespace: str, name: str, *, labels: Mapping[str, str] | 
     return body
 
 
+# ---- the APIs around the bus the watcher calls -----------------------------------------------
+# The admission policy (deploy/admission-policy.yaml) that refuses spoofed senders, and its
+# binding of the same name: the watcher trusts sender proofs only while both are there.
+SENDER_POLICY: Final = "tidings-sender-identity"
+SENDER_POLICY_PATH: Final = (
+    f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{SENDER_POLICY}")
+SENDER_POLICY_BINDING_PATH: Final = (
+    f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{SENDER_POLICY}")
+# Who may read /tasks on the watcher's HTTP port: the API server's own answers.
+TOKEN_REVIEWS_PATH: Final = "/apis/authentication.k8s.io/v1/tokenreviews"
+ACCESS_REVIEWS_PATH: Final = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+
+
+def lease_path(namespace: str, name: str = "") -> str:
+    """The coordination.k8s.io Lease collection in ``namespace``, or the Lease ``name``
+    (the watcher replicas' leader election)."""
+    base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    return f"{base}/{name}" if name else base
+
+
 # ---- resource names (RBAC, the CLI's error messages) ---------------------------------------
 EVENTS_RESOURCE: Final = "events.events.k8s.io"
 TASKFEEDBACK_RESOURCE: Final = f"{PLURAL}.{API_GROUP}"

@@ -19,6 +19,7 @@ from typing import Any
 
 from tidings._compat import UTC
 from tidings.kube import Client, KubeError
+from tidings.schemas.contract import lease_path
 from tidings.schemas.times import format_time
 
 log = logging.getLogger("tidings.watcher.leader")
@@ -48,7 +49,7 @@ class LeaderElector:
 
     @property
     def path(self) -> str:
-        return f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.name}"
+        return lease_path(self.namespace, self.name)
 
     def is_leader(self, term: int | None = None) -> bool:
         """True while our last successful renewal is younger than the renew deadline (and,
@@ -71,7 +72,7 @@ class LeaderElector:
                              "leaseDurationSeconds": max(1, round(self.lease_duration)),
                              "acquireTime": now_s, "renewTime": now_s, "leaseTransitions": 0}}
             try:
-                self.kube.request("POST", self.path.rsplit("/", 1)[0], body=body, timeout=(3, 5))
+                self.kube.request("POST", lease_path(self.namespace), body=body, timeout=(3, 5))
             except KubeError:
                 return False
             return self._won()

@@ -34,6 +34,9 @@ import orjson
 from tidings.kube import Client, KubeError
 from tidings.kube.objects import KubeObject
 from tidings.schemas.constants import TASK_LABEL
+from tidings.schemas.contract import SENDER_POLICY as POLICY
+from tidings.schemas.contract import SENDER_POLICY_BINDING_PATH as BINDING_PATH
+from tidings.schemas.contract import SENDER_POLICY_PATH as POLICY_PATH
 from tidings.schemas.contract import pods_path
 from tidings.schemas.event import ParsedEvent, WatchItem
 from tidings.schemas.payloads import PodSpawned
@@ -42,10 +45,6 @@ from tidings.schemas.rejection import Rejection, RejectReason
 log = logging.getLogger("tidings.watcher.senders")
 
 PodKey = tuple[str, str, str]  # namespace, name, uid
-POLICY = "tidings-sender-identity"
-POLICY_PATH = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{POLICY}"
-BINDING_PATH = ("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/"
-                f"{POLICY}")
 
 
 class Retry(Enum):

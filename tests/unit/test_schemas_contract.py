@@ -6,9 +6,12 @@ from __future__ import annotations
 from tidings.schemas.contract import (
     BUS_SELECTOR,
     EVENTS_RESOURCE,
+    SENDER_POLICY_BINDING_PATH,
+    SENDER_POLICY_PATH,
     TASKFEEDBACK_RESOURCE,
     TERMINAL_PHASES,
     events_path,
+    lease_path,
     lineage_selector,
     pod_selector,
     task_selector,
@@ -25,6 +28,11 @@ def test_paths() -> None:
     assert taskfeedback_path("ns", "t") == \
         "/apis/tidings.dev/v1alpha1/namespaces/ns/taskfeedbacks/t"
     assert taskfeedback_path() == "/apis/tidings.dev/v1alpha1/taskfeedbacks"
+    assert lease_path("ns", "w") == "/apis/coordination.k8s.io/v1/namespaces/ns/leases/w"
+    assert SENDER_POLICY_PATH.endswith("/validatingadmissionpolicies/tidings-sender-identity")
+    assert SENDER_POLICY_BINDING_PATH == ("/apis/admissionregistration.k8s.io/v1/"
+                                          "validatingadmissionpolicybindings/"
+                                          "tidings-sender-identity")
     assert taskfeedback_path("ns", "t", "status") == \
         "/apis/tidings.dev/v1alpha1/namespaces/ns/taskfeedbacks/t/status"
 

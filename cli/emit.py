@@ -92,12 +92,13 @@ def _check(model: Any, **fields: Any) -> None:
 def _deliver(send: Callable[[Any], None], to: Delivery) -> None:
     from tidings.emitter import Emitter, EmitterConfig, Identity
     from tidings.emitter.transport import (
+        FIELD_MANAGER,
+        POOL_SIZE,
         KubeTransport,
-        connect,
         no_cluster_configured,
         pod_bound_credentials,
     )
-    from tidings.kube import ConfigError
+    from tidings.kube import ConfigError, connect
     from tidings.schemas.names import task_id_error
 
     kubeconfig, context, timeout = to.kubeconfig, to.context, to.timeout
@@ -106,7 +107,7 @@ def _deliver(send: Callable[[Any], None], to: Delivery) -> None:
 
         _fail(f"no cluster configured: {no_kubeconfig_reason()}", EXIT_UNDELIVERED)
     try:
-        client = connect(kubeconfig, context)
+        client = connect(kubeconfig, context, maxsize=POOL_SIZE, user_agent=FIELD_MANAGER)
     except ConfigError as e:
         _fail(f"cannot load cluster config: {e}", EXIT_UNDELIVERED)
     # The pre-created TaskFeedback's uid only ever comes from the pod's environment.

@@ -92,12 +92,13 @@ def _check(model: Any, **fields: Any) -> None:
 def _deliver(send: Callable[[Any], None], to: Delivery) -> None:
     from tidings.emitter import Emitter, EmitterConfig, Identity
     from tidings.emitter.transport import (
+        FIELD_MANAGER,
+        POOL_SIZE,
         KubeTransport,
-        connect,
         no_cluster_configured,
         pod_bound_credentials,
     )
-    from tidings.kube import ConfigError
+    from tidings.kube import ConfigError, connect
     from tidings.schemas.names import task_id_error
 
     kubeconfig, context, timeout = to.kubeconfig, to.context, to.timeout
@@ -106,7 +107,7 @@ def _deliver(send: Callable[[Any], None], to: Delivery) -> None:
 
         _fail(f"no cluster configured: {no_kubeconfig_reason()}", EXIT_UNDELIVERED)
     try:
-        client = connect(kubeconfig, context)
+        client = connect(kubeconfig, context, maxsize=POOL_SIZE, user_agent=FIELD_MANAGER)
     except ConfigError as e:
         _fail(f"cannot load cluster config: {e}", EXIT_UNDELIVERED)
     # The pre-created TaskFeedback's uid only ever comes from the pod's environment.
@@ -180,6 +181,22 @@ def deck_ready(
 
     _check(DeckReady, name=name, uri=uri)
     _deliver(lambda em: em.deck_ready(name, uri), to)
+
+
+@app.command("metric", context_settings={"ignore_unknown_options": True})  # VALUE may be -0.5
+@delivery
+def metric(
+    name: Annotated[str, typer.Argument(help="Metric name, e.g. loss.")],
+    value: Annotated[float, typer.Argument(help="Its latest value (finite).")],
+    step: Annotated[int | None, typer.Option("--step", min=0, show_default=False,
+                                             help="The training step it belongs to.")] = None,
+    to: Delivery = DEFAULT_DELIVERY,
+) -> None:
+    """Report the latest value of a named scalar metric (loss, learning rate, accuracy)."""
+    from tidings.schemas.payloads import Metric
+
+    _check(Metric, name=name, value=value, step=step)
+    _deliver(lambda em: em.metric(name, value, step=step), to)
 
 
 @app.command("progress")

@@ -12,14 +12,15 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tidings.cli.common import EXIT_NOT_FOUND, CliError
-from tidings.cli.kube import Action, ApiError, Kube
+from tidings.cli.kube import ApiError, Kube
 from tidings.cli.lineage import vouches
 from tidings.kube.flowcontrol import Backoff
+from tidings.kube.objects import KubeObject
 from tidings.schemas import TASK_LABEL, LineageEntry
-from tidings.schemas.contract import TERMINAL_PHASES, pod_selector, pods_path
+from tidings.schemas.contract import TERMINAL_PHASES, pod_selector
 
 if TYPE_CHECKING:
     from tidings.cli.logtail import Options, Printer
@@ -80,9 +81,7 @@ class PodView:
         self.ns = ns
         self.app = app
         self._lock = threading.Lock()
-        self._path = pods_path(ns)
-        self._query = {"labelSelector": pod_selector(app)}
-        self._action = Action("list", "pods", ns)
+        self._selector = pod_selector(app)
         self.may_list = True
         self.tried_at = -1.0  # when the last list was sent (monotonic), even a failed one
         self.phases: dict[str, str] | None = None  # uid -> phase of that list; None: failed
@@ -100,11 +99,11 @@ class PodView:
         self.tried_at = time.monotonic()
         self.lists += 1
         try:
-            pods, _ = self.kube.list_all(self._path, self._query, action=self._action)
+            pods, _ = self.kube.list_pods(self.ns, self._selector)
         except ApiError as err:
-            if strict and err.status == 401:
+            if strict and err.unauthorized:
                 raise
-            self.may_list = self.may_list and err.status != 403
+            self.may_list = self.may_list and not err.forbidden
             self.phases = None
             return None
         except CliError:  # unreachable for now: the next tick asks again
@@ -140,7 +139,7 @@ class PodView:
         try:
             pod = self.kube.get_pod(self.ns, t.pod)
         except ApiError as err:
-            if err.status in (401, 403):
+            if err.denied:
                 raise
             return "", ""
         except CliError:
@@ -154,5 +153,5 @@ class PodView:
         return "", str((pod.get("status") or {}).get("phase") or "")
 
 
-def _uid(pod: dict[str, Any]) -> str:
+def _uid(pod: KubeObject) -> str:
     return str((pod.get("metadata") or {}).get("uid") or "")

@@ -3,10 +3,10 @@ wrote one, else the task's events through the same fold; plus the table view of 
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tidings._compat import UTC
 from tidings.cli.common import (
@@ -18,8 +18,16 @@ from tidings.cli.common import (
     not_found,
     safe,
 )
-from tidings.cli.kube import NO_CRD, Action, ApiError, Kube, lines, watch_message
-from tidings.kube.flowcontrol import Backoff
+from tidings.cli.kube import (
+    NO_CRD,
+    Action,
+    ApiError,
+    Kube,
+    connect_with,
+    watch_message,
+)
+from tidings.kube import ListWatch, WatchLines
+from tidings.kube.objects import Event, KubeObject, TaskFeedback
 from tidings.schemas import (
     KIND,
     ParsedEvent,
@@ -31,17 +39,21 @@ from tidings.schemas import (
     parse_watch_line,
 )
 from tidings.schemas.contract import (
+    FAILED,
+    SUCCEEDED,
     TASKFEEDBACK_RESOURCE,
     lineage_selector,
     task_selector,
     taskfeedback_path,
 )
+from tidings.schemas.kinds import NAMED_KINDS, Kind, Scalar
+from tidings.schemas.state import Named, NamedValue
+
+if TYPE_CHECKING:
+    from tidings.watcher.senders import Senders
 
 SOURCE_CR = "TaskFeedback"
 SOURCE_EVENTS = "events"
-# A watch that ends at once (stale resourceVersion, no bookmarks on events) backs off from
-# 0.4 s, doubling up to 5 s; shared with the lineage watch.
-QUICK_BASE, QUICK_CAP = 0.4, 5.0
 
 
 # --- which namespace ----------------------------------------------------------------------
@@ -50,7 +62,7 @@ QUICK_BASE, QUICK_CAP = 0.4, 5.0
 def open_task(task: str, namespace: str | None, all_namespaces: bool, conn: Connection,
               from_events: bool) -> tuple[Kube, TaskRef]:
     """Connect and find the task: the common start of state, watch and timeline."""
-    k = conn.connect(namespace)
+    k = connect_with(conn, namespace)
     ns = resolve_namespace(k, task, "task", task_selector(task), all_namespaces,
                            with_cr=not from_events)
     return k, TaskRef(ns, task)
@@ -60,7 +72,7 @@ def open_app(app: str, namespace: str | None, all_namespaces: bool, conn: Connec
              ) -> tuple[Kube, str]:
     """Connect and find the app's namespace: the common start of lineage and logs (by its
     PodSpawned records, or its TaskFeedback when it has no lineage controller)."""
-    k = conn.connect(namespace)
+    k = connect_with(conn, namespace)
     return k, resolve_namespace(k, app, "app", lineage_selector(app), all_namespaces,
                                 with_cr=True)
 
@@ -80,7 +92,7 @@ def resolve_namespace(kube: Kube, name: str, what: str, selector: str, all_names
                                    action=Action("list", TASKFEEDBACK_RESOURCE))
             found.update(str((i.get("metadata") or {}).get("namespace") or "") for i in crs)
         except ApiError as err:
-            if err.status not in (403, 404):
+            if not (err.forbidden or err.not_found):
                 raise
     found.discard("")
     if not found:
@@ -107,23 +119,23 @@ class Snapshot:
                 "status": self.state.to_status()}
 
 
-def _read_cr(kube: Kube, ref: TaskRef) -> tuple[dict[str, Any] | None, ApiError | None]:
+def _read_cr(kube: Kube, ref: TaskRef) -> tuple[TaskFeedback | None, ApiError | None]:
     try:
-        return kube.get_json(taskfeedback_path(ref.namespace, ref.name),
-                             action=Action("get", TASKFEEDBACK_RESOURCE, ref.namespace,
-                                           ref.name)), None
+        return cast(TaskFeedback, kube.get_json(
+            taskfeedback_path(ref.namespace, ref.name),
+            action=Action("get", TASKFEEDBACK_RESOURCE, ref.namespace, ref.name))), None
     except ApiError as err:
-        if err.status in (403, 404):  # forbidden or no CRD/object: the events still tell
+        if err.forbidden or err.not_found:  # forbidden or no CRD/object: the events still tell
             return None, err
         raise
 
 
-def _status_of(obj: dict[str, Any] | None) -> dict[str, Any] | None:
+def _status_of(obj: Mapping[str, object] | None) -> dict[str, Any] | None:
     status = (obj or {}).get("status")
     return status if isinstance(status, dict) and status.get("schemaVersion") else None
 
 
-def senders(kube: Kube) -> Any:
+def senders(kube: Kube) -> Senders:
     """The watcher's own sender check over this client (one per client: its pod cache), so
     the CLI's fold of raw events and the watcher's status cannot disagree (issue 10, item 6)."""
     found = getattr(kube, "_tidings_senders", None)
@@ -137,13 +149,13 @@ def senders(kube: Kube) -> Any:
             try:
                 return kube.get_json(path, action=action)
             except ApiError as err:
-                if err.status == 404:
+                if err.not_found:
                     return None
-                if pod and err.status == 403:
+                if pod and err.forbidden:
                     # Without reading pods no sender can be verified: say so, never guess.
                     raise ApiError(f"{err.message} (needed to verify the senders of the "
                                    "task's events)", err.code, err.status, action) from None
-                raise SenderLookupError(err.message, retry=err.status not in (401, 403)) \
+                raise SenderLookupError(err.message, retry=not err.denied) \
                     from None
 
         found = Senders(get, policy=ProofPolicy(get, quiet=True))
@@ -164,7 +176,7 @@ def accepted(kube: Kube, ref: TaskRef, p: object) -> bool:
     return verdict is None
 
 
-def _task_events(kube: Kube, ref: TaskRef, events: list[dict[str, Any]]
+def _task_events(kube: Kube, ref: TaskRef, events: list[Event]
                  ) -> tuple[list[ParsedEvent], int]:
     parsed: list[ParsedEvent] = []
     rejected = 0
@@ -181,7 +193,7 @@ def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None) -> S
     try:
         raw, rv = kube.list_events(ref.namespace, task_selector(ref.name))
     except ApiError as err:
-        if err.status == 403 and cr_error is not None and cr_error.status == 403:
+        if err.forbidden and cr_error is not None and cr_error.forbidden:
             raise ApiError(f"{err.message} (nor get {TASKFEEDBACK_RESOURCE})", err.code, 403,
                            err.action) from None
         raise
@@ -217,83 +229,74 @@ def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = 
 def follow(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = True
            ) -> Iterator[Snapshot]:
     """Snapshots of the task as it changes: from TaskFeedback watches when the object exists,
-    else from an events watch folded locally. Relists after a stale or very short watch."""
-    import time
-
-    first = load(kube, ref, use_events, must_exist)
-    yield first
-    quick = Backoff(base=QUICK_BASE, cap=QUICK_CAP, jitter=0.0)
-    snap = first
+    else from an events watch folded locally. Whenever a watch ends (or cannot resume) the
+    task is read afresh, since the object may have appeared or gone meanwhile, and watched on
+    from that read; a read that finds the other source starts a watch of that one."""
+    snap = load(kube, ref, use_events, must_exist)
+    yield snap
     while True:
-        started = time.monotonic()
-        if snap.source == SOURCE_CR:
-            snap = yield from _follow_cr(kube, ref, snap)
+        source = snap.source
+        if source == SOURCE_CR:
+            loop = kube.list_watch(taskfeedback_path(ref.namespace),
+                                   {"fieldSelector": f"metadata.name={ref.name}"},
+                                   action=Action("watch", TASKFEEDBACK_RESOURCE, ref.namespace),
+                                   resource_version=snap.resource_version, lists=False)
         else:
-            snap = yield from _follow_events(kube, ref, snap)
-        if time.monotonic() - started < 1.0:
-            time.sleep(quick.next())
-        else:
-            quick.reset()
-        fresh = load(kube, ref, use_events, must_exist=False)
-        if fresh.source != snap.source or fresh.state != snap.state:
-            yield fresh
-        snap = fresh
+            loop = kube.watch_events(ref.namespace, task_selector(ref.name),
+                                     snap.resource_version, lists=False)
+        read = _cr_changes if source == SOURCE_CR else _event_changes
+        for change in loop:
+            if isinstance(change, WatchLines):
+                snap = yield from read(kube, ref, snap, change.lines, loop)
+                continue
+            fresh = load(kube, ref, use_events, must_exist=False)
+            if fresh.source != snap.source or fresh.state != snap.state:
+                yield fresh
+            snap = fresh
+            if fresh.source != source:
+                break
+            loop.listed(fresh.resource_version)
 
 
-def _follow_cr(kube: Kube, ref: TaskRef, snap: Snapshot
-               ) -> Generator[Snapshot, None, Snapshot]:
-    resp = kube.stream(taskfeedback_path(ref.namespace),
-                       {"watch": "true", "fieldSelector": f"metadata.name={ref.name}",
-                        "resourceVersion": snap.resource_version or None,
-                        "allowWatchBookmarks": "true", "timeoutSeconds": 60},
-                       action=Action("watch", TASKFEEDBACK_RESOURCE, ref.namespace),
-                       read_timeout=75)
-    try:
-        for line in lines(resp):
-            kind, found = watch_message(line) or ("", None)
-            if kind not in ("ADDED", "MODIFIED"):
-                if kind == "ERROR":
-                    break
-                continue
-            obj: dict[str, Any] = found if found is not None else {}
-            status = _status_of(obj)
-            if status is None:
-                continue
-            rv = str(obj.get("metadata", {}).get("resourceVersion") or "")
-            snap = Snapshot(TaskState.from_status(ref, status), SOURCE_CR, 0, rv)
-            yield snap
-    except Exception as err:  # a broken watch is relisted by the caller
-        if isinstance(err, CliError):
-            raise
-    finally:
-        resp.release_conn()
+def _cr_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes], loop: ListWatch
+                ) -> Generator[Snapshot, None, Snapshot]:
+    for line in lines:
+        kind, found = watch_message(line) or ("", None)
+        obj: KubeObject = found if found is not None else {}
+        if kind == "ERROR":
+            loop.relist("error")
+            break
+        loop.advance(str(obj.get("metadata", {}).get("resourceVersion") or ""))
+        if kind not in ("ADDED", "MODIFIED"):
+            continue
+        status = _status_of(obj)
+        if status is None:
+            continue
+        rv = str(obj.get("metadata", {}).get("resourceVersion") or "")
+        snap = Snapshot(TaskState.from_status(ref, status), SOURCE_CR, 0, rv)
+        yield snap
     return snap
 
 
-def _follow_events(kube: Kube, ref: TaskRef, snap: Snapshot
-                   ) -> Generator[Snapshot, None, Snapshot]:
-    resp = kube.watch_events(ref.namespace, task_selector(ref.name), snap.resource_version)
+def _event_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes],
+                   loop: ListWatch) -> Generator[Snapshot, None, Snapshot]:
     state, rejected = snap.state, snap.rejected
-    try:
-        for line in lines(resp):
-            item = parse_watch_line(line)
-            if item.type == "ERROR":
-                break
-            if item.type != "ADDED":
-                continue
-            if isinstance(item.result, ParsedEvent) and accepted(kube, ref, item.result):
-                new = fold(state, item.result)
-                if new != state:
-                    state = new
-                    snap = Snapshot(state, SOURCE_EVENTS, rejected, item.resource_version)
-                    yield snap
-            else:
-                rejected += 1
-    except Exception as err:
-        if isinstance(err, CliError):
-            raise
-    finally:
-        resp.release_conn()
+    for line in lines:
+        item = parse_watch_line(line)
+        if item.type == "ERROR":
+            loop.relist("error")
+            break
+        loop.advance(item.resource_version)
+        if item.type != "ADDED":
+            continue
+        if isinstance(item.result, ParsedEvent) and accepted(kube, ref, item.result):
+            new = fold(state, item.result)
+            if new != state:
+                state = new
+                snap = Snapshot(state, SOURCE_EVENTS, rejected, item.resource_version)
+                yield snap
+        else:
+            rejected += 1
     return snap
 
 
@@ -342,7 +345,7 @@ def render(snap: Snapshot) -> Any:
     else:
         head.add_row("Progress", _t("no progress reported"))
     phase = st.phase
-    head.add_row("Phase", _t(phase, {"Succeeded": "green", "Failed": "red"}.get(phase, "yellow")))
+    head.add_row("Phase", _t(phase, {SUCCEEDED: "green", FAILED: "red"}.get(phase, "yellow")))
     head.add_row("Last event", _t(_ago(st.last_event_time)))
     if st.warnings:
         head.add_row("Warnings", _t(st.warnings, "red"))
@@ -354,16 +357,14 @@ def render(snap: Snapshot) -> Any:
             t.add_column(c, overflow="fold")
         return t
 
-    if st.links:
-        t = table("Links", "NAME", "URL")
-        for name, url in st.links.items():
-            t.add_row(_t(name), _t(url, "cyan"))
-        parts.append(t)
-    if st.decks:
-        t = table("Decks", "NAME", "URI")
-        for name, uri in st.decks.items():
-            t.add_row(_t(name), _t(uri, "cyan"))
-        parts.append(t)
+    for kind in NAMED_KINDS:  # links, decks, ...: one table each, as the registry says
+        entries = st.registers(kind)
+        if entries:
+            cols = ["NAME", *(f.header for f in kind.values)]
+            t = table(kind.title, *cols, *(["UPDATED"] if kind.age else []))
+            for name, entry in sorted(entries.items()):
+                t.add_row(*named_cells(kind, name, entry))
+            parts.append(t)
     if st.spans:
         t = table("Spans", "NAME", "COUNT", "TOTAL", "MIN", "MAX", "ERRORS")
         for name, s in sorted(st.spans.items()):
@@ -395,16 +396,51 @@ def render(snap: Snapshot) -> Any:
     return Group(*parts)
 
 
+def named_cells(kind: Kind, name: str, entry: Named) -> list[Any]:
+    """The table cells of one register of a named kind: its name, its value fields, and
+    how long ago it was written when the kind shows that."""
+    raw = entry.value
+    values = raw if isinstance(raw, tuple) else (raw,)
+    cells = [_t(name), *(_t(_scalar_text(v), f.style)
+                         for f, v in zip(kind.values, values, strict=True))]
+    if kind.age:
+        cells.append(_t(_ago(entry.at[0])))
+    return cells
+
+
+def _scalar_text(v: Scalar) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
 def one_line(snap: Snapshot) -> str:
     """A compact, sanitised line for one state (what `watch` prints when piped)."""
     st = snap.state
     now = datetime.now(UTC).strftime("%H:%M:%S")
     pr = st.progress
     progress = "no progress" if pr is None else f"{pr.fraction * 100:5.1f}% {pr.message}"
+    values = ""
+    for kind in NAMED_KINDS:  # metrics: their latest values, the first few names
+        if kind.inline and (entries := st.registers(kind)):
+            shown = sorted(entries.items())[:INLINE_MAX]
+            values += "".join(f" {name}={_scalar_text(_first(e.value))}" for name, e in shown)
+            if len(entries) > INLINE_MAX:
+                values += f" (+{len(entries) - INLINE_MAX} {kind.section})"
     tail = f" {st.phase.lower()}" if st.finished else ""
     return safe(f"{now} {st.task.namespace}/{st.task.name} {progress} "
                 f"(links {len(st.link_entries)}, decks {len(st.deck_entries)}, "
-                f"spans {len(st.spans)}){tail}")
+                f"spans {len(st.spans)}){values}{tail}")
+
+
+# Registers of an inline kind that one `watch` line shows (the table view shows them all).
+INLINE_MAX = 6
+
+
+def _first(v: NamedValue) -> Scalar:
+    return v[0] if isinstance(v, tuple) else v
 
 
 def fmt_seconds(s: float) -> str:

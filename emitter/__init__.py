@@ -4,6 +4,7 @@
 
     tidings.log_link("wandb", run.url)          # critical: delivered exactly once
     tidings.progress(0.3, "epoch 3/10")         # coalesced: latest wins
+    tidings.metric("loss", 0.31, step=1200)     # coalesced: latest per name per window
     with tidings.span("epoch"):                 # summed per window into SpanSummary events
         train_one_epoch()
 
@@ -20,6 +21,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
+
+from tidings.schemas.payloads import Payload
 
 from .config import EmitterConfig, Identity
 from .core import Emitter
@@ -38,6 +41,7 @@ __all__ = [
     "flush",
     "get_emitter",
     "log_link",
+    "metric",
     "pod_spawned",
     "progress",
     "record_span",
@@ -92,6 +96,13 @@ def progress(fraction: float, message: str = "", final: bool = False,
     (_default or get_emitter()).progress(fraction, message, final, failed)
 
 
+def metric(name: str, value: float, *, step: int | None = None) -> None:
+    """Report the latest value of a named scalar metric (loss, learning rate, eval accuracy,
+    samples/s), at training ``step`` when given; coalesced per name. NaN and infinities are
+    refused and counted."""
+    (_default or get_emitter()).metric(name, value, step=step)
+
+
 def fail(message: str = "", fraction: float | None = None) -> None:
     """Report that this worker failed (a failed final progress: the task's phase is Failed),
     keeping the progress made unless ``fraction`` is given."""
@@ -133,7 +144,7 @@ def pod_spawned(pod_name: str, pod_uid: str, *, app: str, role: str = "", attemp
         app_api_version=app_api_version, app_uid=app_uid, namespace=namespace)
 
 
-def emit(payload: Any, *, warning: bool = False) -> None:
+def emit(payload: Payload, *, warning: bool = False) -> None:
     """Send a ready-made tidings.schemas payload (critical)."""
     (_default or get_emitter()).emit(payload, warning=warning)
 

@@ -95,13 +95,11 @@ class RunReporter:
         """Send every finite scalar of ``values`` as a Metric (rank 0 only)."""
         if not self.reports_run:
             return
-        send = _metric_sender()
-        if send is None:
-            return
+        em = self.emitter
         for name, value in values.items():
             number = scalar(value)
             if number is not None:
-                send(name, number, step=step)
+                em.metric(name, number, step=step)
 
     def links(self, candidates: Iterable[tuple[str, str | None]]) -> None:
         """Send each named link once per run (rank 0 only); None: not known yet."""
@@ -123,15 +121,6 @@ class RunReporter:
         progress made."""
         self._ended = True
         report_failure(exc, self.emitter)
-
-
-def _metric_sender() -> Callable[..., None] | None:
-    # Metric facts are tidings.emitter.metric(name, value, *, step=None); looked up at call
-    # time so a tidings without the Metric kind still reports everything else.
-    import tidings.emitter as emitter_module
-
-    send = getattr(emitter_module, "metric", None)
-    return send if callable(send) else None
 
 
 def scalar(value: Any) -> float | None:

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import tidings.emitter
 from tests.unit.test_emitter_core import make
 from tidings.integrations.report import (
     MLFLOW_PUBLIC_URL_ENV,
@@ -21,7 +20,7 @@ from tidings.integrations.report import (
     mlflow_run_url,
     scalar,
 )
-from tidings.schemas.payloads import LogLink, Progress
+from tidings.schemas.payloads import LogLink, Metric, Metrics, Progress
 
 
 class Tensor:
@@ -79,20 +78,14 @@ def sent(em: Any, rec: Any) -> list[Any]:
     return [p.payload for p in rec.parsed()]
 
 
-@pytest.fixture
-def metrics_seen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float, int | None]]:
-    """tidings.emitter.metric as the Metric kind defines it, recording its calls."""
-    seen: list[tuple[str, float, int | None]] = []
-
-    def metric(name: str, value: float, *, step: int | None = None) -> None:
-        seen.append((name, value, step))
-
-    monkeypatch.setattr(tidings.emitter, "metric", metric, raising=False)
-    return seen
+def metrics(payloads: list[Any]) -> list[tuple[str, float, int | None]]:
+    """The Metric rows sent (one Metric, or several in one Metrics note)."""
+    rows = [m for p in payloads if isinstance(p, Metrics) for m in p.metrics]
+    rows += [p for p in payloads if isinstance(p, Metric)]
+    return sorted((m.name, m.value, m.step) for m in rows)
 
 
-def test_rank_zero_of_the_run_sends_progress_metrics_and_each_link_once(
-        metrics_seen: list[Any]) -> None:
+def test_rank_zero_of_the_run_sends_progress_metrics_and_each_link_once() -> None:
     r, em, rec = reporter(world_size=8, local_world_size=4)  # 2 pods of 4 processes
     r.step(3, 6)
     r.metrics({"loss": Tensor(0.5), "epoch": 1, "bad": math.nan, "note": "x"}, 3)
@@ -106,16 +99,16 @@ def test_rank_zero_of_the_run_sends_progress_metrics_and_each_link_once(
     assert [p for p in progress if p.final] == [progress[-1]] and progress[-1].fraction == 1.0
     assert [p.url for p in payloads if isinstance(p, LogLink)] == [
         "http://127.0.0.1:5000/#/experiments/1/runs/a"]
-    assert metrics_seen == [("loss", 0.5, 3), ("epoch", 1.0, 3)]
+    assert metrics(payloads) == [("epoch", 1.0, 3), ("loss", 0.5, 3)]
 
 
-def test_other_ranks_send_progress_per_pod_and_no_run_facts(metrics_seen: list[Any]) -> None:
+def test_other_ranks_send_progress_per_pod_and_no_run_facts() -> None:
     r, em, rec = reporter(global_rank=4, local_rank=0, world_size=8, local_world_size=4)
     r.step(3, 6)
     r.metrics({"loss": 0.5}, 3)
     r.links([("mlflow", "http://127.0.0.1:5000/#/experiments/1/runs/a")])
     payloads = sent(em, rec)
-    assert payloads and all(isinstance(p, Progress) for p in payloads) and not metrics_seen
+    assert payloads and all(isinstance(p, Progress) for p in payloads)
 
     r2, em2, rec2 = reporter(global_rank=5, local_rank=1, world_size=8, local_world_size=4)
     r2.step(3, 6)
@@ -129,14 +122,6 @@ def test_any_rank_reports_its_crash_keeping_the_progress() -> None:
     r.crashed(RuntimeError("NCCL timeout"))
     (final,) = [p for p in sent(em, rec) if isinstance(p, Progress) and p.final]
     assert final.failed and final.fraction == 0.5 and final.message == "RuntimeError: NCCL timeout"
-
-
-def test_without_the_metric_kind_metrics_are_skipped_not_an_error(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(tidings.emitter, "metric", raising=False)
-    r, em, _ = reporter()
-    r.metrics({"loss": 0.5}, 1)
-    assert em.stats()["invalid"] == 0
 
 
 def test_a_guarded_hook_never_raises_and_logs_once(caplog: pytest.LogCaptureFixture) -> None:

@@ -199,3 +199,33 @@ def test_a_state_its_status_cannot_rebuild_stays_live_and_is_counted() -> None:
     store.written(A, 2, "2")
     assert store.compact_idle(0.0, busy=lambda t: False) == 0
     assert store.not_compactable == 1 and store.get(A) is bad
+
+
+def test_a_rebase_onto_a_re_created_object_starts_from_its_status() -> None:
+    """Issue 18, item 3: the 409 re-read finds the task's object deleted and re-created (a
+    new uid). Run 1's state must not be written onto it: the state becomes the new object's
+    status, plus the unsaved events that name no object or the new one."""
+    from tidings.schemas import Progress
+    from tidings.schemas.state import fold_all, new_state
+
+    def ev(seq: int, uid: str, payload: object, inst: str = "i1") -> ParsedEvent:
+        p = parse_event(build_event(task=A, pod=PodRef("p", "u1", "ns"),
+                                    payload=payload, instance=inst,  # type: ignore[arg-type]
+                                    seq=seq, time=datetime.now(UTC), task_uid=uid))
+        assert isinstance(p, ParsedEvent)
+        return p
+
+    failed = ev(1, "uid-1", Progress(fraction=0.3, final=True, failed=True))
+    store = Store()
+    store.load(A, fold_all(A, [failed]).to_status(), rv="5", uid="uid-1")
+    late_run1 = ev(2, "uid-1", Progress(fraction=0.4))
+    nameless = ev(1, "", Progress(fraction=0.6), inst="i2")
+    base, _ = store.take(A)
+    store.put(A, fold_all(A, [failed, late_run1, nameless]), base=base,
+              events=[late_run1, nameless])
+    assert store.rebase(A, new_state(A).to_status(), rv="9", uid="uid-2")
+    snap = store.unwritten(A)
+    assert snap is not None
+    state, _, rv = snap
+    assert rv == "9" and not state.failed and state.applied.instances == ["i2"]
+    assert store.identity(A)[:2] == ("uid-2", frozenset({"uid-1"}))

@@ -4,7 +4,7 @@ wrote one, else the task's events through the same fold; plus the table view of 
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +36,7 @@ from tidings.schemas.contract import (
     task_selector,
     taskfeedback_path,
 )
+from tidings.schemas.rejection import Rejection
 
 SOURCE_CR = "TaskFeedback"
 SOURCE_EVENTS = "events"
@@ -93,18 +94,65 @@ def resolve_namespace(kube: Kube, name: str, what: str, selector: str, all_names
 
 # --- one snapshot -------------------------------------------------------------------------
 
+# Groups of (reason, sender) kept and shown: a flood from many senders stays a few lines
+# (the rest is counted, under "other senders").
+MAX_REFUSAL_GROUPS = 20
+OTHER_SENDERS = "(other senders)"
+# Not a fact of this task: regarding another kind of object (lineage of an app, say).
+NOT_A_TASK_FACT = "not_a_task_fact"
+
+
+@dataclass
+class Refusals:
+    """The events a local fold refused, grouped by (reason, sender), bounded."""
+
+    groups: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def add(self, reason: str, sender: str) -> None:
+        key = (reason, sender)
+        if key not in self.groups and len(self.groups) >= MAX_REFUSAL_GROUPS:
+            key = (reason, OTHER_SENDERS)
+        self.groups[key] = self.groups.get(key, 0) + 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.groups.values())
+
+    def rows(self) -> list[tuple[str, str, int]]:
+        """(reason, sender, events), the largest groups first."""
+        return sorted(((r, p, n) for (r, p), n in self.groups.items()),
+                      key=lambda x: (-x[2], x[0], x[1]))
+
+    def copy(self) -> Refusals:
+        return Refusals(dict(self.groups))
+
 
 @dataclass
 class Snapshot:
     state: TaskState
     source: str  # SOURCE_CR or SOURCE_EVENTS
-    rejected: int = 0  # events the parser refused (counted, not shown)
+    # Events the local fold refused (SOURCE_EVENTS), by reason and sender.
+    refusals: Refusals = field(default_factory=Refusals)
     resource_version: str = ""
+    # The watcher's count of events it refused for the task, by reason (status.refused).
+    refused: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def rejected(self) -> int:
+        return self.refusals.total
 
     def to_data(self) -> dict[str, Any]:
-        return {"task": {"namespace": self.state.task.namespace, "name": self.state.task.name},
-                "source": self.source, "rejected_events": self.rejected,
-                "status": self.state.to_status()}
+        data: dict[str, Any] = {
+            "task": {"namespace": self.state.task.namespace, "name": self.state.task.name},
+            "source": self.source, "rejected_events": self.rejected}
+        if self.refusals.groups:
+            data["rejections"] = [{"reason": r, "sender": p, "events": n}
+                                  for r, p, n in self.refusals.rows()]
+        status = self.state.to_status()
+        if self.refused:
+            status["refused"] = dict(self.refused)
+        data["status"] = status
+        return data
 
 
 def _read_cr(kube: Kube, ref: TaskRef) -> tuple[dict[str, Any] | None, ApiError | None]:
@@ -116,6 +164,15 @@ def _read_cr(kube: Kube, ref: TaskRef) -> tuple[dict[str, Any] | None, ApiError 
         if err.status in (403, 404):  # forbidden or no CRD/object: the events still tell
             return None, err
         raise
+
+
+def _refused(status: dict[str, Any]) -> dict[str, int]:
+    """status.refused as the watcher wrote it (camelCase reason -> events), checked."""
+    raw = status.get("refused")
+    if not isinstance(raw, dict):
+        return {}
+    return {safe(k)[:64]: v for k, v in sorted(raw.items())
+            if isinstance(k, str) and type(v) is int and v > 0}
 
 
 def _status_of(obj: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -151,30 +208,45 @@ def senders(kube: Kube) -> Any:
     return found
 
 
-def accepted(kube: Kube, ref: TaskRef, p: object) -> bool:
-    """Whether a parse result is an event of task ``ref`` that the watcher would apply."""
+def refusal(kube: Kube, ref: TaskRef, p: object) -> str | None:
+    """Why the watcher would not apply a parse result to task ``ref`` (a RejectReason value,
+    or ``not_a_task_fact``); None when it would."""
+    if isinstance(p, Rejection):
+        return p.reason.value
     if not (isinstance(p, ParsedEvent) and p.task == ref and p.regarding_kind == KIND):
-        return False
+        return NOT_A_TASK_FACT
     from tidings.watcher.senders import Retry
 
     verdict = senders(kube).check(p)
     if verdict is Retry.LATER:
         raise CliError(f"cannot verify the sender of event {safe(p.name)}: the API server "
                        "did not answer", EXIT_UNREACHABLE)
-    return verdict is None
+    return None if verdict is None else verdict.reason.value
+
+
+def sender_of(p: object, raw: Any = None) -> str:
+    """The pod an event says it comes from, ``namespace/name`` (sanitised, bounded)."""
+    if isinstance(p, ParsedEvent):
+        return safe(f"{p.sender.namespace or p.task.namespace}/{p.sender.name}")
+    related = raw.get("related") if isinstance(raw, dict) else None
+    if isinstance(related, dict) and isinstance(related.get("name"), str):
+        ns = related.get("namespace") if isinstance(related.get("namespace"), str) else ""
+        return safe(f"{ns}/{related['name']}"[:300])
+    return "(unknown sender)"
 
 
 def _task_events(kube: Kube, ref: TaskRef, events: list[dict[str, Any]]
-                 ) -> tuple[list[ParsedEvent], int]:
+                 ) -> tuple[list[ParsedEvent], Refusals]:
     parsed: list[ParsedEvent] = []
-    rejected = 0
+    refusals = Refusals()
     for raw in events:
         p = parse_event(raw)
-        if accepted(kube, ref, p):
+        why = refusal(kube, ref, p)
+        if why is None:
             parsed.append(p)  # type: ignore[arg-type]
         else:
-            rejected += 1
-    return parsed, rejected
+            refusals.add(why, sender_of(p, raw))
+    return parsed, refusals
 
 
 def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None) -> Snapshot:
@@ -185,8 +257,8 @@ def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None) -> S
             raise ApiError(f"{err.message} (nor get {TASKFEEDBACK_RESOURCE})", err.code, 403,
                            err.action) from None
         raise
-    parsed, rejected = _task_events(kube, ref, raw)
-    return Snapshot(fold_all(ref, parsed), SOURCE_EVENTS, rejected, rv)
+    parsed, refusals = _task_events(kube, ref, raw)
+    return Snapshot(fold_all(ref, parsed), SOURCE_EVENTS, refusals, rv)
 
 
 def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = True
@@ -198,7 +270,8 @@ def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = 
         status = _status_of(obj)
         if status is not None:
             rv = str((obj or {}).get("metadata", {}).get("resourceVersion") or "")
-            return Snapshot(TaskState.from_status(ref, status), SOURCE_CR, 0, rv)
+            return Snapshot(TaskState.from_status(ref, status), SOURCE_CR, Refusals(), rv,
+                            _refused(status))
         if obj is not None:
             must_exist = False  # the object exists; its watcher has not written yet
     snap = from_events(kube, ref, cr_error)
@@ -235,7 +308,8 @@ def follow(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool 
         else:
             quick.reset()
         fresh = load(kube, ref, use_events, must_exist=False)
-        if fresh.source != snap.source or fresh.state != snap.state:
+        if fresh.source != snap.source or fresh.state != snap.state \
+                or fresh.refused != snap.refused or fresh.rejected != snap.rejected:
             yield fresh
         snap = fresh
 
@@ -260,7 +334,8 @@ def _follow_cr(kube: Kube, ref: TaskRef, snap: Snapshot
             if status is None:
                 continue
             rv = str(obj.get("metadata", {}).get("resourceVersion") or "")
-            snap = Snapshot(TaskState.from_status(ref, status), SOURCE_CR, 0, rv)
+            snap = Snapshot(TaskState.from_status(ref, status), SOURCE_CR, Refusals(), rv,
+                            _refused(status))
             yield snap
     except Exception as err:  # a broken watch is relisted by the caller
         if isinstance(err, CliError):
@@ -273,7 +348,7 @@ def _follow_cr(kube: Kube, ref: TaskRef, snap: Snapshot
 def _follow_events(kube: Kube, ref: TaskRef, snap: Snapshot
                    ) -> Generator[Snapshot, None, Snapshot]:
     resp = kube.watch_events(ref.namespace, task_selector(ref.name), snap.resource_version)
-    state, rejected = snap.state, snap.rejected
+    state, refusals = snap.state, snap.refusals.copy()
     try:
         for line in lines(resp):
             item = parse_watch_line(line)
@@ -281,14 +356,19 @@ def _follow_events(kube: Kube, ref: TaskRef, snap: Snapshot
                 break
             if item.type != "ADDED":
                 continue
-            if isinstance(item.result, ParsedEvent) and accepted(kube, ref, item.result):
+            why = refusal(kube, ref, item.result)
+            if why is None:
+                assert isinstance(item.result, ParsedEvent)
                 new = fold(state, item.result)
                 if new != state:
                     state = new
-                    snap = Snapshot(state, SOURCE_EVENTS, rejected, item.resource_version)
+                    snap = Snapshot(state, SOURCE_EVENTS, refusals.copy(),
+                                    item.resource_version)
                     yield snap
             else:
-                rejected += 1
+                # Counted, and shown with the next change (a refused flood is no change).
+                refusals.add(why, sender_of(item.result))
+                snap = Snapshot(state, SOURCE_EVENTS, refusals.copy(), item.resource_version)
     except Exception as err:
         if isinstance(err, CliError):
             raise
@@ -388,6 +468,15 @@ def render(snap: Snapshot) -> Any:
         noisy.update({f"unknown:{k}": v for k, v in st.unknown.items()})
     if snap.rejected:
         noisy["rejected_events"] = snap.rejected
+        t = table("Refused events (not applied)", "REASON", "SENDER", "EVENTS")
+        for reason, sender, n in snap.refusals.rows():
+            t.add_row(_t(reason, "red"), _t(sender), _t(n))
+        parts.append(t)
+    if snap.refused:
+        t = table("Refused by the watcher", "REASON", "EVENTS")
+        for reason, n in snap.refused.items():
+            t.add_row(_t(reason, "red"), _t(n))
+        parts.append(t)
     footer = f"{st.counters.get('events_applied', 0)} events applied"
     if noisy:
         footer += "; " + ", ".join(f"{k}={v}" for k, v in sorted(noisy.items()))

@@ -104,27 +104,31 @@ NOT_A_TASK_FACT = "not_a_task_fact"
 
 @dataclass
 class Refusals:
-    """The events a local fold refused, grouped by (reason, sender), bounded."""
+    """The events a local fold refused, grouped by (reason, sender), bounded; each group
+    keeps the message of its first refusal (what tells a missing grant from a spoof)."""
 
     groups: dict[tuple[str, str], int] = field(default_factory=dict)
+    details: dict[tuple[str, str], str] = field(default_factory=dict)
 
-    def add(self, reason: str, sender: str) -> None:
+    def add(self, reason: str, sender: str, detail: str) -> None:
         key = (reason, sender)
         if key not in self.groups and len(self.groups) >= MAX_REFUSAL_GROUPS:
             key = (reason, OTHER_SENDERS)
         self.groups[key] = self.groups.get(key, 0) + 1
+        self.details.setdefault(key, detail)
 
     @property
     def total(self) -> int:
         return sum(self.groups.values())
 
-    def rows(self) -> list[tuple[str, str, int]]:
-        """(reason, sender, events), the largest groups first."""
-        return sorted(((r, p, n) for (r, p), n in self.groups.items()),
+    def rows(self) -> list[tuple[str, str, int, str]]:
+        """(reason, sender, events, detail), the largest groups first."""
+        return sorted(((r, p, n, self.details.get((r, p), ""))
+                       for (r, p), n in self.groups.items()),
                       key=lambda x: (-x[2], x[0], x[1]))
 
     def copy(self) -> Refusals:
-        return Refusals(dict(self.groups))
+        return Refusals(dict(self.groups), dict(self.details))
 
 
 @dataclass
@@ -146,8 +150,8 @@ class Snapshot:
             "task": {"namespace": self.state.task.namespace, "name": self.state.task.name},
             "source": self.source, "rejected_events": self.rejected}
         if self.refusals.groups:
-            data["rejections"] = [{"reason": r, "sender": p, "events": n}
-                                  for r, p, n in self.refusals.rows()]
+            data["rejections"] = [{"reason": r, "sender": p, "events": n, "detail": d}
+                                  for r, p, n, d in self.refusals.rows()]
         status = self.state.to_status()
         if self.refused:
             status["refused"] = dict(self.refused)
@@ -208,20 +212,20 @@ def senders(kube: Kube) -> Any:
     return found
 
 
-def refusal(kube: Kube, ref: TaskRef, p: object) -> str | None:
-    """Why the watcher would not apply a parse result to task ``ref`` (a RejectReason value,
-    or ``not_a_task_fact``); None when it would."""
+def refusal(kube: Kube, ref: TaskRef, p: object) -> tuple[str, str] | None:
+    """Why the watcher would not apply a parse result to task ``ref``: (a RejectReason value,
+    or ``not_a_task_fact``; the message); None when it would."""
     if isinstance(p, Rejection):
-        return p.reason.value
+        return p.reason.value, p.message
     if not (isinstance(p, ParsedEvent) and p.task == ref and p.regarding_kind == KIND):
-        return NOT_A_TASK_FACT
+        return NOT_A_TASK_FACT, "regarding another kind of object than a TaskFeedback"
     from tidings.watcher.senders import Retry
 
     verdict = senders(kube).check(p)
     if verdict is Retry.LATER:
         raise CliError(f"cannot verify the sender of event {safe(p.name)}: the API server "
                        "did not answer", EXIT_UNREACHABLE)
-    return None if verdict is None else verdict.reason.value
+    return None if verdict is None else (verdict.reason.value, verdict.message)
 
 
 def sender_of(p: object, raw: Any = None) -> str:
@@ -245,7 +249,7 @@ def _task_events(kube: Kube, ref: TaskRef, events: list[dict[str, Any]]
         if why is None:
             parsed.append(p)  # type: ignore[arg-type]
         else:
-            refusals.add(why, sender_of(p, raw))
+            refusals.add(why[0], sender_of(p, raw), why[1])
     return parsed, refusals
 
 
@@ -367,7 +371,7 @@ def _follow_events(kube: Kube, ref: TaskRef, snap: Snapshot
                     yield snap
             else:
                 # Counted, and shown with the next change (a refused flood is no change).
-                refusals.add(why, sender_of(item.result))
+                refusals.add(why[0], sender_of(item.result), why[1])
                 snap = Snapshot(state, SOURCE_EVENTS, refusals.copy(), item.resource_version)
     except Exception as err:
         if isinstance(err, CliError):
@@ -468,9 +472,9 @@ def render(snap: Snapshot) -> Any:
         noisy.update({f"unknown:{k}": v for k, v in st.unknown.items()})
     if snap.rejected:
         noisy["rejected_events"] = snap.rejected
-        t = table("Refused events (not applied)", "REASON", "SENDER", "EVENTS")
-        for reason, sender, n in snap.refusals.rows():
-            t.add_row(_t(reason, "red"), _t(sender), _t(n))
+        t = table("Refused events (not applied)", "REASON", "SENDER", "EVENTS", "WHY")
+        for reason, sender, n, detail in snap.refusals.rows():
+            t.add_row(_t(reason, "red"), _t(sender), _t(n), _t(detail))
         parts.append(t)
     if snap.refused:
         t = table("Refused by the watcher", "REASON", "EVENTS")

@@ -334,7 +334,10 @@ class Controller:
             if not self._seed(task):
                 self.queue.add_after(task, self.s.sender_retry)
                 return
-        foreign = self.store.foreign_uids(task)
+        # Only a verified sender's event makes the watcher read the object: a refused one
+        # naming random uids costs no API call.
+        foreign = {ev.regarding_uid for ev in self.store.foreign(task)
+                   if type(verdict_of(ev)) is str}
         if foreign and not self._check_object(task, foreign):
             self.queue.add_after(task, self.s.sender_retry)
             return
@@ -442,12 +445,17 @@ class Controller:
         uid, _, _ = self.store.identity(task)
         if obj is None and uid is not None:
             self.store.absent(task)
-        elif now is not None and now != uid:
-            log.info("taskfeedback %s/%s is a new object (uid %s): its state starts from its "
-                     "own status", task.namespace, task.name, now, extra=task_fields(task))
-            self.store.load(task, obj.get("status") if obj else None,
-                            rv=meta.get("resourceVersion"), uid=now)
+        elif obj is not None and now is not None and now != uid:
+            if uid is not None:
+                log.info("taskfeedback %s/%s is a new object (uid %s): its state starts from "
+                         "its own status", task.namespace, task.name, now,
+                         extra=task_fields(task))
+            # As the writer's re-read does: a state of no object yet joins this one, a state
+            # of a deleted one is replaced by its status (unwritten facts naming no uid kept).
+            self.store.rebase(task, obj.get("status"), meta.get("resourceVersion"), now)
         self.store.stale(task, {u for u in claimed if u != now})
+        if self.store.unwritten(task) is not None:
+            self.writer.changed(task)
         return True
 
     def _seed(self, task: TaskRef) -> bool:

@@ -167,15 +167,15 @@ class Store:
                 return None, frozenset(), frozenset()
             return e.uid, frozenset(e.stale_uids), e.buried
 
-    def foreign_uids(self, task: TaskRef) -> set[str]:
-        """uids the pending events name that are neither the state's object nor known stale:
-        the object may have been re-created since it was read."""
+    def foreign(self, task: TaskRef) -> list[ParsedEvent]:
+        """The pending events that name a uid which is neither the state's object nor known
+        stale: the object may have been re-created since it was read."""
         with self._lock:
             e = self._entries.get(task)
             if e is None:
-                return set()
-            return {ev.regarding_uid for ev in e.pending if ev.regarding_uid
-                    and ev.regarding_uid != e.uid and ev.regarding_uid not in e.stale_uids}
+                return []
+            return [ev for ev in e.pending if ev.regarding_uid
+                    and ev.regarding_uid != e.uid and ev.regarding_uid not in e.stale_uids]
 
     def stale(self, task: TaskRef, uids: set[str]) -> None:
         """No object of ``task`` has these uids (any more): their events are refused."""

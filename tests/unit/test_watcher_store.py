@@ -229,3 +229,36 @@ def test_a_rebase_onto_a_re_created_object_starts_from_its_status() -> None:
     state, _, rv = snap
     assert rv == "9" and not state.failed and state.applied.instances == ["i2"]
     assert store.identity(A)[:2] == ("uid-2", frozenset({"uid-1"}))
+
+
+def test_a_deleted_objects_state_does_not_move_onto_the_next_object() -> None:
+    """Issue 18, item 3: the write finds the object gone (404). What was written to it goes
+    with it; of the unsaved events only those naming no object re-create one."""
+    from tidings.schemas import Progress
+    from tidings.schemas.state import fold_all
+
+    def ev(seq: int, uid: str, inst: str) -> ParsedEvent:
+        p = parse_event(build_event(task=A, pod=PodRef("p", "u1", "ns"),
+                                    payload=Progress(fraction=0.1 * seq), instance=inst,
+                                    seq=seq, time=datetime.now(UTC), task_uid=uid))
+        assert isinstance(p, ParsedEvent)
+        return p
+
+    written, named, nameless = ev(1, "uid-1", "i1"), ev(2, "uid-1", "i1"), ev(1, "", "i2")
+    store = Store()
+    store.load(A, fold_all(A, [written]).to_status(), rv="5", uid="uid-1")
+    base, _ = store.take(A)
+    store.put(A, fold_all(A, [written, named, nameless]), base=base, events=[named, nameless])
+    store.absent(A)
+    snap = store.unwritten(A)
+    assert snap is not None
+    state, _, rv = snap
+    assert rv is None and state.applied.instances == ["i2"]
+    assert store.identity(A)[:2] == (None, frozenset({"uid-1"}))
+    # Nothing unsaved names no object: nothing is left to write, no object is re-created.
+    store2 = Store()
+    store2.load(A, fold_all(A, [written]).to_status(), rv="5", uid="uid-1")
+    base, _ = store2.take(A)
+    store2.put(A, fold_all(A, [written, named]), base=base, events=[named])
+    store2.absent(A)
+    assert store2.unwritten(A) is None

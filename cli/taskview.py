@@ -36,7 +36,7 @@ from tidings.schemas.contract import (
     task_selector,
     taskfeedback_path,
 )
-from tidings.schemas.rejection import Rejection
+from tidings.schemas.rejection import Rejection, RejectReason
 
 SOURCE_CR = "TaskFeedback"
 SOURCE_EVENTS = "events"
@@ -140,6 +140,8 @@ class Snapshot:
     resource_version: str = ""
     # The watcher's count of events it refused for the task, by reason (status.refused).
     refused: dict[str, int] = field(default_factory=dict)
+    # uid of the task's TaskFeedback for a local fold ("": none exists; None: unreadable).
+    object_uid: str | None = None
 
     @property
     def rejected(self) -> int:
@@ -212,9 +214,11 @@ def senders(kube: Kube) -> Any:
     return found
 
 
-def refusal(kube: Kube, ref: TaskRef, p: object) -> tuple[str, str] | None:
-    """Why the watcher would not apply a parse result to task ``ref``: (a RejectReason value,
-    or ``not_a_task_fact``; the message); None when it would."""
+def refusal(kube: Kube, ref: TaskRef, p: object, uid: str | None = None
+            ) -> tuple[str, str] | None:
+    """Why the watcher would not apply a parse result to task ``ref`` whose TaskFeedback has
+    ``uid`` ("": none exists; None: unknown, not checked): (a RejectReason value, or
+    ``not_a_task_fact``; the message); None when it would."""
     if isinstance(p, Rejection):
         return p.reason.value, p.message
     if not (isinstance(p, ParsedEvent) and p.task == ref and p.regarding_kind == KIND):
@@ -225,7 +229,12 @@ def refusal(kube: Kube, ref: TaskRef, p: object) -> tuple[str, str] | None:
     if verdict is Retry.LATER:
         raise CliError(f"cannot verify the sender of event {safe(p.name)}: the API server "
                        "did not answer", EXIT_UNREACHABLE)
-    return None if verdict is None else (verdict.reason.value, verdict.message)
+    if verdict is not None:
+        return verdict.reason.value, verdict.message
+    if p.regarding_uid and uid is not None and p.regarding_uid != uid:
+        return (RejectReason.OTHER_OBJECT.value, f"the event names TaskFeedback uid "
+                f"{safe(p.regarding_uid)}, not the task's object ({uid or 'none exists'})")
+    return None
 
 
 def sender_of(p: object, raw: Any = None) -> str:
@@ -239,13 +248,13 @@ def sender_of(p: object, raw: Any = None) -> str:
     return "(unknown sender)"
 
 
-def _task_events(kube: Kube, ref: TaskRef, events: list[dict[str, Any]]
+def _task_events(kube: Kube, ref: TaskRef, events: list[dict[str, Any]], uid: str | None
                  ) -> tuple[list[ParsedEvent], Refusals]:
     parsed: list[ParsedEvent] = []
     refusals = Refusals()
     for raw in events:
         p = parse_event(raw)
-        why = refusal(kube, ref, p)
+        why = refusal(kube, ref, p, uid)
         if why is None:
             parsed.append(p)  # type: ignore[arg-type]
         else:
@@ -253,7 +262,16 @@ def _task_events(kube: Kube, ref: TaskRef, events: list[dict[str, Any]]
     return parsed, refusals
 
 
-def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None) -> Snapshot:
+def _object_uid(obj: dict[str, Any] | None, cr_error: ApiError | None) -> str | None:
+    """The TaskFeedback's uid for the local fold: "" when it does not exist, None when it
+    could not be read (then events are not checked against it)."""
+    if obj is not None:
+        return str((obj.get("metadata") or {}).get("uid") or "") or None
+    return "" if cr_error is not None and cr_error.status == 404 else None
+
+
+def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None,
+                uid: str | None = None) -> Snapshot:
     try:
         raw, rv = kube.list_events(ref.namespace, task_selector(ref.name))
     except ApiError as err:
@@ -261,16 +279,17 @@ def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None) -> S
             raise ApiError(f"{err.message} (nor get {TASKFEEDBACK_RESOURCE})", err.code, 403,
                            err.action) from None
         raise
-    parsed, refusals = _task_events(kube, ref, raw)
-    return Snapshot(fold_all(ref, parsed), SOURCE_EVENTS, refusals, rv)
+    parsed, refusals = _task_events(kube, ref, raw, uid)
+    return Snapshot(fold_all(ref, parsed), SOURCE_EVENTS, refusals, rv, object_uid=uid)
 
 
 def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = True
          ) -> Snapshot:
     """The task's state: its TaskFeedback status, else (or with use_events) the folded events."""
-    cr_error = None
+    # The object is read with --from-events too: its uid says which events are this run's.
+    obj, cr_error = _read_cr(kube, ref)
+    uid = _object_uid(obj, cr_error)
     if not use_events:
-        obj, cr_error = _read_cr(kube, ref)
         status = _status_of(obj)
         if status is not None:
             rv = str((obj or {}).get("metadata", {}).get("resourceVersion") or "")
@@ -278,7 +297,7 @@ def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = 
                             _refused(status))
         if obj is not None:
             must_exist = False  # the object exists; its watcher has not written yet
-    snap = from_events(kube, ref, cr_error)
+    snap = from_events(kube, ref, cr_error, uid)
     if must_exist and snap.state.counters.get("events_applied", 0) == 0 and snap.rejected == 0:
         if cr_error is not None and cr_error.message == NO_CRD:
             raise CliError(f"{NO_CRD} (and task {ref.name!r} has no events in namespace "
@@ -360,19 +379,20 @@ def _follow_events(kube: Kube, ref: TaskRef, snap: Snapshot
                 break
             if item.type != "ADDED":
                 continue
-            why = refusal(kube, ref, item.result)
+            why = refusal(kube, ref, item.result, snap.object_uid)
             if why is None:
                 assert isinstance(item.result, ParsedEvent)
                 new = fold(state, item.result)
                 if new != state:
                     state = new
                     snap = Snapshot(state, SOURCE_EVENTS, refusals.copy(),
-                                    item.resource_version)
+                                    item.resource_version, object_uid=snap.object_uid)
                     yield snap
             else:
                 # Counted, and shown with the next change (a refused flood is no change).
                 refusals.add(why[0], sender_of(item.result), why[1])
-                snap = Snapshot(state, SOURCE_EVENTS, refusals.copy(), item.resource_version)
+                snap = Snapshot(state, SOURCE_EVENTS, refusals.copy(), item.resource_version,
+                                object_uid=snap.object_uid)
     except Exception as err:
         if isinstance(err, CliError):
             raise

@@ -28,7 +28,7 @@ from tests.cluster.test_trust import (  # noqa: F401 - fixtures
     workload,
 )
 from tests.support import eventually
-from tidings.schemas import PodRef, PodSpawned, TaskRef, build_event
+from tidings.schemas import PodRef, PodSpawned, TaskRef, TaskState, build_event
 from tidings.schemas.constants import BUS_CONTROLLER
 from tidings.schemas.payloads import LogLink, Progress, SpanSummary
 from tools.devcluster import ControlPlane
@@ -170,6 +170,16 @@ def test_a_re_created_taskfeedback_starts_clean_and_the_deleted_runs_events_stay
     assert status["links"]["wandb"]["url"] == "https://wandb.ai/run-2"
     obj = taskfeedback(admin, namespace, "rerun")
     assert obj is not None and obj["metadata"]["uid"] == uid2
+    # The CLI's own fold of the events agrees, and says why run 1's are out.
+    res = subprocess.run([TIDINGS, "state", "rerun", "--from-events", "-n", namespace, "-o",
+                          "json", "--kubeconfig", control_plane.kubeconfig("admin")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert [(r["reason"], r["sender"], r["events"]) for r in data["rejections"]] == [
+        ("other_object", f"{namespace}/rerun-a", 3)]
+    ref = TaskRef(namespace, "rerun")
+    assert TaskState.from_status(ref, data["status"]) == TaskState.from_status(ref, status)
 
     # Restarted: the relist delivers all five events again; run 1's three stay out.
     w.kill()

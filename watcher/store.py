@@ -36,7 +36,9 @@ from tidings.schemas.version_vector import VersionVector
 
 @dataclass(slots=True)
 class Entry:
-    # None while compacted: ``packed`` then holds it (see ``Store.compact_idle``).
+    # None while compacted (``packed`` then holds it, see ``Store.compact_idle``), and while
+    # nothing was folded or loaded: an entry that only buffers events until their sender
+    # check costs no state (a flood of refused names must not build thousands).
     state: TaskState | None
     pending: list[ParsedEvent] = field(default_factory=list)
     version: int = 0  # bumped by every fold that changed the state
@@ -128,7 +130,7 @@ class Store:
     def _entry(self, task: TaskRef) -> Entry:
         e = self._entries.get(task)
         if e is None:
-            e = self._entries[task] = Entry(new_state(task, self.limits))
+            e = self._entries[task] = Entry(None)
         return e
 
     def _hot(self, task: TaskRef, e: Entry) -> TaskState:
@@ -137,7 +139,8 @@ class Store:
             e.state = unpack_state(task, e.packed, self.limits)
             e.packed = None
             self.compacted -= 1
-        assert e.state is not None
+        elif e.state is None:
+            e.state = new_state(task, self.limits)
         return e.state
 
     def load(self, task: TaskRef, status: Any, exists: bool = True,
@@ -249,7 +252,8 @@ class Store:
         cutoff = time.monotonic() - idle_for
         with self._lock:
             idle = [(t, e) for t, e in self._entries.items()
-                    if e.packed is None and e.touched < cutoff and not e.pending
+                    if e.packed is None and e.state is not None and e.touched < cutoff
+                    and not e.pending
                     and e.written >= e.version and not e.unsaved and not busy(t)]
         n = 0
         for task, e in idle:  # packing runs outside the lock: the watch loop must not wait

@@ -208,13 +208,18 @@ class Store:
 
     def refuse(self, task: TaskRef, counts: dict[str, int]) -> bool:
         """Count refused events of a task held here (status.refused); True when the counts
-        changed (a status write is due). An unknown or unseeded task gains nothing."""
+        changed (a status write is due). Only a task with an object, or with accepted facts
+        that will create one, counts them: a count alone never creates (or re-creates after
+        a delete) a TaskFeedback."""
         counts = {r: n for r, n in counts.items() if n and r in _REFUSED_KEYS}
         if not counts:
             return False
         with self._lock:
             e = self._entries.get(task)
             if e is None or not e.seeded:
+                return False
+            if e.uid is None and (e.state is None
+                                  or not e.state.counters.get("events_applied", 0)):
                 return False
             for r, n in counts.items():
                 e.refused[r] = min(2**63 - 1, e.refused.get(r, 0) + n)

@@ -332,7 +332,12 @@ def test_spoofed_senders_are_rejected_and_counted(admin: Any, namespace: str, ku
                and metric(w, "tidings_watcher_write_queue_depth") == 0
                and metric(w, "tidings_watcher_status_writes_in_flight") == 0, 10,
                "the watcher to be idle")
-    assert task_status(admin, namespace, "victim") == before
+    # Nothing the spoofers sent changed the status, except the count of what was refused
+    # (issue 18, item 8: the task's owner is told, by reason).
+    after = eventually(lambda: (s := task_status(admin, namespace, "victim") or {}).get(
+        "refused") and s, 20, "the refusals counted in the status")
+    assert after.pop("refused") == {"spoofedSender": 6}
+    assert after == before
     assert metric(w, "tidings_watcher_events_applied_total") == 10
 
 

@@ -82,11 +82,14 @@ def pods_for(admin: Any, namespace: str, task: str, n: int) -> list[dict[str, st
 
 
 def assert_exact(admin: Any, namespace: str, tasks: list[str], files: list[Path],
-                 timeout: float = 60) -> None:
-    """Eventually every task's status equals the fold of the delivered events, exactly."""
+                 timeout: float = 60, refused: dict[str, int] | None = None) -> None:
+    """Eventually every task's status equals the fold of the delivered events, exactly (and
+    ``refused``: the watcher's count of the events it refused for the task, by reason)."""
     bodies = emitted_events(files)
     for task in tasks:
         want = expected_status(namespace, task, bodies, admin)
+        if refused:
+            want["refused"] = refused
         last: list[Any] = [None]
 
         def probe(task: str = task, want: dict[str, Any] = want,

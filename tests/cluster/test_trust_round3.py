@@ -39,6 +39,7 @@ TASK_LABEL = "tidings.dev/task"
 GROUP, VERSION, PLURAL = "tidings.dev", "v1alpha1", "taskfeedbacks"
 
 crd, kubeconfig, watchers, start_watcher = tw.crd, tw.kubeconfig, tw.watchers, tw.start_watcher
+admin_token = tw.admin_token
 metric = tw.metric
 
 
@@ -285,7 +286,7 @@ def test_a_flood_of_refused_task_names_leaves_no_state_and_reads_nothing(
 
 def test_state_names_each_refusal_and_the_status_counts_them_without_changing_else(
         control_plane: ControlPlane, admin: Any, policy: None, namespace: str,  # noqa: F811
-        start_watcher: Callable[..., WatcherProc]) -> None:
+        start_watcher: Callable[..., WatcherProc], admin_token: str) -> None:
     w = start_watcher()
     worker, as_worker, _ = workload(control_plane, admin, namespace, "why-0",
                                     {TASK_LABEL: "why"})
@@ -306,6 +307,8 @@ def test_state_names_each_refusal_and_the_status_counts_them_without_changing_el
         "refused") and s, 30, f"the refusals in the status\n{w.tail()}")
     assert after["refused"] == {"spoofedSender": 3}
     assert {k: v for k, v in after.items() if k != "refused"} == before
+    code, body = w.get(f"/tasks/{namespace}/why", admin_token)
+    assert code == 200 and json.loads(body) == after  # the watcher's read API agrees
 
     kcfg = control_plane.kubeconfig("admin")
     res = subprocess.run([TIDINGS, "state", "why", "--from-events", "-n", namespace, "-o",

@@ -262,3 +262,35 @@ def test_a_deleted_objects_state_does_not_move_onto_the_next_object() -> None:
     store2.put(A, fold_all(A, [written, named]), base=base, events=[named])
     store2.absent(A)
     assert store2.unwritten(A) is None
+
+
+@given(st.lists(st.tuples(st.sampled_from(["", "uid-1", "uid-2"]),
+                          st.sampled_from(["i1", "i2", "i3"])), min_size=1, max_size=30),
+       st.booleans())
+def test_a_state_never_carries_another_objects_events(names: list[tuple[str, str]],
+                                                      gone: bool) -> None:
+    """Whatever was folded for object uid-1 and not written, after a re-read finds uid-2 (or
+    nothing): none of the events naming uid-1 is in the state, every other one is."""
+    from tidings.schemas import Progress
+    from tidings.schemas.state import fold_all, new_state
+
+    events = []
+    for seq, (uid, inst) in enumerate(names, 1):
+        p = parse_event(build_event(task=A, pod=PodRef("p", "u1", "ns"),
+                                    payload=Progress(fraction=0.5), instance=inst, seq=seq,
+                                    time=datetime.now(UTC), task_uid=uid))
+        assert isinstance(p, ParsedEvent)
+        events.append(p)
+    store = Store()
+    store.load(A, None, rv="1", uid="uid-1")
+    base, _ = store.take(A)
+    store.put(A, fold_all(A, events), base=base, events=events)
+    if gone:
+        store.absent(A)
+    else:
+        store.rebase(A, new_state(A).to_status(), rv="2", uid="uid-2")
+    state = store.get(A)
+    assert state is not None
+    allowed = ("",) if gone else ("", "uid-2")
+    for ev in events:
+        assert state.applied.contains(ev.instance, ev.seq) == (ev.regarding_uid in allowed)

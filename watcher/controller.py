@@ -302,8 +302,14 @@ class Controller:
         # PodRef's identity: the events hold their senders, so no id is reused meanwhile.
         # Lineage (PodSpawned, judged by the pod it names) and Retry are never kept.
         verdicts: dict[tuple[int, str], str | Rejection] = {}
+        # Verdicts given before the fold (the checks below), by event: the fold takes them
+        # as they were, so each event's lookup is counted once and under how it was made.
+        screened: dict[int, str | Rejection | Retry] = {}
 
         def verdict_of(ev: ParsedEvent) -> str | Rejection | Retry:
+            given = screened.pop(id(ev), None)
+            if given is not None:
+                return given
             key = (id(ev.sender), ev.sender_proof)
             lineage = type(ev.payload) is PodSpawned
             kept = None if lineage else verdicts.get(key)
@@ -322,6 +328,7 @@ class Controller:
             # memory and no API call (issue 18, item 4).
             pending = self.store.pending(task)
             said = [verdict_of(ev) for ev in pending]
+            screened.update(zip(map(id, pending), said, strict=True))
             if not any(type(v) is str for v in said):
                 if any(v is Retry.LATER for v in said):
                     self.queue.add_after(task, self.s.sender_retry)
@@ -336,8 +343,11 @@ class Controller:
                 return
         # Only a verified sender's event makes the watcher read the object: a refused one
         # naming random uids costs no API call.
-        foreign = {ev.regarding_uid for ev in self.store.foreign(task)
-                   if type(verdict_of(ev)) is str}
+        foreign: set[str] = set()
+        for ev in self.store.foreign(task):
+            screened[id(ev)] = verdict_of(ev)
+            if type(screened[id(ev)]) is str:
+                foreign.add(ev.regarding_uid)
         if foreign and not self._check_object(task, foreign):
             self.queue.add_after(task, self.s.sender_retry)
             return

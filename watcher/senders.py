@@ -239,7 +239,8 @@ class Senders:
         s = ev.sender
         ns = s.namespace or ev.task.namespace
         if ns != ev.task.namespace:
-            return _spoofed(f"related pod {ns}/{s.name} is not in the task's namespace")
+            return _spoofed(f"related pod {ns}/{s.name} is not in the namespace of the task "
+                            f"it claims ({ev.task.namespace}/{ev.task.name})")
         got = self.label((ns, s.name, s.uid))
         if got is Retry.LATER:
             return Retry.LATER
@@ -252,10 +253,12 @@ class Senders:
                 return Retry.LATER
             if trusted:
                 return "proof"  # the API server authenticated this pod; it is gone now
-        why = ("labelled for another task" if isinstance(task, str) else
-               "gone, and no trusted sender proof" if task is _ABSENT else
-               "unlabelled or unreadable")
-        return _spoofed(f"related pod {s.name} is {why} ({ev.task.name})")
+        # The pod's own label and the task the event claims, each named as what it is: an
+        # operator must not read the claim as the pod's label.
+        why = (f"is labelled {TASK_LABEL}={task}" if isinstance(task, str) else
+               "is gone, and no trusted sender proof" if task is _ABSENT else
+               f"has no {TASK_LABEL} label (or is unreadable)")
+        return _spoofed(f"related pod {s.name} {why}; the event claims task {ev.task.name}")
 
     def _lineage(self, ev: ParsedEvent) -> Rejection | Retry | str:
         p = ev.payload
@@ -266,9 +269,12 @@ class Senders:
         task, how = got
         if task == ev.task.name:
             return how
+        label = (f"is labelled {TASK_LABEL}={task}" if isinstance(task, str) else
+                 f"is no pod of {ev.task.namespace} with that uid" if task is _ABSENT else
+                 f"has no {TASK_LABEL} label (or is unreadable)")
         return Rejection.of(RejectReason.UNVERIFIED_LINEAGE,
-                            f"spawned pod {p.pod_name} is not a pod of {ev.task.namespace} "
-                            f"labelled {TASK_LABEL}={ev.task.name}")
+                            f"spawned pod {p.pod_name} {label}; the record claims it for "
+                            f"task {ev.task.name}")
 
     def _fetch(self, key: PodKey) -> object:
         ns, name, _uid = key

@@ -71,6 +71,18 @@ from .payloads import (
     UnknownPayload,
     cut_text,
 )
+from .roster import (
+    FAILED,
+    FINAL,
+    FRACTION_MASK,
+    Failure,
+    Mark,
+    OrderKey,
+    Roster,
+    join_bits,
+    mark_bits,
+    pod_hash,
+)
 from .state import (
     _INT_MAX,
     DEFAULT_LIMITS,
@@ -79,7 +91,6 @@ from .state import (
     Limits,
     Named,
     NamedValue,
-    OrderKey,
     ProgressState,
     SpanAgg,
     TaskState,
@@ -136,20 +147,64 @@ def _set_named(entries: dict[str, Named], name: str, value: NamedValue, at: Orde
 def _merge_progress(
     entries: dict[str, ProgressState], pod: str, p: Progress, key: OrderKey, cap: int
 ) -> int:
-    """Merge ``p`` into its worker's register: a final beats a non-final, then latest wins."""
+    """Merge ``p`` into its worker's register: a final beats a non-final, then latest wins;
+    the earliest Progress (by order key) is kept beside it as the start of the worker's pace."""
     cur = entries.get(pod)
     if cur is None:
         msg = cut_text(p.message, MESSAGE_LIMIT)
         new = ProgressState(p.fraction, msg, p.final, key, p.failed, p.workers, 1)
         return _insert_capped(entries, pod, new, cap, _worker_weight)
+    first_at, first_fraction = cur.first_at or cur.at, cur.first_fraction
+    if cur.first_at is None:
+        first_fraction = cur.fraction
+    if key < first_at:
+        first_at, first_fraction = key, p.fraction
     if (p.final, key) > (cur.final, cur.at):
         msg = cut_text(p.message, MESSAGE_LIMIT)
-        entries[pod] = ProgressState(
-            p.fraction, msg, p.final, key, p.failed, p.workers, cur.events + 1
-        )
+        cur = ProgressState(p.fraction, msg, p.final, key, p.failed, p.workers, cur.events + 1)
     else:
-        entries[pod] = cur._replace(events=cur.events + 1)
+        cur = cur._replace(events=cur.events + 1)
+    # (None: the winning Progress is the earliest too, so nothing more to keep.)
+    if first_at == cur.at:
+        entries[pod] = cur._replace(first_at=None, first_fraction=0.0)
+    else:
+        entries[pod] = cur._replace(first_at=first_at, first_fraction=first_fraction)
     return 0
+
+
+def _merge_roster(w: _Work, pod: str, p: Progress, key: OrderKey) -> None:
+    """Merge ``p`` into the roster: its pod's mark (joined), the declared count, the first
+    failure and the latest final. Each is a join, so the order of events cannot matter."""
+    marks = w.marks_w
+    if marks is None:
+        marks = w.marks_w = dict(w.state.roster.marks)
+    h = pod_hash(pod)
+    bits = mark_bits(p.fraction, p.final, p.failed)
+    cur = marks.get(h)
+    if cur is None:
+        if len(marks) >= w.lim.roster:
+            largest = max(marks) if marks else -1
+            if h > largest:
+                w.bump("roster_capped")
+                return
+            gone = marks.pop(largest)
+            w.bump("roster_capped", gone.events)
+            w.marked(gone.bits, -1)
+        marks[h] = Mark(bits, 1)
+        w.marked(bits, 1)
+    else:
+        new = join_bits(cur.bits, bits)
+        marks[h] = Mark(new, cur.events + 1)
+        if new != cur.bits:
+            w.marked(cur.bits, -1)
+            w.marked(new, 1)
+    if p.workers > w.declared:
+        w.declared = p.workers
+    if p.final:
+        if w.last_final is None or key > w.last_final:
+            w.last_final = key
+        if p.failed and (w.first_failure is None or key < w.first_failure.at):
+            w.first_failure = Failure(key, pod, cut_text(p.message, MESSAGE_LIMIT))
 
 
 def _count(entries: dict[K, int], key: K, cap: int) -> int:
@@ -284,8 +339,15 @@ class _Work:
     __slots__ = (
         "accs",
         "counters",
+        "declared",
+        "failures",
+        "finals",
+        "first_failure",
+        "last_final",
         "lim",
+        "marks_w",
         "named_w",
+        "permyriads",
         "spans_w",
         "state",
         "unknown_w",
@@ -300,10 +362,29 @@ class _Work:
         self.workers_w: dict[str, ProgressState] | None = None
         self.unknown_w: dict[str, int] | None = None
         self.accs: list[tuple[str, _SpanAcc]] = []
+        r = state.roster
+        self.marks_w: dict[int, Mark] | None = None
+        self.declared, self.finals, self.failures = r.declared, r.finals, r.failures
+        self.permyriads = r.permyriads
+        self.first_failure, self.last_final = r.first_failure, r.last_final
 
     def bump(self, name: str, n: int = 1) -> None:
         c = self.counters
         c[name] = c.get(name, 0) + n
+
+    def marked(self, bits: int, n: int) -> None:
+        """Count a mark's bits in (n=1) or out (n=-1) of the roster's sums."""
+        if bits & FINAL:
+            self.finals += n
+        if bits & FAILED:
+            self.failures += n
+        self.permyriads += n * (bits & FRACTION_MASK)
+
+    def roster(self) -> Roster:
+        if self.marks_w is None:
+            return self.state.roster
+        return Roster(self.marks_w, self.declared, self.finals, self.failures,
+                      self.permyriads, self.first_failure, self.last_final)
 
 
 Apply = Callable[[_Work, ParsedEvent, Payload, datetime], None]
@@ -321,10 +402,11 @@ def _apply_progress(w: _Work, ev: ParsedEvent, p: Progress, t: datetime) -> None
     workers = w.workers_w
     if workers is None:
         workers = w.workers_w = dict(w.state.workers)
-    capped = _merge_progress(workers, ev.sender.name, p, (t, ev.instance, ev.seq),
-                             w.lim.workers)
+    key = (t, ev.instance, ev.seq)
+    capped = _merge_progress(workers, ev.sender.name, p, key, w.lim.workers)
     if capped:
         w.bump("workers_capped", capped)
+    _merge_roster(w, ev.sender.name, p, key)
 
 
 def _named_apply(kind: Kind) -> Apply:
@@ -533,6 +615,7 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
         counters,
         state.unknown if w.unknown_w is None else w.unknown_w,
         warnings,
+        w.roster(),
         lim,
     ), k, due
 
@@ -582,7 +665,7 @@ def _compacted(state: TaskState, c: int) -> TaskState:
     return _new_task_state(
         state.task, state.named, state.spans, state.workers,
         state.pod_events, applied, times, watermark, state.first_event_time,
-        state.last_event_time, counters, state.unknown, state.warnings, state.limits)
+        state.last_event_time, counters, state.unknown, state.warnings, state.roster, state.limits)
 
 
 def _fold_events(state: TaskState, events: Sequence[ParsedEvent], count_dups: bool = True,
@@ -605,7 +688,7 @@ def _with_counter(state: TaskState, name: str) -> TaskState:
         state.task, state.named, state.spans, state.workers,
         state.pod_events, state.applied, state.instance_times, state.watermark,
         state.first_event_time, state.last_event_time, counters, state.unknown,
-        state.warnings, state.limits)
+        state.warnings, state.roster, state.limits)
 
 
 # --- the public folds ---------------------------------------------------------------------

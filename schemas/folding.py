@@ -174,7 +174,8 @@ def _merge_progress(
 
 def _merge_roster(w: _Work, pod: str, p: Progress, key: OrderKey) -> None:
     """Merge ``p`` into the roster: its pod's mark (joined), the declared count, the first
-    failure and the latest final. Each is a join, so the order of events cannot matter."""
+    failure and the latest final. Each is a join, so the order of events cannot matter; the
+    registers take every Progress, also of a pod beyond the roster's cap."""
     marks = w.marks_w
     if marks is None:
         marks = w.marks_w = dict(w.state.roster.marks)
@@ -186,12 +187,15 @@ def _merge_roster(w: _Work, pod: str, p: Progress, key: OrderKey) -> None:
             largest = max(marks) if marks else -1
             if h > largest:
                 w.bump("roster_capped")
-                return
-            gone = marks.pop(largest)
-            w.bump("roster_capped", gone.events)
-            w.marked(gone.bits, -1)
-        marks[h] = Mark(bits, 1)
-        w.marked(bits, 1)
+            else:
+                gone = marks.pop(largest)
+                w.bump("roster_capped", gone.events)
+                w.marked(gone.bits, -1)
+                marks[h] = Mark(bits, 1)
+                w.marked(bits, 1)
+        else:
+            marks[h] = Mark(bits, 1)
+            w.marked(bits, 1)
     else:
         new = join_bits(cur.bits, bits)
         marks[h] = Mark(new, cur.events + 1)

@@ -501,7 +501,7 @@ def _progress_json(agg: TaskProgress, phase: str) -> dict[str, Any]:
 
 def _phase(state: TaskState) -> str:
     r = state.roster
-    if r.failures:
+    if r.first_failure is not None:  # (also from a pod beyond the roster's cap)
         return FAILED
     n = len(r.marks)
     if n and r.finals == n and n >= r.declared:

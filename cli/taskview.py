@@ -37,7 +37,7 @@ from tidings.schemas.contract import (
     taskfeedback_path,
 )
 from tidings.schemas.kinds import NAMED_KINDS, Kind, Scalar
-from tidings.schemas.state import Named
+from tidings.schemas.state import Named, NamedValue
 
 SOURCE_CR = "TaskFeedback"
 SOURCE_EVENTS = "events"
@@ -421,10 +421,25 @@ def one_line(snap: Snapshot) -> str:
     now = datetime.now(UTC).strftime("%H:%M:%S")
     pr = st.progress
     progress = "no progress" if pr is None else f"{pr.fraction * 100:5.1f}% {pr.message}"
+    values = ""
+    for kind in NAMED_KINDS:  # metrics: their latest values, the first few names
+        if kind.inline and (entries := st.registers(kind)):
+            shown = sorted(entries.items())[:INLINE_MAX]
+            values += "".join(f" {name}={_scalar_text(_first(e.value))}" for name, e in shown)
+            if len(entries) > INLINE_MAX:
+                values += f" (+{len(entries) - INLINE_MAX} {kind.section})"
     tail = f" {st.phase.lower()}" if st.finished else ""
     return safe(f"{now} {st.task.namespace}/{st.task.name} {progress} "
                 f"(links {len(st.link_entries)}, decks {len(st.deck_entries)}, "
-                f"spans {len(st.spans)}){tail}")
+                f"spans {len(st.spans)}){values}{tail}")
+
+
+# Registers of an inline kind that one `watch` line shows (the table view shows them all).
+INLINE_MAX = 6
+
+
+def _first(v: NamedValue) -> Scalar:
+    return v[0] if isinstance(v, tuple) else v
 
 
 def fmt_seconds(s: float) -> str:

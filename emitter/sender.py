@@ -1,5 +1,6 @@
 """The Emitter's sender thread: takes what the workload queued, builds the Events and
-creates them within the pod's budget, in priority order (critical, span windows, progress).
+creates them within the pod's budget, in priority order (critical, span windows, the
+latest metrics, progress).
 
 It alone touches the outbox, the pending span windows and the sequence numbers, so they need
 no lock; what it shares with the workload side is in items.py (the queue, the progress slot)
@@ -52,7 +53,18 @@ from .aggregate import (
 )
 from .config import EmitterConfig, Identity
 from .counters import Counters, Problem
-from .items import STOP, WAKE, Flush, ProgressSlot, ProgressUpdate, QueueItem, Target
+from .items import (
+    STOP,
+    WAKE,
+    Flush,
+    LatestKey,
+    LatestSlot,
+    LatestUpdate,
+    ProgressSlot,
+    ProgressUpdate,
+    QueueItem,
+    Target,
+)
 from .retry import FirstTryFast, SendError, make_retrying
 from .transport import Transport, default_transport
 
@@ -74,7 +86,7 @@ class Sender:
 
     def __init__(self, config: EmitterConfig, identity: Identity, instance: str, *,
                  q: queue.SimpleQueue[QueueItem], spans: SpanAggregator, slot: ProgressSlot,
-                 counters: Counters, abandon: threading.Event,
+                 latest: LatestSlot, counters: Counters, abandon: threading.Event,
                  transport: Transport | None) -> None:
         self.config = config
         self.identity = identity
@@ -83,6 +95,7 @@ class Sender:
         self._q = q
         self._spans = spans
         self._slot = slot
+        self._latest = latest
         self._n = counters
         self._abandon = abandon  # the exit deadline passed: stop retrying
         # Flushes: the workload numbers them, the sender reports the newest it settled.
@@ -93,6 +106,8 @@ class Sender:
         self._seq = 1
         self.outbox: deque[tuple[str, dict[str, Any], Carried]] = deque()
         self.pending: dict[str, Agg] = {}
+        # The latest value per name (metrics) of the windows taken so far, oldest name first.
+        self.latest_out: dict[LatestKey, LatestUpdate] = {}
         self._progress_out: ProgressUpdate | None = None
         self._flush_seen = 0
         self._logged: set[Hashable] = set()
@@ -146,7 +161,7 @@ class Sender:
         stop = False
         while not stop:
             wait = min(next_window - time.monotonic(), _MAX_IDLE_S)
-            if self.outbox or self.pending or self._progress_out is not None:
+            if self.outbox or self.pending or self.latest_out or self._progress_out is not None:
                 wait = min(wait, bucket.wait_time())
             item: QueueItem | None
             try:
@@ -179,12 +194,13 @@ class Sender:
             self._progress_out = self._slot.take(self._progress_out)
             self._send(bucket)
             if self._flush_seen > self._flushed and not (
-                    self.outbox or self.pending or self._progress_out is not None):
+                    self.outbox or self.pending or self.latest_out
+                    or self._progress_out is not None):
                 with self._cond:
                     self._flushed = self._flush_seen
                     self._cond.notify_all()
         # Closing: whatever is still queued will never be sent.
-        self._n.lost(self.queued(), sum(c[1] for _, _, c in self.outbox))
+        self._n.lost(self.queued() + len(self.latest_out), sum(c[1] for _, _, c in self.outbox))
 
     def _retrying(self, attempts: int | None) -> FirstTryFast:
         def before_sleep(state: tenacity.RetryCallState) -> None:
@@ -196,14 +212,17 @@ class Sender:
                              maximum=self.config.retry_max_s, before_sleep=before_sleep)
 
     def _send(self, bucket: TokenBucket) -> None:
-        """Send in priority order while the budget lasts: critical, span windows, progress."""
+        """Send in priority order while the budget lasts: critical, span windows, the latest
+        metrics, progress."""
         if self._abandon.is_set():
             # Past the exit deadline: no more attempts; what is left is counted as lost.
-            left = len(self.outbox) + len(self.pending) + (self._progress_out is not None)
+            left = (len(self.outbox) + len(self.pending) + len(self.latest_out)
+                    + (self._progress_out is not None))
             spans = (sum(c[1] for _, _, c in self.outbox)
                      + sum(int(a[COUNT]) for a in self.pending.values()))
             self.outbox.clear()
             self.pending.clear()
+            self.latest_out.clear()
             self._progress_out = None
             self._n.lost(left, spans)
             return
@@ -221,6 +240,12 @@ class Sender:
             built, carried = self.take_span_note()
             ok = built is not None and self._deliver(*built, critical=False)
             self._n.span_note(*carried, delivered=ok)
+        while self.latest_out:
+            if not bucket.try_take():
+                return
+            built = self._take_latest()
+            if built is not None:
+                self._deliver(*built, critical=False)
         if self._progress_out is not None:
             if not bucket.try_take():
                 return
@@ -241,8 +266,8 @@ class Sender:
             self.outbox.append((*built, (0, 0)))
 
     def _spans_before_final(self) -> None:
-        """Queue every pending span window ahead of a final progress: a reader that stops at
-        the task's end must not miss the spans recorded before it."""
+        """Queue every pending span window and metric ahead of a final progress: a reader
+        that stops at the task's end must not miss what was recorded before it."""
         self._merge_window()
         while self.pending:
             built, carried = self.take_span_note()
@@ -250,11 +275,28 @@ class Sender:
                 self.outbox.append((*built, carried))
             else:
                 self._n.span_note(*carried, delivered=False)
+        while self.latest_out:
+            built = self._take_latest()
+            if built is not None:
+                self.outbox.append((*built, (0, 0)))
 
     def _merge_window(self) -> None:
         dropped = merge(self.pending, self._spans.drain(), self._spans.max_names)
         if dropped:
             self._n.span_names_dropped(dropped)
+        # A name still waiting from an earlier window takes the newer value (coalesced).
+        latest, out = self._latest.drain(), self.latest_out
+        replaced = sum(1 for key in latest if key in out)
+        out.update(latest)
+        if replaced:
+            with self._latest.lock:
+                self._latest.coalesced += replaced
+
+    def _take_latest(self) -> Built | None:
+        """Build the event of the oldest waiting name's latest value (None: counted)."""
+        key = next(iter(self.latest_out))
+        fields, t = self.latest_out.pop(key)
+        return self._build(key[0], dict(fields), t, False, None)
 
     def take_span_note(self) -> tuple[Built | None, Carried]:
         """Take as many pending names as one note holds (oldest first) and build their event:

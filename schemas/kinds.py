@@ -20,16 +20,8 @@ from typing import Final, Literal
 
 from pydantic import BaseModel
 
-from .payloads import (
-    DeckReady,
-    LogLink,
-    Payload,
-    PodSpawned,
-    Progress,
-    SpanSummaries,
-    SpanSummary,
-    UnknownPayload,
-)
+from . import payloads
+from .payloads import Payload, Progress
 
 Urgency = Literal["critical", "coalescible"]
 # Critical: written within the watcher's write interval. Coalescible: a newer fact of the
@@ -79,9 +71,11 @@ class Kind:
     # Named kinds: the register's key attribute and its value fields.
     key: str = "name"
     values: tuple[ValueField, ...] = ()
-    # CLI: the table title; ``age`` adds a column with how long ago each entry was written.
+    # CLI: the table title; ``age`` adds a column with how long ago each entry was written;
+    # ``inline``: the one-line view (``watch`` piped) shows the registers as name=value.
     title: str = ""
     age: bool = False
+    inline: bool = False
 
     def urgency_of(self, payload: Payload) -> Urgency:
         if self.critical_if is not None and self.critical_if(payload):
@@ -98,34 +92,41 @@ def _final(p: Payload) -> bool:
 
 
 KINDS: tuple[Kind, ...] = (
-    Kind("links", (LogLink,), "named", CRITICAL, section="links", cap="links",
+    Kind("links", (payloads.LogLink,), "named", CRITICAL, section="links", cap="links",
          capped="links_capped", drop_rank=60,
          values=(ValueField("url", "str", "URL", style="cyan"),), title="Links"),
-    Kind("decks", (DeckReady,), "named", CRITICAL, section="decks", cap="decks",
+    Kind("decks", (payloads.DeckReady,), "named", CRITICAL, section="decks", cap="decks",
          capped="decks_capped", drop_rank=50,
          values=(ValueField("uri", "str", "URI", style="cyan"),), title="Decks"),
-    Kind("spans", (SpanSummary, SpanSummaries), "spans", COALESCIBLE, section="spans",
-         cap="spans", capped="spans_capped", drop_rank=40, title="Spans"),
+    Kind("metrics", (payloads.Metric,), "named", COALESCIBLE, section="metrics",
+         cap="metrics", capped="metrics_capped", drop_rank=35,
+         values=(ValueField("value", "float", "VALUE"),
+                 ValueField("step", "int", "STEP", optional=True)),
+         title="Metrics", age=True, inline=True),
+    Kind("spans", (payloads.SpanSummary, payloads.SpanSummaries), "spans", COALESCIBLE,
+         section="spans", cap="spans", capped="spans_capped", drop_rank=40,
+         title="Spans"),
     Kind("progress", (Progress,), "progress", COALESCIBLE, critical_if=_final,
          section="workers", cap="workers", capped="workers_capped", drop="workerMessages",
          drop_rank=20, shrink=("message",), title="Workers"),
-    Kind("lineage", (PodSpawned,), "lineage", CRITICAL, counters=("pods_spawned",)),
-    Kind("unknown", (UnknownPayload,), "unknown", CRITICAL, section="unknownTypes",
+    Kind("lineage", (payloads.PodSpawned,), "lineage", CRITICAL, counters=("pods_spawned",)),
+    Kind("unknown", (payloads.UnknownPayload,), "unknown", CRITICAL, section="unknownTypes",
          cap="unknown_types", capped="unknown_capped", counters=("unknown_payloads",),
          drop_rank=10),
 )
 
-# The Event reason of each payload model -> its kind (UnknownPayload's is its carried type).
+# Each payload model -> its kind.
 KIND_OF_MODEL: dict[type[BaseModel], Kind] = {m: k for k in KINDS for m in k.models}
 NAMED_KINDS: tuple[Kind, ...] = tuple(k for k in KINDS if k.family == "named")
 
 # The payload models the note codec decodes, by Event reason (Unknown is the fallback).
 KNOWN_PAYLOADS: dict[str, type[BaseModel]] = {
-    m.TYPE: m for k in KINDS for m in k.models if m is not UnknownPayload}  # type: ignore[attr-defined]
+    m.TYPE: m  # type: ignore[attr-defined]
+    for k in KINDS for m in k.models if m is not payloads.UnknownPayload}
 # Text fields that may be cut to make a note fit, in the order they are given up.
 SHRINKABLE: dict[str, tuple[str, ...]] = {
     m.TYPE: fields  # type: ignore[attr-defined]
-    for k in KINDS for m in k.models if m is not UnknownPayload
+    for k in KINDS for m in k.models if m is not payloads.UnknownPayload
     if (fields := tuple(f for f in k.shrink if f in m.model_fields))}
 
 

@@ -350,6 +350,19 @@ class Progress(BaseModel):
         return self
 
 
+class Metric(BaseModel):
+    """The latest value of the named scalar metric ``name`` (loss, learning rate, eval
+    accuracy, samples/s), optionally at training ``step``. Finite values only: NaN and
+    infinities are refused (JSON has no spelling for them)."""
+
+    model_config = _MODEL_CONFIG
+    TYPE: ClassVar[str] = "Metric"
+
+    name: Name
+    value: float
+    step: Annotated[int, Field(ge=0, le=2**53)] | None = None
+
+
 class PodSpawned(BaseModel):
     """Lineage record: pod ``pod_name``/``pod_uid`` was spawned for app or owner ``app``."""
 
@@ -406,8 +419,8 @@ class UnknownPayload(BaseModel):
     raw: Annotated[dict[str, Any], BeforeValidator(_clean_raw)] = Field(default_factory=dict)
 
 
-Payload: TypeAlias = (LogLink | DeckReady | SpanSummary | SpanSummaries | Progress | PodSpawned
-                      | UnknownPayload)
+Payload: TypeAlias = (LogLink | DeckReady | Metric | SpanSummary | SpanSummaries | Progress
+                      | PodSpawned | UnknownPayload)
 
 def span_summaries(p: Payload) -> tuple[SpanSummary, ...]:
     """The per-name span summaries ``p`` carries: its rows, itself, or none."""

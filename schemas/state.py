@@ -83,6 +83,7 @@ class Limits:
 
     links: int = 64
     decks: int = 32
+    metrics: int = 64
     spans: int = 128
     pods: int = 128
     unknown_types: int = 32

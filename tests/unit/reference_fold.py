@@ -25,6 +25,7 @@ from tidings.schemas.folding import (
 from tidings.schemas.payloads import (
     DeckReady,
     LogLink,
+    Metric,
     PodSpawned,
     Progress,
     SpanSummaries,
@@ -244,6 +245,13 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         capped_name = "decks_capped"
         if decks:
             named = {**named, "decks": decks}
+    elif tp is Metric:
+        assert isinstance(p, Metric)
+        metrics = dict(state.named.get("metrics", {}))
+        capped = _set_named(metrics, p.name, (p.value, p.step), (t, instance, seq), lim.metrics)
+        capped_name = "metrics_capped"
+        if metrics:
+            named = {**named, "metrics": metrics}
     elif tp is PodSpawned:
         counters["pods_spawned"] = counters.get("pods_spawned", 0) + 1
     elif tp is UnknownPayload:

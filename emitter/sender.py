@@ -104,6 +104,11 @@ class Sender:
         self._flushed = 0
         self.dead = False
         self._seq = 1
+        # The eventTime of the last event built: each later one carries at least it, so this
+        # instance's times never go back with its seq (a clock stepped back by NTP, or
+        # progress built after a critical fact emitted later) and, bounded by the same
+        # server clock, the watcher orders its facts by their seq.
+        self._last_time = 0.0
         self.outbox: deque[tuple[str, dict[str, Any], Carried]] = deque()
         self.pending: dict[str, Agg] = {}
         # The latest value per name (metrics) of the windows taken so far, oldest name first.
@@ -407,6 +412,9 @@ class Sender:
                 return None
         seq = self._seq
         self._seq += 1
+        if t < self._last_time:
+            t = self._last_time
+        self._last_time = t
         try:
             body = build_event(
                 task=task, pod=PodRef(ident.pod_name, ident.pod_uid, ident.namespace),

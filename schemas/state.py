@@ -56,8 +56,11 @@ STATUS_BUDGET = 64 * 1024
 BUDGET_DROP_ORDER: tuple[str, ...] = ("pods", *(
     k.budget_section for k in sorted(KINDS, key=lambda k: k.drop_rank or 0)
     if k.drop_rank is not None))
-# How far past the API server's creationTimestamp a sender's eventTime may order its event.
-CLOCK_SKEW = timedelta(seconds=60)
+# How far past the API server's creationTimestamp a sender's eventTime may order its event
+# (watcher --clock-skew). Node clocks are NTP-synced (milliseconds apart) and
+# creationTimestamp has whole seconds, so an honest eventTime is less than 1 s past it; 2 s
+# allows that plus a second of clock error, and bounds what a false future time can win.
+CLOCK_SKEW = timedelta(seconds=2)
 
 COUNTER_NAMES: tuple[str, ...] = (
     "events_applied",  # distinct events folded in (order-independent)

@@ -17,6 +17,7 @@ from typing import Any
 
 from tidings.kube.flowcontrol import Backoff
 from tidings.schemas.event import TaskRef
+from tidings.schemas.state import CLOCK_SKEW
 
 from .auth import Authorizer
 from .controller import Controller, Settings
@@ -55,7 +56,8 @@ class Options:
     watch_timeout: int = 60
     evict_after: float = 7200.0
     compact_after: float = 60.0
-    clock_skew: float = 60.0  # seconds eventTime may lead creationTimestamp (for ordering)
+    # Seconds eventTime may lead creationTimestamp (for ordering).
+    clock_skew: float = CLOCK_SKEW.total_seconds()
     event_ttl: float = 3600.0  # the API server's --event-ttl, for dedup compaction
     max_instances: int = 512
     identity: str | None = None

@@ -30,7 +30,7 @@ from tidings.schemas.fastpath import fast_watch_line
 from tidings.schemas.folding import fold_checked
 from tidings.schemas.payloads import PodSpawned
 from tidings.schemas.rejection import Rejection
-from tidings.schemas.state import Limits
+from tidings.schemas.state import CLOCK_SKEW, Limits
 
 from .coalesce import critical_change
 from .kube import Kube, KubeError
@@ -67,7 +67,8 @@ class Settings:
     slow_writes: dict[str, float] | None = None  # test hook; None: from the environment
     # Finished, unowned TaskFeedbacks are deleted this long after their last fact; 0: never.
     ttl_after_finished: float = 0.0
-    clock_skew: float = 60.0  # how far eventTime may lead creationTimestamp (seconds)
+    # How far eventTime may lead creationTimestamp (seconds).
+    clock_skew: float = CLOCK_SKEW.total_seconds()
     event_ttl: float = 3600.0  # the API server's --event-ttl (dedup compaction horizon)
     max_instances: int = 512  # emitter instances kept in a task's version vector
 

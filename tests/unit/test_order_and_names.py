@@ -36,7 +36,7 @@ def link(url: str, instance: str, seq: int, t: datetime, created: datetime,
 
 
 def test_the_skew_is_seconds_and_declared_once() -> None:
-    assert CLOCK_SKEW == timedelta(seconds=2)
+    assert timedelta(seconds=2) == CLOCK_SKEW
     assert Settings().clock_skew == Options().clock_skew == CLOCK_SKEW.total_seconds()
     option = inspect.signature(watcher_run).parameters["clock_skew"].default
     assert option == CLOCK_SKEW.total_seconds()

@@ -31,6 +31,8 @@ from tidings.schemas import (
     parse_watch_line,
 )
 from tidings.schemas.contract import (
+    FAILED,
+    SUCCEEDED,
     TASKFEEDBACK_RESOURCE,
     lineage_selector,
     task_selector,
@@ -358,7 +360,7 @@ def render(snap: Snapshot) -> Any:
     else:
         head.add_row("Progress", _t("no progress reported"))
     phase = st.phase
-    head.add_row("Phase", _t(phase, {"Succeeded": "green", "Failed": "red"}.get(phase, "yellow")))
+    head.add_row("Phase", _t(phase, {SUCCEEDED: "green", FAILED: "red"}.get(phase, "yellow")))
     head.add_row("Last event", _t(_ago(st.last_event_time)))
     if st.warnings:
         head.add_row("Warnings", _t(st.warnings, "red"))

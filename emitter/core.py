@@ -127,10 +127,8 @@ class Emitter:
                     log.warning("tidings: metric %r is %r, not finite: not sent (counted in "
                                 "invalid; later ones silently)", str(name)[:80], v)
                 return
-            fields: dict[str, Any] = {"name": name, "value": v}
-            if step is not None:
-                fields["step"] = step
-            self._latest.put((Metric, name), (fields, time.time()))
+            self._latest.put((Metric, name),
+                             ({"name": name, "value": v, "step": step}, time.time()))
             if self._thread is None:
                 self._start()
         except Exception:  # never into user code

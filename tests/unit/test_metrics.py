@@ -182,3 +182,13 @@ def test_an_invalid_step_is_counted_once_sent_never() -> None:
     em.metric("loss", 0.5, step=-3)
     assert em.flush(5)
     assert rec.bodies == [] and em.stats()["invalid"] == 1
+
+
+def test_names_waiting_for_the_window_are_bounded_and_the_rest_counted() -> None:
+    em, rec = make(span_window_s=30.0, max_span_names=2)
+    for name in ("a", "b", "c", "a"):
+        em.metric(name, 1.0)
+    assert em.flush(5)
+    assert sorted(ev.payload.name for ev in rec.parsed()) == ["a", "b"]  # type: ignore[union-attr]
+    s = em.stats()
+    assert (s["dropped_metric_names"], s["metrics_coalesced"], s["delivered"]) == (1, 1, 2)

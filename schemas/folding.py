@@ -19,17 +19,24 @@ different payloads can never share a dedup key.
 
 Time: eventTime is the sender's word. When the API server's ``creationTimestamp`` is known,
 the time used for ordering is ``min(eventTime, creationTimestamp + CLOCK_SKEW)`` (counted in
-``time_clamped`` when it cuts), so no sender can pin a last-writer-wins field by claiming
-the future. A past eventTime is kept: it can only make the sender lose.
+``time_clamped`` when it cuts; 2 s, the watcher's ``--clock-skew``), so a sender claiming the
+future gains at most that over another sender. A past eventTime is kept: it can only make
+the sender lose. Order keys are (time, instance, seq), a total order, so registers stay
+order-insensitive; within one emitter instance its seq orders its facts because the emitter
+never lets its eventTimes go back and the server's bound only grows with its seq.
 
 Many workers, one task: progress is kept per reporting pod (its own last-writer-wins, a
-final beating any non-final). The completion rule: a task *fails* as soon as any worker
-reports a failed final; it *succeeds* once every pod that reported progress has reported a
-final, and at least ``workers`` of them when a worker count was declared (the largest
-``Progress.workers`` seen). A worker that has not spoken yet cannot be known, so tasks with
-several workers declare their count (``TIDINGS_EMIT_WORKERS``). The task's fraction is the
-sum of the workers' fractions over ``max(declared, reporting)`` workers, shown below 100 %
-until the rule holds; with a declared count another worker speaking can only raise it.
+final beating any non-final) in detail for the ``workers`` smallest pod names, and every
+pod is in the roster (schemas/roster.py: its final and failed flags OR-ed, its largest
+fraction, by a hash of its name; the largest declared count, the earliest failed final and
+the latest final as registers), which is all the completion rule reads, so no cap hides an
+outcome. The rule: a task *fails* as soon as any worker reports a failed final; it
+*succeeds* once every pod that reported progress has reported a final, and at least
+``workers`` of them when a worker count was declared (the largest ``Progress.workers``
+seen). A worker that has not spoken yet cannot be known, so tasks with several workers
+declare their count (``TIDINGS_EMIT_WORKERS``). The task's fraction is the sum of the
+workers' fractions over ``max(declared, reporting)`` workers, shown below 100 % until the
+rule holds; with a declared count another worker speaking can only raise it.
 
 Dedup compaction (bounded by construction): the API server deletes an event ``event_ttl``
 (1 h by default) after its creation, so once the fold has seen an event created at ``c``, no

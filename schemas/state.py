@@ -50,7 +50,7 @@ MESSAGE_LIMIT = 256
 STATUS_BUDGET = 64 * 1024
 # What ``to_status(budget=...)`` gives up, in this order, while the status is over budget:
 # the sender pods first, then each kind's section by its ``drop_rank`` (schemas/kinds.py).
-# Dedup data, phase, conditions, progress, workers and counters are never dropped.
+# Dedup data, phase, conditions, progress, workers, the roster and counters are never dropped.
 # Entries go from the end of a section (the largest names first), a section at a time;
 # ``workerMessages`` empties the workers' messages (their progress stays).
 BUDGET_DROP_ORDER: tuple[str, ...] = ("pods", *(
@@ -283,8 +283,8 @@ class TaskState:
         With ``budget`` (bytes), entries are dropped in ``BUDGET_DROP_ORDER`` (from the end of
         each section, the largest names first) while the encoded status is larger, and
         ``budgetDropped`` counts what went per section (the in-memory state keeps it all; only
-        the written copy is cut). Phase, conditions, progress, the workers' progress, counters
-        and the version vector are never dropped."""
+        the written copy is cut). Phase, conditions, progress, the workers' progress, counters,
+        the roster and the version vector are never dropped."""
         st = self._status()
         if budget is None:
             return st

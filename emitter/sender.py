@@ -306,7 +306,7 @@ class Sender:
     def take_span_note(self) -> tuple[Built | None, Carried]:
         """Take as many pending names as one note holds (oldest first) and build their event:
         a SpanSummaries of compact rows, or a plain SpanSummary for a lone name (which any
-        watcher reads, and whose long name the note codec may shorten). Returns the event
+        watcher reads). Returns the event
         (None when it cannot be built: counted) and the (names, spans) it carries."""
         pending = self.pending
         base = math.floor(min(a[FIRST_START] for a in pending.values()) * 1e6)

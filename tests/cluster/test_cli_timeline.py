@@ -69,11 +69,14 @@ def test_timeline_draws_the_spans(control_plane: ControlPlane, admin: Any, names
 def test_timeline_hostile_names_and_no_spans(control_plane: ControlPlane, admin: Any,
                                              namespace: str, tmp_path: Path) -> None:
     t = datetime.now(UTC).timestamp()
-    emit(admin, namespace, "odd", SpanSummary(name="x", count=1, total_s=1, min_s=1, max_s=1,
-                                              first_start=t - 1, last_end=t), 0,
-         note={"v": 1, "t": "SpanSummary", "i": "inst-1", "s": 0,
-               "name": "<b>" + HOSTILE[:50], "count": 1, "total_s": 1.0, "min_s": 1.0,
-               "max_s": 1.0, "first_start": t - 1, "last_end": t})
+    # Names are kept whole or refused (issue 18 item 10): one with controls never reaches a
+    # view, while one with markup is kept, and every view must make it harmless.
+    for seq, name in enumerate(("<b>" + HOSTILE[:50], "<b>a & 'b' \"c\"</b>")):
+        emit(admin, namespace, "odd", SpanSummary(name="x", count=1, total_s=1, min_s=1,
+                                                  max_s=1, first_start=t - 1, last_end=t), seq,
+             note={"v": 1, "t": "SpanSummary", "i": "inst-1", "s": seq,
+                   "name": name, "count": 1, "total_s": 1.0, "min_s": 1.0,
+                   "max_s": 1.0, "first_start": t - 1, "last_end": t})
     svg_file = tmp_path / "odd.svg"
     for fmt in ("table", "json", "yaml"):
         res = invoke(control_plane, "timeline", "odd", "-n", namespace, "-o", fmt,

@@ -120,6 +120,8 @@ class Emitter:
         NaN and infinities are refused and counted (``stats()['invalid']``)."""
         try:
             v = float(value)
+            if not (isinstance(name, str) and (step is None or type(step) is int)):
+                raise TypeError("metric name must be a str and step an int or None")
             if not math.isfinite(v):
                 self._counters.problem("invalid")
                 if not self._warned_nonfinite:

@@ -29,7 +29,10 @@ from tidings.schemas.constants import NOTE_LIMIT, SCHEMA_VERSION, SEQ_MAX
 from tidings.schemas.event import PodRef, TaskRef, build_event
 from tidings.schemas.names import task_id_error
 from tidings.schemas.payloads import (
+    METRIC_ROWS_MAX,
     SPAN_ROWS_MAX,
+    Metric,
+    Metrics,
     Payload,
     Progress,
     SpanSummaries,
@@ -298,10 +301,60 @@ class Sender:
                 self._latest.coalesced += replaced
 
     def _take_latest(self) -> Built | None:
-        """Build the event of the oldest waiting name's latest value (None: counted)."""
-        key = next(iter(self.latest_out))
-        fields, t = self.latest_out.pop(key)
-        return self._build(key[0], dict(fields), t, False, None)
+        """Build the event of the oldest waiting names' latest values: as many metrics as
+        one Metrics note holds (a lone one: a plain Metric), else the oldest name's own
+        event. None when it cannot be built (counted)."""
+        out = self.latest_out
+        first = next(iter(out))
+        if first[0] is not Metric:
+            fields, t = out.pop(first)
+            return self._build(first[0], dict(fields), t, False, None)
+        # The note's envelope and fixed fields, with the longest seq there can be.
+        room = NOTE_LIMIT - len(orjson.dumps({
+            "v": SCHEMA_VERSION, "t": Metrics.TYPE, "i": self.instance, "s": SEQ_MAX,
+            "metrics": []}))
+        taken: list[tuple[LatestKey, list[Any], float]] = []
+        for key, (fields, t) in out.items():
+            if key[0] is not Metric:
+                continue
+            row = [fields["name"], fields["value"], fields["step"]]
+            size = len(orjson.dumps(row)) + 1
+            if size > room or len(taken) >= METRIC_ROWS_MAX:
+                break
+            room -= size
+            taken.append((key, row, t))
+        if len(taken) < 2:
+            fields, t = out.pop(first)
+            return self._build(Metric, dict(fields), t, False, None)
+        for key, _, _ in taken:
+            del out[key]
+        t = max(t for _, _, t in taken)
+        rows = [row for _, row, _ in taken]
+        try:
+            payload = Metrics(metrics=rows)
+        except ValidationError:
+            # One bad row must not cost the others: keep those valid on their own (each
+            # refusal counted), one per name as the model cleans it (the latest taken).
+            good: dict[str, Metric] = {}
+            for row in rows:
+                m = self._valid_metric(row)
+                if m is not None:
+                    good.pop(m.name, None)
+                    good[m.name] = m
+            kept = list(good.values())
+            if len(kept) < 2:
+                return self._build(None, kept[0], t, False, None) if kept else None
+            payload = Metrics(metrics=kept)
+        return self._build(None, payload, t, False, None)
+
+    def _valid_metric(self, row: list[Any]) -> Metric | None:
+        try:
+            return Metric(name=row[0], value=row[1], step=row[2])
+        except ValidationError as e:
+            detail = describe_validation_error(e)
+            self._count_once("invalid", ("Metric", detail), "tidings: invalid Metric not sent: %s",
+                             detail)
+            return None
 
     def take_span_note(self) -> tuple[Built | None, Carried]:
         """Take as many pending names as one note holds (oldest first) and build their event:

@@ -420,12 +420,15 @@ def _apply_progress(w: _Work, ev: ParsedEvent, p: Progress, t: datetime) -> None
     _merge_roster(w, ev.sender.name, p, key)
 
 
-def _named_apply(kind: Kind) -> Apply:
-    """The apply of a named kind (schemas/kinds.py): the payload's ``key`` names a
-    last-writer-wins register holding its value fields (one: the value; several: a tuple)."""
+def _named_apply(kind: Kind, model: type) -> Apply:
+    """The apply of a named kind's ``model`` (schemas/kinds.py): the payload's ``key`` names
+    a last-writer-wins register holding its value fields (one: the value; several: a tuple).
+    A batch model's rows are each merged as one event of their name would be."""
     section, cap, counter = kind.section, attrgetter(kind.cap), kind.capped
     key = attrgetter(kind.key)
     value = attrgetter(*(f.attr for f in kind.values))
+    rows = attrgetter(kind.batch) if kind.batch in getattr(model, "model_fields", {}) \
+        else None
 
     def apply(w: _Work, ev: ParsedEvent, p: Payload, t: datetime) -> None:
         named = w.named_w
@@ -434,9 +437,11 @@ def _named_apply(kind: Kind) -> Apply:
         entries = named.get(section)
         if entries is None:
             entries = named[section] = dict(w.state.named.get(section, {}))
-        capped = _set_named(entries, key(p), value(p), (t, ev.instance, ev.seq), cap(w.lim))
-        if capped:
-            w.bump(counter, capped)
+        at, limit = (t, ev.instance, ev.seq), cap(w.lim)
+        for row in (p,) if rows is None else rows(p):
+            capped = _set_named(entries, key(row), value(row), at, limit)
+            if capped:
+                w.bump(counter, capped)
 
     return apply
 
@@ -468,7 +473,7 @@ _FAMILY_APPLY: dict[type, Apply] = {
 # time (eventTime bounded by the server's clock); every applied event also counts its
 # sender pod, its time and warning.
 APPLY: dict[type, Apply] = {
-    m: _named_apply(k) if k.family == "named" else _FAMILY_APPLY[m]
+    m: _named_apply(k, m) if k.family == "named" else _FAMILY_APPLY[m]
     for k in KINDS for m in k.models}
 
 # admit(event, late) -> fold it? Asked once per event that is not a duplicate; for a late

@@ -68,9 +68,12 @@ class Kind:
     # Text fields the note codec may cut, in this order (never a name: names are kept whole
     # or refused, so two cannot collapse into one).
     shrink: tuple[str, ...] = ()
-    # Named kinds: the register's key attribute and its value fields.
+    # Named kinds: the register's key attribute and its value fields; ``batch``, the field
+    # of a model that carries several rows (each a payload of the first model, folded as
+    # one event of its name).
     key: str = "name"
     values: tuple[ValueField, ...] = ()
+    batch: str = ""
     # CLI: the table title; ``age`` adds a column with how long ago each entry was written;
     # ``inline``: the one-line view (``watch`` piped) shows the registers as name=value.
     title: str = ""
@@ -98,8 +101,9 @@ KINDS: tuple[Kind, ...] = (
     Kind("decks", (payloads.DeckReady,), "named", CRITICAL, section="decks", cap="decks",
          capped="decks_capped", drop_rank=50,
          values=(ValueField("uri", "str", "URI", style="cyan"),), title="Decks"),
-    Kind("metrics", (payloads.Metric,), "named", COALESCIBLE, section="metrics",
-         cap="metrics", capped="metrics_capped", drop_rank=35,
+    Kind("metrics", (payloads.Metric, payloads.Metrics), "named", COALESCIBLE,
+         section="metrics", cap="metrics", capped="metrics_capped", batch="metrics",
+         drop_rank=35,
          values=(ValueField("value", "float", "VALUE"),
                  ValueField("step", "int", "STEP", optional=True)),
          title="Metrics", age=True, inline=True),

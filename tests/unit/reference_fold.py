@@ -26,6 +26,7 @@ from tidings.schemas.payloads import (
     DeckReady,
     LogLink,
     Metric,
+    Metrics,
     PodSpawned,
     Progress,
     SpanSummaries,
@@ -249,6 +250,15 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         assert isinstance(p, Metric)
         metrics = dict(state.named.get("metrics", {}))
         capped = _set_named(metrics, p.name, (p.value, p.step), (t, instance, seq), lim.metrics)
+        capped_name = "metrics_capped"
+        if metrics:
+            named = {**named, "metrics": metrics}
+    elif tp is Metrics:  # each row as one Metric event of its name
+        assert isinstance(p, Metrics)
+        metrics = dict(state.named.get("metrics", {}))
+        for row in p.metrics:
+            capped += _set_named(metrics, row.name, (row.value, row.step), (t, instance, seq),
+                                 lim.metrics)
         capped_name = "metrics_capped"
         if metrics:
             named = {**named, "metrics": metrics}

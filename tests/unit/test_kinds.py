@@ -33,6 +33,7 @@ from tidings.schemas.payloads import (
     DeckReady,
     LogLink,
     Metric,
+    Metrics,
     Payload,
     PodSpawned,
     Progress,
@@ -57,6 +58,7 @@ EXAMPLES: dict[type[BaseModel], tuple[Payload, str]] = {
     LogLink: (LogLink(name="wandb-ex", url="https://wandb.example/run"), "wandb-ex"),
     DeckReady: (DeckReady(name="deck-ex", uri="s3://bucket/deck.html"), "deck-ex"),
     Metric: (Metric(name="loss-ex", value=-0.25, step=7), "loss-ex"),
+    Metrics: (Metrics(metrics=[["lr-ex", 3e-4, 7], ["acc-ex", 0.5, None]]), "acc-ex"),
     SpanSummary: (SpanSummary(name="span-ex", count=2, total_s=3.0, min_s=1.0, max_s=2.0,
                               first_start=1.7e9, last_end=1.7e9 + 5), "span-ex"),
     SpanSummaries: (SpanSummaries(base_us=1_700_000_000_000_000, spans=[

@@ -26,6 +26,7 @@ from tidings.schemas import (
     Limits,
     LogLink,
     Metric,
+    Metrics,
     ParsedEvent,
     Payload,
     PodRef,
@@ -75,6 +76,8 @@ payloads: st.SearchStrategy[Payload] = st.one_of(
     st.builds(DeckReady, name=names, uri=st.sampled_from(["s3://b/1", "gs://b/2"])),
     st.builds(Metric, name=names, value=st.sampled_from([-1.5, 0.0, 0.25, 1e300]),
               step=st.none() | st.integers(0, 5)),
+    st.builds(lambda a, b: Metrics(metrics=[["m-" + a, 1.0, None], ["m-" + a + b, -2.0, 3]]),
+              names, names),
     st.builds(
         lambda n, c, a, b, s, e: SpanSummary(  # consistent aggregates of c spans
             name=n,

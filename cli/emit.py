@@ -108,8 +108,9 @@ def _deliver(send: Callable[[Any], None], to: Delivery) -> None:
 
     kubeconfig, context, timeout = to.kubeconfig, to.context, to.timeout
     if kubeconfig is None and context is None and no_cluster_configured():
-        _fail("no cluster configured: not in a pod, no --kubeconfig, $KUBECONFIG or "
-              "~/.kube/config", EXIT_UNDELIVERED)
+        from tidings.kube.config import no_kubeconfig_reason
+
+        _fail(f"no cluster configured: {no_kubeconfig_reason()}", EXIT_UNDELIVERED)
     try:
         client = connect(kubeconfig, context)
     except ConfigError as e:

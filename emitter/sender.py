@@ -331,7 +331,7 @@ class Sender:
         t = max(t for _, _, t in taken)
         rows = [row for _, row, _ in taken]
         try:
-            payload = Metrics(metrics=rows)
+            payload = Metrics.model_validate({"metrics": rows})
         except ValidationError:
             # One bad row must not cost the others: keep those valid on their own (each
             # refusal counted), one per name as the model cleans it (the latest taken).
@@ -344,7 +344,7 @@ class Sender:
             kept = list(good.values())
             if len(kept) < 2:
                 return self._build(None, kept[0], t, False, None) if kept else None
-            payload = Metrics(metrics=kept)
+            payload = Metrics(metrics=tuple(kept))
         return self._build(None, payload, t, False, None)
 
     def _valid_metric(self, row: list[Any]) -> Metric | None:
@@ -386,7 +386,7 @@ class Sender:
             del pending[name]
         carried = (len(taken), sum(int(a[COUNT]) for _, a in taken))
         try:
-            payload = SpanSummaries(base_us=base, spans=rows)
+            payload = SpanSummaries.model_validate({"base_us": base, "spans": rows})
         except ValidationError:
             # One bad name must not cost the others: keep the rows that pass on their own
             # (each refusal counted once, as for a lone summary).
@@ -397,7 +397,8 @@ class Sender:
             if not good:
                 return None, (0, 0)
             try:
-                payload = SpanSummaries(base_us=base, spans=[r for r, _ in good])
+                payload = SpanSummaries.model_validate(
+                    {"base_us": base, "spans": [r for r, _ in good]})
             except ValidationError as e:
                 self._count_once("invalid", ("SpanSummaries", str(e)[:80]),
                                  "tidings: invalid span summaries not sent: %s",

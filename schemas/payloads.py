@@ -69,8 +69,9 @@ def name_error(v: str) -> tuple[str, str] | None:
     if has_invisible(v):
         return "invisible_text", "name holds zero-width or other invisible format characters"
     if len(v) > NAME_LIMIT:
-        return "name_too_long", (f"name is {len(v)} characters long, more than {NAME_LIMIT} "
-                                 "(names are kept whole, never cut)")
+        # (No length in the text: one problem, one line in the emitter's log.)
+        return "name_too_long", (f"name has more than {NAME_LIMIT} characters (names are "
+                                 "kept whole, never cut)")
     if sanitize_text(v).strip() != v:
         return "name_text", ("name holds control characters, escape sequences or leading or "
                              "trailing whitespace")

@@ -86,7 +86,6 @@ from .roster import (
     Mark,
     OrderKey,
     Roster,
-    join_bits,
     mark_bits,
     pod_hash,
 )
@@ -161,21 +160,25 @@ def _merge_progress(
         msg = cut_text(p.message, MESSAGE_LIMIT)
         new = ProgressState(p.fraction, msg, p.final, key, p.failed, p.workers, 1)
         return _insert_capped(entries, pod, new, cap, _worker_weight)
-    first_at, first_fraction = cur.first_at or cur.at, cur.first_fraction
-    if cur.first_at is None:
-        first_fraction = cur.fraction
+    first_at: OrderKey | None = cur.first_at
+    if first_at is None:
+        first_at, first_fraction = cur.at, cur.fraction
+    else:
+        first_fraction = cur.first_fraction
     if key < first_at:
         first_at, first_fraction = key, p.fraction
+    # (first_at None: the winning Progress is the earliest too, so nothing more to keep.)
     if (p.final, key) > (cur.final, cur.at):
-        msg = cut_text(p.message, MESSAGE_LIMIT)
-        cur = ProgressState(p.fraction, msg, p.final, key, p.failed, p.workers, cur.events + 1)
+        if first_at == key:
+            first_at, first_fraction = None, 0.0
+        entries[pod] = ProgressState(p.fraction, cut_text(p.message, MESSAGE_LIMIT), p.final,
+                                     key, p.failed, p.workers, cur.events + 1, first_at,
+                                     first_fraction)
     else:
-        cur = cur._replace(events=cur.events + 1)
-    # (None: the winning Progress is the earliest too, so nothing more to keep.)
-    if first_at == cur.at:
-        entries[pod] = cur._replace(first_at=None, first_fraction=0.0)
-    else:
-        entries[pod] = cur._replace(first_at=first_at, first_fraction=first_fraction)
+        if first_at == cur.at:
+            first_at, first_fraction = None, 0.0
+        entries[pod] = ProgressState(cur.fraction, cur.message, cur.final, cur.at, cur.failed,
+                                     cur.workers, cur.events + 1, first_at, first_fraction)
     return 0
 
 
@@ -185,30 +188,34 @@ def _merge_roster(w: _Work, pod: str, p: Progress, key: OrderKey) -> None:
     registers take every Progress, also of a pod beyond the roster's cap."""
     marks = w.marks_w
     if marks is None:
-        marks = w.marks_w = dict(w.state.roster.marks)
+        marks = w.begin_roster()
     h = pod_hash(pod)
     bits = mark_bits(p.fraction, p.final, p.failed)
     cur = marks.get(h)
-    if cur is None:
-        if len(marks) >= w.lim.roster:
-            largest = max(marks) if marks else -1
-            if h > largest:
-                w.bump("roster_capped")
-            else:
-                gone = marks.pop(largest)
-                w.bump("roster_capped", gone.events)
-                w.marked(gone.bits, -1)
-                marks[h] = Mark(bits, 1)
-                w.marked(bits, 1)
-        else:
-            marks[h] = Mark(bits, 1)
-            w.marked(bits, 1)
+    if cur is not None:
+        # join_bits and the tallies, inline: a worker's every Progress passes here.
+        old = cur.bits
+        fo, fn = old & FRACTION_MASK, bits & FRACTION_MASK
+        new = ((old | bits) & _FLAGS) | (fo if fo >= fn else fn)
+        marks[h] = _new_mark(Mark, (new, cur.events + 1))
+        if new != old:
+            w.permyriads += (new & FRACTION_MASK) - fo
+            gained = new & ~old
+            if gained & FINAL:
+                w.finals += 1
+            if gained & FAILED:
+                w.failures += 1
+    elif len(marks) < w.lim.roster:
+        marks[h] = Mark(bits, 1)
+        w.marked(bits, 1)
+    elif h > max(marks, default=-1):
+        w.bump("roster_capped")
     else:
-        new = join_bits(cur.bits, bits)
-        marks[h] = Mark(new, cur.events + 1)
-        if new != cur.bits:
-            w.marked(cur.bits, -1)
-            w.marked(new, 1)
+        gone = marks.pop(max(marks))
+        w.bump("roster_capped", gone.events)
+        w.marked(gone.bits, -1)
+        marks[h] = Mark(bits, 1)
+        w.marked(bits, 1)
     if p.workers > w.declared:
         w.declared = p.workers
     if p.final:
@@ -216,6 +223,10 @@ def _merge_roster(w: _Work, pod: str, p: Progress, key: OrderKey) -> None:
             w.last_final = key
         if p.failed and (w.first_failure is None or key < w.first_failure.at):
             w.first_failure = Failure(key, pod, cut_text(p.message, MESSAGE_LIMIT))
+
+
+_FLAGS = FINAL | FAILED
+_new_mark = tuple.__new__  # Mark's own __new__ is a Python call; the tuple is the same
 
 
 def _count(entries: dict[K, int], key: K, cap: int) -> int:
@@ -373,11 +384,7 @@ class _Work:
         self.workers_w: dict[str, ProgressState] | None = None
         self.unknown_w: dict[str, int] | None = None
         self.accs: list[tuple[str, _SpanAcc]] = []
-        r = state.roster
-        self.marks_w: dict[int, Mark] | None = None
-        self.declared, self.finals, self.failures = r.declared, r.finals, r.failures
-        self.permyriads = r.permyriads
-        self.first_failure, self.last_final = r.first_failure, r.last_final
+        self.marks_w: dict[int, Mark] | None = None  # (the roster's tallies: begin_roster)
 
     def bump(self, name: str, n: int = 1) -> None:
         c = self.counters
@@ -390,6 +397,16 @@ class _Work:
         if bits & FAILED:
             self.failures += n
         self.permyriads += n * (bits & FRACTION_MASK)
+
+    def begin_roster(self) -> dict[int, Mark]:
+        """The run's copy of the roster's marks, and its tallies (on the run's first
+        Progress: a run without one costs nothing here)."""
+        r = self.state.roster
+        self.declared, self.finals, self.failures = r.declared, r.finals, r.failures
+        self.permyriads = r.permyriads
+        self.first_failure, self.last_final = r.first_failure, r.last_final
+        self.marks_w = dict(r.marks)
+        return self.marks_w
 
     def roster(self) -> Roster:
         if self.marks_w is None:

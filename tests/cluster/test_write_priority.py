@@ -110,16 +110,16 @@ def test_span_windows_are_written_at_the_coalescing_interval_not_per_window(
     scheduler took the multi-name note for a critical fact."""
     import time
 
+    from tidings.kube import connect
     from tidings.schemas.constants import TASK_LABEL
     from tidings.schemas.event import PodRef, TaskRef, build_event
     from tidings.schemas.payloads import Progress, SpanSummaries, span_row
-    from tidings.watcher.kube import Kube, load_client
 
     control_plane.kubectl_run("apply", "-f", str(REPO_ROOT / "deploy/crd.yaml"))
     control_plane.kubectl_run("wait", "--for=condition=Established",
                               "crd/taskfeedbacks.tidings.dev", "--timeout=60s")
     kubeconfig = Path(control_plane.kubeconfig("admin"))
-    kube = Kube(load_client(str(kubeconfig)))
+    kube = connect(str(kubeconfig))
     task = "windows"
     pod = create_kwok_pod(admin, namespace, f"{task}-pod", labels={TASK_LABEL: task})
 

@@ -6,7 +6,7 @@ renewable credentials (``auth``), one urllib3 client with pagination and watch-l
 Light on purpose (urllib3, orjson, PyYAML): it runs inside workload images.
 """
 
-from .auth import CredentialError
+from .auth import BoundPod, CredentialError, bound_pod
 from .client import (
     JSON,
     JSON_PATCH,
@@ -31,8 +31,9 @@ def connect(kubeconfig: str | None = None, context: str | None = None, *,
 
 
 __all__ = [
-    "JSON", "JSON_PATCH", "MERGE_PATCH", "STRATEGIC_MERGE_PATCH", "Client", "ClusterConfig",
-    "ConfigError", "CredentialError", "Impersonation", "KubeError", "close_stream", "connect",
+    "JSON", "JSON_PATCH", "MERGE_PATCH", "STRATEGIC_MERGE_PATCH", "BoundPod", "Client",
+    "ClusterConfig", "ConfigError", "CredentialError", "Impersonation", "KubeError", "bound_pod",
+    "close_stream", "connect",
     "in_cluster", "in_cluster_possible", "is_retryable_status", "iter_line_batches", "iter_lines",
     "load",
     "paginate", "parse_retry_after",

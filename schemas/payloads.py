@@ -23,7 +23,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from .constants import NAME_LIMIT, TYPE_LIMIT, URL_LIMIT
+from .constants import NAME_LIMIT, TYPE_LIMIT, URL_LIMIT, WORKERS_MAX
 from .text import has_invisible, is_continuation, sanitize_text
 
 ELLIPSIS = "…"
@@ -325,7 +325,7 @@ class Progress(BaseModel):
     message: Text = ""
     final: bool = False
     failed: bool = False
-    workers: Annotated[int, Field(ge=0, le=10_000)] = 0
+    workers: Annotated[int, Field(ge=0, le=WORKERS_MAX)] = 0
 
     @model_validator(mode="after")
     def _failed_is_final(self) -> Progress:

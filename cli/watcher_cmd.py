@@ -89,6 +89,13 @@ def run(
         envvar="TIDINGS_MAX_INSTANCES",
         help="Emitter instances kept per task for dedup; beyond it the oldest are compacted "
         "and later events created before them skipped (counted).")] = 512,
+    task_label_keys: Annotated[str | None, typer.Option(
+        envvar="TIDINGS_TASK_LABEL_KEYS", show_default=False,
+        help="Pod label keys that name a sender's task, comma-separated, most specific "
+        "first (the first key a pod carries wins). Default: tidings.dev/task,"
+        "trainer.kubeflow.org/trainjob-name,training.kubeflow.org/job-name,"
+        "jobset.sigs.k8s.io/jobset-name,workflows.argoproj.io/workflow,"
+        "batch.kubernetes.io/job-name.")] = None,
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
                             help="Run as one of several replicas behind a Lease.")] = True,
     identity: Annotated[str | None, typer.Option(help="Lease holder identity.")] = None,
@@ -101,6 +108,7 @@ def run(
         "such as namespace, task, reason), status lines on stdout included.")] = LogFormat.text,
 ) -> None:
     """Watch bus events and keep one TaskFeedback status per task up to date."""
+    from tidings.schemas.platform import DEFAULT_TASK_KEYS
     from tidings.watcher.app import ConfigError, Options
     from tidings.watcher.app import run as run_watcher
     from tidings.watcher.logs import announcer, configure
@@ -118,7 +126,8 @@ def run(
         watch_timeout=watch_timeout, evict_after=evict_after, compact_after=compact_after,
         clock_skew=clock_skew,
         event_ttl=event_ttl, max_instances=max_instances,
-        identity=identity, ttl_after_finished=ttl_after_finished)
+        identity=identity, ttl_after_finished=ttl_after_finished,
+        task_label_keys=task_label_keys or ",".join(DEFAULT_TASK_KEYS))
     try:
         code = run_watcher(opts, announce=announcer(log_format))
     except ConfigError as e:

@@ -34,6 +34,7 @@ class RejectReason(StrEnum):
     INCONSISTENT_SPAN = "inconsistent_span"  # errors > count, total_s < max_s, ...
     INVISIBLE_TEXT = "invisible_text"  # a name holding zero-width or other format characters
     UNVERIFIED_LINEAGE = "unverified_lineage"  # PodSpawned the spawned pod does not confirm
+    UNKNOWN_TASK = "unknown_task"  # a fact about a pod whose labels cannot be read (gone)
 
 
 # pydantic error types raised by the payload validators that have a reason of their own.

@@ -17,6 +17,7 @@ from typing import Any
 
 from tidings.kube.flowcontrol import Backoff
 from tidings.schemas.event import TaskRef
+from tidings.schemas.platform import DEFAULT_TASK_KEYS, parse_task_keys
 
 from .auth import Authorizer
 from .controller import Controller, Settings
@@ -61,6 +62,8 @@ class Options:
     identity: str | None = None
     flush_timeout: float = 10.0
     ttl_after_finished: float = 0.0
+    # Comma-separated pod label keys naming a sender's task, most specific first.
+    task_label_keys: str = ",".join(DEFAULT_TASK_KEYS)
 
 
 def _clients(o: Options, pool: int) -> tuple[Kube, Kube]:
@@ -98,6 +101,10 @@ def _validate(o: Options) -> None:
         raise ConfigError("--metrics-port must be 0..65535")
     if o.lease_duration < 1:
         raise ConfigError("--lease-duration must be at least 1 s")
+    try:
+        parse_task_keys(o.task_label_keys)
+    except ValueError as e:
+        raise ConfigError(f"--task-label-keys: {e}") from None
     if o.ttl_after_finished < 0:
         raise ConfigError("--ttl-after-finished must not be negative")
 
@@ -155,7 +162,8 @@ def run(o: Options, *, announce: Any = print) -> int:
                         compact_after=o.compact_after,
                         clock_skew=o.clock_skew, event_ttl=o.event_ttl,
                         max_instances=o.max_instances,
-                        ttl_after_finished=o.ttl_after_finished)
+                        ttl_after_finished=o.ttl_after_finished,
+                        task_keys=parse_task_keys(o.task_label_keys))
     if o.leader_elect:
         d = o.lease_duration
         elector = LeaderElector(kube, o.lease_namespace, o.lease_name, identity=o.identity,

@@ -7,10 +7,11 @@ watch loop --(parse, push, add key)--> WorkQueue --(one worker per key)--> sende
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -20,14 +21,14 @@ from tidings.kube import paginate
 from tidings.schemas.constants import API_VERSION, KIND
 from tidings.schemas.contract import (
     BUS_SELECTOR,
-    TASK_LABEL,
     events_path,
     pods_path,
     taskfeedback_path,
 )
 from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event
 from tidings.schemas.fastpath import fast_watch_line
-from tidings.schemas.payloads import PodSpawned
+from tidings.schemas.payloads import PodSpawned, Progress
+from tidings.schemas.platform import DEFAULT_TASK_KEYS, PodTask
 from tidings.schemas.rejection import Rejection
 from tidings.schemas.state import Limits, fold_checked
 
@@ -35,6 +36,7 @@ from .coalesce import critical_change
 from .kube import Kube, KubeError
 from .logs import OncePerEvent, event_key, task_fields
 from .metrics import Metrics
+from .platform import PlatformTasks
 from .queue import WorkQueue
 from .reflector import Reflector
 from .senders import Retry, Senders, kube_getter
@@ -69,6 +71,8 @@ class Settings:
     clock_skew: float = 60.0  # how far eventTime may lead creationTimestamp (seconds)
     event_ttl: float = 3600.0  # the API server's --event-ttl (dedup compaction horizon)
     max_instances: int = 512  # emitter instances kept in a task's version vector
+    # The pod label keys naming a sender's task, most specific first (schemas/platform.py).
+    task_keys: tuple[str, ...] = DEFAULT_TASK_KEYS
 
 
 class EventSource:
@@ -137,14 +141,18 @@ class Controller:
         # A relist delivers every event again: each rejection is logged once per event.
         self.rejections_logged = OncePerEvent()
         self.queue: WorkQueue[TaskRef] = WorkQueue()
-        self.senders = Senders(kube_getter(kube))
+        self.senders = Senders(kube_getter(kube), keys=settings.task_keys)
+        self.platform = PlatformTasks(kube)
+        # Facts about a sender's own pod, waiting for its labels to name their task.
+        self._unresolved: queue.SimpleQueue[ParsedEvent] = queue.SimpleQueue()
         self.writer = StatusWriter(kube, self.store, metrics, interval=settings.write_interval,
                                    coalesce_interval=settings.coalesce_interval,
                                    workers=settings.concurrency, slow=settings.slow_writes,
                                    may_write=may_write or (lambda: True),
                                    max_rate=settings.max_write_rate,
                                    budget=settings.write_budget,
-                                   priority=settings.write_policy != "fifo")
+                                   priority=settings.write_policy != "fifo",
+                                   owner_of=self.platform.owner)
         self.ready = threading.Event()
         self._reflectors: list[Reflector] = []
         self._threads: list[threading.Thread] = []
@@ -176,13 +184,15 @@ class Controller:
         t0 = time.monotonic()
         loaded = self._load()
         log.info("loaded %d task states in %.2fs", loaded, time.monotonic() - t0)
-        pods = [self._reflector(p, [("labelSelector", TASK_LABEL)], self.senders)
-                for p in self._paths(pods_path)]
+        # One pod informer per task key and namespace: a selector cannot say "any of these".
+        pods = [self._reflector(p, [("labelSelector", src.key)], src)
+                for p in self._paths(pods_path) for src in self.senders.sources()]
         for r in pods:  # best effort: a cache miss falls back to a GET anyway
             r.synced.wait(10)
         self.writer.start()
         for i in range(self.s.concurrency):
             self._thread(self._fold_worker, f"fold-{i}")
+        self._thread(self._resolve_worker, "resolve")
         events = [self._reflector(p, [("fieldSelector", BUS_SELECTOR)], EventSource(self))
                   for p in self._paths(events_path)]
         self._thread(lambda: self._monitor(events), "monitor")
@@ -219,7 +229,7 @@ class Controller:
             self.metrics.status_lag.set(self.writer.oldest())
             self.metrics.tasks.set(len(self.store))
             if not self.ready.is_set() and all(r.synced.is_set() for r in events) \
-                    and self.queue.pending() == 0:
+                    and self.queue.pending() == 0 and self._unresolved.empty():
                 self.ready.set()
                 self.metrics.ready.set(1)
                 log.info("initial list folded; ready")
@@ -253,10 +263,17 @@ class Controller:
         not_task = 0
         for i, r in enumerate(results):
             if type(r) is ParsedEvent:
-                if r.regarding_kind != KIND or r.regarding_api_version != API_VERSION:
-                    not_task += 1  # lineage (PodSpawned) is not a task fact
-                else:
+                if r.regarding_kind == KIND and r.regarding_api_version == API_VERSION:
                     events.append(r)
+                elif r.regarding_kind == "Pod" and type(r.payload) is not PodSpawned:
+                    # About its sender's own pod: its task is the one the pod's labels name.
+                    known = self._task_known(r)
+                    if known is not None:
+                        events.append(known)
+                    else:
+                        self._unresolved.put(r)
+                else:
+                    not_task += 1  # lineage (PodSpawned) is not a task fact
             elif isinstance(r, Rejection):
                 m.events_rejected.labels(r.reason.value).inc()  # per delivery, as documented
                 self._log_refused(r, raws[i] if i < len(raws) else None)
@@ -265,6 +282,55 @@ class Controller:
         if events:
             self.store.push_many(events)
             self.queue.add_many(dict.fromkeys(ev.task for ev in events))
+
+    # --- facts about a pod: the task its labels name -------------------------------------
+    def _task_known(self, ev: ParsedEvent) -> ParsedEvent | None:
+        """The fact retargeted to its pod's task when the pod cache already knows it (O(1),
+        on the watch loop); None: the resolver looks (a GET, or a refusal)."""
+        s = ev.sender
+        known, info = self.senders.lookup((s.namespace or ev.task.namespace, s.name, s.uid))
+        if known and isinstance(info, PodTask) and not info.error:
+            return self._retarget(ev, info)
+        return None
+
+    def _retarget(self, ev: ParsedEvent, info: PodTask) -> ParsedEvent:
+        task = TaskRef(ev.task.namespace, info.task)
+        self.platform.learn(task, info)
+        # From here on a fact about the task, as if sent about its TaskFeedback (the sender
+        # check in the fold still runs, against the same labels).
+        return replace(ev, task=task, regarding_kind=KIND, regarding_api_version=API_VERSION,
+                       regarding_uid="")
+
+    def _resolve_worker(self) -> None:
+        """Facts about pods the cache does not know yet: read the pod (or refuse the fact),
+        then hand it to the fold like any other."""
+        while not self._stopping.is_set():
+            try:
+                ev = self._unresolved.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            try:
+                self._resolve(ev)
+            except Exception:
+                log.exception("resolving the task of %s/%s failed", ev.task.namespace, ev.name)
+
+    def _resolve(self, ev: ParsedEvent) -> None:
+        verdict = self.senders.task_of(ev)
+        if verdict is Retry.LATER:
+            self._stopping.wait(self.s.sender_retry)
+            self._unresolved.put(ev)
+            return
+        if isinstance(verdict, Rejection):
+            self.metrics.events_rejected.labels(verdict.reason.value).inc()
+            if self.rejections_logged.first((ev.task.namespace, ev.name, ev.resource_version)):
+                log.info("rejected %s/%s: %s", ev.task.namespace, ev.name, verdict.message,
+                         extra={"namespace": ev.task.namespace, "event": ev.name,
+                                "reason": verdict.reason.value})
+            return
+        assert isinstance(verdict, PodTask)
+        fact = self._retarget(ev, verdict)
+        self.store.push_many([fact])
+        self.queue.add_many({fact.task: None})
 
     def _log_refused(self, rejection: Rejection, raw: Any) -> None:
         """Log an unparseable event once (by namespace, name, resourceVersion) when it can be
@@ -293,6 +359,7 @@ class Controller:
             return
         base, events = self.store.take(task)
         later: list[ParsedEvent] = []
+        events = self._with_job_workers(task, events, later)
         skipped = m.events_skipped
         # Counted here and added to the metrics once per fold (a labelled inc costs about as
         # much as the fold of an event); the same totals as counting each event.
@@ -360,6 +427,39 @@ class Controller:
             for ev in later:
                 self.store.push(ev)
             self.queue.add_after(task, self.s.sender_retry)
+
+    def _with_job_workers(self, task: TaskRef, events: list[ParsedEvent],
+                          later: list[ParsedEvent]) -> list[ParsedEvent]:
+        """What the senders' platform labels add to the task: its owner (for the TaskFeedback
+        the writer creates) and, when the task is a batch/v1 Job, its ``spec.completions`` as
+        the worker count of its pods' progress (unless a pod declared more), so the task
+        completes only once that many pods reported a final. A Job that cannot be read right
+        now holds its pods' progress back (``later``)."""
+        out: list[ParsedEvent] = []
+        infos: dict[int, PodTask | None] = {}  # per sender (the events hold their PodRefs)
+        for ev in events:
+            s = ev.sender
+            if id(s) in infos:
+                info = infos[id(s)]
+            else:
+                known, got = self.senders.lookup((s.namespace or task.namespace, s.name, s.uid))
+                info = got if known and isinstance(got, PodTask) and not got.error \
+                    and got.task == task.name else None
+                infos[id(s)] = info
+                if info is not None:
+                    self.platform.learn(task, info)
+            p = ev.payload
+            if info is None or type(p) is not Progress or info.job != task.name:
+                out.append(ev)
+                continue
+            completions = self.platform.completions(task, info)
+            if completions is Retry.LATER:
+                later.append(ev)
+            elif isinstance(completions, int) and completions > p.workers:
+                out.append(replace(ev, payload=p.model_copy(update={"workers": completions})))
+            else:
+                out.append(ev)
+        return out
 
     def _seed(self, task: TaskRef) -> bool:
         """Load a task that is new to this watcher (or was evicted) from its TaskFeedback, so

@@ -27,10 +27,11 @@ from typing import Any
 
 import orjson
 
+from tidings.emitter.task import owner_reference
 from tidings.kube.flowcontrol import TokenBucket
 from tidings.schemas.constants import API_VERSION, KIND
 from tidings.schemas.contract import taskfeedback_path
-from tidings.schemas.event import TaskRef
+from tidings.schemas.event import ObjectRef, TaskRef
 from tidings.schemas.state import STATUS_BUDGET, TaskState
 
 from .coalesce import Coalescer
@@ -107,8 +108,11 @@ class StatusWriter:
                  coalesce_interval: float | None = None, workers: int = 8,
                  slow: dict[str, float] | None = None,
                  may_write: Callable[[], bool] = lambda: True, max_rate: float = 0.0,
-                 budget: float = 0.0, priority: bool = True) -> None:
+                 budget: float = 0.0, priority: bool = True,
+                 owner_of: Callable[[TaskRef], ObjectRef | None] = lambda task: None) -> None:
         self.kube, self.store, self.metrics = kube, store, metrics
+        # The platform object (Job, JobSet, Workflow, ...) a new TaskFeedback is owned by.
+        self.owner_of = owner_of
         self.co: Coalescer[TaskRef] = Coalescer(interval, coalesce_interval, priority=priority)
         self.workers = workers
         self.slow = slow if slow is not None else parse_slow_writes(os.environ.get(SLOW_WRITE_ENV))
@@ -323,8 +327,12 @@ class StatusWriter:
     def _create(self, task: TaskRef, coll: str) -> str | None:
         """Create the TaskFeedback; its resourceVersion. Conflict when it already exists (we
         must read what it holds before writing over it)."""
-        body = {"apiVersion": API_VERSION, "kind": KIND,
-                "metadata": {"name": task.name, "namespace": task.namespace},
+        meta: dict[str, Any] = {"name": task.name, "namespace": task.namespace}
+        owner = self.owner_of(task)
+        if owner is not None:
+            # Deleting the platform's object (a Job, a Workflow) deletes its TaskFeedback.
+            meta["ownerReferences"] = [owner_reference(owner)]
+        body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta,
                 "spec": {"task": task.name}}
         self._spend(0)
         try:

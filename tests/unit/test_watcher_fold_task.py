@@ -8,7 +8,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from tidings.schemas import LogLink, ParsedEvent, PodRef, PodSpawned, Progress, TaskRef
-from tidings.schemas.constants import API_VERSION, KIND
+from tidings.schemas.constants import API_VERSION, KIND, TASK_LABEL
+from tidings.schemas.platform import PodTask
 from tidings.watcher.controller import Controller, Settings
 from tidings.watcher.metrics import Metrics
 
@@ -33,8 +34,8 @@ def test_a_kept_verdict_never_answers_for_lineage_or_another_namespace() -> None
     worker = PodRef("train-1-0", "uid-w", "team-a")
     # The same name and uid in another namespace: another pod, which may not speak for TASK.
     twin = PodRef("train-1-0", "uid-w", "team-b")
-    c.senders.put(("team-a", "train-1-0", "uid-w"), "train-1")
-    c.senders.put(("team-a", "db-0", "uid-db"), "db")  # a pod of another task
+    c.senders.put(("team-a", "train-1-0", "uid-w"), PodTask("train-1", TASK_LABEL))
+    c.senders.put(("team-a", "db-0", "uid-db"), PodTask("db", TASK_LABEL))  # another task's
     events = [
         _event(worker, LogLink(name="w", url="https://x.y/"), 0),
         # Lineage from the trusted worker, naming a pod of another task: judged by that pod.

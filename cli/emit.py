@@ -124,12 +124,14 @@ def _deliver(send: Callable[[Any], None], to: Delivery) -> None:
     if not identity.namespace:
         identity = Identity(client.namespace, identity.pod_name, identity.pod_uid,
                             identity.task, identity.task_uid)
-    missing = identity.missing(need_task=False)
+    # Without a task id the fact is about the pod, and its labels name the task: only the
+    # pod itself (its own bound token) speaks that way; acting for a pod, name the task.
+    missing = identity.missing(need_task=not identity.bound_to(transport.bound_pod))
     if missing:
         flags = {"POD_NAMESPACE": "-n/--namespace", "POD_NAME": "--pod-name",
-                 "POD_UID": "--pod-uid"}
+                 "POD_UID": "--pod-uid", "TIDINGS_TASK": "--task"}
         _fail("missing identity: " + ", ".join(f"{flags[m]} (or {m})" for m in missing)
-              + " (the credentials' token is bound to no pod)", EXIT_INVALID)
+              + " (not needed with the pod's own bound token)", EXIT_INVALID)
     bad_task = task_id_error(to.task) if to.task else None
     if bad_task is not None:
         _fail(f"invalid input: {bad_task}", EXIT_INVALID)

@@ -352,3 +352,36 @@ def test_the_policy_admits_a_fact_about_the_sender_s_own_pod_and_no_other(
     # Speaking as another pod is refused by the policy, whatever the event is about.
     assert "may only emit events about itself" in tt.denied(as_me, namespace,
                                                             about(other, other, 2))
+
+
+def test_tidings_emit_from_a_job_pod_needs_nothing_but_its_token(
+        control_plane: ControlPlane, admin: Any, policy: None, namespace: str, tmp_path: Path,
+        start_watcher: Callable[..., WatcherProc]) -> None:
+    from tests.cluster.support_watcher import TIDINGS
+
+    grant_workload(admin, namespace)
+    p = pod(admin, namespace, "shell-1-0-abcde", {"batch.kubernetes.io/job-name": "shell-1"},
+            [])
+    cfg = tt.token_kubeconfig(control_plane, bound_token(admin, namespace, "worker", p),
+                              namespace, tmp_path / "pod.yaml")
+    w = start_watcher()
+
+    def emit(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(TIDINGS), "emit", *args], capture_output=True, text=True,
+                              timeout=60, env={"PATH": "/usr/bin:/bin", "KUBECONFIG": str(cfg)})
+
+    res = eventually(lambda: (r := emit("log-link", "--name", "logs", "--url",
+                                        "https://logs.example/shell-1")).returncode == 0 and r,
+                     30, "the pod's grant to apply")
+    assert res.stderr == ""
+    res = emit("progress", "1.0", "--final", "-m", "done")
+    assert (res.returncode, res.stderr) == (0, "")
+    eventually(lambda: phase(admin, namespace, "shell-1") == "Succeeded", 30,
+               f"the shell workload's task complete\n{w.tail()}")
+    # Acting for a pod with other credentials still needs the task named.
+    admin_cfg = control_plane.kubeconfig("admin")
+    res = subprocess.run([str(TIDINGS), "emit", "progress", "0.5", "--kubeconfig",
+                          str(admin_cfg), "--pod-name", p["name"], "--pod-uid", p["uid"],
+                          "-n", namespace], capture_output=True, text=True, timeout=60,
+                         env={"PATH": "/usr/bin:/bin"})
+    assert res.returncode == 2 and "--task" in res.stderr, res.stderr

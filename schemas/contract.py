@@ -55,6 +55,13 @@ def task_selector(task: str) -> str:
     return f"{BUS_SELECTOR},regarding.kind={KIND},regarding.name={task}"
 
 
+def pod_facts_selector(pod: str) -> str:
+    """The field selector of the bus events about the pod ``pod`` itself (what an emitter
+    that knows no task id sends; the watcher folds them into the task the pod's labels
+    name)."""
+    return f"{BUS_SELECTOR},regarding.kind=Pod,regarding.name={pod}"
+
+
 def lineage_selector(app: str) -> str:
     """The field selector of the PodSpawned records about ``app`` (any kind)."""
     return f"{BUS_SELECTOR},reason=PodSpawned,regarding.name={app}"

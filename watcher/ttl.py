@@ -18,7 +18,12 @@ from datetime import datetime
 from typing import Any
 
 from tidings._compat import UTC
-from tidings.schemas.contract import events_path, task_selector, taskfeedback_path
+from tidings.schemas.contract import (
+    events_path,
+    pod_facts_selector,
+    task_selector,
+    taskfeedback_path,
+)
 from tidings.schemas.event import TaskRef
 from tidings.schemas.state import TaskState
 from tidings.schemas.times import parse_time
@@ -66,7 +71,8 @@ class TtlSweeper:
         now = now or datetime.now(UTC)
         deleted = 0
         for obj in self._items():
-            if expired(obj, now, self.ttl) is not None and self._delete(obj):
+            state = expired(obj, now, self.ttl)
+            if state is not None and self._delete(obj, state):
                 deleted += 1
         return deleted
 
@@ -81,7 +87,7 @@ class TtlSweeper:
                 if not cont:
                     break
 
-    def _delete(self, obj: dict[str, Any]) -> bool:
+    def _delete(self, obj: dict[str, Any], state: TaskState) -> bool:
         meta = obj["metadata"]
         ns, name = meta["namespace"], meta["name"]
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {
@@ -95,9 +101,14 @@ class TtlSweeper:
             raise
         log.info("deleted finished taskfeedback %s/%s (ttl %gs)", ns, name, self.ttl)
         self.on_deleted(TaskRef(ns, name))
-        try:
-            self.kube.request("DELETE", events_path(ns),
-                              query=[("fieldSelector", task_selector(name))], timeout=(5, 60))
-        except KubeError as e:  # they expire anyway; a relist may recreate it meanwhile
-            log.warning("cannot delete the bus events of %s/%s: %s", ns, name, e)
+        # Its events: those about the TaskFeedback, and those its pods sent about themselves
+        # (folded into it by their labels), or a relist would bring it back all the same.
+        selectors = [task_selector(name)] + [pod_facts_selector(pod) for pod, _ in state.pods]
+        for selector in selectors:
+            try:
+                self.kube.request("DELETE", events_path(ns), query=[("fieldSelector", selector)],
+                                  timeout=(5, 60))
+            except KubeError as e:  # they expire anyway; a relist may recreate it meanwhile
+                log.warning("cannot delete the bus events of %s/%s: %s", ns, name, e)
+                break
         return True

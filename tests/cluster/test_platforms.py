@@ -385,3 +385,25 @@ def test_tidings_emit_from_a_job_pod_needs_nothing_but_its_token(
                           "-n", namespace], capture_output=True, text=True, timeout=60,
                          env={"PATH": "/usr/bin:/bin"})
     assert res.returncode == 2 and "--task" in res.stderr, res.stderr
+
+
+def test_the_ttl_deletes_a_platform_task_with_its_pods_facts(
+        control_plane: ControlPlane, admin: Any, policy: None, namespace: str, tmp_path: Path,
+        start_watcher: Callable[..., WatcherProc]) -> None:
+    """An unowned platform task (its pod shows no owner uid) expires like any other: its
+    pods' facts about themselves go with it, so a restarted watcher cannot fold them back."""
+    grant_workload(admin, namespace)
+    p = pod(admin, namespace, "wf-ttl-step-1", {"workflows.argoproj.io/workflow": "wf-ttl"},
+            [])
+    w = start_watcher("--ttl-after-finished", "1")
+    report(control_plane, admin, namespace, p, tmp_path)
+    eventually(lambda: phase(admin, namespace, "wf-ttl") == "Succeeded", 30,
+               f"the task complete\n{w.tail()}")
+    eventually(lambda: taskfeedback(admin, namespace, "wf-ttl") is None, 30,
+               f"the ttl to delete it\n{w.tail()}")
+    facts = client.EventsV1Api(admin).list_namespaced_event(
+        namespace, field_selector=f"regarding.kind=Pod,regarding.name={p['name']}").items
+    assert facts == []
+    w.kill()
+    again = start_watcher()  # ready: its initial list is folded
+    assert again.ready() and taskfeedback(admin, namespace, "wf-ttl") is None

@@ -71,8 +71,7 @@ class TtlSweeper:
         now = now or datetime.now(UTC)
         deleted = 0
         for obj in self._items():
-            state = expired(obj, now, self.ttl)
-            if state is not None and self._delete(obj, state):
+            if expired(obj, now, self.ttl) is not None and self._delete(obj):
                 deleted += 1
         return deleted
 
@@ -87,7 +86,7 @@ class TtlSweeper:
                 if not cont:
                     break
 
-    def _delete(self, obj: dict[str, Any], state: TaskState) -> bool:
+    def _delete(self, obj: dict[str, Any]) -> bool:
         meta = obj["metadata"]
         ns, name = meta["namespace"], meta["name"]
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {
@@ -103,7 +102,8 @@ class TtlSweeper:
         self.on_deleted(TaskRef(ns, name))
         # Its events: those about the TaskFeedback, and those its pods sent about themselves
         # (folded into it by their labels), or a relist would bring it back all the same.
-        selectors = [task_selector(name)] + [pod_facts_selector(pod) for pod, _ in state.pods]
+        pods = TaskState.from_status(TaskRef(ns, name), obj.get("status")).pods
+        selectors = [task_selector(name)] + [pod_facts_selector(pod) for pod, _ in pods]
         for selector in selectors:
             try:
                 self.kube.request("DELETE", events_path(ns), query=[("fieldSelector", selector)],

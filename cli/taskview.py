@@ -31,6 +31,7 @@ from tidings.schemas import (
     parse_watch_line,
 )
 from tidings.schemas.contract import (
+    POD_FACTS_SELECTOR,
     TASKFEEDBACK_RESOURCE,
     lineage_selector,
     task_selector,
@@ -177,6 +178,28 @@ def _task_events(kube: Kube, ref: TaskRef, events: list[dict[str, Any]]
     return parsed, rejected
 
 
+def _pod_facts(kube: Kube, ref: TaskRef) -> list[ParsedEvent]:
+    """The facts pods of the namespace sent about themselves whose labels name ``ref`` (as
+    the watcher folds them: an emitter that knows no task id); the others are not this
+    task's, so they are neither folded nor counted here."""
+    from tidings.schemas.rejection import Rejection
+    from tidings.watcher.senders import Retry, as_task_fact
+
+    raw, _ = kube.list_events(ref.namespace, POD_FACTS_SELECTOR)
+    out: list[ParsedEvent] = []
+    for obj in raw:
+        p = parse_event(obj)
+        if not (isinstance(p, ParsedEvent) and p.regarding_kind == "Pod"):
+            continue
+        info = senders(kube).task_of(p)
+        if info is Retry.LATER:
+            raise CliError(f"cannot verify the sender of event {safe(p.name)}: the API server "
+                           "did not answer", EXIT_UNREACHABLE)
+        if not isinstance(info, Rejection) and info.task == ref.name:
+            out.append(as_task_fact(p, info.task))
+    return out
+
+
 def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None) -> Snapshot:
     try:
         raw, rv = kube.list_events(ref.namespace, task_selector(ref.name))
@@ -186,7 +209,10 @@ def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None) -> S
                            err.action) from None
         raise
     parsed, rejected = _task_events(kube, ref, raw)
-    return Snapshot(fold_all(ref, parsed), SOURCE_EVENTS, rejected, rv)
+    facts = _pod_facts(kube, ref)
+    kept = [f for f in facts if accepted(kube, ref, f)]  # the same sender check
+    return Snapshot(fold_all(ref, parsed + kept), SOURCE_EVENTS,
+                    rejected + len(facts) - len(kept), rv)
 
 
 def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = True

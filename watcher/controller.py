@@ -39,7 +39,7 @@ from .metrics import Metrics
 from .platform import PlatformTasks
 from .queue import WorkQueue
 from .reflector import Reflector
-from .senders import Retry, Senders, kube_getter
+from .senders import Retry, Senders, as_task_fact, kube_getter
 from .store import Store
 from .ttl import TtlSweeper
 from .writer import StatusWriter
@@ -294,12 +294,9 @@ class Controller:
         return None
 
     def _retarget(self, ev: ParsedEvent, info: PodTask) -> ParsedEvent:
-        task = TaskRef(ev.task.namespace, info.task)
-        self.platform.learn(task, info)
-        # From here on a fact about the task, as if sent about its TaskFeedback (the sender
-        # check in the fold still runs, against the same labels).
-        return replace(ev, task=task, regarding_kind=KIND, regarding_api_version=API_VERSION,
-                       regarding_uid="")
+        fact = as_task_fact(ev, info.task)
+        self.platform.learn(fact.task, info)
+        return fact
 
     def _resolve_worker(self) -> None:
         """Facts about pods the cache does not know yet: read the pod (or refuse the fact),

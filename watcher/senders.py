@@ -31,13 +31,15 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from enum import Enum
 from typing import Any
 
 import orjson
 
+from tidings.schemas.constants import API_VERSION, KIND
 from tidings.schemas.contract import pods_path
-from tidings.schemas.event import ParsedEvent, WatchItem
+from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem
 from tidings.schemas.payloads import PodSpawned
 from tidings.schemas.platform import DEFAULT_TASK_KEYS, PodTask, other_keys, pod_task
 from tidings.schemas.rejection import Rejection, RejectReason
@@ -154,6 +156,14 @@ class ProofPolicy:
             log.warning("admission policy %s with a Deny binding is not installed: sender "
                         "proofs not trusted (kubectl apply -k deploy/)", POLICY)
         return ok
+
+
+def as_task_fact(ev: ParsedEvent, task: str) -> ParsedEvent:
+    """A fact about its sender's own pod, as a fact about ``task`` (the one the pod's labels
+    name: ``Senders.task_of``): the same event, regarding that task's TaskFeedback (no uid:
+    the pod's is not the TaskFeedback's). The sender check still runs on it."""
+    return replace(ev, task=TaskRef(ev.task.namespace, task), regarding_kind=KIND,
+                   regarding_api_version=API_VERSION, regarding_uid="")
 
 
 class PodSource:

@@ -407,3 +407,25 @@ def test_the_ttl_deletes_a_platform_task_with_its_pods_facts(
     w.kill()
     again = start_watcher()  # ready: its initial list is folded
     assert again.ready() and taskfeedback(admin, namespace, "wf-ttl") is None
+
+
+def test_state_from_events_folds_a_platform_pod_s_facts_as_the_watcher_does(
+        control_plane: ControlPlane, admin: Any, policy: None, namespace: str,
+        tmp_path: Path) -> None:
+    from tests.cluster.support_watcher import TIDINGS
+
+    grant_workload(admin, namespace)
+    p = pod(admin, namespace, "wf-ev-step-1", {"workflows.argoproj.io/workflow": "wf-ev"}, [])
+    other = pod(admin, namespace, "wf-other-1", {"workflows.argoproj.io/workflow": "other"},
+                [])
+    report(control_plane, admin, namespace, p, tmp_path, link="https://wandb.ai/acme/wf-ev")
+    report(control_plane, admin, namespace, other, tmp_path, link="https://evil.example/")
+    res = subprocess.run([str(TIDINGS), "state", "wf-ev", "-n", namespace, "--from-events",
+                          "-o", "json", "--kubeconfig", str(control_plane.kubeconfig("admin"))],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    import json
+
+    data = json.loads(res.stdout)
+    assert data["source"] == "events" and data["status"]["phase"] == "Succeeded"
+    assert data["status"]["links"]["run"]["url"] == "https://wandb.ai/acme/wf-ev"

@@ -4,13 +4,16 @@ PYTHON ?= python3
 VENV := .venv
 BIN_DIR = $(shell tools/controlplane/build.sh)
 
-.PHONY: setup debs venv binaries test unit demo lint clean-binaries
+.PHONY: setup debs venv binaries test unit demo lint dist clean-binaries
 
 setup: debs venv binaries
 
-# Debian packages the control plane needs at run time (only installed when missing).
+# Debian packages the control plane needs at run time, and cairo with a font for the test that
+# renders the timeline SVG (only installed when missing).
 debs:
 	@command -v openssl >/dev/null || { apt-get update -qq && apt-get install -y -qq openssl; }
+	@dpkg -s libcairo2 fonts-dejavu-core >/dev/null 2>&1 || { apt-get update -qq && \
+		apt-get install -y -qq libcairo2 fonts-dejavu-core; }
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -31,10 +34,23 @@ unit: venv
 demo: setup
 	TIDINGS_BIN_DIR=$(BIN_DIR) deploy/demo.sh
 
-# mypy --strict over tidings.schemas, .kube, .emitter, .watcher and .cli (tools/typecheck.py says how).
+# mypy --strict (pyproject's [tool.mypy]) over the installed names; tidings/'s symlinks let it
+# resolve tidings.* to the top-level folders.
+MYPY_TARGETS := -p tidings.schemas -p tidings.kube -p tidings.emitter -p tidings.watcher -p tidings.cli -m tools.devcluster
 lint: venv
 	$(VENV)/bin/ruff check schemas kube emitter watcher cli tidings tests bench tools
-	$(VENV)/bin/python tools/typecheck.py
+	$(VENV)/bin/mypy $(MYPY_TARGETS)
+
+# The wheel (pure Python, one for every platform) into $(DIST)/: `pip install
+# dist/tidings-*.whl`, with extras as `'tidings[cli] @ file://...'`. pip wheel rather than
+# `python -m build`, which a build/ folder in the checkout would shadow. setuptools stages in
+# build/lib, and a file deleted from the source would still ship from there: cleared.
+DIST ?= dist
+dist: venv
+	rm -rf build/lib build/bdist.* $(DIST)/tidings-*.whl
+	$(VENV)/bin/pip wheel -q --no-deps --no-build-isolation -w $(DIST) .
+	rm -rf build/lib build/bdist.*
+	@ls $(DIST)/tidings-*.whl
 
 clean-binaries:
 	rm -rf .cache/controlplane

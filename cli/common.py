@@ -229,24 +229,50 @@ connection = option_group("conn", Connection, {
     "as_group": (AsGroup, None)})
 
 
-def complete_task(ctx: typer.Context, incomplete: str) -> list[str]:
-    """Shell completion of TASK: TaskFeedback names in the namespace the command line means
-    (bounded: one page, short timeouts; any failure completes nothing)."""
+def _complete_names(ctx: typer.Context, incomplete: str,
+                    lists: Callable[[str], list[tuple[str, dict[str, Any], str]]]) -> list[str]:
+    """Shell completion from the cluster: the names ``lists(namespace)`` yields, as (path,
+    query, JSON-path-like key) per list, in the namespace the command line means. Bounded:
+    one page each, short timeouts; any failure completes nothing (an error must never be
+    printed into the user's prompt)."""
     try:
         from tidings.cli.kube import connect
-        from tidings.schemas.contract import taskfeedback_path
 
         p = ctx.params
         k = connect(p.get("kubeconfig"), p.get("context"), p.get("namespace"),
                     request_timeout="2s")
+        names: set[str] = set()
         try:
-            page = k.client.get(taskfeedback_path(k.namespace), {"limit": 200}, timeout=2.0)
+            for path, query, key in lists(k.namespace):
+                page = k.client.get(path, {**query, "limit": 200}, timeout=2.0)
+                for item in page.get("items", []):
+                    field, name = key.split(".")
+                    value = (item.get(field) or {}).get(name) if isinstance(item, dict) else None
+                    names.add(str(value or ""))
         finally:
             k.close()
-        names = [str((i.get("metadata") or {}).get("name") or "") for i in page.get("items", [])]
         return sorted(n for n in names if n.startswith(incomplete) and _NAME.match(n))
-    except Exception:  # completion must never print an error into the user's prompt
+    except Exception:
         return []
+
+
+def complete_task(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of TASK: TaskFeedback names."""
+    from tidings.schemas.contract import taskfeedback_path
+
+    return _complete_names(ctx, incomplete, lambda ns: [
+        (taskfeedback_path(ns), {}, "metadata.name")])
+
+
+def complete_app(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of APP (`lineage`, `logs`): the tasks (TaskFeedback names) and the
+    subjects of PodSpawned records."""
+    from tidings.schemas.contract import BUS_SELECTOR, events_path, taskfeedback_path
+
+    return _complete_names(ctx, incomplete, lambda ns: [
+        (taskfeedback_path(ns), {}, "metadata.name"),
+        (events_path(ns), {"fieldSelector": f"{BUS_SELECTOR},reason=PodSpawned"},
+         "regarding.name")])
 
 
 # --- input validation ----------------------------------------------------------------------

@@ -106,8 +106,9 @@ def _deliver(send: Callable[[Any], None], to: Delivery) -> None:
 
     kubeconfig, context, timeout = to.kubeconfig, to.context, to.timeout
     if kubeconfig is None and context is None and no_cluster_configured():
-        _fail("no cluster configured: not in a pod, no --kubeconfig, $KUBECONFIG or "
-              "~/.kube/config", EXIT_UNDELIVERED)
+        from tidings.kube.config import no_kubeconfig_reason
+
+        _fail(f"no cluster configured: {no_kubeconfig_reason()}", EXIT_UNDELIVERED)
     try:
         client = connect(kubeconfig, context)
     except ConfigError as e:
@@ -188,6 +189,22 @@ def deck_ready(
 
     _check(DeckReady, name=name, uri=uri)
     _deliver(lambda em: em.deck_ready(name, uri), to)
+
+
+@app.command("metric", context_settings={"ignore_unknown_options": True})  # VALUE may be -0.5
+@delivery
+def metric(
+    name: Annotated[str, typer.Argument(help="Metric name, e.g. loss.")],
+    value: Annotated[float, typer.Argument(help="Its latest value (finite).")],
+    step: Annotated[int | None, typer.Option("--step", min=0, show_default=False,
+                                             help="The training step it belongs to.")] = None,
+    to: Delivery = DEFAULT_DELIVERY,
+) -> None:
+    """Report the latest value of a named scalar metric (loss, learning rate, accuracy)."""
+    from tidings.schemas.payloads import Metric
+
+    _check(Metric, name=name, value=value, step=step)
+    _deliver(lambda em: em.metric(name, value, step=step), to)
 
 
 @app.command("progress")

@@ -22,6 +22,7 @@ from tidings.cli.common import (
     OutputOpt,
     check_name,
     command,
+    complete_app,
     connection,
     console,
     dump,
@@ -31,7 +32,7 @@ from tidings.cli.common import (
 )
 
 App = Annotated[str, typer.Argument(
-    metavar="APP", show_default=False,
+    metavar="APP", show_default=False, autocompletion=complete_app,
     help="The app or task: the PodSpawned events' subject, else the TaskFeedback and the "
     "tidings.dev/task label of its pods.")]
 

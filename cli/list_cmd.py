@@ -1,6 +1,6 @@
-"""`tidings list` (alias `get`): tasks' TaskFeedbacks as kubectl would list them, with the
-CRD's printer columns (phase, progress, links, deck, last event, age), `-l`, `-A`, `-w` and
-`-o table|wide|name|json|yaml|jsonpath=TEMPLATE`."""
+"""`tidings list [NAME...]` (alias `get`): tasks' TaskFeedbacks as `kubectl get taskfeedback
+[NAME...]` shows them, with the CRD's printer columns (phase, progress, links, deck, last
+event, age), `-l`, `-A`, `-w` and `-o table|wide|name|json|yaml|jsonpath=TEMPLATE`."""
 
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ from tidings.cli.common import (
     DEFAULT_CONNECTION,
     Connection,
     Namespace,
+    check_name,
     command,
+    complete_task,
     connection,
     invalid,
+    not_found,
     safe,
     safe_data,
 )
@@ -24,8 +27,13 @@ from tidings.cli.common import (
 ALL = "--all-namespaces"
 FORMATS = ("table", "wide", "name", "json", "yaml", "jsonpath=TEMPLATE")
 
+def complete_format(incomplete: str) -> list[str]:
+    """Shell completion of -o: the formats, and 'jsonpath=' to go on typing after."""
+    return [f for f in (*FORMATS[:-1], "jsonpath=") if f.startswith(incomplete)]
+
+
 OutputFormat = Annotated[str, typer.Option(
-    "--output", "-o", metavar="FORMAT",
+    "--output", "-o", metavar="FORMAT", autocompletion=complete_format,
     help="table, wide (adds the progress message), name, json, yaml, or "
     "jsonpath=TEMPLATE (kubectl's, e.g. jsonpath='{.items[*].metadata.name}').")]
 
@@ -127,11 +135,15 @@ class Printer:
                 invalid(f"--output jsonpath: {err}")
         self.template = template
 
-    def listing(self, items: list[dict[str, Any]], resource_version: str) -> None:
+    def listing(self, items: list[dict[str, Any]], resource_version: str, namespace: str = "",
+                single: bool = False) -> None:
+        """Print a list; ``single`` (one NAME asked for): json, yaml and jsonpath show the
+        object itself, not a List, as `kubectl get KIND NAME -o json` does."""
         if self.fmt in ("table", "wide"):
             if not items:
-                typer.echo("No resources found" + ("" if self.namespaced else " in this "
-                           "namespace") + ".", err=True)
+                if not single:  # kubectl's wording, naming the namespace it looked in
+                    typer.echo("No resources found" + ("" if self.namespaced else
+                               f" in {safe(namespace)} namespace") + ".", err=True)
                 return
             wide = self.fmt == "wide"
             rows = [header(wide, self.namespaced)]
@@ -140,6 +152,9 @@ class Printer:
             self.echo(text)
         elif self.fmt == "name":
             self.echo("".join(self._name(o) for o in items))
+        elif single:
+            if items:
+                self._data(clean(items[0]))
         else:
             self._data({"apiVersion": "v1", "kind": "List",
                         "items": [clean(o) for o in items],
@@ -181,6 +196,10 @@ class Printer:
 @command
 @connection
 def list_tasks(
+    names: Annotated[list[str] | None, typer.Argument(
+        metavar="NAME", show_default=False, autocompletion=complete_task,
+        help="Only these tasks, as 'kubectl get taskfeedback NAME' (not found: exit 5).")
+    ] = None,
     namespace: Namespace = None,
     all_namespaces: Annotated[bool, typer.Option(
         "--all-namespaces", "-A", help="List the tasks of every namespace.")] = False,
@@ -196,6 +215,17 @@ def list_tasks(
     """List tasks (their TaskFeedbacks): phase, progress, links, deck, last event, age."""
     import sys
 
+    # Any object name, as kubectl takes (a TaskFeedback made by hand need not be a task id);
+    # the check keeps ',' and '=' out of the field selector.
+    names = [check_name(n, "task") for n in names or []]
+    # kubectl's rules for names beside other flags.
+    if names and selector:
+        invalid("a NAME cannot be given with --selector")
+    if names and all_namespaces:
+        invalid("a task cannot be got by NAME across all namespaces (use -n NS)")
+    if len(names) > 1 and watch:
+        invalid("--watch takes one NAME at most")
+
     from tidings.cli.kube import Action
     from tidings.schemas.contract import TASKFEEDBACK_RESOURCE, taskfeedback_path
 
@@ -208,9 +238,22 @@ def list_tasks(
     ns = "" if all_namespaces else k.namespace
     path = taskfeedback_path(ns)
     resource = TASKFEEDBACK_RESOURCE
-    query = {"labelSelector": selector or None}
-    items, rv = k.list_all(path, query, action=Action("list", resource, ns))
-    printer.listing(items, rv)
+    query: dict[str, Any] = {"labelSelector": selector or None}
+    if names:
+        # One list per name (metadata.name field selector): the list's resourceVersion is
+        # what a following --watch resumes from, and an absent name is an empty list.
+        items, missing = [], []
+        for name in names:
+            query = {"fieldSelector": f"metadata.name={name}"}
+            got, rv = k.list_all(path, query, action=Action("get", resource, ns, name))
+            items += got
+            missing += [] if got else [name]
+        printer.listing(items, rv, ns, single=len(names) == 1)
+        if missing:
+            not_found(", ".join(f"task {m!r}" for m in missing) + f" in namespace {ns}")
+    else:
+        items, rv = k.list_all(path, query, action=Action("list", resource, ns))
+        printer.listing(items, rv, ns)
     if not watch:
         return
     for obj in _changes(k, path, query, rv, Action("watch", resource, ns)):
@@ -248,4 +291,5 @@ def _changes(k: Any, path: str, query: dict[str, Any], rv: str, action: Any
 
 def register(app: typer.Typer) -> None:
     app.command("list")(list_tasks)
-    app.command("get", help="Alias of list.")(list_tasks)
+    app.command("get", help="Alias of list: 'tidings get NAME' as 'kubectl get taskfeedback "
+                "NAME'.")(list_tasks)

@@ -31,12 +31,16 @@ from tidings.schemas import (
     parse_watch_line,
 )
 from tidings.schemas.contract import (
+    FAILED,
     POD_FACTS_SELECTOR,
+    SUCCEEDED,
     TASKFEEDBACK_RESOURCE,
     lineage_selector,
     task_selector,
     taskfeedback_path,
 )
+from tidings.schemas.kinds import NAMED_KINDS, Kind, Scalar
+from tidings.schemas.state import Named, NamedValue
 
 SOURCE_CR = "TaskFeedback"
 SOURCE_EVENTS = "events"
@@ -368,7 +372,7 @@ def render(snap: Snapshot) -> Any:
     else:
         head.add_row("Progress", _t("no progress reported"))
     phase = st.phase
-    head.add_row("Phase", _t(phase, {"Succeeded": "green", "Failed": "red"}.get(phase, "yellow")))
+    head.add_row("Phase", _t(phase, {SUCCEEDED: "green", FAILED: "red"}.get(phase, "yellow")))
     head.add_row("Last event", _t(_ago(st.last_event_time)))
     if st.warnings:
         head.add_row("Warnings", _t(st.warnings, "red"))
@@ -380,16 +384,14 @@ def render(snap: Snapshot) -> Any:
             t.add_column(c, overflow="fold")
         return t
 
-    if st.links:
-        t = table("Links", "NAME", "URL")
-        for name, url in st.links.items():
-            t.add_row(_t(name), _t(url, "cyan"))
-        parts.append(t)
-    if st.decks:
-        t = table("Decks", "NAME", "URI")
-        for name, uri in st.decks.items():
-            t.add_row(_t(name), _t(uri, "cyan"))
-        parts.append(t)
+    for kind in NAMED_KINDS:  # links, decks, ...: one table each, as the registry says
+        entries = st.registers(kind)
+        if entries:
+            cols = ["NAME", *(f.header for f in kind.values)]
+            t = table(kind.title, *cols, *(["UPDATED"] if kind.age else []))
+            for name, entry in sorted(entries.items()):
+                t.add_row(*named_cells(kind, name, entry))
+            parts.append(t)
     if st.spans:
         t = table("Spans", "NAME", "COUNT", "TOTAL", "MIN", "MAX", "ERRORS")
         for name, s in sorted(st.spans.items()):
@@ -421,16 +423,51 @@ def render(snap: Snapshot) -> Any:
     return Group(*parts)
 
 
+def named_cells(kind: Kind, name: str, entry: Named) -> list[Any]:
+    """The table cells of one register of a named kind: its name, its value fields, and
+    how long ago it was written when the kind shows that."""
+    raw = entry.value
+    values = raw if isinstance(raw, tuple) else (raw,)
+    cells = [_t(name), *(_t(_scalar_text(v), f.style)
+                         for f, v in zip(kind.values, values, strict=True))]
+    if kind.age:
+        cells.append(_t(_ago(entry.at[0])))
+    return cells
+
+
+def _scalar_text(v: Scalar) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
 def one_line(snap: Snapshot) -> str:
     """A compact, sanitised line for one state (what `watch` prints when piped)."""
     st = snap.state
     now = datetime.now(UTC).strftime("%H:%M:%S")
     pr = st.progress
     progress = "no progress" if pr is None else f"{pr.fraction * 100:5.1f}% {pr.message}"
+    values = ""
+    for kind in NAMED_KINDS:  # metrics: their latest values, the first few names
+        if kind.inline and (entries := st.registers(kind)):
+            shown = sorted(entries.items())[:INLINE_MAX]
+            values += "".join(f" {name}={_scalar_text(_first(e.value))}" for name, e in shown)
+            if len(entries) > INLINE_MAX:
+                values += f" (+{len(entries) - INLINE_MAX} {kind.section})"
     tail = f" {st.phase.lower()}" if st.finished else ""
     return safe(f"{now} {st.task.namespace}/{st.task.name} {progress} "
                 f"(links {len(st.link_entries)}, decks {len(st.deck_entries)}, "
-                f"spans {len(st.spans)}){tail}")
+                f"spans {len(st.spans)}){values}{tail}")
+
+
+# Registers of an inline kind that one `watch` line shows (the table view shows them all).
+INLINE_MAX = 6
+
+
+def _first(v: NamedValue) -> Scalar:
+    return v[0] if isinstance(v, tuple) else v
 
 
 def fmt_seconds(s: float) -> str:

@@ -40,8 +40,12 @@ def rows(state: Any) -> list[dict[str, Any]]:
             "min_s": s.min_s, "max_s": s.max_s, "errors": s.errors,
             "first_start": s.first_start, "last_end": s.last_end,
             "offset_s": s.first_start - t0, "duration_s": s.last_end - s.first_start,
-            # Where the spans actually ran (the folded windows), as offsets from t0.
-            "windows": [[max(0.0, a - t0), max(0.0, b - t0)] for a, b in s.busy()]
+            # Where the spans actually ran (the folded windows), as offsets from t0. Windows
+            # are stored coarsened (whole microseconds or more), so one may reach past the
+            # name's first start or last end: cut to them, or a 3 µs span's bar would run
+            # past the axis.
+            "windows": [[lo, max(lo, min(b, s.last_end) - t0)]
+                        for a, b in s.busy() for lo in [max(a, s.first_start) - t0]]
             or [[s.first_start - t0, s.last_end - t0]],
         })
     return out
@@ -97,58 +101,158 @@ def _x(s: object) -> str:
     return escape(safe(s), {'"': "&quot;", "'": "&apos;"})
 
 
+# A monospace glyph is 0.6 em wide (DejaVu Sans Mono 0.602, Courier 0.6). Wide (East Asian)
+# characters take two cells; every other code point one, combining marks too: a browser draws
+# "é" as e + U+0301 in one cell, but a renderer that does not shape text gives each its own.
+_EM_RATIO = 0.61
+
+
+def _cells(text: str) -> int:
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def elide(text: str, cells: int) -> str:
+    """``text`` cut to at most ``cells`` monospace cells, ending in '…' when cut (never
+    inside a grapheme: the cut is `schemas`' own)."""
+    from tidings.schemas.payloads import cut_text
+
+    if _cells(text) <= cells:
+        return text
+    keep, used = 0, 1  # the ellipsis takes one cell
+    for c in text:
+        used += _cells(c)
+        if used > cells:
+            break
+        keep += 1
+    return cut_text(text, keep + 1)
+
+
+def _px(text: str, font_px: float) -> float:
+    return _cells(text) * font_px * _EM_RATIO
+
+
+# Tick steps: 1-2-5 decades below a minute, clock steps above it, 1-2-5 days beyond a day.
+_CLOCK_STEPS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+_UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
+
+
+def _decade_step(raw: float) -> float:
+    import math
+
+    base = 10.0 ** math.floor(math.log10(raw))
+    return next(m * base for m in (1, 2, 5, 10) if m * base >= raw * (1 - 1e-9))
+
+
+def ticks(total: float, intervals: int = 5) -> tuple[float, list[tuple[float, str]]]:
+    """The axis for ``total`` seconds: its end (a whole number of steps, so the last tick is
+    the right edge) and (seconds, label) per tick, at most ``intervals`` + 1 of them. The step
+    is 1, 2 or 5 of a unit (ns, µs, ms, s) or a clock step (1m, 5m, 15m, 1h, 6h, 1d, ...), so
+    every label is an exact whole number of its unit and no two are alike."""
+    import math
+
+    raw = max(total, 1e-9) / intervals
+    if raw < 60:
+        step = max(_decade_step(raw), 1e-9)
+    elif raw <= _CLOCK_STEPS[-1]:
+        step = float(next(s for s in _CLOCK_STEPS if s >= raw))
+    else:
+        step = 86400 * _decade_step(raw / 86400)
+    count = max(1, math.ceil(total / step - 1e-9))
+    if step < 60:
+        # The unit of the axis' end (so 0.5s, 1s, 1.5s rather than 500ms ... 1500ms), with
+        # as many decimals as the step needs: labels differ by a step, so they stay distinct.
+        unit, name = next((u, n) for u, n in _UNITS if count * step >= u * (1 - 1e-9))
+        decimals = max(0, -math.floor(math.log10(step / unit) + 1e-9))
+        labels = ["0s"] + [_number(i * step / unit, decimals) + name for i in range(1, count + 1)]
+    else:
+        labels = [_clock(round(i * step)) for i in range(count + 1)]
+    return count * step, [(i * step, label) for i, label in enumerate(labels)]
+
+
+def _number(value: float, decimals: int) -> str:
+    text = f"{value:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if decimals else text
+
+
+def _clock(seconds: int) -> str:
+    """2d, 1h30m, 15m: whole clock units, largest first."""
+    parts = [(seconds // 86400, "d"), (seconds % 86400 // 3600, "h"),
+             (seconds % 3600 // 60, "m"), (seconds % 60, "s")]
+    return "".join(f"{n}{u}" for n, u in parts if n) or "0s"
+
+
 def svg(task: str, namespace: str, data: list[dict[str, Any]]) -> str:
-    """A hand-written SVG Gantt chart; every text node is sanitised and XML-escaped."""
+    """A hand-written SVG Gantt chart. Every text node is sanitised and XML-escaped; names
+    too long for their column are elided, with the whole name in a tooltip (``<title>``);
+    the columns are sized so that no text or bar overlaps another or leaves the picture.
+    Each element carries a class (heading, grid, tick, label, bar, stats) for styling."""
     from datetime import datetime
 
     from tidings._compat import UTC
     from tidings.cli.taskview import fmt_seconds
 
-    # stats_w fits the longest stats line (~50 monospace characters at 12 px).
-    label_w, chart_w, stats_w, row_h, top = 220, 560, 380, 26, 64
-    width = label_w + chart_w + stats_w
+    font, big, pad, gap = 12, 15, 10, 8
+    label_w, chart_w, row_h, top = 220, 560, 26, 72
+    total = max((r["offset_s"] + r["duration_s"] for r in data), default=0.0)
+    stats = []
+    for r in data:
+        noun = "span" if r["count"] == 1 else "spans"
+        stats.append(f'{r["count"]:,} {noun}, total {fmt_seconds(r["total_s"])} '
+                     f'mean {fmt_seconds(r["mean_s"])}'
+                     + (f' errors {r["errors"]:,}' if r["errors"] else ""))
+    stats_w = max([_px(line, font) for line in stats] + [120.0]) + 2 * gap
+    width = round(label_w + chart_w + stats_w + pad)
     height = top + row_h * max(1, len(data)) + 40
-    total = max((r["offset_s"] + r["duration_s"] for r in data), default=0.0) or 1.0
+    fits = int((width - 2 * pad) / (font * _EM_RATIO))  # cells of a full-width line
+    heading = f"Timeline of {safe(namespace)}/{safe(task)}"
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="monospace" font-size="12">',
+        f'viewBox="0 0 {width} {height}" font-family="monospace" font-size="{font}">',
         f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
-        f'<text x="10" y="22" font-size="15" font-weight="bold">Timeline of '
-        f'{_x(namespace)}/{_x(task)}</text>',
+        f'<g class="heading"><title>{_x(heading)}</title>'
+        f'<text x="{pad}" y="22" font-size="{big}" font-weight="bold">'
+        f'{_x(elide(heading, int((width - 2 * pad) / (big * _EM_RATIO))))}</text></g>',
     ]
     if not data:
-        out.append(f'<text x="10" y="{top}" fill="#666">no spans recorded</text>')
-    else:
-        t0 = min(r["first_start"] for r in data)
-        start = datetime.fromtimestamp(t0, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        out.append(f'<text x="10" y="40" fill="#666">{_x(header(data))} from {_x(start)} '
-                   f'over {_x(fmt_seconds(total))}</text>')
-        for i in range(6):  # axis ticks
-            x = label_w + chart_w * i / 5
-            out.append(f'<line x1="{x:.1f}" y1="{top - 8}" x2="{x:.1f}" '
-                       f'y2="{height - 30}" stroke="#e5e5e5"/>')
-            out.append(f'<text x="{x:.1f}" y="{top - 12}" text-anchor="middle" fill="#666">'
-                       f'{_x(fmt_seconds(total * i / 5))}</text>')
-        for n, r in enumerate(data):
-            y = top + n * row_h
-            colour = "#d9534f" if r["errors"] else "#3b82c4"
-            out.append(f'<text x="{label_w - 8}" y="{y + 16}" text-anchor="end">'
-                       f'{_x(r["name"][:30])}</text>')
-            tip = (f'{_x(r["name"])}: {r["count"]} spans, total '
-                   f'{_x(fmt_seconds(r["total_s"]))}, max {_x(fmt_seconds(r["max_s"]))}, '
-                   f'{r["errors"]} errors')
-            for a, b in r["windows"]:  # one mark per window where the spans ran
-                x = label_w + chart_w * a / total
-                w = max(1.0, chart_w * (b - a) / total)
-                out.append(f'<rect x="{x:.1f}" y="{y + 4}" width="{w:.1f}" '
-                           f'height="{row_h - 8}" rx="2" fill="{colour}"><title>{tip}</title>'
-                           f'</rect>')
-            noun = "span" if r["count"] == 1 else "spans"
-            stats = (f'{r["count"]} {noun}, total {fmt_seconds(r["total_s"])} '
-                     f'mean {fmt_seconds(r["mean_s"])}'
-                     + (f' errors {r["errors"]}' if r["errors"] else ""))
-            out.append(f'<text x="{label_w + chart_w + 8}" y="{y + 16}" fill="#333">'
-                       f'{_x(stats)}</text>')
+        out.append(f'<text class="heading" x="{pad}" y="{top}" fill="#666">'
+                   "no spans recorded</text>")
+        out.append("</svg>\n")
+        return "\n".join(out)
+    end, axis = ticks(total)
+    t0 = min(r["first_start"] for r in data)
+    start = datetime.fromtimestamp(t0, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    out.append(f'<text class="heading" x="{pad}" y="42" fill="#666">'
+               f'{_x(elide(f"{header(data)} from {start} over {fmt_seconds(total)}", fits))}'
+               "</text>")
+    for value, label in axis:
+        x = label_w + chart_w * value / end
+        out.append(f'<line class="grid" x1="{x:.1f}" y1="{top - 8}" x2="{x:.1f}" '
+                   f'y2="{height - 30}" stroke="#e5e5e5"/>')
+        out.append(f'<text class="tick" x="{x:.1f}" y="{top - 14}" text-anchor="middle" '
+                   f'fill="#666">{_x(label)}</text>')
+    name_cells = int((label_w - pad - gap) / (font * _EM_RATIO))
+    for n, (r, line) in enumerate(zip(data, stats, strict=True)):
+        y = top + n * row_h
+        colour = "#d9534f" if r["errors"] else "#3b82c4"
+        out.append(f'<g class="label"><title>{_x(r["name"])}</title>'
+                   f'<text x="{label_w - gap}" y="{y + 17}" text-anchor="end">'
+                   f'{_x(elide(r["name"], name_cells))}</text></g>')
+        tip = (f'{_x(r["name"])}: {r["count"]} spans, total '
+               f'{_x(fmt_seconds(r["total_s"]))}, max {_x(fmt_seconds(r["max_s"]))}, '
+               f'{r["errors"]} errors')
+        for a, b in r["windows"]:  # one mark per window where the spans ran
+            # A mark is at least 1 px wide, and never past the chart's right edge.
+            x = label_w + chart_w * min(max(a, 0.0), end) / end
+            w = min(max(1.0, chart_w * (b - a) / end), label_w + chart_w - x)
+            if w < 1.0:
+                x, w = label_w + chart_w - 1.0, 1.0
+            out.append(f'<rect class="bar" x="{x:.1f}" y="{y + 4}" width="{w:.1f}" '
+                       f'height="{row_h - 8}" rx="2" fill="{colour}"><title>{tip}</title>'
+                       f'</rect>')
+        out.append(f'<text class="stats" x="{label_w + chart_w + gap}" y="{y + 17}" '
+                   f'fill="#333">{_x(line)}</text>')
     out.append("</svg>\n")
     return "\n".join(out)
 

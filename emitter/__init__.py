@@ -4,6 +4,7 @@
 
     tidings.log_link("wandb", run.url)          # critical: delivered exactly once
     tidings.progress(0.3, "epoch 3/10")         # coalesced: latest wins
+    tidings.metric("loss", 0.31, step=1200)     # coalesced: latest per name per window
     with tidings.span("epoch"):                 # summed per window into SpanSummary events
         train_one_epoch()
 
@@ -36,6 +37,7 @@ __all__ = [
     "flush",
     "get_emitter",
     "log_link",
+    "metric",
     "pod_spawned",
     "progress",
     "record_span",
@@ -87,6 +89,13 @@ def progress(fraction: float, message: str = "", final: bool = False,
     """Report progress 0..1; ``final=True`` marks the terminal report (never dropped);
     ``failed=True`` with it reports a failure."""
     (_default or get_emitter()).progress(fraction, message, final, failed)
+
+
+def metric(name: str, value: float, *, step: int | None = None) -> None:
+    """Report the latest value of a named scalar metric (loss, learning rate, eval accuracy,
+    samples/s), at training ``step`` when given; coalesced per name. NaN and infinities are
+    refused and counted."""
+    (_default or get_emitter()).metric(name, value, step=step)
 
 
 def fail(message: str = "", fraction: float = 0.0) -> None:

@@ -2,7 +2,8 @@
 (flush, close, stats). The sending happens on one daemon thread (sender.py).
 
 Critical facts (links, decks, final progress, lineage) go through a bounded FIFO and wait for
-budget; spans fold into per-window summaries; non-final progress is one latest-wins slot.
+budget; spans fold into per-window summaries; metrics keep their latest value per name per
+window; non-final progress is one latest-wins slot.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import math
 import os
 import queue
 import threading
@@ -19,12 +21,12 @@ import weakref
 from typing import Any
 
 from tidings.schemas.event import ObjectRef, TaskRef, valid_uid
-from tidings.schemas.payloads import DeckReady, LogLink, Payload, PodSpawned, Progress
+from tidings.schemas.payloads import DeckReady, LogLink, Metric, Payload, PodSpawned, Progress
 
 from .aggregate import SpanAggregator
 from .config import EmitterConfig, Identity
 from .counters import Counters
-from .items import STOP, WAKE, Flush, Item, ProgressSlot, QueueItem
+from .items import STOP, WAKE, Flush, Item, LatestSlot, ProgressSlot, QueueItem
 from .sender import Sender
 from .transport import Transport
 
@@ -66,14 +68,17 @@ class Emitter:
         self._spans = SpanAggregator(int(cfg.max_span_names))
         self._lock = threading.Lock()  # starting the thread
         self._progress = ProgressSlot()
+        self._latest = LatestSlot(int(cfg.max_span_names))
         self._counters = Counters()
         self._losses_seen = 0  # losses() as the previous flush saw it
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._warned_nonfinite = False
         self._abandon = threading.Event()  # the exit deadline passed: stop retrying
         self._sender = self.sender_type(
             cfg, self.identity, self.instance, q=self._q, spans=self._spans,
-            slot=self._progress, counters=self._counters, abandon=self._abandon,
+            slot=self._progress, latest=self._latest, counters=self._counters,
+            abandon=self._abandon,
             transport=transport)
 
     # ---- the workload side: O(1), never blocks, never raises ----------------------------
@@ -109,6 +114,28 @@ class Emitter:
                     self._start()
         except Exception:  # never into user code
             pass
+
+    def metric(self, name: str, value: float, *, step: int | None = None) -> None:
+        """The latest value of the scalar metric ``name`` (loss, learning rate, ...), at
+        ``step`` when given. Coalesced: the latest value per name per span window is sent.
+        NaN and infinities are refused and counted (``stats()['invalid']``)."""
+        try:
+            v = float(value)
+            if not (isinstance(name, str) and (step is None or type(step) is int)):
+                raise TypeError("metric name must be a str and step an int or None")
+            if not math.isfinite(v):
+                self._counters.problem("invalid")
+                if not self._warned_nonfinite:
+                    self._warned_nonfinite = True
+                    log.warning("tidings: metric %r is %r, not finite: not sent (counted in "
+                                "invalid; later ones silently)", str(name)[:80], v)
+                return
+            self._latest.put((Metric, name),
+                             ({"name": name, "value": v, "step": step}, time.time()))
+            if self._thread is None:
+                self._start()
+        except Exception:  # never into user code
+            self._counters.problem("invalid")
 
     def fail(self, message: str = "", fraction: float = 0.0) -> None:
         """Report that this worker failed: a final progress with ``failed=True`` (critical)."""
@@ -193,7 +220,8 @@ class Emitter:
         """
         try:
             if self._thread is None:
-                if self._q.qsize() == 0 and not len(self._spans) and self._progress.value is None:
+                if (self._q.qsize() == 0 and not len(self._spans) and not len(self._latest)
+                        and self._progress.value is None):
                     return self._nothing_lost()
                 self._start()
             sender = self._sender
@@ -208,7 +236,8 @@ class Emitter:
 
     def _nothing_lost(self) -> bool:
         """No loss since the previous flush asked (each loss fails one flush, not all later)."""
-        losses = self._counters.losses()
+        # Names beyond the span and metric bounds are dropped before the sender sees them.
+        losses = self._counters.losses() + self._spans.dropped + self._latest.dropped
         with self._lock:
             seen, self._losses_seen = self._losses_seen, losses
         return losses == seen
@@ -232,6 +261,8 @@ class Emitter:
         """Counters: what was accepted, delivered, coalesced, dropped, refused, retried."""
         out = self._counters.snapshot()
         out["progress_coalesced"] = self._progress.coalesced
+        out["metrics_coalesced"] = self._latest.coalesced
+        out["dropped_metric_names"] = self._latest.dropped
         spans = self._spans
         out["spans_recorded"] = spans.recorded
         out["dropped_span_names"] = spans.dropped + out.pop("dropped_span_names_pending")
@@ -246,6 +277,7 @@ class Emitter:
         s = self.stats()
         lost = (s["undelivered"] + s["dropped_queue_full"] + s["dropped_span_names"]
                 + s["refused"] + s["invalid"] + s["unaddressable"] + s["queued"]
+                + s["dropped_metric_names"]
                 + s["spans_unsent"])
         log.log(
             logging.WARNING if lost else logging.INFO,

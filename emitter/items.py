@@ -1,5 +1,5 @@
-"""What the workload side hands the sender thread: queue items, control signals, and the
-latest-wins progress slot.
+"""What the workload side hands the sender thread: queue items, control signals, the
+latest-wins progress slot and the latest-per-name slot of coalescible named facts.
 
 Items stay plain tuples (a put is on the workload's path; a NamedTuple would cost a call);
 the aliases give them precise types.
@@ -27,6 +27,9 @@ Item: TypeAlias = (
 
 # A pending non-final progress: (fraction, message, epoch time).
 ProgressUpdate: TypeAlias = "tuple[float, str, float]"
+# A pending coalescible named fact (a metric): its model and name -> (its fields, epoch time).
+LatestKey: TypeAlias = "tuple[type[BaseModel], str]"
+LatestUpdate: TypeAlias = "tuple[dict[str, Any], float]"
 
 
 class Signal:
@@ -55,6 +58,42 @@ class Flush:
 
 
 QueueItem: TypeAlias = "Item | Signal | Flush"
+
+
+class LatestSlot:
+    """The latest value of each name of a coalescible named kind (a metric), waiting for the
+    sender's next window: a newer value of a name replaces the older one (counted as
+    coalesced), so a loop that logs every step costs one event per name per window. At most
+    ``max_names`` names wait; a new name beyond them is dropped and counted."""
+
+    __slots__ = ("coalesced", "dropped", "lock", "max_names", "values")
+
+    def __init__(self, max_names: int) -> None:
+        self.lock = threading.Lock()
+        self.values: dict[LatestKey, LatestUpdate] = {}
+        self.max_names = max(1, max_names)
+        self.coalesced = 0
+        self.dropped = 0
+
+    def put(self, key: LatestKey, update: LatestUpdate) -> bool:
+        """Set ``key``'s latest value; False when it was a new name and none fit."""
+        with self.lock:
+            values = self.values
+            if key in values:
+                self.coalesced += 1
+            elif len(values) >= self.max_names:
+                self.dropped += 1
+                return False
+            values[key] = update
+            return True
+
+    def drain(self) -> dict[LatestKey, LatestUpdate]:
+        with self.lock:
+            values, self.values = self.values, {}
+        return values
+
+    def __len__(self) -> int:
+        return len(self.values)
 
 
 class ProgressSlot:

@@ -1,5 +1,6 @@
 """The Emitter's sender thread: takes what the workload queued, builds the Events and
-creates them within the pod's budget, in priority order (critical, span windows, progress).
+creates them within the pod's budget, in priority order (critical, span windows, the
+latest metrics, progress).
 
 It alone touches the outbox, the pending span windows and the sequence numbers, so they need
 no lock; what it shares with the workload side is in items.py (the queue, the progress slot)
@@ -28,7 +29,10 @@ from tidings.schemas.constants import NOTE_LIMIT, SCHEMA_VERSION, SEQ_MAX
 from tidings.schemas.event import ObjectRef, PodRef, TaskRef, build_event
 from tidings.schemas.names import task_id_error
 from tidings.schemas.payloads import (
+    METRIC_ROWS_MAX,
     SPAN_ROWS_MAX,
+    Metric,
+    Metrics,
     Payload,
     Progress,
     SpanSummaries,
@@ -52,7 +56,18 @@ from .aggregate import (
 )
 from .config import EmitterConfig, Identity
 from .counters import Counters, Problem
-from .items import STOP, WAKE, Flush, ProgressSlot, ProgressUpdate, QueueItem, Target
+from .items import (
+    STOP,
+    WAKE,
+    Flush,
+    LatestKey,
+    LatestSlot,
+    LatestUpdate,
+    ProgressSlot,
+    ProgressUpdate,
+    QueueItem,
+    Target,
+)
 from .retry import FirstTryFast, SendError, make_retrying
 from .transport import Transport, default_transport
 
@@ -74,7 +89,7 @@ class Sender:
 
     def __init__(self, config: EmitterConfig, identity: Identity, instance: str, *,
                  q: queue.SimpleQueue[QueueItem], spans: SpanAggregator, slot: ProgressSlot,
-                 counters: Counters, abandon: threading.Event,
+                 latest: LatestSlot, counters: Counters, abandon: threading.Event,
                  transport: Transport | None) -> None:
         self.config = config
         self.identity = identity
@@ -83,6 +98,7 @@ class Sender:
         self._q = q
         self._spans = spans
         self._slot = slot
+        self._latest = latest
         self._n = counters
         self._abandon = abandon  # the exit deadline passed: stop retrying
         # Flushes: the workload numbers them, the sender reports the newest it settled.
@@ -93,6 +109,8 @@ class Sender:
         self._seq = 1
         self.outbox: deque[tuple[str, dict[str, Any], Carried]] = deque()
         self.pending: dict[str, Agg] = {}
+        # The latest value per name (metrics) of the windows taken so far, oldest name first.
+        self.latest_out: dict[LatestKey, LatestUpdate] = {}
         self._progress_out: ProgressUpdate | None = None
         self._flush_seen = 0
         self._logged: set[Hashable] = set()
@@ -148,7 +166,7 @@ class Sender:
         stop = False
         while not stop:
             wait = min(next_window - time.monotonic(), _MAX_IDLE_S)
-            if self.outbox or self.pending or self._progress_out is not None:
+            if self.outbox or self.pending or self.latest_out or self._progress_out is not None:
                 wait = min(wait, bucket.wait_time())
             item: QueueItem | None
             try:
@@ -181,12 +199,13 @@ class Sender:
             self._progress_out = self._slot.take(self._progress_out)
             self._send(bucket)
             if self._flush_seen > self._flushed and not (
-                    self.outbox or self.pending or self._progress_out is not None):
+                    self.outbox or self.pending or self.latest_out
+                    or self._progress_out is not None):
                 with self._cond:
                     self._flushed = self._flush_seen
                     self._cond.notify_all()
         # Closing: whatever is still queued will never be sent.
-        self._n.lost(self.queued(), sum(c[1] for _, _, c in self.outbox))
+        self._n.lost(self.queued() + len(self.latest_out), sum(c[1] for _, _, c in self.outbox))
 
     def _learn_identity(self) -> None:
         """What the environment did not say about this pod, from the pod its token is bound
@@ -207,14 +226,17 @@ class Sender:
                              maximum=self.config.retry_max_s, before_sleep=before_sleep)
 
     def _send(self, bucket: TokenBucket) -> None:
-        """Send in priority order while the budget lasts: critical, span windows, progress."""
+        """Send in priority order while the budget lasts: critical, span windows, the latest
+        metrics, progress."""
         if self._abandon.is_set():
             # Past the exit deadline: no more attempts; what is left is counted as lost.
-            left = len(self.outbox) + len(self.pending) + (self._progress_out is not None)
+            left = (len(self.outbox) + len(self.pending) + len(self.latest_out)
+                    + (self._progress_out is not None))
             spans = (sum(c[1] for _, _, c in self.outbox)
                      + sum(int(a[COUNT]) for a in self.pending.values()))
             self.outbox.clear()
             self.pending.clear()
+            self.latest_out.clear()
             self._progress_out = None
             self._n.lost(left, spans)
             return
@@ -232,6 +254,12 @@ class Sender:
             built, carried = self.take_span_note()
             ok = built is not None and self._deliver(*built, critical=False)
             self._n.span_note(*carried, delivered=ok)
+        while self.latest_out:
+            if not bucket.try_take():
+                return
+            built = self._take_latest()
+            if built is not None:
+                self._deliver(*built, critical=False)
         if self._progress_out is not None:
             if not bucket.try_take():
                 return
@@ -252,8 +280,8 @@ class Sender:
             self.outbox.append((*built, (0, 0)))
 
     def _spans_before_final(self) -> None:
-        """Queue every pending span window ahead of a final progress: a reader that stops at
-        the task's end must not miss the spans recorded before it."""
+        """Queue every pending span window and metric ahead of a final progress: a reader
+        that stops at the task's end must not miss what was recorded before it."""
         self._merge_window()
         while self.pending:
             built, carried = self.take_span_note()
@@ -261,11 +289,78 @@ class Sender:
                 self.outbox.append((*built, carried))
             else:
                 self._n.span_note(*carried, delivered=False)
+        while self.latest_out:
+            built = self._take_latest()
+            if built is not None:
+                self.outbox.append((*built, (0, 0)))
 
     def _merge_window(self) -> None:
         dropped = merge(self.pending, self._spans.drain(), self._spans.max_names)
         if dropped:
             self._n.span_names_dropped(dropped)
+        # A name still waiting from an earlier window takes the newer value (coalesced).
+        latest, out = self._latest.drain(), self.latest_out
+        replaced = sum(1 for key in latest if key in out)
+        out.update(latest)
+        if replaced:
+            with self._latest.lock:
+                self._latest.coalesced += replaced
+
+    def _take_latest(self) -> Built | None:
+        """Build the event of the oldest waiting names' latest values: as many metrics as
+        one Metrics note holds (a lone one: a plain Metric), else the oldest name's own
+        event. None when it cannot be built (counted)."""
+        out = self.latest_out
+        first = next(iter(out))
+        if first[0] is not Metric:
+            fields, t = out.pop(first)
+            return self._build(first[0], dict(fields), t, False, None)
+        # The note's envelope and fixed fields, with the longest seq there can be.
+        room = NOTE_LIMIT - len(orjson.dumps({
+            "v": SCHEMA_VERSION, "t": Metrics.TYPE, "i": self.instance, "s": SEQ_MAX,
+            "metrics": []}))
+        taken: list[tuple[LatestKey, list[Any], float]] = []
+        for key, (fields, t) in out.items():
+            if key[0] is not Metric:
+                continue
+            row = [fields["name"], fields["value"], fields["step"]]
+            size = len(orjson.dumps(row)) + 1
+            if size > room or len(taken) >= METRIC_ROWS_MAX:
+                break
+            room -= size
+            taken.append((key, row, t))
+        if len(taken) < 2:
+            fields, t = out.pop(first)
+            return self._build(Metric, dict(fields), t, False, None)
+        for key, _, _ in taken:
+            del out[key]
+        t = max(t for _, _, t in taken)
+        rows = [row for _, row, _ in taken]
+        try:
+            payload = Metrics(metrics=rows)
+        except ValidationError:
+            # One bad row must not cost the others: keep those valid on their own (each
+            # refusal counted), one per name as the model cleans it (the latest taken).
+            good: dict[str, Metric] = {}
+            for row in rows:
+                m = self._valid_metric(row)
+                if m is not None:
+                    good.pop(m.name, None)
+                    good[m.name] = m
+            kept = list(good.values())
+            if len(kept) < 2:
+                return self._build(None, kept[0], t, False, None) if kept else None
+            payload = Metrics(metrics=kept)
+        return self._build(None, payload, t, False, None)
+
+    def _valid_metric(self, row: list[Any]) -> Metric | None:
+        try:
+            return Metric(name=row[0], value=row[1], step=row[2])
+        except ValidationError as e:
+            detail = describe_validation_error(e)
+            self._count_once("invalid", ("Metric", detail), "tidings: invalid Metric not sent: %s",
+                             detail)
+            return None
 
     def take_span_note(self) -> tuple[Built | None, Carried]:
         """Take as many pending names as one note holds (oldest first) and build their event:
@@ -297,7 +392,7 @@ class Sender:
             del pending[name]
         carried = (len(taken), sum(int(a[COUNT]) for _, a in taken))
         try:
-            payload = SpanSummaries(base_us=base, spans=rows)
+            payload = SpanSummaries.model_validate({"base_us": base, "spans": rows})
         except ValidationError:
             # One bad name must not cost the others: keep the rows that pass on their own
             # (each refusal counted once, as for a lone summary).
@@ -308,7 +403,8 @@ class Sender:
             if not good:
                 return None, (0, 0)
             try:
-                payload = SpanSummaries(base_us=base, spans=[r for r, _ in good])
+                payload = SpanSummaries.model_validate(
+                    {"base_us": base, "spans": [r for r, _ in good]})
             except ValidationError as e:
                 self._count_once("invalid", ("SpanSummaries", str(e)[:80]),
                                  "tidings: invalid span summaries not sent: %s",

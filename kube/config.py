@@ -96,11 +96,23 @@ def load(kubeconfig: str | None = None, context: str | None = None, *,
         if in_cluster_possible(env) and not context and kubeconfig is None:
             return in_cluster(namespace=namespace, impersonate=impersonate, env=env)
         if merged is None:
-            raise ConfigError("no cluster configured: no kubeconfig found (set KUBECONFIG or "
-                              "--kubeconfig) and not running in a pod")
+            raise ConfigError(f"no cluster configured: {no_kubeconfig_reason(env)}")
         raise ConfigError("no cluster configured: the kubeconfig has no current context "
                           "(use --context)")
     return merged.resolve(context, namespace=namespace, impersonate=impersonate, env=env)
+
+
+def no_kubeconfig_reason(env: Mapping[str, str] | None = None) -> str:
+    """Why no kubeconfig was read, naming what was looked for: a KUBECONFIG that names only
+    missing files is a typo to show, not a reason to say "set KUBECONFIG"."""
+    env = os.environ if env is None else env
+    listed = [p for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if listed:
+        shown = ", ".join(repr(p) for p in listed[:3]) + (", ..." if len(listed) > 3 else "")
+        verb = "which does not exist" if len(listed) == 1 else "none of which exist"
+        return f"KUBECONFIG names {shown}, {verb} (and not running in a pod)"
+    return ("no kubeconfig found (set KUBECONFIG or --kubeconfig; ~/.kube/config does not "
+            "exist) and not running in a pod")
 
 
 def kubeconfig_files(explicit: str | None = None,
@@ -110,7 +122,8 @@ def kubeconfig_files(explicit: str | None = None,
     if explicit is not None:
         path = Path(explicit).expanduser()
         if not path.is_file():
-            raise ConfigError(f"kubeconfig {explicit!r} does not exist")
+            raise ConfigError(f"kubeconfig {explicit!r} "
+                              + ("is not a file" if path.exists() else "does not exist"))
         return [path]
     listed = env.get("KUBECONFIG", "")
     if listed:
@@ -235,6 +248,16 @@ class _Merged:
             source=f"context {name}")
 
 
+def _where(err: Exception) -> str:
+    """PyYAML's error as one line a person can act on: 'line 3, column 7: <problem>'."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    problem = getattr(err, "problem", None) or getattr(err, "context", None) or type(err).__name__
+    if mark is None:
+        return str(problem)
+    # PyYAML counts from 0; editors and kubectl count from 1.
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+
+
 def _merge(files: list[Path]) -> _Merged:
     import yaml  # only kubeconfig users pay for it
 
@@ -243,8 +266,10 @@ def _merge(files: list[Path]) -> _Merged:
     for f in files:
         try:
             doc = yaml.load(f.read_text(), Loader=loader) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ConfigError(f"cannot read kubeconfig {str(f)!r}: {type(e).__name__}") from None
+        except OSError as e:
+            raise ConfigError(f"cannot read kubeconfig {str(f)!r}: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"kubeconfig {str(f)!r} is not valid YAML: {_where(e)}") from None
         if not isinstance(doc, dict):
             raise ConfigError(f"kubeconfig {str(f)!r} is not a mapping")
         base = f.resolve().parent

@@ -12,6 +12,7 @@ every field, and empty maps, zero counters and absent values are left out)::
     linkCount:  int;  deck: latest deck name               # printer columns
     links:      {name: {url, at, events}}                  # LWW per name by ``at``
     decks:      {name: {uri, at, events}}
+    metrics:    {name: {value, step?, at, events}}            # LWW per name by ``at``
     spans:      {name: {count, totalNs, minS, maxS, firstStart, lastEnd, errors, events,
                         windows}}                  # windows: "<shift> lo-hi,..." (timelines)
     workers:    [{pod, fraction, message?, final?, failed?, workers?, at, events}]
@@ -21,7 +22,7 @@ every field, and empty maps, zero counters and absent values are left out)::
     firstEventTime, lastEventTime: RFC 3339
     applied:    "inst=lo-hi,seq@created inst2=..."         # the version vector, one string
     compactedBefore: RFC 3339                              # dedup compaction watermark
-    budgetDropped: {pods?, unknownTypes?, workerMessages?, spans?, decks?, links?}
+    budgetDropped: {pods?, unknownTypes?, workerMessages?, metrics?, spans?, decks?, links?}
 
 ``at`` is the order key ``"<eventTime> <instance> <seq>"``. ``events`` counts the events that
 targeted an entry.
@@ -53,11 +54,14 @@ from .event import (
     parse_event,
     parse_watch_line,
 )
+from .folding import fold, fold_all, fold_checked, fold_many
 from .lineage import LineageEntry, fold_lineage
 from .note import decode_note, encode_note, encode_note_bytes, valid_instance, valid_seq
 from .payloads import (
     DeckReady,
     LogLink,
+    Metric,
+    Metrics,
     Payload,
     PodSpawned,
     Progress,
@@ -78,10 +82,6 @@ from .state import (
     SpanAgg,
     TaskProgress,
     TaskState,
-    fold,
-    fold_all,
-    fold_checked,
-    fold_many,
     new_state,
 )
 from .text import sanitize_text
@@ -109,6 +109,8 @@ __all__ = [
     "Limits",
     "LineageEntry",
     "LogLink",
+    "Metric",
+    "Metrics",
     "Named",
     "ObjectRef",
     "ParsedEvent",

@@ -6,9 +6,8 @@ decides what happens to each event (wrong task, duplicate, late, applied) and on
 (on its first write) and changes the copy in place, so a batch costs one copy per map and a
 single event the copy of the one map it touches; span aggregates are summed in place during
 a run and built once at its end. ``fold`` is pure and total; the state round-trips through
-the TaskFeedback ``.status`` dict (``TaskState.to_status``/``from_status``, in
-schemas/taskstate.py and schemas/decoding.py; the camelCase layout is documented in
-deploy/crd.yaml).
+the TaskFeedback ``.status`` dict (``TaskState.to_status``/``from_status``, both in
+schemas/state.py; the camelCase layout is documented in deploy/crd.yaml).
 
 Order-insensitivity, precisely: for a set of events with distinct (instance, seq), folding any
 permutation, with any duplicates mixed in, yields an identical ``to_status()`` except for
@@ -56,14 +55,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
+from operator import attrgetter
 from typing import NamedTuple, cast
 
 from tidings._compat import UTC
 
 from .event import ParsedEvent, TaskRef
+from .kinds import KINDS, Kind
 from .payloads import (
-    DeckReady,
-    LogLink,
     Payload,
     PodSpawned,
     Progress,
@@ -72,13 +71,14 @@ from .payloads import (
     UnknownPayload,
     cut_text,
 )
-from .taskstate import (
+from .state import (
     _INT_MAX,
     DEFAULT_LIMITS,
     MESSAGE_LIMIT,
     K,
     Limits,
     Named,
+    NamedValue,
     OrderKey,
     ProgressState,
     SpanAgg,
@@ -121,7 +121,8 @@ def _insert_capped(
     return weight(evicted)
 
 
-def _set_named(entries: dict[str, Named], name: str, value: str, at: OrderKey, cap: int) -> int:
+def _set_named(entries: dict[str, Named], name: str, value: NamedValue, at: OrderKey,
+               cap: int) -> int:
     cur = entries.get(name)
     if cur is None:
         return _insert_capped(entries, name, Named(value, at, 1), cap, _named_weight)
@@ -283,9 +284,8 @@ class _Work:
     __slots__ = (
         "accs",
         "counters",
-        "decks_w",
         "lim",
-        "links_w",
+        "named_w",
         "spans_w",
         "state",
         "unknown_w",
@@ -295,8 +295,7 @@ class _Work:
     def __init__(self, state: TaskState) -> None:
         self.state, self.lim = state, state.limits
         self.counters = dict(state.counters)
-        self.links_w: dict[str, Named] | None = None
-        self.decks_w: dict[str, Named] | None = None
+        self.named_w: dict[str, dict[str, Named]] | None = None
         self.spans_w: dict[str, _SpanEntry] | None = None
         self.workers_w: dict[str, ProgressState] | None = None
         self.unknown_w: dict[str, int] | None = None
@@ -305,6 +304,9 @@ class _Work:
     def bump(self, name: str, n: int = 1) -> None:
         c = self.counters
         c[name] = c.get(name, 0) + n
+
+
+Apply = Callable[[_Work, ParsedEvent, Payload, datetime], None]
 
 
 def _apply_spans(w: _Work, ev: ParsedEvent, p: SpanSummaries, t: datetime) -> None:
@@ -325,25 +327,30 @@ def _apply_progress(w: _Work, ev: ParsedEvent, p: Progress, t: datetime) -> None
         w.bump("workers_capped", capped)
 
 
-def _apply_named(w: _Work, entries: dict[str, Named], name: str, value: str, at: OrderKey,
-                 cap: int, counter: str) -> None:
-    capped = _set_named(entries, name, value, at, cap)
-    if capped:
-        w.bump(counter, capped)
+def _named_apply(kind: Kind, model: type) -> Apply:
+    """The apply of a named kind's ``model`` (schemas/kinds.py): the payload's ``key`` names
+    a last-writer-wins register holding its value fields (one: the value; several: a tuple).
+    A batch model's rows are each merged as one event of their name would be."""
+    section, cap, counter = kind.section, attrgetter(kind.cap), kind.capped
+    key = attrgetter(kind.key)
+    value = attrgetter(*(f.attr for f in kind.values))
+    rows = attrgetter(kind.batch) if kind.batch in getattr(model, "model_fields", {}) \
+        else None
 
+    def apply(w: _Work, ev: ParsedEvent, p: Payload, t: datetime) -> None:
+        named = w.named_w
+        if named is None:
+            named = w.named_w = {}
+        entries = named.get(section)
+        if entries is None:
+            entries = named[section] = dict(w.state.named.get(section, {}))
+        at, limit = (t, ev.instance, ev.seq), cap(w.lim)
+        for row in (p,) if rows is None else rows(p):
+            capped = _set_named(entries, key(row), value(row), at, limit)
+            if capped:
+                w.bump(counter, capped)
 
-def _apply_link(w: _Work, ev: ParsedEvent, p: LogLink, t: datetime) -> None:
-    if w.links_w is None:
-        w.links_w = dict(w.state.link_entries)
-    _apply_named(w, w.links_w, p.name, p.url, (t, ev.instance, ev.seq), w.lim.links,
-                 "links_capped")
-
-
-def _apply_deck(w: _Work, ev: ParsedEvent, p: DeckReady, t: datetime) -> None:
-    if w.decks_w is None:
-        w.decks_w = dict(w.state.deck_entries)
-    _apply_named(w, w.decks_w, p.name, p.uri, (t, ev.instance, ev.seq), w.lim.decks,
-                 "decks_capped")
+    return apply
 
 
 def _apply_pod_spawned(w: _Work, ev: ParsedEvent, p: PodSpawned, t: datetime) -> None:
@@ -360,19 +367,21 @@ def _apply_unknown(w: _Work, ev: ParsedEvent, p: UnknownPayload, t: datetime) ->
         w.bump("unknown_capped", capped)
 
 
-Apply = Callable[[_Work, ParsedEvent, Payload, datetime], None]
-# What each payload type does. ``t`` is the event's order time (eventTime bounded by the
-# server's clock); every applied event also counts its sender pod, its time and warning.
+# What the payload models of each family (schemas/kinds.py) do; named kinds are generic.
 # (Each function takes its own type; the table is keyed by exactly that type.)
-APPLY: dict[type, Apply] = {
+_FAMILY_APPLY: dict[type, Apply] = {
     SpanSummary: cast(Apply, _apply_span),
     SpanSummaries: cast(Apply, _apply_spans),
     Progress: cast(Apply, _apply_progress),
-    LogLink: cast(Apply, _apply_link),
-    DeckReady: cast(Apply, _apply_deck),
     PodSpawned: cast(Apply, _apply_pod_spawned),
     UnknownPayload: cast(Apply, _apply_unknown),
 }
+# What each payload type does, for every kind of the registry. ``t`` is the event's order
+# time (eventTime bounded by the server's clock); every applied event also counts its
+# sender pod, its time and warning.
+APPLY: dict[type, Apply] = {
+    m: _named_apply(k, m) if k.family == "named" else _FAMILY_APPLY[m]
+    for k in KINDS for m in k.models}
 
 # admit(event, late) -> fold it? Asked once per event that is not a duplicate; for a late
 # event (created before the watermark) the answer is ignored: it is always counted.
@@ -517,8 +526,7 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
         spans = entries  # type: ignore[assignment]
     return _new_task_state(
         task,
-        state.link_entries if w.links_w is None else w.links_w,
-        state.deck_entries if w.decks_w is None else w.decks_w,
+        state.named if w.named_w is None else _merged(state.named, w.named_w),
         spans,
         state.workers if w.workers_w is None else w.workers_w,
         state.pod_events if pods is None else pods,
@@ -532,6 +540,17 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
         warnings,
         lim,
     ), k, due
+
+
+def _merged(named: Mapping[str, Mapping[str, Named]], written: dict[str, dict[str, Named]]
+            ) -> dict[str, Mapping[str, Named]]:
+    # A section is present only while it holds a register (a cap of 0 keeps none), so
+    # states equal in content compare equal.
+    out = dict(named)
+    for section, entries in written.items():
+        if entries:
+            out[section] = entries
+    return out
 
 
 def _compact(applied: VersionVector, times: Mapping[str, int], watermark: int, c: int,
@@ -566,7 +585,7 @@ def _compacted(state: TaskState, c: int) -> TaskState:
         counters = dict(counters)
         counters["instances_compacted"] = counters.get("instances_compacted", 0) + n
     return _new_task_state(
-        state.task, state.link_entries, state.deck_entries, state.spans, state.workers,
+        state.task, state.named, state.spans, state.workers,
         state.pod_events, applied, times, watermark, state.first_event_time,
         state.last_event_time, counters, state.unknown, state.warnings, state.limits)
 
@@ -588,7 +607,7 @@ def _with_counter(state: TaskState, name: str) -> TaskState:
     counters = dict(state.counters)
     counters[name] = counters.get(name, 0) + 1
     return _new_task_state(
-        state.task, state.link_entries, state.deck_entries, state.spans, state.workers,
+        state.task, state.named, state.spans, state.workers,
         state.pod_events, state.applied, state.instance_times, state.watermark,
         state.first_event_time, state.last_event_time, counters, state.unknown,
         state.warnings, state.limits)

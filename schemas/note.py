@@ -20,14 +20,8 @@ import orjson
 from pydantic import ValidationError
 
 from .constants import INSTANCE_LIMIT, NOTE_LIMIT, SCHEMA_VERSION, SEQ_MAX
-from .payloads import (
-    KNOWN_PAYLOADS,
-    SHRINKABLE,
-    Payload,
-    UnknownPayload,
-    cut_text,
-    payload_type,
-)
+from .kinds import KNOWN_PAYLOADS, SHRINKABLE
+from .payloads import Payload, UnknownPayload, cut_text, payload_type
 from .rejection import Rejection, RejectReason, describe_validation_error, validation_reason
 
 # Text fields that must keep at least one character (the "…" marker) when cut.

@@ -334,6 +334,57 @@ class Progress(BaseModel):
         return self
 
 
+class Metric(BaseModel):
+    """The latest value of the named scalar metric ``name`` (loss, learning rate, eval
+    accuracy, samples/s), optionally at training ``step``. Finite values only: NaN and
+    infinities are refused (JSON has no spelling for them)."""
+
+    model_config = _MODEL_CONFIG
+    TYPE: ClassVar[str] = "Metric"
+
+    name: Name
+    value: float
+    step: Annotated[int, Field(ge=0, le=2**53)] | None = None
+
+
+# Rows per Metrics note: far more than fit in NOTE_LIMIT bytes; bounds the work per note.
+METRIC_ROWS_MAX = 64
+
+
+def _metric_rows(v: Any) -> Any:
+    if not isinstance(v, list | tuple):
+        return v  # strict validation explains what is wrong
+    out: list[Metric] = []
+    for row in v:
+        if isinstance(row, Metric):
+            out.append(row)
+            continue
+        if not isinstance(row, list | tuple) or len(row) != 3:
+            raise PydanticCustomError("metric_row", "a metric row is [name, value, step or null]")
+        # Metric validates each row (name rules, a finite value, the step's bounds).
+        out.append(Metric(name=row[0], value=row[1], step=row[2]))
+    if len({m.name for m in out}) != len(out):
+        raise PydanticCustomError("metric_row", "the names of one note's metrics must differ")
+    return tuple(out)
+
+
+class Metrics(BaseModel):
+    """Several metrics' latest values in one note (one API call per window for a dozen
+    names). On the wire ``metrics`` is a list of ``[name, value, step or null]`` rows; in
+    memory one validated Metric per row, each folded as one Metric event would be."""
+
+    model_config = _MODEL_CONFIG
+    TYPE: ClassVar[str] = "Metrics"
+
+    metrics: Annotated[tuple[Metric, ...], Field(min_length=1, max_length=METRIC_ROWS_MAX)]
+
+    _rows = field_validator("metrics", mode="before")(_metric_rows)
+
+    @model_serializer(mode="plain")
+    def _wire(self) -> dict[str, Any]:
+        return {"metrics": [[m.name, m.value, m.step] for m in self.metrics]}
+
+
 class PodSpawned(BaseModel):
     """Lineage record: pod ``pod_name``/``pod_uid`` was spawned for app or owner ``app``."""
 
@@ -390,23 +441,8 @@ class UnknownPayload(BaseModel):
     raw: Annotated[dict[str, Any], BeforeValidator(_clean_raw)] = Field(default_factory=dict)
 
 
-Payload: TypeAlias = (LogLink | DeckReady | SpanSummary | SpanSummaries | Progress | PodSpawned
-                      | UnknownPayload)
-
-KNOWN_PAYLOADS: dict[
-    str, type[LogLink | DeckReady | SpanSummary | SpanSummaries | Progress | PodSpawned]] = {
-    m.TYPE: m for m in (LogLink, DeckReady, SpanSummary, SpanSummaries, Progress, PodSpawned)
-}
-
-# Text fields that may be cut to make a note fit, in the order they are given up.
-SHRINKABLE: dict[str, tuple[str, ...]] = {
-    "LogLink": ("name",),
-    "DeckReady": ("name",),
-    "SpanSummary": ("name",),
-    "Progress": ("message",),
-    "PodSpawned": ("role", "app"),
-}
-
+Payload: TypeAlias = (LogLink | DeckReady | Metric | Metrics | SpanSummary | SpanSummaries
+                      | Progress | PodSpawned | UnknownPayload)
 
 def span_summaries(p: Payload) -> tuple[SpanSummary, ...]:
     """The per-name span summaries ``p`` carries: its rows, itself, or none."""

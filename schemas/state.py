@@ -1,63 +1,741 @@
-"""Task state and the fold, as one import: the public names of the three modules that hold them.
+"""The folded state of a task and its ``.status`` codec: limits, registers, the completion rule.
 
-The work is split by job: schemas/taskstate.py (the state's types, limits and ``.status``
-encoding), schemas/folding.py (the fold engine; its docstring states the fold's rules) and
-schemas/decoding.py (``.status`` back to a state). Code outside ``schemas`` imports from
-here or from ``tidings.schemas``.
+``TaskState`` is what the fold (schemas/folding.py) builds; ``to_status`` writes it, camelCase
+and structural (deploy/crd.yaml documents every field), and ``decode_status`` reads it back.
+The rules that give each field its meaning (order keys, caps, the completion rule, dedup
+compaction) are in schemas/folding.py's docstring.
 """
 
 from __future__ import annotations
 
-from .decoding import decode_status
-from .folding import APPLY, WINDOW_BUCKETS, Checked, fold, fold_all, fold_checked, fold_many
-from .taskstate import (
-    BUDGET_DROP_ORDER,
-    CLOCK_SKEW,
-    COUNTER_NAMES,
-    DEFAULT_LIMITS,
-    FAILED,
-    MESSAGE_LIMIT,
-    PENDING,
-    RUNNING,
-    STATUS_BUDGET,
-    STATUS_VERSION,
-    SUCCEEDED,
-    Limits,
-    Named,
-    OrderKey,
-    ProgressState,
-    SpanAgg,
-    TaskProgress,
-    TaskState,
-    new_state,
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple, TypeVar
+
+import orjson
+
+from ._fast import slot_constructor
+from .constants import NAME_LIMIT, TYPE_LIMIT
+from .contract import FAILED, PENDING, RUNNING, SUCCEEDED
+from .event import ParsedEvent, TaskRef
+from .kinds import KINDS, NAMED_KINDS, Kind, Scalar
+from .note import valid_instance, valid_seq
+from .times import epoch, format_seconds, format_time, from_epoch, parse_time
+from .version_vector import VersionVector
+
+OrderKey = tuple[datetime, str, int]
+_INT_MAX = 2**63 - 1  # status numbers are int64 in the API server; sums saturate there
+# The layout version of ``.status`` (1 was the snake_case layout, which is no longer read).
+STATUS_VERSION = 2
+# Characters of a worker's progress message kept in the status (the note allows ~1000 bytes;
+# a status line needs far less, and 64 workers' messages must stay small).
+MESSAGE_LIMIT = 256
+# The hard byte budget of a written status (JSON, UTF-8), far below etcd's 1.5 MB request limit.
+# 64 KiB: the API server's CPU per status write grows with its bytes (about 0.2 ms/KB in
+# bench/bench_status_write.py), so this also bounds the cost of a write at every cap.
+STATUS_BUDGET = 64 * 1024
+# What ``to_status(budget=...)`` gives up, in this order, while the status is over budget:
+# the sender pods first, then each kind's section by its ``drop_rank`` (schemas/kinds.py).
+# Dedup data, phase, conditions, progress, workers and counters are never dropped.
+# Entries go from the end of a section (the largest names first), a section at a time;
+# ``workerMessages`` empties the workers' messages (their progress stays).
+BUDGET_DROP_ORDER: tuple[str, ...] = ("pods", *(
+    k.budget_section for k in sorted(KINDS, key=lambda k: k.drop_rank or 0)
+    if k.drop_rank is not None))
+# How far past the API server's creationTimestamp a sender's eventTime may order its event.
+CLOCK_SKEW = timedelta(seconds=60)
+
+COUNTER_NAMES: tuple[str, ...] = (
+    "events_applied",  # distinct events folded in (order-independent)
+    "duplicates",  # re-deliveries skipped by the version vector (depends on delivery)
+    # Each kind's: ``*_capped`` counts its events beyond its cap (e.g. links whose name is
+    # beyond the links cap, Progress of pods beyond the worker cap); ``unknown_payloads``
+    # the events of an unknown type or newer schema version; ``pods_spawned`` lineage.
+    *dict.fromkeys(c for k in KINDS for c in (k.capped, *k.counters) if c),
+    "pods_capped",  # events of sender pods beyond the pods cap
+    "wrong_task",  # events handed to the fold of another task (a caller bug); not applied
+    "fold_errors",  # internal errors swallowed to keep the fold total (should stay 0)
+    "time_clamped",  # events whose eventTime was later than creationTimestamp + CLOCK_SKEW
+    "late_skipped",  # events created before the compaction watermark: skipped, never re-applied
+    "instances_compacted",  # emitter instances forgotten by dedup compaction
 )
 
-__all__ = [
-    "APPLY",
-    "BUDGET_DROP_ORDER",
-    "CLOCK_SKEW",
-    "COUNTER_NAMES",
-    "DEFAULT_LIMITS",
-    "FAILED",
-    "MESSAGE_LIMIT",
-    "PENDING",
-    "RUNNING",
-    "STATUS_BUDGET",
-    "STATUS_VERSION",
-    "SUCCEEDED",
-    "WINDOW_BUCKETS",
-    "Checked",
-    "Limits",
-    "Named",
-    "OrderKey",
-    "ProgressState",
-    "SpanAgg",
-    "TaskProgress",
-    "TaskState",
-    "decode_status",
-    "fold",
-    "fold_all",
-    "fold_checked",
-    "fold_many",
-    "new_state",
-]
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-task caps. Beyond a cap the lexicographically smallest names are kept, so the kept
+    set does not depend on arrival order; everything else is counted in ``*_capped``."""
+
+    links: int = 64
+    decks: int = 32
+    metrics: int = 64
+    spans: int = 128
+    pods: int = 128
+    unknown_types: int = 32
+    workers: int = 64  # pods whose progress is kept (the completion rule sees these)
+    # How far past creationTimestamp an eventTime may order its event (watcher --clock-skew).
+    clock_skew: timedelta = CLOCK_SKEW
+    # Dedup compaction: the transport's event TTL plus a margin, and the instances kept.
+    event_ttl: timedelta = timedelta(hours=1)
+    ttl_margin: timedelta = timedelta(minutes=10)
+    max_instances: int = 512
+
+
+DEFAULT_LIMITS = Limits()
+
+
+# A named register's value: the payload's one value field, or a tuple of its several
+# (in the order of its kind's ``values``).
+NamedValue = Scalar | tuple[Scalar, ...]
+
+
+class Named(NamedTuple):
+    """A last-writer-wins register: ``value`` written by the event with order key ``at``;
+    ``events`` counts the events that targeted this name (needed to count them when capped)."""
+
+    value: NamedValue
+    at: OrderKey
+    events: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpanAgg:
+    """Aggregate of all SpanSummary windows of one name. Total time is exact integer ns so
+    that sums are associative and any arrival order gives bit-identical results."""
+
+    count: int
+    total_ns: int
+    min_s: float
+    max_s: float
+    first_start: float
+    last_end: float
+    errors: int
+    events: int
+    # Where the spans ran: merged busy intervals of the windows, in buckets of 2**shift µs
+    # (the smallest bucket that cuts [first_start, last_end] into at most WINDOW_BUCKETS),
+    # as (lo, hi) bucket numbers. Integer rounding outward at a power-of-two grid makes the
+    # result the same for any arrival order, and it never holds more than ~33 intervals.
+    shift: int = 0
+    windows: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def total_s(self) -> float:
+        return self.total_ns / 1e9
+
+    def busy(self) -> list[tuple[float, float]]:
+        """The busy intervals as (start, end) Unix seconds."""
+        q = 1 << self.shift
+        return [(lo * q / 1e6, hi * q / 1e6) for lo, hi in self.windows]
+
+
+class ProgressState(NamedTuple):
+    """One worker's winning Progress: a final beats any non-final, then the latest wins.
+    ``events`` counts that worker's Progress events (to count them when capped)."""
+
+    fraction: float
+    message: str
+    final: bool
+    at: OrderKey
+    failed: bool = False
+    workers: int = 0
+    events: int = 1
+
+
+class TaskProgress(NamedTuple):
+    """The task's aggregate progress (see the module docstring for the rule)."""
+
+    fraction: float
+    message: str
+    final: bool  # the task is over (succeeded or failed)
+    failed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TaskState:
+    """Folded state of one task. Treat as immutable; build with ``new_state`` and ``fold``."""
+
+    task: TaskRef
+    named: Mapping[str, Mapping[str, Named]]  # a named kind's section -> its registers
+    spans: Mapping[str, SpanAgg]
+    workers: Mapping[str, ProgressState]  # reporting pod name -> its winning progress
+    pod_events: Mapping[tuple[str, str], int]  # (pod name, uid) -> events sent
+    applied: VersionVector
+    instance_times: Mapping[str, int]  # instance -> newest creationTimestamp (epoch s)
+    watermark: int  # epoch s; events created before it are skipped (0: none)
+    first_event_time: datetime | None
+    last_event_time: datetime | None
+    counters: Mapping[str, int]
+    unknown: Mapping[str, int]  # unknown payload type -> events
+    warnings: int
+    limits: Limits = field(default=DEFAULT_LIMITS, compare=False)
+
+    def registers(self, kind: Kind) -> Mapping[str, Named]:
+        """The registers of the named ``kind`` (empty when none was written)."""
+        return self.named.get(kind.section, _NO_REGISTERS)
+
+    @property
+    def link_entries(self) -> Mapping[str, Named]:
+        return self.named.get("links", _NO_REGISTERS)
+
+    @property
+    def deck_entries(self) -> Mapping[str, Named]:
+        return self.named.get("decks", _NO_REGISTERS)
+
+    @property
+    def links(self) -> dict[str, str]:
+        """Link name -> URL."""
+        return {k: str(v.value) for k, v in sorted(self.link_entries.items())}
+
+    @property
+    def decks(self) -> dict[str, str]:
+        """Deck name -> URI."""
+        return {k: str(v.value) for k, v in sorted(self.deck_entries.items())}
+
+    @property
+    def latest_deck(self) -> str | None:
+        """The name of the deck written last (by order key), or None."""
+        if not self.deck_entries:
+            return None
+        return max(self.deck_entries.items(), key=lambda kv: (kv[1].at, kv[0]))[0]
+
+    @property
+    def pods(self) -> list[tuple[str, str]]:
+        """Sender pods seen, as sorted (name, uid) pairs."""
+        return sorted(self.pod_events)
+
+    @property
+    def phase(self) -> str:
+        """Pending (nothing folded), Running, Succeeded or Failed (the completion rule)."""
+        return _phase(self)
+
+    @property
+    def finished(self) -> bool:
+        """True once the task is over: phase Succeeded or Failed."""
+        return self.phase in (SUCCEEDED, FAILED)
+
+    @property
+    def completed(self) -> bool:
+        """Alias of ``finished`` (the task is over, whatever its outcome)."""
+        return self.finished
+
+    @property
+    def failed(self) -> bool:
+        return self.phase == FAILED
+
+    @property
+    def settled(self) -> bool:
+        """Finished, and every event a final worker's emitter sent before its final is
+        folded (emitters count seqs from 0 and send pending span windows before a final, so
+        a gap below the final's seq is a window still on its way)."""
+        if not self.finished:
+            return False
+        for w in self.workers.values():
+            if not w.final:
+                continue
+            _, instance, seq = w.at
+            rs = self.applied.ranges(instance)
+            if rs and not (rs[0][0] == 0 and rs[0][1] >= seq):
+                return False  # (an instance compacted away has no ranges: nothing to wait for)
+        return True
+
+    def late(self, ev: ParsedEvent) -> bool:
+        """Whether ``ev`` was created before the compaction watermark (it is skipped)."""
+        return ev.created is not None and epoch(ev.created) < self.watermark
+
+    @property
+    def progress(self) -> TaskProgress | None:
+        """The task's aggregate progress; None when no worker reported any."""
+        return _aggregate(self)
+
+    def to_status(self, budget: int | None = None) -> dict[str, Any]:
+        """The JSON-safe ``.status`` dict: camelCase, structural (deploy/crd.yaml documents
+        every field); empty maps, zero counters and absent values are left out.
+
+        With ``budget`` (bytes), entries are dropped in ``BUDGET_DROP_ORDER`` (from the end of
+        each section, the largest names first) while the encoded status is larger, and
+        ``budgetDropped`` counts what went per section (the in-memory state keeps it all; only
+        the written copy is cut). Phase, conditions, progress, the workers' progress, counters
+        and the version vector are never dropped."""
+        st = self._status()
+        if budget is None:
+            return st
+        size = len(orjson.dumps(st)) + _DROPPED_RESERVE
+        dropped: dict[str, int] = {}
+        for section in BUDGET_DROP_ORDER:
+            if size <= budget:
+                break
+            if section == "workerMessages":
+                n = 0
+                for w in reversed(st.get("workers", [])):
+                    if size <= budget:
+                        break
+                    if "message" in w:
+                        size -= len(orjson.dumps(w["message"])) + len('"message":,')
+                        del w["message"]
+                        n += 1
+                if n:
+                    dropped[section] = n
+                continue
+            entries = st.get(section)
+            if not entries:
+                continue
+            n = 0
+            keys = list(range(len(entries))) if isinstance(entries, list) else list(entries)
+            for key in reversed(keys):
+                if size <= budget:
+                    break
+                value = entries.pop(key)
+                size -= len(orjson.dumps(value)) + (
+                    1 if isinstance(entries, list) else len(orjson.dumps(key)) + 2)
+                n += 1
+            if not entries:
+                del st[section]
+            dropped[section] = n
+        if dropped:
+            st["budgetDropped"] = dropped
+        return st
+
+    def _status(self) -> dict[str, Any]:
+        phase = self.phase
+        st: dict[str, Any] = {"schemaVersion": STATUS_VERSION, "phase": phase}
+        conditions = _conditions(self, phase)
+        if conditions:
+            st["conditions"] = conditions
+        agg = _aggregate(self, phase)
+        if agg is not None:
+            st["progress"] = {"percent": _percent(agg.fraction, phase), "message": agg.message}
+        st["linkCount"] = len(self.link_entries)
+        deck = self.latest_deck
+        if deck is not None:
+            st["deck"] = deck
+        named = self.named
+        for kind in NAMED_KINDS:
+            entries = named.get(kind.section)
+            if entries:
+                st[kind.section] = {k: _named_json(kind, v) for k, v in sorted(entries.items())}
+        if self.spans:
+            st["spans"] = {
+                k: {
+                    "count": s.count,
+                    "totalNs": s.total_ns,
+                    "minS": s.min_s,
+                    "maxS": s.max_s,
+                    "firstStart": s.first_start,
+                    "lastEnd": s.last_end,
+                    "errors": s.errors,
+                    "events": s.events,
+                    "windows": _windows_text(s),
+                }
+                for k, s in sorted(self.spans.items())
+            }
+        if self.workers:
+            st["workers"] = [_worker_json(k, w) for k, w in sorted(self.workers.items())]
+        if self.pod_events:
+            st["pods"] = [
+                {"name": n, "uid": u, "events": c} for (n, u), c in sorted(self.pod_events.items())
+            ]
+        if self.unknown:
+            st["unknownTypes"] = dict(sorted(self.unknown.items()))
+        counters = {_CAMEL[k]: v for k in COUNTER_NAMES if (v := self.counters.get(k, 0))}
+        if self.warnings:
+            counters["warnings"] = self.warnings
+        if counters:
+            st["counters"] = counters
+        if self.first_event_time is not None:
+            st["firstEventTime"] = format_time(self.first_event_time)
+        if self.last_event_time is not None:
+            st["lastEventTime"] = format_time(self.last_event_time)
+        applied = self.applied.to_text(self.instance_times)
+        if applied:
+            st["applied"] = applied
+        if self.watermark:
+            st["compactedBefore"] = format_seconds(from_epoch(self.watermark))
+        return st
+
+    @classmethod
+    def from_status(cls, task: TaskRef, status: Any, limits: Limits = DEFAULT_LIMITS) -> TaskState:
+        """Rebuild a state from a ``.status`` dict. Tolerant: anything unreadable gives a
+        fresh state for ``task`` (never raises)."""
+        return decode_status(task, status, limits)
+
+
+def new_state(task: TaskRef, limits: Limits = DEFAULT_LIMITS) -> TaskState:
+    """The empty state of ``task``."""
+    return TaskState(
+        task=task,
+        named={},
+        spans={},
+        workers={},
+        pod_events={},
+        applied=VersionVector(),
+        instance_times={},
+        watermark=0,
+        first_event_time=None,
+        last_event_time=None,
+        counters=dict.fromkeys(COUNTER_NAMES, 0),
+        unknown={},
+        warnings=0,
+        limits=limits,
+    )
+
+
+
+_NO_REGISTERS: Mapping[str, Named] = {}
+
+# Room for the budgetDropped field itself.
+_DROPPED_RESERVE = 160
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+_CAMEL: dict[str, str] = {k: _camel(k) for k in COUNTER_NAMES}
+_SNAKE: dict[str, str] = {v: k for k, v in _CAMEL.items()}
+
+
+def _windows_text(s: SpanAgg) -> str:
+    """``"<shift> lo-hi,lo-hi"`` with bucket numbers relative to the first start's bucket."""
+    base = _us(s.first_start) >> s.shift
+    return f"{s.shift} " + ",".join(f"{lo - base}-{hi - base}" for lo, hi in s.windows)
+
+
+def _named_json(kind: Kind, v: Named) -> dict[str, Any]:
+    """A register's status entry: its value fields (an absent optional one left out), then
+    ``at`` and ``events``."""
+    fields = kind.values
+    out: dict[str, Any] = {}
+    if len(fields) == 1:
+        out[fields[0].attr] = v.value
+    else:
+        assert isinstance(v.value, tuple)
+        for f, x in zip(fields, v.value, strict=True):
+            if x is not None:
+                out[f.attr] = x
+    out["at"] = _key_text(v.at)
+    out["events"] = v.events
+    return out
+
+
+def _key_text(k: OrderKey) -> str:
+    """The order key as one string: ``<eventTime> <instance> <seq>``."""
+    return f"{format_time(k[0])} {k[1]} {k[2]}"
+
+
+def _worker_json(pod: str, w: ProgressState) -> dict[str, Any]:
+    out: dict[str, Any] = {"pod": pod, "fraction": w.fraction}
+    if w.message:
+        out["message"] = w.message
+    if w.final:
+        out["final"] = True
+    if w.failed:
+        out["failed"] = True
+    if w.workers:
+        out["workers"] = w.workers
+    out["at"] = _key_text(w.at)
+    out["events"] = w.events
+    return out
+
+
+# --- the completion rule and the task aggregate -------------------------------------------
+
+
+def _declared(state: TaskState) -> int:
+    return max((w.workers for w in state.workers.values()), default=0)
+
+
+def _phase(state: TaskState) -> str:
+    ws = state.workers
+    if any(w.failed for w in ws.values()):
+        return FAILED
+    if ws and all(w.final for w in ws.values()) and len(ws) >= _declared(state):
+        return SUCCEEDED
+    if state.counters.get("events_applied", 0) or ws:
+        return RUNNING
+    return PENDING
+
+
+def _aggregate(state: TaskState, phase: str | None = None) -> TaskProgress | None:
+    ws = state.workers
+    if not ws:
+        return None
+    phase = phase or _phase(state)
+    fraction = sum(w.fraction for w in ws.values()) / max(len(ws), _declared(state))
+    if phase == FAILED:
+        # The first failure explains the outcome best.
+        msg = min((w for w in ws.values() if w.failed), key=lambda w: w.at).message
+    else:
+        msg = max(ws.values(), key=lambda w: w.at).message
+    return TaskProgress(round(min(1.0, fraction), 4), msg, phase in (SUCCEEDED, FAILED),
+                        phase == FAILED)
+
+
+def _percent(fraction: float, phase: str) -> int:
+    pct = round(fraction * 100)
+    # 100 % only once the completion rule holds, whatever the workers say.
+    return pct if phase == SUCCEEDED else min(pct, 99)
+
+
+def _condition(ctype: str, true: bool, reason: str, message: str, at: datetime) -> dict[str, Any]:
+    return {"type": ctype, "status": "True" if true else "False", "reason": reason,
+            "message": message, "lastTransitionTime": format_seconds(at)}
+
+
+def _conditions(state: TaskState, phase: str) -> list[dict[str, Any]]:
+    """``Completed`` (the task is over, either way) and ``Failed``, metav1.Condition style.
+
+    lastTransitionTime is the time of the deciding event (the first failed final; the last
+    final that made the rule hold), or of the first event while the condition is False, so
+    it is a function of the folded set, like everything else in the status.
+    """
+    start = state.first_event_time
+    if start is None:
+        return []
+    ws = state.workers
+    if phase == FAILED:
+        first = min((w for w in ws.values() if w.failed), key=lambda w: w.at)
+        at = first.at[0]
+        msg = first.message or "a worker reported failure"
+        return [_condition("Completed", True, FAILED, msg, at),
+                _condition("Failed", True, "WorkerFailed", msg, at)]
+    failed = _condition("Failed", False, "NoFailure", "no worker reported failure", start)
+    if phase == SUCCEEDED:
+        at = max(w.at for w in ws.values())[0]
+        n = len(ws)
+        msg = f"{n} worker{'s' if n != 1 else ''} reported a final progress"
+        return [_condition("Completed", True, SUCCEEDED, msg, at), failed]
+    finals = sum(1 for w in ws.values() if w.final)
+    want = max(len(ws), _declared(state))
+    msg = f"{finals} of {want} workers final" if ws else "no progress reported yet"
+    return [_condition("Completed", False, RUNNING, msg, start), failed]
+
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+# Frozen dataclass __init__ pays object.__setattr__ per field; these build the same objects.
+_new_task_state = slot_constructor(TaskState)
+_new_span_agg = slot_constructor(SpanAgg)
+
+
+# How many events an entry stands for: what a cap counts when it evicts the entry.
+def _named_weight(v: Named) -> int:
+    return v.events
+
+
+def _span_weight(v: SpanAgg) -> int:
+    return v.events
+
+
+def _worker_weight(v: ProgressState) -> int:
+    return v.events
+
+
+def _ident(v: int) -> int:
+    return v
+
+
+def _us(t: float) -> int:
+    return round(t * 1e6)
+
+
+# --- the decoder: ``.status`` back to a ``TaskState`` ----------------------------------
+# The inverse of ``to_status`` for every status the fold wrote; anything else (another
+# layout, a hand-edited or hostile status) gives a fresh state rather than a wrong one. A
+# status written under larger limits is cut by the same smallest-keys rule the fold uses,
+# and what is cut is counted in ``*_capped``.
+
+
+def decode_status(task: TaskRef, status: Any, limits: Limits = DEFAULT_LIMITS) -> TaskState:
+    """``TaskState.from_status``: the state a ``.status`` dict holds; never raises (anything
+    unreadable gives a fresh state for ``task``)."""
+    if not isinstance(status, Mapping) or not status:
+        return new_state(task, limits)
+    try:
+        return _from_status(task, status, limits)
+    except Exception:
+        return new_state(task, limits)
+
+
+
+def _need(cond: bool, what: str) -> None:
+    if not cond:
+        raise ValueError(what)
+
+
+def _int(v: Any) -> int:
+    _need(type(v) is int and 0 <= v <= _INT_MAX, "bad int")
+    return int(v)
+
+
+def _float(v: Any) -> float:
+    _need(type(v) in (int, float) and math.isfinite(v) and v >= 0, "bad float")
+    return float(v)
+
+
+def _name(v: Any, limit: int = NAME_LIMIT) -> str:
+    _need(isinstance(v, str) and 0 < len(v) <= limit, "bad name")
+    return str(v)
+
+
+def _key(v: Any) -> OrderKey:
+    _need(isinstance(v, str), "bad order key")
+    parts = v.split(" ")
+    _need(len(parts) == 3 and parts[2].isascii() and parts[2].isdigit(), "bad order key")
+    t = parse_time(parts[0])
+    seq = int(parts[2])
+    _need(t is not None and valid_instance(parts[1]) and valid_seq(seq), "bad order key")
+    assert t is not None
+    return (t, parts[1], seq)
+
+
+def _time(v: Any) -> datetime | None:
+    t = None if v is None else parse_time(v)
+    _need(v is None or t is not None, "bad time")
+    return t
+
+
+def _scalar(v: Any, kind: str, optional: bool) -> Scalar:
+    if v is None:
+        _need(optional, "missing value")
+        return None
+    if kind == "str":
+        _need(isinstance(v, str), "bad value")
+        return str(v)
+    if kind == "int":
+        return _int(v)
+    _need(type(v) in (int, float) and math.isfinite(v), "bad value")
+    return float(v)
+
+
+def _named_map(data: Any, kind: Kind) -> dict[str, Named]:
+    _need(isinstance(data, Mapping), "bad map")
+    out: dict[str, Named] = {}
+    fields = kind.values
+    for k, v in data.items():
+        _need(isinstance(v, Mapping), "bad entry")
+        values = tuple(_scalar(v.get(f.attr), f.type, f.optional) for f in fields)
+        out[_name(k)] = Named(values[0] if len(values) == 1 else values, _key(v.get("at")),
+                              _int(v.get("events")))
+    return out
+
+
+def _trim(entries: dict[K, V], cap: int, weight: Callable[[V], int]) -> tuple[dict[K, V], int]:
+    # A status written under larger limits is cut by the same smallest-keys rule.
+    if len(entries) <= cap:
+        return entries, 0
+    keys = sorted(entries)  # type: ignore[type-var]
+    dropped = sum(weight(entries[k]) for k in keys[cap:])
+    return {k: entries[k] for k in keys[:cap]}, dropped
+
+
+def _worker(w: Any) -> tuple[str, ProgressState]:
+    _need(isinstance(w, Mapping), "bad worker")
+    frac = _float(w.get("fraction"))
+    msg = w.get("message", "")
+    final, failed = w.get("final", False), w.get("failed", False)
+    _need(frac <= 1.0 and isinstance(msg, str) and len(msg) <= MESSAGE_LIMIT, "bad worker")
+    _need(type(final) is bool and type(failed) is bool and (final or not failed), "bad worker")
+    return _name(w.get("pod"), 253), ProgressState(
+        frac, msg, final, _key(w.get("at")), failed, _int(w.get("workers", 0)),
+        _int(w.get("events"))
+    )
+
+
+def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState:
+    _need(_int(st.get("schemaVersion")) == STATUS_VERSION, "another status layout")
+    named = {k.section: _named_map(st.get(k.section, {}), k) for k in NAMED_KINDS}
+    spans: dict[str, SpanAgg] = {}
+    raw_spans = st.get("spans", {})
+    _need(isinstance(raw_spans, Mapping), "bad spans")
+    for k, s in raw_spans.items():
+        _need(isinstance(s, Mapping), "bad span")
+        first_start = _float(s.get("firstStart"))
+        shift, windows = _parse_windows(s.get("windows", "0 "), first_start)
+        spans[_name(k)] = SpanAgg(
+            _int(s.get("count")),
+            _int(s.get("totalNs")),
+            _float(s.get("minS")),
+            _float(s.get("maxS")),
+            first_start,
+            _float(s.get("lastEnd")),
+            _int(s.get("errors")),
+            _int(s.get("events")),
+            shift,
+            windows,
+        )
+    raw_workers = st.get("workers", [])
+    _need(isinstance(raw_workers, list), "bad workers")
+    workers = dict(_worker(w) for w in raw_workers)
+    pods: dict[tuple[str, str], int] = {}
+    raw_pods = st.get("pods", [])
+    _need(isinstance(raw_pods, list), "bad pods")
+    for p in raw_pods:
+        _need(isinstance(p, Mapping), "bad pod")
+        pods[(_name(p.get("name"), 253), _name(p.get("uid"), 64))] = _int(p.get("events"))
+    unknown: dict[str, int] = {}
+    raw_unknown = st.get("unknownTypes", {})
+    _need(isinstance(raw_unknown, Mapping), "bad unknownTypes")
+    for k, c in raw_unknown.items():
+        unknown[_name(k, TYPE_LIMIT)] = _int(c)
+    raw_counters = st.get("counters", {})
+    _need(isinstance(raw_counters, Mapping), "bad counters")
+    counters = dict.fromkeys(COUNTER_NAMES, 0)
+    for k, v in raw_counters.items():
+        if k in _SNAKE:
+            counters[_SNAKE[k]] = _int(v)
+    warnings = _int(raw_counters.get("warnings", 0))
+    applied, times = VersionVector.parse_text(st.get("applied", ""))
+    wm = _time(st.get("compactedBefore"))
+    watermark = 0 if wm is None else epoch(wm)
+
+    for kind in NAMED_KINDS:
+        entries, extra = _trim(named.pop(kind.section), getattr(lim, kind.cap), _named_weight)
+        if entries:
+            named[kind.section] = entries
+        counters[kind.capped] += extra
+    spans, c3 = _trim(spans, lim.spans, _span_weight)
+    pods, c4 = _trim(pods, lim.pods, _ident)
+    unknown, c5 = _trim(unknown, lim.unknown_types, _ident)
+    workers, c6 = _trim(workers, lim.workers, _worker_weight)
+    for name, extra in (
+        ("spans_capped", c3),
+        ("pods_capped", c4),
+        ("unknown_capped", c5),
+        ("workers_capped", c6),
+    ):
+        counters[name] += extra
+    return TaskState(
+        task=task,
+        named=named,
+        spans=spans,
+        workers=workers,
+        pod_events=pods,
+        applied=applied,
+        instance_times=times,
+        watermark=watermark,
+        first_event_time=_time(st.get("firstEventTime")),
+        last_event_time=_time(st.get("lastEventTime")),
+        counters=counters,
+        unknown=unknown,
+        warnings=warnings,
+        limits=lim,
+    )
+
+
+def _parse_windows(text: Any, first_start: float) -> tuple[int, tuple[tuple[int, int], ...]]:
+    _need(isinstance(text, str), "bad windows")
+    head, _, body = text.partition(" ")
+    _need(head.isascii() and head.isdigit() and len(head) <= 2, "bad windows")
+    shift = int(head)
+    base = _us(first_start) >> shift
+    out: list[tuple[int, int]] = []
+    for part in body.split(",") if body else []:
+        lo, _, hi = part.partition("-")
+        _need(lo.isdigit() and hi.isdigit() and len(lo) <= 6 and len(hi) <= 6, "bad windows")
+        out.append((base + int(lo), base + int(hi)))
+    return shift, tuple(out)

@@ -1,7 +1,9 @@
 """Neutralise text before it can reach a terminal or a web UI.
 
-Strips ANSI/ECMA-48 escape sequences, C0/C1 controls, bidi controls, lone surrogates and
-every other invisible format character (Unicode category Cf: zero-width space and joiners,
+Strips ANSI/ECMA-48 escape sequences, C0/C1 controls, bidi controls, lone surrogates, the
+66 Unicode noncharacters (U+FDD0-U+FDEF and U+xFFFE/U+xFFFF of every plane; XML forbids
+U+FFFE/U+FFFF, so one would make an SVG or XML file unreadable) and every other invisible
+format character (Unicode category Cf: zero-width space and joiners,
 U+2060-U+2064, U+FEFF, U+061C, U+00AD, tag characters U+E0000-U+E007F, ...), so two strings
 that differ only by what cannot be seen never look identical on a screen.
 """
@@ -36,7 +38,13 @@ _FORMAT = "".join(
 )
 _EMOJI = "\U0001f000-\U0001faff\u2600-\u27bf"
 _LONE_ZWJ = f"(?<![{_EMOJI}\ufe0f])\u200d|\u200d(?![{_EMOJI}])"
-_DROP = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f\\ud800-\\udfff{_FORMAT}]|{_LONE_ZWJ}")
+# Noncharacters are never text ("permanently reserved for internal use"), and XML 1.0 refuses
+# U+FFFE and U+FFFF outright.
+_NONCHARACTERS = "\ufdd0-\ufdef" + "".join(
+    re.escape(chr(plane | 0xFFFE)) + re.escape(chr(plane | 0xFFFF))
+    for plane in range(0, 0x110000, 0x10000))
+_DROP = re.compile(
+    f"[\\x00-\\x1f\\x7f-\\x9f\\ud800-\\udfff{_NONCHARACTERS}{_FORMAT}]|{_LONE_ZWJ}")
 _ANY_BAD = _DROP
 
 

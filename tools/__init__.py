@@ -1,2 +1,2 @@
 """Checkout-only tools, never shipped in the wheel: the local control plane (devcluster.py,
-behind `tidings dev`), the type-check runner (typecheck.py) and the binaries' builds."""
+behind `tidings dev`) and the binaries' builds."""

@@ -2,9 +2,10 @@
 
 Per key: at most one write in flight; whatever state is newest when the write begins is what
 gets written, so any number of folds between two writes cost one write. A key with a
-*critical* change (a new link or deck, a final or failed report, a phase change) may be
-written ``interval`` after its last write; one with only *coalescible* changes (spans,
-non-final progress) waits ``coalesce_interval``. Across keys, due critical keys go first,
+*critical* change (a phase change, or a fact its kind declares critical in
+schemas/kinds.py: a link, a deck, a final or failed report) may be written ``interval``
+after its last write; one with only *coalescible* changes (span windows, non-final
+progress) waits ``coalesce_interval``. Across keys, due critical keys go first,
 then due coalescible ones, each oldest change first: under a budget the coalescible writes
 of a task merge until its turn comes, and the oldest change is always the next in line.
 The global budget (API-server cost, the kit's ``TokenBucket``) is the writer's: it asks
@@ -24,22 +25,19 @@ from typing import Generic, TypeVar
 
 from tidings.kube.flowcontrol import Backoff
 from tidings.schemas.event import ParsedEvent
-from tidings.schemas.payloads import Progress, SpanSummary
+from tidings.schemas.kinds import COALESCIBLE, CRITICAL, Urgency, urgency
 from tidings.schemas.state import TaskState
 
 K = TypeVar("K", bound=Hashable)
 
-CRITICAL, COALESCIBLE = "critical", "coalescible"
+__all__ = ["COALESCIBLE", "CRITICAL", "Coalescer", "critical_change", "fact_kind"]
 
 
-def fact_kind(ev: ParsedEvent) -> str:
-    """"coalescible" for facts a newer one supersedes (spans, non-final progress), else
-    "critical" (links, decks, final progress, failures, and payload types not known here)."""
-    p = ev.payload
-    if not ev.warning and (isinstance(p, SpanSummary)
-                           or (isinstance(p, Progress) and not p.final)):
-        return COALESCIBLE
-    return CRITICAL
+def fact_kind(ev: ParsedEvent) -> Urgency:
+    """The event's urgency, as its kind declares it (schemas/kinds.py): "coalescible" for
+    facts a newer one supersedes (span windows, non-final progress), else "critical"
+    (links, decks, final progress, warnings, payload types not known here)."""
+    return urgency(ev.payload, ev.warning)
 
 
 def critical_change(before: TaskState, after: TaskState, events: Iterable[ParsedEvent]) -> bool:

@@ -27,10 +27,11 @@ from tidings.schemas.contract import (
 )
 from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event
 from tidings.schemas.fastpath import fast_watch_line
+from tidings.schemas.folding import fold_checked
 from tidings.schemas.payloads import PodSpawned, Progress
 from tidings.schemas.platform import DEFAULT_TASK_KEYS, PodTask
 from tidings.schemas.rejection import Rejection
-from tidings.schemas.state import Limits, fold_checked
+from tidings.schemas.state import Limits
 
 from .coalesce import critical_change
 from .kube import Kube, KubeError

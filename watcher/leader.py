@@ -46,6 +46,8 @@ class LeaderElector:
         self._last_renew = float("-inf")
         self._leader = False
         self.term = 0  # bumped each time we become leader: fences work of an older term
+        #: Why the last round did not renew, for the log line when the lease is lost.
+        self.last_failure = ""
 
     @property
     def path(self) -> str:
@@ -65,7 +67,7 @@ class LeaderElector:
         except KubeError as e:
             if e.status != 404:
                 log.debug("lease get failed: %s", e)
-                return False
+                return self._failed("get", e)
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace},
                     "spec": {"holderIdentity": self.identity,
@@ -73,8 +75,8 @@ class LeaderElector:
                              "acquireTime": now_s, "renewTime": now_s, "leaseTransitions": 0}}
             try:
                 self.kube.request("POST", self.path.rsplit("/", 1)[0], body=body, timeout=(3, 5))
-            except KubeError:
-                return False
+            except KubeError as e:
+                return self._failed("create", e)
             return self._won()
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
@@ -85,7 +87,9 @@ class LeaderElector:
         duration = spec.get("leaseDurationSeconds") or self.lease_duration
         if holder and holder != self.identity and \
                 self.clock() - self._observed_at < float(duration):
-            return False  # held by someone else and not expired (on our clock)
+            # Held by someone else and not expired (on our clock).
+            self.last_failure = f"held by {holder}"
+            return False
         new = dict(spec)
         new.update(holderIdentity=self.identity, renewTime=now_s,
                    leaseDurationSeconds=max(1, round(self.lease_duration)))
@@ -97,11 +101,20 @@ class LeaderElector:
             self.kube.request("PUT", self.path, body=lease, timeout=(3, 5))
         except KubeError as e:
             log.debug("lease update failed: %s", e)
-            return False
+            return self._failed("update", e)
         return self._won()
+
+    def _failed(self, verb: str, err: KubeError) -> bool:
+        hint = {401: " (the API server no longer accepts the watcher's credentials: was its "
+                     "ServiceAccount or token deleted?)",
+                403: f" (may the watcher still {verb} leases in {self.namespace}? its Role "
+                     "or RoleBinding)"}.get(err.status, "")
+        self.last_failure = f"{verb} failed: {err}{hint}"
+        return False
 
     def _won(self) -> bool:
         self._last_renew = self.clock()
+        self.last_failure = ""
         if not self._leader:
             self.term += 1
             log.info("became leader as %s (term %d)", self.identity, self.term)
@@ -124,7 +137,8 @@ class LeaderElector:
                 continue
             if self.clock() - self._last_renew >= self.renew_deadline:
                 self._leader = False
-                log.error("lost the lease %s/%s", self.namespace, self.name)
+                log.error("lost the lease %s/%s: %s", self.namespace, self.name,
+                          self.last_failure or "not renewed in time")
                 return
 
     def release(self) -> None:

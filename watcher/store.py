@@ -22,7 +22,8 @@ from typing import Any
 import orjson
 
 from tidings.schemas.event import ParsedEvent, TaskRef
-from tidings.schemas.state import DEFAULT_LIMITS, Limits, TaskState, fold_checked, new_state
+from tidings.schemas.folding import fold_checked
+from tidings.schemas.state import DEFAULT_LIMITS, Limits, TaskState, new_state
 from tidings.schemas.version_vector import VersionVector
 
 

@@ -138,7 +138,7 @@ def expected_status(namespace: str, task: str, bodies: list[dict[str, Any]],
     from kubernetes import client
 
     from tidings.schemas.event import ParsedEvent, TaskRef, parse_event
-    from tidings.schemas.state import fold_all
+    from tidings.schemas.folding import fold_all
     from tidings.watcher.writer import status_body
 
     ref = TaskRef(namespace, task)

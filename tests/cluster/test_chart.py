@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,29 @@ def test_lint_passes_with_defaults_and_every_feature(helm_env: dict[str, str]) -
     helm(helm_env, "lint", "--strict", str(CHART), "--set",
          "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,"
          "metrics.grafanaDashboard.enabled=true,watcher.ttlAfterFinished=600,replicas=1")
+
+
+def test_helm_reads_the_chart_without_a_warning(helm_env: dict[str, str]) -> None:
+    # The chart once linked four files to deploy/: one "found symbolic link" line each, on
+    # every command (8 on lint, 20 on lint --strict).
+    for args in (["lint", "--strict"], ["template", "tidings"], ["show", "values"],
+                 ["package", "-d", helm_env["HELM_CACHE_HOME"]]):
+        result = helm(helm_env, *args, str(CHART))
+        assert "symbolic link" not in result.stdout + result.stderr, args
+        assert "WARNING" not in result.stderr, (args, result.stderr)
+
+
+@pytest.mark.parametrize("level", ["debug", "Info", "WARNING", "error"])
+def test_the_log_level_is_taken_in_any_case(helm_env: dict[str, str], level: str) -> None:
+    (container,) = by_kind(render(helm_env, f"watcher.logLevel={level}"))[
+        ("Deployment", "tidings-watcher")]["spec"]["template"]["spec"]["containers"]
+    command = container["command"]
+    assert command[command.index("--log-level") + 1] == level
+    # ... and the watcher takes it as written (its --log-level is case-insensitive).
+    result = subprocess.run([str(Path(sys.executable).parent / "tidings"), "watcher", "run",
+                             "--log-level", level, "--kubeconfig", "/nonexistent.yaml"],
+                            capture_output=True, text=True, timeout=60)
+    assert "--log-level" not in result.stderr, result.stderr
 
 
 def test_defaults_render_the_base_with_a_configurable_image(helm_env: dict[str, str]) -> None:
@@ -152,6 +176,7 @@ def test_task_label_keys_become_the_watcher_flag(helm_env: dict[str, str]) -> No
     ("watcher.ttlAfterFinished=-1", "/watcher/ttlAfterFinished"),
     ("image.repository=", "/image/repository"),
     ("watcher.taskLabelKeys={bad key}", "/watcher/taskLabelKeys/0"),
+    ("watcher.logLevel=critical", "/watcher/logLevel"),  # not a level the watcher takes
 ])
 def test_bad_values_are_refused_by_the_schema(helm_env: dict[str, str], value: str,
                                               message: str) -> None:

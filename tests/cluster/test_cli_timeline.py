@@ -16,12 +16,15 @@ from tests.cluster.support_cli import (
     assert_harmless,
     closed_port_kubeconfig,
     emit,
+    install_crd,
     invoke,
+    write_status,
 )
 from tidings.schemas import Progress, SpanSummary
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
+_crd = pytest.fixture(scope="session", name="crd")(install_crd)
 
 
 def _spans(admin: Any, ns: str, task: str) -> None:
@@ -90,7 +93,7 @@ def test_timeline_hostile_names_and_no_spans(control_plane: ControlPlane, admin:
     assert res.exit_code == 0 and "no spans recorded" in res.stdout
 
 
-def test_timeline_errors(control_plane: ControlPlane, admin: Any, namespace: str,
+def test_timeline_errors(control_plane: ControlPlane, admin: Any, namespace: str, crd: str,
                          tmp_path: Path) -> None:
     res = invoke(control_plane, "timeline", "ghost", "-n", namespace)
     assert res.exit_code == 5 and res.stderr.startswith("error: not found: task 'ghost'")
@@ -106,3 +109,51 @@ def test_timeline_errors(control_plane: ControlPlane, admin: Any, namespace: str
     closed = closed_port_kubeconfig(control_plane, tmp_path)
     res = CliRunner().invoke(app, ["timeline", "x", "--kubeconfig", str(closed)])
     assert res.exit_code == 3 and "cannot reach the cluster" in res.stderr
+
+
+NONCHARACTER_NAMES = ["step\uffff", "\ufffeload", "ev\ufdd0al", "x\U0010ffff"]
+
+
+def test_span_names_xml_forbids_still_make_a_readable_svg(
+        control_plane: ControlPlane, admin: Any, namespace: str, crd: str,
+        tmp_path: Path) -> None:
+    """Issue 18 item 5, the attacker's side: a sender names its spans with U+FFFF, U+FFFE
+    and other noncharacters. The events are folded by the CLI (no watcher here), and the
+    status a watcher (or anyone with status rights) wrote is read back: the SVG, the JSON and
+    the terminal output all stay well-formed, the names shown without the noncharacters."""
+    from tidings.schemas import TaskRef, fold_all, parse_event
+    from tidings.schemas.event import PodRef, build_event
+
+    t = datetime.now(UTC).timestamp()
+    for seq, name in enumerate(NONCHARACTER_NAMES):
+        emit(admin, namespace, "odd", SpanSummary(name="x", count=1, total_s=1, min_s=1,
+                                                  max_s=1, first_start=t - 1, last_end=t), seq,
+             note={"v": 1, "t": "SpanSummary", "i": "inst-1", "s": seq, "name": name,
+                   "count": 1, "total_s": 1.0, "min_s": 1.0, "max_s": 1.0,
+                   "first_start": t - 4 + seq, "last_end": t - 3 + seq})
+    # A status holding the names raw (an older watcher did not strip them).
+    ref = TaskRef(namespace, "odd-status")
+    bodies = [build_event(task=ref, pod=PodRef("p", "uid-p", namespace),
+                          payload=SpanSummary(name=f"n{i}", count=1, total_s=1, min_s=1,
+                                              max_s=1, first_start=t - 1, last_end=t),
+                          instance="i", seq=i, time=datetime.now(UTC), sender_proof=False)
+              for i in range(len(NONCHARACTER_NAMES))]
+    status = fold_all(ref, [parse_event(b) for b in bodies]).to_status()
+    status["spans"] = {raw: status["spans"][f"n{i}"]
+                       for i, raw in enumerate(NONCHARACTER_NAMES)}
+    write_status(control_plane, namespace, "odd-status", status)
+
+    for task in ("odd", "odd-status"):
+        svg_file = tmp_path / f"{task}.svg"
+        res = invoke(control_plane, "timeline", task, "-n", namespace, "--svg", str(svg_file))
+        assert res.exit_code == 0, res.output
+        text = svg_file.read_text(encoding="utf-8")
+        doc = xml.dom.minidom.parseString(text.encode("utf-8"))  # expat refuses U+FFFF
+        shown = {t.firstChild.data for t in doc.getElementsByTagName("title")
+                 if t.parentNode.getAttribute("class") == "label"}
+        assert shown == {"step", "load", "eval", "x"}, shown
+        for out in (text, res.stdout):
+            assert not any(c in out for c in "\uffff\ufffe\ufdd0\U0010ffff")
+        data = json.loads(invoke(control_plane, "timeline", task, "-n", namespace,
+                                 "-o", "json").stdout)
+        assert {s["name"] for s in data["spans"]} == {"step", "load", "eval", "x"}

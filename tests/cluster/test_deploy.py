@@ -163,6 +163,48 @@ def test_every_manifest_passes_a_server_side_dry_run(install: dict[str, Any]) ->
     assert "PodSecurity" not in install["applied"].stderr, install["applied"].stderr
 
 
+def test_re_applying_the_base_changes_nothing(control_plane: ControlPlane,
+                                              install: dict[str, Any]) -> None:
+    """`kubectl apply -k deploy/` a second time: nothing is written, and kubectl says so for
+    every object but one. The PodDisruptionBudget is reported "configured" by every
+    client-side apply whatever its manifest says: its spec.selector has the `replace` patch
+    strategy, which kubectl's three-way patch always sends (an empty-seeming no-op the server
+    does not write, checked below by its resourceVersion). The policy's resourceRules were
+    reported too, until the manifest wrote out the `scope` the API server defaults."""
+
+    def versions() -> dict[str, str]:
+        listed = json.loads(kubectl(control_plane, "get", "-k", str(DEPLOY), "-o", "json").stdout)
+        return {f"{o['kind']}/{o['metadata']['name']}": o["metadata"]["resourceVersion"]
+                for o in listed["items"]}
+
+    before = versions()
+    again = kubectl(control_plane, "apply", "-k", str(DEPLOY))
+    lines = again.stdout.splitlines()
+    assert len(lines) == len(install["objects"]) == len(before)
+    pdb = "poddisruptionbudget.policy/tidings-watcher"
+    changed = [line for line in lines if not line.endswith(" unchanged")]
+    assert changed == [f"{pdb} configured"], lines
+    assert versions() == before, "the second apply wrote something"
+    diff = kubectl(control_plane, "diff", "-k", str(DEPLOY), check=False)
+    assert diff.returncode == 0 and diff.stdout == "", diff.stdout
+
+
+def test_cluster_scoped_objects_carry_no_namespace(control_plane: ControlPlane,
+                                                   install: dict[str, Any]) -> None:
+    cluster_kinds = {line.split()[-1] for line in control_plane.kubectl_run(
+        "api-resources", "--namespaced=false", "--no-headers").splitlines()}
+    assert {"ValidatingAdmissionPolicy", "ClusterRole"} <= cluster_kinds
+    scoped = [(o["kind"], o["metadata"]["name"]) for o in install["objects"]
+              if o["kind"] in cluster_kinds]
+    assert len(scoped) >= 8
+    stamped = [(o["kind"], o["metadata"]["name"]) for o in install["objects"]
+               if o["kind"] in cluster_kinds and "namespace" in o["metadata"]]
+    assert stamped == []
+    # ... and every namespaced object still lands in tidings-system.
+    assert {o["metadata"].get("namespace") for o in install["objects"]
+            if o["kind"] not in cluster_kinds} == {SYSTEM_NS}
+
+
 def test_the_install_has_what_the_issue_asks_for(install: dict[str, Any]) -> None:
     by_kind: dict[str, dict[str, dict[str, Any]]] = {}
     for obj in install["objects"]:

@@ -547,6 +547,53 @@ def test_lease_loss_fences_and_the_replica_leads_again_exactly(
     assert metric(a, "tidings_watcher_events_applied_total") == 100
 
 
+def test_a_lost_lease_is_logged_with_its_cause(admin: Any, namespace: str, crd: None,
+                                               tmp_path: Path,
+                                               watchers: list[WatcherProc]) -> None:
+    """The watcher runs as a ServiceAccount that is then deleted: its token stops working,
+    the lease is lost, and the log says why (the API's 401), not just "lost the lease"."""
+    import yaml
+    from kubernetes import client
+
+
+    core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "watcher"}})
+    binding = f"lease-loss-{namespace}"
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": binding},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "watcher", "namespace": namespace}]})
+    try:
+        token = core.create_namespaced_service_account_token(
+            "watcher", namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+        conf = admin.configuration
+        kubeconfig = tmp_path / "watcher.yaml"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "w",
+            "clusters": [{"name": "c", "cluster": {"server": conf.host,
+                                                   "certificate-authority": conf.ssl_ca_cert}}],
+            "users": [{"name": "w", "user": {"token": token}}],
+            "contexts": [{"name": "w", "context": {"cluster": "c", "user": "w"}}]}))
+        w = WatcherProc(kubeconfig, namespace, tmp_path / "watcher.log", "--lease-namespace",
+                        namespace, "--lease-name", "sa", *SHORT_LEASE, leader=True)
+        watchers.append(w)
+        assert w.wait_leading(20), w.tail()
+        core.delete_namespaced_service_account("watcher", namespace)
+
+        def lost() -> str:
+            return next((line for line in w.log.read_text().splitlines()
+                         if "lost the lease" in line), "")
+
+        eventually(lambda: lost() != "", 30, f"the lease to be lost\n{w.tail()}")
+        line = lost()
+        print(f"\n{line}")
+        assert f"lost the lease {namespace}/sa: " in line, line
+        assert "HTTP 401" in line and "ServiceAccount or token deleted?" in line, line
+    finally:
+        rbac.delete_cluster_role_binding(binding)
+
+
 def test_a_deposed_leaders_delayed_write_cannot_land_over_the_new_leaders(
         admin: Any, namespace: str, kubeconfig: Path, tmp_path: Path,
         start_watcher: Any) -> None:

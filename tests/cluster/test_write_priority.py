@@ -94,3 +94,66 @@ def test_a_critical_fact_overtakes_a_backlog_of_coalescible_writes(
                "every coalescible fact in its status")
     status = task_status(admin, namespace, "urgent") or {}
     assert status["links"]["wandb"]["url"] == "https://wandb.example/run/7"
+
+
+WINDOWS = 12  # span windows the workload sends, one each WINDOW_S
+WINDOW_S = 0.5
+COALESCE_S = 4.0
+
+
+def test_span_windows_are_written_at_the_coalescing_interval_not_per_window(
+        control_plane: Any, admin: Any, namespace: str, tmp_path: Path,
+        watchers: list[WatcherProc]) -> None:
+    """Issue 18 item 7: a SpanSummaries note (several span names, what the emitter sends each
+    window) is coalescible like any span fact: 6 s of windows cost a status write per
+    coalescing interval (4 s here), not one per window (12), which they cost when the
+    scheduler took the multi-name note for a critical fact."""
+    import time
+
+    from tidings.schemas.constants import TASK_LABEL
+    from tidings.schemas.event import PodRef, TaskRef, build_event
+    from tidings.schemas.payloads import Progress, SpanSummaries, span_row
+    from tidings.watcher.kube import Kube, load_client
+
+    control_plane.kubectl_run("apply", "-f", str(REPO_ROOT / "deploy/crd.yaml"))
+    control_plane.kubectl_run("wait", "--for=condition=Established",
+                              "crd/taskfeedbacks.tidings.dev", "--timeout=60s")
+    kubeconfig = Path(control_plane.kubeconfig("admin"))
+    kube = Kube(load_client(str(kubeconfig)))
+    task = "windows"
+    pod = create_kwok_pod(admin, namespace, f"{task}-pod", labels={TASK_LABEL: task})
+
+    def emit(seq: int, payload: Any) -> None:
+        kube.request("POST", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events",
+                     body=build_event(task=TaskRef(namespace, task),
+                                      pod=PodRef(pod["name"], pod["uid"]),
+                                      payload=payload, instance=f"{task}-i", seq=seq,
+                                      time=datetime.now(UTC), sender_proof=False))
+
+    w = WatcherProc(kubeconfig, namespace, tmp_path / "w.log", "--write-budget", "0",
+                    "--coalesce-interval", str(COALESCE_S))
+    watchers.append(w)
+    eventually(w.ready, 30, f"watcher ready\n{w.tail()}")
+    emit(1, Progress(fraction=0.1, message="started"))  # the first status: a phase change
+    eventually(lambda: _has(admin, namespace, task, 1), 60, "the task's first status")
+    ok = 'tidings_watcher_status_writes_total{result="ok"}'
+    writes0 = eventually(lambda: w.metrics().get(ok), 10, "the write counter")
+
+    started = time.monotonic()
+    for i in range(WINDOWS):  # the emitter's pace: one multi-name window every WINDOW_S
+        base = int(time.time() * 1e6)
+        emit(2 + i, SpanSummaries(base_us=base, spans=[
+            span_row(name, 1, 0.1, 0.1, 0.1, base / 1e6, base / 1e6 + 0.1, 0, base)
+            for name in ("forward", "backward", "optimizer")]))
+        time.sleep(max(0.0, started + (i + 1) * WINDOW_S - time.monotonic()))
+    elapsed = time.monotonic() - started
+    eventually(lambda: _has(admin, namespace, task, WINDOWS + 1), 60,
+               f"the last window in the status\n{w.tail()}")
+    writes = w.metrics()[ok] - writes0
+    # One write per coalescing interval over the windows' span, plus the last one that
+    # carries what arrived after the previous write; per window would be about 12.
+    most = int(elapsed // COALESCE_S) + 2
+    assert 1 <= writes <= most, f"{writes:.0f} status writes for {WINDOWS} span windows " \
+        f"in {elapsed:.1f}s (at most {most} at a {COALESCE_S:g}s coalescing interval)"
+    status = task_status(admin, namespace, task) or {}
+    assert status["spans"]["backward"]["count"] == WINDOWS

@@ -25,6 +25,8 @@ from tidings.schemas.folding import (
 from tidings.schemas.payloads import (
     DeckReady,
     LogLink,
+    Metric,
+    Metrics,
     PodSpawned,
     Progress,
     SpanSummaries,
@@ -34,8 +36,8 @@ from tidings.schemas.payloads import (
 from tidings.schemas.state import (
     SpanAgg,
     TaskState,
+    _span_weight,
 )
-from tidings.schemas.taskstate import _span_weight
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -156,7 +158,7 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         return _with(state, counters=_bump(state.counters, "late_skipped"))
 
     lim = state.limits
-    links, decks, spans = state.link_entries, state.deck_entries, state.spans
+    named, spans = state.named, state.spans
     workers, unknown = state.workers, state.unknown
     counters = dict(state.counters)
     counters["events_applied"] = counters.get("events_applied", 0) + 1
@@ -186,14 +188,34 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         capped_name = "workers_capped"
     elif tp is LogLink:
         assert isinstance(p, LogLink)
-        links = dict(links)
+        links = dict(state.link_entries)
         capped = _set_named(links, p.name, p.url, (t, instance, seq), lim.links)
         capped_name = "links_capped"
+        if links:
+            named = {**named, "links": links}
     elif tp is DeckReady:
         assert isinstance(p, DeckReady)
-        decks = dict(decks)
+        decks = dict(state.deck_entries)
         capped = _set_named(decks, p.name, p.uri, (t, instance, seq), lim.decks)
         capped_name = "decks_capped"
+        if decks:
+            named = {**named, "decks": decks}
+    elif tp is Metric:
+        assert isinstance(p, Metric)
+        metrics = dict(state.named.get("metrics", {}))
+        capped = _set_named(metrics, p.name, (p.value, p.step), (t, instance, seq), lim.metrics)
+        capped_name = "metrics_capped"
+        if metrics:
+            named = {**named, "metrics": metrics}
+    elif tp is Metrics:  # each row as one Metric event of its name
+        assert isinstance(p, Metrics)
+        metrics = dict(state.named.get("metrics", {}))
+        for row in p.metrics:
+            capped += _set_named(metrics, row.name, (row.value, row.step), (t, instance, seq),
+                                 lim.metrics)
+        capped_name = "metrics_capped"
+        if metrics:
+            named = {**named, "metrics": metrics}
     elif tp is PodSpawned:
         counters["pods_spawned"] = counters.get("pods_spawned", 0) + 1
     elif tp is UnknownPayload:
@@ -220,8 +242,7 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
             counters["instances_compacted"] = counters.get("instances_compacted", 0) + n
     return TaskState(
         state.task,
-        links,
-        decks,
+        named,
         spans,
         workers,
         pod_events,
@@ -240,8 +261,7 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
 def _with(state: TaskState, *, counters: dict[str, int]) -> TaskState:
     return TaskState(
         state.task,
-        state.link_entries,
-        state.deck_entries,
+        state.named,
         state.spans,
         state.workers,
         state.pod_events,

@@ -25,6 +25,8 @@ from tidings.schemas import (
     DeckReady,
     Limits,
     LogLink,
+    Metric,
+    Metrics,
     ParsedEvent,
     Payload,
     PodRef,
@@ -72,6 +74,10 @@ small_floats = st.sampled_from([0.0, 0.1, 0.25, 1.0 / 3, 2.5, 7.0, 1e-9])
 payloads: st.SearchStrategy[Payload] = st.one_of(
     st.builds(LogLink, name=names, url=st.sampled_from(["https://x.y/1", "https://x.y/2"])),
     st.builds(DeckReady, name=names, uri=st.sampled_from(["s3://b/1", "gs://b/2"])),
+    st.builds(Metric, name=names, value=st.sampled_from([-1.5, 0.0, 0.25, 1e300]),
+              step=st.none() | st.integers(0, 5)),
+    st.builds(lambda a, b: Metrics(metrics=[["m-" + a, 1.0, None], ["m-" + a + b, -2.0, 3]]),
+              names, names),
     st.builds(
         lambda n, c, a, b, s, e: SpanSummary(  # consistent aggregates of c spans
             name=n,
@@ -290,6 +296,8 @@ def _fill_to_caps() -> TaskState:
         add(LogLink(name=f"{i:02d}" + heavy, url=url))
     for i in range(lim.decks):
         add(DeckReady(name=f"{i:02d}" + heavy, uri=uri))
+    for i in range(lim.metrics):
+        add(Metric(name=f"{i:02d}" + heavy, value=-2.2250738585072014e-308, step=2**53))
     for i in range(lim.spans):
         add(
             SpanSummary(

@@ -35,8 +35,8 @@ from tidings.schemas import (
     folding,
     new_state,
 )
+from tidings.schemas.folding import fold_checked
 from tidings.schemas.payloads import span_row
-from tidings.schemas.state import fold_checked
 
 OTHER = TaskRef("team-b", "other")
 TINY = Limits(links=2, decks=1, spans=2, pods=2, unknown_types=1, workers=2,

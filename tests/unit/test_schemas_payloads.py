@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -191,3 +191,30 @@ def test_printable_text_is_never_changed_by_sanitize() -> None:
     for pattern in (text._ESC_SEQ, text._SPACE_LIKE, text._DROP, text._ANY_BAD):
         assert pattern.search(printable) is None, pattern.pattern
     assert "\u2028" not in printable and "\u2029" not in printable
+
+
+# The 66 noncharacters: U+FDD0-U+FDEF and the last two code points of every plane.
+NONCHARACTERS = [chr(c) for c in range(0xFDD0, 0xFDF0)] + [
+    chr(plane | low) for plane in range(0, 0x110000, 0x10000) for low in (0xFFFE, 0xFFFF)]
+
+
+def test_noncharacters_are_stripped() -> None:
+    """XML 1.0 forbids U+FFFE and U+FFFF: a span named 'step\\uffff' made the timeline SVG
+    unreadable (issue 18 item 5). No noncharacter is text, so none survives."""
+    assert len(NONCHARACTERS) == 66
+    assert sanitize_text("step\uffff") == "step"
+    assert sanitize_text("a" + "".join(NONCHARACTERS) + "b") == "ab"
+    span = SpanSummary(name="step\ufffe", count=1, total_s=1, min_s=1, max_s=1, first_start=1,
+                       last_end=2)
+    assert span.name == "step"
+
+
+@example("step\uffff\ufffe\ud800")
+@given(st.text(st.characters(exclude_categories=())))
+def test_sanitized_text_is_legal_xml(s: str) -> None:
+    import xml.etree.ElementTree as ET
+    from xml.sax.saxutils import escape
+
+    out = sanitize_text(s)
+    assert not any(c in out for c in NONCHARACTERS)
+    ET.fromstring(f"<a>{escape(out)}</a>".encode())

@@ -26,7 +26,7 @@ from tidings.schemas import (
     parse_event,
 )
 from tidings.schemas.event import ParsedEvent
-from tidings.schemas.state import fold
+from tidings.schemas.folding import fold
 from tidings.watcher.coalesce import fact_kind
 from tidings.watcher.logs import LogFormat, OncePerEvent, announcer, configure, level_number
 from tidings.watcher.metrics import Metrics

@@ -193,8 +193,8 @@ def test_a_state_its_status_cannot_rebuild_stays_live_and_is_counted() -> None:
     a name longer than any status may hold) must never be swapped for what it reads as."""
     store = Store()
     good = _written(store, A, [event(A)])
-    bad = dataclasses.replace(good, link_entries={"x" * 500: Named("https://e.x/", (
-        good.first_event_time, "i1", 1), 1)})
+    bad = dataclasses.replace(good, named={"links": {"x" * 500: Named("https://e.x/", (
+        good.first_event_time, "i1", 1), 1)}})
     store.put(A, bad, base=good)
     store.written(A, 2, "2")
     assert store.compact_idle(0.0, busy=lambda t: False) == 0

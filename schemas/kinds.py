@@ -1,0 +1,142 @@
+"""The kind registry: every kind of fact the bus carries, declared once (pure data).
+
+An entry says what a kind is everywhere it matters: its payload models (the Event reasons),
+whether a fact of it is critical or coalescible (the watcher's write urgency), its status
+section with its cap and counters, where it stands in the status budget's drop order, which
+text fields the note codec may shorten, and how the CLI shows it. The note codec, the fold,
+the status codec, the write scheduler and the CLI read this table instead of naming kinds.
+
+A *named* kind (links, decks, metrics) is a map of last-writer-wins registers, one per name;
+its entry alone makes the fold, the status codec and the CLI handle it. The other families
+(spans, progress, lineage, unknown) have their own merge in schemas/folding.py.
+ARCHITECTURE.md ("Adding a kind of fact") lists the steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from pydantic import BaseModel
+
+from . import payloads
+from .payloads import Payload, Progress
+
+Urgency = Literal["critical", "coalescible"]
+# Critical: written within the watcher's write interval. Coalescible: a newer fact of the
+# same kind supersedes it, so it waits for the coalescing interval and merges with others.
+CRITICAL: Final = "critical"
+COALESCIBLE: Final = "coalescible"
+
+Family = Literal["named", "spans", "progress", "lineage", "unknown"]
+# One scalar of a named register's value; None is an optional field left out.
+Scalar = str | int | float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ValueField:
+    """One value field of a named kind: the payload attribute, its key in the status entry,
+    its JSON type (the status decoder checks it), and the CLI column that shows it."""
+
+    attr: str
+    type: Literal["str", "float", "int"]
+    header: str
+    optional: bool = False  # absent (None) values are left out of the status
+    style: str = ""  # the CLI cell's rich style
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One kind of fact. ``section`` is the status key (camelCase) and also the name of the
+    CRD property; ``cap`` the ``Limits`` field that bounds it; ``capped`` the counter of the
+    events beyond that cap; ``drop_rank`` orders the sections the status budget gives up
+    (lowest first; None: never dropped)."""
+
+    name: str  # the kind's own name (registry key, docs)
+    models: tuple[type[BaseModel], ...]
+    family: Family
+    urgency: Urgency
+    # When set, a fact of this kind is critical if this says so (a final Progress).
+    critical_if: Callable[[Payload], bool] | None = None
+    section: str = ""
+    cap: str = ""
+    capped: str = ""
+    counters: tuple[str, ...] = ()  # further counters of this kind (snake_case)
+    drop: str = ""  # what the budget drops of it (default: the section)
+    drop_rank: int | None = None
+    shrink: tuple[str, ...] = ()  # text fields the note codec may cut, in this order
+    # Named kinds: the register's key attribute and its value fields; ``batch``, the field
+    # of a model that carries several rows (each a payload of the first model, folded as
+    # one event of its name).
+    key: str = "name"
+    values: tuple[ValueField, ...] = ()
+    batch: str = ""
+    # CLI: the table title; ``age`` adds a column with how long ago each entry was written;
+    # ``inline``: the one-line view (``watch`` piped) shows the registers as name=value.
+    title: str = ""
+    age: bool = False
+    inline: bool = False
+
+    def urgency_of(self, payload: Payload) -> Urgency:
+        if self.critical_if is not None and self.critical_if(payload):
+            return CRITICAL
+        return self.urgency
+
+    @property
+    def budget_section(self) -> str:
+        return self.drop or self.section
+
+
+def _final(p: Payload) -> bool:
+    return isinstance(p, Progress) and p.final
+
+
+KINDS: tuple[Kind, ...] = (
+    Kind("links", (payloads.LogLink,), "named", CRITICAL, section="links", cap="links",
+         capped="links_capped", drop_rank=60, shrink=("name",),
+         values=(ValueField("url", "str", "URL", style="cyan"),), title="Links"),
+    Kind("decks", (payloads.DeckReady,), "named", CRITICAL, section="decks", cap="decks",
+         capped="decks_capped", drop_rank=50, shrink=("name",),
+         values=(ValueField("uri", "str", "URI", style="cyan"),), title="Decks"),
+    Kind("metrics", (payloads.Metric, payloads.Metrics), "named", COALESCIBLE,
+         section="metrics", cap="metrics", capped="metrics_capped", batch="metrics",
+         drop_rank=35, shrink=("name",),
+         values=(ValueField("value", "float", "VALUE"),
+                 ValueField("step", "int", "STEP", optional=True)),
+         title="Metrics", age=True, inline=True),
+    Kind("spans", (payloads.SpanSummary, payloads.SpanSummaries), "spans", COALESCIBLE,
+         section="spans", cap="spans", capped="spans_capped", drop_rank=40, shrink=("name",),
+         title="Spans"),
+    Kind("progress", (Progress,), "progress", COALESCIBLE, critical_if=_final,
+         section="workers", cap="workers", capped="workers_capped", drop="workerMessages",
+         drop_rank=20, shrink=("message",), title="Workers"),
+    Kind("lineage", (payloads.PodSpawned,), "lineage", CRITICAL, counters=("pods_spawned",),
+         shrink=("role", "app")),
+    Kind("unknown", (payloads.UnknownPayload,), "unknown", CRITICAL, section="unknownTypes",
+         cap="unknown_types", capped="unknown_capped", counters=("unknown_payloads",),
+         drop_rank=10),
+)
+
+# Each payload model -> its kind.
+KIND_OF_MODEL: dict[type[BaseModel], Kind] = {m: k for k in KINDS for m in k.models}
+NAMED_KINDS: tuple[Kind, ...] = tuple(k for k in KINDS if k.family == "named")
+
+# The payload models the note codec decodes, by Event reason (Unknown is the fallback).
+KNOWN_PAYLOADS: dict[str, type[BaseModel]] = {
+    m.TYPE: m  # type: ignore[attr-defined]
+    for k in KINDS for m in k.models if m is not payloads.UnknownPayload}
+# Text fields that may be cut to make a note fit, in the order they are given up.
+SHRINKABLE: dict[str, tuple[str, ...]] = {
+    m.TYPE: fields  # type: ignore[attr-defined]
+    for k in KINDS for m in k.models if m is not payloads.UnknownPayload
+    if (fields := tuple(f for f in k.shrink if f in m.model_fields))}
+
+
+def urgency(payload: Payload, warning: bool = False) -> Urgency:
+    """How soon a fact must reach the status: a warning (a failure report) is always
+    critical, as is a payload of a model this table does not know."""
+    kind = KIND_OF_MODEL.get(type(payload))
+    if warning or kind is None:
+        return CRITICAL
+    return kind.urgency_of(payload)

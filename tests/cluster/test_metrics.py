@@ -1,0 +1,111 @@
+"""Metric facts on the real control plane (issue 20 item 3): a training loop's metrics go
+from the emitter, coalesced to the latest value per name, through the watcher into
+``status.metrics``, and ``tidings state`` and ``tidings watch`` show them."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.support_cli import install_crd, invoke, proc_pool
+from tests.cluster.support_watcher import WatcherProc, task_status
+from tests.support import create_kwok_pod, eventually
+from tidings.emitter import Emitter, EmitterConfig, Identity
+from tidings.emitter.transport import KubeTransport, connect
+from tools.devcluster import ControlPlane
+
+pytestmark = pytest.mark.cluster
+_crd = pytest.fixture(scope="session", name="crd")(install_crd)
+_procs = pytest.fixture(name="proc_factory")(proc_pool)
+
+TASK = "train-metrics"
+STEPS = 500
+
+
+@pytest.fixture
+def watcher(control_plane: ControlPlane, namespace: str, crd: str,
+            tmp_path: Path) -> Iterator[WatcherProc]:
+    w = WatcherProc(Path(control_plane.kubeconfig("admin")), namespace, tmp_path / "w.log",
+                    "--coalesce-interval", "0.5")
+    try:
+        eventually(w.ready, 30, f"watcher ready\n{w.tail()}")
+        yield w
+    finally:
+        w.kill(signal.SIGKILL)
+
+
+def test_a_training_loops_metrics_reach_the_status_and_the_cli(
+        control_plane: ControlPlane, admin: Any, namespace: str, watcher: WatcherProc,
+        proc_factory: Any) -> None:
+    pod = create_kwok_pod(admin, namespace, f"{TASK}-0", labels={"tidings.dev/task": TASK})
+    me = Identity(namespace=namespace, pod_name=pod["name"], pod_uid=pod["uid"], task=TASK)
+    em = Emitter(EmitterConfig(span_window_s=0.5, retry_initial_s=0.05, retry_max_s=1.0),
+                 identity=me, transport=KubeTransport(connect(str(control_plane.kubeconfig(
+                     "admin")))))
+    for step in range(STEPS):  # a loop that logs every step
+        em.metric("loss", round(2.0 / (step + 1), 6), step=step)
+        em.metric("learning_rate", 3e-4, step=step)
+        em.progress(step / STEPS, f"step {step}")
+    em.metric("loss", math.nan, step=STEPS)  # refused at the call, counted, never sent
+    em.metric("eval_accuracy", 0.875)
+    assert em.flush(15), em.stats()
+    stats = em.stats()
+    assert stats["invalid"] == 1
+    # Latest per name per window, the names of a window in one note: a few events for
+    # the whole loop, not 1,000.
+    by_reason = stats["delivered_by_reason"]
+    metric_events = by_reason.get("Metric", 0) + by_reason.get("Metrics", 0)
+    assert 1 <= metric_events <= 30, stats
+    assert stats["metrics_coalesced"] >= 2 * STEPS - 2 * metric_events
+
+    def metrics() -> dict[str, Any] | None:
+        st = task_status(admin, namespace, TASK) or {}
+        got = st.get("metrics", {})
+        return got if len(got) == 3 and got["loss"].get("step") == STEPS - 1 else None
+
+    got = eventually(metrics, 60, f"status.metrics with the last step\n{watcher.tail()}")
+    assert got["loss"]["value"] == round(2.0 / STEPS, 6)
+    assert got["learning_rate"] == {**got["learning_rate"], "value": 3e-4, "step": STEPS - 1}
+    assert got["eval_accuracy"]["value"] == 0.875 and "step" not in got["eval_accuracy"]
+    assert all(e["events"] >= 1 for e in got.values())
+
+    res = invoke(control_plane, "state", TASK, "-n", namespace)
+    assert res.exit_code == 0, res.output
+    assert "TaskFeedback status" in res.output
+    for text in ("Metrics", "loss", "0.004", str(STEPS - 1), "learning_rate", "0.0003",
+                 "eval_accuracy", "0.875"):
+        assert text in res.output, (text, res.output)
+    as_json = invoke(control_plane, "state", TASK, "-n", namespace, "-o", "json")
+    assert json.loads(as_json.output)["status"]["metrics"]["loss"]["step"] == STEPS - 1
+
+    em.progress(1.0, "done", final=True)
+    assert em.flush(15)
+    p = proc_factory("watch", TASK, "-n", namespace)
+    assert p.proc.wait(30) == 0, p.err
+    assert any("eval_accuracy=0.875" in line and "loss=0.004" in line for line in p.out), p.out
+
+
+def test_tidings_emit_metric_delivers_and_refuses_what_is_not_a_finite_value(
+        control_plane: ControlPlane, admin: Any, namespace: str) -> None:
+    from tests.cluster.test_emitter import parsed_events
+    from tests.cluster.test_emitter_cli import env_for, one_line, run
+    from tidings.schemas.payloads import Metric
+
+    env = env_for(control_plane, admin, namespace)
+    ok = run(["metric", "log_likelihood", "-0.5", "--step", "3"], env)  # a negative VALUE
+    assert ok.returncode == 0, ok.stderr
+    (ev,) = parsed_events(admin, namespace)
+    assert ev.payload == Metric(name="log_likelihood", value=-0.5, step=3)
+    for bad, why in ((["loss", "nan"], "finite"), (["loss", "inf"], "finite"),
+                     (["loss", "-inf"], "number"), (["lo\u200bss", "1"], "invisible"),
+                     (["loss", "1", "--step", "-1"], "--step"), (["loss", "fast"], "number")):
+        res = run(["metric", *bad], env)
+        assert res.returncode == 2, (bad, res.stderr)
+        assert why in one_line(res.stderr), res.stderr
+    assert len(parsed_events(admin, namespace)) == 1  # nothing refused was sent

@@ -1,0 +1,219 @@
+"""The kind registry (schemas/kinds.py) is the one list of kinds of fact: these tests walk it
+and fail when a kind is missing anywhere a kind must be known: the CRD and the chart's copy,
+the status codec, the CLI's rendering, the reference fold (the oracle of the fold) and the
+write urgency."""
+
+from __future__ import annotations
+
+import io
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from tests.unit import reference_fold
+from tidings._compat import UTC
+from tidings.cli.taskview import SOURCE_CR, Snapshot, render
+from tidings.schemas import ParsedEvent, PodRef, TaskRef, build_event, parse_event
+from tidings.schemas.folding import APPLY, fold_all
+from tidings.schemas.kinds import (
+    COALESCIBLE,
+    CRITICAL,
+    KINDS,
+    KNOWN_PAYLOADS,
+    SHRINKABLE,
+    Kind,
+    urgency,
+)
+from tidings.schemas.payloads import (
+    DeckReady,
+    LogLink,
+    Metric,
+    Metrics,
+    Payload,
+    PodSpawned,
+    Progress,
+    SpanSummaries,
+    SpanSummary,
+    UnknownPayload,
+    span_row,
+)
+from tidings.schemas.state import BUDGET_DROP_ORDER, COUNTER_NAMES, Limits, TaskState
+
+ROOT = Path(__file__).resolve().parents[2]
+CRDS = [ROOT / "deploy" / "crd.yaml", ROOT / "deploy" / "chart" / "crds" /
+        "taskfeedbacks.tidings.dev.yaml"]
+TASK = TaskRef("team-a", "kinds-1")
+POD = PodRef("worker-0", "uid-0")
+T0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)
+
+# One example fact per payload model of every kind, each with a text the CLI must show for
+# it (a kind without a status section: its counter's name). A model missing here fails
+# test_every_payload_model_has_an_example: adding a kind means adding its example.
+EXAMPLES: dict[type[BaseModel], tuple[Payload, str]] = {
+    LogLink: (LogLink(name="wandb-ex", url="https://wandb.example/run"), "wandb-ex"),
+    DeckReady: (DeckReady(name="deck-ex", uri="s3://bucket/deck.html"), "deck-ex"),
+    Metric: (Metric(name="loss-ex", value=-0.25, step=7), "loss-ex"),
+    Metrics: (Metrics(metrics=[["lr-ex", 3e-4, 7], ["acc-ex", 0.5, None]]), "acc-ex"),
+    SpanSummary: (SpanSummary(name="span-ex", count=2, total_s=3.0, min_s=1.0, max_s=2.0,
+                              first_start=1.7e9, last_end=1.7e9 + 5), "span-ex"),
+    SpanSummaries: (SpanSummaries(base_us=1_700_000_000_000_000, spans=[
+        span_row("rows-ex", 1, 1.0, 1.0, 1.0, 1.7e9, 1.7e9 + 1, 0, 1_700_000_000_000_000),
+        span_row("rows-ex2", 1, 1.0, 1.0, 1.0, 1.7e9, 1.7e9 + 1, 0, 1_700_000_000_000_000)]),
+        "rows-ex2"),
+    Progress: (Progress(fraction=0.5, message="progress-ex"), "progress-ex"),
+    PodSpawned: (PodSpawned(pod_name="p-1", pod_uid="u-1", app=TASK.name), "pods_spawned"),
+    UnknownPayload: (UnknownPayload(type="FutureKind", version=1), "FutureKind"),
+}
+
+
+def event_of(payload: Payload, seq: int = 1, warning: bool = False, pod: PodRef = POD
+             ) -> ParsedEvent:
+    raw = build_event(task=TASK, pod=pod, payload=payload, instance="i" * 32, seq=seq,
+                      time=T0, warning=warning)
+    ev = parse_event(orjson.loads(orjson.dumps(raw)))
+    assert isinstance(ev, ParsedEvent), ev
+    return ev
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def status_schema(path: Path) -> dict[str, Any]:
+    doc = yaml.safe_load(path.read_text())
+    version = doc["spec"]["versions"][0]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]["properties"]["status"]
+    return schema
+
+
+def models() -> list[tuple[Kind, type[BaseModel]]]:
+    return [(k, m) for k in KINDS for m in k.models]
+
+
+def test_every_payload_model_has_an_example_and_one_kind() -> None:
+    assert set(EXAMPLES) == {m for _, m in models()}
+    assert len(models()) == len({m for _, m in models()})  # no model in two kinds
+    assert len({k.name for k in KINDS}) == len(KINDS)
+
+
+def test_the_registry_is_what_the_codec_and_the_fold_know() -> None:
+    assert set(KNOWN_PAYLOADS.values()) | {UnknownPayload} == {m for _, m in models()}
+    assert set(APPLY) == {m for _, m in models()}
+    for kind, model in models():
+        for field in SHRINKABLE.get(getattr(model, "TYPE", ""), ()):
+            assert field in model.model_fields and field in kind.shrink
+
+
+@pytest.mark.parametrize("crd", CRDS, ids=lambda p: p.name)
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.name)
+def test_every_kind_is_in_the_crd_and_the_charts_copy(kind: Kind, crd: Path) -> None:
+    status = status_schema(crd)["properties"]
+    counters = status["counters"]["properties"]
+    for name in (kind.capped, *kind.counters):
+        if name:
+            assert camel(name) in counters, f"{crd.name}: counters.{camel(name)}"
+            assert counters[camel(name)].get("description")
+    if not kind.section:
+        return
+    section = status.get(kind.section)
+    assert section is not None, f"{crd.name}: status.{kind.section} is missing"
+    assert section.get("description"), f"{crd.name}: status.{kind.section} has no description"
+    if kind.drop_rank is not None:
+        assert kind.budget_section in status["budgetDropped"]["properties"]
+    if kind.family == "named":
+        entry = section["additionalProperties"]
+        assert set(entry["required"]) == {"at", "events"} | {
+            f.attr for f in kind.values if not f.optional}
+        for f in kind.values:
+            prop = entry["properties"][f.attr]
+            assert prop["type"] == {"str": "string", "float": "number", "int": "integer"}[f.type]
+            assert prop.get("description")
+
+
+@pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))
+def test_every_kind_folds_as_the_reference_fold_and_round_trips(
+        kind: Kind, model: type[BaseModel]) -> None:
+    payload, _ = EXAMPLES[model]
+    ev = event_of(payload)
+    engine = fold_all(TASK, [ev])
+    reference = reference_fold.fold(TaskState.from_status(TASK, {}), ev)
+    assert engine.to_status() == reference.to_status()
+    assert engine == reference
+    status = engine.to_status()
+    if kind.section:
+        assert kind.section in status, f"{model.__name__} left no status.{kind.section}"
+    for name in kind.counters:
+        if name != "pods_spawned" or kind.family == "lineage":
+            assert status["counters"].get(camel(name)), name
+    assert TaskState.from_status(TASK, status) == engine
+
+
+@pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))
+def test_every_kind_is_capped_and_counted_like_the_reference(
+        kind: Kind, model: type[BaseModel]) -> None:
+    if not kind.cap:
+        return
+    payload, _ = EXAMPLES[model]
+    lim = Limits(**{kind.cap: 0})
+    ev = event_of(payload)
+    engine = fold_all(TASK, [ev], lim)
+    reference = reference_fold.fold(TaskState.from_status(TASK, {}, lim), ev)
+    assert engine.to_status() == reference.to_status()
+    assert kind.section not in engine.to_status()
+    assert engine.counters[kind.capped] >= 1
+
+
+@pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))
+def test_the_cli_shows_every_kind(kind: Kind, model: type[BaseModel]) -> None:
+    from rich.console import Console
+
+    payload, marker = EXAMPLES[model]
+    # Two workers: the table view lists workers (and their messages) from two on.
+    other = event_of(Progress(fraction=0.1, message="other"), seq=2,
+                     pod=PodRef("worker-1", "uid-1"))
+    state = TaskState.from_status(TASK, fold_all(TASK, [event_of(payload), other]).to_status())
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(render(Snapshot(state, SOURCE_CR)))
+    assert marker in out.getvalue(), f"the CLI does not show {model.__name__}"
+
+
+def test_budget_order_and_counters_come_from_the_registry() -> None:
+    for kind in KINDS:
+        if kind.drop_rank is not None:
+            assert kind.budget_section in BUDGET_DROP_ORDER
+        for name in (kind.capped, *kind.counters):
+            if name:
+                assert name in COUNTER_NAMES
+    assert len(set(COUNTER_NAMES)) == len(COUNTER_NAMES)
+
+
+@pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))
+def test_every_kind_has_its_declared_urgency(kind: Kind, model: type[BaseModel]) -> None:
+    payload, _ = EXAMPLES[model]
+    assert urgency(payload) == kind.urgency
+    assert urgency(payload, warning=True) == CRITICAL  # a failure report is never delayed
+    assert kind.urgency in (CRITICAL, COALESCIBLE)
+
+
+def test_a_final_progress_is_critical_and_a_running_one_coalescible() -> None:
+    assert urgency(Progress(fraction=1.0, final=True)) == CRITICAL
+    assert urgency(Progress(fraction=0.3, final=True, failed=True)) == CRITICAL
+    assert urgency(Progress(fraction=0.3)) == COALESCIBLE
+
+
+@pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))
+def test_the_write_scheduler_takes_each_kinds_urgency(kind: Kind,
+                                                      model: type[BaseModel]) -> None:
+    """Issue 18 item 7: the watcher's write urgency is the kind's, for every kind (a
+    multi-name SpanSummaries window was taken for a critical fact and written at once)."""
+    from tidings.watcher.coalesce import fact_kind
+
+    payload, _ = EXAMPLES[model]
+    assert fact_kind(event_of(payload)) == kind.urgency
+    assert fact_kind(event_of(payload, warning=True)) == CRITICAL

@@ -1,0 +1,241 @@
+"""Metric facts (issue 20 item 3): the fold keeps the latest value per name (last writer
+wins by order key, like links), idempotent, order-insensitive and capped like the reference
+fold; NaN and infinities never get in; the emitter sends the latest value per name per
+window, so a loop that logs every step does not spend the API budget."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import datetime, timedelta
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from tests.unit import reference_fold
+from tests.unit.test_emitter_core import Recorder, make
+from tidings._compat import UTC
+from tidings.schemas import ParsedEvent, PodRef, TaskRef, build_event, parse_event
+from tidings.schemas.constants import NOTE_LIMIT
+from tidings.schemas.folding import fold, fold_all
+from tidings.schemas.note import decode_note
+from tidings.schemas.payloads import Metric, Metrics
+from tidings.schemas.rejection import Rejection
+from tidings.schemas.state import Limits, TaskState, new_state
+
+TASK = TaskRef("ml", "run-7")
+T0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)
+PODS = [PodRef(f"train-{i}", f"uid-{i}") for i in range(3)]
+
+
+def event(p: Metric | Metrics, instance: str, seq: int, dt: float, pod: PodRef = PODS[0]
+          ) -> ParsedEvent:
+    raw = build_event(task=TASK, pod=pod, payload=p, instance=instance, seq=seq,
+                      time=T0 + timedelta(seconds=dt))
+    ev = parse_event(orjson.loads(orjson.dumps(raw)))
+    assert isinstance(ev, ParsedEvent), ev
+    return ev
+
+
+finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
+metric = st.builds(Metric, name=st.sampled_from(["loss", "lr", "acc", "samples_per_s"]),
+                   value=finite, step=st.none() | st.integers(0, 2**53))
+batch = st.lists(metric, min_size=1, max_size=4, unique_by=lambda m: m.name).map(
+    lambda ms: Metrics(metrics=ms))
+
+
+def rows(ev: ParsedEvent) -> tuple[Metric, ...]:
+    p = ev.payload
+    assert isinstance(p, Metric | Metrics)
+    return p.metrics if isinstance(p, Metrics) else (p,)
+
+
+@st.composite
+def metric_events(draw: st.DrawFn) -> list[ParsedEvent]:
+    n = draw(st.integers(1, 24))
+    out = []
+    for k in range(n):
+        inst = draw(st.sampled_from(["a" * 32, "b" * 32]))
+        # Equal times on purpose: the order key's instance and seq break the tie.
+        dt = draw(st.sampled_from([0.0, 1.0, 2.5]))
+        out.append(event(draw(st.one_of(metric, batch)), inst, k + 1, dt,
+                         draw(st.sampled_from(PODS))))
+    return out
+
+
+LIMITS = st.sampled_from([Limits(), Limits(metrics=2), Limits(metrics=0)])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(metric_events(), st.randoms(use_true_random=False), LIMITS)
+def test_the_fold_of_metrics_is_order_insensitive_idempotent_and_the_references(
+        events: list[ParsedEvent], rnd: random.Random, lim: Limits) -> None:
+    ref = new_state(TASK, lim)
+    for ev in events:
+        ref = reference_fold.fold(ref, ev)
+    state = fold_all(TASK, events, lim)
+    assert state.to_status() == ref.to_status() and state == ref
+    shuffled = list(events)
+    rnd.shuffle(shuffled)
+    again = fold_all(TASK, shuffled + shuffled[: len(shuffled) // 2], lim)
+    a, b = state.to_status(), again.to_status()
+    a.get("counters", {}).pop("duplicates", None)
+    b.get("counters", {}).pop("duplicates", None)
+    assert a == b  # any order, any re-deliveries: the same status but for the duplicates
+    assert TaskState.from_status(TASK, state.to_status(), lim) == state
+
+
+@settings(max_examples=100, deadline=None)
+@given(metric_events())
+def test_each_name_holds_the_value_of_its_latest_report(events: list[ParsedEvent]) -> None:
+    metrics = fold_all(TASK, events).to_status().get("metrics", {})
+    for name, entry in metrics.items():
+        mine = [(ev, m) for ev in events for m in rows(ev) if m.name == name]
+        _, last = max(mine, key=lambda em: (em[0].event_time, em[0].instance, em[0].seq))
+        assert entry["value"] == last.value and entry.get("step") == last.step
+        assert entry["events"] == len(mine)  # a row of a Metrics note counts as one event
+    assert set(metrics) == {m.name for ev in events for m in rows(ev)}
+
+
+def test_the_cap_keeps_the_smallest_names_and_counts_the_rest() -> None:
+    lim = Limits(metrics=2)
+    evs = [event(Metric(name=n, value=float(i)), "a" * 32, i + 1, 0.0)
+           for i, n in enumerate(["zeta", "alpha", "mid", "alpha", "beta"])]
+    for order in (evs, evs[::-1]):
+        st_ = fold_all(TASK, order, lim).to_status()
+        assert sorted(st_["metrics"]) == ["alpha", "beta"]
+        assert st_["counters"]["metricsCapped"] == 2  # zeta and mid, one event each
+        assert st_["metrics"]["alpha"]["events"] == 2
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_non_finite_values_are_refused_by_the_model(value: float) -> None:
+    with pytest.raises(ValidationError, match="finite"):
+        Metric(name="loss", value=value)
+
+
+@pytest.mark.parametrize("body", [b'"value":null', b'"value":"NaN"', b'"value":1e999'])
+def test_a_note_without_a_finite_value_is_rejected_not_folded(body: bytes) -> None:
+    note = b'{"v":1,"t":"Metric","name":"loss",' + body + b"}"
+    assert isinstance(decode_note(note), Rejection)
+
+
+def test_a_hostile_status_with_a_bad_metric_reads_as_a_fresh_state() -> None:
+    good = fold(new_state(TASK), event(Metric(name="loss", value=0.5, step=3), "a" * 32, 1, 0))
+    st_ = good.to_status()
+    assert st_["metrics"]["loss"]["value"] == 0.5 and st_["metrics"]["loss"]["step"] == 3
+    for bad in ("0.5", None, True, [1]):
+        hostile = {**st_, "metrics": {"loss": {**st_["metrics"]["loss"], "value": bad}}}
+        assert TaskState.from_status(TASK, hostile) == new_state(TASK)
+    no_step = {**st_, "metrics": {"loss": {**st_["metrics"]["loss"], "step": -1}}}
+    assert TaskState.from_status(TASK, no_step) == new_state(TASK)
+
+
+def test_metric_names_follow_the_name_rules() -> None:
+    with pytest.raises(ValidationError, match="invisible"):
+        Metric(name="lo\u200bss", value=1.0)
+    with pytest.raises(ValidationError):
+        Metric(name="   ", value=1.0)
+    assert Metric(name="x" * 500, value=1.0).name.endswith("…")  # cut like every name
+
+
+# ---- the emitter ----------------------------------------------------------------------------
+
+
+def sent_metrics(rec: Recorder) -> list[Metric]:
+    """The metrics the emitter sent, a Metrics note's rows one by one."""
+    out: list[Metric] = []
+    for ev in sorted(rec.parsed(), key=lambda e: e.seq):
+        p = ev.payload
+        out.extend(p.metrics if isinstance(p, Metrics) else [p] if isinstance(p, Metric) else [])
+    return out
+
+
+def test_a_loop_logging_every_step_sends_the_latest_value_per_name_per_window() -> None:
+    em, rec = make(span_window_s=30.0)
+    for step in range(1000):
+        em.metric("loss", 1.0 / (step + 1), step=step)
+        em.metric("lr", 1e-4, step=step)
+    assert em.flush(5)
+    assert len(rec.bodies) == 1  # one note for both names, not 2,000 events
+    latest = {p.name: p for p in sent_metrics(rec)}
+    assert len(latest) == 2
+    assert latest["loss"].value == 1.0 / 1000 and latest["loss"].step == 999
+    assert latest["lr"].step == 999
+    s = em.stats()
+    assert s["metrics_coalesced"] == 1998 and s["delivered"] == 1 and s["invalid"] == 0
+
+
+def test_non_finite_metrics_are_refused_and_counted_and_never_replace_a_good_value(
+        caplog: pytest.LogCaptureFixture) -> None:
+    em, rec = make(span_window_s=30.0)
+    em.metric("loss", 0.25, step=1)
+    em.metric("loss", math.nan, step=2)
+    em.metric("loss", math.inf)
+    em.metric("loss", "oops")  # type: ignore[arg-type]
+    assert not em.flush(5)  # three refused: flush does not report success
+    (sent,) = [ev.payload for ev in rec.parsed()]
+    assert isinstance(sent, Metric) and (sent.value, sent.step) == (0.25, 1)  # a lone one
+    assert em.stats()["invalid"] == 3
+    assert sum("not finite" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_pending_metrics_go_out_before_the_final() -> None:
+    em, rec = make(span_window_s=30.0)
+    em.metric("eval_accuracy", 0.91)
+    em.progress(1.0, "done", final=True)
+    assert em.flush(5)
+    kinds = [type(ev.payload).__name__ for ev in sorted(rec.parsed(), key=lambda e: e.seq)]
+    assert kinds == ["Metric", "Progress"]
+
+
+def test_an_invalid_step_is_counted_once_sent_never() -> None:
+    em, rec = make(span_window_s=30.0)
+    em.metric("loss", 0.5, step=-3)
+    assert not em.flush(5)  # nothing delivered
+    assert rec.bodies == [] and em.stats()["invalid"] == 1
+
+
+def test_names_waiting_for_the_window_are_bounded_and_the_rest_counted() -> None:
+    em, rec = make(span_window_s=30.0, max_span_names=2)
+    for name in ("a", "b", "c", "a"):
+        em.metric(name, 1.0)
+    assert not em.flush(5)  # "c" was dropped
+    assert sorted(m.name for m in sent_metrics(rec)) == ["a", "b"]
+    s = em.stats()
+    assert (s["dropped_metric_names"], s["metrics_coalesced"], s["delivered"]) == (1, 1, 1)
+
+
+def test_many_names_share_few_notes_each_within_the_note_limit() -> None:
+    em, rec = make(span_window_s=30.0)
+    names = [f"eval/accuracy_of_class_{i:03d}_" + "é" * 20 for i in range(100)]
+    for i, name in enumerate(names):
+        em.metric(name, i / 7, step=10**12 + i)
+    assert em.flush(5)
+    assert sorted(m.name for m in sent_metrics(rec)) == sorted(names)
+    assert all(len(b["note"].encode()) <= NOTE_LIMIT for b in rec.bodies)
+    assert len(rec.bodies) <= 12  # ~10 rows of ~90 bytes per 1 kB note
+
+
+def test_one_bad_row_costs_only_itself() -> None:
+    em, rec = make(span_window_s=30.0)
+    em.metric("loss", 0.5, step=3)
+    em.metric("lr", 1e-4, step=-1)  # refused by the model when the note is built
+    em.metric("acc", 0.9)
+    assert not em.flush(5)  # "lr" was refused
+    assert {(m.name, m.value, m.step) for m in sent_metrics(rec)} == {
+        ("loss", 0.5, 3), ("acc", 0.9, None)}
+    assert em.stats()["invalid"] == 1
+
+
+def test_a_metrics_note_round_trips_and_refuses_duplicate_or_bad_rows() -> None:
+    m = Metrics(metrics=[["loss", 0.5, 3], ["lr", 1e-4, None]])
+    assert Metrics.model_validate(m.model_dump()) == m
+    assert m.model_dump() == {"metrics": [["loss", 0.5, 3], ["lr", 1e-4, None]]}
+    for rows in ([["a", 1.0, None], ["a", 2.0, None]], [["a", float("nan"), None]],
+                 [["a", 1.0]], [], [["a\u200b", 1.0, None]]):
+        with pytest.raises(ValidationError):
+            Metrics(metrics=rows)

@@ -205,7 +205,7 @@ def main() -> None:
     from tidings.cli.dev import devcluster
 
     ControlPlane = devcluster().ControlPlane
-    from tidings.watcher.kube import Kube, load_client
+    from tidings.kube import connect
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
     cp = ControlPlane(state_dir=tmp / "cp").start()
@@ -217,7 +217,7 @@ def main() -> None:
         cp.kubectl_run("apply", "-f", str(REPO / "deploy/crd.yaml"))
         cp.kubectl_run("wait", "--for=condition=Established", "crd/taskfeedbacks.tidings.dev",
                        "--timeout=60s")
-        kube = Kube(load_client(kubeconfig))
+        kube = connect(kubeconfig)
         for _ in range(a.rounds):
             for name in results:
                 results[name].append(phase(name, a, cp, kube, kubeconfig, tmp))

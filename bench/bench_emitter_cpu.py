@@ -35,7 +35,8 @@ import orjson
 import urllib3
 
 from tidings.emitter import Emitter, EmitterConfig, Identity
-from tidings.emitter.transport import EVENTS_PATH, KubeTransport, connect
+from tidings.emitter.transport import EVENTS_PATH, KubeTransport
+from tidings.kube import connect
 from tidings.schemas.event import PodRef, TaskRef, build_event
 from tidings.schemas.payloads import LogLink
 

@@ -39,11 +39,11 @@ from typing import Any
 import orjson
 from support import REPO, Watcher, cpu_seconds, pct, post_event  # bench/support.py
 
+from tidings.kube import Client, KubeError, connect
 from tidings.schemas.constants import TASK_LABEL
 from tidings.schemas.event import PodRef, TaskRef, build_event
 from tidings.schemas.payloads import DeckReady, LogLink, Payload, Progress, SpanSummary
 from tidings.schemas.version_vector import VersionVector
-from tidings.watcher.kube import Kube, KubeError, load_client
 
 POLICIES = {
     # name: (label, watcher flags)
@@ -56,7 +56,7 @@ POLICIES = {
 class Tasks:
     """One namespace of tasks with one pod each; sends facts and notes when each is seen."""
 
-    def __init__(self, kube: Kube, n: int, threads: int) -> None:
+    def __init__(self, kube: Client, n: int, threads: int) -> None:
         self.kube, self.n = kube, n
         self.ns = f"fresh-{uuid.uuid4().hex[:6]}"
         kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": self.ns}})
@@ -183,7 +183,7 @@ def load(tasks: Tasks, a: argparse.Namespace, pool: ThreadPoolExecutor) -> float
     return sent / (time.monotonic() - t0)
 
 
-def run_policy(name: str, flags: list[str], cp: Any, kubeconfig: str, kube: Kube,
+def run_policy(name: str, flags: list[str], cp: Any, kubeconfig: str, kube: Client,
                a: argparse.Namespace, tmp: Path) -> dict[str, str]:
     pids = {"kube-apiserver": cp.processes["kube-apiserver"].pid, "etcd": cp.processes["etcd"].pid}
     tasks = Tasks(kube, a.tasks, a.threads)
@@ -245,7 +245,7 @@ def run_policy(name: str, flags: list[str], cp: Any, kubeconfig: str, kube: Kube
     }
 
 
-def floor(cp: Any, kube: Kube, a: argparse.Namespace) -> dict[str, str]:
+def floor(cp: Any, kube: Client, a: argparse.Namespace) -> dict[str, str]:
     """The same load with no watcher: what the creates alone cost the API server and etcd."""
     pids = {"kube-apiserver": cp.processes["kube-apiserver"].pid, "etcd": cp.processes["etcd"].pid}
     tasks = Tasks(kube, a.tasks, a.threads)
@@ -291,7 +291,7 @@ def main() -> None:
         cp.kubectl_run("apply", "-f", str(REPO / "deploy/crd.yaml"))
         cp.kubectl_run("wait", "--for=condition=Established", "crd/taskfeedbacks.tidings.dev",
                        "--timeout=60s")
-        kube = Kube(load_client(kubeconfig, pool_size=a.threads * 2))
+        kube = connect(kubeconfig, maxsize=a.threads * 2)
         columns["no watcher"] = floor(cp, kube, a)
         for name in a.policies.split(","):
             columns[name] = run_policy(name, POLICIES[name][1], cp, kubeconfig, kube, a, tmp)

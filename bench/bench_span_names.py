@@ -19,7 +19,8 @@ from typing import Any
 
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.sender import Sender
-from tidings.emitter.transport import KubeTransport, connect
+from tidings.emitter.transport import KubeTransport
+from tidings.kube import connect
 
 SPANS = 100_000
 

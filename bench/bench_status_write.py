@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from tidings.kube import JSON_PATCH, Client, connect
 from tidings.schemas import (
     NAME_LIMIT,
     URL_LIMIT,
@@ -46,7 +47,6 @@ from tidings.schemas import (
     parse_event,
 )
 from tidings.schemas.contract import taskfeedback_path
-from tidings.watcher.kube import JSON_PATCH, Kube, load_client
 from tidings.watcher.writer import FIELD_MANAGER, status_body
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,7 +127,7 @@ def apiserver_cpu(pid: int) -> float:
 
 
 class Target:
-    def __init__(self, kube: Kube, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def __init__(self, kube: Client, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.kube, self.name, self.status = kube, name, status
         self.path = taskfeedback_path(namespace, name)
         self.obj = kube.request(
@@ -185,7 +185,7 @@ def main() -> None:
             cp.kubectl_run("apply", "-f", str(REPO / "deploy" / "crd.yaml"))
             cp.kubectl_run("wait", "--for=condition=Established",
                            "crd/taskfeedbacks.tidings.dev", "--timeout=60s")
-            kube = Kube(load_client(str(cp.kubeconfig("admin")), None, 4))
+            kube = connect(str(cp.kubeconfig("admin")), None, maxsize=4)
             pid = cp.processes["kube-apiserver"].pid
             assert pid is not None
             ns = "bench"

@@ -30,11 +30,11 @@ from typing import Any
 import orjson
 from support import post_event  # bench/support.py
 
+from tidings.kube import Client, KubeError, connect
 from tidings.schemas.constants import BUS_CONTROLLER, TASK_LABEL
 from tidings.schemas.event import PodRef, TaskRef, build_event
 from tidings.schemas.payloads import LogLink, Progress, SpanSummary
 from tidings.schemas.version_vector import VersionVector
-from tidings.watcher.kube import Kube, KubeError, load_client
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,7 +55,7 @@ def payload(seq: int) -> Any:
 class Creator:
     """Creates bus events from a thread pool; one emitter instance per (task, pod)."""
 
-    def __init__(self, kube: Kube, ns: str, pods: dict[str, dict[str, str]],
+    def __init__(self, kube: Client, ns: str, pods: dict[str, dict[str, str]],
                  instance: str = "") -> None:
         self.kube, self.ns, self.pods, self.instance = kube, ns, pods, instance
         self.seqs: dict[str, int] = {}
@@ -110,7 +110,7 @@ def _hot_worker(kubeconfig: str, ns: str, task: str, pod: dict[str, str], inst: 
                 rate: float, seconds: float, threads: int, out: Any) -> None:
     """One creator process with its own emitter instance (the GIL caps one process well
     below 1,000 creates/s on a small machine)."""
-    c = Creator(Kube(load_client(kubeconfig, pool_size=threads * 2)), ns, {task: pod},
+    c = Creator(connect(kubeconfig, maxsize=threads * 2), ns, {task: pod},
                 instance=inst)
     n, _ = c.run([task], seconds=seconds, rate=rate, threads=threads)
     out.put(n)
@@ -173,7 +173,7 @@ class StreamTimer:
     """A raw watch in this process: first-seen time of each event, and of each applied (instance,
     seq) in TaskFeedback statuses."""
 
-    def __init__(self, kube: Kube, ns: str) -> None:
+    def __init__(self, kube: Client, ns: str) -> None:
         self.kube, self.ns = kube, ns
         self.event_seen: dict[str, float] = {}
         self.applied_seen: dict[tuple[str, int], float] = {}
@@ -276,7 +276,7 @@ def run(a: argparse.Namespace, kubeconfig: str, tmp: Path) -> None:
     find_bin_dir = devcluster().find_bin_dir
 
     kubectl = str(find_bin_dir() / "kubectl")
-    kube = Kube(load_client(kubeconfig, pool_size=a.threads * 4))
+    kube = connect(kubeconfig, maxsize=a.threads * 4)
     subprocess.run([kubectl, f"--kubeconfig={kubeconfig}", "apply", "-f",
                     str(REPO / "deploy/crd.yaml")], check=True, capture_output=True)
     subprocess.run([kubectl, f"--kubeconfig={kubeconfig}", "wait", "--for=condition=Established",

@@ -11,8 +11,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tidings.kube import Client, KubeError
 from tidings.schemas.contract import events_path
-from tidings.watcher.kube import Kube, KubeError
 
 REPO = Path(__file__).resolve().parents[1]
 TICK = os.sysconf("SC_CLK_TCK")
@@ -29,7 +29,7 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] if xs else float("nan")
 
 
-def post_event(kube: Kube, ns: str, body: dict[str, Any], pause: float = 0.1) -> bool:
+def post_event(kube: Client, ns: str, body: dict[str, Any], pause: float = 0.1) -> bool:
     """Create one bus event, retried while the API server is overloaded (50 tries); an
     AlreadyExists (a retry of a create that landed) counts as created."""
     for _ in range(50):

@@ -12,15 +12,12 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from typer.core import TyperGroup
 
 from tidings._compat import StrEnum
-
-if TYPE_CHECKING:
-    from tidings.cli.kube import Kube
 
 # Exit codes: one per failure class, stable, documented in README ("The CLI").
 EXIT_OK = 0
@@ -68,8 +65,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 def command(func: F) -> F:
     """Wrap a command body: known failures become one line and their exit code.
 
-    API and connection errors are translated in `tidings.cli.kube`; anything else is a bug and
-    still gets one line (set TIDINGS_DEBUG=1 for the traceback).
+    API and connection errors are translated by the translators `tidings.cli.kube` registers
+    (``add_error_translator``); anything else is a bug and still gets one line (set
+    TIDINGS_DEBUG=1 for the traceback).
     """
 
     @functools.wraps(func)
@@ -101,12 +99,24 @@ def command(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _map_exception(err: Exception) -> CliError | None:
-    # Only consult the Kubernetes mapping when the kubernetes package is already loaded.
-    if "tidings.cli.kube" in sys.modules:
-        from tidings.cli.kube import translate_error
+# Who maps foreign exceptions to CliErrors. `tidings.cli.kube` adds its own when it is
+# imported: this module stays beneath it (no import back), and a command that never loaded
+# the Kubernetes layer never pays for it.
+_ERROR_TRANSLATORS: list[Callable[[BaseException], CliError | None]] = []
 
-        return translate_error(err)
+
+def add_error_translator(translate: Callable[[BaseException], CliError | None]) -> None:
+    """Let ``command`` map exceptions it does not know through ``translate`` (None: not
+    one of the translator's)."""
+    if translate not in _ERROR_TRANSLATORS:
+        _ERROR_TRANSLATORS.append(translate)
+
+
+def _map_exception(err: Exception) -> CliError | None:
+    for translate in _ERROR_TRANSLATORS:
+        mapped = translate(err)
+        if mapped is not None:
+            return mapped
     return None
 
 
@@ -202,20 +212,14 @@ def option_group(param: str, build: Callable[..., Any],
 @dataclass(frozen=True)
 class Connection:
     """kubectl's connection flags of one command line (--kubeconfig, --context,
-    --request-timeout, --as, --as-group); ``connect`` makes the client they mean."""
+    --request-timeout, --as, --as-group); ``tidings.cli.kube.connect_with`` makes the client
+    they mean."""
 
     kubeconfig: str | None = None
     context: str | None = None
     request_timeout: str | None = None
     as_user: str | None = None
     as_group: list[str] | None = None
-
-    def connect(self, namespace: str | None) -> Kube:
-        from tidings.cli.kube import connect
-
-        return connect(self.kubeconfig, self.context, namespace,
-                       request_timeout=self.request_timeout, as_user=self.as_user,
-                       as_groups=self.as_group)
 
 
 # What a command's ``conn`` parameter defaults to in its own signature (the decorator below
@@ -236,21 +240,24 @@ def _complete_names(ctx: typer.Context, incomplete: str,
     one page each, short timeouts; any failure completes nothing (an error must never be
     printed into the user's prompt)."""
     try:
-        from tidings.cli.kube import connect
+        from tidings.kube import connect
 
         p = ctx.params
-        k = connect(p.get("kubeconfig"), p.get("context"), p.get("namespace"),
-                    request_timeout="2s")
+        namespace = p.get("namespace")
+        if namespace is not None:
+            check_namespace(namespace)
+        client = connect(p.get("kubeconfig"), p.get("context"), namespace=namespace,
+                         user_agent="tidings-cli")
         names: set[str] = set()
         try:
-            for path, query, key in lists(k.namespace):
-                page = k.client.get(path, {**query, "limit": 200}, timeout=2.0)
+            for path, query, key in lists(client.config.namespace):
+                page = client.get(path, {**query, "limit": 200}, timeout=2.0)
                 for item in page.get("items", []):
                     field, name = key.split(".")
                     value = (item.get(field) or {}).get(name) if isinstance(item, dict) else None
                     names.add(str(value or ""))
         finally:
-            k.close()
+            client.close()
         return sorted(n for n in names if n.startswith(incomplete) and _NAME.match(n))
     except Exception:
         return []

@@ -96,12 +96,13 @@ def _check(model: Any, **fields: Any) -> None:
 def _deliver(send: Callable[[Any], None], to: Delivery) -> None:
     from tidings.emitter import Emitter, EmitterConfig, Identity
     from tidings.emitter.transport import (
+        FIELD_MANAGER,
+        POOL_SIZE,
         KubeTransport,
-        connect,
         no_cluster_configured,
         sender_proof_setting,
     )
-    from tidings.kube import ConfigError
+    from tidings.kube import ConfigError, connect
     from tidings.schemas.names import task_id_error
 
     kubeconfig, context, timeout = to.kubeconfig, to.context, to.timeout
@@ -110,7 +111,7 @@ def _deliver(send: Callable[[Any], None], to: Delivery) -> None:
 
         _fail(f"no cluster configured: {no_kubeconfig_reason()}", EXIT_UNDELIVERED)
     try:
-        client = connect(kubeconfig, context)
+        client = connect(kubeconfig, context, maxsize=POOL_SIZE, user_agent=FIELD_MANAGER)
     except ConfigError as e:
         _fail(f"cannot load cluster config: {e}", EXIT_UNDELIVERED)
     config = EmitterConfig.from_env()

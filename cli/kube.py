@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import urllib3
+from urllib3.response import BaseHTTPResponse
 
 from tidings.cli.common import (
     EXIT_ERROR,
@@ -22,16 +23,32 @@ from tidings.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_UNREACHABLE,
     CliError,
+    Connection,
+    add_error_translator,
     check_namespace,
     parse_request_timeout,
 )
-from tidings.kube import Client, ConfigError, Impersonation, KubeError, iter_lines
-from tidings.kube import load as load_config
+from tidings.kube import (
+    Client,
+    ConfigError,
+    Impersonation,
+    KubeError,
+    ListWatch,
+    StatusPredicates,
+    iter_lines,
+)
+from tidings.kube import connect as connect_client
+from tidings.kube.flowcontrol import Backoff
+from tidings.kube.objects import Event, KubeObject, Pod
 from tidings.schemas import API_VERSION
 from tidings.schemas.contract import EVENTS_RESOURCE, TASKFEEDBACK_RESOURCE, events_path, pods_path
 
 # (connect, read) seconds for ordinary requests; streams choose their own read timeout.
 REQUEST_TIMEOUT = (5.0, 30.0)
+
+# A follow's backoff between failed watches: a person is waiting, so it starts low and stays
+# under 5 s (no jitter: one CLI is not a herd).
+FOLLOW_BACKOFF_BASE, FOLLOW_BACKOFF_CAP = 0.4, 5.0
 
 # The TaskFeedback API, for the message when its CRD is not installed.
 NO_CRD = f"the server has no TaskFeedback API ({API_VERSION}): install deploy/crd.yaml"
@@ -51,7 +68,7 @@ class Action:
         return f"{self.verb} {self.resource} {where}"
 
 
-class ApiError(CliError):
+class ApiError(StatusPredicates, CliError):
     """A failed API request with its HTTP status (404 callers often recover)."""
 
     def __init__(self, message: str, code: int, status: int, action: Action | None) -> None:
@@ -72,18 +89,19 @@ def _status_message(status: int, body: bytes | str | None, reason: str = "") -> 
 def api_error(status: int, body: bytes | str | None, action: Action | None,
               reason: str = "") -> ApiError:
     doing = action.describe() if action else "make that request"
-    if status == 403:
+    answer = KubeError(status, "")  # what the status means (its predicates)
+    if answer.forbidden:
         return ApiError(f"forbidden: cannot {doing}", EXIT_FORBIDDEN, status, action)
-    if status == 401:
+    if answer.unauthorized:
         return ApiError("unauthorized: the cluster rejected the credentials of this context",
                         EXIT_FORBIDDEN, status, action)
-    if status == 404:
+    if answer.not_found:
         if (action is not None and action.resource == TASKFEEDBACK_RESOURCE
                 and no_such_resource(body)):
             return ApiError(NO_CRD, EXIT_NOT_FOUND, status, action)
         what = f"{action.resource} {action.name!r}" if action and action.name else doing
         return ApiError(f"not found: {what}", EXIT_NOT_FOUND, status, action)
-    if status in (400, 422):
+    if answer.invalid:
         return ApiError(f"invalid input: {_status_message(status, body, reason)}",
                         EXIT_INVALID, status, action)
     return ApiError(f"API error {status} while trying to {doing}: "
@@ -149,15 +167,15 @@ class Kube:
     def server(self) -> str:
         return self.client.server
 
-    def _open(self, path: str, query: dict[str, Any] | None, action: Action | None,
-              timeout: tuple[float, float | None] | float, stream: bool) -> Any:
+    def _open(self, path: str, query: Mapping[str, object] | None, action: Action | None,
+              timeout: tuple[float, float | None] | float, stream: bool) -> BaseHTTPResponse:
         params = {k: v for k, v in (query or {}).items() if v is not None}
         try:
             return self.client.open("GET", path, query=params, timeout=timeout, stream=stream)
         except KubeError as err:
             raise _from_kube_error(err, action) from None
 
-    def get_json(self, path: str, query: dict[str, Any] | None = None, *,
+    def get_json(self, path: str, query: Mapping[str, object] | None = None, *,
                  action: Action | None = None) -> dict[str, Any]:
         resp = self._open(path, query, action, self.timeout, False)
         try:
@@ -168,45 +186,74 @@ class Kube:
             raise CliError(f"unexpected answer from {path}", EXIT_ERROR)
         return obj
 
-    def list_all(self, path: str, query: dict[str, Any] | None = None, *,
-                 action: Action | None = None) -> tuple[list[dict[str, Any]], str]:
+    def list_all(self, path: str, query: Mapping[str, object] | None = None, *,
+                 action: Action | None = None) -> tuple[list[KubeObject], str]:
         """Every item of a list (paginated), and the list's resourceVersion."""
         params = {k: v for k, v in (query or {}).items() if v is not None}
         try:
-            return self.client.list_all(path, params, timeout=self.timeout)
+            items, rv = self.client.list_all(path, params, timeout=self.timeout)
         except KubeError as err:
             raise _from_kube_error(err, action) from None
+        return cast("list[KubeObject]", items), rv
 
-    def stream(self, path: str, query: dict[str, Any], *, action: Action | None = None,
-               read_timeout: float | None = 60.0) -> Any:
+    def stream(self, path: str, query: Mapping[str, object], *, action: Action | None = None,
+               read_timeout: float | None = 60.0) -> BaseHTTPResponse:
         """An open urllib3 response (watch or log stream). Iterate `lines(resp)`. A stream
         is long by design: --request-timeout bounds its connect only."""
         connect_s = self.timeout if isinstance(self.timeout, float) else self.timeout[0]
         return self._open(path, query, action, (connect_s, read_timeout), True)
 
+    def list_watch(self, path: str, query: Mapping[str, object], *, action: Action,
+                   resource_version: str | None = None, lists: bool = True,
+                   watch_timeout: int = 60, read_timeout: float | None = None) -> ListWatch:
+        """tidings.kube's list+watch loop on this client, with the CLI's rule for failures:
+        what may pass (no answer, 429, 5xx) is retried after a short backoff; anything else
+        (forbidden, unauthorized, ...) ends the command with its one-line error."""
+        connect_s = self.timeout if isinstance(self.timeout, float) else self.timeout[0]
+
+        def fail_unless_transient(err: Exception) -> None:
+            if isinstance(err, KubeError):
+                if err.retryable:
+                    return
+                raise _from_kube_error(err, action) from None
+            raise err
+
+        return ListWatch(
+            self.client, path, query, resource_version=resource_version, lists=lists,
+            watch_timeout=watch_timeout,
+            timeout=(connect_s, read_timeout if read_timeout is not None else watch_timeout + 15),
+            list_timeout=self.timeout,
+            backoff=Backoff(base=FOLLOW_BACKOFF_BASE, cap=FOLLOW_BACKOFF_CAP, jitter=0.0),
+            on_error=fail_unless_transient)
+
     # -- well-known paths ---------------------------------------------------------------------
 
-    def list_events(self, namespace: str | None, selector: str
-                    ) -> tuple[list[dict[str, Any]], str]:
-        return self.list_all(events_path(namespace), {"fieldSelector": selector},
-                             action=Action("list", EVENTS_RESOURCE, namespace or ""))
+    def list_events(self, namespace: str | None, selector: str) -> tuple[list[Event], str]:
+        items, rv = self.list_all(events_path(namespace), {"fieldSelector": selector},
+                                  action=Action("list", EVENTS_RESOURCE, namespace or ""))
+        return cast("list[Event]", items), rv
 
-    def watch_events(self, namespace: str, selector: str, resource_version: str,
-                     timeout_s: int = 60) -> Any:
-        return self.stream(
-            events_path(namespace),
-            {"fieldSelector": selector, "watch": "true", "resourceVersion": resource_version,
-             "allowWatchBookmarks": "true", "timeoutSeconds": timeout_s},
-            action=Action("watch", EVENTS_RESOURCE, namespace),
-            read_timeout=timeout_s + 15)
+    def list_pods(self, namespace: str, selector: str) -> tuple[list[Pod], str]:
+        """The pods of ``namespace`` with the labels ``selector`` asks for."""
+        items, rv = self.list_all(pods_path(namespace), {"labelSelector": selector},
+                                  action=Action("list", "pods", namespace))
+        return cast("list[Pod]", items), rv
 
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def watch_events(self, namespace: str, selector: str, resource_version: str | None,
+                     *, lists: bool = True, timeout_s: int = 60) -> ListWatch:
+        """The bus events of ``namespace`` matching ``selector`` (the CLI's events follow)."""
+        return self.list_watch(events_path(namespace), {"fieldSelector": selector},
+                               action=Action("watch", EVENTS_RESOURCE, namespace),
+                               resource_version=resource_version, lists=lists,
+                               watch_timeout=timeout_s)
+
+    def get_pod(self, namespace: str, name: str) -> Pod | None:
         """The pod, or None when it does not exist."""
         try:
-            return self.get_json(pods_path(namespace, name),
-                                 action=Action("get", "pods", namespace, name))
+            return cast(Pod, self.get_json(pods_path(namespace, name),
+                                           action=Action("get", "pods", namespace, name)))
         except ApiError as err:
-            if err.status == 404:
+            if err.not_found:
                 return None
             raise
 
@@ -215,12 +262,12 @@ class Kube:
             self.client.close()
 
 
-def lines(resp: Any) -> Iterator[bytes]:
+def lines(resp: BaseHTTPResponse) -> Iterator[bytes]:
     """The lines of a streaming response (without the trailing newline)."""
     return iter_lines(resp)
 
 
-def watch_message(line: bytes) -> tuple[str, dict[str, Any] | None] | None:
+def watch_message(line: bytes) -> tuple[str, KubeObject | None] | None:
     """One watch line as (type, object): None for a line that is not a JSON object; the
     object is None when the message carries none (each follower decides what that means)."""
     try:
@@ -230,7 +277,7 @@ def watch_message(line: bytes) -> tuple[str, dict[str, Any] | None] | None:
     if not isinstance(msg, dict):
         return None
     obj = msg.get("object")
-    return str(msg.get("type") or ""), obj if isinstance(obj, dict) else None
+    return str(msg.get("type") or ""), cast(KubeObject, obj) if isinstance(obj, dict) else None
 
 
 def client_timeout(value: str | None) -> tuple[float, float | None] | float:
@@ -261,9 +308,20 @@ def connect(kubeconfig: str | None, context: str | None, namespace: str | None,
     timeout = client_timeout(request_timeout)
     impersonate = impersonate or impersonation(as_user, as_groups)
     try:
-        config = load_config(kubeconfig, context, namespace=namespace, impersonate=impersonate)
         # Many connections per host: `logs` runs concurrent streams.
-        client = Client(config, maxsize=64, user_agent="tidings-cli")
+        client = connect_client(kubeconfig, context, namespace=namespace,
+                                impersonate=impersonate, maxsize=64, user_agent="tidings-cli")
     except ConfigError as err:
         raise _from_config_error(err) from None
-    return Kube(client=client, namespace=config.namespace, timeout=timeout)
+    return Kube(client=client, namespace=client.config.namespace, timeout=timeout)
+
+
+def connect_with(conn: Connection, namespace: str | None) -> Kube:
+    """``connect`` for a command's connection flags."""
+    return connect(conn.kubeconfig, conn.context, namespace, request_timeout=conn.request_timeout,
+                   as_user=conn.as_user, as_groups=conn.as_group)
+
+
+# Every command that talks to the cluster imports this module; from then on its errors are
+# one line and their exit code (cli/common.py's ``command``).
+add_error_translator(translate_error)

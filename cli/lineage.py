@@ -17,17 +17,18 @@ each one streamed is the live pod of that uid, whose labels name the task.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from tidings._compat import UTC
 from tidings.cli.common import EXIT_INVALID, CliError, not_found, safe
-from tidings.cli.kube import Action, ApiError, Kube, lines, watch_message
-from tidings.cli.taskview import QUICK_BASE, QUICK_CAP
-from tidings.kube.flowcontrol import Backoff
+from tidings.cli.kube import Action, ApiError, Kube, watch_message
+from tidings.kube import ListWatch, Page, WatchLines
+from tidings.kube.objects import Event, KubeObject, ObjectMeta, Pod
 from tidings.schemas import (
     KIND,
     TASK_LABEL,
@@ -70,13 +71,13 @@ def task_keys() -> tuple[str, ...]:
         raise CliError(f"invalid input: TIDINGS_TASK_LABEL_KEYS: {e}", EXIT_INVALID) from None
 
 
-def names_task(pod: dict[str, Any], app: str) -> bool:
+def names_task(pod: KubeObject, app: str) -> bool:
     """Whether the pod's labels name the task ``app`` (the first task key it carries)."""
     info = pod_task(pod.get("metadata"), task_keys())
     return info is not None and info.task == app
 
 
-def key_of(pod: dict[str, Any]) -> str:
+def key_of(pod: KubeObject) -> str:
     """The label key that names the pod's task (for messages), or tidings.dev/task."""
     info = pod_task(pod.get("metadata"), task_keys())
     return info.key if info is not None else TASK_LABEL
@@ -91,11 +92,16 @@ def load(kube: Kube, namespace: str, app: str, must_exist: bool = True
          ) -> tuple[list[LineageEntry], str]:
     """The app's lineage entries (deduplicated by pod uid, oldest first) and the list's RV."""
     raw, rv = kube.list_events(namespace, lineage_selector(app))
-    parsed = [p for p in map(parse_event, raw) if _ours(p, app)]
-    entries = fold_lineage(parsed)  # type: ignore[arg-type]
+    entries = _recorded(raw, app)
     if must_exist and not entries:
         not_found(f"app {app!r} in namespace {namespace} (no PodSpawned events)")
     return entries, rv
+
+
+def _recorded(events: Sequence[Event], app: str) -> list[LineageEntry]:
+    """The lineage entries of the app's PodSpawned events among ``events``."""
+    parsed = [p for p in map(parse_event, events) if _ours(p, app)]
+    return fold_lineage(parsed)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -107,7 +113,7 @@ class Found:
     entries: list[LineageEntry]
     sources: dict[str, tuple[str, ...]] = field(default_factory=dict)  # uid -> sources
     events: dict[str, int] = field(default_factory=dict)  # uid -> events reported (status)
-    pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # uid -> listed pod
+    pods: dict[str, Pod] = field(default_factory=dict)  # uid -> listed pod
     events_rv: str = ""  # the PodSpawned list's resourceVersion (to watch from)
     pods_rv: str = ""  # the tidings.dev/task list's resourceVersion ("" when not listed)
     fallback: bool = False  # no PodSpawned records: found by status and label alone
@@ -124,7 +130,7 @@ def member(namespace: str, app: str, name: str, uid: str, when: datetime | None 
                         event_time=when or _EPOCH, reported_by=PodRef("", "", namespace))
 
 
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+def _meta(obj: KubeObject) -> ObjectMeta:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
 
@@ -136,7 +142,7 @@ def status_pods(kube: Kube, namespace: str, app: str) -> list[tuple[str, str, in
         obj = kube.get_json(taskfeedback_path(namespace, app),
                             action=Action("get", TASKFEEDBACK_RESOURCE, namespace, app))
     except ApiError as err:
-        if err.status in (403, 404):
+        if err.forbidden or err.not_found:
             return []
         raise
     status = obj.get("status")
@@ -150,12 +156,10 @@ def status_pods(kube: Kube, namespace: str, app: str) -> list[tuple[str, str, in
 
 
 def list_labelled(kube: Kube, namespace: str, app: str, key: str = TASK_LABEL
-                  ) -> tuple[list[dict[str, Any]], str]:
+                  ) -> tuple[list[Pod], str]:
     """The pods whose label ``key`` is ``app`` and whose labels name the task ``app`` (the
     first task key a pod carries: a JobSet's pod also carries its child Job's name)."""
-    pods, rv = kube.list_all(pods_path(namespace),
-                             {"labelSelector": task_selector(key, app)},
-                             action=Action("list", "pods", namespace))
+    pods, rv = kube.list_pods(namespace, task_selector(key, app))
     return [p for p in pods if names_task(p, app)], rv
 
 
@@ -206,55 +210,28 @@ def discover(kube: Kube, namespace: str, app: str, must_exist: bool = True) -> F
 Pick = Callable[[bytes], tuple[str, str, list[LineageEntry]]]
 
 
-def _follow(watch: Callable[[str], Any], pick: Pick,
-            relist: Callable[[], tuple[list[LineageEntry], str]], resource_version: str,
-            stopped: Any) -> Iterator[LineageEntry]:
-    """Entries from a watch after ``resource_version`` until ``stopped.is_set()``; when the
-    watch ends, relists (yielding everything: the caller deduplicates by uid) and watches on."""
-    import time
-
-    rv = resource_version
-    quick = Backoff(base=QUICK_BASE, cap=QUICK_CAP, jitter=0.0)
-    while not stopped.is_set():
-        started = time.monotonic()
-        try:
-            resp = watch(rv)
-        except ApiError as err:
-            if err.status == 403:
-                raise
-            resp = None
-        except CliError:
-            resp = None  # the cluster went away for a moment: retry below
-        if resp is not None:
-            try:
-                for line in lines(resp):
-                    kind, line_rv, entries = pick(line)
-                    if kind == "ERROR":
-                        rv = ""
-                        break
-                    rv = line_rv or rv
-                    yield from entries
-            except Exception:
-                pass  # broken watch: relist below
-            finally:
-                resp.release_conn()
+def _follow(loop: ListWatch, pick: Pick,
+            listed: Callable[[list[KubeObject]], list[LineageEntry]],
+            stopped: threading.Event) -> Iterator[LineageEntry]:
+    """Entries from the loop's watch lines (through ``pick``) and, whenever it relists, from
+    its list (everything again: the caller deduplicates by uid), until ``stopped.is_set()``."""
+    for change in loop:
         if stopped.is_set():
             return
-        if time.monotonic() - started < 1.0:
-            stopped.wait(quick.next())
-        else:
-            quick.reset()
-        try:
-            entries, rv = relist()
-        except CliError as err:
-            if isinstance(err, ApiError) and err.status == 403:
-                raise
-            continue
-        yield from entries
+        if isinstance(change, WatchLines):
+            for line in change.lines:
+                kind, line_rv, entries = pick(line)
+                if kind == "ERROR":
+                    loop.relist("error")
+                    break
+                loop.advance(line_rv)
+                yield from entries
+        elif isinstance(change, Page):
+            yield from listed(change.items)
 
 
 def follow(kube: Kube, namespace: str, app: str, resource_version: str,
-           stopped: Any) -> Iterator[LineageEntry]:
+           stopped: threading.Event) -> Iterator[LineageEntry]:
     """Lineage entries recorded after `resource_version`, until `stopped.is_set()`."""
     def pick(line: bytes) -> tuple[str, str, list[LineageEntry]]:
         item = parse_watch_line(line)
@@ -262,17 +239,18 @@ def follow(kube: Kube, namespace: str, app: str, resource_version: str,
         return item.type, item.resource_version, \
             fold_lineage([item.result]) if new else []  # type: ignore[list-item]
 
-    return _follow(
-        lambda rv: kube.watch_events(namespace, lineage_selector(app), rv, timeout_s=30),
-        pick, lambda: load(kube, namespace, app, must_exist=False), resource_version, stopped)
+    loop = kube.watch_events(namespace, lineage_selector(app), resource_version, timeout_s=30)
+    return _follow(loop, pick, lambda events: _recorded(cast("list[Event]", events), app),
+                   stopped)
 
 
 def follow_labelled(kube: Kube, namespace: str, app: str, resource_version: str,
-                    stopped: Any, key: str = TASK_LABEL) -> Iterator[LineageEntry]:
+                    stopped: threading.Event, key: str = TASK_LABEL
+                    ) -> Iterator[LineageEntry]:
     """The pods whose label ``key`` names the app that appear after `resource_version` (a
     reporting pod carries the label, so this also finds every new reporting pod), until
     stopped."""
-    def entry(pod: dict[str, Any]) -> Iterator[LineageEntry]:
+    def entry(pod: KubeObject) -> Iterator[LineageEntry]:
         meta = _meta(pod)
         if meta.get("name") and meta.get("uid") and names_task(pod, app):
             yield member(namespace, app, str(meta["name"]), str(meta["uid"]),
@@ -287,24 +265,16 @@ def follow_labelled(kube: Kube, namespace: str, app: str, resource_version: str,
             return kind, "", []
         return kind, rv, list(entry(obj)) if kind in ("ADDED", "MODIFIED") else []
 
-    def relist() -> tuple[list[LineageEntry], str]:
-        pods, rv = list_labelled(kube, namespace, app, key)
-        return [e for p in pods for e in entry(p)], rv
-
-    def watch(rv: str) -> Any:
-        return kube.stream(
-            pods_path(namespace),
-            {"labelSelector": task_selector(key, app), "watch": "true", "resourceVersion": rv,
-             "allowWatchBookmarks": "true", "timeoutSeconds": 30},
-            action=Action("watch", "pods", namespace), read_timeout=45)
-
-    return _follow(watch, pick, relist, resource_version, stopped)
+    loop = kube.list_watch(pods_path(namespace), {"labelSelector": task_selector(key, app)},
+                           action=Action("watch", "pods", namespace),
+                           resource_version=resource_version, watch_timeout=30)
+    return _follow(loop, pick, lambda pods: [e for p in pods for e in entry(p)], stopped)
 
 
 # --- what became of each pod --------------------------------------------------------------
 
 
-def vouches(entry: LineageEntry, pod: dict[str, Any]) -> bool:
+def vouches(entry: LineageEntry, pod: Pod) -> bool:
     """Whether ``pod`` (the one the record names, same uid) confirms the record: its labels
     name the task."""
     return names_task(pod, entry.subject.name)
@@ -361,12 +331,12 @@ def fate(kube: Kube, entry: LineageEntry) -> PodFate:
     try:
         pod = kube.get_pod(entry.pod.namespace, entry.pod.name)
     except ApiError as err:
-        why = "cannot get pods" if err.status == 403 else f"HTTP {err.status}"
+        why = "cannot get pods" if err.forbidden else f"HTTP {err.status}"
         return PodFate(entry, "unknown", "", reason=why)
     return fate_of(entry, pod)
 
 
-def fate_of(entry: LineageEntry, pod: dict[str, Any] | None) -> PodFate:
+def fate_of(entry: LineageEntry, pod: Pod | None) -> PodFate:
     if pod is None:
         return PodFate(entry, "gone", "")
     uid = str((pod.get("metadata") or {}).get("uid") or "")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,6 +23,10 @@ from tidings.cli.common import (
     safe,
     safe_data,
 )
+
+if TYPE_CHECKING:
+    from tidings.cli.kube import Action, Kube
+    from tidings.kube.objects import KubeObject
 
 ALL = "--all-namespaces"
 FORMATS = ("table", "wide", "name", "json", "yaml", "jsonpath=TEMPLATE")
@@ -68,13 +72,13 @@ def age(t: str | None, now: datetime | None = None) -> str:
     return f"{y}y{d % 365}d" if y < 8 and d % 365 else f"{y}y"
 
 
-def _get(obj: Any, *keys: str) -> Any:
+def _get(obj: object, *keys: str) -> Any:
     for k in keys:
         obj = obj.get(k) if isinstance(obj, dict) else None
     return obj
 
 
-def row(obj: dict[str, Any], wide: bool, namespaced: bool,
+def row(obj: KubeObject, wide: bool, namespaced: bool,
         now: datetime | None = None) -> list[str]:
     """One table row: the CRD's printer columns, read from the object as kubectl does."""
     def text(value: Any) -> str:
@@ -108,7 +112,7 @@ def table(rows: list[list[str]], widths: list[int] | None = None) -> tuple[str, 
     return "\n".join(lines) + "\n", widths
 
 
-def clean(obj: dict[str, Any]) -> dict[str, Any]:
+def clean(obj: KubeObject) -> dict[str, Any]:
     """The object as kubectl -o json shows it (no managedFields), every string neutralised."""
     meta = dict(obj.get("metadata") or {})
     meta.pop("managedFields", None)
@@ -135,7 +139,7 @@ class Printer:
                 invalid(f"--output jsonpath: {err}")
         self.template = template
 
-    def listing(self, items: list[dict[str, Any]], resource_version: str, namespace: str = "",
+    def listing(self, items: list[KubeObject], resource_version: str, namespace: str = "",
                 single: bool = False) -> None:
         """Print a list; ``single`` (one NAME asked for): json, yaml and jsonpath show the
         object itself, not a List, as `kubectl get KIND NAME -o json` does."""
@@ -160,7 +164,7 @@ class Printer:
                         "items": [clean(o) for o in items],
                         "metadata": {"resourceVersion": resource_version}})
 
-    def change(self, obj: dict[str, Any]) -> None:
+    def change(self, obj: KubeObject) -> None:
         if self.fmt in ("table", "wide"):
             r = row(obj, self.fmt == "wide", self.namespaced)
             if self.widths is None:  # the list was empty: the header comes with the first row
@@ -173,7 +177,7 @@ class Printer:
         else:
             self._data(clean(obj))
 
-    def _name(self, obj: dict[str, Any]) -> str:
+    def _name(self, obj: KubeObject) -> str:
         return f"taskfeedback.tidings.dev/{safe(_get(obj, 'metadata', 'name') or '')}\n"
 
     def _data(self, data: Any) -> None:
@@ -226,7 +230,7 @@ def list_tasks(
     if len(names) > 1 and watch:
         invalid("--watch takes one NAME at most")
 
-    from tidings.cli.kube import Action
+    from tidings.cli.kube import Action, connect_with
     from tidings.schemas.contract import TASKFEEDBACK_RESOURCE, taskfeedback_path
 
     def echo(text: str) -> None:
@@ -234,7 +238,7 @@ def list_tasks(
         sys.stdout.flush()  # -w output is read line by line by scripts
 
     printer = Printer(output.strip(), all_namespaces, echo)
-    k = conn.connect(namespace)
+    k = connect_with(conn, namespace)
     ns = "" if all_namespaces else k.namespace
     path = taskfeedback_path(ns)
     resource = TASKFEEDBACK_RESOURCE
@@ -260,33 +264,28 @@ def list_tasks(
         printer.change(obj)
 
 
-def _changes(k: Any, path: str, query: dict[str, Any], rv: str, action: Any
-             ) -> Iterator[dict[str, Any]]:
+def _changes(k: Kube, path: str, query: dict[str, Any], rv: str, action: Action
+             ) -> Iterator[KubeObject]:
     """Objects as they change, from watches resumed at the last resourceVersion (relisting
-    quietly when the server has compacted it away)."""
+    quietly when the server has compacted it away: changes meanwhile are not replayed)."""
+    from tidings.cli.kube import watch_message
+    from tidings.kube import WatchLines
 
-    from tidings.cli.kube import lines, watch_message
-
-    while True:
-        resp = k.stream(path, {**query, "watch": "true", "resourceVersion": rv,
-                               "allowWatchBookmarks": "true", "timeoutSeconds": 300},
-                        action=action, read_timeout=330)
-        gone = False
-        try:
-            for line in lines(resp):
-                kind, obj = watch_message(line) or ("", None)
-                if obj is None:
-                    continue
-                if kind == "ERROR":
-                    gone = True
-                    break
-                rv = str(_get(obj, "metadata", "resourceVersion") or rv)
-                if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    yield obj
-        finally:
-            resp.release_conn()
-        if gone:  # 410 Gone: start again from a fresh list (changes meanwhile not replayed)
-            _, rv = k.list_all(path, query, action=action)
+    loop = k.list_watch(path, query, action=action, resource_version=rv, watch_timeout=300,
+                        read_timeout=330)
+    for change in loop:
+        if not isinstance(change, WatchLines):
+            continue
+        for line in change.lines:
+            kind, obj = watch_message(line) or ("", None)
+            if obj is None:
+                continue
+            if kind == "ERROR":
+                loop.relist("gone")
+                break
+            loop.advance(str(_get(obj, "metadata", "resourceVersion") or ""))
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                yield obj
 
 
 def register(app: typer.Typer) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import orjson
+from urllib3.response import BaseHTTPResponse
 
 from tidings.cli.common import CliError, safe
 from tidings.cli.kube import Action, ApiError, Kube, lines
@@ -152,7 +153,8 @@ class Tail:
 
     target: Target
     dedup: Dedup = field(default_factory=Dedup)
-    resp: Any = None  # the open response, shut down by the mux to end or wake the read
+    # The open response, shut down by the mux to end or wake the read.
+    resp: BaseHTTPResponse | None = None
     final_pass: bool = False  # the pod finished: one last read, then done
     started: float = 0.0  # when the current response was opened (monotonic)
 
@@ -187,14 +189,14 @@ class Tail:
                 self.resp = kube.stream(path, self.query(opt, follow), action=action,
                                         read_timeout=30.0 if follow else 60.0)
             except ApiError as err:
-                if err.status in (401, 403):
+                if err.denied:
                     raise
-                if err.status == 404:
+                if err.not_found:
                     return "pod gone"
-                if err.status == 400 and opt.previous:
+                if err.bad_request and opt.previous:
                     why = err.message.removeprefix("invalid input: ")
                     return f"no logs: no previous instance ({why})"
-                if err.status != 400 and not follow:
+                if not err.bad_request and not follow:
                     raise
                 # 400: the container is not running yet (Pending) or already gone.
                 broken = True
@@ -242,7 +244,7 @@ class Tail:
             printer.line(self.target.pod, self.target.container, stamp, rest)
 
 
-def shutdown(resp: Any) -> None:
+def shutdown(resp: BaseHTTPResponse | None) -> None:
     """End a response another thread reads (its read raises, and the reader decides)."""
     if resp is None:
         return
@@ -250,6 +252,6 @@ def shutdown(resp: Any) -> None:
         resp.shutdown()
 
 
-def _release(resp: Any) -> None:
+def _release(resp: BaseHTTPResponse) -> None:
     with contextlib.suppress(Exception):
         resp.release_conn()

@@ -14,14 +14,15 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tidings.cli.common import EXIT_NOT_FOUND, CliError
-from tidings.cli.kube import Action, ApiError, Kube
+from tidings.cli.kube import ApiError, Kube
 from tidings.cli.lineage import names_task, vouches
 from tidings.kube.flowcontrol import Backoff
+from tidings.kube.objects import KubeObject
 from tidings.schemas import TASK_LABEL, LineageEntry
-from tidings.schemas.contract import TERMINAL_PHASES, pods_path
+from tidings.schemas.contract import TERMINAL_PHASES
 from tidings.schemas.platform import task_selector
 
 if TYPE_CHECKING:
@@ -84,9 +85,7 @@ class PodView:
         self.ns = ns
         self.app = app
         self._lock = threading.Lock()
-        self._path = pods_path(ns)
         self.keys: tuple[str, ...] = (TASK_LABEL,)  # the task keys that find the app's pods
-        self._action = Action("list", "pods", ns)
         self.may_list = True
         self.tried_at = -1.0  # when the last list was sent (monotonic), even a failed one
         self.phases: dict[str, str] | None = None  # uid -> phase of that list; None: failed
@@ -104,13 +103,13 @@ class PodView:
         self.tried_at = time.monotonic()
         self.lists += 1
         try:
-            pods = [p for key in self.keys for p in self.kube.list_all(
-                self._path, {"labelSelector": task_selector(key, self.app)},
-                action=self._action)[0] if names_task(p, self.app)]
+            pods = [p for key in self.keys
+                    for p in self.kube.list_pods(self.ns, task_selector(key, self.app))[0]
+                    if names_task(p, self.app)]
         except ApiError as err:
-            if strict and err.status == 401:
+            if strict and err.unauthorized:
                 raise
-            self.may_list = self.may_list and err.status != 403
+            self.may_list = self.may_list and not err.forbidden
             self.phases = None
             return None
         except CliError:  # unreachable for now: the next tick asks again
@@ -146,7 +145,7 @@ class PodView:
         try:
             pod = self.kube.get_pod(self.ns, t.pod)
         except ApiError as err:
-            if err.status in (401, 403):
+            if err.denied:
                 raise
             return "", ""
         except CliError:
@@ -160,5 +159,5 @@ class PodView:
         return "", str((pod.get("status") or {}).get("phase") or "")
 
 
-def _uid(pod: dict[str, Any]) -> str:
+def _uid(pod: KubeObject) -> str:
     return str((pod.get("metadata") or {}).get("uid") or "")

@@ -61,17 +61,17 @@ def create(
     resource, _, owner_name = owner.partition("/")
     if not resource or not owner_name or "/" in owner_name:
         invalid(f"--owner {safe(owner)!r}: use RESOURCE/NAME, e.g. job/train")
-    from tidings.cli.kube import Action, api_error
+    from tidings.cli.kube import Action, api_error, connect_with
     from tidings.emitter.task import TaskFeedbackError, create_task_feedback
     from tidings.schemas.contract import TASKFEEDBACK_RESOURCE
 
-    kube = conn.connect(namespace)
+    kube = connect_with(conn, namespace)
     ns = kube.namespace
     try:
         obj = _get_owner(kube, resource, owner_name, ns)
         made = create_task_feedback(task, namespace=ns, owner=obj, client=kube.client)
     except TaskFeedbackError as e:
-        if e.status == 0:
+        if e.unanswered:
             raise CliError(e.message, EXIT_UNREACHABLE) from None
         import json
 
@@ -135,7 +135,7 @@ def _get_owner(kube: Kube, resource: str, name: str, namespace: str) -> dict[str
         return kube.get_json(f"{base}{scope}/{res['name']}/{name}",
                              action=Action("get", kind, namespace, name))
     except ApiError as e:
-        if e.status == 404:
+        if e.not_found:
             raise CliError(f"not found: {res.get('kind')} {safe(name)!r} in namespace "
                            f"{namespace}", EXIT_NOT_FOUND) from None
         raise

@@ -3,10 +3,10 @@ wrote one, else the task's events through the same fold; plus the table view of 
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tidings._compat import UTC
 from tidings.cli.common import (
@@ -18,8 +18,16 @@ from tidings.cli.common import (
     not_found,
     safe,
 )
-from tidings.cli.kube import NO_CRD, Action, ApiError, Kube, lines, watch_message
-from tidings.kube.flowcontrol import Backoff
+from tidings.cli.kube import (
+    NO_CRD,
+    Action,
+    ApiError,
+    Kube,
+    connect_with,
+    watch_message,
+)
+from tidings.kube import ListWatch, WatchLines
+from tidings.kube.objects import Event, KubeObject, TaskFeedback
 from tidings.schemas import (
     KIND,
     ParsedEvent,
@@ -42,11 +50,11 @@ from tidings.schemas.contract import (
 from tidings.schemas.kinds import NAMED_KINDS, Kind, Scalar
 from tidings.schemas.state import Named, NamedValue
 
+if TYPE_CHECKING:
+    from tidings.watcher.senders import Senders
+
 SOURCE_CR = "TaskFeedback"
 SOURCE_EVENTS = "events"
-# A watch that ends at once (stale resourceVersion, no bookmarks on events) backs off from
-# 0.4 s, doubling up to 5 s; shared with the lineage watch.
-QUICK_BASE, QUICK_CAP = 0.4, 5.0
 
 
 # --- which namespace ----------------------------------------------------------------------
@@ -55,7 +63,7 @@ QUICK_BASE, QUICK_CAP = 0.4, 5.0
 def open_task(task: str, namespace: str | None, all_namespaces: bool, conn: Connection,
               from_events: bool) -> tuple[Kube, TaskRef]:
     """Connect and find the task: the common start of state, watch and timeline."""
-    k = conn.connect(namespace)
+    k = connect_with(conn, namespace)
     ns = resolve_namespace(k, task, "task", task_selector(task), all_namespaces,
                            with_cr=not from_events)
     return k, TaskRef(ns, task)
@@ -65,7 +73,7 @@ def open_app(app: str, namespace: str | None, all_namespaces: bool, conn: Connec
              ) -> tuple[Kube, str]:
     """Connect and find the app's namespace: the common start of lineage and logs (by its
     PodSpawned records, or its TaskFeedback when it has no lineage controller)."""
-    k = conn.connect(namespace)
+    k = connect_with(conn, namespace)
     return k, resolve_namespace(k, app, "app", lineage_selector(app), all_namespaces,
                                 with_cr=True)
 
@@ -85,7 +93,7 @@ def resolve_namespace(kube: Kube, name: str, what: str, selector: str, all_names
                                    action=Action("list", TASKFEEDBACK_RESOURCE))
             found.update(str((i.get("metadata") or {}).get("namespace") or "") for i in crs)
         except ApiError as err:
-            if err.status not in (403, 404):
+            if not (err.forbidden or err.not_found):
                 raise
     found.discard("")
     if not found:
@@ -112,23 +120,23 @@ class Snapshot:
                 "status": self.state.to_status()}
 
 
-def _read_cr(kube: Kube, ref: TaskRef) -> tuple[dict[str, Any] | None, ApiError | None]:
+def _read_cr(kube: Kube, ref: TaskRef) -> tuple[TaskFeedback | None, ApiError | None]:
     try:
-        return kube.get_json(taskfeedback_path(ref.namespace, ref.name),
-                             action=Action("get", TASKFEEDBACK_RESOURCE, ref.namespace,
-                                           ref.name)), None
+        return cast(TaskFeedback, kube.get_json(
+            taskfeedback_path(ref.namespace, ref.name),
+            action=Action("get", TASKFEEDBACK_RESOURCE, ref.namespace, ref.name))), None
     except ApiError as err:
-        if err.status in (403, 404):  # forbidden or no CRD/object: the events still tell
+        if err.forbidden or err.not_found:  # forbidden or no CRD/object: the events still tell
             return None, err
         raise
 
 
-def _status_of(obj: dict[str, Any] | None) -> dict[str, Any] | None:
+def _status_of(obj: Mapping[str, object] | None) -> dict[str, Any] | None:
     status = (obj or {}).get("status")
     return status if isinstance(status, dict) and status.get("schemaVersion") else None
 
 
-def senders(kube: Kube) -> Any:
+def senders(kube: Kube) -> Senders:
     """The watcher's own sender check over this client (one per client: its pod cache), so
     the CLI's fold of raw events and the watcher's status cannot disagree (issue 10, item 6)."""
     found = getattr(kube, "_tidings_senders", None)
@@ -142,13 +150,13 @@ def senders(kube: Kube) -> Any:
             try:
                 return kube.get_json(path, action=action)
             except ApiError as err:
-                if err.status == 404:
+                if err.not_found:
                     return None
-                if pod and err.status == 403:
+                if pod and err.forbidden:
                     # Without reading pods no sender can be verified: say so, never guess.
                     raise ApiError(f"{err.message} (needed to verify the senders of the "
                                    "task's events)", err.code, err.status, action) from None
-                raise SenderLookupError(err.message, retry=err.status not in (401, 403)) \
+                raise SenderLookupError(err.message, retry=not err.denied) \
                     from None
 
         found = Senders(get, policy=ProofPolicy(get, quiet=True))
@@ -169,7 +177,7 @@ def accepted(kube: Kube, ref: TaskRef, p: object) -> bool:
     return verdict is None
 
 
-def _task_events(kube: Kube, ref: TaskRef, events: list[dict[str, Any]]
+def _task_events(kube: Kube, ref: TaskRef, events: list[Event]
                  ) -> tuple[list[ParsedEvent], int]:
     parsed: list[ParsedEvent] = []
     rejected = 0
@@ -208,7 +216,7 @@ def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None) -> S
     try:
         raw, rv = kube.list_events(ref.namespace, task_selector(ref.name))
     except ApiError as err:
-        if err.status == 403 and cr_error is not None and cr_error.status == 403:
+        if err.forbidden and cr_error is not None and cr_error.forbidden:
             raise ApiError(f"{err.message} (nor get {TASKFEEDBACK_RESOURCE})", err.code, 403,
                            err.action) from None
         raise
@@ -247,83 +255,74 @@ def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = 
 def follow(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = True
            ) -> Iterator[Snapshot]:
     """Snapshots of the task as it changes: from TaskFeedback watches when the object exists,
-    else from an events watch folded locally. Relists after a stale or very short watch."""
-    import time
-
-    first = load(kube, ref, use_events, must_exist)
-    yield first
-    quick = Backoff(base=QUICK_BASE, cap=QUICK_CAP, jitter=0.0)
-    snap = first
+    else from an events watch folded locally. Whenever a watch ends (or cannot resume) the
+    task is read afresh, since the object may have appeared or gone meanwhile, and watched on
+    from that read; a read that finds the other source starts a watch of that one."""
+    snap = load(kube, ref, use_events, must_exist)
+    yield snap
     while True:
-        started = time.monotonic()
-        if snap.source == SOURCE_CR:
-            snap = yield from _follow_cr(kube, ref, snap)
+        source = snap.source
+        if source == SOURCE_CR:
+            loop = kube.list_watch(taskfeedback_path(ref.namespace),
+                                   {"fieldSelector": f"metadata.name={ref.name}"},
+                                   action=Action("watch", TASKFEEDBACK_RESOURCE, ref.namespace),
+                                   resource_version=snap.resource_version, lists=False)
         else:
-            snap = yield from _follow_events(kube, ref, snap)
-        if time.monotonic() - started < 1.0:
-            time.sleep(quick.next())
-        else:
-            quick.reset()
-        fresh = load(kube, ref, use_events, must_exist=False)
-        if fresh.source != snap.source or fresh.state != snap.state:
-            yield fresh
-        snap = fresh
+            loop = kube.watch_events(ref.namespace, task_selector(ref.name),
+                                     snap.resource_version, lists=False)
+        read = _cr_changes if source == SOURCE_CR else _event_changes
+        for change in loop:
+            if isinstance(change, WatchLines):
+                snap = yield from read(kube, ref, snap, change.lines, loop)
+                continue
+            fresh = load(kube, ref, use_events, must_exist=False)
+            if fresh.source != snap.source or fresh.state != snap.state:
+                yield fresh
+            snap = fresh
+            if fresh.source != source:
+                break
+            loop.listed(fresh.resource_version)
 
 
-def _follow_cr(kube: Kube, ref: TaskRef, snap: Snapshot
-               ) -> Generator[Snapshot, None, Snapshot]:
-    resp = kube.stream(taskfeedback_path(ref.namespace),
-                       {"watch": "true", "fieldSelector": f"metadata.name={ref.name}",
-                        "resourceVersion": snap.resource_version or None,
-                        "allowWatchBookmarks": "true", "timeoutSeconds": 60},
-                       action=Action("watch", TASKFEEDBACK_RESOURCE, ref.namespace),
-                       read_timeout=75)
-    try:
-        for line in lines(resp):
-            kind, found = watch_message(line) or ("", None)
-            if kind not in ("ADDED", "MODIFIED"):
-                if kind == "ERROR":
-                    break
-                continue
-            obj: dict[str, Any] = found if found is not None else {}
-            status = _status_of(obj)
-            if status is None:
-                continue
-            rv = str(obj.get("metadata", {}).get("resourceVersion") or "")
-            snap = Snapshot(TaskState.from_status(ref, status), SOURCE_CR, 0, rv)
-            yield snap
-    except Exception as err:  # a broken watch is relisted by the caller
-        if isinstance(err, CliError):
-            raise
-    finally:
-        resp.release_conn()
+def _cr_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes], loop: ListWatch
+                ) -> Generator[Snapshot, None, Snapshot]:
+    for line in lines:
+        kind, found = watch_message(line) or ("", None)
+        obj: KubeObject = found if found is not None else {}
+        if kind == "ERROR":
+            loop.relist("error")
+            break
+        loop.advance(str(obj.get("metadata", {}).get("resourceVersion") or ""))
+        if kind not in ("ADDED", "MODIFIED"):
+            continue
+        status = _status_of(obj)
+        if status is None:
+            continue
+        rv = str(obj.get("metadata", {}).get("resourceVersion") or "")
+        snap = Snapshot(TaskState.from_status(ref, status), SOURCE_CR, 0, rv)
+        yield snap
     return snap
 
 
-def _follow_events(kube: Kube, ref: TaskRef, snap: Snapshot
-                   ) -> Generator[Snapshot, None, Snapshot]:
-    resp = kube.watch_events(ref.namespace, task_selector(ref.name), snap.resource_version)
+def _event_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes],
+                   loop: ListWatch) -> Generator[Snapshot, None, Snapshot]:
     state, rejected = snap.state, snap.rejected
-    try:
-        for line in lines(resp):
-            item = parse_watch_line(line)
-            if item.type == "ERROR":
-                break
-            if item.type != "ADDED":
-                continue
-            if isinstance(item.result, ParsedEvent) and accepted(kube, ref, item.result):
-                new = fold(state, item.result)
-                if new != state:
-                    state = new
-                    snap = Snapshot(state, SOURCE_EVENTS, rejected, item.resource_version)
-                    yield snap
-            else:
-                rejected += 1
-    except Exception as err:
-        if isinstance(err, CliError):
-            raise
-    finally:
-        resp.release_conn()
+    for line in lines:
+        item = parse_watch_line(line)
+        if item.type == "ERROR":
+            loop.relist("error")
+            break
+        loop.advance(item.resource_version)
+        if item.type != "ADDED":
+            continue
+        if isinstance(item.result, ParsedEvent) and accepted(kube, ref, item.result):
+            new = fold(state, item.result)
+            if new != state:
+                state = new
+                snap = Snapshot(state, SOURCE_EVENTS, rejected, item.resource_version)
+                yield snap
+        else:
+            rejected += 1
     return snap
 
 

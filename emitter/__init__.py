@@ -21,6 +21,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
+from tidings.schemas.payloads import Payload
+
 from .config import EmitterConfig, Identity
 from .core import Emitter
 from .spans import Span
@@ -138,7 +140,7 @@ def pod_spawned(pod_name: str, pod_uid: str, *, app: str, role: str = "", attemp
         app_api_version=app_api_version, app_uid=app_uid, namespace=namespace)
 
 
-def emit(payload: Any, *, warning: bool = False) -> None:
+def emit(payload: Payload, *, warning: bool = False) -> None:
     """Send a ready-made tidings.schemas payload (critical)."""
     (_default or get_emitter()).emit(payload, warning=warning)
 

@@ -337,7 +337,7 @@ class Sender:
         t = max(t for _, _, t in taken)
         rows = [row for _, row, _ in taken]
         try:
-            payload = Metrics(metrics=rows)
+            payload = Metrics.model_validate({"metrics": rows})
         except ValidationError:
             # One bad row must not cost the others: keep those valid on their own (each
             # refusal counted), one per name as the model cleans it (the latest taken).
@@ -350,7 +350,7 @@ class Sender:
             kept = list(good.values())
             if len(kept) < 2:
                 return self._build(None, kept[0], t, False, None) if kept else None
-            payload = Metrics(metrics=kept)
+            payload = Metrics(metrics=tuple(kept))
         return self._build(None, payload, t, False, None)
 
     def _valid_metric(self, row: list[Any]) -> Metric | None:

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tidings.kube import Client, ConfigError, KubeError
-from tidings.schemas.constants import API_VERSION, KIND, TASK_LABEL
-from tidings.schemas.contract import taskfeedback_path
+from tidings.kube import Client, ConfigError, KubeError, StatusPredicates
+from tidings.schemas.constants import TASK_LABEL
+from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
 from tidings.schemas.event import ObjectRef, valid_uid
 
 from .transport import FIELD_MANAGER
@@ -33,7 +33,7 @@ TASK_UID_ENV = "TIDINGS_TASK_UID"
 MERGE_PATCH = "application/merge-patch+json"
 
 
-class TaskFeedbackError(Exception):
+class TaskFeedbackError(StatusPredicates, Exception):
     """The API refused or could not be reached; ``status`` is the HTTP status (0: no answer)."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -105,25 +105,21 @@ def create_task_feedback(task: str, *, namespace: str, owner: ObjectRef | Mappin
                          "owner references cannot cross namespaces")
     ref = owner_reference(oref)
     if client is None:
-        from .transport import connect
+        from tidings.kube import connect
 
         try:
-            client = connect()
+            client = connect(user_agent=FIELD_MANAGER)
         except ConfigError as e:
             raise TaskFeedbackError(0, f"cannot load cluster config: {e}") from None
-    collection = taskfeedback_path(namespace)
-    body = {"apiVersion": API_VERSION, "kind": KIND,
-            "metadata": {"name": task, "namespace": namespace,
-                         "labels": {TASK_LABEL: task, **(labels or {})},
-                         "ownerReferences": [ref]},
-            "spec": {"task": task}}
+    body = taskfeedback_body(namespace, task, labels={TASK_LABEL: task, **(labels or {})},
+                             owner_references=[ref])
     try:
-        obj = _call(client, "POST", collection, body)
+        obj = _call(client, "POST", taskfeedback_path(namespace), body)
         return CreatedTask(task, namespace, str(obj["metadata"]["uid"]), True)
     except TaskFeedbackError as err:
-        if err.status != 409:
+        if not err.conflict:
             raise
-    existing = _call(client, "GET", f"{collection}/{task}")
+    existing = _call(client, "GET", taskfeedback_path(namespace, task))
     meta = existing.get("metadata") or {}
     owners = meta.get("ownerReferences") or []
     if any(o.get("uid") == ref["uid"] for o in owners):
@@ -135,7 +131,7 @@ def create_task_feedback(task: str, *, namespace: str, owner: ObjectRef | Mappin
     # precondition makes a concurrent adoption by someone else fail instead of merging.
     patch = {"metadata": {"ownerReferences": [ref],
                           "resourceVersion": meta.get("resourceVersion")}}
-    obj = _call(client, "PATCH", f"{collection}/{task}", patch, MERGE_PATCH)
+    obj = _call(client, "PATCH", taskfeedback_path(namespace, task), patch, MERGE_PATCH)
     return CreatedTask(task, namespace, str(obj["metadata"]["uid"]), False)
 
 

@@ -14,14 +14,15 @@ from typing import Any, Protocol
 
 import orjson
 
-from tidings.kube import JSON, BoundPod, Client, ConfigError, KubeError, bound_pod
-from tidings.kube import load as load_config
+from tidings.kube import JSON, BoundPod, Client, ConfigError, KubeError, bound_pod, connect
 from tidings.schemas.contract import events_path
 
 log = logging.getLogger("tidings.emitter")
 
 EVENTS_PATH = events_path("{namespace}")  # a str.format template
 FIELD_MANAGER = "tidings-emitter"
+# One sender thread posts at a time; a second connection covers a create racing a renewal.
+POOL_SIZE = 2
 # Every create names the emitter's field manager (managedFields show it); encoded once.
 _CREATE_PATH = EVENTS_PATH + f"?fieldManager={FIELD_MANAGER}"
 
@@ -73,7 +74,7 @@ class KubeTransport:
             self.client.open("POST", path, data=orjson.dumps(body), content_type=JSON,
                              timeout=self.timeout)
         except KubeError as e:
-            if e.status == 409 and e.reason == "AlreadyExists":
+            if e.already_exists:
                 return False
             raise
         return True
@@ -107,18 +108,13 @@ def token_pod(client: Client) -> BoundPod | None:
         return None
 
 
-def connect(kubeconfig: str | None = None, context: str | None = None) -> Client:
-    """The client for what kubectl would use (a kubeconfig, else the pod's service account).
-    Raises tidings.kube.ConfigError."""
-    return Client(load_config(kubeconfig, context), maxsize=2, user_agent=FIELD_MANAGER)
-
-
 def default_transport() -> Transport:
     """The cluster if one is configured, else the log sink. Never raises."""
     if no_cluster_configured():
         return LogSink()
     try:
-        return KubeTransport(connect(), pod_bound=sender_proof_setting())
+        return KubeTransport(connect(maxsize=POOL_SIZE, user_agent=FIELD_MANAGER),
+                             pod_bound=sender_proof_setting())
     except (ConfigError, OSError) as e:  # a broken kubeconfig must not crash the workload
         log.warning("tidings: cannot load cluster config (%s); events are only logged", e)
         return LogSink()

@@ -1,7 +1,8 @@
 """The one Kubernetes client layer of tidings (``tidings.kube``), shared by the emitter, the
 watcher and the CLI: kubectl's kubeconfig semantics and in-cluster config (``config``),
 renewable credentials (``auth``), one urllib3 client with pagination and watch-line reading
-(``client``), one error type and one retry rule (``errors``).
+(``client``), one list+watch loop (``watch``), one error type and one retry rule
+(``errors``).
 
 Light on purpose (urllib3, orjson, PyYAML): it runs inside workload images.
 """
@@ -19,7 +20,15 @@ from .client import (
     paginate,
 )
 from .config import ClusterConfig, Impersonation, in_cluster, in_cluster_possible, load
-from .errors import ConfigError, KubeError, is_retryable_status, parse_retry_after
+from .errors import (
+    ConfigError,
+    KubeError,
+    StatusPredicates,
+    is_expired,
+    is_retryable_status,
+    parse_retry_after,
+)
+from .watch import Change, Listing, ListWatch, Page, Rewatch, WatchLines
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None, *,
@@ -31,10 +40,34 @@ def connect(kubeconfig: str | None = None, context: str | None = None, *,
 
 
 __all__ = [
-    "JSON", "JSON_PATCH", "MERGE_PATCH", "STRATEGIC_MERGE_PATCH", "BoundPod", "Client",
-    "ClusterConfig", "ConfigError", "CredentialError", "Impersonation", "KubeError", "bound_pod",
-    "close_stream", "connect",
-    "in_cluster", "in_cluster_possible", "is_retryable_status", "iter_line_batches", "iter_lines",
+    "JSON",
+    "JSON_PATCH",
+    "MERGE_PATCH",
+    "STRATEGIC_MERGE_PATCH",
+    "BoundPod",
+    "Change",
+    "Client",
+    "ClusterConfig",
+    "ConfigError",
+    "CredentialError",
+    "Impersonation",
+    "KubeError",
+    "ListWatch",
+    "Listing",
+    "Page",
+    "Rewatch",
+    "StatusPredicates",
+    "WatchLines",
+    "bound_pod",
+    "close_stream",
+    "connect",
+    "in_cluster",
+    "in_cluster_possible",
+    "is_expired",
+    "is_retryable_status",
+    "iter_line_batches",
+    "iter_lines",
     "load",
-    "paginate", "parse_retry_after",
+    "paginate",
+    "parse_retry_after",
 ]

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import base64
 import os
-import re
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Protocol
 
 import orjson
+
+from tidings._compat import UTC, fromisoformat
 
 from .errors import ConfigError
 
@@ -230,23 +230,17 @@ class ExecAuth:
         self._have = True
 
 
-_RFC3339 = re.compile(r"(\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d)(\.\d+)?([Zz]|[+-]\d\d:\d\d)")
-
-
 def _rfc3339(text: str, cmd: str) -> float:
-    """Epoch seconds of an RFC 3339 time (any fraction digits: Python 3.10's fromisoformat
-    takes neither "Z" nor nanoseconds)."""
-    m = _RFC3339.fullmatch(text.strip())
+    """Epoch seconds of an RFC 3339 time, read by the project's one reader
+    (``tidings._compat.fromisoformat``: "Z", "t" or " " between date and time, any number of
+    fraction digits); without a zone it is UTC. A lowercase "z" is refused, as client-go's
+    parser refuses it."""
     try:
-        if m is None:
-            raise ValueError(text)
-        base, frac, zone = m.groups()
-        when = datetime.fromisoformat(base.replace("t", "T").replace(" ", "T")
-                                      + ("+00:00" if zone in "Zz" else zone))
-        return when.timestamp() + (float(frac) if frac else 0.0)
+        when = fromisoformat(text.strip())
     except ValueError:
         raise CredentialError(f"exec plugin {cmd} returned a bad expirationTimestamp "
                               f"{text!r}") from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,61 @@ def is_retryable_status(status: int) -> bool:
     return status == 0 or status == 429 or 500 <= status <= 599
 
 
-class KubeError(Exception):
+def is_expired(status: int, reason: str = "") -> bool:
+    """Whether an answer (or a watch's ERROR Status) says the resourceVersion asked for is
+    no longer there: 410 Gone, or the reasons Expired and Gone. What client-go's reflector
+    relists on, rather than retrying the same version."""
+    return status == 410 or reason in ("Expired", "Gone")
+
+
+class StatusPredicates:
+    """What an HTTP status means, by name, for errors that carry one (``status``): callers
+    ask ``err.not_found`` rather than compare status codes."""
+
+    status: int
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        """409: AlreadyExists for a create, Conflict for a write with a stale resourceVersion."""
+        return self.status == 409
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+    @property
+    def forbidden(self) -> bool:
+        return self.status == 403
+
+    @property
+    def unauthorized(self) -> bool:
+        return self.status == 401
+
+    @property
+    def denied(self) -> bool:
+        """401 or 403: the credentials were refused, or lack the right."""
+        return self.status in (401, 403)
+
+    @property
+    def bad_request(self) -> bool:
+        return self.status == 400
+
+    @property
+    def invalid(self) -> bool:
+        """400 or 422: the server refused what was sent."""
+        return self.status in (400, 422)
+
+    @property
+    def unanswered(self) -> bool:
+        """No answer at all (connection refused, reset, timeout, TLS)."""
+        return self.status == 0
+
+
+class KubeError(StatusPredicates, Exception):
     """A request that did not get a 2xx answer (status 0: no answer)."""
 
     def __init__(self, status: int, message: str, *, reason: str = "", body: bytes = b"",
@@ -44,6 +98,16 @@ class KubeError(Exception):
     @property
     def retryable(self) -> bool:
         return is_retryable_status(self.status)
+
+    @property
+    def expired(self) -> bool:
+        """The resourceVersion asked for is gone (``is_expired``): list again."""
+        return is_expired(self.status, self.reason)
+
+    @property
+    def already_exists(self) -> bool:
+        """409 AlreadyExists: a create that found the object there (delivered before)."""
+        return self.status == 409 and self.reason == "AlreadyExists"
 
     @classmethod
     def from_response(cls, status: int, data: bytes, retry_after: str | None = None,

@@ -1,12 +1,14 @@
 """Where the bus lives on the API server (pure): the API paths, field and label selectors,
-resource names and phase names that the emitter, the watcher and the CLI must agree on.
+resource names and phase names that the emitter, the watcher and the CLI must agree on, and
+the TaskFeedback object as it is sent.
 
-Only strings: a path or selector built anywhere else is a second copy of the contract.
+A path, selector or TaskFeedback body built anywhere else is a second copy of the contract.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 from .constants import API_GROUP, API_VERSION, BUS_CONTROLLER, EVENTS_API_VERSION, KIND, PLURAL
 from .constants import TASK_LABEL as TASK_LABEL
@@ -32,12 +34,56 @@ def pods_path(namespace: str | None = None, name: str = "") -> str:
     return f"{base}/{name}" if name else base
 
 
-def taskfeedback_path(namespace: str | None = None, name: str = "") -> str:
+def taskfeedback_path(namespace: str | None = None, name: str = "",
+                      subresource: str = "") -> str:
     """The TaskFeedback collection in ``namespace`` (None or "": every namespace), or the
-    object ``name`` in it."""
+    object ``name`` in it, or that object's ``subresource`` ("status")."""
     if not namespace:
         return f"{TASKFEEDBACK_GROUP_PATH}/{PLURAL}"
     base = f"{TASKFEEDBACK_GROUP_PATH}/namespaces/{namespace}/{PLURAL}"
+    if not name:
+        return base
+    return f"{base}/{name}/{subresource}" if subresource else f"{base}/{name}"
+
+
+def taskfeedback_body(namespace: str, name: str, *, labels: Mapping[str, str] | None = None,
+                      owner_references: Sequence[Mapping[str, Any]] = (),
+                      resource_version: str | None = None,
+                      status: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A TaskFeedback as sent: without ``status``, the object to create (its spec names the
+    task); with it, the whole status replaced at ``resource_version`` (a PUT of /status)."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        meta["labels"] = dict(labels)
+    if owner_references:
+        meta["ownerReferences"] = [dict(ref) for ref in owner_references]
+    if resource_version is not None:
+        meta["resourceVersion"] = resource_version
+    body: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta}
+    if status is None:
+        body["spec"] = {"task": name}
+    else:
+        body["status"] = status
+    return body
+
+
+# ---- the APIs around the bus the watcher calls -----------------------------------------------
+# The admission policy (deploy/admission-policy.yaml) that refuses spoofed senders, and its
+# binding of the same name: the watcher trusts sender proofs only while both are there.
+SENDER_POLICY: Final = "tidings-sender-identity"
+SENDER_POLICY_PATH: Final = (
+    f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{SENDER_POLICY}")
+SENDER_POLICY_BINDING_PATH: Final = (
+    f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{SENDER_POLICY}")
+# Who may read /tasks on the watcher's HTTP port: the API server's own answers.
+TOKEN_REVIEWS_PATH: Final = "/apis/authentication.k8s.io/v1/tokenreviews"
+ACCESS_REVIEWS_PATH: Final = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+
+
+def lease_path(namespace: str, name: str = "") -> str:
+    """The coordination.k8s.io Lease collection in ``namespace``, or the Lease ``name``
+    (the watcher replicas' leader election)."""
+    base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
     return f"{base}/{name}" if name else base
 
 

@@ -23,7 +23,7 @@ else:
         def __format__(self, spec: str) -> str:
             return format(str(self.value), spec)
 
-_ISO = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d)?)(?:[.,](\d+))?"
+_ISO = re.compile(r"(\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d(?::\d\d)?)(?:[.,](\d+))?"
                   r"(Z|[+-]\d\d(?::?\d\d)?)?", re.ASCII)
 
 

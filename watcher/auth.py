@@ -17,14 +17,12 @@ from typing import Any
 
 from cachetools import TTLCache
 
+from tidings.kube import Client, KubeError
 from tidings.schemas.constants import API_GROUP, PLURAL
-
-from .kube import Kube, KubeError
+from tidings.schemas.contract import ACCESS_REVIEWS_PATH, TOKEN_REVIEWS_PATH
 
 log = logging.getLogger("tidings.watcher.auth")
 
-TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
-ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 MAX_TOKEN_BYTES = 16384  # far above any real JWT; longer ones are refused unasked
 REVIEW_TIMEOUT = (3.0, 5.0)
 
@@ -43,7 +41,7 @@ REASONS = ("no_token", "bad_token", "forbidden", "review_error")
 class Authorizer:
     """``check(authorization_header, namespace, name)`` -> Decision. Thread-safe."""
 
-    def __init__(self, kube: Kube, *, ttl: float = 10.0, max_entries: int = 4096) -> None:
+    def __init__(self, kube: Client, *, ttl: float = 10.0, max_entries: int = 4096) -> None:
         self.kube = kube
         self._lock = threading.Lock()
         # token digest -> user info (None: the API server said the token is not valid)
@@ -74,7 +72,7 @@ class Authorizer:
         with self._lock:
             if key in self._users:
                 return self._users[key]
-        review = self.kube.request("POST", TOKEN_REVIEWS, timeout=REVIEW_TIMEOUT, body={
+        review = self.kube.request("POST", TOKEN_REVIEWS_PATH, timeout=REVIEW_TIMEOUT, body={
             "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
             "spec": {"token": token}})
         status = (review or {}).get("status") or {}
@@ -96,7 +94,7 @@ class Authorizer:
             spec["uid"] = user["uid"]
         if user.get("extra"):
             spec["extra"] = user["extra"]
-        review = self.kube.request("POST", ACCESS_REVIEWS, timeout=REVIEW_TIMEOUT, body={
+        review = self.kube.request("POST", ACCESS_REVIEWS_PATH, timeout=REVIEW_TIMEOUT, body={
             "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
             "spec": spec})
         allowed = ((review or {}).get("status") or {}).get("allowed") is True

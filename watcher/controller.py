@@ -11,13 +11,14 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import orjson
 
-from tidings.kube import paginate
+from tidings.kube import Client, KubeError, paginate
+from tidings.kube.objects import KubeObject
 from tidings.schemas.constants import API_VERSION, KIND
 from tidings.schemas.contract import (
     BUS_SELECTOR,
@@ -29,51 +30,23 @@ from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event
 from tidings.schemas.fastpath import fast_watch_line
 from tidings.schemas.folding import fold_checked
 from tidings.schemas.payloads import PodSpawned, Progress
-from tidings.schemas.platform import DEFAULT_TASK_KEYS, PodTask
+from tidings.schemas.platform import PodTask
 from tidings.schemas.rejection import Rejection
 from tidings.schemas.state import Limits
 
 from .coalesce import critical_change
-from .kube import Kube, KubeError
 from .logs import OncePerEvent, event_key, task_fields
 from .metrics import Metrics
 from .platform import PlatformTasks
 from .queue import WorkQueue
 from .reflector import Reflector
 from .senders import Retry, Senders, as_task_fact, kube_getter
+from .settings import Settings, task_keys
 from .store import Store
 from .ttl import TtlSweeper
 from .writer import StatusWriter
 
 log = logging.getLogger("tidings.watcher")
-
-
-@dataclass
-class Settings:
-    namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
-    concurrency: int = 8
-    write_interval: float = 0.5  # between writes of a task with a critical change
-    coalesce_interval: float = 5.0  # between writes of a task with coalescible changes only
-    # API-server CPU the status writes may spend (cores; 0: unlimited), estimated per write.
-    write_budget: float = 0.5
-    max_write_rate: float = 0.0  # status writes/s over all tasks as well (0: unlimited)
-    write_policy: str = "priority"  # or "fifo": one line, no critical-first (the old order)
-    watch_timeout: int = 60
-    page_size: int = 500
-    sender_retry: float = 1.0
-    # Tasks idle this long (and fully written) leave memory; 0 keeps them forever.
-    evict_after: float = 7200.0
-    # Tasks idle this long (and fully written) are kept compact (their compressed status,
-    # about a quarter of the live size); 0: never.
-    compact_after: float = 60.0
-    slow_writes: dict[str, float] | None = None  # test hook; None: from the environment
-    # Finished, unowned TaskFeedbacks are deleted this long after their last fact; 0: never.
-    ttl_after_finished: float = 0.0
-    clock_skew: float = 60.0  # how far eventTime may lead creationTimestamp (seconds)
-    event_ttl: float = 3600.0  # the API server's --event-ttl (dedup compaction horizon)
-    max_instances: int = 512  # emitter instances kept in a task's version vector
-    # The pod label keys naming a sender's task, most specific first (schemas/platform.py).
-    task_keys: tuple[str, ...] = DEFAULT_TASK_KEYS
 
 
 class EventSource:
@@ -87,7 +60,7 @@ class EventSource:
     def list_begin(self) -> None:
         pass
 
-    def list_page(self, items: list[Any]) -> None:
+    def list_page(self, items: list[KubeObject]) -> None:
         self.c.deliver_many([parse_event(obj) for obj in items], items)
 
     def list_done(self, resource_version: str) -> None:
@@ -130,8 +103,8 @@ class EventSource:
 class Controller:
     """Everything the leader runs; ``start`` returns once the workers and watches are running."""
 
-    def __init__(self, kube: Kube, settings: Settings, metrics: Metrics,
-                 watch_kube: Kube | None = None,
+    def __init__(self, kube: Client, settings: Settings, metrics: Metrics,
+                 watch_kube: Client | None = None,
                  may_write: Any = None) -> None:
         self.kube, self.s, self.metrics = kube, settings, metrics
         self.watch_kube = watch_kube or kube
@@ -142,7 +115,7 @@ class Controller:
         # A relist delivers every event again: each rejection is logged once per event.
         self.rejections_logged = OncePerEvent()
         self.queue: WorkQueue[TaskRef] = WorkQueue()
-        self.senders = Senders(kube_getter(kube), keys=settings.task_keys)
+        self.senders = Senders(kube_getter(kube), keys=task_keys(settings))
         self.platform = PlatformTasks(kube)
         # Facts about a sender's own pod, waiting for its labels to name their task.
         self._unresolved: queue.SimpleQueue[ParsedEvent] = queue.SimpleQueue()
@@ -466,7 +439,7 @@ class Controller:
         try:
             obj = self.kube.request("GET", path, timeout=(5, 30))
         except KubeError as e:
-            if e.status != 404:
+            if not e.not_found:
                 log.warning("cannot load %s/%s: %s", task.namespace, task.name, e,
                             extra=task_fields(task))
                 return False

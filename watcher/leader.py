@@ -18,9 +18,9 @@ from datetime import datetime
 from typing import Any
 
 from tidings._compat import UTC
+from tidings.kube import Client, KubeError
+from tidings.schemas.contract import lease_path
 from tidings.schemas.times import format_time
-
-from .kube import Kube, KubeError
 
 log = logging.getLogger("tidings.watcher.leader")
 
@@ -30,7 +30,7 @@ def default_identity() -> str:
 
 
 class LeaderElector:
-    def __init__(self, kube: Kube, namespace: str, name: str = "tidings-watcher", *,
+    def __init__(self, kube: Client, namespace: str, name: str = "tidings-watcher", *,
                  identity: str | None = None, lease_duration: float = 15.0,
                  renew_deadline: float = 10.0, retry_period: float = 2.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -51,7 +51,7 @@ class LeaderElector:
 
     @property
     def path(self) -> str:
-        return f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.name}"
+        return lease_path(self.namespace, self.name)
 
     def is_leader(self, term: int | None = None) -> bool:
         """True while our last successful renewal is younger than the renew deadline (and,
@@ -65,7 +65,7 @@ class LeaderElector:
         try:
             lease = self.kube.request("GET", self.path, timeout=(3, 5))
         except KubeError as e:
-            if e.status != 404:
+            if not e.not_found:
                 log.debug("lease get failed: %s", e)
                 return self._failed("get", e)
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -74,7 +74,7 @@ class LeaderElector:
                              "leaseDurationSeconds": max(1, round(self.lease_duration)),
                              "acquireTime": now_s, "renewTime": now_s, "leaseTransitions": 0}}
             try:
-                self.kube.request("POST", self.path.rsplit("/", 1)[0], body=body, timeout=(3, 5))
+                self.kube.request("POST", lease_path(self.namespace), body=body, timeout=(3, 5))
             except KubeError as e:
                 return self._failed("create", e)
             return self._won()

@@ -10,7 +10,7 @@ import logging
 import sys
 import threading
 from collections.abc import Callable, Hashable
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from tidings._compat import StrEnum
 
@@ -112,7 +112,7 @@ def task_fields(task: TaskRef) -> dict[str, str]:
     return {"namespace": task.namespace, "task": task.name}
 
 
-def event_key(obj: Any) -> tuple[str, str, str] | None:
+def event_key(obj: object) -> tuple[str, str, str] | None:
     """(namespace, name, resourceVersion) of a raw Event object, or None without a name."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):

@@ -10,11 +10,11 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from tidings.kube import Client, KubeError
 from tidings.schemas.constants import WORKERS_MAX
 from tidings.schemas.event import ObjectRef, TaskRef
 from tidings.schemas.platform import PodTask
 
-from .kube import Kube, KubeError
 from .senders import Retry
 
 log = logging.getLogger("tidings.watcher.platform")
@@ -33,7 +33,7 @@ def job_path(namespace: str, name: str) -> str:
 class PlatformTasks:
     """Thread-safe: the fold workers learn, the status writers ask for owners."""
 
-    def __init__(self, kube: Kube | None) -> None:
+    def __init__(self, kube: Client | None) -> None:
         self.kube = kube
         self._lock = threading.Lock()
         self._tasks: OrderedDict[TaskRef, PodTask] = OrderedDict()
@@ -89,7 +89,7 @@ class PlatformTasks:
         except KubeError as e:
             if e.retryable:
                 return Retry.LATER
-            if e.status != 404 and not self._warned:
+            if not e.not_found and not self._warned:
                 self._warned = True
                 log.warning("cannot read Job %s/%s (%s): Job pods' tasks complete when every "
                             "reporting pod is final (grant get on batch jobs, deploy/rbac.yaml)",

@@ -37,7 +37,12 @@ from typing import Any
 
 import orjson
 
+from tidings.kube import Client, KubeError
+from tidings.kube.objects import KubeObject
 from tidings.schemas.constants import API_VERSION, KIND
+from tidings.schemas.contract import SENDER_POLICY as POLICY
+from tidings.schemas.contract import SENDER_POLICY_BINDING_PATH as BINDING_PATH
+from tidings.schemas.contract import SENDER_POLICY_PATH as POLICY_PATH
 from tidings.schemas.contract import pods_path
 from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem
 from tidings.schemas.payloads import PodSpawned
@@ -47,10 +52,6 @@ from tidings.schemas.rejection import Rejection, RejectReason
 log = logging.getLogger("tidings.watcher.senders")
 
 PodKey = tuple[str, str, str]  # namespace, name, uid
-POLICY = "tidings-sender-identity"
-POLICY_PATH = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{POLICY}"
-BINDING_PATH = ("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/"
-                f"{POLICY}")
 
 
 class Retry(Enum):
@@ -71,17 +72,15 @@ class SenderLookupError(Exception):
 Getter = Callable[[str], Any]
 
 
-def kube_getter(kube: Any) -> Getter:
-    """A Getter over the watcher's ``Kube`` client."""
-    from .kube import KubeError
-
+def kube_getter(kube: Client) -> Getter:
+    """A Getter over the watcher's client."""
     def get(path: str) -> Any:
         try:
             return kube.request("GET", path, timeout=(3, 10))
         except KubeError as e:
-            if e.status == 404:
+            if e.not_found:
                 return None
-            raise SenderLookupError(str(e), retry=e.status not in (401, 403)) from None
+            raise SenderLookupError(str(e), retry=not e.denied) from None
 
     return get
 
@@ -89,7 +88,7 @@ def kube_getter(kube: Any) -> Getter:
 _ABSENT = object()  # cache value: no pod of that namespace/name carries that uid
 
 
-def _pod(obj: Any, keys: Sequence[str]) -> tuple[PodKey, PodTask | None] | None:
+def _pod(obj: object, keys: Sequence[str]) -> tuple[PodKey, PodTask | None] | None:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if not isinstance(meta, dict):
         return None
@@ -181,7 +180,7 @@ class PodSource:
     def list_begin(self) -> None:
         self._listed = set()
 
-    def list_page(self, items: list[Any]) -> None:
+    def list_page(self, items: list[KubeObject]) -> None:
         for obj in items:
             p = _pod(obj, self.senders.keys)
             if p is not None:

@@ -17,7 +17,6 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
@@ -89,7 +88,7 @@ class Store:
         assert e.state is not None
         return e.state
 
-    def load(self, task: TaskRef, status: Any, exists: bool = True,
+    def load(self, task: TaskRef, status: object, exists: bool = True,
              rv: str | None = None) -> TaskState:
         """Seed ``task`` from a persisted ``.status`` read at resourceVersion ``rv`` (or, with
         ``exists=False``, as new)."""
@@ -199,7 +198,7 @@ class Store:
             e.unsaved.extend((e.version, ev) for ev in events)
             return e.version
 
-    def rebase(self, task: TaskRef, status: Any, rv: str | None) -> bool:
+    def rebase(self, task: TaskRef, status: object, rv: str | None) -> bool:
         """Someone wrote the status (resourceVersion ``rv``) since our state's base: make it
         our base. If it holds events our state lacks (a newer leader's work), the state
         becomes that status plus our unsaved events; otherwise ours already contains all of

@@ -15,9 +15,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import cast
 
 from tidings._compat import UTC
+from tidings.kube import Client, KubeError
+from tidings.kube.objects import TaskFeedback
 from tidings.schemas.contract import (
     events_path,
     pod_facts_selector,
@@ -27,8 +29,6 @@ from tidings.schemas.contract import (
 from tidings.schemas.event import TaskRef
 from tidings.schemas.state import TaskState
 from tidings.schemas.times import parse_time
-
-from .kube import Kube, KubeError
 
 log = logging.getLogger("tidings.watcher.ttl")
 
@@ -40,7 +40,7 @@ def finished(state: TaskState) -> bool:
     return bool(state.completed if over is None else over)
 
 
-def expired(obj: dict[str, Any], now: datetime, ttl: float) -> TaskState | None:
+def expired(obj: TaskFeedback, now: datetime, ttl: float) -> TaskState | None:
     """The state of ``obj`` when it is unowned, finished and idle for ``ttl``, else None."""
     meta = obj.get("metadata") or {}
     if meta.get("ownerReferences") or meta.get("deletionTimestamp"):
@@ -58,7 +58,7 @@ def expired(obj: dict[str, Any], now: datetime, ttl: float) -> TaskState | None:
 class TtlSweeper:
     """One sweep lists the TaskFeedbacks under ``paths`` and deletes the expired ones."""
 
-    def __init__(self, kube: Kube, paths: list[str], ttl: float,
+    def __init__(self, kube: Client, paths: list[str], ttl: float,
                  on_deleted: Callable[[TaskRef], object]) -> None:
         self.kube, self.paths, self.ttl, self.on_deleted = kube, paths, ttl, on_deleted
 
@@ -75,18 +75,12 @@ class TtlSweeper:
                 deleted += 1
         return deleted
 
-    def _items(self) -> Iterator[dict[str, Any]]:
+    def _items(self) -> Iterator[TaskFeedback]:
         for path in self.paths:
-            cont = ""
-            while True:
-                query = [("limit", "500")] + ([("continue", cont)] if cont else [])
-                data = self.kube.request("GET", path, query=query, timeout=(5, 60))
-                yield from data.get("items") or []
-                cont = (data.get("metadata") or {}).get("continue") or ""
-                if not cont:
-                    break
+            for page in self.kube.pages(path, timeout=(5, 60)):
+                yield from cast("list[TaskFeedback]", page.get("items") or [])
 
-    def _delete(self, obj: dict[str, Any]) -> bool:
+    def _delete(self, obj: TaskFeedback) -> bool:
         meta = obj["metadata"]
         ns, name = meta["namespace"], meta["name"]
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {
@@ -95,7 +89,7 @@ class TtlSweeper:
             self.kube.request("DELETE", taskfeedback_path(ns, name), body=body,
                               timeout=(5, 30))
         except KubeError as e:
-            if e.status in (404, 409):  # gone already, or changed since listed: next sweep
+            if e.not_found or e.conflict:  # gone already, or changed since listed: next sweep
                 return False
             raise
         log.info("deleted finished taskfeedback %s/%s (ttl %gs)", ns, name, self.ttl)

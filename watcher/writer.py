@@ -28,14 +28,13 @@ from typing import Any
 import orjson
 
 from tidings.emitter.task import owner_reference
+from tidings.kube import JSON, Client, KubeError
 from tidings.kube.flowcontrol import TokenBucket
-from tidings.schemas.constants import API_VERSION, KIND
-from tidings.schemas.contract import taskfeedback_path
+from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
 from tidings.schemas.event import ObjectRef, TaskRef
 from tidings.schemas.state import STATUS_BUDGET, TaskState
 
 from .coalesce import Coalescer
-from .kube import JSON, Kube, KubeError
 from .logs import task_fields
 from .metrics import Metrics
 from .store import Store
@@ -104,7 +103,7 @@ class StatusWriter:
     FIFO.
     """
 
-    def __init__(self, kube: Kube, store: Store, metrics: Metrics, *, interval: float = 0.5,
+    def __init__(self, kube: Client, store: Store, metrics: Metrics, *, interval: float = 0.5,
                  coalesce_interval: float | None = None, workers: int = 8,
                  slow: dict[str, float] | None = None,
                  may_write: Callable[[], bool] = lambda: True, max_rate: float = 0.0,
@@ -293,17 +292,16 @@ class StatusWriter:
         delay = self.slow.get(task.name)
         if delay:
             time.sleep(delay)  # test hook: this task's writes are slow (in flight), nobody else's
-        data = orjson.dumps({"apiVersion": API_VERSION, "kind": KIND,
-                             "metadata": {"name": task.name, "namespace": task.namespace,
-                                          "resourceVersion": rv},
-                             "status": status})
+        data = orjson.dumps(taskfeedback_body(task.namespace, task.name, resource_version=rv,
+                                              status=status))
         self._spend(len(data))
         try:
-            obj = self.kube.request("PUT", f"{coll}/{task.name}/status", data=data,
+            obj = self.kube.request("PUT", taskfeedback_path(task.namespace, task.name, "status"),
+                                    data=data,
                                     content_type=JSON, query=[("fieldManager", FIELD_MANAGER)],
                                     timeout=WRITE_TIMEOUT)
         except KubeError as e:
-            if e.status in (404, 409):  # changed (or deleted) since rv
+            if e.not_found or e.conflict:  # changed (or deleted) since rv
                 raise Conflict(str(e)) from e
             raise
         return _resource_version(obj)
@@ -316,7 +314,7 @@ class StatusWriter:
             obj = self.kube.request("GET", taskfeedback_path(task.namespace, task.name),
                                     timeout=WRITE_TIMEOUT)
         except KubeError as e:
-            if e.status != 404:
+            if not e.not_found:
                 raise
             self.store.absent(task)
             return
@@ -327,25 +325,24 @@ class StatusWriter:
     def _create(self, task: TaskRef, coll: str) -> str | None:
         """Create the TaskFeedback; its resourceVersion. Conflict when it already exists (we
         must read what it holds before writing over it)."""
-        meta: dict[str, Any] = {"name": task.name, "namespace": task.namespace}
         owner = self.owner_of(task)
-        if owner is not None:
-            # Deleting the platform's object (a Job, a Workflow) deletes its TaskFeedback.
-            meta["ownerReferences"] = [owner_reference(owner)]
-        body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta,
-                "spec": {"task": task.name}}
+        # Owned by the platform's object (a Job, a Workflow): deleted with it.
+        owners = [owner_reference(owner)] if owner is not None else []
+        body = taskfeedback_body(task.namespace, task.name, owner_references=owners)
         self._spend(0)
         try:
             obj = self.kube.request("POST", coll, body=body,
                                     query=[("fieldManager", FIELD_MANAGER)],
                                     timeout=WRITE_TIMEOUT)
         except KubeError as e:
-            if e.status == 409:
+            if e.conflict:
                 raise Conflict("already exists") from e
             raise
         return _resource_version(obj)
 
 
-def _resource_version(obj: Any) -> str | None:
+def _resource_version(obj: object) -> str | None:
     """The object's resourceVersion (None if the answer lacks one: the next write re-reads)."""
-    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "") or None
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return str(rv or "") or None

@@ -65,10 +65,10 @@ def emit_main(argv: list[str]) -> int:
                     help="stamp the sender proof (the kubeconfig holds the pod's bound token)")
     a = ap.parse_args(argv)
 
+    from tidings.kube import KubeError, connect
     from tidings.schemas.event import PodRef, TaskRef, build_event
-    from tidings.watcher.kube import Kube, KubeError, load_client
 
-    kube = Kube(load_client(a.kubeconfig))
+    kube = connect(a.kubeconfig)
     pod_name, pod_uid = a.pod.split(":", 1)
     task = TaskRef(a.namespace, a.task)
     path = f"/apis/events.k8s.io/v1/namespaces/{a.namespace}/events"

@@ -16,7 +16,8 @@ from kubernetes import client
 
 from tests.support import create_kwok_pod
 from tidings.emitter import Emitter, EmitterConfig, Identity, Span
-from tidings.emitter.transport import KubeTransport, connect
+from tidings.emitter.transport import KubeTransport
+from tidings.kube import connect
 from tidings.schemas.constants import BUS_CONTROLLER, NOTE_LIMIT
 from tidings.schemas.event import ParsedEvent, event_name, parse_event
 from tidings.schemas.payloads import (

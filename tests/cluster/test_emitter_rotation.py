@@ -19,8 +19,9 @@ from tests.cluster.test_controlplane import client_with_token
 from tests.cluster.test_emitter import TASK, parsed_events, workload
 from tests.support import eventually
 from tidings.emitter import Emitter, EmitterConfig
-from tidings.emitter.transport import KubeTransport, connect
+from tidings.emitter.transport import KubeTransport
 from tidings.kube import config as kube_config
+from tidings.kube import connect
 from tools.devcluster import ControlPlane
 
 

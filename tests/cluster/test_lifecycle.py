@@ -26,7 +26,8 @@ from tidings.emitter.task import (
     create_task_feedback,
     pod_task_uid,
 )
-from tidings.emitter.transport import KubeTransport, connect
+from tidings.emitter.transport import KubeTransport
+from tidings.kube import connect
 from tidings.schemas.constants import BUS_CONTROLLER
 from tidings.schemas.contract import taskfeedback_path
 from tools.devcluster import ControlPlane
@@ -273,10 +274,9 @@ def test_a_taskfeedback_that_changed_since_the_sweep_read_it_survives(
         control_plane: ControlPlane, admin: Any, namespace: str, crd: None) -> None:  # noqa: F811
     """The race the preconditions close: the sweep lists a finished, unowned task, then a
     controller adopts it (or a late fact lands) before the delete."""
-    from tidings.watcher.kube import Kube, load_client
     from tidings.watcher.ttl import TtlSweeper
 
-    kube = Kube(load_client(str(control_plane.kubeconfig("admin"))))
+    kube = connect(str(control_plane.kubeconfig("admin")))
     forgotten: list[Any] = []
     sweeper = TtlSweeper(kube, [taskfeedback_path(namespace)], 1.0, on_deleted=forgotten.append)
     crs = client.CustomObjectsApi(admin)

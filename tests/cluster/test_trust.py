@@ -305,7 +305,8 @@ def test_task_ids_that_cannot_be_object_names_are_refused_at_the_first_emit(
         control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
         start_watcher: Callable[..., WatcherProc]) -> None:
     from tidings.emitter import Emitter, EmitterConfig, Identity
-    from tidings.emitter.transport import KubeTransport, connect
+    from tidings.emitter.transport import KubeTransport
+    from tidings.kube import connect
 
     w = start_watcher()
     pod = create_kwok_pod(admin, namespace, "p-0", labels={TASK_LABEL: "Train_42"})
@@ -382,7 +383,8 @@ def test_lineage_is_taken_only_from_pods_that_confirm_it(
     a workload that records another pod (backdated) for the app gets neither the watcher nor
     `tidings lineage`/`logs` to take it."""
     from tidings.emitter import Emitter, EmitterConfig, Identity
-    from tidings.emitter.transport import KubeTransport, connect
+    from tidings.emitter.transport import KubeTransport
+    from tidings.kube import connect
 
     w = start_watcher()
     ctl, as_ctl, ctl_token = workload(control_plane, admin, namespace, "ctl-0", {},

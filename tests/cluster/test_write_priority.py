@@ -37,16 +37,16 @@ def _has(admin: Any, namespace: str, task: str, seq: int) -> bool:
 def test_a_critical_fact_overtakes_a_backlog_of_coalescible_writes(
         control_plane: Any, admin: Any, namespace: str, tmp_path: Path,
         watchers: list[WatcherProc]) -> None:
+    from tidings.kube import connect
     from tidings.schemas.constants import TASK_LABEL
     from tidings.schemas.event import PodRef, TaskRef, build_event
     from tidings.schemas.payloads import LogLink, Progress, SpanSummary
-    from tidings.watcher.kube import Kube, load_client
 
     control_plane.kubectl_run("apply", "-f", str(REPO_ROOT / "deploy/crd.yaml"))
     control_plane.kubectl_run("wait", "--for=condition=Established",
                               "crd/taskfeedbacks.tidings.dev", "--timeout=60s")
     kubeconfig = Path(control_plane.kubeconfig("admin"))
-    kube = Kube(load_client(str(kubeconfig)))
+    kube = connect(str(kubeconfig))
     bulk = [f"bulk-{i}" for i in range(BULK)]
     tasks = [*bulk, "urgent"]
     pods = {t: create_kwok_pod(admin, namespace, f"{t}-pod", labels={TASK_LABEL: t})

@@ -17,7 +17,7 @@ needs_311 = pytest.mark.skipif(sys.version_info < (3, 11), reason="compares with
 @st.composite
 def rfc3339(draw: st.DrawFn) -> str:
     t = draw(st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)))
-    text = (f"{t.year:04d}-{t.month:02d}-{t.day:02d}{draw(st.sampled_from('T '))}"
+    text = (f"{t.year:04d}-{t.month:02d}-{t.day:02d}{draw(st.sampled_from('Tt '))}"
             f"{t.hour:02d}:{t.minute:02d}:{t.second:02d}")
     digits = draw(st.integers(0, 12))
     if digits:

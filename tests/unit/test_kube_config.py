@@ -219,3 +219,26 @@ def test_lines_survive_any_chunking(lines: list[bytes], trailing: bool, data: st
     batches = list(iter_line_batches(Chunked(chunks), skip_empty=True))  # type: ignore[arg-type]
     assert [x for b in batches for x in b] == [w for w in want if w]
     assert all(batches) and len(batches) <= len(chunks) + 1
+
+
+@pytest.mark.parametrize(("stamp", "epoch"), [
+    ("2000-01-01T00:00:00Z", 946684800.0),
+    ("2000-01-01T00:00:00.5Z", 946684800.5),
+    ("2000-01-01T00:00:00.123456789Z", 946684800.123456),  # microseconds are kept
+    ("2000-01-01t00:00:00Z", 946684800.0),  # RFC 3339 allows a lowercase "t" ...
+    ("2000-01-01 00:00:00Z", 946684800.0),  # ... and a space
+    ("2000-01-01T01:00:00+01:00", 946684800.0),
+    ("2000-01-01T00:00:00", 946684800.0),  # no zone: UTC
+])
+def test_an_expiry_is_read_by_the_one_rfc3339_reader(stamp: str, epoch: float) -> None:
+    from tidings.kube.auth import _rfc3339
+
+    assert _rfc3339(stamp, "plugin") == pytest.approx(epoch, abs=1e-6)
+
+
+@pytest.mark.parametrize("stamp", ["tomorrow", "2000-01-01T00:00:00z", "2000-13-01T00:00:00Z"])
+def test_an_expiry_the_reader_refuses_is_one_clear_error(stamp: str) -> None:
+    from tidings.kube.auth import _rfc3339
+
+    with pytest.raises(CredentialError, match="bad expirationTimestamp"):
+        _rfc3339(stamp, "plugin")

@@ -6,12 +6,16 @@ from __future__ import annotations
 from tidings.schemas.contract import (
     BUS_SELECTOR,
     EVENTS_RESOURCE,
+    SENDER_POLICY_BINDING_PATH,
+    SENDER_POLICY_PATH,
     TASKFEEDBACK_RESOURCE,
     TERMINAL_PHASES,
     events_path,
+    lease_path,
     lineage_selector,
     pod_selector,
     task_selector,
+    taskfeedback_body,
     taskfeedback_path,
 )
 
@@ -24,6 +28,27 @@ def test_paths() -> None:
     assert taskfeedback_path("ns", "t") == \
         "/apis/tidings.dev/v1alpha1/namespaces/ns/taskfeedbacks/t"
     assert taskfeedback_path() == "/apis/tidings.dev/v1alpha1/taskfeedbacks"
+    assert lease_path("ns", "w") == "/apis/coordination.k8s.io/v1/namespaces/ns/leases/w"
+    assert SENDER_POLICY_PATH.endswith("/validatingadmissionpolicies/tidings-sender-identity")
+    assert SENDER_POLICY_BINDING_PATH == ("/apis/admissionregistration.k8s.io/v1/"
+                                          "validatingadmissionpolicybindings/"
+                                          "tidings-sender-identity")
+    assert taskfeedback_path("ns", "t", "status") == \
+        "/apis/tidings.dev/v1alpha1/namespaces/ns/taskfeedbacks/t/status"
+
+
+def test_the_taskfeedback_body_for_a_create_and_for_a_status_write() -> None:
+    ref = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u"}
+    assert taskfeedback_body("ns", "t", labels={"a": "b"}, owner_references=[ref]) == {
+        "apiVersion": "tidings.dev/v1alpha1", "kind": "TaskFeedback",
+        "metadata": {"name": "t", "namespace": "ns", "labels": {"a": "b"},
+                     "ownerReferences": [ref]},
+        "spec": {"task": "t"}}
+    # A status write carries the version it replaces and no spec (the API server keeps it).
+    assert taskfeedback_body("ns", "t", resource_version="7", status={"phase": "Running"}) == {
+        "apiVersion": "tidings.dev/v1alpha1", "kind": "TaskFeedback",
+        "metadata": {"name": "t", "namespace": "ns", "resourceVersion": "7"},
+        "status": {"phase": "Running"}}
 
 
 def test_selectors_and_names() -> None:

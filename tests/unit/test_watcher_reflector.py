@@ -9,10 +9,26 @@ from typing import Any
 import orjson
 import pytest
 
+from tidings.kube import KubeError
 from tidings.kube.flowcontrol import Backoff
 from tidings.schemas.event import WatchItem, parse_watch_line
-from tidings.watcher.kube import KubeError
 from tidings.watcher.reflector import Reflector
+
+
+class Reads:
+    """A streaming response whose socket reads are scripted: each a list of lines."""
+
+    chunked = False
+
+    def __init__(self, reads: list[list[bytes]]) -> None:
+        self.reads = [b"".join(line + b"\n" for line in r) for r in reads]
+
+    def read1(self, n: int) -> bytes:
+        return self.reads.pop(0) if self.reads else b""
+
+    def release_conn(self) -> None: ...
+    def close(self) -> None: ...
+    def shutdown(self) -> None: ...
 
 
 class Script:
@@ -25,22 +41,20 @@ class Script:
         self.watch_rvs: list[str] = []
         self.stop = stop
 
-    def request(self, method: str, path: str, **kw: Any) -> Any:
+    def get(self, path: str, query: Any = None, **kw: Any) -> Any:
         self.lists += 1
         return {"metadata": {"resourceVersion": f"L{self.lists}"}, "items": []}
 
-    def stream(self, path: str, *, query: list[tuple[str, str]], timeout: Any,
-               on_open: Any = None, batches: bool = False) -> Any:
+    def stream(self, path: str, query: list[tuple[str, str]], *, timeout: Any) -> Any:
         self.watch_rvs.append(dict(query)["resourceVersion"])
         if not self.streams:
             self.stop()
-            return (x for x in ())
+            return Reads([])
         nxt = self.streams.pop(0)
         if isinstance(nxt, Exception):
             raise nxt
-        if batches:  # a scripted stream of lists is one socket read per list
-            return (x if isinstance(x, list) else [x] for x in nxt)
-        return (x for x in nxt)
+        # A scripted stream of lists is one socket read per list; of lines, a read per line.
+        return Reads([x if isinstance(x, list) else [x] for x in nxt])
 
 
 class Src:

@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from tests.support import eventually
 from tidings._compat import UTC
+from tidings.kube import KubeError
 from tidings.schemas.event import ParsedEvent, PodRef, TaskRef
 from tidings.schemas.folding import fold
 from tidings.schemas.payloads import LogLink, Progress
 from tidings.schemas.state import TaskState, new_state
 from tidings.watcher.coalesce import Coalescer
-from tidings.watcher.kube import KubeError
 from tidings.watcher.metrics import Metrics
 from tidings.watcher.store import Store
 from tidings.watcher.writer import StatusWriter, parse_slow_writes, status_body

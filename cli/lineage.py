@@ -183,7 +183,7 @@ def discover(kube: Kube, namespace: str, app: str, must_exist: bool = True) -> F
         except ApiError as err:
             # Without the right to list pods, the records and the status still say something
             # (and each pod is then read by name); with nothing else found, that is the error.
-            if err.status != 403 or not by_uid:
+            if not err.forbidden or not by_uid:
                 raise
             break
         if key == TASK_LABEL:

@@ -4,7 +4,7 @@ wrote one, else the task's events through the same fold; plus the table view of 
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -48,6 +48,7 @@ from tidings.schemas.contract import (
     taskfeedback_path,
 )
 from tidings.schemas.kinds import NAMED_KINDS, Kind, Scalar
+from tidings.schemas.rejection import Rejection, RejectReason
 from tidings.schemas.state import Named, NamedValue
 
 if TYPE_CHECKING:
@@ -106,18 +107,71 @@ def resolve_namespace(kube: Kube, name: str, what: str, selector: str, all_names
 
 # --- one snapshot -------------------------------------------------------------------------
 
+# Groups of (reason, sender) kept and shown: a flood from many senders stays a few lines
+# (the rest is counted, under "other senders").
+MAX_REFUSAL_GROUPS = 20
+OTHER_SENDERS = "(other senders)"
+# Not a fact of this task: regarding another kind of object (lineage of an app, say).
+NOT_A_TASK_FACT = "not_a_task_fact"
+
+
+@dataclass
+class Refusals:
+    """The events a local fold refused, grouped by (reason, sender), bounded; each group
+    keeps the message of its first refusal (what tells a missing grant from a spoof)."""
+
+    groups: dict[tuple[str, str], int] = field(default_factory=dict)
+    details: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def add(self, reason: str, sender: str, detail: str) -> None:
+        key = (reason, sender)
+        if key not in self.groups and len(self.groups) >= MAX_REFUSAL_GROUPS:
+            key = (reason, OTHER_SENDERS)
+        self.groups[key] = self.groups.get(key, 0) + 1
+        self.details.setdefault(key, detail)
+
+    @property
+    def total(self) -> int:
+        return sum(self.groups.values())
+
+    def rows(self) -> list[tuple[str, str, int, str]]:
+        """(reason, sender, events, detail), the largest groups first."""
+        return sorted(((r, p, n, self.details.get((r, p), ""))
+                       for (r, p), n in self.groups.items()),
+                      key=lambda x: (-x[2], x[0], x[1]))
+
+    def copy(self) -> Refusals:
+        return Refusals(dict(self.groups), dict(self.details))
+
 
 @dataclass
 class Snapshot:
     state: TaskState
     source: str  # SOURCE_CR or SOURCE_EVENTS
-    rejected: int = 0  # events the parser refused (counted, not shown)
+    # Events the local fold refused (SOURCE_EVENTS), by reason and sender.
+    refusals: Refusals = field(default_factory=Refusals)
     resource_version: str = ""
+    # The watcher's count of events it refused for the task, by reason (status.refused).
+    refused: dict[str, int] = field(default_factory=dict)
+    # uid of the task's TaskFeedback for a local fold ("": none exists; None: unreadable).
+    object_uid: str | None = None
+
+    @property
+    def rejected(self) -> int:
+        return self.refusals.total
 
     def to_data(self) -> dict[str, Any]:
-        return {"task": {"namespace": self.state.task.namespace, "name": self.state.task.name},
-                "source": self.source, "rejected_events": self.rejected,
-                "status": self.state.to_status()}
+        data: dict[str, Any] = {
+            "task": {"namespace": self.state.task.namespace, "name": self.state.task.name},
+            "source": self.source, "rejected_events": self.rejected}
+        if self.refusals.groups:
+            data["rejections"] = [{"reason": r, "sender": p, "events": n, "detail": d}
+                                  for r, p, n, d in self.refusals.rows()]
+        status = self.state.to_status()
+        if self.refused:
+            status["refused"] = dict(self.refused)
+        data["status"] = status
+        return data
 
 
 def _read_cr(kube: Kube, ref: TaskRef) -> tuple[TaskFeedback | None, ApiError | None]:
@@ -129,6 +183,15 @@ def _read_cr(kube: Kube, ref: TaskRef) -> tuple[TaskFeedback | None, ApiError | 
         if err.forbidden or err.not_found:  # forbidden or no CRD/object: the events still tell
             return None, err
         raise
+
+
+def _refused(status: dict[str, Any]) -> dict[str, int]:
+    """status.refused as the watcher wrote it (camelCase reason -> events), checked."""
+    raw = status.get("refused")
+    if not isinstance(raw, dict):
+        return {}
+    return {safe(k)[:64]: v for k, v in sorted(raw.items())
+            if isinstance(k, str) and type(v) is int and v > 0}
 
 
 def _status_of(obj: Mapping[str, object] | None) -> dict[str, Any] | None:
@@ -164,30 +227,52 @@ def senders(kube: Kube) -> Senders:
     return found
 
 
-def accepted(kube: Kube, ref: TaskRef, p: object) -> bool:
-    """Whether a parse result is an event of task ``ref`` that the watcher would apply."""
+def refusal(kube: Kube, ref: TaskRef, p: object, uid: str | None = None
+            ) -> tuple[str, str] | None:
+    """Why the watcher would not apply a parse result to task ``ref`` whose TaskFeedback has
+    ``uid`` ("": none exists; None: unknown, not checked): (a RejectReason value, or
+    ``not_a_task_fact``; the message); None when it would."""
+    if isinstance(p, Rejection):
+        return p.reason.value, p.message
     if not (isinstance(p, ParsedEvent) and p.task == ref and p.regarding_kind == KIND):
-        return False
+        return NOT_A_TASK_FACT, "regarding another kind of object than a TaskFeedback"
     from tidings.watcher.senders import Retry
 
     verdict = senders(kube).check(p)
     if verdict is Retry.LATER:
         raise CliError(f"cannot verify the sender of event {safe(p.name)}: the API server "
                        "did not answer", EXIT_UNREACHABLE)
-    return verdict is None
+    if verdict is not None:
+        return verdict.reason.value, verdict.message
+    if p.regarding_uid and uid is not None and p.regarding_uid != uid:
+        return (RejectReason.OTHER_OBJECT.value, f"the event names TaskFeedback uid "
+                f"{safe(p.regarding_uid)}, not the task's object ({uid or 'none exists'})")
+    return None
 
 
-def _task_events(kube: Kube, ref: TaskRef, events: list[Event]
-                 ) -> tuple[list[ParsedEvent], int]:
+def sender_of(p: object, raw: Any = None) -> str:
+    """The pod an event says it comes from, ``namespace/name`` (sanitised, bounded)."""
+    if isinstance(p, ParsedEvent):
+        return safe(f"{p.sender.namespace or p.task.namespace}/{p.sender.name}")
+    related = raw.get("related") if isinstance(raw, dict) else None
+    if isinstance(related, dict) and isinstance(related.get("name"), str):
+        ns = related.get("namespace") if isinstance(related.get("namespace"), str) else ""
+        return safe(f"{ns}/{related['name']}"[:300])
+    return "(unknown sender)"
+
+
+def _task_events(kube: Kube, ref: TaskRef, events: list[Event], uid: str | None
+                 ) -> tuple[list[ParsedEvent], Refusals]:
     parsed: list[ParsedEvent] = []
-    rejected = 0
+    refusals = Refusals()
     for raw in events:
         p = parse_event(raw)
-        if accepted(kube, ref, p):
+        why = refusal(kube, ref, p, uid)
+        if why is None:
             parsed.append(p)  # type: ignore[arg-type]
         else:
-            rejected += 1
-    return parsed, rejected
+            refusals.add(why[0], sender_of(p, raw), why[1])
+    return parsed, refusals
 
 
 def _pod_facts(kube: Kube, ref: TaskRef) -> list[ParsedEvent]:
@@ -212,7 +297,16 @@ def _pod_facts(kube: Kube, ref: TaskRef) -> list[ParsedEvent]:
     return out
 
 
-def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None) -> Snapshot:
+def _object_uid(obj: TaskFeedback | None, cr_error: ApiError | None) -> str | None:
+    """The TaskFeedback's uid for the local fold: "" when it does not exist, None when it
+    could not be read (then events are not checked against it)."""
+    if obj is not None:
+        return str(obj.get("metadata", {}).get("uid") or "") or None
+    return "" if cr_error is not None and cr_error.not_found else None
+
+
+def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None,
+                uid: str | None = None) -> Snapshot:
     try:
         raw, rv = kube.list_events(ref.namespace, task_selector(ref.name))
     except ApiError as err:
@@ -220,26 +314,31 @@ def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None) -> S
             raise ApiError(f"{err.message} (nor get {TASKFEEDBACK_RESOURCE})", err.code, 403,
                            err.action) from None
         raise
-    parsed, rejected = _task_events(kube, ref, raw)
-    facts = _pod_facts(kube, ref)
-    kept = [f for f in facts if accepted(kube, ref, f)]  # the same sender check
-    return Snapshot(fold_all(ref, parsed + kept), SOURCE_EVENTS,
-                    rejected + len(facts) - len(kept), rv)
+    parsed, refusals = _task_events(kube, ref, raw, uid)
+    for fact in _pod_facts(kube, ref):  # the same checks as the task's own events
+        why = refusal(kube, ref, fact, uid)
+        if why is None:
+            parsed.append(fact)
+        else:
+            refusals.add(why[0], sender_of(fact), why[1])
+    return Snapshot(fold_all(ref, parsed), SOURCE_EVENTS, refusals, rv, object_uid=uid)
 
 
 def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = True
          ) -> Snapshot:
     """The task's state: its TaskFeedback status, else (or with use_events) the folded events."""
-    cr_error = None
+    # The object is read with --from-events too: its uid says which events are this run's.
+    obj, cr_error = _read_cr(kube, ref)
+    uid = _object_uid(obj, cr_error)
     if not use_events:
-        obj, cr_error = _read_cr(kube, ref)
         status = _status_of(obj)
         if status is not None:
             rv = str((obj or {}).get("metadata", {}).get("resourceVersion") or "")
-            return Snapshot(TaskState.from_status(ref, status), SOURCE_CR, 0, rv)
+            return Snapshot(TaskState.from_status(ref, status), SOURCE_CR, Refusals(), rv,
+                            _refused(status))
         if obj is not None:
             must_exist = False  # the object exists; its watcher has not written yet
-    snap = from_events(kube, ref, cr_error)
+    snap = from_events(kube, ref, cr_error, uid)
     if must_exist and snap.state.counters.get("events_applied", 0) == 0 and snap.rejected == 0:
         if cr_error is not None and cr_error.message == NO_CRD:
             raise CliError(f"{NO_CRD} (and task {ref.name!r} has no events in namespace "
@@ -276,7 +375,8 @@ def follow(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool 
                 snap = yield from read(kube, ref, snap, change.lines, loop)
                 continue
             fresh = load(kube, ref, use_events, must_exist=False)
-            if fresh.source != snap.source or fresh.state != snap.state:
+            if fresh.source != snap.source or fresh.state != snap.state \
+                    or fresh.refused != snap.refused or fresh.rejected != snap.rejected:
                 yield fresh
             snap = fresh
             if fresh.source != source:
@@ -299,14 +399,15 @@ def _cr_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes], lo
         if status is None:
             continue
         rv = str(obj.get("metadata", {}).get("resourceVersion") or "")
-        snap = Snapshot(TaskState.from_status(ref, status), SOURCE_CR, 0, rv)
+        snap = Snapshot(TaskState.from_status(ref, status), SOURCE_CR, Refusals(), rv,
+                        _refused(status))
         yield snap
     return snap
 
 
 def _event_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes],
                    loop: ListWatch) -> Generator[Snapshot, None, Snapshot]:
-    state, rejected = snap.state, snap.rejected
+    state, refusals = snap.state, snap.refusals.copy()
     for line in lines:
         item = parse_watch_line(line)
         if item.type == "ERROR":
@@ -315,14 +416,20 @@ def _event_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes],
         loop.advance(item.resource_version)
         if item.type != "ADDED":
             continue
-        if isinstance(item.result, ParsedEvent) and accepted(kube, ref, item.result):
+        why = refusal(kube, ref, item.result, snap.object_uid)
+        if why is None:
+            assert isinstance(item.result, ParsedEvent)
             new = fold(state, item.result)
             if new != state:
                 state = new
-                snap = Snapshot(state, SOURCE_EVENTS, rejected, item.resource_version)
+                snap = Snapshot(state, SOURCE_EVENTS, refusals.copy(),
+                                item.resource_version, object_uid=snap.object_uid)
                 yield snap
         else:
-            rejected += 1
+            # Counted, and shown with the next change (a refused flood is no change).
+            refusals.add(why[0], sender_of(item.result), why[1])
+            snap = Snapshot(state, SOURCE_EVENTS, refusals.copy(), item.resource_version,
+                            object_uid=snap.object_uid)
     return snap
 
 
@@ -415,6 +522,15 @@ def render(snap: Snapshot) -> Any:
         noisy.update({f"unknown:{k}": v for k, v in st.unknown.items()})
     if snap.rejected:
         noisy["rejected_events"] = snap.rejected
+        t = table("Refused events (not applied)", "REASON", "SENDER", "EVENTS", "WHY")
+        for reason, sender, n, detail in snap.refusals.rows():
+            t.add_row(_t(reason, "red"), _t(sender), _t(n), _t(detail))
+        parts.append(t)
+    if snap.refused:
+        t = table("Refused by the watcher", "REASON", "EVENTS")
+        for reason, n in snap.refused.items():
+            t.add_row(_t(reason, "red"), _t(n))
+        parts.append(t)
     footer = f"{st.counters.get('events_applied', 0)} events applied"
     if noisy:
         footer += "; " + ", ".join(f"{k}={v}" for k, v in sorted(noisy.items()))

@@ -34,6 +34,10 @@ class RejectReason(StrEnum):
     INCONSISTENT_SPAN = "inconsistent_span"  # errors > count, total_s < max_s, ...
     INVISIBLE_TEXT = "invisible_text"  # a name holding zero-width or other format characters
     UNVERIFIED_LINEAGE = "unverified_lineage"  # PodSpawned the spawned pod does not confirm
+    # regarding.uid names a TaskFeedback that is not the task's object (a deleted run's)
+    OTHER_OBJECT = "other_object"
+    # a fact of a run whose finished TaskFeedback the TTL deleted, arriving after the delete
+    DELETED_TASK = "deleted_task"
     UNKNOWN_TASK = "unknown_task"  # a fact about a pod whose labels cannot be read (gone)
 
 

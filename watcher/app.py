@@ -85,8 +85,11 @@ def run(o: Options, *, announce: Any = print) -> int:
 
     def task_status(ns: str, name: str) -> Any:
         c = holder.get("controller")
-        state = None if c is None else c.store.get(TaskRef(ns, name))
-        return None if state is None else status_body(state)
+        if c is None:
+            return None
+        task = TaskRef(ns, name)
+        state = c.store.get(task)
+        return None if state is None else status_body(state, c.store.refused(task))
 
     try:
         http = Endpoints(metrics, ready=ready, task_status=task_status,

@@ -31,7 +31,7 @@ from tidings.schemas.fastpath import fast_watch_line
 from tidings.schemas.folding import fold_checked
 from tidings.schemas.payloads import PodSpawned, Progress
 from tidings.schemas.platform import PodTask
-from tidings.schemas.rejection import Rejection
+from tidings.schemas.rejection import Rejection, RejectReason
 from tidings.schemas.state import Limits
 
 from .coalesce import critical_change
@@ -114,6 +114,9 @@ class Controller:
                            on_saved=metrics.saved)
         # A relist delivers every event again: each rejection is logged once per event.
         self.rejections_logged = OncePerEvent()
+        # Tasks the TTL deleted that got a late fact since: the next sweep deletes the bus
+        # events of each again, so a restart's relist cannot bring the task back either.
+        self.late_after_ttl: set[TaskRef] = set()
         self.queue: WorkQueue[TaskRef] = WorkQueue()
         self.senders = Senders(kube_getter(kube), keys=task_keys(settings))
         self.platform = PlatformTasks(kube)
@@ -184,7 +187,8 @@ class Controller:
                 for obj in data.get("items") or []:
                     meta = obj.get("metadata") or {}
                     task = TaskRef(meta.get("namespace", ""), meta.get("name", ""))
-                    self.store.load(task, obj.get("status"), rv=meta.get("resourceVersion"))
+                    self.store.load(task, obj.get("status"), rv=meta.get("resourceVersion"),
+                                    uid=meta.get("uid"))
                     n += 1
         return n
 
@@ -211,11 +215,15 @@ class Controller:
 
     def _ttl_loop(self) -> None:
         sweeper = TtlSweeper(self.kube, self._paths(taskfeedback_path),
-                             self.s.ttl_after_finished, on_deleted=self.store.forget)
+                             self.s.ttl_after_finished,
+                             on_deleted=lambda task, uid, state: self.store.bury(
+                                 task, uid, frozenset(state.applied.instances)))
         while not self._stopping.wait(sweeper.interval):
             if not self.writer.may_write():
                 continue  # fenced: a replica without the lease deletes nothing either
             try:
+                while self.late_after_ttl:
+                    sweeper.delete_events(self.late_after_ttl.pop())
                 self.metrics.ttl_deleted.inc(sweeper.sweep())
             except Exception as e:  # unreachable, forbidden: the next sweep tries again
                 log.warning("ttl sweep failed: %s", e)
@@ -292,11 +300,7 @@ class Controller:
             self._unresolved.put(ev)
             return
         if isinstance(verdict, Rejection):
-            self.metrics.events_rejected.labels(verdict.reason.value).inc()
-            if self.rejections_logged.first((ev.task.namespace, ev.name, ev.resource_version)):
-                log.info("rejected %s/%s: %s", ev.task.namespace, ev.name, verdict.message,
-                         extra={"namespace": ev.task.namespace, "event": ev.name,
-                                "reason": verdict.reason.value})
+            self._refused(ev.task, ev, verdict)  # no task to count it in: the metric and log
             return
         assert isinstance(verdict, PodTask)
         fact = self._retarget(ev, verdict)
@@ -325,9 +329,62 @@ class Controller:
     def fold_task(self, task: TaskRef) -> None:
         """Fold every pending event of ``task`` (runs in one worker; never two for one key)."""
         m = self.metrics
-        if not self.store.seeded(task) and not self._seed(task):
+        # The sender check's verdict per (sender, proof) within this fold: every input of
+        # ``verify`` for a task fact is in the key (the pod's namespace, name and uid, the
+        # sender proof; the task is this fold's), so a repeat asks nothing new. Keyed by the
+        # PodRef's identity: the events hold their senders, so no id is reused meanwhile.
+        # Lineage (PodSpawned, judged by the pod it names) and Retry are never kept.
+        verdicts: dict[tuple[int, str], str | Rejection] = {}
+        # Verdicts given before the fold (the checks below), by event: the fold takes them
+        # as they were, so each event's lookup is counted once and under how it was made.
+        screened: dict[int, str | Rejection | Retry] = {}
+
+        def verdict_of(ev: ParsedEvent) -> str | Rejection | Retry:
+            given = screened.pop(id(ev), None)
+            if given is not None:
+                return given
+            key = (id(ev.sender), ev.sender_proof)
+            lineage = type(ev.payload) is PodSpawned
+            kept = None if lineage else verdicts.get(key)
+            if kept is not None:
+                return kept
+            fresh = self.senders.verify(ev)
+            if not lineage and not isinstance(fresh, Retry):
+                # A pod fetched by "get" is in the pod cache from then on: a repeat would
+                # be answered from it.
+                verdicts[key] = "cache" if fresh == "get" else fresh
+            return fresh
+
+        if not self.store.seeded(task):
+            # A task new to this watcher: its senders are checked before anything is kept
+            # or read for it, so a name that only refused events claim costs no lasting
+            # memory and no API call (issue 18, item 4).
+            pending = self.store.pending(task)
+            said = [verdict_of(ev) for ev in pending]
+            screened.update(zip(map(id, pending), said, strict=True))
+            if not any(type(v) is str for v in said):
+                if any(v is Retry.LATER for v in said):
+                    self.queue.add_after(task, self.s.sender_retry)
+                    return
+                for ev, v in zip(pending, said, strict=True):
+                    assert isinstance(v, Rejection)
+                    self._refused(task, ev, v)
+                self.store.drop_unseeded(task, pending)
+                return
+            if not self._seed(task):
+                self.queue.add_after(task, self.s.sender_retry)
+                return
+        # Only a verified sender's event makes the watcher read the object: a refused one
+        # naming random uids costs no API call.
+        foreign: set[str] = set()
+        for ev in self.store.foreign(task):
+            screened[id(ev)] = verdict_of(ev)
+            if type(screened[id(ev)]) is str:
+                foreign.add(ev.regarding_uid)
+        if foreign and not self._check_object(task, foreign):
             self.queue.add_after(task, self.s.sender_retry)
             return
+        uid, stale, buried = self.store.identity(task)
         base, events = self.store.take(task)
         later: list[ParsedEvent] = []
         events = self._with_job_workers(task, events, later)
@@ -335,16 +392,12 @@ class Controller:
         # Counted here and added to the metrics once per fold (a labelled inc costs about as
         # much as the fold of an event); the same totals as counting each event.
         accepted: dict[str, int] = {}
+        refused: dict[str, int] = {}
         late_n = 0
-        # The sender check's verdict per (sender, proof) within this fold: every input of
-        # ``verify`` for a task fact is in the key (the pod's namespace, name and uid, the
-        # sender proof; the task is this fold's), so a repeat asks nothing new. Keyed by the
-        # PodRef's identity: the events hold their senders, so no id is reused meanwhile.
-        # Lineage (PodSpawned, judged by the pod it names) and Retry are never kept.
-        verdicts: dict[tuple[int, str], str | Rejection] = {}
+        late_after_ttl = False
 
         def admit(ev: ParsedEvent, late: bool) -> bool:
-            nonlocal late_n
+            nonlocal late_n, late_after_ttl
             if late:
                 # Created before the compaction watermark: the fold skips it and counts it
                 # (lateSkipped); no sender lookup for it.
@@ -352,28 +405,28 @@ class Controller:
                 return True
             # Every event is checked (a repeat by its verdict above): a (name, uid) seen before
             # says nothing about the namespace an event now claims (issue 10, item 1).
-            key = (id(ev.sender), ev.sender_proof)
-            lineage = type(ev.payload) is PodSpawned
-            kept = None if lineage else verdicts.get(key)
-            if kept is not None:
-                verdict: str | Rejection = kept
-            else:
-                fresh = self.senders.verify(ev)
-                if isinstance(fresh, Retry):
-                    later.append(ev)
-                    return False
-                verdict = fresh
-                if not lineage:
-                    # A pod fetched by "get" is in the pod cache from then on: a repeat would
-                    # be answered from it.
-                    verdicts[key] = "cache" if verdict == "get" else verdict
+            verdict = verdict_of(ev)
+            if isinstance(verdict, Retry):
+                later.append(ev)
+                return False
+            if not isinstance(verdict, Rejection):
+                # A verified sender still speaks only for the object its event names (a
+                # re-run deletes and re-creates the TaskFeedback), and a run the TTL
+                # deleted is over.
+                if ev.regarding_uid and (ev.regarding_uid != uid or ev.regarding_uid in stale):
+                    verdict = Rejection.of(
+                        RejectReason.OTHER_OBJECT,
+                        f"the event names TaskFeedback uid {ev.regarding_uid}, not the "
+                        f"task's object ({uid or 'none exists'}): an earlier run's")
+                elif ev.instance in buried:
+                    late_after_ttl = True
+                    verdict = Rejection.of(
+                        RejectReason.DELETED_TASK,
+                        f"emitter instance {ev.instance} belongs to a finished run whose "
+                        "TaskFeedback the TTL deleted; a late fact does not re-create it")
             if isinstance(verdict, Rejection):
-                m.events_rejected.labels(verdict.reason.value).inc()
-                if self.rejections_logged.first((task.namespace, ev.name,
-                                                 ev.resource_version)):
-                    log.info("rejected %s/%s: %s", task.namespace, ev.name, verdict.message,
-                             extra={**task_fields(task), "event": ev.name,
-                                    "reason": verdict.reason.value})
+                if self._refused(task, ev, verdict):
+                    refused[verdict.reason.value] = refused.get(verdict.reason.value, 0) + 1
                 return False
             accepted[verdict] = accepted.get(verdict, 0) + 1
             return True
@@ -393,7 +446,14 @@ class Controller:
             skipped.labels("duplicate").inc(duplicates)
         if applied:
             self.store.put(task, state, base=base, events=applied)
+        if refused and self.store.refuse(task, refused) and not applied:
+            # Only the refusal counts changed: never urgent, so a refused sender cannot
+            # buy the task status writes faster than the coalescing interval.
+            self.writer.changed(task, critical=False)
+        if applied:
             self.writer.changed(task, critical=critical_change(base, state, applied))
+        if late_after_ttl:
+            self.late_after_ttl.add(task)
         if later:
             for ev in later:
                 self.store.push(ev)
@@ -432,6 +492,49 @@ class Controller:
                 out.append(ev)
         return out
 
+    def _refused(self, task: TaskRef, ev: ParsedEvent, rejection: Rejection) -> bool:
+        """Count and log a refused event; True the first time this event is refused (a relist
+        delivers it again: the task's status counts it once)."""
+        self.metrics.events_rejected.labels(rejection.reason.value).inc()
+        if not self.rejections_logged.first((task.namespace, ev.name, ev.resource_version)):
+            return False
+        log.info("rejected %s/%s: %s", task.namespace, ev.name, rejection.message,
+                 extra={**task_fields(task), "event": ev.name,
+                        "reason": rejection.reason.value})
+        return True
+
+    def _check_object(self, task: TaskRef, claimed: set[str]) -> bool:
+        """Pending events name TaskFeedback uids the state does not belong to: read the object
+        once. A re-created one (another uid) replaces the state, which starts from its status;
+        every claimed uid that is not the object's is stale from then on (uids are never
+        reused). False when the API could not tell."""
+        try:
+            obj = self.kube.request("GET", taskfeedback_path(task.namespace, task.name),
+                                    timeout=(5, 30))
+        except KubeError as e:
+            if not e.not_found:
+                log.warning("cannot read %s/%s: %s", task.namespace, task.name, e,
+                            extra=task_fields(task))
+                return False
+            obj = None
+        meta = (obj or {}).get("metadata") or {}
+        now = str(meta.get("uid") or "") or None
+        uid, _, _ = self.store.identity(task)
+        if obj is None and uid is not None:
+            self.store.absent(task)
+        elif obj is not None and now is not None and now != uid:
+            if uid is not None:
+                log.info("taskfeedback %s/%s is a new object (uid %s): its state starts from "
+                         "its own status", task.namespace, task.name, now,
+                         extra=task_fields(task))
+            # As the writer's re-read does: a state of no object yet joins this one, a state
+            # of a deleted one is replaced by its status (unwritten facts naming no uid kept).
+            self.store.rebase(task, obj.get("status"), meta.get("resourceVersion"), now)
+        self.store.stale(task, {u for u in claimed if u != now})
+        if self.store.unwritten(task) is not None:
+            self.writer.changed(task)
+        return True
+
     def _seed(self, task: TaskRef) -> bool:
         """Load a task that is new to this watcher (or was evicted) from its TaskFeedback, so
         its fold continues the persisted state. False when the API could not tell."""
@@ -445,8 +548,9 @@ class Controller:
                 return False
             self.store.load(task, None, exists=False)
             return True
-        self.store.load(task, obj.get("status"),
-                        rv=(obj.get("metadata") or {}).get("resourceVersion"))
+        meta = obj.get("metadata") or {}
+        self.store.load(task, obj.get("status"), rv=meta.get("resourceVersion"),
+                        uid=meta.get("uid"))
         return True
 
     def evict_idle(self) -> int:

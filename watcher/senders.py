@@ -39,7 +39,7 @@ import orjson
 
 from tidings.kube import Client, KubeError
 from tidings.kube.objects import KubeObject
-from tidings.schemas.constants import API_VERSION, KIND
+from tidings.schemas.constants import API_VERSION, KIND, TASK_LABEL
 from tidings.schemas.contract import SENDER_POLICY as POLICY
 from tidings.schemas.contract import SENDER_POLICY_BINDING_PATH as BINDING_PATH
 from tidings.schemas.contract import SENDER_POLICY_PATH as POLICY_PATH
@@ -101,13 +101,6 @@ def _pod(obj: object, keys: Sequence[str]) -> tuple[PodKey, PodTask | None] | No
                       key[0], key[1], ", ".join([found.key, *others]), found.key,
                       found.task or "(invalid)")
     return key, found
-
-
-def _label_of(info: object) -> str:
-    """How a pod's task reads in a message: ``key=task``, or what it lacks."""
-    if isinstance(info, PodTask):
-        return f"{info.key}={info.task}" if not info.error else info.error
-    return "no task label" if info is None else "gone"
 
 
 def _spoofed(message: str) -> Rejection:
@@ -282,7 +275,8 @@ class Senders:
         s = ev.sender
         ns = s.namespace or ev.task.namespace
         if ns != ev.task.namespace:
-            return _spoofed(f"related pod {ns}/{s.name} is not in the task's namespace")
+            return _spoofed(f"related pod {ns}/{s.name} is not in the namespace of the task "
+                            f"it claims ({ev.task.namespace}/{ev.task.name})")
         got = self.label((ns, s.name, s.uid))
         if got is Retry.LATER:
             return Retry.LATER
@@ -297,11 +291,12 @@ class Senders:
                 return "proof"  # the API server authenticated this pod; it is gone now
         if isinstance(info, PodTask) and info.error:
             return Rejection.of(RejectReason.BAD_TASK_ID, f"related pod {s.name}: {info.error}")
-        why = (f"labelled {_label_of(info)}, not for task {ev.task.name}"
-               if isinstance(info, PodTask) else
-               f"gone, and no trusted sender proof (task {ev.task.name})" if info is _ABSENT
-               else f"unlabelled or unreadable (task {ev.task.name})")
-        return _spoofed(f"related pod {s.name} is {why}")
+        # The pod's own label and the task the event claims, each named as what it is: an
+        # operator must not read the claim as the pod's label.
+        why = (f"is labelled {info.key}={info.task}" if isinstance(info, PodTask) else
+               "is gone, and no trusted sender proof" if info is _ABSENT else
+               f"has no {TASK_LABEL} label (or is unreadable)")
+        return _spoofed(f"related pod {s.name} {why}; the event claims task {ev.task.name}")
 
     def task_of(self, ev: ParsedEvent) -> PodTask | Rejection | Retry:
         """The task a fact about its sender's own pod belongs to: the one the pod's labels
@@ -330,9 +325,13 @@ class Senders:
         info, how = got
         if isinstance(info, PodTask) and not info.error and info.task == ev.task.name:
             return how
+        label = (f"is labelled {info.key}={info.task or '(invalid)'}"
+                 if isinstance(info, PodTask) else
+                 f"is no pod of {ev.task.namespace} with that uid" if info is _ABSENT else
+                 f"has no {TASK_LABEL} label (or is unreadable)")
         return Rejection.of(RejectReason.UNVERIFIED_LINEAGE,
-                            f"spawned pod {p.pod_name} is not a pod of {ev.task.namespace} "
-                            f"labelled for task {ev.task.name} ({_label_of(info)})")
+                            f"spawned pod {p.pod_name} {label}; the record claims it for "
+                            f"task {ev.task.name}")
 
     def _fetch(self, key: PodKey) -> object:
         ns, name, _uid = key

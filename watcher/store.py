@@ -8,6 +8,13 @@ written tasks are first *compacted* (kept as the zlib-compressed JSON of their f
 status, rebuilt losslessly by ``TaskState.from_status`` on their next use: about a quarter
 of the live objects' size), then, after longer, evicted; an evicted task comes back
 unseeded, and is seeded again from its status before its next fold.
+
+A state belongs to one TaskFeedback object, by uid: when the object is found replaced (a
+re-run deleted and re-created it) or gone, the state starts again from that object's status
+(or empty) instead of moving onto it, and the old uid is remembered as stale. A TaskFeedback
+the TTL deleted leaves its emitter instances behind (``bury``), so a late fact of that run is
+refused instead of re-creating the object. Refused events are counted per task by reason
+(``refuse``) only for tasks held here; a task name with nothing accepted gets no entry.
 """
 
 from __future__ import annotations
@@ -22,13 +29,16 @@ import orjson
 
 from tidings.schemas.event import ParsedEvent, TaskRef
 from tidings.schemas.folding import fold_checked
+from tidings.schemas.rejection import RejectReason
 from tidings.schemas.state import DEFAULT_LIMITS, Limits, TaskState, new_state
 from tidings.schemas.version_vector import VersionVector
 
 
 @dataclass(slots=True)
 class Entry:
-    # None while compacted: ``packed`` then holds it (see ``Store.compact_idle``).
+    # None while compacted (``packed`` then holds it, see ``Store.compact_idle``), and while
+    # nothing was folded or loaded: an entry that only buffers events until their sender
+    # check costs no state (a flood of refused names must not build thousands).
     state: TaskState | None
     pending: list[ParsedEvent] = field(default_factory=list)
     version: int = 0  # bumped by every fold that changed the state
@@ -44,6 +54,50 @@ class Entry:
     seeded: bool = False
     touched: float = field(default_factory=time.monotonic)
     packed: bytes | None = None  # zlib(orjson(state.to_status())) of a compacted entry
+    # uid of the TaskFeedback the state belongs to (None: no object known yet).
+    uid: str | None = None
+    # uids known not to be this task's object (deleted or replaced runs), so their events
+    # are refused without another read; bounded (``MAX_STALE_UIDS``).
+    stale_uids: dict[str, None] = field(default_factory=dict)
+    # Emitter instances of a run whose TaskFeedback the TTL deleted: their facts are late.
+    buried: frozenset[str] = frozenset()
+    # Events refused for this task, by reason (persisted as status.refused).
+    refused: dict[str, int] = field(default_factory=dict)
+
+
+# Stale uids remembered per task: one re-read each beyond that, nothing worse.
+MAX_STALE_UIDS = 16
+# The reasons counted in status.refused (the sender check's, and the object checks'): the
+# only ones known to concern a task (a parse rejection may name any task at all).
+REFUSAL_REASONS: tuple[RejectReason, ...] = (
+    RejectReason.SPOOFED_SENDER, RejectReason.UNVERIFIED_LINEAGE,
+    RejectReason.OTHER_OBJECT, RejectReason.DELETED_TASK)
+_REFUSED_KEYS = {r.value: "".join(p if i == 0 else p.title()
+                                  for i, p in enumerate(r.value.split("_")))
+                 for r in REFUSAL_REASONS}
+_REFUSED_REASONS = {v: k for k, v in _REFUSED_KEYS.items()}
+
+
+def refused_status(counts: dict[str, int]) -> dict[str, int]:
+    """``status.refused``: the counts by reason, camelCase keys, zero counts left out."""
+    return {_REFUSED_KEYS[r]: n for r, n in sorted(counts.items())
+            if n and r in _REFUSED_KEYS}
+
+
+def refused_of(status: object) -> dict[str, int]:
+    """The refusal counts a persisted ``.status`` holds (tolerant: anything odd is none)."""
+    raw = status.get("refused") if isinstance(status, dict) else None
+    if not isinstance(raw, dict):
+        return {}
+    return {_REFUSED_REASONS[k]: v for k, v in raw.items()
+            if k in _REFUSED_REASONS and type(v) is int and 0 < v < 2**63}
+
+
+def _remember_stale(e: Entry, uid: str | None) -> None:
+    if uid:
+        e.stale_uids[uid] = None
+        while len(e.stale_uids) > MAX_STALE_UIDS:
+            del e.stale_uids[next(iter(e.stale_uids))]
 
 
 # zlib level 1: compacting 100k tasks must not cost a CPU-minute; level 6 saves ~10 % more.
@@ -76,7 +130,7 @@ class Store:
     def _entry(self, task: TaskRef) -> Entry:
         e = self._entries.get(task)
         if e is None:
-            e = self._entries[task] = Entry(new_state(task, self.limits))
+            e = self._entries[task] = Entry(None)
         return e
 
     def _hot(self, task: TaskRef, e: Entry) -> TaskState:
@@ -85,23 +139,97 @@ class Store:
             e.state = unpack_state(task, e.packed, self.limits)
             e.packed = None
             self.compacted -= 1
-        assert e.state is not None
+        elif e.state is None:
+            e.state = new_state(task, self.limits)
         return e.state
 
     def load(self, task: TaskRef, status: object, exists: bool = True,
-             rv: str | None = None) -> TaskState:
-        """Seed ``task`` from a persisted ``.status`` read at resourceVersion ``rv`` (or, with
-        ``exists=False``, as new)."""
+             rv: str | None = None, uid: str | None = None) -> TaskState:
+        """Seed ``task`` from a persisted ``.status`` of the object ``uid`` read at
+        resourceVersion ``rv`` (or, with ``exists=False``, as new)."""
         state = TaskState.from_status(task, status, self.limits)
         with self._lock:
             e = self._entry(task)
             if e.packed is not None:
                 e.packed = None
                 self.compacted -= 1
+            if e.uid is not None and e.uid != (uid if exists else None):
+                _remember_stale(e, e.uid)
             e.state, e.written, e.seeded = state, e.version, True
             e.rv, e.unsaved = (rv if exists else None), []
+            e.uid = (uid or None) if exists else None
+            e.refused = refused_of(status) if exists else {}
             e.touched = time.monotonic()
         return state
+
+    def identity(self, task: TaskRef) -> tuple[str | None, frozenset[str], frozenset[str]]:
+        """(uid of the object the state belongs to, stale uids, buried instances)."""
+        with self._lock:
+            e = self._entries.get(task)
+            if e is None:
+                return None, frozenset(), frozenset()
+            return e.uid, frozenset(e.stale_uids), e.buried
+
+    def foreign(self, task: TaskRef) -> list[ParsedEvent]:
+        """The pending events that name a uid which is neither the state's object nor known
+        stale: the object may have been re-created since it was read."""
+        with self._lock:
+            e = self._entries.get(task)
+            if e is None:
+                return []
+            return [ev for ev in e.pending if ev.regarding_uid
+                    and ev.regarding_uid != e.uid and ev.regarding_uid not in e.stale_uids]
+
+    def stale(self, task: TaskRef, uids: set[str]) -> None:
+        """No object of ``task`` has these uids (any more): their events are refused."""
+        with self._lock:
+            e = self._entries.get(task)
+            if e is not None:
+                for uid in sorted(uids):
+                    _remember_stale(e, uid)
+
+    def pending(self, task: TaskRef) -> list[ParsedEvent]:
+        """A copy of the events waiting for ``task``'s next fold."""
+        with self._lock:
+            e = self._entries.get(task)
+            return [] if e is None else list(e.pending)
+
+    def drop_unseeded(self, task: TaskRef, events: Sequence[ParsedEvent]) -> None:
+        """Drop ``events`` (all refused) from a task that was never seeded; with nothing else
+        pending the task leaves memory (a refused name costs nothing lasting)."""
+        with self._lock:
+            e = self._entries.get(task)
+            if e is None or e.seeded:
+                return
+            gone = {id(ev) for ev in events}
+            e.pending = [ev for ev in e.pending if id(ev) not in gone]
+            if not e.pending:
+                del self._entries[task]
+
+    def refuse(self, task: TaskRef, counts: dict[str, int]) -> bool:
+        """Count refused events of a task held here (status.refused); True when the counts
+        changed (a status write is due). Only a task with an object, or with accepted facts
+        that will create one, counts them: a count alone never creates (or re-creates after
+        a delete) a TaskFeedback."""
+        counts = {r: n for r, n in counts.items() if n and r in _REFUSED_KEYS}
+        if not counts:
+            return False
+        with self._lock:
+            e = self._entries.get(task)
+            if e is None or not e.seeded:
+                return False
+            if e.uid is None and (e.state is None
+                                  or not e.state.counters.get("events_applied", 0)):
+                return False
+            for r, n in counts.items():
+                e.refused[r] = min(2**63 - 1, e.refused.get(r, 0) + n)
+            e.version += 1
+            return True
+
+    def refused(self, task: TaskRef) -> dict[str, int]:
+        with self._lock:
+            e = self._entries.get(task)
+            return {} if e is None else dict(e.refused)
 
     def seeded(self, task: TaskRef) -> bool:
         with self._lock:
@@ -129,7 +257,8 @@ class Store:
         cutoff = time.monotonic() - idle_for
         with self._lock:
             idle = [(t, e) for t, e in self._entries.items()
-                    if e.packed is None and e.touched < cutoff and not e.pending
+                    if e.packed is None and e.state is not None and e.touched < cutoff
+                    and not e.pending
                     and e.written >= e.version and not e.unsaved and not busy(t)]
         n = 0
         for task, e in idle:  # packing runs outside the lock: the watch loop must not wait
@@ -151,15 +280,26 @@ class Store:
                     n += 1
         return n
 
-    def forget(self, task: TaskRef) -> bool:
-        """Drop ``task`` after its TaskFeedback was deleted, unless facts are pending or
-        unwritten (then its next write recreates the object, which is what they ask for)."""
+    def bury(self, task: TaskRef, uid: str, instances: frozenset[str]) -> None:
+        """The TTL deleted ``task``'s TaskFeedback ``uid``, whose status held ``instances``: the
+        run is over. Its state goes, with whatever of it was not written; the entry keeps the
+        run's emitter instances and uid, so a late fact of that run is refused (deleted_task,
+        other_object) instead of re-creating the object, while a new run (new instances)
+        starts a new one. Kept as long as the entry (evicted once idle)."""
         with self._lock:
-            e = self._entries.get(task)
-            if e is None or e.pending or e.written < e.version:
-                return False
-            del self._entries[task]
-            return True
+            e = self._entry(task)
+            if e.uid is not None and e.uid != uid:
+                _remember_stale(e, uid)  # our state is of a newer object already
+                return
+            mine = self._hot(task, e).applied.instances if e.uid == uid else ()
+            _remember_stale(e, uid)
+            e.buried = e.buried | instances | frozenset(mine)
+            e.state, e.uid, e.rv, e.refused, e.unsaved = new_state(task, self.limits), None, \
+                None, {}, []
+            e.seeded = True
+            e.version += 1
+            e.written = e.version
+            e.touched = time.monotonic()
 
     def push(self, ev: ParsedEvent) -> None:
         """Buffer an event for its task's next fold (called from the watch loop: O(1))."""
@@ -198,21 +338,42 @@ class Store:
             e.unsaved.extend((e.version, ev) for ev in events)
             return e.version
 
-    def rebase(self, task: TaskRef, status: object, rv: str | None) -> bool:
+    def rebase(self, task: TaskRef, status: object, rv: str | None, uid: str | None = None
+               ) -> bool:
         """Someone wrote the status (resourceVersion ``rv``) since our state's base: make it
         our base. If it holds events our state lacks (a newer leader's work), the state
         becomes that status plus our unsaved events; otherwise ours already contains all of
-        it and only the precondition moves. True when the state changed."""
+        it and only the precondition moves. True when the state changed.
+
+        When the object is another one (``uid``: deleted and re-created), our state is not
+        its: it starts from the new object's status, and only the unsaved events that name
+        no object (or this one) are applied on top."""
         theirs = TaskState.from_status(task, status, self.limits)
+        their_refused = refused_of(status)
         with self._lock:
             e = self._entry(task)
             e.rv = rv
-            changed = not covers(self._hot(task, e).applied, theirs.applied)
-            if changed:
-                e.state = _fold_new(theirs, [ev for _, ev in e.unsaved])
+            if uid and e.uid is not None and uid != e.uid:
+                _remember_stale(e, e.uid)
+                e.uid = uid
+                keep = [ev for _, ev in e.unsaved if ev.regarding_uid in ("", uid)]
+                e.state, e.refused = _fold_new(theirs, keep), their_refused
                 e.version += 1
+                e.unsaved = [(e.version, ev) for ev in keep]
+                changed = True
+            else:
+                e.uid = e.uid or uid or None
+                changed = not covers(self._hot(task, e).applied, theirs.applied)
+                if changed:
+                    e.state = _fold_new(theirs, [ev for _, ev in e.unsaved])
+                    e.version += 1
+                # Each leader counts the refusals it saw: the larger count of each reason.
+                merged = {r: max(n, e.refused.get(r, 0)) for r, n in their_refused.items()}
+                if any(merged.get(r, 0) != e.refused.get(r) for r in merged):
+                    e.refused.update(merged)
+                    e.version += 1
             saved: list[ParsedEvent] = []
-            if e.state == theirs:
+            if e.state == theirs and e.refused == their_refused:
                 # The status already says all we know (we were behind, or our own write
                 # landed and only its answer was lost): nothing to write.
                 saved = [ev for _, ev in e.unsaved]
@@ -221,10 +382,22 @@ class Store:
         return changed
 
     def absent(self, task: TaskRef) -> None:
-        """The TaskFeedback object is gone: the next write creates it."""
+        """The TaskFeedback object is gone: the next write creates it. A state that belonged
+        to that object does not move onto the new one: it starts empty, with the unsaved
+        events that name no object applied (those naming the deleted one are not)."""
         with self._lock:
             e = self._entry(task)
             e.rv = None
+            if e.uid is None:
+                return
+            _remember_stale(e, e.uid)
+            e.uid = None
+            keep = [ev for _, ev in e.unsaved if not ev.regarding_uid]
+            e.state, e.refused = _fold_new(new_state(task, self.limits), keep), {}
+            e.version += 1
+            e.unsaved = [(e.version, ev) for ev in keep]
+            if not keep:
+                e.written = e.version  # nothing of ours is left to write
 
     def get(self, task: TaskRef) -> TaskState | None:
         with self._lock:
@@ -244,12 +417,14 @@ class Store:
                 return None
             return self._hot(task, e), e.version, e.rv
 
-    def written(self, task: TaskRef, version: int, rv: str | None = None) -> None:
-        """``version`` is persisted; the object is now at resourceVersion ``rv``."""
+    def written(self, task: TaskRef, version: int, rv: str | None = None,
+                uid: str | None = None) -> None:
+        """``version`` is persisted; the object (``uid``) is now at resourceVersion ``rv``."""
         with self._lock:
             e = self._entry(task)
             e.written = max(e.written, version)
             e.rv = rv
+            e.uid = uid or e.uid
             saved = [ev for v, ev in e.unsaved if v <= version]
             e.unsaved = [(v, ev) for v, ev in e.unsaved if v > version]
         self._saved(saved)

@@ -3,7 +3,10 @@
 
 A TaskFeedback with an ownerReference is left to the garbage collector (it goes with its
 owner). An unowned one is deleted once its task is finished and no fact has arrived for
-``ttl`` seconds (its last event time, else its creation time). The delete carries uid and
+``ttl`` seconds, on the API server's clock: since the newest creationTimestamp of its
+folded events (the status keeps it per emitter instance), else the object's own; never the
+senders' eventTime, which a worker whose clock is behind would put in the past. The
+watcher then refuses the late facts of that run (``Store.bury``). The delete carries uid and
 resourceVersion preconditions, so a TaskFeedback that changed since it was read (a late
 fact, an owner added) survives this sweep. Its bus events are deleted with it: while they
 lived (1 h by default), a relist after a restart would otherwise fold them again and bring
@@ -13,7 +16,7 @@ the TaskFeedback back.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import cast
 
@@ -28,7 +31,7 @@ from tidings.schemas.contract import (
 )
 from tidings.schemas.event import TaskRef
 from tidings.schemas.state import TaskState
-from tidings.schemas.times import parse_time
+from tidings.schemas.times import from_epoch, parse_time
 
 log = logging.getLogger("tidings.watcher.ttl")
 
@@ -49,17 +52,26 @@ def expired(obj: TaskFeedback, now: datetime, ttl: float) -> TaskState | None:
     state = TaskState.from_status(task, obj.get("status"))
     if not finished(state):
         return None
-    since = state.last_event_time or parse_time(meta.get("creationTimestamp"))
+    since = last_fact_received(state, parse_time(meta.get("creationTimestamp")))
     if since is None or (now - since).total_seconds() < ttl:
         return None
     return state
+
+
+def last_fact_received(state: TaskState, created: datetime | None) -> datetime | None:
+    """When the API server received the task's newest folded fact (its creationTimestamp),
+    else when it created the object: server stamps only."""
+    newest = max(state.instance_times.values(), default=None)
+    stamps = [t for t in (created, None if newest is None else from_epoch(newest))
+              if t is not None]
+    return max(stamps, default=None)
 
 
 class TtlSweeper:
     """One sweep lists the TaskFeedbacks under ``paths`` and deletes the expired ones."""
 
     def __init__(self, kube: Client, paths: list[str], ttl: float,
-                 on_deleted: Callable[[TaskRef], object]) -> None:
+                 on_deleted: Callable[[TaskRef, str, TaskState], object]) -> None:
         self.kube, self.paths, self.ttl, self.on_deleted = kube, paths, ttl, on_deleted
 
     @property
@@ -71,7 +83,8 @@ class TtlSweeper:
         now = now or datetime.now(UTC)
         deleted = 0
         for obj in self._items():
-            if expired(obj, now, self.ttl) is not None and self._delete(obj):
+            state = expired(obj, now, self.ttl)
+            if state is not None and self._delete(obj, state):
                 deleted += 1
         return deleted
 
@@ -80,7 +93,7 @@ class TtlSweeper:
             for page in self.kube.pages(path, timeout=(5, 60)):
                 yield from cast("list[TaskFeedback]", page.get("items") or [])
 
-    def _delete(self, obj: TaskFeedback) -> bool:
+    def _delete(self, obj: TaskFeedback, state: TaskState | None = None) -> bool:
         meta = obj["metadata"]
         ns, name = meta["namespace"], meta["name"]
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {
@@ -93,16 +106,24 @@ class TtlSweeper:
                 return False
             raise
         log.info("deleted finished taskfeedback %s/%s (ttl %gs)", ns, name, self.ttl)
-        self.on_deleted(TaskRef(ns, name))
-        # Its events: those about the TaskFeedback, and those its pods sent about themselves
-        # (folded into it by their labels), or a relist would bring it back all the same.
-        pods = TaskState.from_status(TaskRef(ns, name), obj.get("status")).pods
-        selectors = [task_selector(name)] + [pod_facts_selector(pod) for pod, _ in pods]
+        task = TaskRef(ns, name)
+        if state is None:
+            state = TaskState.from_status(task, obj.get("status"))
+        self.on_deleted(task, str(meta.get("uid") or ""), state)
+        self.delete_events(task, state.pods)
+        return True
+
+    def delete_events(self, task: TaskRef, pods: Sequence[tuple[str, str]] = ()) -> None:
+        """Delete the task's bus events (after its TaskFeedback, and again after a late fact
+        of the deleted run): a relist after a restart finds nothing to fold it back from.
+        With them go the facts its reporting ``pods`` (name, uid) sent about themselves,
+        folded into it by their labels."""
+        selectors = [task_selector(task.name)] + [pod_facts_selector(pod) for pod, _ in pods]
         for selector in selectors:
             try:
-                self.kube.request("DELETE", events_path(ns), query=[("fieldSelector", selector)],
-                                  timeout=(5, 60))
+                self.kube.request("DELETE", events_path(task.namespace),
+                                  query=[("fieldSelector", selector)], timeout=(5, 60))
             except KubeError as e:  # they expire anyway; a relist may recreate it meanwhile
-                log.warning("cannot delete the bus events of %s/%s: %s", ns, name, e)
-                break
-        return True
+                log.warning("cannot delete the bus events of %s/%s: %s", task.namespace,
+                            task.name, e)
+                return

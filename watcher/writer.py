@@ -37,7 +37,7 @@ from tidings.schemas.state import STATUS_BUDGET, TaskState
 from .coalesce import Coalescer
 from .logs import task_fields
 from .metrics import Metrics
-from .store import Store
+from .store import Store, refused_status
 
 log = logging.getLogger("tidings.watcher.writer")
 
@@ -85,11 +85,16 @@ def parse_slow_writes(spec: str | None) -> dict[str, float]:
     return out
 
 
-def status_body(state: TaskState) -> dict[str, Any]:
+def status_body(state: TaskState, refused: dict[str, int] | None = None) -> dict[str, Any]:
     """The whole ``.status`` as written: the fold's camelCase status, cut to the byte budget
     (``STATUS_BUDGET``, dropping detail in ``BUDGET_DROP_ORDER``) so a write never fails for
-    its size."""
-    return state.to_status(budget=STATUS_BUDGET)
+    its size, and the events refused for the task by reason (``refused``: a handful of
+    counters, never dropped)."""
+    status = state.to_status(budget=STATUS_BUDGET)
+    counts = refused_status(refused or {})
+    if counts:
+        status["refused"] = counts
+    return status
 
 
 
@@ -243,14 +248,15 @@ class StatusWriter:
                     return True
                 state, version, rv = snap
                 try:
-                    new_rv = self._persist(task, status_body(state), rv)
+                    new_rv, uid = self._persist(task, status_body(state, self.store.refused(task)),
+                                                rv)
                 except Conflict as e:
                     self.metrics.status_writes.labels("conflict").inc()
                     log.info("status write %s/%s: %s; re-reading", task.namespace, task.name, e,
                              extra=task_fields(task))
                     self._reread(task)
                     continue
-                self.store.written(task, version, new_rv)
+                self.store.written(task, version, new_rv, uid)
                 self.metrics.write_seconds.observe(time.perf_counter() - t0)
                 self.metrics.status_writes.labels("ok").inc()
                 return True
@@ -278,10 +284,12 @@ class StatusWriter:
             # A replica that can no longer prove its lease sends nothing more.
             raise NotLeader("lease not held")
 
-    def _persist(self, task: TaskRef, status: dict[str, Any], rv: str | None) -> str | None:
+    def _persist(self, task: TaskRef, status: dict[str, Any], rv: str | None
+                 ) -> tuple[str | None, str | None]:
         """Replace the whole ``.status`` (keys the fold dropped vanish too) of the object at
-        resourceVersion ``rv``; returns the new resourceVersion. The API server refuses the
-        write with 409 when the object changed since ``rv``, so a stale writer never wins."""
+        resourceVersion ``rv``; returns the new resourceVersion and the object's uid. The API
+        server refuses the write with 409 when the object changed since ``rv``, so a stale
+        writer never wins."""
         self._fence()
         coll = taskfeedback_path(task.namespace)
         if rv is None:
@@ -304,7 +312,7 @@ class StatusWriter:
             if e.not_found or e.conflict:  # changed (or deleted) since rv
                 raise Conflict(str(e)) from e
             raise
-        return _resource_version(obj)
+        return _resource_version(obj), _uid(obj)
 
     def _reread(self, task: TaskRef) -> None:
         """After a conflict: the object as it is now becomes the base of our state."""
@@ -318,7 +326,7 @@ class StatusWriter:
                 raise
             self.store.absent(task)
             return
-        if self.store.rebase(task, obj.get("status"), _resource_version(obj)):
+        if self.store.rebase(task, obj.get("status"), _resource_version(obj), _uid(obj)):
             log.info("status of %s/%s had events we lacked: merged", task.namespace, task.name,
                      extra=task_fields(task))
 
@@ -339,6 +347,13 @@ class StatusWriter:
                 raise Conflict("already exists") from e
             raise
         return _resource_version(obj)
+
+
+def _uid(obj: object) -> str | None:
+    """The object's uid (None if the answer lacks one)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    uid = meta.get("uid") if isinstance(meta, dict) else None
+    return str(uid or "") or None
 
 
 def _resource_version(obj: object) -> str | None:

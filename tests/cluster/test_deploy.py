@@ -276,6 +276,9 @@ def test_the_status_is_structural_documented_pruned_and_typed(
     st = fold_all(TaskRef(namespace, "t"), _every_kind_of_event(namespace)).to_status()
     st["budgetDropped"] = {"pods": 1}  # what a write over budget adds
     st["compactedBefore"] = now()[:19] + "Z"  # what dedup compaction adds
+    from tidings.watcher.store import REFUSAL_REASONS, refused_status
+
+    st["refused"] = refused_status({r.value: 1 for r in REFUSAL_REASONS})  # the watcher adds
     # Every counter the fold keeps, whether or not this fold moved it.
     st["counters"] = {**{_camel(k): 1 for k in COUNTER_NAMES}, **st["counters"]}
     for key in st:

@@ -278,7 +278,8 @@ def test_a_taskfeedback_that_changed_since_the_sweep_read_it_survives(
 
     kube = connect(str(control_plane.kubeconfig("admin")))
     forgotten: list[Any] = []
-    sweeper = TtlSweeper(kube, [taskfeedback_path(namespace)], 1.0, on_deleted=forgotten.append)
+    sweeper = TtlSweeper(kube, [taskfeedback_path(namespace)], 1.0,
+                         on_deleted=lambda task, _uid, _state: forgotten.append(task))
     crs = client.CustomObjectsApi(admin)
     crs.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "TaskFeedback",

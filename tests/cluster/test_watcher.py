@@ -82,11 +82,14 @@ def pods_for(admin: Any, namespace: str, task: str, n: int) -> list[dict[str, st
 
 
 def assert_exact(admin: Any, namespace: str, tasks: list[str], files: list[Path],
-                 timeout: float = 60) -> None:
-    """Eventually every task's status equals the fold of the delivered events, exactly."""
+                 timeout: float = 60, refused: dict[str, int] | None = None) -> None:
+    """Eventually every task's status equals the fold of the delivered events, exactly (and
+    ``refused``: the watcher's count of the events it refused for the task, by reason)."""
     bodies = emitted_events(files)
     for task in tasks:
         want = expected_status(namespace, task, bodies, admin)
+        if refused:
+            want["refused"] = refused
         last: list[Any] = [None]
 
         def probe(task: str = task, want: dict[str, Any] = want,
@@ -332,7 +335,12 @@ def test_spoofed_senders_are_rejected_and_counted(admin: Any, namespace: str, ku
                and metric(w, "tidings_watcher_write_queue_depth") == 0
                and metric(w, "tidings_watcher_status_writes_in_flight") == 0, 10,
                "the watcher to be idle")
-    assert task_status(admin, namespace, "victim") == before
+    # Nothing the spoofers sent changed the status, except the count of what was refused
+    # (issue 18, item 8: the task's owner is told, by reason).
+    after = eventually(lambda: (s := task_status(admin, namespace, "victim") or {}).get(
+        "refused") and s, 20, "the refusals counted in the status")
+    assert after.pop("refused") == {"spoofedSender": 6}
+    assert after == before
     assert metric(w, "tidings_watcher_events_applied_total") == 10
 
 

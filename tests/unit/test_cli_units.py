@@ -190,3 +190,23 @@ def test_include_and_exclude_filters_select_lines_like_stern() -> None:
     assert [t for t in ["INFO a", "WARN b", "ERR c", "WARN noisy"] if o.shows(t)] == \
         ["WARN b", "ERR c"]
     assert Options().shows("anything") and not Options(exclude=(re.compile(""),)).shows("x")
+
+
+# --- refusals of a local fold (issue 18, item 8) ------------------------------------------
+
+
+@given(st.lists(st.tuples(st.sampled_from(["spoofed_sender", "other_object", "bad_name"]),
+                          st.integers(min_value=0, max_value=60)), max_size=400))
+def test_refusals_are_grouped_bounded_and_all_counted(refusals: list[tuple[str, int]]) -> None:
+    from tidings.cli.taskview import MAX_REFUSAL_GROUPS, OTHER_SENDERS, Refusals
+
+    r = Refusals()
+    for reason, pod in refusals:
+        r.add(reason, f"ns/pod-{pod}", f"why {reason} {pod}")
+    rows = r.rows()
+    reasons = {reason for reason, _ in refusals}
+    assert r.total == len(refusals) == sum(n for _, _, n, _ in rows)
+    assert len(rows) <= MAX_REFUSAL_GROUPS + len(reasons)  # at most one overflow per reason
+    assert all(sender == OTHER_SENDERS or detail == f"why {reason} {sender[7:]}"
+               for reason, sender, _, detail in rows)
+    assert [n for _, _, n, _ in rows] == sorted((n for _, _, n, _ in rows), reverse=True)

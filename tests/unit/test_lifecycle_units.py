@@ -77,12 +77,16 @@ def test_an_owner_is_taken_from_the_api_object_and_needs_its_uid() -> None:
 
 # ---- TTL after finished ------------------------------------------------------------------
 def stored(*, final: bool, last: datetime = T0, owners: list[dict[str, Any]] | None = None,
-           deleting: bool = False) -> dict[str, Any]:
-    """A TaskFeedback as the API returns it, with the status the watcher writes."""
+           deleting: bool = False, sender_clock: timedelta = timedelta(0)) -> dict[str, Any]:
+    """A TaskFeedback as the API returns it, with the status the watcher writes: its facts
+    received by the API server at ``last``, sent by a worker whose clock is off by
+    ``sender_clock``."""
     state = new_state(TASK)
     for seq, payload in enumerate([LogLink(name="l", url="https://x.example/"),
                                    Progress(fraction=1.0 if final else 0.5, final=final)], 1):
-        parsed = parse_event(event(payload, seq=seq, at=last))
+        body = event(payload, seq=seq, at=last + sender_clock)
+        body["metadata"]["creationTimestamp"] = last.strftime("%Y-%m-%dT%H:%M:%SZ")
+        parsed = parse_event(body)
         assert isinstance(parsed, ParsedEvent)
         state = fold(state, parsed)
     meta: dict[str, Any] = {"name": TASK.name, "namespace": TASK.namespace,
@@ -99,6 +103,16 @@ def test_a_finished_unowned_task_expires_after_the_ttl_from_its_last_fact() -> N
     assert expired(obj, T0 + timedelta(seconds=59), 60) is None
     state = expired(obj, T0 + timedelta(seconds=60), 60)
     assert state is not None and finished(state)
+
+
+def test_idleness_is_measured_on_the_api_servers_clock_not_the_senders() -> None:
+    """Issue 18, item 9: a worker whose clock is two hours behind does not get its task
+    deleted the moment it finishes; one whose clock is ahead does not keep it longer."""
+    behind = stored(final=True, sender_clock=timedelta(hours=-2))
+    assert expired(behind, T0 + timedelta(seconds=59), 60) is None
+    assert expired(behind, T0 + timedelta(seconds=60), 60) is not None
+    ahead = stored(final=True, sender_clock=timedelta(hours=2))
+    assert expired(ahead, T0 + timedelta(seconds=60), 60) is not None
 
 
 def test_running_owned_or_deleting_tasks_never_expire() -> None:

@@ -214,5 +214,5 @@ def test_a_task_fact_from_a_job_pod_is_checked_against_its_job_label() -> None:
     assert senders.check(fact("train-7")) is None
     refused = senders.check(fact("victim"))
     assert isinstance(refused, Rejection) and refused.reason.value == "spoofed_sender"
-    assert refused.message == (f"related pod train-7-0-x is labelled {JOB_NAME_LABEL}=train-7, "
-                               "not for task victim")
+    assert refused.message == (f"related pod train-7-0-x is labelled {JOB_NAME_LABEL}=train-7; "
+                               "the event claims task victim")

@@ -56,3 +56,81 @@ def test_a_kept_verdict_never_answers_for_lineage_or_another_namespace() -> None
     assert _value(m, "tidings_watcher_sender_lookups_total", source="cache") == 3
     assert _value(m, "tidings_watcher_events_rejected_total", reason="unverified_lineage") == 1
     assert _value(m, "tidings_watcher_events_rejected_total", reason="spoofed_sender") == 1
+
+
+# --- issue 18: refused names, the object's uid, a TTL-deleted run -----------------------
+
+
+def _other(name: str, seq: int, *, instance: str = "inst-1", uid: str = "",
+           sender: PodRef | None = None) -> ParsedEvent:
+    task = TaskRef("team-a", name)
+    return ParsedEvent(task, sender or PodRef("resnet-0", "uid-r", "team-a"),
+                       Progress(fraction=0.5), instance, seq, T0 + timedelta(seconds=seq),
+                       f"{name}.{seq:016x}", KIND, regarding_api_version=API_VERSION,
+                       regarding_uid=uid)
+
+
+def test_a_name_only_refused_events_claim_leaves_nothing_and_asks_nothing() -> None:
+    """Item 4: one pod claims 500 task names it is not labelled for. The controller has no
+    API client at all (``None``): a TaskFeedback read would raise, so none happens; and no
+    entry outlives the fold."""
+    c = Controller(None, Settings(), Metrics())  # type: ignore[arg-type]
+    c.senders.put(("team-a", "resnet-0", "uid-r"), "resnet-50")
+    names = [f"victim-{i}" for i in range(500)]
+    c.store.push_many([_other(n, 1) for n in names])
+    assert len(c.store) == 500  # buffered until its fold: the only cost, and a passing one
+    for n in names:
+        c.fold_task(TaskRef("team-a", n))
+    assert len(c.store) == 0
+    assert _value(c.metrics, "tidings_watcher_events_rejected_total",
+                  reason="spoofed_sender") == 500
+
+
+def test_an_event_naming_another_objects_uid_is_refused_and_counted() -> None:
+    """Item 3: the task's object is uid-2 (a re-run); uid-1 (the deleted run) is stale."""
+    c = Controller(None, Settings(), Metrics())  # type: ignore[arg-type]
+    c.senders.put(("team-a", "train-1-0", "uid-w"), "train-1")
+    c.store.load(TASK, None, rv="7", uid="uid-2")
+    c.store.stale(TASK, {"uid-1"})
+    worker = PodRef("train-1-0", "uid-w", "team-a")
+    old = _other("train-1", 1, instance="run-1", uid="uid-1", sender=worker)
+    new = _other("train-1", 1, instance="run-2", uid="uid-2", sender=worker)
+    plain = _other("train-1", 2, instance="run-2", sender=worker)  # no uid: follows the name
+    c.store.push_many([old, new, plain])
+    c.fold_task(TASK)
+    state, _ = c.store.take(TASK)
+    assert state.applied.instances == ["run-2"] and state.applied.count() == 2
+    assert c.store.refused(TASK) == {"other_object": 1}
+    assert _value(c.metrics, "tidings_watcher_events_rejected_total",
+                  reason="other_object") == 1
+    # A relist delivers the refused event again: the task counts it once.
+    c.store.push(old)
+    c.fold_task(TASK)
+    assert c.store.refused(TASK) == {"other_object": 1}
+
+
+def test_after_the_ttl_deleted_a_run_its_late_facts_are_refused_and_a_new_run_starts_clean(
+        ) -> None:
+    """Item 9: the late fact of a buried instance is refused (deleted_task) and noted for the
+    next sweep to delete its event; a new instance starts a fresh state."""
+    c = Controller(None, Settings(), Metrics())  # type: ignore[arg-type]
+    c.senders.put(("team-a", "train-1-0", "uid-w"), "train-1")
+    worker = PodRef("train-1-0", "uid-w", "team-a")
+    c.store.load(TASK, None, rv="3", uid="uid-1")
+    c.store.push(_other("train-1", 1, instance="run-1", sender=worker))
+    c.fold_task(TASK)
+    c.store.written(TASK, 1, "4")
+    c.store.bury(TASK, "uid-1", frozenset())
+    late = _other("train-1", 2, instance="run-1", sender=worker)
+    fresh = _other("train-1", 1, instance="run-2", sender=worker)
+    c.store.push(late)
+    c.fold_task(TASK)
+    # Refused, and nothing to write: a refusal count alone never re-creates the object.
+    assert c.store.unwritten(TASK) is None and c.store.refused(TASK) == {}
+    c.store.push(fresh)
+    c.fold_task(TASK)
+    state, _ = c.store.take(TASK)
+    assert state.applied.instances == ["run-2"]
+    assert _value(c.metrics, "tidings_watcher_events_rejected_total",
+                  reason="deleted_task") == 1
+    assert c.late_after_ttl == {TASK}

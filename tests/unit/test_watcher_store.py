@@ -199,3 +199,100 @@ def test_a_state_its_status_cannot_rebuild_stays_live_and_is_counted() -> None:
     store.written(A, 2, "2")
     assert store.compact_idle(0.0, busy=lambda t: False) == 0
     assert store.not_compactable == 1 and store.get(A) is bad
+
+
+def test_a_rebase_onto_a_re_created_object_starts_from_its_status() -> None:
+    """Issue 18, item 3: the 409 re-read finds the task's object deleted and re-created (a
+    new uid). Run 1's state must not be written onto it: the state becomes the new object's
+    status, plus the unsaved events that name no object or the new one."""
+    from tidings.schemas import Progress
+    from tidings.schemas.folding import fold_all
+    from tidings.schemas.state import new_state
+
+    def ev(seq: int, uid: str, payload: object, inst: str = "i1") -> ParsedEvent:
+        p = parse_event(build_event(task=A, pod=PodRef("p", "u1", "ns"),
+                                    payload=payload, instance=inst,  # type: ignore[arg-type]
+                                    seq=seq, time=datetime.now(UTC), task_uid=uid))
+        assert isinstance(p, ParsedEvent)
+        return p
+
+    failed = ev(1, "uid-1", Progress(fraction=0.3, final=True, failed=True))
+    store = Store()
+    store.load(A, fold_all(A, [failed]).to_status(), rv="5", uid="uid-1")
+    late_run1 = ev(2, "uid-1", Progress(fraction=0.4))
+    nameless = ev(1, "", Progress(fraction=0.6), inst="i2")
+    base, _ = store.take(A)
+    store.put(A, fold_all(A, [failed, late_run1, nameless]), base=base,
+              events=[late_run1, nameless])
+    assert store.rebase(A, new_state(A).to_status(), rv="9", uid="uid-2")
+    snap = store.unwritten(A)
+    assert snap is not None
+    state, _, rv = snap
+    assert rv == "9" and not state.failed and state.applied.instances == ["i2"]
+    assert store.identity(A)[:2] == ("uid-2", frozenset({"uid-1"}))
+
+
+def test_a_deleted_objects_state_does_not_move_onto_the_next_object() -> None:
+    """Issue 18, item 3: the write finds the object gone (404). What was written to it goes
+    with it; of the unsaved events only those naming no object re-create one."""
+    from tidings.schemas import Progress
+    from tidings.schemas.folding import fold_all
+
+    def ev(seq: int, uid: str, inst: str) -> ParsedEvent:
+        p = parse_event(build_event(task=A, pod=PodRef("p", "u1", "ns"),
+                                    payload=Progress(fraction=0.1 * seq), instance=inst,
+                                    seq=seq, time=datetime.now(UTC), task_uid=uid))
+        assert isinstance(p, ParsedEvent)
+        return p
+
+    written, named, nameless = ev(1, "uid-1", "i1"), ev(2, "uid-1", "i1"), ev(1, "", "i2")
+    store = Store()
+    store.load(A, fold_all(A, [written]).to_status(), rv="5", uid="uid-1")
+    base, _ = store.take(A)
+    store.put(A, fold_all(A, [written, named, nameless]), base=base, events=[named, nameless])
+    store.absent(A)
+    snap = store.unwritten(A)
+    assert snap is not None
+    state, _, rv = snap
+    assert rv is None and state.applied.instances == ["i2"]
+    assert store.identity(A)[:2] == (None, frozenset({"uid-1"}))
+    # Nothing unsaved names no object: nothing is left to write, no object is re-created.
+    store2 = Store()
+    store2.load(A, fold_all(A, [written]).to_status(), rv="5", uid="uid-1")
+    base, _ = store2.take(A)
+    store2.put(A, fold_all(A, [written, named]), base=base, events=[named])
+    store2.absent(A)
+    assert store2.unwritten(A) is None
+
+
+@given(st.lists(st.tuples(st.sampled_from(["", "uid-1", "uid-2"]),
+                          st.sampled_from(["i1", "i2", "i3"])), min_size=1, max_size=30),
+       st.booleans())
+def test_a_state_never_carries_another_objects_events(names: list[tuple[str, str]],
+                                                      gone: bool) -> None:
+    """Whatever was folded for object uid-1 and not written, after a re-read finds uid-2 (or
+    nothing): none of the events naming uid-1 is in the state, every other one is."""
+    from tidings.schemas import Progress
+    from tidings.schemas.folding import fold_all
+    from tidings.schemas.state import new_state
+
+    events = []
+    for seq, (uid, inst) in enumerate(names, 1):
+        p = parse_event(build_event(task=A, pod=PodRef("p", "u1", "ns"),
+                                    payload=Progress(fraction=0.5), instance=inst, seq=seq,
+                                    time=datetime.now(UTC), task_uid=uid))
+        assert isinstance(p, ParsedEvent)
+        events.append(p)
+    store = Store()
+    store.load(A, None, rv="1", uid="uid-1")
+    base, _ = store.take(A)
+    store.put(A, fold_all(A, events), base=base, events=events)
+    if gone:
+        store.absent(A)
+    else:
+        store.rebase(A, new_state(A).to_status(), rv="2", uid="uid-2")
+    state = store.get(A)
+    assert state is not None
+    allowed = ("",) if gone else ("", "uid-2")
+    for ev in events:
+        assert state.applied.contains(ev.instance, ev.seq) == (ev.regarding_uid in allowed)

@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN_DIR = $(shell tools/controlplane/build.sh)
 
-.PHONY: setup debs venv binaries test unit demo lint dist clean-binaries
+.PHONY: setup debs venv binaries integrations-venv test unit demo lint dist clean-binaries
 
 setup: debs venv binaries
 
@@ -25,8 +25,27 @@ $(VENV)/.installed: pyproject.toml
 binaries:
 	tools/controlplane/build.sh
 
-test: setup
+# The real frameworks tidings.integrations is tested against (torch brings ~3 GB of CUDA
+# libraries): a venv of their own, named by the hash of their pins and kept while the pins
+# stay (existence, not mtimes: a fresh checkout must not reinstall torch), so the workload
+# install never pulls them and a second run installs nothing. The project itself is
+# (re)installed into it when pyproject.toml changes, which costs seconds.
+INTEGRATIONS_REQ := tests/integrations/requirements.txt
+INTEGRATIONS_VENV = .cache/integrations/v1-$(shell sha256sum < $(INTEGRATIONS_REQ) | cut -c1-12)
+
+integrations-venv: $(INTEGRATIONS_VENV)/.project
+$(INTEGRATIONS_VENV)/.project: pyproject.toml
+	@test -f $(INTEGRATIONS_VENV)/.complete || { rm -rf $(INTEGRATIONS_VENV) \
+	  && $(PYTHON) -m venv $(INTEGRATIONS_VENV) \
+	  && $(INTEGRATIONS_VENV)/bin/pip install -q --upgrade pip \
+	  && $(INTEGRATIONS_VENV)/bin/pip install -q -r $(INTEGRATIONS_REQ) \
+	  && touch $(INTEGRATIONS_VENV)/.complete; }
+	$(INTEGRATIONS_VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+test: setup integrations-venv
 	TIDINGS_BIN_DIR=$(BIN_DIR) $(VENV)/bin/pytest
+	TIDINGS_BIN_DIR=$(BIN_DIR) $(INTEGRATIONS_VENV)/bin/pytest tests/integrations
 
 unit: venv
 	$(VENV)/bin/pytest tests/unit
@@ -36,9 +55,9 @@ demo: setup
 
 # mypy --strict (pyproject's [tool.mypy]) over the installed names; tidings/'s symlinks let it
 # resolve tidings.* to the top-level folders.
-MYPY_TARGETS := -p tidings.schemas -p tidings.kube -p tidings.emitter -p tidings.watcher -p tidings.cli -m tools.devcluster
+MYPY_TARGETS := -p tidings.schemas -p tidings.kube -p tidings.emitter -p tidings.watcher -p tidings.cli -p tidings.integrations -m tools.devcluster
 lint: venv
-	$(VENV)/bin/ruff check schemas kube emitter watcher cli tidings tests bench tools
+	$(VENV)/bin/ruff check schemas kube emitter watcher cli integrations tidings tests bench tools
 	$(VENV)/bin/mypy $(MYPY_TARGETS)
 
 # The wheel (pure Python, one for every platform) into $(DIST)/: `pip install

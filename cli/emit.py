@@ -85,12 +85,18 @@ def _check(model: Any, **fields: Any) -> None:
     """Validate the payload here, so bad input is exit 2 and not a silent drop."""
     from pydantic import ValidationError
 
+    from tidings.schemas.constants import INSTANCE_LIMIT, SEQ_MAX
+    from tidings.schemas.note import NoteTooLarge, encode_note_bytes
     from tidings.schemas.rejection import describe_validation_error
 
     try:
-        model(**fields)
+        payload = model(**fields)
     except ValidationError as e:
         _fail(f"invalid {model.TYPE}: {describe_validation_error(e)}", EXIT_INVALID)
+    try:  # with the longest envelope there can be: what fits here fits in any event
+        encode_note_bytes(payload, instance="i" * INSTANCE_LIMIT, seq=SEQ_MAX)
+    except NoteTooLarge as e:
+        _fail(f"invalid {model.TYPE}: {e}", EXIT_INVALID)
 
 
 def _deliver(send: Callable[[Any], None], to: Delivery) -> None:

@@ -38,7 +38,8 @@ def complete_format(incomplete: str) -> list[str]:
 
 OutputFormat = Annotated[str, typer.Option(
     "--output", "-o", metavar="FORMAT", autocompletion=complete_format,
-    help="table, wide (adds the progress message), name, json, yaml, or "
+    help="table, wide (adds the progress message and the estimated completion), name, json, "
+    "yaml, or "
     "jsonpath=TEMPLATE (kubectl's, e.g. jsonpath='{.items[*].metadata.name}').")]
 
 
@@ -72,6 +73,21 @@ def age(t: str | None, now: datetime | None = None) -> str:
     return f"{y}y{d % 365}d" if y < 8 and d % 365 else f"{y}y"
 
 
+def eta(t: Any, now: datetime | None = None) -> str:
+    """The estimated completion as kubectl would say an age: 'in 3m20s' ('due 5s ago' once
+    passed); '<none>' when the status has none."""
+    from tidings._compat import UTC
+    from tidings.schemas.times import format_seconds, parse_time
+
+    when = parse_time(t) if isinstance(t, str) else None
+    if when is None:
+        return "<none>"
+    now = now or datetime.now(UTC)
+    if when >= now:
+        return "in " + age(format_seconds(now), when)
+    return f"due {age(format_seconds(when), now)} ago"
+
+
 def _get(obj: object, *keys: str) -> Any:
     for k in keys:
         obj = obj.get(k) if isinstance(obj, dict) else None
@@ -89,6 +105,7 @@ def row(obj: KubeObject, wide: bool, namespaced: bool,
              "<none>" if pct is None else f"{safe(pct)}%"]
     if wide:
         cells.append(text(_get(obj, "status", "progress", "message")))
+        cells.append(eta(_get(obj, "status", "progress", "estimatedCompletionTime"), now))
     last = _get(obj, "status", "lastEventTime")
     cells += [text(_get(obj, "status", "linkCount")), text(_get(obj, "status", "deck")),
               age(last, now) if last else "<none>",
@@ -99,7 +116,7 @@ def row(obj: KubeObject, wide: bool, namespaced: bool,
 
 
 def header(wide: bool, namespaced: bool) -> list[str]:
-    cols = ["NAME", "PHASE", "PROGRESS", *(["MESSAGE"] if wide else []), "LINKS", "DECK",
+    cols = ["NAME", "PHASE", "PROGRESS", *(["MESSAGE", "ETA"] if wide else []), "LINKS", "DECK",
             "LAST EVENT", "AGE"]
     return ["NAMESPACE", *cols] if namespaced else cols
 

@@ -50,6 +50,7 @@ from tidings.schemas.contract import (
 from tidings.schemas.kinds import NAMED_KINDS, Kind, Scalar
 from tidings.schemas.rejection import Rejection, RejectReason
 from tidings.schemas.state import Named, NamedValue
+from tidings.schemas.times import format_seconds
 
 if TYPE_CHECKING:
     from tidings.watcher.senders import Senders
@@ -452,6 +453,13 @@ def _ago(t: datetime | None) -> str:
     return f"{secs}s ago"
 
 
+def _until(t: datetime) -> str:
+    secs = int((t - datetime.now(UTC)).total_seconds())
+    if secs < 0:
+        return f"due {fmt_seconds(-secs)} ago"
+    return f"in {fmt_seconds(secs)}"
+
+
 def progress_bar(fraction: float, width: int = 24) -> str:
     filled = round(max(0.0, min(1.0, fraction)) * width)
     return "█" * filled + "░" * (width - filled)
@@ -475,6 +483,12 @@ def render(snap: Snapshot) -> Any:
         head.add_row("Progress", _t(f"{progress_bar(st.progress.fraction)} {pct}"))
         if st.progress.message:
             head.add_row("Message", _t(st.progress.message))
+        if st.progress.eta is not None:
+            eta = st.progress.eta
+            head.add_row("ETA", _t(f"{format_seconds(eta)} ({_until(eta)})"))
+        r = st.roster
+        workers = f"{r.finals} of {max(len(r.marks), r.declared)} final"
+        head.add_row("Workers", _t(workers + (f", {r.failures} failed" if r.failures else "")))
     else:
         head.add_row("Progress", _t("no progress reported"))
     phase = st.phase
@@ -564,6 +578,8 @@ def one_line(snap: Snapshot) -> str:
     now = datetime.now(UTC).strftime("%H:%M:%S")
     pr = st.progress
     progress = "no progress" if pr is None else f"{pr.fraction * 100:5.1f}% {pr.message}"
+    if pr is not None and pr.eta is not None:
+        progress += f" (eta {format_seconds(pr.eta)})"
     values = ""
     for kind in NAMED_KINDS:  # metrics: their latest values, the first few names
         if kind.inline and (entries := st.registers(kind)):

@@ -8,6 +8,9 @@
     with tidings.span("epoch"):                 # summed per window into SpanSummary events
         train_one_epoch()
 
+    with tidings.run():                         # success at the end, or a failure naming
+        main()                                  # the exception (so does any uncaught crash)
+
 Identity comes from the service-account token's claims (the pod it is bound to), overridden
 by the downward API (POD_NAME, POD_NAMESPACE, POD_UID); the task from TIDINGS_TASK, else the
 watcher finds it from the pod's labels (a Job's, JobSet's, TrainJob's or Workflow's name).
@@ -25,6 +28,7 @@ from tidings.schemas.payloads import Payload
 
 from .config import EmitterConfig, Identity
 from .core import Emitter
+from .outcome import run
 from .spans import Span
 from .spans import traced as _traced
 
@@ -43,6 +47,7 @@ __all__ = [
     "pod_spawned",
     "progress",
     "record_span",
+    "run",
     "set_emitter",
     "span",
     "start_span",
@@ -100,8 +105,9 @@ def metric(name: str, value: float, *, step: int | None = None) -> None:
     (_default or get_emitter()).metric(name, value, step=step)
 
 
-def fail(message: str = "", fraction: float = 0.0) -> None:
-    """Report that this worker failed (a failed final progress: the task's phase is Failed)."""
+def fail(message: str = "", fraction: float | None = None) -> None:
+    """Report that this worker failed (a failed final progress: the task's phase is Failed),
+    keeping the progress made unless ``fraction`` is given."""
     (_default or get_emitter()).fail(message, fraction)
 
 

@@ -107,6 +107,11 @@ class Sender:
         self._flushed = 0
         self.dead = False
         self._seq = 1
+        # The eventTime of the last event built: each later one carries at least it, so this
+        # instance's times never go back with its seq (a clock stepped back by NTP, or
+        # progress built after a critical fact emitted later) and, bounded by the same
+        # server clock, the watcher orders its facts by their seq.
+        self._last_time = 0.0
         self.outbox: deque[tuple[str, dict[str, Any], Carried]] = deque()
         self.pending: dict[str, Agg] = {}
         # The latest value per name (metrics) of the windows taken so far, oldest name first.
@@ -365,7 +370,7 @@ class Sender:
     def take_span_note(self) -> tuple[Built | None, Carried]:
         """Take as many pending names as one note holds (oldest first) and build their event:
         a SpanSummaries of compact rows, or a plain SpanSummary for a lone name (which any
-        watcher reads, and whose long name the note codec may shorten). Returns the event
+        watcher reads). Returns the event
         (None when it cannot be built: counted) and the (names, spans) it carries."""
         pending = self.pending
         base = math.floor(min(a[FIRST_START] for a in pending.values()) * 1e6)
@@ -480,6 +485,9 @@ class Sender:
                 return None
         seq = self._seq
         self._seq += 1
+        if t < self._last_time:
+            t = self._last_time
+        self._last_time = t
         try:
             body = build_event(
                 task=task, pod=PodRef(ident.pod_name, ident.pod_uid, ident.namespace),

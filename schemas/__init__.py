@@ -8,14 +8,17 @@ every field, and empty maps, zero counters and absent values are left out)::
     schemaVersion: 2
     phase:      Pending | Running | Succeeded | Failed      # the completion rule (folding.py)
     conditions: [Completed, Failed]                        # metav1.Condition
-    progress:   {percent, message}                         # the task aggregate
+    progress:   {percent, message, estimatedCompletionTime?}  # the task aggregate
     linkCount:  int;  deck: latest deck name               # printer columns
     links:      {name: {url, at, events}}                  # LWW per name by ``at``
     decks:      {name: {uri, at, events}}
     metrics:    {name: {value, step?, at, events}}            # LWW per name by ``at``
     spans:      {name: {count, totalNs, minS, maxS, firstStart, lastEnd, errors, events,
                         windows}}                  # windows: "<shift> lo-hi,..." (timelines)
-    workers:    [{pod, fraction, message?, final?, failed?, workers?, at, events}]
+    workers:    [{pod, fraction, message?, final?, failed?, workers?, at, events,
+                  firstAt?, firstFraction?}]          # the 64 smallest pod names, in detail
+    roster:     {reporting, final, failed?, declared?, firstFailure?: {pod, at, message},
+                 lastFinal?, marks}             # every pod: what the completion rule reads
     pods:       [{name, uid, events}]                      # sender pods, sorted
     unknownTypes: {type: events}
     counters:   {eventsApplied, duplicates, warnings, ...}  # non-zero ones only

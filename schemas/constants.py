@@ -31,6 +31,8 @@ SEQ_MAX: Final = 2**63 - 1
 # Names are map keys in the persisted status; bounding them bounds the status size.
 NAME_LIMIT: Final = 64
 TYPE_LIMIT: Final = 128
+# The largest worker count a Progress may declare (and so the largest task that can complete).
+WORKERS_MAX: Final = 10_000
 REPORTING_INSTANCE_LIMIT: Final = 128
 # A task id is an object name and a label value: the label limit is the tighter one.
 TASK_ID_MAX: Final = 63

@@ -19,17 +19,24 @@ different payloads can never share a dedup key.
 
 Time: eventTime is the sender's word. When the API server's ``creationTimestamp`` is known,
 the time used for ordering is ``min(eventTime, creationTimestamp + CLOCK_SKEW)`` (counted in
-``time_clamped`` when it cuts), so no sender can pin a last-writer-wins field by claiming
-the future. A past eventTime is kept: it can only make the sender lose.
+``time_clamped`` when it cuts; 2 s, the watcher's ``--clock-skew``), so a sender claiming the
+future gains at most that over another sender. A past eventTime is kept: it can only make
+the sender lose. Order keys are (time, instance, seq), a total order, so registers stay
+order-insensitive; within one emitter instance its seq orders its facts because the emitter
+never lets its eventTimes go back and the server's bound only grows with its seq.
 
 Many workers, one task: progress is kept per reporting pod (its own last-writer-wins, a
-final beating any non-final). The completion rule: a task *fails* as soon as any worker
-reports a failed final; it *succeeds* once every pod that reported progress has reported a
-final, and at least ``workers`` of them when a worker count was declared (the largest
-``Progress.workers`` seen). A worker that has not spoken yet cannot be known, so tasks with
-several workers declare their count (``TIDINGS_EMIT_WORKERS``). The task's fraction is the
-sum of the workers' fractions over ``max(declared, reporting)`` workers, shown below 100 %
-until the rule holds; with a declared count another worker speaking can only raise it.
+final beating any non-final) in detail for the ``workers`` smallest pod names, and every
+pod is in the roster (schemas/roster.py: its final and failed flags OR-ed, its largest
+fraction, by a hash of its name; the largest declared count, the earliest failed final and
+the latest final as registers), which is all the completion rule reads, so no cap hides an
+outcome. The rule: a task *fails* as soon as any worker reports a failed final; it
+*succeeds* once every pod that reported progress has reported a final, and at least
+``workers`` of them when a worker count was declared (the largest ``Progress.workers``
+seen). A worker that has not spoken yet cannot be known, so tasks with several workers
+declare their count (``TIDINGS_EMIT_WORKERS``). The task's fraction is the sum of the
+workers' fractions over ``max(declared, reporting)`` workers, shown below 100 % until the
+rule holds; with a declared count another worker speaking can only raise it.
 
 Dedup compaction (bounded by construction): the API server deletes an event ``event_ttl``
 (1 h by default) after its creation, so once the fold has seen an event created at ``c``, no
@@ -71,6 +78,17 @@ from .payloads import (
     UnknownPayload,
     cut_text,
 )
+from .roster import (
+    FAILED,
+    FINAL,
+    FRACTION_MASK,
+    Failure,
+    Mark,
+    OrderKey,
+    Roster,
+    mark_bits,
+    pod_hash,
+)
 from .state import (
     _INT_MAX,
     DEFAULT_LIMITS,
@@ -79,7 +97,6 @@ from .state import (
     Limits,
     Named,
     NamedValue,
-    OrderKey,
     ProgressState,
     SpanAgg,
     TaskState,
@@ -136,20 +153,80 @@ def _set_named(entries: dict[str, Named], name: str, value: NamedValue, at: Orde
 def _merge_progress(
     entries: dict[str, ProgressState], pod: str, p: Progress, key: OrderKey, cap: int
 ) -> int:
-    """Merge ``p`` into its worker's register: a final beats a non-final, then latest wins."""
+    """Merge ``p`` into its worker's register: a final beats a non-final, then latest wins;
+    the earliest Progress (by order key) is kept beside it as the start of the worker's pace."""
     cur = entries.get(pod)
     if cur is None:
         msg = cut_text(p.message, MESSAGE_LIMIT)
         new = ProgressState(p.fraction, msg, p.final, key, p.failed, p.workers, 1)
         return _insert_capped(entries, pod, new, cap, _worker_weight)
-    if (p.final, key) > (cur.final, cur.at):
-        msg = cut_text(p.message, MESSAGE_LIMIT)
-        entries[pod] = ProgressState(
-            p.fraction, msg, p.final, key, p.failed, p.workers, cur.events + 1
-        )
+    first_at: OrderKey | None = cur.first_at
+    if first_at is None:
+        first_at, first_fraction = cur.at, cur.fraction
     else:
-        entries[pod] = cur._replace(events=cur.events + 1)
+        first_fraction = cur.first_fraction
+    if key < first_at:
+        first_at, first_fraction = key, p.fraction
+    # (first_at None: the winning Progress is the earliest too, so nothing more to keep.)
+    if (p.final, key) > (cur.final, cur.at):
+        if first_at == key:
+            first_at, first_fraction = None, 0.0
+        entries[pod] = ProgressState(p.fraction, cut_text(p.message, MESSAGE_LIMIT), p.final,
+                                     key, p.failed, p.workers, cur.events + 1, first_at,
+                                     first_fraction)
+    else:
+        if first_at == cur.at:
+            first_at, first_fraction = None, 0.0
+        entries[pod] = ProgressState(cur.fraction, cur.message, cur.final, cur.at, cur.failed,
+                                     cur.workers, cur.events + 1, first_at, first_fraction)
     return 0
+
+
+def _merge_roster(w: _Work, pod: str, p: Progress, key: OrderKey) -> None:
+    """Merge ``p`` into the roster: its pod's mark (joined), the declared count, the first
+    failure and the latest final. Each is a join, so the order of events cannot matter; the
+    registers take every Progress, also of a pod beyond the roster's cap."""
+    marks = w.marks_w
+    if marks is None:
+        marks = w.begin_roster()
+    h = pod_hash(pod)
+    bits = mark_bits(p.fraction, p.final, p.failed)
+    cur = marks.get(h)
+    if cur is not None:
+        # join_bits and the tallies, inline: a worker's every Progress passes here.
+        old = cur.bits
+        fo, fn = old & FRACTION_MASK, bits & FRACTION_MASK
+        new = ((old | bits) & _FLAGS) | (fo if fo >= fn else fn)
+        marks[h] = _new_mark(Mark, (new, cur.events + 1))
+        if new != old:
+            w.permyriads += (new & FRACTION_MASK) - fo
+            gained = new & ~old
+            if gained & FINAL:
+                w.finals += 1
+            if gained & FAILED:
+                w.failures += 1
+    elif len(marks) < w.lim.roster:
+        marks[h] = Mark(bits, 1)
+        w.marked(bits, 1)
+    elif h > max(marks, default=-1):
+        w.bump("roster_capped")
+    else:
+        gone = marks.pop(max(marks))
+        w.bump("roster_capped", gone.events)
+        w.marked(gone.bits, -1)
+        marks[h] = Mark(bits, 1)
+        w.marked(bits, 1)
+    if p.workers > w.declared:
+        w.declared = p.workers
+    if p.final:
+        if w.last_final is None or key > w.last_final:
+            w.last_final = key
+        if p.failed and (w.first_failure is None or key < w.first_failure.at):
+            w.first_failure = Failure(key, pod, cut_text(p.message, MESSAGE_LIMIT))
+
+
+_FLAGS = FINAL | FAILED
+_new_mark = tuple.__new__  # Mark's own __new__ is a Python call; the tuple is the same
 
 
 def _count(entries: dict[K, int], key: K, cap: int) -> int:
@@ -284,8 +361,15 @@ class _Work:
     __slots__ = (
         "accs",
         "counters",
+        "declared",
+        "failures",
+        "finals",
+        "first_failure",
+        "last_final",
         "lim",
+        "marks_w",
         "named_w",
+        "permyriads",
         "spans_w",
         "state",
         "unknown_w",
@@ -300,10 +384,35 @@ class _Work:
         self.workers_w: dict[str, ProgressState] | None = None
         self.unknown_w: dict[str, int] | None = None
         self.accs: list[tuple[str, _SpanAcc]] = []
+        self.marks_w: dict[int, Mark] | None = None  # (the roster's tallies: begin_roster)
 
     def bump(self, name: str, n: int = 1) -> None:
         c = self.counters
         c[name] = c.get(name, 0) + n
+
+    def marked(self, bits: int, n: int) -> None:
+        """Count a mark's bits in (n=1) or out (n=-1) of the roster's sums."""
+        if bits & FINAL:
+            self.finals += n
+        if bits & FAILED:
+            self.failures += n
+        self.permyriads += n * (bits & FRACTION_MASK)
+
+    def begin_roster(self) -> dict[int, Mark]:
+        """The run's copy of the roster's marks, and its tallies (on the run's first
+        Progress: a run without one costs nothing here)."""
+        r = self.state.roster
+        self.declared, self.finals, self.failures = r.declared, r.finals, r.failures
+        self.permyriads = r.permyriads
+        self.first_failure, self.last_final = r.first_failure, r.last_final
+        self.marks_w = dict(r.marks)
+        return self.marks_w
+
+    def roster(self) -> Roster:
+        if self.marks_w is None:
+            return self.state.roster
+        return Roster(self.marks_w, self.declared, self.finals, self.failures,
+                      self.permyriads, self.first_failure, self.last_final)
 
 
 Apply = Callable[[_Work, ParsedEvent, Payload, datetime], None]
@@ -321,10 +430,11 @@ def _apply_progress(w: _Work, ev: ParsedEvent, p: Progress, t: datetime) -> None
     workers = w.workers_w
     if workers is None:
         workers = w.workers_w = dict(w.state.workers)
-    capped = _merge_progress(workers, ev.sender.name, p, (t, ev.instance, ev.seq),
-                             w.lim.workers)
+    key = (t, ev.instance, ev.seq)
+    capped = _merge_progress(workers, ev.sender.name, p, key, w.lim.workers)
     if capped:
         w.bump("workers_capped", capped)
+    _merge_roster(w, ev.sender.name, p, key)
 
 
 def _named_apply(kind: Kind, model: type) -> Apply:
@@ -538,6 +648,7 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
         counters,
         state.unknown if w.unknown_w is None else w.unknown_w,
         warnings,
+        w.roster(),
         lim,
     ), k, due
 
@@ -587,7 +698,7 @@ def _compacted(state: TaskState, c: int) -> TaskState:
     return _new_task_state(
         state.task, state.named, state.spans, state.workers,
         state.pod_events, applied, times, watermark, state.first_event_time,
-        state.last_event_time, counters, state.unknown, state.warnings, state.limits)
+        state.last_event_time, counters, state.unknown, state.warnings, state.roster, state.limits)
 
 
 def _fold_events(state: TaskState, events: Sequence[ParsedEvent], count_dups: bool = True,
@@ -610,7 +721,7 @@ def _with_counter(state: TaskState, name: str) -> TaskState:
         state.task, state.named, state.spans, state.workers,
         state.pod_events, state.applied, state.instance_times, state.watermark,
         state.first_event_time, state.last_event_time, counters, state.unknown,
-        state.warnings, state.limits)
+        state.warnings, state.roster, state.limits)
 
 
 # --- the public folds ---------------------------------------------------------------------

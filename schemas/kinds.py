@@ -65,7 +65,9 @@ class Kind:
     counters: tuple[str, ...] = ()  # further counters of this kind (snake_case)
     drop: str = ""  # what the budget drops of it (default: the section)
     drop_rank: int | None = None
-    shrink: tuple[str, ...] = ()  # text fields the note codec may cut, in this order
+    # Text fields the note codec may cut, in this order (never a name: names are kept whole
+    # or refused, so two cannot collapse into one).
+    shrink: tuple[str, ...] = ()
     # Named kinds: the register's key attribute and its value fields; ``batch``, the field
     # of a model that carries several rows (each a payload of the first model, folded as
     # one event of its name).
@@ -94,25 +96,24 @@ def _final(p: Payload) -> bool:
 
 KINDS: tuple[Kind, ...] = (
     Kind("links", (payloads.LogLink,), "named", CRITICAL, section="links", cap="links",
-         capped="links_capped", drop_rank=60, shrink=("name",),
+         capped="links_capped", drop_rank=60,
          values=(ValueField("url", "str", "URL", style="cyan"),), title="Links"),
     Kind("decks", (payloads.DeckReady,), "named", CRITICAL, section="decks", cap="decks",
-         capped="decks_capped", drop_rank=50, shrink=("name",),
+         capped="decks_capped", drop_rank=50,
          values=(ValueField("uri", "str", "URI", style="cyan"),), title="Decks"),
     Kind("metrics", (payloads.Metric, payloads.Metrics), "named", COALESCIBLE,
          section="metrics", cap="metrics", capped="metrics_capped", batch="metrics",
-         drop_rank=35, shrink=("name",),
+         drop_rank=35,
          values=(ValueField("value", "float", "VALUE"),
                  ValueField("step", "int", "STEP", optional=True)),
          title="Metrics", age=True, inline=True),
     Kind("spans", (payloads.SpanSummary, payloads.SpanSummaries), "spans", COALESCIBLE,
-         section="spans", cap="spans", capped="spans_capped", drop_rank=40, shrink=("name",),
+         section="spans", cap="spans", capped="spans_capped", drop_rank=40,
          title="Spans"),
     Kind("progress", (Progress,), "progress", COALESCIBLE, critical_if=_final,
          section="workers", cap="workers", capped="workers_capped", drop="workerMessages",
          drop_rank=20, shrink=("message",), title="Workers"),
-    Kind("lineage", (payloads.PodSpawned,), "lineage", CRITICAL, counters=("pods_spawned",),
-         shrink=("role", "app")),
+    Kind("lineage", (payloads.PodSpawned,), "lineage", CRITICAL, counters=("pods_spawned",)),
     Kind("unknown", (payloads.UnknownPayload,), "unknown", CRITICAL, section="unknownTypes",
          cap="unknown_types", capped="unknown_capped", counters=("unknown_payloads",),
          drop_rank=10),

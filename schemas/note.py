@@ -7,7 +7,8 @@ Wire format (keys are fixed; payload fields keep their model names, defaults are
      ...payload fields}
 
 Oversized text is shrunk field by field, by rule, before encoding (see ``SHRINKABLE``);
-encoded JSON is never cut.
+encoded JSON is never cut, and neither is a name: a payload that cannot fit otherwise is
+refused (``NoteTooLarge``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ def valid_instance(instance: object) -> bool:
 @lru_cache(maxsize=4096)
 def _good_instance(instance: str) -> bool:
     return _INSTANCE.match(instance) is not None
+
+
+class NoteTooLarge(ValueError):
+    """A valid payload whose note cannot fit NOTE_LIMIT bytes without cutting a name."""
 
 
 def valid_seq(seq: object) -> bool:
@@ -101,15 +106,18 @@ def encode_note_bytes(p: Payload, *, instance: str | None = None, seq: int | Non
         data = orjson.dumps({**head, **body})
         if len(data) <= NOTE_LIMIT:
             return data
-    # Unreachable for valid payloads: non-shrinkable fields are bounded so that they fit.
-    raise AssertionError(f"note for {payload_type(p)} cannot fit in {NOTE_LIMIT} bytes")
+    # Names are never cut (two would collapse into one): a long name beside a long URL can
+    # leave no room, and then the fact is refused.
+    raise NoteTooLarge(f"{payload_type(p)} does not fit in a {NOTE_LIMIT}-byte note "
+                       f"({len(data)} bytes): use a shorter name or URL")
 
 
 def encode_note(p: Payload, *, instance: str | None = None, seq: int | None = None) -> str:
     """Encode ``p`` as compact JSON of at most NOTE_LIMIT UTF-8 bytes.
 
     ``instance`` and ``seq`` (the dedup key) are carried in the envelope when given.
-    Never raises for a valid payload; raises ValueError only for an invalid instance or seq.
+    Raises ValueError for an invalid instance or seq, and ``NoteTooLarge`` (a ValueError)
+    for a payload that fits only with a name cut (a long name beside a long URL).
     """
     return encode_note_bytes(p, instance=instance, seq=seq).decode()
 

@@ -59,15 +59,32 @@ def _clean_text(v: Any) -> Any:
     return sanitize_text(v) if isinstance(v, str) else v
 
 
+def name_error(v: str) -> tuple[str, str] | None:
+    """Why ``v`` cannot be a name, as (error type, one-line reason), or None when it can.
+
+    Names are keys (rows) of the status, so a name is kept whole or refused, never changed:
+    cutting a long one, or stripping what a screen cannot show, would let two names collapse
+    into one row (the second silently replacing the first)."""
+    # "wandb" and "wandb\u200b" would be two rows that look the same.
+    if has_invisible(v):
+        return "invisible_text", "name holds zero-width or other invisible format characters"
+    if len(v) > NAME_LIMIT:
+        # (No length in the text: one problem, one line in the emitter's log.)
+        return "name_too_long", (f"name has more than {NAME_LIMIT} characters (names are "
+                                 "kept whole, never cut)")
+    if sanitize_text(v).strip() != v:
+        return "name_text", ("name holds control characters, escape sequences or leading or "
+                             "trailing whitespace")
+    return None
+
+
 def _clean_name(v: Any) -> Any:
     if not isinstance(v, str):
         return v
-    # Names are keys (rows) of the status: "wandb" and "wandb\u200b" would be two rows that
-    # look the same, so a name holding an invisible character is refused, never merged.
-    if has_invisible(v):
-        raise PydanticCustomError("invisible_text",
-                                  "name holds zero-width or other invisible format characters")
-    return cut_text(sanitize_text(v).strip(), NAME_LIMIT)
+    why = name_error(v)
+    if why is not None:
+        raise PydanticCustomError(*why)
+    return v
 
 
 Text = Annotated[str, BeforeValidator(_clean_text)]

@@ -33,6 +33,7 @@ class RejectReason(StrEnum):
     BAD_TASK_ID = "bad_task_id"  # a TaskFeedback subject whose name breaks the task-id rule
     INCONSISTENT_SPAN = "inconsistent_span"  # errors > count, total_s < max_s, ...
     INVISIBLE_TEXT = "invisible_text"  # a name holding zero-width or other format characters
+    NAME_TOO_LONG = "name_too_long"  # a name longer than NAME_LIMIT (names are never cut)
     UNVERIFIED_LINEAGE = "unverified_lineage"  # PodSpawned the spawned pod does not confirm
     # regarding.uid names a TaskFeedback that is not the task's object (a deleted run's)
     OTHER_OBJECT = "other_object"
@@ -45,6 +46,7 @@ class RejectReason(StrEnum):
 VALIDATION_REASONS = {
     "inconsistent_span": RejectReason.INCONSISTENT_SPAN,
     "invisible_text": RejectReason.INVISIBLE_TEXT,
+    "name_too_long": RejectReason.NAME_TOO_LONG,
 }
 
 

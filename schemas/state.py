@@ -17,15 +17,27 @@ from typing import Any, NamedTuple, TypeVar
 import orjson
 
 from ._fast import slot_constructor
-from .constants import NAME_LIMIT, TYPE_LIMIT
+from .constants import NAME_LIMIT, TYPE_LIMIT, WORKERS_MAX
 from .contract import FAILED, PENDING, RUNNING, SUCCEEDED
 from .event import ParsedEvent, TaskRef
 from .kinds import KINDS, NAMED_KINDS, Kind, Scalar
 from .note import valid_instance, valid_seq
+from .roster import (
+    EMPTY_ROSTER,
+    FRACTION_MASK,
+    FRACTION_SCALE,
+    Failure,
+    OrderKey,
+    Roster,
+    counts,
+    decode_marks,
+    encode_marks,
+    pod_hash,
+    roster_of,
+)
 from .times import epoch, format_seconds, format_time, from_epoch, parse_time
 from .version_vector import VersionVector
 
-OrderKey = tuple[datetime, str, int]
 _INT_MAX = 2**63 - 1  # status numbers are int64 in the API server; sums saturate there
 # The layout version of ``.status`` (1 was the snake_case layout, which is no longer read).
 STATUS_VERSION = 2
@@ -38,14 +50,17 @@ MESSAGE_LIMIT = 256
 STATUS_BUDGET = 64 * 1024
 # What ``to_status(budget=...)`` gives up, in this order, while the status is over budget:
 # the sender pods first, then each kind's section by its ``drop_rank`` (schemas/kinds.py).
-# Dedup data, phase, conditions, progress, workers and counters are never dropped.
+# Dedup data, phase, conditions, progress, workers, the roster and counters are never dropped.
 # Entries go from the end of a section (the largest names first), a section at a time;
 # ``workerMessages`` empties the workers' messages (their progress stays).
 BUDGET_DROP_ORDER: tuple[str, ...] = ("pods", *(
     k.budget_section for k in sorted(KINDS, key=lambda k: k.drop_rank or 0)
     if k.drop_rank is not None))
-# How far past the API server's creationTimestamp a sender's eventTime may order its event.
-CLOCK_SKEW = timedelta(seconds=60)
+# How far past the API server's creationTimestamp a sender's eventTime may order its event
+# (watcher --clock-skew). Node clocks are NTP-synced (milliseconds apart) and
+# creationTimestamp has whole seconds, so an honest eventTime is less than 1 s past it; 2 s
+# allows that plus a second of clock error, and bounds what a false future time can win.
+CLOCK_SKEW = timedelta(seconds=2)
 
 COUNTER_NAMES: tuple[str, ...] = (
     "events_applied",  # distinct events folded in (order-independent)
@@ -55,6 +70,7 @@ COUNTER_NAMES: tuple[str, ...] = (
     # the events of an unknown type or newer schema version; ``pods_spawned`` lineage.
     *dict.fromkeys(c for k in KINDS for c in (k.capped, *k.counters) if c),
     "pods_capped",  # events of sender pods beyond the pods cap
+    "roster_capped",  # Progress events of pods beyond the roster (uncounted by the rule)
     "wrong_task",  # events handed to the fold of another task (a caller bug); not applied
     "fold_errors",  # internal errors swallowed to keep the fold total (should stay 0)
     "time_clamped",  # events whose eventTime was later than creationTimestamp + CLOCK_SKEW
@@ -74,7 +90,10 @@ class Limits:
     spans: int = 128
     pods: int = 128
     unknown_types: int = 32
-    workers: int = 64  # pods whose progress is kept (the completion rule sees these)
+    workers: int = 64  # pods whose detailed progress record is kept (display, ETA)
+    # Pods the roster keeps (the completion rule sees every one of them): twice the largest
+    # worker count a task can declare, so retried pods of the largest task still fit.
+    roster: int = 2 * WORKERS_MAX
     # How far past creationTimestamp an eventTime may order its event (watcher --clock-skew).
     clock_skew: timedelta = CLOCK_SKEW
     # Dedup compaction: the transport's event TTL plus a margin, and the instances kept.
@@ -132,7 +151,9 @@ class SpanAgg:
 
 class ProgressState(NamedTuple):
     """One worker's winning Progress: a final beats any non-final, then the latest wins.
-    ``events`` counts that worker's Progress events (to count them when capped)."""
+    ``events`` counts that worker's Progress events (to count them when capped);
+    ``first_at``/``first_fraction`` are its earliest Progress (by order key), the start of
+    the rate the estimated completion time extrapolates (None: the winning one itself)."""
 
     fraction: float
     message: str
@@ -141,6 +162,8 @@ class ProgressState(NamedTuple):
     failed: bool = False
     workers: int = 0
     events: int = 1
+    first_at: OrderKey | None = None
+    first_fraction: float = 0.0
 
 
 class TaskProgress(NamedTuple):
@@ -150,6 +173,9 @@ class TaskProgress(NamedTuple):
     message: str
     final: bool  # the task is over (succeeded or failed)
     failed: bool
+    # When the task should complete at the workers' recent pace; None when that cannot be
+    # estimated (see ``estimated_completion``).
+    eta: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +195,7 @@ class TaskState:
     counters: Mapping[str, int]
     unknown: Mapping[str, int]  # unknown payload type -> events
     warnings: int
+    roster: Roster  # every reporting pod's outcome: what the completion rule reads
     limits: Limits = field(default=DEFAULT_LIMITS, compare=False)
 
     def registers(self, kind: Kind) -> Mapping[str, Named]:
@@ -256,8 +283,8 @@ class TaskState:
         With ``budget`` (bytes), entries are dropped in ``BUDGET_DROP_ORDER`` (from the end of
         each section, the largest names first) while the encoded status is larger, and
         ``budgetDropped`` counts what went per section (the in-memory state keeps it all; only
-        the written copy is cut). Phase, conditions, progress, the workers' progress, counters
-        and the version vector are never dropped."""
+        the written copy is cut). Phase, conditions, progress, the workers' progress, counters,
+        the roster and the version vector are never dropped."""
         st = self._status()
         if budget is None:
             return st
@@ -305,7 +332,7 @@ class TaskState:
             st["conditions"] = conditions
         agg = _aggregate(self, phase)
         if agg is not None:
-            st["progress"] = {"percent": _percent(agg.fraction, phase), "message": agg.message}
+            st["progress"] = _progress_json(agg, phase)
         st["linkCount"] = len(self.link_entries)
         deck = self.latest_deck
         if deck is not None:
@@ -332,6 +359,8 @@ class TaskState:
             }
         if self.workers:
             st["workers"] = [_worker_json(k, w) for k, w in sorted(self.workers.items())]
+        if self.roster.marks:
+            st["roster"] = _roster_json(self.roster)
         if self.pod_events:
             st["pods"] = [
                 {"name": n, "uid": u, "events": c} for (n, u), c in sorted(self.pod_events.items())
@@ -377,6 +406,7 @@ def new_state(task: TaskRef, limits: Limits = DEFAULT_LIMITS) -> TaskState:
         counters=dict.fromkeys(COUNTER_NAMES, 0),
         unknown={},
         warnings=0,
+        roster=EMPTY_ROSTER,
         limits=limits,
     )
 
@@ -437,40 +467,109 @@ def _worker_json(pod: str, w: ProgressState) -> dict[str, Any]:
         out["workers"] = w.workers
     out["at"] = _key_text(w.at)
     out["events"] = w.events
+    if w.first_at is not None:
+        out["firstAt"] = _key_text(w.first_at)
+        out["firstFraction"] = w.first_fraction
+    return out
+
+
+def _roster_json(r: Roster) -> dict[str, Any]:
+    out: dict[str, Any] = {"reporting": len(r.marks), "final": r.finals}
+    if r.failures:
+        out["failed"] = r.failures
+    if r.declared:
+        out["declared"] = r.declared
+    if r.first_failure is not None:
+        f = r.first_failure
+        out["firstFailure"] = {"pod": f.pod, "at": _key_text(f.at), "message": f.message}
+    if r.last_final is not None:
+        out["lastFinal"] = _key_text(r.last_final)
+    out["marks"] = encode_marks(r.marks)
+    return out
+
+
+def _progress_json(agg: TaskProgress, phase: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"percent": _percent(agg.fraction, phase), "message": agg.message}
+    if agg.eta is not None:
+        out["estimatedCompletionTime"] = format_seconds(agg.eta)
     return out
 
 
 # --- the completion rule and the task aggregate -------------------------------------------
 
 
-def _declared(state: TaskState) -> int:
-    return max((w.workers for w in state.workers.values()), default=0)
+# The rule reads the roster (every reporting pod), never the capped detailed records, so no
+# failed or final report is lost to a cap and a task of up to WORKERS_MAX declared workers
+# completes.
 
 
 def _phase(state: TaskState) -> str:
-    ws = state.workers
-    if any(w.failed for w in ws.values()):
+    r = state.roster
+    if r.first_failure is not None:  # (also from a pod beyond the roster's cap)
         return FAILED
-    if ws and all(w.final for w in ws.values()) and len(ws) >= _declared(state):
+    n = len(r.marks)
+    if n and r.finals == n and n >= r.declared:
         return SUCCEEDED
-    if state.counters.get("events_applied", 0) or ws:
+    if state.counters.get("events_applied", 0) or n:
         return RUNNING
     return PENDING
 
 
+def _fraction_sum(state: TaskState) -> float:
+    """Every reporting pod's fraction summed: a detailed record's own (latest) fraction,
+    else the largest fraction the pod reported (its mark)."""
+    r = state.roster
+    permyriads = r.permyriads
+    detailed = 0.0
+    for pod, w in state.workers.items():
+        m = r.marks.get(pod_hash(pod))
+        if m is not None:
+            permyriads -= m.bits & FRACTION_MASK
+            detailed += w.fraction
+    return permyriads / FRACTION_SCALE + detailed
+
+
 def _aggregate(state: TaskState, phase: str | None = None) -> TaskProgress | None:
-    ws = state.workers
-    if not ws:
+    r = state.roster
+    if not r.marks:
         return None
     phase = phase or _phase(state)
-    fraction = sum(w.fraction for w in ws.values()) / max(len(ws), _declared(state))
-    if phase == FAILED:
+    fraction = _fraction_sum(state) / max(len(r.marks), r.declared)
+    ws = state.workers
+    if phase == FAILED and r.first_failure is not None:
         # The first failure explains the outcome best.
-        msg = min((w for w in ws.values() if w.failed), key=lambda w: w.at).message
+        msg = r.first_failure.message
     else:
-        msg = max(ws.values(), key=lambda w: w.at).message
+        msg = max(ws.values(), key=lambda w: w.at).message if ws else ""
+    eta = estimated_completion(state) if phase == RUNNING else None
     return TaskProgress(round(min(1.0, fraction), 4), msg, phase in (SUCCEEDED, FAILED),
-                        phase == FAILED)
+                        phase == FAILED, eta)
+
+
+def estimated_completion(state: TaskState) -> datetime | None:
+    """When the task should complete if each unfinished worker keeps the pace it has kept
+    since its first report: the latest of ``t1 + (1 - f1) * (t1 - t0) / (f1 - f0)`` over the
+    detailed workers that are not final, (t0, f0) the worker's earliest Progress and (t1,
+    f1) its latest (order times: eventTime bounded by the server's clock). None when it
+    cannot be estimated: a declared worker has not reported yet, a worker has no second
+    report or no progress since its first, or went backwards."""
+    r = state.roster
+    if len(r.marks) < r.declared or r.finals == len(r.marks):
+        return None
+    latest: datetime | None = None
+    for w in state.workers.values():
+        if w.final:
+            continue
+        if w.first_at is None:
+            return None
+        t0, t1 = w.first_at[0], w.at[0]
+        df = w.fraction - w.first_fraction
+        if df <= 0 or t1 <= t0:
+            return None
+        eta = t1 + (t1 - t0) * ((1.0 - w.fraction) / df)
+        if latest is None or eta > latest:
+            latest = eta
+    return latest
 
 
 def _percent(fraction: float, phase: str) -> int:
@@ -494,22 +593,21 @@ def _conditions(state: TaskState, phase: str) -> list[dict[str, Any]]:
     start = state.first_event_time
     if start is None:
         return []
-    ws = state.workers
-    if phase == FAILED:
-        first = min((w for w in ws.values() if w.failed), key=lambda w: w.at)
+    r = state.roster
+    if phase == FAILED and r.first_failure is not None:
+        first = r.first_failure
         at = first.at[0]
         msg = first.message or "a worker reported failure"
         return [_condition("Completed", True, FAILED, msg, at),
                 _condition("Failed", True, "WorkerFailed", msg, at)]
     failed = _condition("Failed", False, "NoFailure", "no worker reported failure", start)
-    if phase == SUCCEEDED:
-        at = max(w.at for w in ws.values())[0]
-        n = len(ws)
+    n = len(r.marks)
+    if phase == SUCCEEDED and r.last_final is not None:
+        at = r.last_final[0]
         msg = f"{n} worker{'s' if n != 1 else ''} reported a final progress"
         return [_condition("Completed", True, SUCCEEDED, msg, at), failed]
-    finals = sum(1 for w in ws.values() if w.final)
-    want = max(len(ws), _declared(state))
-    msg = f"{finals} of {want} workers final" if ws else "no progress reported yet"
+    want = max(n, r.declared)
+    msg = f"{r.finals} of {want} workers final" if n else "no progress reported yet"
     return [_condition("Completed", False, RUNNING, msg, start), failed]
 
 
@@ -537,6 +635,10 @@ def _worker_weight(v: ProgressState) -> int:
 
 def _ident(v: int) -> int:
     return v
+
+
+def _mark_weight(v: Any) -> int:
+    return int(v.events)
 
 
 def _us(t: float) -> int:
@@ -640,10 +742,43 @@ def _worker(w: Any) -> tuple[str, ProgressState]:
     final, failed = w.get("final", False), w.get("failed", False)
     _need(frac <= 1.0 and isinstance(msg, str) and len(msg) <= MESSAGE_LIMIT, "bad worker")
     _need(type(final) is bool and type(failed) is bool and (final or not failed), "bad worker")
+    first_at = w.get("firstAt")
+    first_fraction = 0.0
+    if first_at is not None:
+        first_fraction = _float(w.get("firstFraction"))
+        _need(first_fraction <= 1.0, "bad worker")
     return _name(w.get("pod"), 253), ProgressState(
         frac, msg, final, _key(w.get("at")), failed, _int(w.get("workers", 0)),
-        _int(w.get("events"))
+        _int(w.get("events")), None if first_at is None else _key(first_at), first_fraction
     )
+
+
+def _roster(data: Any, workers: Mapping[str, ProgressState], lim: Limits
+            ) -> tuple[Roster, int]:
+    """The roster a status holds (or, in a status from before it, the one its detailed
+    workers imply), cut to the roster cap; and how many events the cut gave up."""
+    if data is None:
+        return roster_of((pod, w.fraction, w.final, w.failed, w.workers, w.at, w.message,
+                          w.events) for pod, w in workers.items()), 0
+    _need(isinstance(data, Mapping), "bad roster")
+    raw = data.get("marks")
+    _need(isinstance(raw, str), "bad roster")
+    marks, cut = _trim(decode_marks(raw), lim.roster, _mark_weight)
+    declared = _int(data.get("declared", 0))
+    _need(declared <= WORKERS_MAX, "bad roster")
+    first: Failure | None = None
+    raw_first = data.get("firstFailure")
+    if raw_first is not None:
+        _need(isinstance(raw_first, Mapping), "bad roster")
+        message = raw_first.get("message", "")
+        _need(isinstance(message, str) and len(message) <= MESSAGE_LIMIT, "bad roster")
+        first = Failure(_key(raw_first.get("at")), _name(raw_first.get("pod"), 253), message)
+    last = data.get("lastFinal")
+    finals, failures, permyriads = counts(marks)
+    _need((first is not None or not failures) and (last is not None or not finals),
+          "bad roster")
+    return Roster(marks, declared, finals, failures, permyriads, first,
+                  None if last is None else _key(last)), cut
 
 
 def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState:
@@ -702,11 +837,13 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
     pods, c4 = _trim(pods, lim.pods, _ident)
     unknown, c5 = _trim(unknown, lim.unknown_types, _ident)
     workers, c6 = _trim(workers, lim.workers, _worker_weight)
+    roster, c7 = _roster(st.get("roster"), workers, lim)
     for name, extra in (
         ("spans_capped", c3),
         ("pods_capped", c4),
         ("unknown_capped", c5),
         ("workers_capped", c6),
+        ("roster_capped", c7),
     ):
         counters[name] += extra
     return TaskState(
@@ -723,6 +860,7 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
         counters=counters,
         unknown=unknown,
         warnings=warnings,
+        roster=roster,
         limits=lim,
     )
 

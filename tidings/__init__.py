@@ -1,11 +1,13 @@
 """tidings: a feedback bus on Kubernetes Events. This top-level module only names the
-version; the parts are ``tidings.emitter`` (in workloads), ``tidings.schemas``,
-``tidings.kube``, ``tidings.watcher`` and ``tidings.cli`` (the last two need the ``watcher``
-and ``cli`` extras)."""
+version and, lazily, ``tidings.run``; the parts are ``tidings.emitter`` (in workloads),
+``tidings.integrations`` (framework callbacks), ``tidings.schemas``, ``tidings.kube``,
+``tidings.watcher`` and ``tidings.cli`` (the last two need the ``watcher`` and ``cli``
+extras)."""
 
 from __future__ import annotations
 
 from pkgutil import extend_path
+from typing import Any
 
 # The parts live in their own top-level folders of the checkout (see pyproject's package-dir);
 # pkgutil-style, so a checkout's tidings/ on sys.path (python run from the repository root)
@@ -13,7 +15,7 @@ from pkgutil import extend_path
 __path__ = extend_path(__path__, __name__)
 
 
-def __getattr__(name: str) -> str:
+def __getattr__(name: str) -> Any:
     # Lazy: every `import tidings.x` runs this module, and reading the installed metadata
     # costs milliseconds that `tidings --help` and workloads should not pay.
     if name == "__version__":
@@ -23,4 +25,8 @@ def __getattr__(name: str) -> str:
             return metadata.version("tidings")
         except metadata.PackageNotFoundError:  # a checkout that was never installed
             return "0+unknown"
+    if name == "run":  # `with tidings.run():` around a worker's work (tidings.emitter.run)
+        from tidings.emitter import run
+
+        return run
     raise AttributeError(f"module 'tidings' has no attribute {name!r}")

@@ -70,9 +70,14 @@ class Settings:
         0.0, "Delete a finished TaskFeedback that nobody owns (no ownerReferences) and its "
         "bus events this many seconds after its last fact (0: never).",
         env="TIDINGS_TTL_AFTER_FINISHED", minimum=0)
+    # schemas.state.CLOCK_SKEW, written out: importing the state module would load pydantic
+    # into every `tidings --help` (a unit test keeps the two equal).
     clock_skew: float = setting(
-        60.0, "Seconds an event's eventTime may be ahead of the API server's "
-        "creationTimestamp for ordering; later times are clamped and counted.",
+        2.0, "Seconds an event's eventTime may be ahead of the API "
+        "server's creationTimestamp for ordering; later times are clamped and counted "
+        "(counters.timeClamped). Node clocks are NTP-synced and creationTimestamp has whole "
+        "seconds: 2 s tolerates a second of clock error, and is all a sender claiming the "
+        "future can gain over another sender.",
         env="TIDINGS_CLOCK_SKEW", minimum=0, maximum=86400, unit=" s")
     event_ttl: float = setting(
         3600.0, "The API server's --event-ttl in seconds: dedup entries of instances whose "

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PYENV = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions"
 # What a workload image must never get from `pip install tidings`.
 HEAVY = {"kubernetes", "typer", "rich", "prometheus-client", "click", "opentelemetry-sdk",
-         "msgspec"}
+         "msgspec", "torch", "transformers", "lightning", "flytekit", "wandb", "mlflow"}
 
 pytestmark = pytest.mark.pypi
 
@@ -83,7 +83,7 @@ def test_plain_install_is_the_light_workload_library(python: str | None, wheelho
     names = {p["name"].lower().replace("_", "-") for p in listed}
     assert "tidings" in names
     assert names & HEAVY == set(), names
-    code = ("import sys, tidings, tidings.emitter as t, tidings.kube\n"
+    code = ("import sys, tidings, tidings.emitter as t, tidings.kube, tidings.integrations.report\n"
             "t.log_link('wandb', 'https://wandb.ai/x')\n"
             "assert t.stats()['sunk'] == 0\n"
             "print(tidings.__version__, sorted(m for m in ('kubernetes', 'typer', 'rich',"

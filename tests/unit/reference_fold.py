@@ -32,8 +32,20 @@ from tidings.schemas.payloads import (
     SpanSummaries,
     SpanSummary,
     UnknownPayload,
+    cut_text,
+)
+from tidings.schemas.roster import (
+    FAILED,
+    FINAL,
+    FRACTION_MASK,
+    Failure,
+    Mark,
+    OrderKey,
+    Roster,
+    pod_hash,
 )
 from tidings.schemas.state import (
+    MESSAGE_LIMIT,
     SpanAgg,
     TaskState,
     _span_weight,
@@ -121,6 +133,36 @@ def _merge_spans(entries: dict[str, SpanAgg], p: SpanSummaries, cap: int) -> int
     return capped
 
 
+def _roster(r: Roster, pod: str, p: Progress, key: OrderKey, cap: int) -> tuple[Roster, int]:
+    """The roster with ``p`` of ``pod`` merged, rebuilt whole (and how many events its cap
+    gave up): flags OR-ed and the largest fraction per pod, the cap smallest pod hashes
+    kept, the largest declared count, the earliest failed final, the latest final."""
+    marks = dict(r.marks)
+    h = pod_hash(pod)
+    frac = round(p.fraction * 10_000)
+    bits = frac | (FINAL if p.final else 0) | (FAILED if p.failed else 0)
+    capped = 0
+    cur = marks.get(h)
+    if cur is None:
+        marks[h] = Mark(bits, 1)
+    else:
+        flags = (cur.bits | bits) & (FINAL | FAILED)
+        marks[h] = Mark(flags | max(cur.bits & FRACTION_MASK, frac), cur.events + 1)
+    if len(marks) > cap:
+        largest = max(marks)
+        capped = marks.pop(largest).events
+    first, last = r.first_failure, r.last_final
+    if p.final and (last is None or key > last):
+        last = key
+    if p.failed and (first is None or key < first.at):
+        first = Failure(key, pod, cut_text(p.message, MESSAGE_LIMIT))
+    return Roster(
+        marks, max(r.declared, p.workers),
+        sum(1 for m in marks.values() if m.bits & FINAL),
+        sum(1 for m in marks.values() if m.bits & FAILED),
+        sum(m.bits & FRACTION_MASK for m in marks.values()), first, last), capped
+
+
 def _order_time(ev: ParsedEvent, skew: timedelta) -> datetime:
     """The event's time for ordering: its eventTime, bounded by the server's clock."""
     created = ev.created
@@ -159,7 +201,7 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
 
     lim = state.limits
     named, spans = state.named, state.spans
-    workers, unknown = state.workers, state.unknown
+    workers, unknown, roster = state.workers, state.unknown, state.roster
     counters = dict(state.counters)
     counters["events_applied"] = counters.get("events_applied", 0) + 1
     t = _order_time(ev, lim.clock_skew)
@@ -186,6 +228,10 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         workers = dict(workers)
         capped = _merge_progress(workers, sender.name, p, (t, instance, seq), lim.workers)
         capped_name = "workers_capped"
+        roster, roster_capped = _roster(roster, sender.name, p, (t, instance, seq),
+                                        lim.roster)
+        if roster_capped:
+            counters["roster_capped"] = counters.get("roster_capped", 0) + roster_capped
     elif tp is LogLink:
         assert isinstance(p, LogLink)
         links = dict(state.link_entries)
@@ -254,6 +300,7 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         counters,
         unknown,
         state.warnings + 1 if ev.warning else state.warnings,
+        roster,
         lim,
     )
 
@@ -273,6 +320,7 @@ def _with(state: TaskState, *, counters: dict[str, int]) -> TaskState:
         counters,
         state.unknown,
         state.warnings,
+        state.roster,
         state.limits,
     )
 

@@ -139,7 +139,10 @@ def test_metric_names_follow_the_name_rules() -> None:
         Metric(name="lo\u200bss", value=1.0)
     with pytest.raises(ValidationError):
         Metric(name="   ", value=1.0)
-    assert Metric(name="x" * 500, value=1.0).name.endswith("…")  # cut like every name
+    # Kept whole or refused like every name (issue 18 item 10): never cut into another.
+    with pytest.raises(ValidationError, match="never cut"):
+        Metric(name="x" * 500, value=1.0)
+    assert Metric(name="x" * 64, value=1.0).name == "x" * 64
 
 
 # ---- the emitter ----------------------------------------------------------------------------

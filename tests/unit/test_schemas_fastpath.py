@@ -53,7 +53,7 @@ fast_payloads: st.SearchStrategy[Payload] = st.one_of(
               workers=st.integers(0, 3)),
     st.builds(lambda n, base, k: SpanSummaries(base_us=base, spans=[
         span_row(f"{n}{j}", 2, 1.0, 0.5, 0.5, base / 1e6, base / 1e6 + 2, j % 2, base)
-        for j in range(k)]), st.sampled_from(["s", "eval", "naïve", " padded "]),
+        for j in range(k)]), st.sampled_from(["s", "eval", "naïve", "with space"]),
         st.sampled_from([0, 1_700_000_000_000_000]),
         st.integers(1, 3)),
     st.builds(SpanSummary, name=st.sampled_from(["s", "eval"]), count=st.just(1),

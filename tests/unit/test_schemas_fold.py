@@ -280,7 +280,10 @@ def test_from_status_is_tolerant() -> None:
 
 
 def _fill_to_caps() -> TaskState:
-    heavy = "😀" * NAME_LIMIT  # 4 UTF-8 bytes, 12 bytes as a JSON \\u escape pair
+    heavy = "😀" * (NAME_LIMIT - 3)  # 4 UTF-8 bytes, 12 bytes as a JSON \\u escape pair
+    # Names are kept whole (never cut), so beside the longest URL only an ASCII name fits
+    # a note: the heaviest link or deck that can exist.
+    wide = "n" * (NAME_LIMIT - 2)
     url = "https://e.example/" + "&" * (URL_LIMIT - len("https://e.example/"))
     uri = "s3://bucket/" + "&" * (URL_LIMIT - len("s3://bucket/"))
     lim = Limits()
@@ -293,9 +296,9 @@ def _fill_to_caps() -> TaskState:
         seq += 1
 
     for i in range(lim.links):
-        add(LogLink(name=f"{i:02d}" + heavy, url=url))
+        add(LogLink(name=f"{i:02d}" + wide, url=url))
     for i in range(lim.decks):
-        add(DeckReady(name=f"{i:02d}" + heavy, uri=uri))
+        add(DeckReady(name=f"{i:02d}" + wide, uri=uri))
     for i in range(lim.metrics):
         add(Metric(name=f"{i:02d}" + heavy, value=-2.2250738585072014e-308, step=2**53))
     for i in range(lim.spans):

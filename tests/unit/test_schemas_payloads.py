@@ -59,12 +59,12 @@ def test_sanitize_is_idempotent_and_clean(s: str) -> None:
 def test_text_fields_are_sanitised() -> None:
     p = Progress(fraction=0.5, message="\x1b]8;;javascript:alert(1)\x07hi\x1b]8;;\x07\nthere")
     assert p.message == "hi there"
-    link = LogLink(name="\x1b[2Jwandb\x00", url="https://wandb.ai/run/1")
-    assert link.name == "wandb"
-    span = SpanSummary(
-        name="step\r\n", count=1, total_s=1, min_s=1, max_s=1, first_start=1, last_end=2
-    )
-    assert span.name == "step"
+    # A name is a status key: kept whole or refused, never cleaned into another name.
+    with pytest.raises(ValidationError, match="control characters"):
+        LogLink(name="\x1b[2Jwandb\x00", url="https://wandb.ai/run/1")
+    with pytest.raises(ValidationError, match="control characters"):
+        SpanSummary(name="step\r\n", count=1, total_s=1, min_s=1, max_s=1, first_start=1,
+                    last_end=2)
 
 
 @pytest.mark.parametrize(
@@ -165,14 +165,21 @@ def test_models_are_strict_frozen_and_closed() -> None:
         p.fraction = 0.2  # type: ignore[misc]
 
 
-def test_long_names_are_cut_by_rule_not_rejected() -> None:
-    name = "n" * 500
-    link = LogLink(name=name, url="https://e.com/")
-    assert len(link.name) == NAME_LIMIT and link.name.endswith("…")
-    # A cut never separates a base character from its combining mark.
-    combining = "e\u0301" * 100
-    cut = LogLink(name=combining, url="https://e.com/").name
-    assert cut.endswith("…") and cut[-2] == "\u0301"
+def test_long_names_are_refused_whole_never_cut() -> None:
+    """Issue 18 item 10: two names that differ after the 63rd character must not collapse
+    into one cut key; a name is kept whole up to NAME_LIMIT and refused beyond."""
+    base = "x" * 63
+    with pytest.raises(ValidationError, match="more than 64") as err:
+        LogLink(name=base + "AAAAA", url="https://e.com/1")
+    assert err.value.errors()[0]["type"] == "name_too_long"
+    assert LogLink(name="n" * NAME_LIMIT, url="https://e.com/").name == "n" * NAME_LIMIT
+    for model, extra in ((DeckReady, {"uri": "s3://b/k"}),
+                         (PodSpawned, {"pod_name": "p", "pod_uid": "u"})):
+        key = "app" if model is PodSpawned else "name"
+        with pytest.raises(ValidationError, match="never cut"):
+            model(**{key: "n" * (NAME_LIMIT + 1)}, **extra)
+    with pytest.raises(ValidationError, match="leading or trailing whitespace"):
+        LogLink(name="wandb ", url="https://e.com/")
 
 
 def test_unknown_payload_is_sanitised_and_type_checked() -> None:
@@ -204,9 +211,11 @@ def test_noncharacters_are_stripped() -> None:
     assert len(NONCHARACTERS) == 66
     assert sanitize_text("step\uffff") == "step"
     assert sanitize_text("a" + "".join(NONCHARACTERS) + "b") == "ab"
-    span = SpanSummary(name="step\ufffe", count=1, total_s=1, min_s=1, max_s=1, first_start=1,
-                       last_end=2)
-    assert span.name == "step"
+    # A name is kept whole or refused (issue 18 item 10): one holding a noncharacter is
+    # refused, so it never reaches a file either.
+    with pytest.raises(ValidationError, match="control characters"):
+        SpanSummary(name="step\ufffe", count=1, total_s=1, min_s=1, max_s=1, first_start=1,
+                    last_end=2)
 
 
 @example("step\uffff\ufffe\ud800")

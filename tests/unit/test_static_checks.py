@@ -1,6 +1,7 @@
 """The code-quality bar is part of the suite: ruff everywhere, mypy --strict on schemas, kube,
-emitter, watcher and cli, and the dependency rules: schemas and the emitter import nothing of the
-parts above them, no shipped code imports the kubernetes client."""
+emitter, watcher, cli and integrations, and the dependency rules: schemas and the emitter import
+nothing of the parts above them, no shipped code imports the kubernetes client, and a framework
+only its own integration module."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ def run(*argv: str) -> subprocess.CompletedProcess[str]:
 
 def test_ruff_is_clean() -> None:
     result = run(str(BIN / "ruff"), "check", "schemas", "kube", "emitter", "watcher", "cli",
-                 "tidings", "tests", "bench", "tools")
+                 "integrations", "tidings", "tests", "bench", "tools")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-CHECKED = ("schemas", "kube", "emitter", "watcher", "cli")
+CHECKED = ("schemas", "kube", "emitter", "watcher", "cli", "integrations")
 
 
 def test_mypy_strict_is_clean() -> None:
@@ -64,7 +65,7 @@ def test_the_emitter_imports_nothing_of_the_watcher_or_the_cli() -> None:
     assert imports_of("emitter", "tidings.watcher", "tidings.cli") == []
 
 
-SHIPPED = ("schemas", "kube", "emitter", "watcher", "cli", "tidings")
+SHIPPED = ("schemas", "kube", "emitter", "watcher", "cli", "integrations", "tidings")
 
 
 def test_no_shipped_code_imports_the_kubernetes_client() -> None:
@@ -77,6 +78,24 @@ def test_no_shipped_code_imports_the_kubernetes_client() -> None:
         if line.lstrip().startswith(("import kubernetes", "from kubernetes"))
     ]
     assert offenders == []
+
+
+FRAMEWORKS = ("torch", "transformers", "lightning", "flytekit", "wandb", "mlflow")
+
+
+def test_a_framework_is_imported_only_by_its_own_integration() -> None:
+    # `import tidings` must never import torch: each framework appears in exactly one module,
+    # tidings.integrations.<framework>, which only its users import.
+    found = sorted(
+        (str(path.relative_to(ROOT)), words[1].split(".")[0])
+        for folder in SHIPPED for path in (ROOT / folder).rglob("*.py")
+        for line in path.read_text().splitlines()
+        if (words := line.split()) and words[0] in ("import", "from") and len(words) > 1
+        and words[1].split(".")[0] in FRAMEWORKS
+    )
+    assert sorted(set(found)) == [("integrations/flytekit.py", "flytekit"),
+                                  ("integrations/lightning.py", "lightning"),
+                                  ("integrations/transformers.py", "transformers")], found
 
 
 def test_the_workload_path_imports_nothing_heavy() -> None:

@@ -1,0 +1,74 @@
+"""Hugging Face ``Trainer`` reporting: ``Trainer(..., callbacks=[TidingsCallback()])`` is the
+whole change. Imports transformers (and so torch); nothing else in tidings does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The frameworks are not in make lint's venv: their names are Any there (hence the ignores).
+from transformers import (  # type: ignore[import-not-found, unused-ignore]
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+    TrainingArguments,
+)
+
+from tidings.emitter import Emitter
+
+from .report import RunReporter, guarded, local_world_size, mlflow_active_run_url, wandb_run_url
+
+__all__ = ["TidingsCallback"]
+
+
+class TidingsCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]
+    """Reports a ``Trainer`` run over the bus.
+
+    Every pod's progress (global step over max steps), the task's worker count (the world
+    size, in pods), the logged training and evaluation metrics as Metric facts and the W&B
+    or MLflow run page as a LogLink (both from global rank 0), and the end of training as
+    the worker's final. A crash inside ``train()`` leaves the process through the emitter's
+    excepthook as a failed final. Every call is O(1) and none raises into the loop.
+    """
+
+    def __init__(self, emitter: Emitter | None = None) -> None:
+        self.reporter = RunReporter(emitter)
+
+    @guarded
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState,
+                       control: TrainerControl, **kwargs: Any) -> None:
+        world = max(1, int(args.world_size))
+        self.reporter.begin(global_rank=int(args.process_index),
+                            local_rank=int(args.local_process_index), world_size=world,
+                            local_world_size=min(world, local_world_size()))
+        self._links()
+
+    @guarded
+    def on_step_end(self, args: TrainingArguments, state: TrainerState,
+                    control: TrainerControl, **kwargs: Any) -> None:
+        self.reporter.step(int(state.global_step), int(state.max_steps or 0))
+
+    @guarded
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if logs:
+            self.reporter.metrics(logs, int(state.global_step))
+        self._links()
+
+    @guarded
+    def on_evaluate(self, args: TrainingArguments, state: TrainerState,
+                    control: TrainerControl, metrics: dict[str, Any] | None = None,
+                    **kwargs: Any) -> None:
+        # The Trainer also logs these through on_log; sending the latest twice is harmless
+        # (latest wins) and covers evaluate() called outside train().
+        if metrics:
+            self.reporter.metrics(metrics, int(state.global_step))
+
+    @guarded
+    def on_train_end(self, args: TrainingArguments, state: TrainerState,
+                     control: TrainerControl, **kwargs: Any) -> None:
+        self._links()
+        self.reporter.end(f"finished at step {int(state.global_step)}")
+
+    def _links(self) -> None:
+        self.reporter.links((("wandb", wandb_run_url()), ("mlflow", mlflow_active_run_url())))

@@ -1,0 +1,158 @@
+"""Tiny training runs with the real frameworks, as a workload process: a model built from a
+config (nothing downloaded), a few steps on CPU, ``callbacks=[TidingsCallback()]``.
+
+    python tests/integrations/workloads.py hf|lightning --out result.json
+        [--steps N] [--crash-at STEP] [--report-to none|wandb|mlflow]
+
+The identity comes from the environment, as in a pod (POD_NAME, POD_NAMESPACE, POD_UID,
+TIDINGS_TASK, KUBECONFIG). Writes the training time, the slowest callback hook and the
+emitter's counters to ``--out``; ``--crash-at`` raises inside the model's forward at that
+training step, so the process dies of it as a real crash would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HOOKS = ("on_train_begin", "on_train_start", "on_step_end", "on_train_batch_end", "on_log",
+         "on_evaluate", "on_validation_end", "on_train_end", "on_exception")
+
+
+class SimulatedOOM(RuntimeError):
+    pass
+
+
+def timed_hooks(callback: Any, slowest: list[float]) -> Any:
+    """Wrap the callback's hooks to record the slowest call (the frameworks look hooks up on
+    the instance, so the wrappers are what they call)."""
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                slowest[0] = max(slowest[0], time.perf_counter() - t)
+        return call
+
+    for name in HOOKS:
+        if hasattr(callback, name):
+            setattr(callback, name, wrap(getattr(callback, name)))
+    return callback
+
+
+def crash_after(model: Any, steps: int) -> None:
+    """The model's forward raises once ``steps`` training forwards have run."""
+    calls = [0]
+
+    def hook(module: Any, inputs: Any) -> None:
+        if module.training:
+            calls[0] += 1
+            if calls[0] > steps:
+                raise SimulatedOOM(f"CUDA out of memory at step {steps + 1} \x1b[31m(simulated)")
+
+    model.register_forward_pre_hook(hook)
+
+
+def run_hf(a: argparse.Namespace, slowest: list[float]) -> None:
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+
+    from tidings.integrations.transformers import TidingsCallback
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=32,
+                        max_position_embeddings=16, num_labels=2)
+    model = BertForSequenceClassification(config)
+    if a.crash_at:
+        crash_after(model, a.crash_at - 1)
+    data = [{"input_ids": torch.randint(0, 64, (8,)), "labels": torch.tensor(i % 2)}
+            for i in range(32)]
+    args = TrainingArguments(
+        output_dir=a.workdir, max_steps=a.steps, per_device_train_batch_size=4,
+        logging_steps=2, eval_strategy="steps", eval_steps=3, save_strategy="no",
+        report_to=[] if a.report_to == "none" else [a.report_to], use_cpu=True,
+        disable_tqdm=True, run_name="tidings-it")
+    trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:8],
+                      callbacks=[timed_hooks(TidingsCallback(), slowest)])
+    trainer.train()
+
+
+def run_lightning(a: argparse.Namespace, slowest: list[float]) -> None:
+    import lightning.pytorch as pl
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from tidings.integrations.lightning import TidingsCallback
+
+    class Regression(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(8, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.layer(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            x, y = batch
+            self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y))
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    model = Regression()
+    if a.crash_at:
+        crash_after(model.layer, a.crash_at - 1)
+    logger: Any = False
+    if a.report_to == "mlflow":
+        from lightning.pytorch.loggers import MLFlowLogger
+
+        logger = MLFlowLogger(experiment_name="tidings-it",
+                              tracking_uri=os.environ["MLFLOW_TRACKING_URI"])
+    elif a.report_to == "wandb":
+        from lightning.pytorch.loggers import WandbLogger
+
+        logger = WandbLogger(project="tidings-it", save_dir=a.workdir)
+    trainer = pl.Trainer(max_steps=a.steps, accelerator="cpu", devices=1, logger=logger,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, log_every_n_steps=2,
+                         val_check_interval=3, limit_val_batches=2, num_sanity_val_steps=0,
+                         default_root_dir=a.workdir,
+                         callbacks=[timed_hooks(TidingsCallback(), slowest)])
+    trainer.fit(model, DataLoader(data, batch_size=4), DataLoader(data, batch_size=8))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("framework", choices=["hf", "lightning"])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--workdir", default="")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--crash-at", type=int, default=0)
+    ap.add_argument("--report-to", default="none", choices=["none", "wandb", "mlflow"])
+    a = ap.parse_args()
+    a.workdir = a.workdir or str(Path(a.out).parent / "work")
+    slowest = [0.0]
+    t0 = time.monotonic()
+    (run_hf if a.framework == "hf" else run_lightning)(a, slowest)
+    took = time.monotonic() - t0
+
+    import tidings.emitter
+
+    Path(a.out).write_text(json.dumps({"train_seconds": took, "slowest_hook_seconds": slowest[0],
+                                       "stats": tidings.emitter.stats()}))
+
+
+if __name__ == "__main__":
+    main()

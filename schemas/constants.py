@@ -36,8 +36,6 @@ WORKERS_MAX: Final = 10_000
 REPORTING_INSTANCE_LIMIT: Final = 128
 # A task id is an object name and a label value: the label limit is the tighter one.
 TASK_ID_MAX: Final = 63
-# The largest worker count a Progress may declare (``Progress.workers``).
-WORKERS_MAX: Final = 10_000
 # The sender proof: the emitting pod's uid, admitted only from that pod's bound token
 # (deploy/admission-policy.yaml), so it outlives the pod.
 SENDER_UID_ANNOTATION: Final = "tidings.dev/sender-uid"

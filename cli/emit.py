@@ -26,12 +26,16 @@ app = typer.Typer(
     rich_markup_mode=None,  # help text is plain: '[env X]' is never markup
 )
 
-Task = Annotated[str, typer.Option("--task", envvar="TIDINGS_TASK", show_default=False,
-                                   help="Task id.")]
-PodName = Annotated[str, typer.Option("--pod-name", envvar="POD_NAME", show_default=False,
-                                      help="This pod's name.")]
-PodUid = Annotated[str, typer.Option("--pod-uid", envvar="POD_UID", show_default=False,
-                                     help="This pod's uid.")]
+Task = Annotated[str, typer.Option(
+    "--task", envvar="TIDINGS_TASK", show_default=False,
+    help="Task id (without it: a fact about this pod, folded into the task its platform "
+         "labels name).")]
+PodName = Annotated[str, typer.Option(
+    "--pod-name", envvar="POD_NAME", show_default=False,
+    help="This pod's name (default: the pod the service-account token is bound to).")]
+PodUid = Annotated[str, typer.Option(
+    "--pod-uid", envvar="POD_UID", show_default=False,
+    help="This pod's uid (default: the pod the service-account token is bound to).")]
 Namespace = Annotated[str, typer.Option(
     "--namespace", "-n", envvar="POD_NAMESPACE", show_default=False,
     help="The task's namespace (without it or its env var: the kubeconfig context's).")]
@@ -102,7 +106,7 @@ def _deliver(send: Callable[[Any], None], to: Delivery) -> None:
         POOL_SIZE,
         KubeTransport,
         no_cluster_configured,
-        pod_bound_credentials,
+        sender_proof_setting,
     )
     from tidings.kube import ConfigError, connect
     from tidings.schemas.names import task_id_error
@@ -116,25 +120,30 @@ def _deliver(send: Callable[[Any], None], to: Delivery) -> None:
         client = connect(kubeconfig, context, maxsize=POOL_SIZE, user_agent=FIELD_MANAGER)
     except ConfigError as e:
         _fail(f"cannot load cluster config: {e}", EXIT_UNDELIVERED)
-    # The pre-created TaskFeedback's uid only ever comes from the pod's environment.
-    identity = Identity(namespace=to.namespace or client.namespace, pod_name=to.pod_name,
+    config = EmitterConfig.from_env()
+    transport = KubeTransport(client, (config.connect_timeout_s, config.read_timeout_s),
+                              pod_bound=sender_proof_setting())
+    # The pre-created TaskFeedback's uid only ever comes from the pod's environment; what
+    # the flags and env leave unset about the pod, its token's claims say.
+    identity = Identity(namespace=to.namespace, pod_name=to.pod_name,
                         pod_uid=to.pod_uid, task=to.task,
-                        task_uid=os.environ.get("TIDINGS_TASK_UID", "").strip())
-    missing = identity.missing()
+                        task_uid=os.environ.get("TIDINGS_TASK_UID", "").strip(),
+                        ).completed_by(transport.bound_pod)
+    if not identity.namespace:
+        identity = Identity(client.namespace, identity.pod_name, identity.pod_uid,
+                            identity.task, identity.task_uid)
+    # Without a task id the fact is about the pod, and its labels name the task: only the
+    # pod itself (its own bound token) speaks that way; acting for a pod, name the task.
+    missing = identity.missing(need_task=not identity.bound_to(transport.bound_pod))
     if missing:
         flags = {"POD_NAMESPACE": "-n/--namespace", "POD_NAME": "--pod-name",
                  "POD_UID": "--pod-uid", "TIDINGS_TASK": "--task"}
-        _fail("missing identity: " + ", ".join(f"{flags[m]} (or {m})" for m in missing),
-              EXIT_INVALID)
-    bad_task = task_id_error(to.task)
+        _fail("missing identity: " + ", ".join(f"{flags[m]} (or {m})" for m in missing)
+              + " (not needed with the pod's own bound token)", EXIT_INVALID)
+    bad_task = task_id_error(to.task) if to.task else None
     if bad_task is not None:
         _fail(f"invalid input: {bad_task}", EXIT_INVALID)
-    config = EmitterConfig.from_env()
-    emitter = Emitter(config, identity=identity,
-                      transport=KubeTransport(client, (config.connect_timeout_s,
-                                                       config.read_timeout_s),
-                                              pod_bound=pod_bound_credentials(kubeconfig,
-                                                                              context)))
+    emitter = Emitter(config, identity=identity, transport=transport)
     # The library logs for long-running workloads; here the exit code and one line speak.
     logger = logging.getLogger("tidings.emitter")
     level = logger.level

@@ -1,19 +1,22 @@
 """Pod lineage for `lineage` and `logs`: the pods of an app, matched by name AND uid (never
-by prefix), and what became of each of them. The pods come from its PodSpawned records; when a
-task has none (no lineage controller: Argo, Flyte, Kubeflow), from the reporting pods its
-TaskFeedback status records and the pods labelled ``tidings.dev/task=<app>``.
+by prefix), and what became of each of them. The pods come from its PodSpawned records, the
+reporting pods its TaskFeedback status records, and the pods whose labels name the task
+(``tidings.dev/task=<app>``, or their platform's task key: a Job's, JobSet's, TrainJob's or
+Workflow's name, the watcher's key list in ``schemas/platform.py``), all of them: a record
+never hides the pods found by status and label.
 
 Who may speak for an app's lineage: nobody on their word. A record counts only when the pod
-it names confirms it: a pod of the app's namespace with that uid, labelled
-``tidings.dev/task=<app>`` by whoever created it (the watcher applies the same rule to
-PodSpawned regarding a TaskFeedback). A record naming any other live pod is ignored and
-reported; a record of a pod that is gone or replaced cannot be confirmed any more, so it is
-shown as history, flagged unverified, and never streamed. The same rule holds for the pods
-found without a record: each one streamed is the live pod of that uid, carrying the label.
+it names confirms it: a pod of the app's namespace with that uid, whose labels name the task
+(set by whoever created it; the watcher applies the same rule to PodSpawned regarding a
+TaskFeedback). A record naming any other live pod is ignored and reported; a record of a pod
+that is gone or replaced cannot be confirmed any more, so it is shown as history, flagged
+unverified, and never streamed. The same rule holds for the pods found without a record:
+each one streamed is the live pod of that uid, whose labels name the task.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +25,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from tidings._compat import UTC
-from tidings.cli.common import not_found, safe
+from tidings.cli.common import EXIT_INVALID, CliError, not_found, safe
 from tidings.cli.kube import Action, ApiError, Kube, watch_message
 from tidings.kube import ListWatch, Page, WatchLines
 from tidings.kube.objects import Event, KubeObject, ObjectMeta, Pod
@@ -47,12 +50,37 @@ from tidings.schemas.contract import (
     pods_path,
     taskfeedback_path,
 )
+from tidings.schemas.platform import DEFAULT_TASK_KEYS, parse_task_keys, pod_task, task_selector
 
 # Where a pod of the app was found (a pod may be found several ways; see `Found`).
 SPAWNED = "spawned"  # a PodSpawned record names it
 STATUS = "status"  # the task's TaskFeedback status lists it among the pods that reported
-LABEL = "label"  # it carries tidings.dev/task=<app>
+LABEL = "label"  # its labels name the task (tidings.dev/task, or its platform's key)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def task_keys() -> tuple[str, ...]:
+    """The pod label keys that name a task, as the watcher has them: its default list, or
+    ``$TIDINGS_TASK_LABEL_KEYS`` (as for `tidings watcher run`; a bad list is an error)."""
+    raw = os.environ.get("TIDINGS_TASK_LABEL_KEYS", "")
+    if not raw.strip():
+        return DEFAULT_TASK_KEYS
+    try:
+        return parse_task_keys(raw)
+    except ValueError as e:
+        raise CliError(f"invalid input: TIDINGS_TASK_LABEL_KEYS: {e}", EXIT_INVALID) from None
+
+
+def names_task(pod: KubeObject, app: str) -> bool:
+    """Whether the pod's labels name the task ``app`` (the first task key it carries)."""
+    info = pod_task(pod.get("metadata"), task_keys())
+    return info is not None and info.task == app
+
+
+def key_of(pod: KubeObject) -> str:
+    """The label key that names the pod's task (for messages), or tidings.dev/task."""
+    info = pod_task(pod.get("metadata"), task_keys())
+    return info.key if info is not None else TASK_LABEL
 
 
 def _ours(p: object, app: str) -> bool:
@@ -78,18 +106,19 @@ def _recorded(events: Sequence[Event], app: str) -> list[LineageEntry]:
 
 @dataclass
 class Found:
-    """The app's pods and where each was found: its PodSpawned records when it has any, else
-    (no lineage controller) the reporting pods of its TaskFeedback status and the pods
-    labelled for it. Every pod is keyed by uid; ``pods`` keeps the objects the label list
-    returned, so their fate needs no second read."""
+    """The app's pods and where each was found: its PodSpawned records, the reporting pods of
+    its TaskFeedback status and the pods whose labels name it. Every pod is keyed by uid;
+    ``pods`` keeps the objects the label lists returned, so their fate needs no second read."""
 
     entries: list[LineageEntry]
     sources: dict[str, tuple[str, ...]] = field(default_factory=dict)  # uid -> sources
     events: dict[str, int] = field(default_factory=dict)  # uid -> events reported (status)
     pods: dict[str, Pod] = field(default_factory=dict)  # uid -> listed pod
     events_rv: str = ""  # the PodSpawned list's resourceVersion (to watch from)
-    pods_rv: str = ""  # the labelled pods list's resourceVersion ("" when not listed)
-    fallback: bool = False  # no PodSpawned records: found by status and label
+    pods_rv: str = ""  # the tidings.dev/task list's resourceVersion ("" when not listed)
+    fallback: bool = False  # no PodSpawned records: found by status and label alone
+    # The task keys whose lists found pods of the app, and each list's resourceVersion.
+    key_rvs: dict[str, str] = field(default_factory=dict)
 
 
 def member(namespace: str, app: str, name: str, uid: str, when: datetime | None = None
@@ -126,31 +155,50 @@ def status_pods(kube: Kube, namespace: str, app: str) -> list[tuple[str, str, in
     return out
 
 
-def list_labelled(kube: Kube, namespace: str, app: str) -> tuple[list[Pod], str]:
-    return kube.list_pods(namespace, pod_selector(app))
+def list_labelled(kube: Kube, namespace: str, app: str, key: str = TASK_LABEL
+                  ) -> tuple[list[Pod], str]:
+    """The pods whose label ``key`` is ``app`` and whose labels name the task ``app`` (the
+    first task key a pod carries: a JobSet's pod also carries its child Job's name)."""
+    pods, rv = kube.list_pods(namespace, task_selector(key, app))
+    return [p for p in pods if names_task(p, app)], rv
 
 
 def discover(kube: Kube, namespace: str, app: str, must_exist: bool = True) -> Found:
-    """The app's pods (see `Found`); not found when no source knows any."""
+    """The app's pods (see `Found`); not found when no source knows any. A PodSpawned record
+    never hides the pods found by status and label: any pod of the namespace may write one,
+    and a record is judged (``fate_of``) only by the pod it names."""
     entries, events_rv = load(kube, namespace, app, must_exist=False)
-    if entries:
-        return Found(entries, {e.pod.uid: (SPAWNED,) for e in entries}, events_rv=events_rv)
-    found = Found([], events_rv=events_rv, fallback=True)
+    found = Found([], events_rv=events_rv, fallback=not entries)
     by_uid: dict[str, LineageEntry] = {}
+    for e in entries:
+        by_uid[e.pod.uid] = e
+        found.sources[e.pod.uid] = (SPAWNED,)
     for name, uid, events in status_pods(kube, namespace, app):
-        by_uid[uid] = member(namespace, app, name, uid)
-        found.sources[uid] = (STATUS,)
+        by_uid.setdefault(uid, member(namespace, app, name, uid))
+        found.sources[uid] = (*found.sources.get(uid, ()), STATUS)
         found.events[uid] = events
-    pods, found.pods_rv = list_labelled(kube, namespace, app)
-    for pod in pods:
-        meta = _meta(pod)
-        name, uid = str(meta.get("name") or ""), str(meta.get("uid") or "")
-        if not name or not uid:
-            continue
-        when = parse_time(meta.get("creationTimestamp"))
-        by_uid[uid] = member(namespace, app, name, uid, when)
-        found.sources[uid] = (*found.sources.get(uid, ()), LABEL)
-        found.pods[uid] = pod
+    for key in task_keys():
+        try:
+            pods, rv = list_labelled(kube, namespace, app, key)
+        except ApiError as err:
+            # Without the right to list pods, the records and the status still say something
+            # (and each pod is then read by name); with nothing else found, that is the error.
+            if not err.forbidden or not by_uid:
+                raise
+            break
+        if key == TASK_LABEL:
+            found.pods_rv = rv
+        if pods:
+            found.key_rvs[key] = rv
+        for pod in pods:
+            meta = _meta(pod)
+            name, uid = str(meta.get("name") or ""), str(meta.get("uid") or "")
+            if not name or not uid:
+                continue
+            when = parse_time(meta.get("creationTimestamp"))
+            by_uid.setdefault(uid, member(namespace, app, name, uid, when))
+            found.sources[uid] = (*found.sources.get(uid, ()), LABEL)
+            found.pods[uid] = pod
     found.entries = sorted(by_uid.values(), key=lambda e: (e.pod.name, e.pod.uid))
     if must_exist and not found.entries:
         not_found(f"app {app!r} in namespace {namespace} (no PodSpawned events, no "
@@ -197,12 +245,14 @@ def follow(kube: Kube, namespace: str, app: str, resource_version: str,
 
 
 def follow_labelled(kube: Kube, namespace: str, app: str, resource_version: str,
-                    stopped: threading.Event) -> Iterator[LineageEntry]:
-    """The pods labelled for the app that appear after `resource_version` (a reporting pod
-    carries the label, so this also finds every new reporting pod), until stopped."""
+                    stopped: threading.Event, key: str = TASK_LABEL
+                    ) -> Iterator[LineageEntry]:
+    """The pods whose label ``key`` names the app that appear after `resource_version` (a
+    reporting pod carries the label, so this also finds every new reporting pod), until
+    stopped."""
     def entry(pod: KubeObject) -> Iterator[LineageEntry]:
         meta = _meta(pod)
-        if meta.get("name") and meta.get("uid"):
+        if meta.get("name") and meta.get("uid") and names_task(pod, app):
             yield member(namespace, app, str(meta["name"]), str(meta["uid"]),
                          parse_time(meta.get("creationTimestamp")))
 
@@ -215,7 +265,7 @@ def follow_labelled(kube: Kube, namespace: str, app: str, resource_version: str,
             return kind, "", []
         return kind, rv, list(entry(obj)) if kind in ("ADDED", "MODIFIED") else []
 
-    loop = kube.list_watch(pods_path(namespace), {"labelSelector": pod_selector(app)},
+    loop = kube.list_watch(pods_path(namespace), {"labelSelector": task_selector(key, app)},
                            action=Action("watch", "pods", namespace),
                            resource_version=resource_version, watch_timeout=30)
     return _follow(loop, pick, lambda pods: [e for p in pods for e in entry(p)], stopped)
@@ -225,9 +275,9 @@ def follow_labelled(kube: Kube, namespace: str, app: str, resource_version: str,
 
 
 def vouches(entry: LineageEntry, pod: Pod) -> bool:
-    """Whether ``pod`` (the one the record names, same uid) confirms the record."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return isinstance(labels, dict) and labels.get(TASK_LABEL) == entry.subject.name
+    """Whether ``pod`` (the one the record names, same uid) confirms the record: its labels
+    name the task."""
+    return names_task(pod, entry.subject.name)
 
 
 @dataclass
@@ -239,6 +289,7 @@ class PodFate:
     reason: str = ""
     sources: tuple[str, ...] = (SPAWNED,)  # where the pod was found
     events: int = 0  # events it reported, when the TaskFeedback status lists it
+    key: str = TASK_LABEL  # the label key naming its task, when found by label
 
     def label(self) -> str:
         if self.state == "current":
@@ -248,7 +299,7 @@ class PodFate:
         if self.state == "gone":
             return "gone"
         if self.state == "disowned":
-            return f"not labelled {TASK_LABEL}={self.entry.subject.name}; ignored"
+            return f"not labelled for task {self.entry.subject.name}; ignored"
         return f"unknown ({self.reason})"
 
     @property
@@ -306,6 +357,8 @@ def fates(kube: Kube, found: Found) -> list[PodFate]:
         f = fate_of(e, listed) if listed is not None else fate(kube, e)
         f.sources = found.sources.get(uid, (SPAWNED,))
         f.events = found.events.get(uid, 0)
+        if listed is not None:
+            f.key = key_of(listed)
         return f
 
     entries = found.entries
@@ -342,7 +395,8 @@ def render(namespace: str, app: str, items: list[PodFate]) -> Any:
         else:  # no lineage controller: say where the pod was found instead
             origin = "found by " + ", ".join(
                 f"{STATUS} ({f.events} events)" if s == STATUS else
-                f"{LABEL} {pod_selector(e.app)}" if s == LABEL else s for s in f.sources)
+                f"{LABEL} {task_selector(f.key, e.app)}" if s == LABEL else s
+                for s in f.sources)
         label = Text.assemble(
             (safe(e.pod.name), "bold" if f.state == "current" else "strike"),
             (f"  uid {safe(e.pod.uid)[:8]}", "dim"),

@@ -71,17 +71,22 @@ def lineage(
     check_name(app, "app")
     from tidings.cli import lineage as lin
     from tidings.cli import taskview
+    from tidings.schemas.constants import TASK_LABEL
 
     k, ns = taskview.open_app(app, namespace, all_namespaces, conn)
     found = lin.discover(k, ns, app)
     items = lin.fates(k, found)
     disowned = [f for f in items if f.state == "disowned"]
-    if disowned:  # deny by default: a live pod that does not confirm the record is not shown
-        items = [f for f in items if f.state != "disowned"]
-        names = ", ".join(safe(f.entry.pod.name) for f in disowned)
-        what = "reporting pod(s)" if found.fallback else "lineage record(s) naming pods"
-        typer.echo(f"ignored {len(disowned)} {what} not labelled "
-                   f"tidings.dev/task={safe(app)}: {names}", err=True)
+    items = [f for f in items if f.state != "disowned"]
+    # Deny by default: a live pod that does not confirm the record (or whose labels do not
+    # name the task, for a reporting pod) is not shown; said once per kind.
+    key = next(iter(found.key_rvs), TASK_LABEL)
+    for what, these in (("lineage record(s) naming pods", [f for f in disowned if f.spawned]),
+                        ("reporting pod(s)", [f for f in disowned if not f.spawned])):
+        if these:
+            names = ", ".join(safe(f.entry.pod.name) for f in these)
+            typer.echo(f"ignored {len(these)} {what} not labelled {key}={safe(app)}: {names}",
+                       err=True)
     if output is Output.table:
         console().print(lin.render(ns, app, items))
     else:
@@ -152,6 +157,7 @@ def logs(
     includes, excludes = _patterns(include, "--include"), _patterns(exclude, "--exclude")
     from tidings.cli import lineage as lin
     from tidings.cli import taskview
+    from tidings.schemas.constants import TASK_LABEL
 
     k, ns = taskview.open_app(app, namespace, all_namespaces, conn)
     use_color = color is Color.always or (
@@ -163,15 +169,19 @@ def logs(
         tail=tail, since_time=since_time, previous=previous, include=includes,
         exclude=excludes), printer, app)
     found = lin.discover(k, ns, app, must_exist=not follow)
+    if found.key_rvs:  # the task keys that found its pods: the monitor lists by those
+        mux.pods.keys = tuple(found.key_rvs)
     if not found.entries:
         printer.note(f"waiting for pods of app {app!r} in namespace {ns} ...")
     mux.add(found.entries)
     if follow:
         mux.start_monitor()
         mux.spawn(lambda: mux.add(lin.follow(k, ns, app, found.events_rv, mux.stopped)))
-        if found.fallback:  # no lineage controller (yet): new pods show up by their label
-            mux.spawn(lambda: mux.add(
-                lin.follow_labelled(k, ns, app, found.pods_rv, mux.stopped)))
+        # New pods show up by their label too (a lineage record never hides them); by the
+        # keys that found pods, else by tidings.dev/task.
+        for key, rv in (found.key_rvs or {TASK_LABEL: found.pods_rv}).items():
+            mux.spawn(lambda key=key, rv=rv: mux.add(
+                lin.follow_labelled(k, ns, app, rv, mux.stopped, key)))
     try:
         mux.wait()
     finally:

@@ -1,10 +1,12 @@
 """Which logs `tidings logs` may show, like stern's targets: a lineage entry (PodSpawned
 record, TaskFeedback status or label list) becomes the pod/container targets it confirms, and
-one PodView, refreshed by one list of the app's labelled pods per tick, tells every stream
-whether its pod is still the one it was (same uid, still labelled) and whether it ended.
+one PodView, refreshed by one list of the app's labelled pods per tick (per task key that
+found them), tells every stream whether its pod is still the one it was (same uid, still
+labelled for the task) and whether it ended.
 
 Pods are identified by name AND uid; a pod that now carries the name under another uid is
-someone else and is never streamed, nor is one without the label tidings.dev/task=<app>.
+someone else and is never streamed, nor is one whose labels do not name the task
+(tidings.dev/task=<app>, or its platform's task key: cli/lineage.py).
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from typing import TYPE_CHECKING
 
 from tidings.cli.common import EXIT_NOT_FOUND, CliError
 from tidings.cli.kube import ApiError, Kube
-from tidings.cli.lineage import vouches
+from tidings.cli.lineage import names_task, vouches
 from tidings.kube.flowcontrol import Backoff
 from tidings.kube.objects import KubeObject
 from tidings.schemas import TASK_LABEL, LineageEntry
-from tidings.schemas.contract import TERMINAL_PHASES, pod_selector
+from tidings.schemas.contract import TERMINAL_PHASES
+from tidings.schemas.platform import task_selector
 
 if TYPE_CHECKING:
     from tidings.cli.logtail import Options, Printer
@@ -56,8 +59,9 @@ def targets(kube: Kube, ns: str, entry: LineageEntry, opt: Options, printer: Pri
                      "not streaming the new pod, it is not in the lineage")
         return []
     if not vouches(entry, pod):  # the record's word is not enough (cli/lineage.py)
-        printer.note(f"- {name}: not labelled {TASK_LABEL}={entry.subject.name}; "
-                     "not streaming a pod that does not confirm the lineage record")
+        printer.note(f"- {name}: not labelled {TASK_LABEL}={entry.subject.name} (nor by its "
+                     "platform's task key); not streaming a pod that does not confirm the "
+                     "lineage record")
         return []
     spec = pod.get("spec") or {}
     names = [str(c.get("name")) for c in spec.get("containers") or [] if c.get("name")]
@@ -81,7 +85,7 @@ class PodView:
         self.ns = ns
         self.app = app
         self._lock = threading.Lock()
-        self._selector = pod_selector(app)
+        self.keys: tuple[str, ...] = (TASK_LABEL,)  # the task keys that find the app's pods
         self.may_list = True
         self.tried_at = -1.0  # when the last list was sent (monotonic), even a failed one
         self.phases: dict[str, str] | None = None  # uid -> phase of that list; None: failed
@@ -99,7 +103,9 @@ class PodView:
         self.tried_at = time.monotonic()
         self.lists += 1
         try:
-            pods, _ = self.kube.list_pods(self.ns, self._selector)
+            pods = [p for key in self.keys
+                    for p in self.kube.list_pods(self.ns, task_selector(key, self.app))[0]
+                    if names_task(p, self.app)]
         except ApiError as err:
             if strict and err.unauthorized:
                 raise
@@ -148,8 +154,8 @@ class PodView:
             return "pod gone", ""
         if _uid(pod) != t.uid:
             return "pod replaced", ""
-        if ((pod.get("metadata") or {}).get("labels") or {}).get(TASK_LABEL) != self.app:
-            return f"pod no longer labelled {TASK_LABEL}={self.app}", ""
+        if not names_task(pod, self.app):
+            return f"pod no longer labelled {self.keys[0]}={self.app}", ""
         return "", str((pod.get("status") or {}).get("phase") or "")
 
 

@@ -40,6 +40,7 @@ from tidings.schemas import (
 )
 from tidings.schemas.contract import (
     FAILED,
+    POD_FACTS_SELECTOR,
     SUCCEEDED,
     TASKFEEDBACK_RESOURCE,
     lineage_selector,
@@ -275,6 +276,28 @@ def _task_events(kube: Kube, ref: TaskRef, events: list[Event], uid: str | None
     return parsed, refusals
 
 
+def _pod_facts(kube: Kube, ref: TaskRef) -> list[ParsedEvent]:
+    """The facts pods of the namespace sent about themselves whose labels name ``ref`` (as
+    the watcher folds them: an emitter that knows no task id); the others are not this
+    task's, so they are neither folded nor counted here."""
+    from tidings.schemas.rejection import Rejection
+    from tidings.watcher.senders import Retry, as_task_fact
+
+    raw, _ = kube.list_events(ref.namespace, POD_FACTS_SELECTOR)
+    out: list[ParsedEvent] = []
+    for obj in raw:
+        p = parse_event(obj)
+        if not (isinstance(p, ParsedEvent) and p.regarding_kind == "Pod"):
+            continue
+        info = senders(kube).task_of(p)
+        if info is Retry.LATER:
+            raise CliError(f"cannot verify the sender of event {safe(p.name)}: the API server "
+                           "did not answer", EXIT_UNREACHABLE)
+        if not isinstance(info, Rejection) and info.task == ref.name:
+            out.append(as_task_fact(p, info.task))
+    return out
+
+
 def _object_uid(obj: TaskFeedback | None, cr_error: ApiError | None) -> str | None:
     """The TaskFeedback's uid for the local fold: "" when it does not exist, None when it
     could not be read (then events are not checked against it)."""
@@ -293,6 +316,12 @@ def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None,
                            err.action) from None
         raise
     parsed, refusals = _task_events(kube, ref, raw, uid)
+    for fact in _pod_facts(kube, ref):  # the same checks as the task's own events
+        why = refusal(kube, ref, fact, uid)
+        if why is None:
+            parsed.append(fact)
+        else:
+            refusals.add(why[0], sender_of(fact), why[1])
     return Snapshot(fold_all(ref, parsed), SOURCE_EVENTS, refusals, rv, object_uid=uid)
 
 

@@ -3,6 +3,7 @@
 # 1 deploy/ (CRD, RBAC, admission policy)  2 the watcher as a process  3 workload pods (kwok)
 # 4 workloads emit with pod-bound tokens    5 a controller records lineage
 # 6 tidings state / lineage / logs / timeline, and kubectl describe (the pre-created task)
+# 7 a Job's pods report with their tokens alone (no env wiring, only the RoleBinding)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PATH="$PWD/.venv/bin:$PATH"
@@ -81,8 +82,8 @@ pod train-42-debug default "purpose: unrelated"
 
 uid() { kubectl -n demo get pod "$1" -o jsonpath='{.metadata.uid}'; }
 as_pod() {  # POD SA -- command...: run a process with the pod's identity and a pod-bound token
-  # (TIDINGS_SENDER_PROOF=1: the kubeconfig holds the pod's bound token, as in-cluster config
-  # would, so events carry the sender proof that outlives the pod)
+  # (the kubeconfig holds the pod's bound token, as in-cluster config would: its claims name
+  # the pod, so events carry the sender proof that outlives the pod)
   local pod=$1 sa=$2 pod_uid task_uid; shift 3
   pod_uid=$(uid "$pod")
   # TIDINGS_TASK_UID: what the downward API gives a container from the pod's annotation.
@@ -90,7 +91,7 @@ as_pod() {  # POD SA -- command...: run a process with the pod's identity and a 
   kubeconfig_for "$state/$pod.kubeconfig" "$(kubectl -n demo create token "$sa" \
     --bound-object-kind=Pod --bound-object-name="$pod" --bound-object-uid="$pod_uid")"
   KUBECONFIG="$state/$pod.kubeconfig" POD_NAME=$pod POD_NAMESPACE=demo POD_UID=$pod_uid \
-    TIDINGS_TASK_UID=$task_uid TIDINGS_SENDER_PROOF=1 "$@"
+    TIDINGS_TASK_UID=$task_uid "$@"
 }
 
 echo "  the launcher (the tasks' controller) pre-creates taskfeedback/train-42, owned by its pod:"
@@ -145,7 +146,64 @@ step "tidings timeline train-42"
 tidings timeline train-42 -n demo --svg "$state/timeline.svg"
 step "kubectl describe taskfeedback train-42 (its events: the pods carried its uid)"
 kubectl -n demo describe taskfeedback train-42 | sed -n '/^Events:/,$p'
+step "7. a Job's pods report with no wiring: no env, no task label, only the RoleBinding"
+# A real batch/v1 Job; no Job controller runs here, so its two pods are created as the Job
+# controller creates them (its labels and its ownerReference), under the ServiceAccount
+# bound to tidings-workload in step 3. The watcher reads the task (the Job's name) from the
+# pods' labels, the worker count from the Job's completions, and owns the TaskFeedback by
+# the Job.
+kubectl -n demo apply -f - >/dev/null <<'YAML'
+apiVersion: batch/v1
+kind: Job
+metadata: {name: etl-3}
+spec:
+  completions: 2
+  parallelism: 2
+  completionMode: Indexed
+  template:
+    spec:
+      restartPolicy: Never
+      serviceAccountName: trainer
+      containers: [{name: main, image: example.com/etl:1}]
+YAML
+job_uid=$(kubectl -n demo get job etl-3 -o jsonpath='{.metadata.uid}')
+for i in 0 1; do
+  kubectl -n demo apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata:
+  name: etl-3-$i-x7k2p
+  labels: {batch.kubernetes.io/job-name: etl-3, batch.kubernetes.io/controller-uid: $job_uid,
+           batch.kubernetes.io/job-completion-index: "$i", job-name: etl-3, controller-uid: $job_uid}
+  ownerReferences: [{apiVersion: batch/v1, kind: Job, name: etl-3, uid: $job_uid, controller: true, blockOwnerDeletion: true}]
+spec:
+  nodeName: kwok-node-0
+  serviceAccountName: trainer
+  containers: [{name: main, image: example.com/etl:1}]
+YAML
+done
+for i in 0 1; do
+  pod=etl-3-$i-x7k2p
+  # The kubelet mounts the pod's bound token; here it is handed over in a kubeconfig. The
+  # process gets nothing else: no POD_*, TIDINGS_TASK or TIDINGS_EMIT_WORKERS.
+  kubeconfig_for "$state/$pod.kubeconfig" "$(kubectl -n demo create token trainer \
+    --bound-object-kind=Pod --bound-object-name="$pod" --bound-object-uid="$(uid "$pod")")"
+  env -i PATH="$PATH" KUBECONFIG="$state/$pod.kubeconfig" python - "$i" <<'PY'
+import sys
+from tidings import emitter as tidings
+tidings.log_link(f"shard-{sys.argv[1]}", f"https://dashboards.example/etl-3/{sys.argv[1]}")
+tidings.progress(1.0, "shard loaded", final=True)
+sys.exit(0 if tidings.flush(20) else 1)
+PY
+done
+kubectl -n demo wait --for=condition=Completed taskfeedback/etl-3 --timeout=60s | sed 's/^/  /'
+echo "  owned by: $(kubectl -n demo get taskfeedback etl-3 -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}')"
+step "tidings state etl-3"
+tidings state etl-3 -n demo
+step "kubectl describe pod etl-3-0-x7k2p (each pod's facts are about itself)"
+kubectl -n demo describe pod etl-3-0-x7k2p | sed -n '/^Events:/,$p'
+
 echo
 bus_events=$(kubectl -n demo get events.events.k8s.io --field-selector reportingController=tidings.dev/bus -o name | wc -l)
 applied=$(kubectl -n demo get taskfeedback train-42 -o jsonpath='{.status.counters.eventsApplied}')
-echo "demo finished: $bus_events bus events in namespace demo; the watcher folded the $applied task events into taskfeedback/train-42 (the rest are lineage)"
+echo "demo finished: $bus_events bus events in namespace demo; the watcher folded the $applied task events into taskfeedback/train-42 (the rest are lineage and etl-3's)"

@@ -11,7 +11,9 @@
     with tidings.run():                         # success at the end, or a failure naming
         main()                                  # the exception (so does any uncaught crash)
 
-Identity comes from the downward API (POD_NAME, POD_NAMESPACE, POD_UID) and TIDINGS_TASK.
+Identity comes from the service-account token's claims (the pod it is bound to), overridden
+by the downward API (POD_NAME, POD_NAMESPACE, POD_UID); the task from TIDINGS_TASK, else the
+watcher finds it from the pod's labels (a Job's, JobSet's, TrainJob's or Workflow's name).
 With no cluster configured (no in-cluster config, no kubeconfig), calls are counted and
 logged at DEBUG on the ``tidings.emitter`` logger: local runs behave, nothing raises.
 """
@@ -150,7 +152,8 @@ def emit(payload: Payload, *, warning: bool = False) -> None:
 
 
 def flush(timeout: float = 5.0) -> bool:
-    """Send everything emitted so far; True when it all settled within ``timeout``."""
+    """Send everything emitted so far; True when it was all delivered within ``timeout``
+    (False when anything since the previous flush was refused, invalid or dropped)."""
     return (_default or get_emitter()).flush(timeout)
 
 

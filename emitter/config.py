@@ -5,11 +5,17 @@ Nothing here talks to the cluster; see transport.py for client configuration.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+
+from tidings.kube.auth import BoundPod
+from tidings.schemas.constants import WORKERS_MAX
+
+log = logging.getLogger("tidings.emitter")
 
 # A downward-API volume with the pod's labels; the fallback when TIDINGS_TASK is unset.
 DEFAULT_LABELS_FILE = "/etc/podinfo/labels"
@@ -43,23 +49,45 @@ class EmitterConfig:
     # the task succeeds only once that many workers reported a final. 0: not declared.
     workers: int = 0
 
+    def __post_init__(self) -> None:
+        if self.workers > WORKERS_MAX:  # a config made in code; from_env clamps (and says so)
+            log.warning("tidings: workers=%d is above the largest count the bus accepts (%d); "
+                        "using %d", self.workers, WORKERS_MAX, WORKERS_MAX)
+            object.__setattr__(self, "workers", WORKERS_MAX)
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> EmitterConfig:
-        """Defaults overridden by ``TIDINGS_EMIT_BURST``, ``TIDINGS_EMIT_RATE``, ... (bad values
-        are ignored: configuration must never crash a workload)."""
+        """Defaults overridden by ``TIDINGS_EMIT_BURST``, ``TIDINGS_EMIT_RATE``, ... A value
+        that is not a number, or negative, is ignored and one above its bound (``WORKERS``:
+        the 10,000 a Progress may declare) is clamped, each with one WARNING line:
+        configuration must never crash a workload, nor silently make its events invalid."""
         env = os.environ if env is None else env
         overrides: dict[str, float | int] = {}
         for f in fields(cls):
-            raw = env.get(f"TIDINGS_EMIT_{f.name.upper()}")
+            var = f"TIDINGS_EMIT_{f.name.upper()}"
+            raw = env.get(var)
             if raw is None:
                 continue
             try:
                 value = int(raw) if f.type == "int" else float(raw)
             except ValueError:
+                value = -1
+            if not value >= 0:  # also NaN
+                log.warning("tidings: %s=%r is not a non-negative number; ignored (default %s)",
+                            var, raw[:40], getattr(cls(), f.name))
                 continue
-            if value >= 0:
-                overrides[f.name] = value
+            bound = _UPPER_BOUNDS.get(f.name)
+            if bound is not None and value > bound:
+                log.warning("tidings: %s=%s is above the largest value the bus accepts (%s); "
+                            "using %s", var, raw[:40], bound, bound)
+                value = bound
+            overrides[f.name] = value
         return replace(cls(), **overrides)  # type: ignore[arg-type]
+
+
+# Fields whose values the wire contract bounds: a larger one would make every event carrying
+# it invalid (a Progress declaring more than WORKERS_MAX workers, even a fail()).
+_UPPER_BOUNDS: dict[str, int] = {"workers": WORKERS_MAX}
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,15 +108,36 @@ class Identity:
     def from_env(cls, env: Mapping[str, str] | None = None,
                  labels_file: str | None = None) -> Identity:
         """``POD_NAMESPACE``, ``POD_NAME``, ``POD_UID`` and ``TIDINGS_TASK`` (else the pod's
-        ``tidings.dev/task`` label from a downward-API labels file)."""
+        ``tidings.dev/task`` label from a downward-API labels file). What is unset here the
+        sender learns from its service-account token (``completed_by``)."""
         env = os.environ if env is None else env
         task = env.get("TIDINGS_TASK", "") or task_from_labels(
             labels_file or env.get("TIDINGS_PODINFO_LABELS", DEFAULT_LABELS_FILE))
         return cls(env.get("POD_NAMESPACE", ""), env.get("POD_NAME", ""),
                    env.get("POD_UID", ""), task, env.get("TIDINGS_TASK_UID", "").strip())
 
+    def completed_by(self, bound: BoundPod | None) -> Identity:
+        """This identity, with what the environment left unset taken from the pod the
+        service-account token is bound to (its claims). The environment overrides: the
+        token's pod fills in only where the pod the environment names is that same pod (a
+        name from the environment is never paired with the token's uid, or vice versa)."""
+        if bound is None:
+            return self
+        same_pod = self.pod_name in ("", bound.name) and self.pod_uid in ("", bound.uid)
+        return replace(
+            self, namespace=self.namespace or bound.namespace,
+            pod_name=self.pod_name or (bound.name if same_pod else ""),
+            pod_uid=self.pod_uid or (bound.uid if same_pod else ""))
+
+    def bound_to(self, bound: BoundPod | None) -> bool:
+        """Whether ``bound`` (the token's pod) is the pod this identity speaks for: only then
+        may events carry the sender proof (the admission policy admits it from no one else)."""
+        return bound is not None and (bound.namespace, bound.name, bound.uid) == (
+            self.namespace, self.pod_name, self.pod_uid)
+
     def missing(self, *, need_task: bool = True) -> list[str]:
-        """The settings an event needs but lacks, by their environment names."""
+        """The settings an event needs but lacks, by their environment names. Without a task
+        the emitter reports about its own pod (the watcher finds the task by its labels)."""
         need = {"POD_NAMESPACE": self.namespace, "POD_NAME": self.pod_name,
                 "POD_UID": self.pod_uid}
         if need_task:

@@ -74,6 +74,7 @@ class Emitter:
         self._fraction = 0.0
         self._latest = LatestSlot(int(cfg.max_span_names))
         self._counters = Counters()
+        self._losses_seen = 0  # losses() as the previous flush saw it
         self._thread: threading.Thread | None = None
         self._closed = False
         self._warned_nonfinite = False
@@ -238,23 +239,33 @@ class Emitter:
     def flush(self, timeout: float = 5.0) -> bool:
         """Send everything emitted so far (spans and pending progress included) now.
 
-        True when all of it was settled within ``timeout``: created on the server (or sunk),
-        or permanently refused (see ``stats()['refused']``). Never raises.
+        True when all of it was delivered within ``timeout`` (created on the server, or sunk
+        with no cluster configured) and nothing emitted since the previous flush was lost:
+        refused, invalid, unaddressable or dropped (``stats()`` says which). Never raises.
         """
         try:
             if self._thread is None:
                 if (self._q.qsize() == 0 and not len(self._spans) and not len(self._latest)
                         and self._progress.value is None):
-                    return True
+                    return self._nothing_lost()
                 self._start()
             sender = self._sender
             if sender.dead or self._thread is None:
                 return False
             gen = sender.next_flush()
             self._q.put(Flush(gen))
-            return sender.wait_flushed(gen, timeout)
+            settled = sender.wait_flushed(gen, timeout)
+            return self._nothing_lost() and settled
         except Exception:
             return False
+
+    def _nothing_lost(self) -> bool:
+        """No loss since the previous flush asked (each loss fails one flush, not all later)."""
+        # Names beyond the span and metric bounds are dropped before the sender sees them.
+        losses = self._counters.losses() + self._spans.dropped + self._latest.dropped
+        with self._lock:
+            seen, self._losses_seen = self._losses_seen, losses
+        return losses == seen
 
     def close(self, timeout: float | None = None) -> bool:
         """Flush with a deadline (default ``exit_flush_s``), stop the sender, log a summary.

@@ -111,6 +111,15 @@ class Counters:
         with self._lock:
             self.dropped_span_names_pending += n
 
+    def losses(self) -> int:
+        """Everything accepted and then not delivered, in one number that only grows: facts
+        refused, invalid, unaddressable, undelivered or dropped, and spans left unsent (a
+        flush that sees it move did not deliver all it covered)."""
+        with self._lock:
+            return (self.refused + self.invalid + self.unaddressable + self.undelivered
+                    + self.dropped_queue_full + self.dropped_after_close + self.internal_errors
+                    + self.spans_unsent + self.dropped_span_names_pending)
+
     def snapshot(self) -> dict[str, Any]:
         """The counters as the ``stats()`` dict holds them (copies, consistent with each other)."""
         with self._lock:

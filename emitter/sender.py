@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 from tidings._compat import UTC
 from tidings.kube.flowcontrol import TokenBucket
 from tidings.schemas.constants import NOTE_LIMIT, SCHEMA_VERSION, SEQ_MAX
-from tidings.schemas.event import PodRef, TaskRef, build_event
+from tidings.schemas.event import ObjectRef, PodRef, TaskRef, build_event
 from tidings.schemas.names import task_id_error
 from tidings.schemas.payloads import (
     METRIC_ROWS_MAX,
@@ -119,6 +119,7 @@ class Sender:
         self._progress_out: ProgressUpdate | None = None
         self._flush_seen = 0
         self._logged: set[Hashable] = set()
+        self._proof = False  # events carry the sender proof (set with the transport)
 
     # ---- what the workload side asks ----------------------------------------------------
     def next_flush(self) -> int:
@@ -148,6 +149,7 @@ class Sender:
         cfg = self.config
         if self.transport is None:
             self.transport = default_transport()
+        self._learn_identity()
         if self.transport.sink:
             log.info("tidings: no cluster configured; events are counted and logged at DEBUG "
                      "on logger 'tidings.emitter'")
@@ -209,6 +211,15 @@ class Sender:
                     self._cond.notify_all()
         # Closing: whatever is still queued will never be sent.
         self._n.lost(self.queued() + len(self.latest_out), sum(c[1] for _, _, c in self.outbox))
+
+    def _learn_identity(self) -> None:
+        """What the environment did not say about this pod, from the pod its token is bound
+        to; and whether events carry the sender proof: as the transport says, else when the
+        token is bound to the very pod the events speak for."""
+        bound = getattr(self.transport, "bound_pod", None)
+        self.identity = self.identity.completed_by(bound)
+        forced = getattr(self.transport, "pod_bound", None)
+        self._proof = bool(forced) if forced is not None else self.identity.bound_to(bound)
 
     def _retrying(self, attempts: int | None) -> FirstTryFast:
         def before_sleep(state: tenacity.RetryCallState) -> None:
@@ -447,17 +458,25 @@ class Sender:
                              kind, detail)
             return None
         ident = self.identity
-        if target is None:
-            missing = ident.missing()
-            task, regarding = TaskRef(ident.namespace, ident.task), None
-        else:
-            missing = ident.missing(need_task=False)
-            task, regarding = target
+        missing = ident.missing(need_task=False)
         if missing:
-            self._count_once("unaddressable", "identity",
-                             "tidings: events cannot be sent: %s not set (downward API)",
-                             ", ".join(missing))
+            self._count_once(
+                "unaddressable", "identity",
+                "tidings: events cannot be sent: this process does not know its pod (%s not "
+                "set, and %s); run it in a pod with its service-account token mounted, or set "
+                "them from the downward API", ", ".join(missing), self._token_says())
             return None
+        if target is None and ident.task:
+            task, regarding = TaskRef(ident.namespace, ident.task), None
+        elif target is None:
+            # No task id: a fact about this pod (`kubectl describe pod` lists it); the watcher
+            # folds it into the task the pod's platform labels name.
+            task = TaskRef(ident.namespace, ident.pod_name)
+            regarding = ObjectRef("v1", "Pod", ident.pod_name, ident.namespace, ident.pod_uid)
+        else:
+            task, regarding = target
+            if not task.namespace:
+                task = TaskRef(ident.namespace, task.name)
         if regarding is None:  # about a TaskFeedback: its name must be a valid task id
             bad = task_id_error(task.name)
             if bad is not None:
@@ -474,13 +493,22 @@ class Sender:
                 task=task, pod=PodRef(ident.pod_name, ident.pod_uid, ident.namespace),
                 payload=payload, instance=self.instance, seq=seq,
                 time=datetime.fromtimestamp(t, UTC), warning=warning, regarding=regarding,
-                task_uid=ident.task_uid,
-                sender_proof=bool(getattr(self.transport, "pod_bound", False)))
+                task_uid=ident.task_uid, sender_proof=self._proof)
         except Exception as e:  # e.g. a payload that cannot fit: counted, never raised
             self._count_once("invalid", ("build", type(e).__name__),
                              "tidings: cannot build %s event: %s", payload_type(payload), e)
             return None
         return task.namespace, body
+
+    def _token_says(self) -> str:
+        if self.transport is None or self.transport.sink:
+            return "no cluster is configured"
+        if not hasattr(self.transport, "bound_pod"):
+            return "the transport names no token"
+        bound = self.transport.bound_pod
+        if bound is None:
+            return "the service-account token is bound to no pod"
+        return f"the service-account token is bound to another pod ({bound.name})"
 
     def _deliver(self, ns: str, body: dict[str, Any], *, critical: bool) -> bool:
         transport = self.transport

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from tidings.kube import JSON, Client, ConfigError, KubeError, connect
+from tidings.kube import JSON, BoundPod, Client, ConfigError, KubeError, bound_pod, connect
 from tidings.schemas.contract import events_path
 
 log = logging.getLogger("tidings.emitter")
@@ -54,10 +54,14 @@ class KubeTransport:
     sink = False
 
     def __init__(self, client: Client, timeout: tuple[float, float] = (3.0, 10.0), *,
-                 pod_bound: bool = False) -> None:
+                 pod_bound: bool | None = None) -> None:
         self.client = client
         self.timeout = timeout
-        # Its token is bound to this pod: events carry the sender proof (see build_event).
+        # The pod its token is bound to (the token's claims; None: bound to no pod): who we
+        # are when the environment does not say, and whether events may carry the proof.
+        self.bound_pod = token_pod(client)
+        # Whether events carry the sender proof (see build_event); None: when the token is
+        # bound to the pod the events speak for (the sender decides, knowing its identity).
         self.pod_bound = pod_bound
         self.server = client.server
         self._paths: dict[str, str] = {}
@@ -87,16 +91,21 @@ def no_cluster_configured(env: dict[str, str] | os._Environ[str] | None = None) 
     return not Path("~/.kube/config").expanduser().is_file()
 
 
-def pod_bound_credentials(kubeconfig: str | None = None, context: str | None = None) -> bool:
-    """Whether the client authenticates with this pod's bound token, so the events may carry
-    the sender proof: in-cluster config (every mounted token is pod-bound), unless
-    ``TIDINGS_SENDER_PROOF`` says otherwise (1: a kubeconfig holding a pod-bound token; 0:
-    never). A proof from any other caller is refused by the admission policy."""
-    forced = os.environ.get("TIDINGS_SENDER_PROOF", "")
-    if forced in ("0", "1"):
-        return forced == "1"
-    return kubeconfig is None and context is None and bool(
-        os.environ.get("KUBERNETES_SERVICE_HOST"))
+def sender_proof_setting() -> bool | None:
+    """``TIDINGS_SENDER_PROOF=0`` turns the sender proof off; otherwise (None) the token's
+    claims decide: events carry it when the token is bound to the pod they speak for,
+    whether it comes from the in-cluster mount or a kubeconfig, and never from a token bound
+    to no pod (the admission policy would refuse it)."""
+    return False if os.environ.get("TIDINGS_SENDER_PROOF", "") == "0" else None
+
+
+def token_pod(client: Client) -> BoundPod | None:
+    """The pod ``client``'s bearer token is bound to, or None. Never raises (a credential
+    that cannot be read now fails the first request instead, with its own error)."""
+    try:
+        return bound_pod(client.config.auth.header())
+    except Exception:
+        return None
 
 
 def default_transport() -> Transport:
@@ -105,7 +114,7 @@ def default_transport() -> Transport:
         return LogSink()
     try:
         return KubeTransport(connect(maxsize=POOL_SIZE, user_agent=FIELD_MANAGER),
-                             pod_bound=pod_bound_credentials())
+                             pod_bound=sender_proof_setting())
     except (ConfigError, OSError) as e:  # a broken kubeconfig must not crash the workload
         log.warning("tidings: cannot load cluster config (%s); events are only logged", e)
         return LogSink()

@@ -7,7 +7,7 @@ renewable credentials (``auth``), one urllib3 client with pagination and watch-l
 Light on purpose (urllib3, orjson, PyYAML): it runs inside workload images.
 """
 
-from .auth import CredentialError
+from .auth import BoundPod, CredentialError, bound_pod
 from .client import (
     JSON,
     JSON_PATCH,
@@ -44,6 +44,7 @@ __all__ = [
     "JSON_PATCH",
     "MERGE_PATCH",
     "STRATEGIC_MERGE_PATCH",
+    "BoundPod",
     "Change",
     "Client",
     "ClusterConfig",
@@ -57,6 +58,7 @@ __all__ = [
     "Rewatch",
     "StatusPredicates",
     "WatchLines",
+    "bound_pod",
     "close_stream",
     "connect",
     "in_cluster",

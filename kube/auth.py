@@ -241,3 +241,37 @@ def _rfc3339(text: str, cmd: str) -> float:
         raise CredentialError(f"exec plugin {cmd} returned a bad expirationTimestamp "
                               f"{text!r}") from None
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+@dataclass(frozen=True, slots=True)
+class BoundPod:
+    """The pod a service-account token is bound to, as its claims name it."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+def bound_pod(header: str | None) -> BoundPod | None:
+    """The pod a bearer ``Authorization`` value's token is bound to, read from its JWT claims
+    (``kubernetes.io: {namespace, pod: {name, uid}}``, what a projected or TokenRequest token
+    carries), or None: not a JWT, or a token bound to no pod (a person's, a legacy secret's).
+
+    Not verified: it is our own credential, read only to learn who we are; the API server
+    checks the token on every request, and the admission policy the identity we claim."""
+    if not header or not header.startswith("Bearer "):
+        return None
+    parts = header[len("Bearer "):].strip().split(".")
+    if len(parts) != 3 or len(parts[1]) > 16384:
+        return None
+    try:
+        payload = parts[1] + "=" * (-len(parts[1]) % 4)
+        claims = orjson.loads(base64.urlsafe_b64decode(payload))
+        k8s = claims["kubernetes.io"]
+        pod, namespace = k8s["pod"], k8s["namespace"]
+        name, uid = pod["name"], pod["uid"]
+    except Exception:  # not a JWT, or no pod claim: bound to no pod
+        return None
+    if not all(isinstance(v, str) and v for v in (namespace, name, uid)):
+        return None
+    return BoundPod(namespace, name, uid)

@@ -101,6 +101,16 @@ def task_selector(task: str) -> str:
     return f"{BUS_SELECTOR},regarding.kind={KIND},regarding.name={task}"
 
 
+# The bus events about pods themselves (what an emitter that knows no task id sends; the
+# watcher folds them into the task the pod's labels name).
+POD_FACTS_SELECTOR: Final = f"{BUS_SELECTOR},regarding.kind=Pod"
+
+
+def pod_facts_selector(pod: str) -> str:
+    """The field selector of the bus events about the pod ``pod`` itself."""
+    return f"{POD_FACTS_SELECTOR},regarding.name={pod}"
+
+
 def lineage_selector(app: str) -> str:
     """The field selector of the PodSpawned records about ``app`` (any kind)."""
     return f"{BUS_SELECTOR},reason=PodSpawned,regarding.name={app}"

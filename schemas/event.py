@@ -115,7 +115,9 @@ def build_event(
 ) -> dict[str, Any]:
     """An events.k8s.io/v1 Event dict, ready to POST to ``.../namespaces/{task.namespace}/events``.
 
-    ``regarding`` defaults to the task's TaskFeedback; lineage passes the app/owner instead.
+    ``regarding`` defaults to the task's TaskFeedback; lineage passes the app/owner instead,
+    and an emitter that knows no task id its own Pod (the watcher finds the task by the
+    pod's labels; ``task.name`` is then unused).
     ``task_uid`` is that TaskFeedback's uid when it was created before the task ran
     (``TIDINGS_TASK_UID``): with it the event shows in ``kubectl describe``. A malformed uid
     is left out, since the bus itself does not need it.
@@ -326,7 +328,11 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
         return _reject(RejectReason.BAD_REGARDING, "regarding lacks kind or name")
     if reg.get("namespace", ns) not in (ns, ""):
         return _reject(RejectReason.BAD_REGARDING, "regarding is in another namespace")
-    if (reg_kind != KIND or reg_api != API_VERSION) and type(payload) is not PodSpawned:
+    # A fact is about a TaskFeedback, or (an emitter that knows no task id) about its own
+    # pod, checked against related below; lineage may be about any object.
+    about_pod = reg_kind == "Pod" and reg_api == "v1"
+    if (reg_kind != KIND or reg_api != API_VERSION) and not about_pod \
+            and type(payload) is not PodSpawned:
         return _reject(RejectReason.BAD_REGARDING, "regarding is not a TaskFeedback")
     # Length first: only short strings ever reach (and stay in) the caches.
     task = _subject(ns, reg_name) if len(reg_name) <= 253 else None
@@ -360,13 +366,16 @@ def _parse(obj: Any) -> ParsedEvent | Rejection:
     )
     if sender is None:
         return _reject(RejectReason.BAD_RELATED, "related pod lacks a valid name or uid")
+    reg_uid = reg.get("uid")
+    if about_pod and type(payload) is not PodSpawned and (
+            reg_name != sender.name or reg_uid != sender.uid or rel_ns != ns):
+        return _reject(RejectReason.BAD_REGARDING, "regarding is a pod other than the sender")
 
     # The name binds the dedup key to one object: the API server refuses a second object of
     # the same name, so one (instance, seq) can never carry two different payloads per task.
     if name != event_name(reg_name, instance, seq):
         return _reject(RejectReason.BAD_NAME, "metadata.name does not match task/instance/seq")
 
-    reg_uid = reg.get("uid")
     proof = ""
     ann = meta.get("annotations")
     if _is_map(ann) and ann.get(SENDER_UID_ANNOTATION) == sender.uid:

@@ -39,6 +39,7 @@ class RejectReason(StrEnum):
     OTHER_OBJECT = "other_object"
     # a fact of a run whose finished TaskFeedback the TTL deleted, arriving after the delete
     DELETED_TASK = "deleted_task"
+    UNKNOWN_TASK = "unknown_task"  # a fact about a pod whose labels cannot be read (gone)
 
 
 # pydantic error types raised by the payload validators that have a reason of their own.

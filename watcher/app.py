@@ -23,7 +23,7 @@ from .controller import Controller
 from .http import Endpoints
 from .leader import LeaderElector
 from .metrics import Metrics
-from .settings import Options, problems
+from .settings import Options, problems, task_keys
 from .writer import status_body
 
 log = logging.getLogger("tidings.watcher")
@@ -49,6 +49,10 @@ def _clients(o: Options, pool: int) -> tuple[Client, Client]:
 def _validate(o: Options) -> None:
     for problem in problems(o):
         raise ConfigError(problem)
+    try:
+        task_keys(o)
+    except ValueError as e:
+        raise ConfigError(f"--task-label-keys: {e}") from None
 
 
 def _start_controller(c: Controller, stop: threading.Event) -> bool:

@@ -7,9 +7,11 @@ watch loop --(parse, push, add key)--> WorkQueue --(one worker per key)--> sende
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -20,7 +22,6 @@ from tidings.kube.objects import KubeObject
 from tidings.schemas.constants import API_VERSION, KIND
 from tidings.schemas.contract import (
     BUS_SELECTOR,
-    TASK_LABEL,
     events_path,
     pods_path,
     taskfeedback_path,
@@ -28,17 +29,19 @@ from tidings.schemas.contract import (
 from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event
 from tidings.schemas.fastpath import fast_watch_line
 from tidings.schemas.folding import fold_checked
-from tidings.schemas.payloads import PodSpawned
+from tidings.schemas.payloads import PodSpawned, Progress
+from tidings.schemas.platform import PodTask
 from tidings.schemas.rejection import Rejection, RejectReason
 from tidings.schemas.state import Limits
 
 from .coalesce import critical_change
 from .logs import OncePerEvent, event_key, task_fields
 from .metrics import Metrics
+from .platform import PlatformTasks
 from .queue import WorkQueue
 from .reflector import Reflector
-from .senders import Retry, Senders, kube_getter
-from .settings import Settings
+from .senders import Retry, Senders, as_task_fact, kube_getter
+from .settings import Settings, task_keys
 from .store import Store
 from .ttl import TtlSweeper
 from .writer import StatusWriter
@@ -115,14 +118,18 @@ class Controller:
         # events of each again, so a restart's relist cannot bring the task back either.
         self.late_after_ttl: set[TaskRef] = set()
         self.queue: WorkQueue[TaskRef] = WorkQueue()
-        self.senders = Senders(kube_getter(kube))
+        self.senders = Senders(kube_getter(kube), keys=task_keys(settings))
+        self.platform = PlatformTasks(kube)
+        # Facts about a sender's own pod, waiting for its labels to name their task.
+        self._unresolved: queue.SimpleQueue[ParsedEvent] = queue.SimpleQueue()
         self.writer = StatusWriter(kube, self.store, metrics, interval=settings.write_interval,
                                    coalesce_interval=settings.coalesce_interval,
                                    workers=settings.concurrency, slow=settings.slow_writes,
                                    may_write=may_write or (lambda: True),
                                    max_rate=settings.max_write_rate,
                                    budget=settings.write_budget,
-                                   priority=settings.write_policy != "fifo")
+                                   priority=settings.write_policy != "fifo",
+                                   owner_of=self.platform.owner)
         self.ready = threading.Event()
         self._reflectors: list[Reflector] = []
         self._threads: list[threading.Thread] = []
@@ -154,13 +161,15 @@ class Controller:
         t0 = time.monotonic()
         loaded = self._load()
         log.info("loaded %d task states in %.2fs", loaded, time.monotonic() - t0)
-        pods = [self._reflector(p, [("labelSelector", TASK_LABEL)], self.senders)
-                for p in self._paths(pods_path)]
+        # One pod informer per task key and namespace: a selector cannot say "any of these".
+        pods = [self._reflector(p, [("labelSelector", src.key)], src)
+                for p in self._paths(pods_path) for src in self.senders.sources()]
         for r in pods:  # best effort: a cache miss falls back to a GET anyway
             r.synced.wait(10)
         self.writer.start()
         for i in range(self.s.concurrency):
             self._thread(self._fold_worker, f"fold-{i}")
+        self._thread(self._resolve_worker, "resolve")
         events = [self._reflector(p, [("fieldSelector", BUS_SELECTOR)], EventSource(self))
                   for p in self._paths(events_path)]
         self._thread(lambda: self._monitor(events), "monitor")
@@ -198,7 +207,7 @@ class Controller:
             self.metrics.status_lag.set(self.writer.oldest())
             self.metrics.tasks.set(len(self.store))
             if not self.ready.is_set() and all(r.synced.is_set() for r in events) \
-                    and self.queue.pending() == 0:
+                    and self.queue.pending() == 0 and self._unresolved.empty():
                 self.ready.set()
                 self.metrics.ready.set(1)
                 log.info("initial list folded; ready")
@@ -236,10 +245,17 @@ class Controller:
         not_task = 0
         for i, r in enumerate(results):
             if type(r) is ParsedEvent:
-                if r.regarding_kind != KIND or r.regarding_api_version != API_VERSION:
-                    not_task += 1  # lineage (PodSpawned) is not a task fact
-                else:
+                if r.regarding_kind == KIND and r.regarding_api_version == API_VERSION:
                     events.append(r)
+                elif r.regarding_kind == "Pod" and type(r.payload) is not PodSpawned:
+                    # About its sender's own pod: its task is the one the pod's labels name.
+                    known = self._task_known(r)
+                    if known is not None:
+                        events.append(known)
+                    else:
+                        self._unresolved.put(r)
+                else:
+                    not_task += 1  # lineage (PodSpawned) is not a task fact
             elif isinstance(r, Rejection):
                 m.events_rejected.labels(r.reason.value).inc()  # per delivery, as documented
                 self._log_refused(r, raws[i] if i < len(raws) else None)
@@ -248,6 +264,48 @@ class Controller:
         if events:
             self.store.push_many(events)
             self.queue.add_many(dict.fromkeys(ev.task for ev in events))
+
+    # --- facts about a pod: the task its labels name -------------------------------------
+    def _task_known(self, ev: ParsedEvent) -> ParsedEvent | None:
+        """The fact retargeted to its pod's task when the pod cache already knows it (O(1),
+        on the watch loop); None: the resolver looks (a GET, or a refusal)."""
+        s = ev.sender
+        known, info = self.senders.lookup((s.namespace or ev.task.namespace, s.name, s.uid))
+        if known and isinstance(info, PodTask) and not info.error:
+            return self._retarget(ev, info)
+        return None
+
+    def _retarget(self, ev: ParsedEvent, info: PodTask) -> ParsedEvent:
+        fact = as_task_fact(ev, info.task)
+        self.platform.learn(fact.task, info)
+        return fact
+
+    def _resolve_worker(self) -> None:
+        """Facts about pods the cache does not know yet: read the pod (or refuse the fact),
+        then hand it to the fold like any other."""
+        while not self._stopping.is_set():
+            try:
+                ev = self._unresolved.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            try:
+                self._resolve(ev)
+            except Exception:
+                log.exception("resolving the task of %s/%s failed", ev.task.namespace, ev.name)
+
+    def _resolve(self, ev: ParsedEvent) -> None:
+        verdict = self.senders.task_of(ev)
+        if verdict is Retry.LATER:
+            self._stopping.wait(self.s.sender_retry)
+            self._unresolved.put(ev)
+            return
+        if isinstance(verdict, Rejection):
+            self._refused(ev.task, ev, verdict)  # no task to count it in: the metric and log
+            return
+        assert isinstance(verdict, PodTask)
+        fact = self._retarget(ev, verdict)
+        self.store.push_many([fact])
+        self.queue.add_many({fact.task: None})
 
     def _log_refused(self, rejection: Rejection, raw: Any) -> None:
         """Log an unparseable event once (by namespace, name, resourceVersion) when it can be
@@ -329,6 +387,7 @@ class Controller:
         uid, stale, buried = self.store.identity(task)
         base, events = self.store.take(task)
         later: list[ParsedEvent] = []
+        events = self._with_job_workers(task, events, later)
         skipped = m.events_skipped
         # Counted here and added to the metrics once per fold (a labelled inc costs about as
         # much as the fold of an event); the same totals as counting each event.
@@ -399,6 +458,39 @@ class Controller:
             for ev in later:
                 self.store.push(ev)
             self.queue.add_after(task, self.s.sender_retry)
+
+    def _with_job_workers(self, task: TaskRef, events: list[ParsedEvent],
+                          later: list[ParsedEvent]) -> list[ParsedEvent]:
+        """What the senders' platform labels add to the task: its owner (for the TaskFeedback
+        the writer creates) and, when the task is a batch/v1 Job, its ``spec.completions`` as
+        the worker count of its pods' progress (unless a pod declared more), so the task
+        completes only once that many pods reported a final. A Job that cannot be read right
+        now holds its pods' progress back (``later``)."""
+        out: list[ParsedEvent] = []
+        infos: dict[int, PodTask | None] = {}  # per sender (the events hold their PodRefs)
+        for ev in events:
+            s = ev.sender
+            if id(s) in infos:
+                info = infos[id(s)]
+            else:
+                known, got = self.senders.lookup((s.namespace or task.namespace, s.name, s.uid))
+                info = got if known and isinstance(got, PodTask) and not got.error \
+                    and got.task == task.name else None
+                infos[id(s)] = info
+                if info is not None:
+                    self.platform.learn(task, info)
+            p = ev.payload
+            if info is None or type(p) is not Progress or info.job != task.name:
+                out.append(ev)
+                continue
+            completions = self.platform.completions(task, info)
+            if completions is Retry.LATER:
+                later.append(ev)
+            elif isinstance(completions, int) and completions > p.workers:
+                out.append(replace(ev, payload=p.model_copy(update={"workers": completions})))
+            else:
+                out.append(ev)
+        return out
 
     def _refused(self, task: TaskRef, ev: ParsedEvent, rejection: Rejection) -> bool:
         """Count and log a refused event; True the first time this event is refused (a relist

@@ -4,9 +4,13 @@ related pod speak for the event's task (or, for PodSpawned, does the spawned pod
 Trust is keyed by (namespace, name, uid), never name and uid alone. The rules, in order
 (deploy/README.md, "Sender authentication", states them for users):
 
-1. A task fact comes from a pod in the task's own namespace, labelled
-   ``tidings.dev/task=<task>``: the live pod, or the label remembered from when the pod was
-   seen (pods deleted while this process watched stay known, bounded).
+1. A task fact comes from a pod in the task's own namespace whose labels name the task
+   (the first key of the task key list it carries: ``tidings.dev/task``, else its
+   platform's, ``schemas/platform.py``): the live pod, or the labels remembered from when the
+   pod was seen (pods deleted while this process watched stay known, bounded). A fact about
+   the pod itself (an emitter that knows no task id) belongs to the task its labels name
+   (``task_of``); a pod never seen, whose labels cannot be read, has no known task: such a
+   fact is refused (``unknown_task``), never guessed.
 2. A pod that is gone and was never seen: its event counts when it carries the sender proof
    (``tidings.dev/sender-uid`` equal to ``related.uid``) and the admission policy that makes
    the proof unforgeable is installed and enforcing. The proof authenticates the sender pod
@@ -15,8 +19,9 @@ Trust is keyed by (namespace, name, uid), never name and uid alone. The rules, i
 3. Lineage (PodSpawned regarding a TaskFeedback): nobody's word is taken; the spawned pod it
    names must be a pod of the task's namespace with that uid, labelled for the task.
 
-Pods are cached by a label-filtered informer (a reflector source); a cache miss falls back to
-a direct GET, since a new pod may race its first event.
+Pods are cached by label-filtered informers (one reflector source per task key, since a
+label selector cannot say "any of these keys"); a cache miss falls back to a direct GET,
+since a new pod may race its first event.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from enum import Enum
 from typing import Any
 
@@ -33,13 +39,14 @@ import orjson
 
 from tidings.kube import Client, KubeError
 from tidings.kube.objects import KubeObject
-from tidings.schemas.constants import TASK_LABEL
+from tidings.schemas.constants import API_VERSION, KIND, TASK_LABEL
 from tidings.schemas.contract import SENDER_POLICY as POLICY
 from tidings.schemas.contract import SENDER_POLICY_BINDING_PATH as BINDING_PATH
 from tidings.schemas.contract import SENDER_POLICY_PATH as POLICY_PATH
 from tidings.schemas.contract import pods_path
-from tidings.schemas.event import ParsedEvent, WatchItem
+from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem
 from tidings.schemas.payloads import PodSpawned
+from tidings.schemas.platform import DEFAULT_TASK_KEYS, PodTask, other_keys, pod_task
 from tidings.schemas.rejection import Rejection, RejectReason
 
 log = logging.getLogger("tidings.watcher.senders")
@@ -81,14 +88,19 @@ def kube_getter(kube: Client) -> Getter:
 _ABSENT = object()  # cache value: no pod of that namespace/name carries that uid
 
 
-def _pod(obj: object) -> tuple[PodKey, str | None] | None:
+def _pod(obj: object, keys: Sequence[str]) -> tuple[PodKey, PodTask | None] | None:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if not isinstance(meta, dict):
         return None
-    labels = meta.get("labels") or {}
-    task = labels.get(TASK_LABEL) if isinstance(labels, dict) else None
-    return (str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", ""))), \
-        (task if isinstance(task, str) else None)
+    key = (str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", "")))
+    found = pod_task(meta, keys)
+    if found is not None and log.isEnabledFor(logging.DEBUG):
+        others = other_keys(meta, keys, found.key)
+        if others:
+            log.debug("pod %s/%s carries the task keys %s; its task is %s=%s (the first)",
+                      key[0], key[1], ", ".join([found.key, *others]), found.key,
+                      found.task or "(invalid)")
+    return key, found
 
 
 def _spoofed(message: str) -> Rejection:
@@ -138,41 +150,41 @@ class ProofPolicy:
         return ok
 
 
-class Senders:
-    """Pod cache (reflector source for ``/pods?labelSelector=tidings.dev/task``) + the check.
+def as_task_fact(ev: ParsedEvent, task: str) -> ParsedEvent:
+    """A fact about its sender's own pod, as a fact about ``task`` (the one the pod's labels
+    name: ``Senders.task_of``): the same event, regarding that task's TaskFeedback (no uid:
+    the pod's is not the TaskFeedback's). The sender check still runs on it."""
+    return replace(ev, task=TaskRef(ev.task.namespace, task), regarding_kind=KIND,
+                   regarding_api_version=API_VERSION, regarding_uid="")
 
-    ``how`` of the last check is one of cache, get, proof (for the metrics)."""
+
+class PodSource:
+    """The informer source of one task key (``/pods?labelSelector=<key>``), feeding the
+    shared cache of ``Senders``. A relist forgets (as deleted: remembered, bounded) only the
+    pods this source listed before and no longer lists."""
 
     resource = "pods"
 
-    def __init__(self, get: Getter | None, *, max_deleted: int = 20000,
-                 negative_ttl: float = 5.0, policy: ProofPolicy | None = None) -> None:
-        self.get = get
-        self.policy = policy or ProofPolicy(get)
-        self._lock = threading.Lock()
-        self._live: dict[PodKey, str | None] = {}
-        self._deleted: OrderedDict[PodKey, str | None] = OrderedDict()
-        self._negative: dict[PodKey, tuple[float, object]] = {}
+    def __init__(self, senders: Senders, key: str) -> None:
+        self.senders, self.key = senders, key
+        self._mine: set[PodKey] = set()
         self._listed: set[PodKey] = set()
-        self.max_deleted, self.negative_ttl = max_deleted, negative_ttl
 
-    # --- informer source ----------------------------------------------------------------
     def list_begin(self) -> None:
         self._listed = set()
 
     def list_page(self, items: list[KubeObject]) -> None:
         for obj in items:
-            p = _pod(obj)
+            p = _pod(obj, self.senders.keys)
             if p is not None:
                 self._listed.add(p[0])
-                self.put(*p)
+                self.senders.put(*p)
 
     def list_done(self, resource_version: str) -> None:
-        with self._lock:
-            gone = [k for k in self._live if k not in self._listed]
+        gone = self._mine - self._listed
         for k in gone:
-            self.delete(k)
-        self._listed = set()
+            self.senders.delete(k)
+        self._mine, self._listed = self._listed, set()
 
     def watch_line(self, line: bytes) -> WatchItem:
         try:
@@ -184,15 +196,39 @@ class Senders:
         if wtype == "ERROR":
             code = obj.get("code")
             return WatchItem(wtype, rv, None, code if isinstance(code, int) else None)
-        p = _pod(obj)
+        p = _pod(obj, self.senders.keys)
         if p is not None and wtype in ("ADDED", "MODIFIED"):
-            self.put(*p)
+            self._mine.add(p[0])
+            self.senders.put(*p)
         elif p is not None and wtype == "DELETED":
-            self.delete(p[0])
+            self._mine.discard(p[0])
+            self.senders.delete(p[0])
         return WatchItem(wtype, rv, None)
 
+
+class Senders:
+    """Pod cache (fed by one ``PodSource`` per task key) + the check.
+
+    ``how`` of the last check is one of cache, get, proof (for the metrics)."""
+
+    def __init__(self, get: Getter | None, *, max_deleted: int = 20000,
+                 negative_ttl: float = 5.0, policy: ProofPolicy | None = None,
+                 keys: Sequence[str] = DEFAULT_TASK_KEYS) -> None:
+        self.get = get
+        self.keys = tuple(keys)
+        self.policy = policy or ProofPolicy(get)
+        self._lock = threading.Lock()
+        self._live: dict[PodKey, PodTask | None] = {}
+        self._deleted: OrderedDict[PodKey, PodTask | None] = OrderedDict()
+        self._negative: dict[PodKey, tuple[float, object]] = {}
+        self.max_deleted, self.negative_ttl = max_deleted, negative_ttl
+
+    def sources(self) -> list[PodSource]:
+        """One informer source per task key."""
+        return [PodSource(self, k) for k in self.keys]
+
     # --- cache --------------------------------------------------------------------------
-    def put(self, key: PodKey, task: str | None) -> None:
+    def put(self, key: PodKey, task: PodTask | None) -> None:
         with self._lock:
             self._live[key] = task
             self._deleted.pop(key, None)
@@ -219,7 +255,7 @@ class Senders:
             return False, None
 
     def label(self, key: PodKey) -> tuple[object, str] | Retry:
-        """(task label | None (unlabelled or unreadable) | _ABSENT, how) for the pod ``key``."""
+        """(PodTask | None (no task key, or unreadable) | _ABSENT, how) for the pod ``key``."""
         known, task = self.lookup(key)
         if known:
             return task, "cache"
@@ -244,21 +280,41 @@ class Senders:
         got = self.label((ns, s.name, s.uid))
         if got is Retry.LATER:
             return Retry.LATER
-        task, how = got
-        if task == ev.task.name:
+        info, how = got
+        if isinstance(info, PodTask) and info.task == ev.task.name:
             return how
-        if task is _ABSENT and ev.sender_proof == s.uid:
+        if info is _ABSENT and ev.sender_proof == s.uid:
             trusted = self.policy.trusted()
             if trusted is None:
                 return Retry.LATER
             if trusted:
                 return "proof"  # the API server authenticated this pod; it is gone now
+        if isinstance(info, PodTask) and info.error:
+            return Rejection.of(RejectReason.BAD_TASK_ID, f"related pod {s.name}: {info.error}")
         # The pod's own label and the task the event claims, each named as what it is: an
         # operator must not read the claim as the pod's label.
-        why = (f"is labelled {TASK_LABEL}={task}" if isinstance(task, str) else
-               "is gone, and no trusted sender proof" if task is _ABSENT else
+        why = (f"is labelled {info.key}={info.task}" if isinstance(info, PodTask) else
+               "is gone, and no trusted sender proof" if info is _ABSENT else
                f"has no {TASK_LABEL} label (or is unreadable)")
         return _spoofed(f"related pod {s.name} {why}; the event claims task {ev.task.name}")
+
+    def task_of(self, ev: ParsedEvent) -> PodTask | Rejection | Retry:
+        """The task a fact about its sender's own pod belongs to: the one the pod's labels
+        name (live, or remembered). A pod never seen, or one naming no valid task, gives a
+        Rejection: the task is never guessed."""
+        s = ev.sender
+        got = self.label((s.namespace or ev.task.namespace, s.name, s.uid))
+        if got is Retry.LATER:
+            return Retry.LATER
+        info, _how = got
+        if isinstance(info, PodTask):
+            if info.error:
+                return Rejection.of(RejectReason.BAD_TASK_ID,
+                                    f"pod {s.name} names no valid task: {info.error}")
+            return info
+        why = ("was never seen and is gone: its task cannot be known" if info is _ABSENT
+               else "carries none of the task keys " + ", ".join(self.keys))
+        return Rejection.of(RejectReason.UNKNOWN_TASK, f"pod {s.name} {why}")
 
     def _lineage(self, ev: ParsedEvent) -> Rejection | Retry | str:
         p = ev.payload
@@ -266,11 +322,12 @@ class Senders:
         got = self.label((ev.task.namespace, p.pod_name, p.pod_uid))
         if got is Retry.LATER:
             return Retry.LATER
-        task, how = got
-        if task == ev.task.name:
+        info, how = got
+        if isinstance(info, PodTask) and not info.error and info.task == ev.task.name:
             return how
-        label = (f"is labelled {TASK_LABEL}={task}" if isinstance(task, str) else
-                 f"is no pod of {ev.task.namespace} with that uid" if task is _ABSENT else
+        label = (f"is labelled {info.key}={info.task or '(invalid)'}"
+                 if isinstance(info, PodTask) else
+                 f"is no pod of {ev.task.namespace} with that uid" if info is _ABSENT else
                  f"has no {TASK_LABEL} label (or is unreadable)")
         return Rejection.of(RejectReason.UNVERIFIED_LINEAGE,
                             f"spawned pod {p.pod_name} {label}; the record claims it for "
@@ -289,7 +346,7 @@ class Senders:
             obj, result = None, None  # unreadable: not known to be gone
         else:
             result = _ABSENT
-        p = _pod(obj) if obj is not None else None
+        p = _pod(obj, self.keys) if obj is not None else None
         if p is not None and p[0] == key:
             self.put(*p)
             return p[1]

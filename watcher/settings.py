@@ -87,6 +87,12 @@ class Settings:
         512, "Emitter instances kept per task for dedup; beyond it the oldest are compacted "
         "and later events created before them skipped (counted).",
         env="TIDINGS_MAX_INSTANCES", minimum=16)
+    task_label_keys: str = setting(
+        "", "Pod label keys that name a sender's task, comma-separated, most specific first "
+        "(the first key a pod carries wins). Default: tidings.dev/task, "
+        "trainer.kubeflow.org/trainjob-name, training.kubeflow.org/job-name, "
+        "jobset.sigs.k8s.io/jobset-name, workflows.argoproj.io/workflow, "
+        "batch.kubernetes.io/job-name.", env="TIDINGS_TASK_LABEL_KEYS")
     # A test hook (None: from the environment): extra seconds per status write, by task.
     slow_writes: dict[str, float] | None = setting(None)  # noqa: RUF009 - a field
 
@@ -158,3 +164,12 @@ def problems(o: Options) -> list[str]:
             out.append(f"{where} must not be negative" if low == 0
                        else f"{where} must be at least {low:g}{unit}")
     return out
+
+
+def task_keys(s: Settings) -> tuple[str, ...]:
+    """The task key list the settings name (schemas/platform.py's default when unset).
+    Raises ValueError for a bad list."""
+    from tidings.schemas.platform import DEFAULT_TASK_KEYS, parse_task_keys
+
+    return parse_task_keys(s.task_label_keys) if s.task_label_keys.strip() \
+        else DEFAULT_TASK_KEYS

@@ -16,14 +16,19 @@ the TaskFeedback back.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import cast
 
 from tidings._compat import UTC
 from tidings.kube import Client, KubeError
 from tidings.kube.objects import TaskFeedback
-from tidings.schemas.contract import events_path, task_selector, taskfeedback_path
+from tidings.schemas.contract import (
+    events_path,
+    pod_facts_selector,
+    task_selector,
+    taskfeedback_path,
+)
 from tidings.schemas.event import TaskRef
 from tidings.schemas.state import TaskState
 from tidings.schemas.times import from_epoch, parse_time
@@ -105,16 +110,20 @@ class TtlSweeper:
         if state is None:
             state = TaskState.from_status(task, obj.get("status"))
         self.on_deleted(task, str(meta.get("uid") or ""), state)
-        self.delete_events(task)
+        self.delete_events(task, state.pods)
         return True
 
-    def delete_events(self, task: TaskRef) -> None:
+    def delete_events(self, task: TaskRef, pods: Sequence[tuple[str, str]] = ()) -> None:
         """Delete the task's bus events (after its TaskFeedback, and again after a late fact
-        of the deleted run): a relist after a restart finds nothing to fold it back from."""
-        try:
-            self.kube.request("DELETE", events_path(task.namespace),
-                              query=[("fieldSelector", task_selector(task.name))],
-                              timeout=(5, 60))
-        except KubeError as e:  # they expire anyway; a relist may recreate it meanwhile
-            log.warning("cannot delete the bus events of %s/%s: %s", task.namespace,
-                        task.name, e)
+        of the deleted run): a relist after a restart finds nothing to fold it back from.
+        With them go the facts its reporting ``pods`` (name, uid) sent about themselves,
+        folded into it by their labels."""
+        selectors = [task_selector(task.name)] + [pod_facts_selector(pod) for pod, _ in pods]
+        for selector in selectors:
+            try:
+                self.kube.request("DELETE", events_path(task.namespace),
+                                  query=[("fieldSelector", selector)], timeout=(5, 60))
+            except KubeError as e:  # they expire anyway; a relist may recreate it meanwhile
+                log.warning("cannot delete the bus events of %s/%s: %s", task.namespace,
+                            task.name, e)
+                return

@@ -27,10 +27,11 @@ from typing import Any
 
 import orjson
 
+from tidings.emitter.task import owner_reference
 from tidings.kube import JSON, Client, KubeError
 from tidings.kube.flowcontrol import TokenBucket
 from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
-from tidings.schemas.event import TaskRef
+from tidings.schemas.event import ObjectRef, TaskRef
 from tidings.schemas.state import STATUS_BUDGET, TaskState
 
 from .coalesce import Coalescer
@@ -111,8 +112,11 @@ class StatusWriter:
                  coalesce_interval: float | None = None, workers: int = 8,
                  slow: dict[str, float] | None = None,
                  may_write: Callable[[], bool] = lambda: True, max_rate: float = 0.0,
-                 budget: float = 0.0, priority: bool = True) -> None:
+                 budget: float = 0.0, priority: bool = True,
+                 owner_of: Callable[[TaskRef], ObjectRef | None] = lambda task: None) -> None:
         self.kube, self.store, self.metrics = kube, store, metrics
+        # The platform object (Job, JobSet, Workflow, ...) a new TaskFeedback is owned by.
+        self.owner_of = owner_of
         self.co: Coalescer[TaskRef] = Coalescer(interval, coalesce_interval, priority=priority)
         self.workers = workers
         self.slow = slow if slow is not None else parse_slow_writes(os.environ.get(SLOW_WRITE_ENV))
@@ -329,9 +333,13 @@ class StatusWriter:
     def _create(self, task: TaskRef, coll: str) -> str | None:
         """Create the TaskFeedback; its resourceVersion. Conflict when it already exists (we
         must read what it holds before writing over it)."""
+        owner = self.owner_of(task)
+        # Owned by the platform's object (a Job, a Workflow): deleted with it.
+        owners = [owner_reference(owner)] if owner is not None else []
+        body = taskfeedback_body(task.namespace, task.name, owner_references=owners)
         self._spend(0)
         try:
-            obj = self.kube.request("POST", coll, body=taskfeedback_body(task.namespace, task.name),
+            obj = self.kube.request("POST", coll, body=body,
                                     query=[("fieldManager", FIELD_MANAGER)],
                                     timeout=WRITE_TIMEOUT)
         except KubeError as e:

@@ -159,11 +159,23 @@ def test_values_set_image_replicas_namespaces_ttl_and_monitoring(helm_env: dict[
         (DEPLOY / "monitoring" / "dashboard.json").read_text())
 
 
+def test_task_label_keys_become_the_watcher_flag(helm_env: dict[str, str]) -> None:
+    docs = render(helm_env, "watcher.taskLabelKeys={tidings.dev/task,example.com/run}")
+    (container,) = by_kind(docs)[("Deployment", "tidings-watcher")]["spec"]["template"][
+        "spec"]["containers"]
+    cmd = container["command"]
+    assert cmd[cmd.index("--task-label-keys") + 1] == "tidings.dev/task,example.com/run"
+    (default,) = by_kind(render(helm_env))[("Deployment", "tidings-watcher")]["spec"][
+        "template"]["spec"]["containers"]
+    assert "--task-label-keys" not in default["command"]  # the watcher's own default list
+
+
 @pytest.mark.parametrize(("value", "message"), [
     ("replicas=two", "/replicas"),
     ("watcher.namespaces={Bad_NS}", "/watcher/namespaces/0"),
     ("watcher.ttlAfterFinished=-1", "/watcher/ttlAfterFinished"),
     ("image.repository=", "/image/repository"),
+    ("watcher.taskLabelKeys={bad key}", "/watcher/taskLabelKeys/0"),
     ("watcher.logLevel=critical", "/watcher/logLevel"),  # not a level the watcher takes
 ])
 def test_bad_values_are_refused_by_the_schema(helm_env: dict[str, str], value: str,

@@ -435,3 +435,65 @@ def test_logs_follow_ends_the_stream_of_a_pod_that_drops_the_label(
     p.wait_for(lambda out: "[keep-0/main] kept again" in out, 30, "the other pod's new line")
     assert p.proc.poll() is None  # -f goes on following the task
     assert not [x for x in p.out if "SECRET" in x]
+
+
+# --- issue 18 item 2: a decoy lineage record hides nothing ---------------------------------
+
+
+def test_a_decoy_lineage_record_never_hides_the_task_s_real_pods(
+        control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path) -> None:
+    """Any workload pod of the namespace may write a PodSpawned record for any app: one naming
+    a pod that does not exist (or a pod of its own) must not hide the pods found by label,
+    and must itself never be streamed."""
+    label = {"labels": {TASK_LABEL: "victim"}}
+    real = _pod(admin, namespace, "victim-worker-0", tmp_path, ["real line"], **label)
+    attacker = _pod(admin, namespace, "attacker-0", tmp_path, ["ATTACKER line"],
+                    labels={TASK_LABEL: "other"})
+    record_spawn(admin, namespace, "victim", "ghost-0", "0000-ghost", 0)  # no such pod
+    record_spawn(admin, namespace, "victim", attacker["name"], attacker["uid"], 1)
+    _serving(admin, namespace, "victim-worker-0", "attacker-0")
+
+    res = invoke(control_plane, "logs", "victim", "-n", namespace)
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines() == ["[victim-worker-0/main] real line"]
+    assert "ATTACKER" not in res.output
+
+    lineage = invoke(control_plane, "lineage", "victim", "-n", namespace, "-o", "json")
+    assert lineage.exit_code == 0, lineage.output
+    by_name = {p["pod"]: p for p in json.loads(lineage.stdout)["pods"]}
+    assert by_name["victim-worker-0"]["uid"] == real["uid"]
+    assert by_name["victim-worker-0"]["sources"] == ["label"]
+    assert by_name["victim-worker-0"]["verified"] is True
+    # The records: one names a pod that is gone (history, unverified), the other a pod that
+    # does not confirm it (ignored, and said so).
+    assert by_name["ghost-0"]["state"] == "gone" and by_name["ghost-0"]["verified"] is False
+    assert "attacker-0" not in by_name
+    assert "ignored 1 lineage record(s) naming pods not labelled tidings.dev/task=victim: " \
+        "attacker-0" in lineage.stderr
+
+
+def test_logs_and_lineage_find_a_job_s_pods_by_its_labels_and_uid(
+        control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path) -> None:
+    """A platform task's pods are found by the platform's task key, by uid: the Job's pods,
+    not a pod named like them, and not a JobSet's pod whose child Job merely shares the name
+    (its task is the JobSet)."""
+    job = {"batch.kubernetes.io/job-name": "train-7",
+           "batch.kubernetes.io/controller-uid": "6f1c2d3e-0000-4000-8000-000000000007"}
+    w0 = _pod(admin, namespace, "train-7-0-abcde", tmp_path, ["w0 line"], labels=job)
+    w1 = _pod(admin, namespace, "train-7-1-fghij", tmp_path, ["w1 line"], labels=job)
+    _pod(admin, namespace, "train-7-2-lookalike", tmp_path, ["INTRUDER name"])
+    _pod(admin, namespace, "llm-0", tmp_path, ["INTRUDER jobset"], labels={
+        "jobset.sigs.k8s.io/jobset-name": "llm", "batch.kubernetes.io/job-name": "train-7"})
+    _serving(admin, namespace, "train-7-0-abcde", "train-7-1-fghij", "train-7-2-lookalike",
+             "llm-0")
+
+    res = invoke(control_plane, "logs", "train-7", "-n", namespace)
+    assert res.exit_code == 0, res.output
+    assert sorted(res.stdout.splitlines()) == ["[train-7-0-abcde/main] w0 line",
+                                               "[train-7-1-fghij/main] w1 line"]
+    assert "INTRUDER" not in res.output
+    data = json.loads(invoke(control_plane, "lineage", "train-7", "-n", namespace,
+                             "-o", "json").stdout)
+    assert {p["uid"] for p in data["pods"]} == {w0["uid"], w1["uid"]}
+    tree = invoke(control_plane, "lineage", "train-7", "-n", namespace)
+    assert "found by label batch.kubernetes.io/job-name=train-7" in tree.stdout

@@ -36,4 +36,13 @@ def test_demo_exits_zero_and_shows_the_folded_task(control_plane: ControlPlane) 
     # Span windows travel as SpanSummaries (several names in one note), or as a SpanSummary
     # when a window holds one name.
     assert "SpanSummaries" in described or "SpanSummary" in described, described
+    # A Job's pods with no env wiring: the task is the Job, owned by it, complete after both
+    # completions; each fact is about its pod (kubectl describe pod lists it).
+    job = out.split("7. a Job's pods report with no wiring")[1].split("demo finished")[0]
+    assert "owned by: Job/etl-3" in job
+    state = job.split("tidings state etl-3")[1].split("kubectl describe pod")[0]
+    assert "100.0%" in state and re.search(r"Phase\s+Succeeded", state), state
+    assert "shard-0" in state and "shard-1" in state
+    described = job.split("kubectl describe pod etl-3-0-x7k2p")[1]
+    assert "LogLink" in described and "Progress" in described, described
     assert "demo finished" in out

@@ -136,7 +136,7 @@ def test_403_is_counted_and_not_retried(control_plane: ControlPlane, admin: Any,
     em.log_link("a", "https://example.com/a")
     em.log_link("b", "https://example.com/b")
     t0 = time.monotonic()
-    assert em.flush(15)  # settled: refused is final
+    assert not em.flush(15)  # settled at once (refused is final), and nothing delivered
     assert time.monotonic() - t0 < 5
     s = em.stats()
     assert (s["refused"], s["refused_by_status"], s["api_calls"], s["retries"]) == \
@@ -160,7 +160,7 @@ def test_422_is_counted_and_not_retried(control_plane: ControlPlane, admin: Any,
     em._sender.transport = Corrupting(em._sender.transport.client)  # type: ignore[union-attr]
     em.log_link("a", "https://example.com/a")
     em.progress(1.0, "done", final=True)
-    assert em.flush(15)
+    assert not em.flush(15)  # refused: settled, not delivered
     s = em.stats()
     assert (s["refused"], s["refused_by_status"], s["api_calls"], s["retries"]) == \
         (2, {422: 2}, 2, 0)

@@ -325,7 +325,7 @@ def test_task_ids_that_cannot_be_object_names_are_refused_at_the_first_emit(
                  transport=KubeTransport(connect(str(cfg))))
     em.log_link("w", "https://w.ai/")
     em.progress(1.0, final=True)
-    assert em.flush(10)
+    assert not em.flush(10)  # both dropped: no success reported
     stats = em.stats()
     assert (stats["unaddressable"], stats["delivered"], stats["api_calls"]) == (2, 0, 0)
     em.close(1)

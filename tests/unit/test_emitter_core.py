@@ -98,7 +98,7 @@ def test_calls_never_raise_and_bad_input_is_counted(caplog: pytest.LogCaptureFix
         em.record_span(None, "a", "b")  # type: ignore[arg-type]
         em.pod_spawned("Not A Pod!", "", app="")
         em.emit("not a payload")  # type: ignore[arg-type]
-        assert em.flush(5)
+        assert not em.flush(5)  # settled, but nothing of it delivered: not a success
     s = em.stats()
     assert rec.bodies == []
     assert s["invalid"] >= 6
@@ -163,7 +163,9 @@ def test_transient_errors_are_retried_and_permanent_ones_counted() -> None:
     assert [b["reason"] for b in rec.bodies] == ["LogLink"]
     rec.fail = [SendError(403, "Forbidden: no")]
     em.log_link("b", "https://example.com/b")
-    assert em.flush(5)
+    t0 = time.monotonic()
+    assert not em.flush(5)  # refused for good: settled at once, and not delivered
+    assert time.monotonic() - t0 < 2.0
     s = em.stats()
     assert s["retries"] == 2 and s["refused"] == 1 and s["refused_by_status"] == {403: 1}
     assert s["api_calls"] == 4
@@ -187,7 +189,7 @@ def test_missing_identity_is_counted_once_not_raised() -> None:
     em = Emitter(EmitterConfig(), identity=Identity(namespace="ml"), transport=Recorder())
     em.log_link("a", "https://example.com/a")
     em.log_link("b", "https://example.com/b")
-    assert em.flush(5)
+    assert not em.flush(5)
     assert em.stats()["unaddressable"] == 2
 
 
@@ -297,7 +299,7 @@ def test_one_bad_span_name_costs_only_its_own_spans() -> None:
     em, rec = make()
     names = [f"ok{i}" for i in range(10)] + ["bad\u200bname"]
     _offer(em, names, 110)
-    assert em.flush(5)
+    assert not em.flush(5)  # ten spans were not sent
     s = em.stats()
     sent = sorted(r.name for p in rec.parsed() for r in span_summaries(p.payload))
     assert sent == sorted(names[:10]) and s["invalid"] == 1

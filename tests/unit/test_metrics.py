@@ -179,7 +179,7 @@ def test_non_finite_metrics_are_refused_and_counted_and_never_replace_a_good_val
     em.metric("loss", math.nan, step=2)
     em.metric("loss", math.inf)
     em.metric("loss", "oops")  # type: ignore[arg-type]
-    assert em.flush(5)
+    assert not em.flush(5)  # three refused: flush does not report success
     (sent,) = [ev.payload for ev in rec.parsed()]
     assert isinstance(sent, Metric) and (sent.value, sent.step) == (0.25, 1)  # a lone one
     assert em.stats()["invalid"] == 3
@@ -198,7 +198,7 @@ def test_pending_metrics_go_out_before_the_final() -> None:
 def test_an_invalid_step_is_counted_once_sent_never() -> None:
     em, rec = make(span_window_s=30.0)
     em.metric("loss", 0.5, step=-3)
-    assert em.flush(5)
+    assert not em.flush(5)  # nothing delivered
     assert rec.bodies == [] and em.stats()["invalid"] == 1
 
 
@@ -206,7 +206,7 @@ def test_names_waiting_for_the_window_are_bounded_and_the_rest_counted() -> None
     em, rec = make(span_window_s=30.0, max_span_names=2)
     for name in ("a", "b", "c", "a"):
         em.metric(name, 1.0)
-    assert em.flush(5)
+    assert not em.flush(5)  # "c" was dropped
     assert sorted(m.name for m in sent_metrics(rec)) == ["a", "b"]
     s = em.stats()
     assert (s["dropped_metric_names"], s["metrics_coalesced"], s["delivered"]) == (1, 1, 1)
@@ -228,7 +228,7 @@ def test_one_bad_row_costs_only_itself() -> None:
     em.metric("loss", 0.5, step=3)
     em.metric("lr", 1e-4, step=-1)  # refused by the model when the note is built
     em.metric("acc", 0.9)
-    assert em.flush(5)
+    assert not em.flush(5)  # "lr" was refused
     assert {(m.name, m.value, m.step) for m in sent_metrics(rec)} == {
         ("loss", 0.5, 3), ("acc", 0.9, None)}
     assert em.stats()["invalid"] == 1

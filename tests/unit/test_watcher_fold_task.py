@@ -8,7 +8,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from tidings.schemas import LogLink, ParsedEvent, PodRef, PodSpawned, Progress, TaskRef
-from tidings.schemas.constants import API_VERSION, KIND
+from tidings.schemas.constants import API_VERSION, KIND, TASK_LABEL
+from tidings.schemas.platform import PodTask
 from tidings.watcher.controller import Controller, Settings
 from tidings.watcher.metrics import Metrics
 
@@ -33,8 +34,8 @@ def test_a_kept_verdict_never_answers_for_lineage_or_another_namespace() -> None
     worker = PodRef("train-1-0", "uid-w", "team-a")
     # The same name and uid in another namespace: another pod, which may not speak for TASK.
     twin = PodRef("train-1-0", "uid-w", "team-b")
-    c.senders.put(("team-a", "train-1-0", "uid-w"), "train-1")
-    c.senders.put(("team-a", "db-0", "uid-db"), "db")  # a pod of another task
+    c.senders.put(("team-a", "train-1-0", "uid-w"), PodTask("train-1", TASK_LABEL))
+    c.senders.put(("team-a", "db-0", "uid-db"), PodTask("db", TASK_LABEL))  # another task's
     events = [
         _event(worker, LogLink(name="w", url="https://x.y/"), 0),
         # Lineage from the trusted worker, naming a pod of another task: judged by that pod.
@@ -74,7 +75,7 @@ def test_a_name_only_refused_events_claim_leaves_nothing_and_asks_nothing() -> N
     API client at all (``None``): a TaskFeedback read would raise, so none happens; and no
     entry outlives the fold."""
     c = Controller(None, Settings(), Metrics())  # type: ignore[arg-type]
-    c.senders.put(("team-a", "resnet-0", "uid-r"), "resnet-50")
+    c.senders.put(("team-a", "resnet-0", "uid-r"), PodTask("resnet-50", TASK_LABEL))
     names = [f"victim-{i}" for i in range(500)]
     c.store.push_many([_other(n, 1) for n in names])
     assert len(c.store) == 500  # buffered until its fold: the only cost, and a passing one
@@ -88,7 +89,7 @@ def test_a_name_only_refused_events_claim_leaves_nothing_and_asks_nothing() -> N
 def test_an_event_naming_another_objects_uid_is_refused_and_counted() -> None:
     """Item 3: the task's object is uid-2 (a re-run); uid-1 (the deleted run) is stale."""
     c = Controller(None, Settings(), Metrics())  # type: ignore[arg-type]
-    c.senders.put(("team-a", "train-1-0", "uid-w"), "train-1")
+    c.senders.put(("team-a", "train-1-0", "uid-w"), PodTask("train-1", TASK_LABEL))
     c.store.load(TASK, None, rv="7", uid="uid-2")
     c.store.stale(TASK, {"uid-1"})
     worker = PodRef("train-1-0", "uid-w", "team-a")
@@ -113,7 +114,7 @@ def test_after_the_ttl_deleted_a_run_its_late_facts_are_refused_and_a_new_run_st
     """Item 9: the late fact of a buried instance is refused (deleted_task) and noted for the
     next sweep to delete its event; a new instance starts a fresh state."""
     c = Controller(None, Settings(), Metrics())  # type: ignore[arg-type]
-    c.senders.put(("team-a", "train-1-0", "uid-w"), "train-1")
+    c.senders.put(("team-a", "train-1-0", "uid-w"), PodTask("train-1", TASK_LABEL))
     worker = PodRef("train-1-0", "uid-w", "team-a")
     c.store.load(TASK, None, rv="3", uid="uid-1")
     c.store.push(_other("train-1", 1, instance="run-1", sender=worker))

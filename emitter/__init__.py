@@ -21,14 +21,15 @@ logged at DEBUG on the ``tidings.emitter`` logger: local runs behave, nothing ra
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar, overload
 
 from tidings.schemas.payloads import Payload
 
 from .config import EmitterConfig, Identity
-from .core import Emitter
-from .outcome import run
+from .core import Emitter, started_emitters
+from .outcome import install_crash_hooks, report_failure
 from .spans import Span
 from .spans import traced as _traced
 
@@ -160,3 +161,25 @@ def flush(timeout: float = 5.0) -> bool:
 def stats() -> dict[str, Any]:
     """Counters of the default Emitter (delivered, coalesced, dropped, refused, ...)."""
     return (_default or get_emitter()).stats()
+
+
+@contextmanager
+def run(emitter: Emitter | None = None) -> Iterator[Emitter]:
+    """``with run():`` around a worker's work: a clean exit (or ``sys.exit(0)``) reports a
+    successful final, an exception a failed final naming it (then it propagates). Uses the
+    default Emitter unless one is given."""
+    em = emitter if emitter is not None else get_emitter()
+    install_crash_hooks(started_emitters)
+    try:
+        yield em
+    except SystemExit as e:
+        if e.code in (None, 0):
+            em.progress(1.0, "", final=True)
+        else:
+            report_failure(e, em)
+        raise
+    except BaseException as e:
+        report_failure(e, em)
+        raise
+    else:
+        em.progress(1.0, "", final=True)

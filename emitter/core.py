@@ -232,7 +232,7 @@ class Emitter:
             t = threading.Thread(target=self._sender.run, name="tidings-emitter", daemon=True)
             self._thread = t
         _register_atexit()
-        install_crash_hooks()
+        install_crash_hooks(started_emitters)
         t.start()
 
     # ---- control -----------------------------------------------------------------------
@@ -329,12 +329,16 @@ def _register_atexit() -> None:
             atexit.register(_close_all)
 
 
+def started_emitters() -> list[Emitter]:
+    """The Emitters of this process whose sender runs (what exit and a crash report through)."""
+    return [em for em in list(_LIVE) if em._thread is not None and not em._closed]
+
+
 def _close_all() -> None:
     """At interpreter exit: flush every started Emitter, each within its exit_flush_s."""
-    for em in list(_LIVE):
-        if em._thread is not None and not em._closed:
-            with contextlib.suppress(Exception):
-                em.close()
+    for em in started_emitters():
+        with contextlib.suppress(Exception):
+            em.close()
 
 
 def _after_fork_in_child() -> None:

@@ -1,6 +1,7 @@
 """A crash is an outcome: a process that used the emitter and dies of an uncaught exception
-reports a failed final for its worker (before the exit flush), and ``with run():`` reports a
-block's success or failure.
+reports a failed final for its worker (before the exit flush). ``with tidings.run():`` (the
+package's ``run``) builds on the same report. This module knows no Emitter registry: whoever
+installs the hooks says which Emitters a crash reports through.
 """
 
 from __future__ import annotations
@@ -8,8 +9,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -29,6 +29,8 @@ _REPORTED = "_tidings_reported"
 
 _install_lock = threading.Lock()
 _installed = False
+# The Emitters a crash reports through when no one Emitter is named: set by the first install.
+_started: Callable[[], Iterable[Emitter]] = list
 
 
 def crash_message(exc: BaseException) -> str:
@@ -47,7 +49,7 @@ def crash_message(exc: BaseException) -> str:
 def report_failure(exc: BaseException, emitter: Emitter | None = None, *,
                    where: str = "") -> None:
     """Send a failed final naming ``exc`` from ``emitter`` (default: every started Emitter of
-    this process), once per exception. Never raises."""
+    this process, as the hooks' installer listed them), once per exception. Never raises."""
     try:
         if getattr(exc, _REPORTED, False):
             return
@@ -63,23 +65,19 @@ def report_failure(exc: BaseException, emitter: Emitter | None = None, *,
         pass
 
 
-def _started() -> list[Emitter]:
-    from .core import _LIVE
-
-    return [em for em in list(_LIVE) if em._thread is not None and not em._closed]
-
-
-def install_crash_hooks() -> None:
+def install_crash_hooks(started: Callable[[], Iterable[Emitter]]) -> None:
     """Chain ``sys.excepthook`` and ``threading.excepthook`` (once per process; the Emitter
-    calls this when it is first used). The hooks that were there are called after ours, with
-    the same arguments, so tracebacks and other tools' hooks behave as before."""
-    global _installed
+    calls this when it is first used), reporting through the Emitters ``started()`` lists.
+    The hooks that were there are called after ours, with the same arguments, so tracebacks
+    and other tools' hooks behave as before."""
+    global _installed, _started
     if _installed:
         return
     with _install_lock:
         if _installed:
             return
         _installed = True
+        _started = started
         previous_hook = sys.excepthook
 
         def excepthook(kind: type[BaseException], exc: BaseException,
@@ -99,27 +97,3 @@ def install_crash_hooks() -> None:
             previous_thread_hook(args)
 
         threading.excepthook = thread_excepthook
-
-
-@contextmanager
-def run(emitter: Emitter | None = None) -> Iterator[Emitter]:
-    """``with run():`` around a worker's work: a clean exit (or ``sys.exit(0)``) reports a
-    successful final, an exception a failed final naming it (then it propagates). Uses the
-    default Emitter unless one is given."""
-    from . import get_emitter
-
-    em = emitter if emitter is not None else get_emitter()
-    install_crash_hooks()
-    try:
-        yield em
-    except SystemExit as e:
-        if e.code in (None, 0):
-            em.progress(1.0, "", final=True)
-        else:
-            report_failure(e, em)
-        raise
-    except BaseException as e:
-        report_failure(e, em)
-        raise
-    else:
-        em.progress(1.0, "", final=True)

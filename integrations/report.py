@@ -15,6 +15,7 @@ from typing import Any, ParamSpec, TypeVar
 from urllib.parse import quote
 
 from tidings.emitter import Emitter, get_emitter
+from tidings.emitter.core import started_emitters
 from tidings.emitter.outcome import install_crash_hooks, report_failure
 
 log = logging.getLogger("tidings.integrations")
@@ -82,7 +83,7 @@ class RunReporter:
         self.global_rank, self.local_rank, self.world_size = global_rank, local_rank, world_size
         self._ended = False
         em = self.emitter
-        install_crash_hooks()
+        install_crash_hooks(started_emitters)
         if self.reports_progress:
             em.declare_workers(max(1, world_size // max(1, local_world_size)))
             em.progress(0.0, "training started")

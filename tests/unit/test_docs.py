@@ -57,7 +57,7 @@ def recipe_block() -> str:
     readme = (ROOT / "README.md").read_text()
     section = readme.split("<!-- try-it: begin", 1)[1].split("<!-- try-it: end -->", 1)[0]
     (block,) = re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)
-    return block
+    return str(block)
 
 
 def test_the_recipe_wires_nothing_but_a_rolebinding_and_a_label() -> None:

@@ -20,8 +20,9 @@ from tidings.cli.common import EXIT_UNREACHABLE as EXIT_UNDELIVERED
 from tidings.cli.common import fail as _fail  # `fail` is also a command here
 
 app = typer.Typer(
-    help="Emit one fact about the current task (identity from the downward-API environment; "
-         "flags override it). Exits 0 only once the event is delivered.",
+    help="Emit one fact about the current task (the pod from its service-account token; the "
+         "downward-API environment and flags override it). Exits 0 only once the event is "
+         "delivered.",
     no_args_is_help=True,
     rich_markup_mode=None,  # help text is plain: '[env X]' is never markup
 )
@@ -48,8 +49,8 @@ Timeout = Annotated[float, typer.Option("--timeout", min=0.0,
 
 @dataclass(frozen=True)
 class Delivery:
-    """Who sends (the downward-API identity; flags override it), to which cluster, and how
-    long to wait for the event to be delivered."""
+    """Who sends (the token's pod; the downward-API env and flags override it), to which
+    cluster, and how long to wait for the event to be delivered."""
 
     task: str = ""
     pod_name: str = ""

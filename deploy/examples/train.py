@@ -1,7 +1,10 @@
 """A sample workload for the demo: a tiny "training job" that reports through tidings.
 
-Run inside a pod (identity from the downward API: POD_NAME, POD_NAMESPACE, POD_UID and
-TIDINGS_TASK); with no cluster configured it runs anyway and reports nothing.
+Run inside a pod: the emitter learns the pod from its service-account token and the watcher
+the task from the pod's labels (the downward-API POD_NAME, POD_NAMESPACE, POD_UID and
+TIDINGS_TASK still override). Its link and deck names carry the worker's name: POD_NAME,
+else HOSTNAME (a container's hostname is its pod's name). With no cluster configured it runs
+anyway and reports nothing.
 """
 
 from __future__ import annotations
@@ -14,8 +17,12 @@ import time
 from tidings import emitter as tidings
 
 
+def worker_name() -> str:
+    return os.environ.get("POD_NAME") or os.environ.get("HOSTNAME") or "local"
+
+
 def train(epochs: int) -> None:
-    worker = os.environ.get("POD_NAME", "local")
+    worker = worker_name()
     tidings.log_link(f"wandb-{worker}", f"https://wandb.example/tidings/runs/{worker}")
     for epoch in range(1, epochs + 1):
         with tidings.span("epoch"):
@@ -35,8 +42,8 @@ if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a != "--final"]
     train(int(args[0]) if args else 5)
     if "--final" in sys.argv[1:]:
-        tidings.progress(1.0, f"{os.environ.get('POD_NAME', 'local')}: done", final=True)
+        tidings.progress(1.0, f"{worker_name()}: done", final=True)
     delivered = tidings.flush(15)
-    print(f"  {os.environ.get('POD_NAME', 'local')}: delivered={delivered} "
+    print(f"  {worker_name()}: delivered={delivered} "
           f"stats={ {k: v for k, v in tidings.stats().items() if v} }")
     sys.exit(0 if delivered else 1)

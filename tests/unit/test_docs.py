@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,3 +51,68 @@ def test_no_doc_points_outside_the_repository(doc: str) -> None:
     # A reader of the checkout (or of the package page) has nothing beside it.
     outside = re.findall(r"`\.\./[^`]*`|\]\(\.\./[^)]*\)|\.\./shared\b", (ROOT / doc).read_text())
     assert outside == [], outside
+
+
+def recipe_block() -> str:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("<!-- try-it: begin", 1)[1].split("<!-- try-it: end -->", 1)[0]
+    (block,) = re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)
+    return str(block)
+
+
+def test_the_recipe_wires_nothing_but_a_rolebinding_and_a_label() -> None:
+    # Issue 21 item 1: with zero wiring the workload needs its ServiceAccount bound to
+    # tidings-workload and a pod whose labels name its task; the process learns the rest.
+    import yaml
+
+    from tidings.schemas.platform import DEFAULT_TASK_KEYS
+
+    docs = list(yaml.safe_load_all((ROOT / "deploy/examples/local-pod.yaml").read_text()))
+    by_kind = {d["kind"]: d for d in docs}
+    assert sorted(by_kind) == ["Pod", "RoleBinding", "ServiceAccount"]
+    assert by_kind["RoleBinding"]["roleRef"]["name"] == "tidings-workload"
+    assert by_kind["RoleBinding"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": by_kind["ServiceAccount"]["metadata"]["name"]}]
+    pod = by_kind["Pod"]
+    assert pod["spec"]["serviceAccountName"] == by_kind["ServiceAccount"]["metadata"]["name"]
+    assert set(pod["metadata"]["labels"]) & set(DEFAULT_TASK_KEYS)
+    assert all("env" not in c and "envFrom" not in c for c in pod["spec"]["containers"])
+    assert "volumes" not in pod["spec"]  # no downward-API labels file either
+    block = recipe_block()
+    for wiring in ("POD_NAME", "POD_NAMESPACE", "POD_UID", "TIDINGS_TASK", "/etc/podinfo"):
+        assert wiring not in block, wiring
+
+
+def tidings_invocations(text: str) -> list[str]:
+    """Each `tidings ...` the text names: inline code spans and lines of its code blocks
+    (without their comments)."""
+    spans = re.findall(r"`(tidings [^`]*)`", text)
+    for block in re.findall(r"```(?:sh|console)?\n(.*?)```", text, flags=re.DOTALL):
+        for line in block.splitlines():
+            line = line.removeprefix("$ ").split(" #", 1)[0].strip()
+            if line.startswith("tidings "):
+                spans.append(line)
+    return spans
+
+
+def test_every_tidings_command_and_flag_the_docs_name_exists() -> None:
+    # A doc naming `tidings emit final` or `tidings lineage -w` sends a reader to an error.
+    from typer.main import get_command
+
+    from tidings.cli.main import app
+
+    root = get_command(app)
+    checked = 0
+    for doc in DOCS:
+        for call in tidings_invocations((ROOT / doc).read_text()):
+            words = call.split()[1:]
+            cmd: Any = root  # typer's own click: a group has `commands`
+            while words and hasattr(cmd, "commands") and not words[0].startswith("-"):
+                sub = cmd.commands.get(words[0])
+                assert sub is not None, f"{doc}: `{call}`: no command {words[0]!r}"
+                cmd, words = sub, words[1:]
+            known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)} | {"--help"}
+            for flag in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", " ".join(words)):
+                assert flag in known, f"{doc}: `{call}`: {cmd.name} has no {flag}"
+            checked += 1
+    assert checked > 30  # the docs name many; a parse that finds none proves nothing

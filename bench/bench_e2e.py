@@ -267,6 +267,9 @@ def phase(name: str, a: argparse.Namespace, cp: Any, kube: Any, kubeconfig: str,
                 break
             time.sleep(0.1)
         elapsed = time.time() - start
+        writes = w.metrics().get('tidings_watcher_status_writes_total{result="ok"}', 0.0)
+        print(f"  {name}: {writes:.0f} status writes in {elapsed:.1f} s = "
+              f"{writes / elapsed:.1f}/s, {writes / max(total, 1):.3f} per fact", flush=True)
         w.stop()
     if mix:
         print(f"  {name}: delivered by reason {dict(sorted(mix.items()))}", flush=True)

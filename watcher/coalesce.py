@@ -29,7 +29,7 @@ from typing import Generic, TypeVar
 
 from tidings.kube.flowcontrol import Backoff
 from tidings.schemas.event import ParsedEvent
-from tidings.schemas.payloads import Progress, SpanSummary
+from tidings.schemas.payloads import Progress, SpanSummaries, SpanSummary
 from tidings.schemas.state import TaskState
 
 K = TypeVar("K", bound=Hashable)
@@ -38,10 +38,11 @@ CRITICAL, COALESCIBLE = "critical", "coalescible"
 
 
 def fact_kind(ev: ParsedEvent) -> str:
-    """"coalescible" for facts a newer one supersedes (spans, non-final progress), else
+    """"coalescible" for facts a newer one supersedes (spans, packed or not; non-final
+    progress), else
     "critical" (links, decks, final progress, failures, and payload types not known here)."""
     p = ev.payload
-    if not ev.warning and (isinstance(p, SpanSummary)
+    if not ev.warning and (isinstance(p, SpanSummary | SpanSummaries)
                            or (isinstance(p, Progress) and not p.final)):
         return COALESCIBLE
     return CRITICAL

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from tests.support import eventually
 from tidings._compat import UTC
 from tidings.schemas.event import ParsedEvent, PodRef, TaskRef
-from tidings.schemas.payloads import LogLink, Progress
+from tidings.schemas.payloads import LogLink, Progress, SpanSummaries, SpanSummary
 from tidings.schemas.state import TaskState, fold, new_state
-from tidings.watcher.coalesce import Coalescer
+from tidings.watcher.coalesce import COALESCIBLE, CRITICAL, Coalescer, fact_kind
 from tidings.watcher.kube import KubeError
 from tidings.watcher.metrics import Metrics
 from tidings.watcher.store import Store
@@ -128,6 +128,21 @@ def test_a_hot_tasks_critical_writes_are_paced_by_what_it_wrote_in_the_last_seco
     c.end("k", 2.02, ok=True)
     c.changed("k", 5.0)
     assert c.next(5.0) == ("k", 0.0), "quiet for a while: written at once again"
+
+
+def test_span_windows_packed_or_not_are_coalescible() -> None:
+    """The emitter packs a window of several span names into one SpanSummaries note: it is
+    spans all the same, and must not make every window a critical write (it made a training
+    pod's task hot: a write a second instead of one per coalesce interval)."""
+    task = TaskRef("ns", "t")
+    one = SpanSummary(name="fwd", count=1, total_s=0.1, min_s=0.1, max_s=0.1,
+                      first_start=1.0, last_end=1.1)
+    packed = SpanSummaries.model_validate({"base_us": 1_000_000, "spans": [
+        ["fwd", 1, 100_000, 100_000, 100_000, 0, 100_000, 0],
+        ["bwd", 1, 100_000, 100_000, 100_000, 0, 100_000, 0]]})
+    assert fact_kind(ev(task, 1, one)) == COALESCIBLE
+    assert fact_kind(ev(task, 2, packed)) == COALESCIBLE
+    assert fact_kind(ev(task, 3)) == CRITICAL  # a link
 
 
 def test_failure_keeps_the_state_dirty_and_backs_off() -> None:

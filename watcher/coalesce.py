@@ -3,9 +3,14 @@
 Per key: at most one write in flight; whatever state is newest when the write begins is what
 gets written, so any number of folds between two writes cost one write. A key with a
 *critical* change (a phase change, or a fact its kind declares critical in
-schemas/kinds.py: a link, a deck, a final or failed report) may be written ``interval``
-after its last write; one with only *coalescible* changes (span windows, non-final
-progress) waits ``coalesce_interval``. Across keys, due critical keys go first,
+schemas/kinds.py: a link, a deck, a final or failed report) may be
+written ``interval`` after its last write, and is paced by what the key already wrote in the
+last ``hot_window`` (default twice ``interval``: a second): one write per window, with a
+burst of two. A task with a steady stream of critical facts costs one write a second instead
+of two (status writes are the bus's cost to the API server), and none of its facts waits
+more than the window; a task with a critical fact now and then is written ``interval`` after
+its last write, as before. One with only *coalescible* changes (span windows, metrics,
+non-final progress) waits ``coalesce_interval``. Across keys, due critical keys go first,
 then due coalescible ones, each oldest change first: under a budget the coalescible writes
 of a task merge until its turn comes, and the oldest change is always the next in line.
 The global budget (API-server cost, the kit's ``TokenBucket``) is the writer's: it asks
@@ -50,6 +55,10 @@ def critical_change(before: TaskState, after: TaskState, events: Iterable[Parsed
 @dataclass(slots=True)
 class _Key:
     last_start: float = float("-inf")
+    # The key's write pacing: a token bucket (one write per hot_window, burst two) kept as
+    # the one time it is full again (GCRA's theoretical arrival time), since the plan holds
+    # thousands of keys and is pure (the kit's TokenBucket reads a clock and holds a lock).
+    full_at: float = float("-inf")
     retry_at: float = float("-inf")  # not before this after a failed write (backoff)
     since: float = 0.0  # when the oldest unwritten change arrived (while dirty)
     in_flight: bool = False
@@ -69,9 +78,12 @@ class Coalescer(Generic[K]):
     """The write plan of all keys; not thread-safe (the writer locks around it)."""
 
     def __init__(self, interval: float, coalesce_interval: float | None = None, *,
-                 priority: bool = True, retry_base: float = 0.5, retry_cap: float = 10.0
-                 ) -> None:
+                 priority: bool = True, retry_base: float = 0.5, retry_cap: float = 10.0,
+                 hot_window: float | None = None) -> None:
         self.interval = max(0.0, interval)
+        # 0: no pacing beyond the intervals; off in the old single line (priority=False).
+        window = 2 * self.interval if hot_window is None else max(0.0, hot_window)
+        self.hot_window = window if priority else 0.0
         self.coalesce_interval = self.interval if coalesce_interval is None \
             else max(self.interval, coalesce_interval)
         self.priority = priority
@@ -92,7 +104,8 @@ class Coalescer(Generic[K]):
 
     def _due_at(self, k: _Key) -> float:
         gap = self.interval if (k.critical or not self.priority) else self.coalesce_interval
-        return max(k.last_start + gap, k.retry_at)
+        # A write is allowed once the bucket holds one (a burst of two: full_at - one window).
+        return max(k.last_start + gap, k.full_at - self.hot_window, k.retry_at)
 
     def _queue(self, key: K, k: _Key, now: float) -> bool:
         """(Re)queue a dirty key that is not in flight; older heap entries become stale.
@@ -144,6 +157,7 @@ class Coalescer(Generic[K]):
             k.queued = False
             k.gen += 1
             k.in_flight, k.dirty, k.last_start = True, False, now
+            k.full_at = max(k.full_at, now) + self.hot_window
             k.taken_since, k.taken_critical = k.since, k.critical
             k.critical = False
             return key, 0.0

@@ -19,9 +19,9 @@ from tidings._compat import UTC
 from tidings.kube import KubeError
 from tidings.schemas.event import ParsedEvent, PodRef, TaskRef
 from tidings.schemas.folding import fold
-from tidings.schemas.payloads import LogLink, Progress
+from tidings.schemas.payloads import LogLink, Progress, SpanSummaries, SpanSummary
 from tidings.schemas.state import TaskState, new_state
-from tidings.watcher.coalesce import Coalescer
+from tidings.watcher.coalesce import COALESCIBLE, CRITICAL, Coalescer, fact_kind
 from tidings.watcher.metrics import Metrics
 from tidings.watcher.store import Store
 from tidings.watcher.writer import StatusWriter, parse_slow_writes, status_body
@@ -80,6 +80,70 @@ def test_writes_of_a_key_are_spaced_by_its_interval() -> None:
         gaps = [b - a for a, b in itertools.pairwise(starts[critical])]
         assert len(starts[critical]) <= 5 / gap + 1
         assert min(gaps) >= gap - 1e-9
+
+
+def _critical_writes(change_every: float, seconds: float) -> tuple[list[float], float]:
+    """One key with a critical change every ``change_every`` s, a 20 ms write each time it is
+    taken: the write starts, and the longest any change waited for a write to start."""
+    c: Coalescer[str] = Coalescer(interval=0.5, coalesce_interval=5.0)
+    starts: list[float] = []
+    waiting: list[float] = []  # changes not yet in a started write
+    worst = 0.0
+    in_flight_until = None
+    for i in range(int(seconds * 1000)):
+        now = i / 1000
+        if in_flight_until is not None and now >= in_flight_until:
+            c.end("k", now, ok=True)
+            in_flight_until = None
+        if i % round(change_every * 1000) == 0:
+            c.changed("k", now, critical=True)
+            waiting.append(now)
+        key, _ = c.next(now)
+        if key is not None:
+            starts.append(now)
+            worst = max([worst, *(now - t for t in waiting)])
+            waiting.clear()
+            in_flight_until = now + 0.02
+    return starts, worst
+
+
+def test_a_hot_tasks_critical_writes_are_paced_by_what_it_wrote_in_the_last_second() -> None:
+    """A task with a critical fact every 10 ms is written once a second, not twice (the API
+    server's cost of the bus is its status writes), and no fact waits more than 2 x interval;
+    a task with a critical fact now and then is still written ``interval`` after the last."""
+    starts, worst = _critical_writes(0.01, 10.0)
+    assert 10 <= len(starts) <= 11, f"{len(starts)} writes in 10 s"
+    assert worst <= 1.0 + 1e-9
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert min(gaps) >= 0.5 - 1e-9 and max(gaps) <= 1.0 + 1e-9
+    calm, worst = _critical_writes(1.5, 10.0)
+    assert len(calm) == 7 and worst == 0.0, "an occasional fact is written at once"
+    c: Coalescer[str] = Coalescer(interval=0.5)
+    for t in (0.0, 0.5, 1.0):  # a burst of two, then one a second
+        c.changed("k", t - 0.01)
+        assert c.next(t) == ("k", 0.0)
+        c.end("k", t + 0.02, ok=True)
+    c.changed("k", 1.1)
+    assert c.next(1.5) == (None, pytest.approx(0.5)), "hot: the third write in a second waits"
+    assert c.next(2.0) == ("k", 0.0)
+    c.end("k", 2.02, ok=True)
+    c.changed("k", 5.0)
+    assert c.next(5.0) == ("k", 0.0), "quiet for a while: written at once again"
+
+
+def test_span_windows_packed_or_not_are_coalescible() -> None:
+    """The emitter packs a window of several span names into one SpanSummaries note: it is
+    spans all the same, and must not make every window a critical write (it made a training
+    pod's task hot: a write a second instead of one per coalesce interval)."""
+    task = TaskRef("ns", "t")
+    one = SpanSummary(name="fwd", count=1, total_s=0.1, min_s=0.1, max_s=0.1,
+                      first_start=1.0, last_end=1.1)
+    packed = SpanSummaries.model_validate({"base_us": 1_000_000, "spans": [
+        ["fwd", 1, 100_000, 100_000, 100_000, 0, 100_000, 0],
+        ["bwd", 1, 100_000, 100_000, 100_000, 0, 100_000, 0]]})
+    assert fact_kind(ev(task, 1, one)) == COALESCIBLE
+    assert fact_kind(ev(task, 2, packed)) == COALESCIBLE
+    assert fact_kind(ev(task, 3)) == CRITICAL  # a link
 
 
 def test_failure_keeps_the_state_dirty_and_backs_off() -> None:
@@ -147,6 +211,7 @@ class _Model:
     critical: bool = False
     since: float = 0.0
     last_start: float = float("-inf")
+    full_at: float = float("-inf")
     retry_at: float = float("-inf")
     failures: int = 0
     flying: bool = False
@@ -154,6 +219,9 @@ class _Model:
 
     def due(self, now: float) -> bool:
         gap = 0.2 if self.critical else 1.0
+        # One write per hot window (twice the interval, 0.4 s) after a burst of two.
+        if self.full_at - 0.4 > now + 1e-9:
+            return False
         return self.dirty and not self.flying and max(self.last_start + gap,
                                                       self.retry_at) <= now + 1e-9
 
@@ -178,6 +246,7 @@ def test_the_plan_takes_due_critical_keys_first_then_the_oldest_change(
         assert rank[got] == min(rank.values()), "critical first, then the oldest change"
         m = model[got]
         m.flying, m.dirty, m.last_start = True, False, now
+        m.full_at = max(m.full_at, now) + 0.4
         m.taken, m.critical = (m.since, m.critical), False
 
     for key, critical, dt, action in steps:

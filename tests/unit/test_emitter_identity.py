@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.unit import test_emitter_core
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.kube.auth import BoundPod, bound_pod
 from tidings.schemas.constants import SENDER_UID_ANNOTATION, WORKERS_MAX
-from tidings.schemas.event import ParsedEvent, parse_event
+from tidings.schemas.event import parse_event
 from tidings.schemas.payloads import LogLink, Progress
 from tidings.schemas.rejection import Rejection
 
@@ -39,25 +40,14 @@ def pod_token(pod: BoundPod = POD) -> str:
                     "serviceaccount": {"name": "worker", "uid": "sa-uid"}}})
 
 
-class Recorder:
-    """A transport with a token: what a KubeTransport holds, minus the network."""
-
-    sink = False
+class Recorder(test_emitter_core.Recorder):
+    """The core tests' recording transport with a token: what a KubeTransport holds, minus
+    the network."""
 
     def __init__(self, bound: BoundPod | None, pod_bound: bool | None = None) -> None:
+        super().__init__()
         self.bound_pod = bound
         self.pod_bound = pod_bound
-        self.bodies: list[dict[str, Any]] = []
-
-    def post(self, namespace: str, body: dict[str, Any]) -> bool:
-        assert namespace == body["metadata"]["namespace"]
-        self.bodies.append(body)
-        return True
-
-    def parsed(self) -> list[ParsedEvent]:
-        out = [parse_event(b) for b in self.bodies]
-        assert all(isinstance(p, ParsedEvent) for p in out), out
-        return out  # type: ignore[return-value]
 
 
 # --- the token's claims ---------------------------------------------------------------------

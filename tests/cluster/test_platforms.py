@@ -244,8 +244,10 @@ def jobset_pod(admin: Any, namespace: str, name: str, task: str, extra: dict[str
                          task)
     child = client.BatchV1Api(admin).create_namespaced_job(namespace, {
         "metadata": {"name": f"{task}-workers-0", "ownerReferences": [owner(js)]},
-        # Suspended: the Job controller makes no pods of its own beside the hand-made one.
-        "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never",
+        # Managed by another controller (as a JobSet's Jobs may be): the Job controller
+        # leaves it alone, making no pods beside the hand-made one and deleting none.
+        "spec": {"managedBy": "tidings.dev/not-the-job-controller",
+                 "template": {"spec": {"restartPolicy": "Never",
                                        "containers": [{"name": "m", "image": "busybox"}]}}}})
     juid = child.metadata.uid
     labels = {"jobset.sigs.k8s.io/jobset-name": task,

@@ -215,10 +215,8 @@ class Platforms:
         self.cp.kubectl_run("apply", "--server-side", "--force-conflicts", "-f", "-",
                             input_text=json.dumps({"apiVersion": "v1", "kind": "List",
                                                    "items": objects}))
-        for doc in objects:
-            if doc["kind"] == "CustomResourceDefinition":
-                self.cp.kubectl_run("wait", "--for=condition=Established",
-                                    f"crd/{doc['metadata']['name']}", "--timeout=60s")
+        self.cp.wait_established(*(d["metadata"]["name"] for d in objects
+                                   if d["kind"] == "CustomResourceDefinition"))
 
     def _controller_kubeconfig(self, platform: Platform, work: Path) -> Path:
         token = self.cp.kubectl_run("create", "token", platform.service_account, "-n",

@@ -16,7 +16,6 @@ after the pods end (the task's outcome from the platform object, its workers' de
 from __future__ import annotations
 
 import copy
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,17 +57,8 @@ def platforms(control_plane: ControlPlane) -> Platforms:
 
 @pytest.fixture(scope="module")
 def admin(control_plane: ControlPlane) -> Any:
+    """(conftest's namespace fixture then makes its namespaces on this plane too)"""
     return config.new_client_from_config(config_file=str(control_plane.kubeconfig("admin")))
-
-
-@pytest.fixture
-def namespace(admin: Any) -> Iterator[str]:
-    core = client.CoreV1Api(admin)
-    name = f"p-{uuid.uuid4().hex[:10]}"
-    core.create_namespace({"metadata": {"name": name}})
-    core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
-    yield name
-    core.delete_namespace(name)
 
 
 # --- what every test does with the pods a controller made ---------------------------------

@@ -401,6 +401,7 @@ def test_the_ttl_deletes_a_platform_task_with_its_pods_facts(
                f"the task complete\n{w.tail()}")
     eventually(lambda: taskfeedback(admin, namespace, "wf-ttl") is None, 30,
                f"the ttl to delete it\n{w.tail()}")
+    # The sweep deletes the facts before the object (watcher/ttl.py), so none are left now.
     facts = client.EventsV1Api(admin).list_namespaced_event(
         namespace, field_selector=f"regarding.kind=Pod,regarding.name={p['name']}").items
     assert facts == []

@@ -42,7 +42,10 @@ CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 # The controllers tests may need, and the bootstrap ClusterRole (system:controller:<role>)
 # that holds each one's rights.
 CONTROLLER_ROLES = {"garbage-collector-controller": "generic-garbage-collector",
-                    "clusterrole-aggregation-controller": "clusterrole-aggregation-controller"}
+                    "clusterrole-aggregation-controller": "clusterrole-aggregation-controller",
+                    "job-controller": "job-controller"}
+# What `start_controller_manager` runs unless told otherwise.
+DEFAULT_CONTROLLERS = ("garbage-collector-controller", "clusterrole-aggregation-controller")
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 STATE_FILE = "cluster.json"
 # Written into every state dir this launcher creates: only such a dir is ever wiped.
@@ -386,13 +389,17 @@ class ControlPlane:
         return out.strip() == "True"
 
     def start_controller_manager(self, timeout: float = 60.0,
-                                 controllers: tuple[str, ...] = tuple(CONTROLLER_ROLES)) -> None:
+                                 controllers: tuple[str, ...] = DEFAULT_CONTROLLERS) -> None:
         """Run kube-controller-manager with only ``controllers`` (garbage collection and
         ClusterRole aggregation by default), as its own user on loopback: no serving port,
-        no leader election, no service-account credentials."""
-        if "kube-controller-manager" in self.processes \
-                and self.processes["kube-controller-manager"].alive():
-            return
+        no leader election, no service-account credentials. Running already with exactly
+        those, it is left alone; with others, it is restarted with these."""
+        flag = f"--controllers={','.join(controllers)}"
+        running = self.processes.get("kube-controller-manager")
+        if running is not None and running.alive():
+            if flag in running.argv:
+                return
+            running.stop()
         binary = self._need_binary("kube-controller-manager")
         # The bootstrap policy binds system:kube-controller-manager to what the manager itself
         # needs; each controller's own rights come from its bootstrap role.
@@ -405,15 +412,23 @@ class ControlPlane:
                        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                                      "name": CONTROLLER_MANAGER_USER}]}
             self.kubectl_run("apply", "--server-side", "-f", "-", input_text=json.dumps(binding))
+        log = self.state_dir / "logs" / "kube-controller-manager.log"
+        start = log.stat().st_size if log.exists() else 0  # (a restart appends to it)
         proc = self._proc("kube-controller-manager", [
             str(binary), f"--kubeconfig={self.kubeconfig(CONTROLLER_MANAGER_USER)}",
-            f"--controllers={','.join(controllers)}", "--leader-elect=false",
+            flag, "--leader-elect=false",
             "--secure-port=0", "--use-service-account-credentials=false", "--v=2",
         ])
         self.save()
-        wait_for(lambda: all(f'"Controller starting..." controller="{c}"' in
-                             proc.log.read_text(errors="replace") for c in controllers),
-                 timeout, "kube-controller-manager to start its controllers", proc)
+
+        def started() -> bool:
+            with proc.log.open("rb") as f:
+                f.seek(start)
+                text = f.read().decode(errors="replace")
+            return all(f'"Controller starting..." controller="{c}"' in text
+                       for c in controllers)
+
+        wait_for(started, timeout, "kube-controller-manager to start its controllers", proc)
 
     def stop(self) -> None:
         # Clients of the API server first, etcd last, so nothing logs connection errors.

@@ -53,9 +53,12 @@ class Reflector:
                  source: Source, *, on_relist: Callable[[str], None] = lambda cause: None,
                  on_restart: Callable[[], None] = lambda: None,
                  watch_timeout: int = 60, page_size: int = 500, short_watch: float = 1.0,
-                 backoff: Backoff | None = None) -> None:
+                 backoff: Backoff | None = None,
+                 quiet: Callable[[Exception], bool] | None = None) -> None:
         self.source = source
         self.on_relist, self.on_restart = on_relist, on_restart
+        # Failures the source says itself (True: not logged here); retried all the same.
+        self.quiet = quiet
         self.synced = threading.Event()  # the first list has been delivered
         self.loop = ListWatch(client, path, selector, watch_timeout=watch_timeout,
                               page_size=page_size, short_watch=short_watch, backoff=backoff,
@@ -107,6 +110,8 @@ class Reflector:
             self.loop.advance(item.resource_version)
 
     def _failed(self, err: Exception) -> None:
+        if self.quiet is not None and self.quiet(err):
+            return
         if isinstance(err, KubeError):
             log.warning("%s: %s", self.source.resource, err)
         else:

@@ -77,8 +77,12 @@ class TtlSweeper:
     """One sweep lists the TaskFeedbacks under ``paths`` and deletes the expired ones."""
 
     def __init__(self, kube: Client, paths: list[str], ttl: float,
-                 on_deleted: Callable[[TaskRef, str, TaskState], object]) -> None:
+                 on_deleted: Callable[[TaskRef, str, TaskState], object],
+                 pods_of: Callable[[TaskRef], list[str]] = lambda task: []) -> None:
         self.kube, self.paths, self.ttl, self.on_deleted = kube, paths, ttl, on_deleted
+        # The pods whose labels name a task (the pod cache's), beside those its status lists
+        # (capped at 128, and the first thing the byte budget drops).
+        self.pods_of = pods_of
 
     @property
     def interval(self) -> float:
@@ -130,7 +134,8 @@ class TtlSweeper:
         of the deleted run): a relist after a restart finds nothing to fold it back from.
         With them go the facts its reporting ``pods`` (name, uid) sent about themselves,
         folded into it by their labels. Returns the error of a delete that failed."""
-        selectors = [task_selector(task.name)] + [pod_facts_selector(pod) for pod, _ in pods]
+        names = sorted({pod for pod, _ in pods} | set(self.pods_of(task)))
+        selectors = [task_selector(task.name)] + [pod_facts_selector(pod) for pod in names]
         for selector in selectors:
             try:
                 self.kube.request("DELETE", events_path(task.namespace),

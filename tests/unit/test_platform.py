@@ -29,6 +29,7 @@ from tidings.schemas.platform import (
 from tidings.schemas.rejection import Rejection
 from tidings.watcher.controller import Controller, Settings
 from tidings.watcher.metrics import Metrics
+from tidings.watcher.platform import JOB, Seen
 from tidings.watcher.senders import Senders
 
 UID = "0b6c1d2e-1111-4222-8333-444455556666"
@@ -160,13 +161,33 @@ def test_a_fact_about_a_known_pod_is_folded_into_its_platform_task() -> None:
     info = pod_task(meta({JOB_NAME_LABEL: "train-7", "batch.kubernetes.io/controller-uid": UID}))
     assert info is not None
     c.senders.put(("ml", pod.name, pod.uid), info)
-    c.deliver_many([pod_fact(pod, LogLink(name="w", url="https://w.ai/"), 1)])
     task = TaskRef("ml", "train-7")
+    # The Job's informer has seen it: the uid the pod shows is the live Job's, so it owns
+    # the TaskFeedback (an owner the watcher cannot read is never written: no API here).
+    c.platform.put(JOB, ("ml", "train-7"), Seen(UID, "", 4, None))
+    c.deliver_many([pod_fact(pod, LogLink(name="w", url="https://w.ai/"), 1)])
     c.store.load(task, None, exists=False)
     c.fold_task(task)
     state, _ = c.store.take(task)
     assert state.links == {"w": "https://w.ai/"}
     assert c.platform.owner(task) == ObjectRef("batch/v1", "Job", "train-7", "ml", UID)
+
+
+def test_a_pod_claiming_an_owner_no_live_object_is_is_refused() -> None:
+    """Issue 25, item 4 (a): a bare pod labelled for the Job with a forged controller-uid."""
+    c = Controller(None, Settings(), Metrics())  # type: ignore[arg-type]
+    c.platform.put(JOB, ("ml", "victim"), Seen(UID, "", 1, None))
+    forged = "0f0f0f0f-0000-4000-8000-000000000000"
+    info = pod_task(meta({JOB_NAME_LABEL: "victim", "controller-uid": forged}))
+    pod = PodRef("victim-x", "uid-x", "ml")
+    c.senders.put(("ml", pod.name, pod.uid), info)
+    task = TaskRef("ml", "victim")
+    c.deliver_many([pod_fact(pod, LogLink(name="w", url="https://evil.example/"), 1)])
+    c.store.load(task, None, exists=False)
+    c.fold_task(task)
+    state, _ = c.store.take(task)
+    assert state.links == {} and c.platform.owner(task) is None
+    assert c.metrics.events_rejected.labels("unverified_owner")._value.get() == 1
 
 
 def test_a_fact_about_a_pod_whose_task_cannot_be_known_is_refused_never_guessed() -> None:

@@ -1,7 +1,6 @@
 """The platform object as ground truth of a task's outcome, and owners as claims until
 verified (issue 25, items 3 and 4), on the real control plane with kube-controller-manager
-running the Job controller and the garbage collector (this module's own fixture: the other
-modules' Jobs have hand-made pods and no Job controller).
+running the Job controller and the garbage collector.
 
 A real batch/v1 Job retries a worker that crashed or was OOM-killed and completes: the task
 follows it to Succeeded, 100 %, its failed attempt shown as retried. JobSet, TrainJob and
@@ -14,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ from tests.support import NODE_NAME, eventually
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.transport import KubeTransport
 from tidings.kube import connect
-from tools.devcluster import DEFAULT_CONTROLLERS, ControlPlane
+from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
 
@@ -38,16 +37,6 @@ crd, kubeconfig, watchers, start_watcher = tw.crd, tw.kubeconfig, tw.watchers, t
 platform_crds = tp.platform_crds
 
 EXIT_FAILED = 6
-WITH_JOBS = (*DEFAULT_CONTROLLERS, "job-controller")
-
-
-@pytest.fixture(scope="module")
-def job_controller(control_plane: ControlPlane) -> Iterator[ControlPlane]:
-    """kube-controller-manager with the Job controller and the garbage collector, for this
-    module only (restarted with its default controllers after)."""
-    control_plane.start_controller_manager(controllers=WITH_JOBS)
-    yield control_plane
-    control_plane.start_controller_manager()
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -61,7 +50,7 @@ def job_body(name: str, *, backoff: int = 2, completions: int = 1) -> dict[str, 
                          "containers": [{"name": "main", "image": "busybox"}]}}}}
 
 
-def job_pods(admin: Any, namespace: str, job: str) -> list[Any]:
+def pods_of_job(admin: Any, namespace: str, job: str) -> list[Any]:
     """The Job's pods (the Job controller's), oldest first."""
     pods = client.CoreV1Api(admin).list_namespaced_pod(
         namespace, label_selector=f"batch.kubernetes.io/job-name={job}").items
@@ -70,7 +59,7 @@ def job_pods(admin: Any, namespace: str, job: str) -> list[Any]:
 
 def running_pod(admin: Any, namespace: str, job: str, n: int) -> dict[str, str]:
     """The Job's ``n``-th pod (1-based), once kwok runs it."""
-    pod = eventually(lambda: len(ps := job_pods(admin, namespace, job)) >= n
+    pod = eventually(lambda: len(ps := pods_of_job(admin, namespace, job)) >= n
                      and ps[n - 1].status.pod_ip and ps[n - 1], 60,
                      f"the Job controller's pod {n} of {job} running")
     return {"name": pod.metadata.name, "uid": pod.metadata.uid}
@@ -120,9 +109,9 @@ def watch_code(cp: ControlPlane, namespace: str, task: str) -> subprocess.Comple
 
 @pytest.mark.parametrize("death", ["failed_final", "oom_killed"])
 def test_a_job_that_retries_a_dead_worker_and_completes_is_succeeded_at_100_percent(
-        job_controller: ControlPlane, admin: Any, namespace: str,
+        controller_manager: ControlPlane, admin: Any, namespace: str,
         start_watcher: Callable[..., WatcherProc], death: str) -> None:
-    cp = job_controller
+    cp = controller_manager
     task = f"retry-{death.replace('_', '-')}"
     client.BatchV1Api(admin).create_namespaced_job(namespace, job_body(task))
     w = start_watcher()
@@ -162,9 +151,9 @@ def test_a_job_that_retries_a_dead_worker_and_completes_is_succeeded_at_100_perc
 
 
 def test_a_job_that_gives_up_fails_its_task_with_its_reason(
-        job_controller: ControlPlane, admin: Any, namespace: str,
+        controller_manager: ControlPlane, admin: Any, namespace: str,
         start_watcher: Callable[..., WatcherProc]) -> None:
-    cp = job_controller
+    cp = controller_manager
     client.BatchV1Api(admin).create_namespaced_job(namespace, job_body("gives-up", backoff=0))
     w = start_watcher()
     pod = running_pod(admin, namespace, "gives-up", 1)
@@ -215,9 +204,9 @@ RUNNING = {
 
 @pytest.mark.parametrize("platform", sorted(ENDS))
 def test_a_platform_object_s_terminal_status_decides_its_task(
-        job_controller: ControlPlane, admin: Any, platform_crds: None, namespace: str,
+        controller_manager: ControlPlane, admin: Any, platform_crds: None, namespace: str,
         start_watcher: Callable[..., WatcherProc], platform: str) -> None:
-    cp = job_controller
+    cp = controller_manager
     make, end, phase, reason = ENDS[platform]
     tp.grant_workload(admin, namespace)  # (the pods' ServiceAccount)
     pod, obj, plural = make(admin, namespace)
@@ -247,9 +236,9 @@ def test_a_platform_object_s_terminal_status_decides_its_task(
 
 
 def test_a_forged_controller_uid_is_refused_and_the_real_job_owns_its_task(
-        job_controller: ControlPlane, admin: Any, namespace: str,
+        controller_manager: ControlPlane, admin: Any, namespace: str,
         start_watcher: Callable[..., WatcherProc]) -> None:
-    cp = job_controller
+    cp = controller_manager
     job = client.BatchV1Api(admin).create_namespaced_job(namespace, job_body("victim"))
     real = running_pod(admin, namespace, "victim", 1)
     forged = "0f0f0f0f-0000-4000-8000-000000000000"
@@ -281,9 +270,9 @@ def test_a_forged_controller_uid_is_refused_and_the_real_job_owns_its_task(
 
 
 def test_a_job_replaced_under_the_same_name_is_a_new_run_with_a_new_taskfeedback(
-        job_controller: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
+        controller_manager: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
         start_watcher: Callable[..., WatcherProc]) -> None:
-    cp = job_controller
+    cp = controller_manager
     batch = client.BatchV1Api(admin)
     first = batch.create_namespaced_job(namespace, job_body("rerun"))
     w = start_watcher()
@@ -300,7 +289,7 @@ def test_a_job_replaced_under_the_same_name_is_a_new_run_with_a_new_taskfeedback
                         .metadata.uid != first.metadata.uid and j, 60, "the new Job")
     pod2 = eventually(lambda: next(
         ({"name": p.metadata.name, "uid": p.metadata.uid}
-         for p in job_pods(admin, namespace, "rerun")
+         for p in pods_of_job(admin, namespace, "rerun")
          if p.metadata.labels.get("batch.kubernetes.io/controller-uid") == second.metadata.uid
          and p.status.pod_ip), None), 60, "run 2's pod running")
     report(cp, namespace, pod2, 0.25, link="https://wandb.example/run-2")

@@ -177,8 +177,12 @@ class Controller:
         # One informer per platform kind and namespace (Jobs, JobSets, Workflows, TrainJobs).
         objects = [self._reflector(src.kind.path(ns), [], src)
                    for ns in [*self.s.namespaces] or [""] for src in self.platform.sources()]
-        for r in pods + objects:  # best effort: a cache miss falls back to a GET anyway
-            r.synced.wait(10 if r in pods else 2)
+        # Best effort (a cache miss falls back to a GET anyway), and never long for the
+        # platform kinds, some of which may not be served here at all.
+        for readers, seconds in ((pods, 10.0), (objects, 2.0)):
+            deadline = time.monotonic() + seconds
+            for r in readers:
+                r.synced.wait(max(0.0, deadline - time.monotonic()))
         self.writer.start()
         for i in range(self.s.concurrency):
             self._thread(self._fold_worker, f"fold-{i}")
@@ -521,9 +525,15 @@ class Controller:
                 seen = {(v.pod, v.uid) for v in verdicts}
                 verdicts += [v for v in self.senders.gone(
                     task, [p for p in state.pods if p not in seen])]
+        platform = self.platform.outcome(task)
+        if platform is None:
+            # No pod of this term verified its claim yet (a restart): the object the status
+            # already follows still decides.
+            state = self.store.get(task)
+            known = state.observed.platform if state is not None else None
+            platform = self.platform.current(task, known) if known is not None else None
         seen_now = Observations(tuple(v for v in verdicts if v.terminal),
-                                tuple(v for v in verdicts if not v.terminal),
-                                self.platform.outcome(task))
+                                tuple(v for v in verdicts if not v.terminal), platform)
         changed = self.store.observe(task, seen_now, check_pods=check)
         if changed is not None:
             before, after = changed

@@ -367,6 +367,12 @@ class PlatformTasks:
             return None
         return top.outcome
 
+    def current(self, task: TaskRef, known: PlatformOutcome) -> PlatformOutcome | None:
+        """The outcome now of the object a task's status already follows (``known``), while
+        that object lives (the same uid)."""
+        seen = self._object(known.kind, task.namespace, known.name, known.api_version)
+        return seen.outcome if isinstance(seen, Seen) and seen.uid == known.uid else None
+
     # --- a Job's completions -------------------------------------------------------------
     def completions(self, task: TaskRef, info: PodTask) -> int | Retry | None:
         """The Job's ``spec.completions`` (at most WORKERS_MAX), None when it has none, is

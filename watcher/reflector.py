@@ -57,8 +57,10 @@ class Reflector:
                  quiet: Callable[[Exception], bool] | None = None) -> None:
         self.source = source
         self.on_relist, self.on_restart = on_relist, on_restart
-        # Failures the source says itself (True: not logged here); retried all the same.
+        # Failures the source says itself (True: not logged here); retried all the same, and
+        # the relists they cause are not logged either.
         self.quiet = quiet
+        self._quieted = False
         self.synced = threading.Event()  # the first list has been delivered
         self.loop = ListWatch(client, path, selector, watch_timeout=watch_timeout,
                               page_size=page_size, short_watch=short_watch, backoff=backoff,
@@ -91,8 +93,9 @@ class Reflector:
                 if change.last:
                     source.list_done(change.resource_version)
                     self.synced.set()
+                    self._quieted = False
             elif isinstance(change, Listing):
-                if change.cause != "start":
+                if change.cause != "start" and not self._quieted:
                     log.info("%s: relist (%s)", source.resource, change.cause)
                 self.on_relist(change.cause)
                 source.list_begin()
@@ -111,6 +114,7 @@ class Reflector:
 
     def _failed(self, err: Exception) -> None:
         if self.quiet is not None and self.quiet(err):
+            self._quieted = True
             return
         if isinstance(err, KubeError):
             log.warning("%s: %s", self.source.resource, err)

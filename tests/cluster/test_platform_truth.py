@@ -171,6 +171,30 @@ def test_a_job_that_gives_up_fails_its_task_with_its_reason(
     assert watch_code(cp, namespace, "gives-up").returncode == EXIT_FAILED
 
 
+def test_a_restarted_watcher_still_follows_the_job_its_task_follows(
+        controller_manager: ControlPlane, admin: Any, namespace: str,
+        start_watcher: Callable[..., WatcherProc]) -> None:
+    """The Job completes while no watcher runs, and its pod says nothing more: the restarted
+    watcher reads the Job its status follows, and the task ends with it."""
+    cp = controller_manager
+    client.BatchV1Api(admin).create_namespaced_job(namespace, job_body("restarts"))
+    w = start_watcher()
+    pod = running_pod(admin, namespace, "restarts", 1)
+    report(cp, namespace, pod, 1.0, final=True)
+    eventually(lambda: status(admin, namespace, "restarts").get("platform"), 30,
+               f"the Job followed\n{w.tail()}")
+    assert status(admin, namespace, "restarts")["phase"] == "Running"
+    w.kill()
+    kubelet(cp, namespace, pod["name"], {"phase": "Succeeded",
+                                         "containerStatuses": terminated(0, "Completed")})
+    eventually(lambda: job_condition(admin, namespace, "restarts", "Complete"), 60,
+               "the Job controller to complete the Job")
+    again = start_watcher()
+    st = eventually(lambda: (s := status(admin, namespace, "restarts")).get("phase")
+                    == "Succeeded" and s, 30, f"the task ended with its Job\n{again.tail()}")
+    assert st["platform"]["phase"] == "Succeeded" and st["progress"]["percent"] == 100
+
+
 # --- item 3: JobSet, TrainJob, Workflow, as their controllers write their status ----------
 
 # (the object's plural, its group/version, the status its controller writes, the phase and

@@ -596,7 +596,8 @@ class Controller:
             return True
         kind, name, uid = owner.kind, owner.name, owner.uid
         newer = False
-        for ev in self.store.pending(task):
+        senders = {id(ev.sender): ev for ev in self.store.pending(task)}
+        for ev in senders.values():
             info = self._pod_task(task, ev)
             o = info.owner if info is not None else None
             if o is not None and (o.kind, o.name) == (kind, name) and o.uid != uid \

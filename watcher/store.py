@@ -86,6 +86,9 @@ class Observations:
     waiting: tuple[PodVerdict, ...] = ()
     platform: PlatformOutcome | None = None
 
+    def __bool__(self) -> bool:
+        return bool(self.ended or self.waiting or self.platform)
+
     def apply(self, state: TaskState) -> TaskState:
         return observe(state, self.ended, waiting=self.waiting, platform=self.platform)
 
@@ -223,12 +226,14 @@ class Store:
             e = self._entries.get(task)
             if e is None or not e.seeded:
                 return None
+            if not seen and e.observed is None and (e.pods_checked or not check_pods):
+                return None  # nothing seen, now or before (most folds: no fold needed)
             if check_pods:
                 e.pods_checked = True
             before = self._hot(task, e)
             if e.uid is None and not before.counters.get("events_applied", 0):
                 return None
-            e.observed = seen
+            e.observed = seen or None  # (an empty view, once applied, clears the waiting)
             after = seen.apply(before)
             if after is before:
                 return None

@@ -237,3 +237,60 @@ def test_a_task_fact_from_a_job_pod_is_checked_against_its_job_label() -> None:
     assert isinstance(refused, Rejection) and refused.reason.value == "spoofed_sender"
     assert refused.message == (f"related pod train-7-0-x is labelled {JOB_NAME_LABEL}=train-7; "
                                "the event claims task victim")
+
+
+# --- what the pod informers say of each pod (issue 25, item 1) ------------------------------
+
+
+def pod_line(wtype: str, labels: dict[str, str], status: dict[str, Any],
+             deleting: bool = False) -> bytes:
+    import orjson
+
+    m = {**meta(labels), "resourceVersion": "7"}
+    if deleting:
+        m["deletionTimestamp"] = "2026-12-01T09:05:00Z"
+    return orjson.dumps({"type": wtype, "object": {"metadata": m, "status": status}})
+
+
+def test_the_pod_informers_keep_each_pod_s_end_by_task_and_tell_each_change_once() -> None:
+    from tidings.watcher.senders import PodSource
+
+    told: list[TaskRef] = []
+    senders = Senders(None, on_change=told.append)
+    labels = {JOB_NAME_LABEL: "train", TASK_LABEL: "train"}
+    # The same pod comes through two task keys' informers, as a JobSet's pod would.
+    sources = [PodSource(senders, TASK_LABEL), PodSource(senders, JOB_NAME_LABEL)]
+    task = TaskRef("ml", "train")
+    running = {"phase": "Running"}
+    oom = {"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {
+        "exitCode": 137, "reason": "OOMKilled", "finishedAt": "2026-12-01T09:04:00Z"}}}]}
+    pulling = {"phase": "Pending", "containerStatuses": [{"name": "main", "state": {
+        "waiting": {"reason": "ImagePullBackOff", "message": "Back-off"}}}]}
+    for src in sources:
+        src.watch_line(pod_line("ADDED", labels, running))
+    assert told == [] and senders.verdicts(task) == []
+    for src in sources:
+        src.watch_line(pod_line("MODIFIED", labels, pulling))
+    assert told == [task] and [v.reason for v in senders.verdicts(task)] == ["ImagePullBackOff"]
+    for src in sources:
+        src.watch_line(pod_line("MODIFIED", labels, running))
+    assert told == [task, task] and senders.verdicts(task) == []  # no longer waiting
+    for src in sources:
+        src.watch_line(pod_line("MODIFIED", labels, oom))
+    for src in sources:
+        src.watch_line(pod_line("DELETED", labels, running, deleting=True))
+    (v,) = senders.verdicts(task)
+    assert (v.reason, v.exit_code) == ("OOMKilled", 137) and len(told) == 3  # an end is kept
+    # The second informer's delete keeps what the first remembered of the pod: its task.
+    known, info = senders.lookup(("ml", "p-0", "pod-uid"))
+    assert known and isinstance(info, PodTask) and info.task == "train"
+    assert senders.pods_of(task) == ["p-0"]
+
+
+def test_a_reporting_pod_gone_while_no_watcher_watched_is_found_gone() -> None:
+    senders = Senders(None)
+    task = TaskRef("ml", "train")
+    senders.put(("ml", "live-0", "u0"), PodTask("train", TASK_LABEL))
+    senders.delete(("ml", "dead-0", "u1"))  # seen deleted, with no object (a relist)
+    gone = senders.gone(task, [("live-0", "u0"), ("dead-0", "u1")])
+    assert [(v.pod, v.reason, v.explained) for v in gone] == [("dead-0", "Deleted", False)]

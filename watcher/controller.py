@@ -123,7 +123,7 @@ class Controller:
         self.late_after_ttl: set[TaskRef] = set()
         self.queue: WorkQueue[TaskRef] = WorkQueue()
         self.senders = Senders(kube_getter(kube), keys=task_keys(settings),
-                               on_change=self._observed_changed)
+                               on_change=self._observed_changed, holds=self._holds)
         self.platform = PlatformTasks(kube, on_change=self._observed_changed)
         # Tasks whose TaskFeedback is owned by an object a newer one of that name replaced:
         # since when their new run's facts wait for the garbage collector to delete it.
@@ -507,6 +507,9 @@ class Controller:
         self._observe(task)
 
     # --- what the objects say -------------------------------------------------------------
+    def _holds(self, task: TaskRef) -> bool:
+        return self.store.holds(task)
+
     def _observed_changed(self, task: TaskRef) -> None:
         """A pod of ``task`` ended or waits (on the watch loop: O(1)): fold it, when the task
         is held (an observation alone never makes a task)."""
@@ -537,10 +540,9 @@ class Controller:
         changed = self.store.observe(task, seen_now, check_pods=check)
         if changed is not None:
             before, after = changed
-            # A pod's end (or a phase) is written within the write interval; who waits only
-            # with the coalesced changes.
-            self.writer.changed(task, critical=before.phase != after.phase
-                                or before.observed.pods != after.observed.pods)
+            # A phase it moves is written within the write interval; the rest (a retried
+            # attempt's end, a pod waiting) with the coalesced changes.
+            self.writer.changed(task, critical=before.phase != after.phase)
 
     def _with_job_workers(self, task: TaskRef, events: list[ParsedEvent],
                           later: list[ParsedEvent]) -> list[ParsedEvent]:

@@ -25,8 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-import orjson
-
 from tidings.kube import Client, KubeError
 from tidings.kube.objects import KubeObject
 from tidings.schemas.constants import WORKERS_MAX
@@ -41,6 +39,7 @@ from tidings.schemas.platform import (
 )
 from tidings.schemas.rejection import Rejection, RejectReason
 
+from .reflector import object_line
 from .senders import Retry
 
 log = logging.getLogger("tidings.watcher.platform")
@@ -144,23 +143,15 @@ class ObjectSource:
         self._mine, self._listed = self._listed, set()
 
     def watch_line(self, line: bytes) -> WatchItem:
-        try:
-            msg = orjson.loads(line)
-            wtype, obj = msg["type"], msg["object"]
-            rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        except Exception:
-            return WatchItem("", "", None)
-        if wtype == "ERROR":
-            code = obj.get("code")
-            return WatchItem(wtype, rv, None, code if isinstance(code, int) else None)
-        got = _seen(self.kind, obj)
+        wtype, obj, item = object_line(line)
+        got = _seen(self.kind, obj) if obj is not None else None
         if got is not None and wtype in ("ADDED", "MODIFIED"):
             self._mine.add(got[0])
             self.platform.put(self.kind, *got)
         elif got is not None and wtype == "DELETED":
             self._mine.discard(got[0])
             self.platform.delete(self.kind, got[0])
-        return WatchItem(wtype, rv, None)
+        return item
 
     def quiet(self, err: Exception) -> bool:
         """A kind that is not served here (no CRD: 404) or that the watcher may not read

@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
+
+import orjson
 
 from tidings.kube import (
     Client,
@@ -28,6 +30,21 @@ from tidings.kube.objects import KubeObject
 from tidings.schemas.event import WatchItem
 
 log = logging.getLogger("tidings.watcher.reflector")
+
+
+def object_line(line: bytes) -> tuple[str, Any, WatchItem]:
+    """One watch line of objects (pods, Jobs, ...) decoded: (its type, its object, the
+    WatchItem to give the reflector). An ERROR or unreadable line has no object (None)."""
+    try:
+        msg = orjson.loads(line)
+        wtype, obj = msg["type"], msg["object"]
+        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    except Exception:
+        return "", None, WatchItem("", "", None)
+    if wtype == "ERROR":
+        code = obj.get("code")
+        return wtype, None, WatchItem(wtype, rv, None, code if isinstance(code, int) else None)
+    return wtype, obj, WatchItem(wtype, rv, None)
 
 
 class Source(Protocol):

@@ -40,8 +40,6 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-import orjson
-
 from tidings._compat import UTC
 from tidings.kube import Client, KubeError
 from tidings.kube.objects import KubeObject
@@ -55,6 +53,8 @@ from tidings.schemas.observed import PodVerdict, gone, pod_verdict
 from tidings.schemas.payloads import PodSpawned
 from tidings.schemas.platform import DEFAULT_TASK_KEYS, PodTask, other_keys, pod_task
 from tidings.schemas.rejection import Rejection, RejectReason
+
+from .reflector import object_line
 
 log = logging.getLogger("tidings.watcher.senders")
 
@@ -194,15 +194,9 @@ class PodSource:
         self._mine, self._listed = self._listed, set()
 
     def watch_line(self, line: bytes) -> WatchItem:
-        try:
-            msg = orjson.loads(line)
-            wtype, obj = msg["type"], msg["object"]
-            rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        except Exception:
-            return WatchItem("", "", None)
-        if wtype == "ERROR":
-            code = obj.get("code")
-            return WatchItem(wtype, rv, None, code if isinstance(code, int) else None)
+        wtype, obj, item = object_line(line)
+        if obj is None:
+            return item
         p = _pod(obj, self.senders.keys)
         if p is not None and wtype in ("ADDED", "MODIFIED"):
             self._mine.add(p[0])
@@ -210,7 +204,7 @@ class PodSource:
         elif p is not None and wtype == "DELETED":
             self._mine.discard(p[0])
             self.senders.delete(p[0], pod_verdict(obj, deleted=True, seen=datetime.now(UTC)))
-        return WatchItem(wtype, rv, None)
+        return item
 
 
 class Senders:
@@ -221,7 +215,9 @@ class Senders:
     def __init__(self, get: Getter | None, *, max_deleted: int = 20000,
                  negative_ttl: float = 5.0, policy: ProofPolicy | None = None,
                  keys: Sequence[str] = DEFAULT_TASK_KEYS,
-                 on_change: Callable[[TaskRef], None] = lambda task: None) -> None:
+                 on_change: Callable[[TaskRef], None] = lambda task: None,
+                 holds: Callable[[TaskRef], bool] = lambda task: True,
+                 max_verdicts: int = 50_000) -> None:
         self.get = get
         self.keys = tuple(keys)
         self.policy = policy or ProofPolicy(get)
@@ -233,8 +229,12 @@ class Senders:
         self._negative: dict[PodKey, tuple[float, object]] = {}
         self.max_deleted, self.negative_ttl = max_deleted, negative_ttl
         # How each pod of a task ended or why it waits, by task (pods that run normally have
-        # no verdict): what the fold observes beside the task's facts.
+        # no verdict): what the fold observes beside the task's facts. Bounded: beyond
+        # ``max_verdicts`` only the pods of tasks the watcher holds (``holds``) are kept (a
+        # cluster's other Jobs end by the thousand).
         self._verdicts: dict[TaskRef, dict[PodKey, PodVerdict]] = {}
+        self._verdict_count = 0
+        self.holds, self.max_verdicts = holds, max_verdicts
 
     def sources(self) -> list[PodSource]:
         """One informer source per task key."""
@@ -289,9 +289,14 @@ class Senders:
         if verdict is None:
             assert pods is not None
             del pods[key]
+            self._verdict_count -= 1
             if not pods:
                 del self._verdicts[ref]
         else:
+            if known is None:
+                if self._verdict_count >= self.max_verdicts and not self.holds(ref):
+                    return None
+                self._verdict_count += 1
             if pods is None:
                 pods = self._verdicts[ref] = {}
             pods[key] = verdict
@@ -300,8 +305,8 @@ class Senders:
     def _forget(self, key: PodKey, task: PodTask | None) -> None:
         if isinstance(task, PodTask):
             pods = self._verdicts.get(TaskRef(key[0], task.task))
-            if pods is not None:
-                pods.pop(key, None)
+            if pods is not None and pods.pop(key, None) is not None:
+                self._verdict_count -= 1
                 if not pods:
                     del self._verdicts[TaskRef(key[0], task.task)]
 

@@ -226,8 +226,10 @@ class Store:
             e = self._entries.get(task)
             if e is None or not e.seeded:
                 return None
-            if not seen and e.observed is None and (e.pods_checked or not check_pods):
-                return None  # nothing seen, now or before (most folds: no fold needed)
+            if (seen or None) == e.observed and (e.pods_checked or not check_pods):
+                # Nothing new seen (most folds): the state has it already, since the facts
+                # folded meanwhile never change what a view adds to it.
+                return None
             if check_pods:
                 e.pods_checked = True
             before = self._hot(task, e)

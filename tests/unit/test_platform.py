@@ -294,3 +294,14 @@ def test_a_reporting_pod_gone_while_no_watcher_watched_is_found_gone() -> None:
     senders.delete(("ml", "dead-0", "u1"))  # seen deleted, with no object (a relist)
     gone = senders.gone(task, [("live-0", "u0"), ("dead-0", "u1")])
     assert [(v.pod, v.reason, v.explained) for v in gone] == [("dead-0", "Deleted", False)]
+
+
+def test_pod_ends_are_bounded_but_never_for_a_task_the_watcher_holds() -> None:
+    from tidings.schemas.observed import gone
+
+    senders = Senders(None, holds=lambda task: task.name == "held", max_verdicts=2)
+    for i, name in enumerate(["other", "other", "other", "held", "held"]):
+        key = ("ml", f"{name}-{i}", f"u{i}")
+        senders.put(key, PodTask(name, TASK_LABEL), gone(key[1], key[2], T0))
+    assert len(senders.verdicts(TaskRef("ml", "other"))) == 2
+    assert len(senders.verdicts(TaskRef("ml", "held"))) == 2

@@ -365,7 +365,14 @@ def _observed(kube: Kube, ref: TaskRef, state: TaskState) -> TaskState:
     verdicts: list[PodVerdict] = []
     listed: set[tuple[str, str]] = set()
     for key in task_keys():
-        pods, _ = list_labelled(kube, ref.namespace, ref.name, key)
+        try:
+            pods, _ = list_labelled(kube, ref.namespace, ref.name, key)
+        except ApiError as err:
+            if not err.forbidden:
+                raise
+            # Without the right to list pods, the facts still say what they say (get on
+            # pods verifies their senders).
+            return observe(state, platform=platform(kube).outcome(ref))
         for pod in pods:
             meta = pod.get("metadata") or {}
             name = str(meta.get("name") or "")

@@ -620,10 +620,10 @@ class Controller:
             self.store.absent(task, new_run=True)
             self._replaced.pop(task, None)
             return True
-        if controller_of(obj) != owner:  # changed meanwhile: read it again, decide again
-            meta = obj.get("metadata") or {}
-            self.store.load(task, obj.get("status"), rv=meta.get("resourceVersion"),
-                            uid=meta.get("uid"), owner=controller_of(obj))
+        meta = obj.get("metadata") or {}
+        if controller_of(obj) != owner:  # changed meanwhile: take it in, decide again
+            self.store.rebase(task, obj.get("status"), meta.get("resourceVersion"),
+                              meta.get("uid"), controller_of(obj))
             return False
         since = self._replaced.setdefault(task, time.monotonic())
         if time.monotonic() - since < GC_GRACE_S:
@@ -633,8 +633,9 @@ class Controller:
                     task.namespace, task.name, kind, name, uid, GC_GRACE_S,
                     extra=task_fields(task))
         del self._replaced[task]
-        self.store.load(task, obj.get("status"), rv=(obj.get("metadata") or {}).get(
-            "resourceVersion"), uid=(obj.get("metadata") or {}).get("uid"), owner=None)
+        # (as if unowned from now on: this object takes the new run's facts)
+        self.store.rebase(task, obj.get("status"), meta.get("resourceVersion"),
+                          meta.get("uid"), None)
         return True
 
     def _refused(self, task: TaskRef, ev: ParsedEvent, rejection: Rejection) -> bool:

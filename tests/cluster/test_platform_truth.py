@@ -317,9 +317,10 @@ def test_a_job_replaced_under_the_same_name_is_a_new_run_with_a_new_taskfeedback
          if p.metadata.labels.get("batch.kubernetes.io/controller-uid") == second.metadata.uid
          and p.status.pod_ip), None), 60, "run 2's pod running")
     report(cp, namespace, pod2, 0.25, link="https://wandb.example/run-2")
+    # (its link is critical, written at once; its progress coalescible, a few seconds later)
     tf2 = eventually(lambda: (t := tp.taskfeedback(admin, namespace, "rerun"))
                      and t["metadata"]["uid"] != tf1["metadata"]["uid"]
-                     and (t.get("status") or {}).get("links") and t, 60,
+                     and (t.get("status") or {}).get("workers") and t, 60,
                      f"run 2's own TaskFeedback\n{w.tail()}")
     assert [(o["kind"], o["uid"]) for o in tf2["metadata"]["ownerReferences"]] == [
         ("Job", second.metadata.uid)]

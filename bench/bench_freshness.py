@@ -37,7 +37,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from support import REPO, Watcher, cpu_seconds, pct, post_event  # bench/support.py
+from support import (  # bench/support.py
+    Watcher,
+    add_control_plane_arg,
+    control_plane,
+    cpu_seconds,
+    pct,
+    post_event,
+)
 
 from tidings.kube import Client, KubeError, connect
 from tidings.schemas.constants import TASK_LABEL
@@ -276,27 +283,20 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=48,
                     help="sender threads (enough that a slow answer never caps the load)")
     ap.add_argument("--policies", default="priority,fifo")
+    add_control_plane_arg(ap)
     a = ap.parse_args()
-
-    from tidings.cli.dev import devcluster
-
-    ControlPlane = devcluster().ControlPlane
+    if a.smoke:
+        a.tasks, a.period, a.critical_rate, a.seconds, a.threads = 6, 1.0, 2.0, 3.0, 4
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-freshness-"))
-    cp = ControlPlane(state_dir=tmp / "cp").start()
     load0 = os.getloadavg()
     columns: dict[str, dict[str, str]] = {}
-    try:
+    with control_plane(a.control_plane, "bench-freshness-") as cp:
         kubeconfig = str(cp.kubeconfig("admin"))
-        cp.kubectl_run("apply", "-f", str(REPO / "deploy/crd.yaml"))
-        cp.kubectl_run("wait", "--for=condition=Established", "crd/taskfeedbacks.tidings.dev",
-                       "--timeout=60s")
         kube = connect(kubeconfig, maxsize=a.threads * 2)
         columns["no watcher"] = floor(cp, kube, a)
         for name in a.policies.split(","):
             columns[name] = run_policy(name, POLICIES[name][1], cp, kubeconfig, kube, a, tmp)
-    finally:
-        cp.stop()
     load1 = os.getloadavg()
 
     rows = list(dict.fromkeys(k for col in columns.values() for k in col))

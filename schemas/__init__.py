@@ -71,6 +71,7 @@ from .payloads import (
     SpanSummaries,
     SpanSummary,
     UnknownPayload,
+    Window,
     payload_type,
     span_summaries,
 )
@@ -133,6 +134,7 @@ __all__ = [
     "UnknownPayload",
     "VersionVector",
     "WatchItem",
+    "Window",
     "build_event",
     "decode_note",
     "encode_note",

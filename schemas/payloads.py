@@ -402,6 +402,54 @@ class Metrics(BaseModel):
         return {"metrics": [[m.name, m.value, m.step] for m in self.metrics]}
 
 
+def _window_progress(v: Any) -> Any:
+    if isinstance(v, Progress) and v.final:
+        raise PydanticCustomError("window_progress", "a final progress is sent on its own")
+    return v
+
+
+class Window(BaseModel):
+    """A worker's coalescible facts of one reporting window in one note: its latest
+    non-final progress, its metrics' latest values and its span aggregates (the emitter's
+    one event per window instead of one per kind). On the wire ``progress`` is a Progress's
+    fields, ``metrics`` Metrics' rows and ``base_us``/``spans`` SpanSummaries'; each part is
+    folded as its own event would be, so packing changes nothing in the state. At least one
+    part is present."""
+
+    model_config = _MODEL_CONFIG
+    TYPE: ClassVar[str] = "Window"
+
+    progress: Annotated[Progress | None, AfterValidator(_window_progress)] = None
+    metrics: Annotated[tuple[Metric, ...], Field(max_length=METRIC_ROWS_MAX)] = ()
+    base_us: Annotated[int, Field(ge=0, le=10**17)] = 0
+    spans: Annotated[tuple[SpanSummary, ...], Field(max_length=SPAN_ROWS_MAX)] = ()
+
+    _metric_rows = field_validator("metrics", mode="before")(_metric_rows)
+    _span_rows = field_validator("spans", mode="before")(_span_rows)
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Window:
+        if self.progress is None and not self.metrics and not self.spans:
+            raise ValueError("a window carries a progress, metrics or spans")
+        return self
+
+    @model_serializer(mode="plain")
+    def _wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.progress is not None:
+            out["progress"] = self.progress.model_dump(exclude_defaults=True)
+        if self.metrics:
+            out["metrics"] = [[m.name, m.value, m.step] for m in self.metrics]
+        if self.spans:
+            base = self.base_us
+            out["base_us"] = base
+            out["spans"] = [
+                [s.name, s.count, round(s.total_s * 1e9), round(s.min_s * 1e9),
+                 round(s.max_s * 1e9), round(s.first_start * 1e6) - base,
+                 round(s.last_end * 1e6) - base, s.errors] for s in self.spans]
+        return out
+
+
 class PodSpawned(BaseModel):
     """Lineage record: pod ``pod_name``/``pod_uid`` was spawned for app or owner ``app``."""
 
@@ -459,11 +507,11 @@ class UnknownPayload(BaseModel):
 
 
 Payload: TypeAlias = (LogLink | DeckReady | Metric | Metrics | SpanSummary | SpanSummaries
-                      | Progress | PodSpawned | UnknownPayload)
+                      | Progress | Window | PodSpawned | UnknownPayload)
 
 def span_summaries(p: Payload) -> tuple[SpanSummary, ...]:
     """The per-name span summaries ``p`` carries: its rows, itself, or none."""
-    if isinstance(p, SpanSummaries):
+    if isinstance(p, SpanSummaries | Window):
         return p.spans
     return (p,) if isinstance(p, SpanSummary) else ()
 

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from tidings.emitter.task import owner_reference
-from tidings.kube import JSON, Client, KubeError
+from tidings.kube import JSON, METADATA_ONLY, Client, KubeError
 from tidings.kube.flowcontrol import TokenBucket
 from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
 from tidings.schemas.event import ObjectRef, TaskRef
@@ -304,9 +304,10 @@ class StatusWriter:
                                               status=status))
         self._spend(len(data))
         try:
+            # Only the new resourceVersion is needed back: the answer is the metadata alone.
             obj = self.kube.request("PUT", taskfeedback_path(task.namespace, task.name, "status"),
-                                    data=data,
-                                    content_type=JSON, query=[("fieldManager", FIELD_MANAGER)],
+                                    data=data, content_type=JSON, accept=METADATA_ONLY,
+                                    query=[("fieldManager", FIELD_MANAGER)],
                                     timeout=WRITE_TIMEOUT)
         except KubeError as e:
             if e.not_found or e.conflict:  # changed (or deleted) since rv
@@ -339,7 +340,7 @@ class StatusWriter:
         body = taskfeedback_body(task.namespace, task.name, owner_references=owners)
         self._spend(0)
         try:
-            obj = self.kube.request("POST", coll, body=body,
+            obj = self.kube.request("POST", coll, body=body, accept=METADATA_ONLY,
                                     query=[("fieldManager", FIELD_MANAGER)],
                                     timeout=WRITE_TIMEOUT)
         except KubeError as e:

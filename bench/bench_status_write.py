@@ -67,7 +67,7 @@ from tidings.schemas import (
     parse_event,
 )
 from tidings.schemas.contract import events_path, taskfeedback_body, taskfeedback_path
-from tidings.watcher.writer import FIELD_MANAGER, status_body
+from tidings.watcher.writer import FIELD_MANAGER, json_values, status_body, write_cost
 
 T0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)
 METHODS = ("put", "put-object", "merge", "json")
@@ -328,6 +328,7 @@ def main() -> None:
         ns = f"bench-{uuid.uuid4().hex[:6]}"
         kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
         cases: dict[tuple[str, str], tuple[Callable[[], None], int, int]] = {}
+        values: dict[tuple[str, str], int] = {}
         creates = Creates(kube, ns)
         cases[("create", "event")] = (lambda: creates.write(""), creates.size, a.writes)
         targets = {}
@@ -336,6 +337,7 @@ def main() -> None:
                 t = targets[(k, m)] = Target(kube, ns, f"{k}-{m}", f(TaskRef(ns, k)))
                 cases[(k, m)] = ((lambda t=t, m=m: t.write(m)), len(orjson.dumps(t.status)),
                                  a.writes // 3 if k == "capped" else a.writes)
+                values[(k, m)] = json_values(t.status)
         results: dict[tuple[str, str], list[dict[str, float]]] = {c: [] for c in cases}
         for _ in range(a.rounds):
             for c, (fn, _, n) in cases.items():
@@ -353,15 +355,19 @@ def main() -> None:
         binary = cp.bin_dir / "kube-apiserver"
     print(f"\nAPI-server CPU per request, median of {a.rounds} rounds of {a.writes} requests "
           f"(capped {a.writes // 3}); {load0} before, {load_average()} after\n")
-    print("| status | method | bytes | kube-apiserver ms | x create | etcd ms | x create |")
-    print("|---|---|---|---|---|---|---|")
+    print("| status | method | bytes | JSON values | kube-apiserver ms | x create | etcd ms | "
+          "x create | the watcher's estimate |")
+    print("|---|---|---|---|---|---|---|---|---|")
     base = {p: statistics.median(r[p] for r in results[("create", "event")])
             for p in pids}
     for c, (_, size, _) in cases.items():
         med = {p: statistics.median(r[p] for r in results[c]) for p in pids}
-        print(f"| {c[0]} | {c[1]} | {size:,} | {med['kube-apiserver']:.2f} | "
+        n = values.get(c, 0)
+        estimate = f"{write_cost(size, n):.2f} ms" if n else "-"
+        print(f"| {c[0]} | {c[1]} | {size:,} | {n or '-'} | {med['kube-apiserver']:.2f} | "
               f"{med['kube-apiserver'] / max(base['kube-apiserver'], 1e-9):.2f} | "
-              f"{med['etcd']:.2f} | {med['etcd'] / max(base['etcd'], 1e-9):.2f} |")
+              f"{med['etcd']:.2f} | {med['etcd'] / max(base['etcd'], 1e-9):.2f} | "
+              f"{estimate} |")
     print("\n(goal, issue 28: a typical status write <= 2.5 ms of API-server CPU, a capped "
           "one <= 8 ms; create = a bus event, the same run)")
     if profiles:

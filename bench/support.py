@@ -51,8 +51,7 @@ def control_plane(state_dir: str | None, prefix: str = "bench-") -> Iterator[Any
         if owned or not cp.kubectl_run("get", "crd", "taskfeedbacks.tidings.dev",
                                        "--ignore-not-found", "-o", "name").strip():
             cp.kubectl_run("apply", "-f", str(REPO / "deploy" / "crd.yaml"))
-        cp.kubectl_run("wait", "--for=condition=Established", "crd/taskfeedbacks.tidings.dev",
-                       "--timeout=60s")
+        cp.wait_established("taskfeedbacks.tidings.dev")
         yield cp
     finally:
         if owned:

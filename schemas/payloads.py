@@ -300,6 +300,14 @@ def _span_rows(v: Any, info: ValidationInfo) -> Any:
     return tuple(out)
 
 
+def _wire_rows(spans: tuple[SpanSummary, ...], base: int) -> list[list[Any]]:
+    # The in-memory values came from integer rows, so rounding to the nearest unit gives
+    # those integers back: decoding and re-encoding yields the same bytes.
+    return [[s.name, s.count, round(s.total_s * 1e9), round(s.min_s * 1e9),
+             round(s.max_s * 1e9), round(s.first_start * 1e6) - base,
+             round(s.last_end * 1e6) - base, s.errors] for s in spans]
+
+
 class SpanSummaries(BaseModel):
     """The SpanSummary aggregates of several names in one note (one API call for a dozen
     names). On the wire: ``base_us`` (epoch microseconds) and ``spans``, a list of compact
@@ -315,13 +323,7 @@ class SpanSummaries(BaseModel):
 
     @model_serializer(mode="plain")
     def _wire(self) -> dict[str, Any]:
-        # The in-memory values came from integer rows, so rounding to the nearest unit gives
-        # those integers back: decoding and re-encoding yields the same bytes.
-        base = self.base_us
-        return {"base_us": base, "spans": [
-            [s.name, s.count, round(s.total_s * 1e9), round(s.min_s * 1e9),
-             round(s.max_s * 1e9), round(s.first_start * 1e6) - base,
-             round(s.last_end * 1e6) - base, s.errors] for s in self.spans]}
+        return {"base_us": self.base_us, "spans": _wire_rows(self.spans, self.base_us)}
 
 
 def _round_fraction(v: Any) -> Any:
@@ -441,12 +443,8 @@ class Window(BaseModel):
         if self.metrics:
             out["metrics"] = [[m.name, m.value, m.step] for m in self.metrics]
         if self.spans:
-            base = self.base_us
-            out["base_us"] = base
-            out["spans"] = [
-                [s.name, s.count, round(s.total_s * 1e9), round(s.min_s * 1e9),
-                 round(s.max_s * 1e9), round(s.first_start * 1e6) - base,
-                 round(s.last_end * 1e6) - base, s.errors] for s in self.spans]
+            out["base_us"] = self.base_us
+            out["spans"] = _wire_rows(self.spans, self.base_us)
         return out
 
 

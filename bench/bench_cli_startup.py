@@ -79,9 +79,9 @@ def main() -> None:
         commands = {
             "kubectl get taskfeedback bench-1": [kubectl, "-n", ns, "get", "taskfeedback",
                                                  "bench-1"],
-            "tidings get bench-1": [EXE, "-n", ns, "get", "bench-1"],
-            "tidings list": [EXE, "-n", ns, "list"],
-            "tidings state bench-1": [EXE, "-n", ns, "state", "bench-1"],
+            "tidings get bench-1": [EXE, "get", "bench-1", "-n", ns],
+            "tidings list": [EXE, "list", "-n", ns],
+            "tidings state bench-1": [EXE, "state", "bench-1", "-n", ns],
             "tidings --help": [EXE, "--help"],
         }
         samples: dict[str, list[float]] = {name: [] for name in commands}

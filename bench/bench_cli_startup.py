@@ -2,7 +2,9 @@
 side with `kubectl get taskfeedback` (wall time) against one live control plane, in one run.
 
 Run: .venv/bin/python bench/bench_cli_startup.py [--runs N] [--kubeconfig FILE]
-(without --kubeconfig it starts a control plane of its own: needs the built binaries).
+(without --kubeconfig it starts a control plane of its own: needs the built binaries). The
+`tidings` measured is the one beside the Python that runs this script, so another checkout's
+venv (`../main/.venv/bin/python bench/bench_cli_startup.py`) gives the "before".
 
 Commands are timed round-robin (one of each, N times), so load that comes and goes hits them
 alike; the table gives medians, the ratio to kubectl measured in the same run, and the load

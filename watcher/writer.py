@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +38,8 @@ from tidings.schemas.state import STATUS_BUDGET, TaskState
 from .coalesce import Coalescer
 from .logs import task_fields
 from .metrics import Metrics
-from .store import Store, refused_status
+from .senders import Retry
+from .store import Owner, Store, refused_status
 
 log = logging.getLogger("tidings.watcher.writer")
 
@@ -61,6 +63,9 @@ MAX_CONFLICTS = 4
 COST_BASE_MS = 1.9
 COST_MS_PER_VALUE = 0.02
 COST_MS_PER_BYTE = 0.02e-3
+# The tasks whose last phase the writer remembers, to log a task's end once (an operator
+# follows tasks in the log without `kubectl get`): bounded, the oldest forgotten first.
+PHASES_REMEMBERED = 10_000
 
 
 def write_cost(nbytes: int, values: int = 0) -> float:
@@ -127,10 +132,12 @@ class StatusWriter:
                  slow: dict[str, float] | None = None,
                  may_write: Callable[[], bool] = lambda: True, max_rate: float = 0.0,
                  budget: float = 0.0, priority: bool = True,
-                 owner_of: Callable[[TaskRef], ObjectRef | None] = lambda task: None) -> None:
+                 owner_of: Callable[[TaskRef], ObjectRef | Retry | None] = lambda task: None,
+                 owner_gone: Callable[[ObjectRef], bool] = lambda owner: False) -> None:
         self.kube, self.store, self.metrics = kube, store, metrics
-        # The platform object (Job, JobSet, Workflow, ...) a new TaskFeedback is owned by.
-        self.owner_of = owner_of
+        # The platform object (Job, JobSet, Workflow, ...) a new TaskFeedback is owned by, and
+        # whether a TaskFeedback's owner is known to be gone.
+        self.owner_of, self.owner_gone = owner_of, owner_gone
         self.co: Coalescer[TaskRef] = Coalescer(interval, coalesce_interval, priority=priority)
         self.workers = workers
         self.slow = slow if slow is not None else parse_slow_writes(os.environ.get(SLOW_WRITE_ENV))
@@ -145,6 +152,8 @@ class StatusWriter:
         self._stopped = False
         self._ends = 0
         self._threads: list[threading.Thread] = []
+        self._phases: OrderedDict[TaskRef, str] = OrderedDict()
+        self._phases_lock = threading.Lock()
 
     def start(self) -> None:
         for i in range(self.workers):
@@ -262,15 +271,16 @@ class StatusWriter:
                     return True
                 state, version, rv = snap
                 try:
-                    new_rv, uid = self._persist(task, status_body(state, self.store.refused(task)),
-                                                rv)
+                    new_rv, uid, owner = self._persist(
+                        task, status_body(state, self.store.refused(task)), rv)
                 except Conflict as e:
                     self.metrics.status_writes.labels("conflict").inc()
                     log.info("status write %s/%s: %s; re-reading", task.namespace, task.name, e,
                              extra=task_fields(task))
                     self._reread(task)
                     continue
-                self.store.written(task, version, new_rv, uid)
+                self.store.written(task, version, new_rv, uid, owner)
+                self._log_phase(task, state)
                 self.metrics.write_seconds.observe(time.perf_counter() - t0)
                 self.metrics.status_writes.labels("ok").inc()
                 return True
@@ -293,17 +303,33 @@ class StatusWriter:
                         extra=task_fields(task))
             return False
 
+    def _log_phase(self, task: TaskRef, state: TaskState) -> None:
+        """One INFO line when a written task completes or fails (once per phase)."""
+        phase = state.phase
+        with self._phases_lock:
+            if self._phases.get(task) == phase:
+                return
+            self._phases[task] = phase
+            self._phases.move_to_end(task)
+            while len(self._phases) > PHASES_REMEMBERED:
+                self._phases.popitem(last=False)
+        if state.finished:
+            progress = state.progress
+            said = f": {progress.message[:120]}" if progress and progress.message else ""
+            log.info("task %s/%s %s%s", task.namespace, task.name,
+                     "failed" if state.failed else "completed", said, extra=task_fields(task))
+
     def _fence(self) -> None:
         if not self.may_write():
             # A replica that can no longer prove its lease sends nothing more.
             raise NotLeader("lease not held")
 
     def _persist(self, task: TaskRef, status: dict[str, Any], rv: str | None
-                 ) -> tuple[str | None, str | None]:
+                 ) -> tuple[str | None, str | None, Owner | None]:
         """Replace the whole ``.status`` (keys the fold dropped vanish too) of the object at
-        resourceVersion ``rv``; returns the new resourceVersion and the object's uid. The API
-        server refuses the write with 409 when the object changed since ``rv``, so a stale
-        writer never wins."""
+        resourceVersion ``rv``; returns the new resourceVersion, the object's uid and its
+        owner's. The API server refuses the write with 409 when the object changed since
+        ``rv``, so a stale writer never wins."""
         self._fence()
         coll = taskfeedback_path(task.namespace)
         if rv is None:
@@ -327,7 +353,7 @@ class StatusWriter:
             if e.not_found or e.conflict:  # changed (or deleted) since rv
                 raise Conflict(str(e)) from e
             raise
-        return _resource_version(obj), _uid(obj)
+        return _resource_version(obj), _uid(obj), controller_of(obj)
 
     def _reread(self, task: TaskRef) -> None:
         """After a conflict: the object as it is now becomes the base of our state."""
@@ -339,9 +365,13 @@ class StatusWriter:
         except KubeError as e:
             if not e.not_found:
                 raise
-            self.store.absent(task)
+            # Deleted with its owner (the garbage collector), the run is over: what was not
+            # written of it goes with it, never into a new object.
+            owner = self.store.owner(task)
+            self.store.absent(task, new_run=owner is not None and self.owner_gone(owner))
             return
-        if self.store.rebase(task, obj.get("status"), _resource_version(obj), _uid(obj)):
+        if self.store.rebase(task, obj.get("status"), _resource_version(obj), _uid(obj),
+                             controller_of(obj)):
             log.info("status of %s/%s had events we lacked: merged", task.namespace, task.name,
                      extra=task_fields(task))
 
@@ -349,6 +379,9 @@ class StatusWriter:
         """Create the TaskFeedback; its resourceVersion. Conflict when it already exists (we
         must read what it holds before writing over it)."""
         owner = self.owner_of(task)
+        if owner is Retry.LATER:  # its owner cannot be verified now: create it later
+            raise KubeError(503, f"the owner of {task.namespace}/{task.name} cannot be "
+                            "verified now")
         # Owned by the platform's object (a Job, a Workflow): deleted with it.
         owners = [owner_reference(owner)] if owner is not None else []
         body = taskfeedback_body(task.namespace, task.name, owner_references=owners)
@@ -361,7 +394,24 @@ class StatusWriter:
             if e.conflict:
                 raise Conflict("already exists") from e
             raise
+        log.info("task %s/%s created%s", task.namespace, task.name,
+                 f" (owned by {owner.kind}/{owner.name})" if owner is not None else "",
+                 extra=task_fields(task))
         return _resource_version(obj)
+
+
+def controller_of(obj: object) -> Owner | None:
+    """The object's controller (its ownerReference with ``controller: true``)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
+    for ref in refs if isinstance(refs, list) else []:
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            api, kind, name, uid = (ref.get(k) for k in ("apiVersion", "kind", "name", "uid"))
+            if all(isinstance(x, str) for x in (api, kind, name, uid)):
+                assert isinstance(meta, dict)
+                return Owner(str(api), str(kind), str(name), str(meta.get("namespace") or ""),
+                             str(uid))
+    return None
 
 
 def _uid(obj: object) -> str | None:

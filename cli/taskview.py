@@ -47,10 +47,10 @@ from tidings.schemas.contract import (
     task_selector,
     taskfeedback_path,
 )
-from tidings.schemas.kinds import NAMED_KINDS, Kind, Scalar
+from tidings.schemas.kinds import Kind
 from tidings.schemas.rejection import Rejection, RejectReason
-from tidings.schemas.state import Named, NamedValue
 from tidings.schemas.times import format_seconds
+from tidings.schemas.view import RegisterRow, TaskView, fmt_seconds, read_refused, task_view
 
 if TYPE_CHECKING:
     from tidings.watcher.senders import Senders
@@ -156,6 +156,8 @@ class Snapshot:
     refused: dict[str, int] = field(default_factory=dict)
     # uid of the task's TaskFeedback for a local fold ("": none exists; None: unreadable).
     object_uid: str | None = None
+    # The TaskFeedback status the state was read from (None: a local fold).
+    status: Mapping[str, Any] | None = None
 
     @property
     def rejected(self) -> int:
@@ -187,12 +189,7 @@ def _read_cr(kube: Kube, ref: TaskRef) -> tuple[TaskFeedback | None, ApiError | 
 
 
 def _refused(status: dict[str, Any]) -> dict[str, int]:
-    """status.refused as the watcher wrote it (camelCase reason -> events), checked."""
-    raw = status.get("refused")
-    if not isinstance(raw, dict):
-        return {}
-    return {safe(k)[:64]: v for k, v in sorted(raw.items())
-            if isinstance(k, str) and type(v) is int and v > 0}
+    return {safe(k): v for k, v in read_refused(status)}
 
 
 def _status_of(obj: Mapping[str, object] | None) -> dict[str, Any] | None:
@@ -336,7 +333,7 @@ def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = 
         if status is not None:
             rv = str((obj or {}).get("metadata", {}).get("resourceVersion") or "")
             return Snapshot(TaskState.from_status(ref, status), SOURCE_CR, Refusals(), rv,
-                            _refused(status))
+                            _refused(status), status=status)
         if obj is not None:
             must_exist = False  # the object exists; its watcher has not written yet
     snap = from_events(kube, ref, cr_error, uid)
@@ -401,7 +398,7 @@ def _cr_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes], lo
             continue
         rv = str(obj.get("metadata", {}).get("resourceVersion") or "")
         snap = Snapshot(TaskState.from_status(ref, status), SOURCE_CR, Refusals(), rv,
-                        _refused(status))
+                        _refused(status), status=status)
         yield snap
     return snap
 
@@ -465,37 +462,46 @@ def progress_bar(fraction: float, width: int = 24) -> str:
     return "█" * filled + "░" * (width - filled)
 
 
+def view(snap: Snapshot) -> TaskView:
+    """The snapshot's view model (schemas/view.py): what the page shows too."""
+    return task_view(snap.state, snap.status)
+
+
 def render(snap: Snapshot) -> Any:
     """A rich renderable of one state: summary, then links, decks, spans, pods, counters."""
     from rich import box
     from rich.console import Group
     from rich.table import Table
 
-    st = snap.state
+    v = view(snap)
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("Task", _t(f"{st.task.namespace}/{st.task.name}"))
+    head.add_row("Task", _t(f"{v.task.namespace}/{v.task.name}"))
     head.add_row("Source", _t("TaskFeedback status" if snap.source == SOURCE_CR
                               else "events (folded locally; no watcher status)"))
-    if st.progress is not None:
-        pct = f"{st.progress.fraction * 100:5.1f}%"
-        head.add_row("Progress", _t(f"{progress_bar(st.progress.fraction)} {pct}"))
-        if st.progress.message:
-            head.add_row("Message", _t(st.progress.message))
-        if st.progress.eta is not None:
-            eta = st.progress.eta
+    if v.progress is not None:
+        pct = f"{v.progress.fraction * 100:5.1f}%"
+        head.add_row("Progress", _t(f"{progress_bar(v.progress.fraction)} {pct}"))
+        if v.progress.message:
+            head.add_row("Message", _t(v.progress.message))
+        if v.progress.eta is not None:
+            eta = v.progress.eta
             head.add_row("ETA", _t(f"{format_seconds(eta)} ({_until(eta)})"))
-        r = st.roster
-        workers = f"{r.finals} of {max(len(r.marks), r.declared)} final"
-        head.add_row("Workers", _t(workers + (f", {r.failures} failed" if r.failures else "")))
+        workers = f"{v.workers_final} of {v.workers_total} final"
+        head.add_row("Workers", _t(workers + (f", {v.workers_failed} failed"
+                                              if v.workers_failed else "")))
     else:
         head.add_row("Progress", _t("no progress reported"))
-    phase = st.phase
+    phase = v.phase
     head.add_row("Phase", _t(phase, {SUCCEEDED: "green", FAILED: "red"}.get(phase, "yellow")))
-    head.add_row("Last event", _t(_ago(st.last_event_time)))
-    if st.warnings:
-        head.add_row("Warnings", _t(st.warnings, "red"))
+    unhealthy = [c for c in v.health if c.type != FAILED]
+    if unhealthy:
+        head.add_row("Health", _t(", ".join(f"{c.type} ({c.message or c.reason})"
+                                            for c in unhealthy), "red"))
+    head.add_row("Last event", _t(_ago(v.last_event)))
+    if v.warnings:
+        head.add_row("Warnings", _t(v.warnings, "red"))
     parts: list[Any] = [head]
 
     def table(title: str, *cols: str) -> Table:
@@ -504,113 +510,80 @@ def render(snap: Snapshot) -> Any:
             t.add_column(c, overflow="fold")
         return t
 
-    for kind in NAMED_KINDS:  # links, decks, ...: one table each, as the registry says
-        entries = st.registers(kind)
-        if entries:
-            cols = ["NAME", *(f.header for f in kind.values)]
-            t = table(kind.title, *cols, *(["UPDATED"] if kind.age else []))
-            for name, entry in sorted(entries.items()):
-                t.add_row(*named_cells(kind, name, entry))
-            parts.append(t)
-    if st.spans:
+    for reg in v.tables:  # links, decks, ...: one table each, as the registry says
+        kind = reg.kind
+        t = table(reg.title, "NAME", *reg.headers, *(["UPDATED"] if kind.age else []))
+        for row in reg.rows:
+            t.add_row(*register_cells(kind, row))
+        parts.append(t)
+    if v.spans:
         t = table("Spans", "NAME", "COUNT", "TOTAL", "MIN", "MAX", "ERRORS")
-        for name, s in sorted(st.spans.items()):
-            t.add_row(_t(name), _t(s.count), _t(fmt_seconds(s.total_s)),
+        for s in v.spans:
+            t.add_row(_t(s.name), _t(s.count), _t(fmt_seconds(s.total_s)),
                       _t(fmt_seconds(s.min_s)), _t(fmt_seconds(s.max_s)),
                       _t(s.errors, "red" if s.errors else ""))
         parts.append(t)
-    if len(st.workers) > 1 or any(w.failed for w in st.workers.values()):
+    if v.shows_workers:
         t = table("Workers", "POD", "PROGRESS", "STATE", "MESSAGE")
-        for name, w in sorted(st.workers.items()):
-            state = "failed" if w.failed else "final" if w.final else "running"
-            t.add_row(_t(name), _t(f"{w.fraction * 100:.1f}%"),
-                      _t(state, "red" if w.failed else ""), _t(w.message))
+        for w in v.workers:
+            t.add_row(_t(w.pod), _t(f"{w.fraction * 100:.1f}%"),
+                      _t(w.state, "red" if w.state == "failed" else ""), _t(w.message))
         parts.append(t)
-    if st.pods:
+    if v.pods:
         t = table("Reporting pods", "POD", "UID", "EVENTS")
-        for (name, uid), n in sorted(st.pod_events.items()):
-            t.add_row(_t(name), _t(uid), _t(n))
+        for p in v.pods:
+            t.add_row(_t(p.name), _t(p.uid), _t(p.events))
         parts.append(t)
-    noisy = {k: v for k, v in st.counters.items() if v and k != "events_applied"}
-    if st.unknown:
-        noisy.update({f"unknown:{k}": v for k, v in st.unknown.items()})
+    noisy = dict(v.counters)
     if snap.rejected:
         noisy["rejected_events"] = snap.rejected
         t = table("Refused events (not applied)", "REASON", "SENDER", "EVENTS", "WHY")
         for reason, sender, n, detail in snap.refusals.rows():
             t.add_row(_t(reason, "red"), _t(sender), _t(n), _t(detail))
         parts.append(t)
-    if snap.refused:
+    if v.refused:
         t = table("Refused by the watcher", "REASON", "EVENTS")
-        for reason, n in snap.refused.items():
+        for reason, n in v.refused:
             t.add_row(_t(reason, "red"), _t(n))
         parts.append(t)
-    footer = f"{st.counters.get('events_applied', 0)} events applied"
+    footer = f"{v.events_applied} events applied"
     if noisy:
-        footer += "; " + ", ".join(f"{k}={v}" for k, v in sorted(noisy.items()))
+        footer += "; " + ", ".join(f"{k}={n}" for k, n in sorted(noisy.items()))
     parts.append(_t(footer, "dim"))
     return Group(*parts)
 
 
-def named_cells(kind: Kind, name: str, entry: Named) -> list[Any]:
+def register_cells(kind: Kind, row: RegisterRow) -> list[Any]:
     """The table cells of one register of a named kind: its name, its value fields, and
     how long ago it was written when the kind shows that."""
-    raw = entry.value
-    values = raw if isinstance(raw, tuple) else (raw,)
-    cells = [_t(name), *(_t(_scalar_text(v), f.style)
-                         for f, v in zip(kind.values, values, strict=True))]
+    cells = [_t(row.name), *(_t(text, f.style)
+                             for f, text in zip(kind.values, row.values, strict=True))]
     if kind.age:
-        cells.append(_t(_ago(entry.at[0])))
+        cells.append(_t(_ago(row.at)))
     return cells
-
-
-def _scalar_text(v: Scalar) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return str(v)
 
 
 def one_line(snap: Snapshot) -> str:
     """A compact, sanitised line for one state (what `watch` prints when piped)."""
-    st = snap.state
+    v = view(snap)
     now = datetime.now(UTC).strftime("%H:%M:%S")
-    pr = st.progress
+    pr = v.progress
     progress = "no progress" if pr is None else f"{pr.fraction * 100:5.1f}% {pr.message}"
     if pr is not None and pr.eta is not None:
         progress += f" (eta {format_seconds(pr.eta)})"
     values = ""
-    for kind in NAMED_KINDS:  # metrics: their latest values, the first few names
-        if kind.inline and (entries := st.registers(kind)):
-            shown = sorted(entries.items())[:INLINE_MAX]
-            values += "".join(f" {name}={_scalar_text(_first(e.value))}" for name, e in shown)
-            if len(entries) > INLINE_MAX:
-                values += f" (+{len(entries) - INLINE_MAX} {kind.section})"
-    tail = f" {st.phase.lower()}" if st.finished else ""
-    return safe(f"{now} {st.task.namespace}/{st.task.name} {progress} "
-                f"(links {len(st.link_entries)}, decks {len(st.deck_entries)}, "
-                f"spans {len(st.spans)}){values}{tail}")
+    counts = {reg.kind.section: len(reg.rows) for reg in v.tables}
+    for reg in v.tables:  # metrics: their latest values, the first few names
+        if reg.kind.inline:
+            shown = reg.rows[:INLINE_MAX]
+            values += "".join(f" {row.name}={row.values[0]}" for row in shown)
+            if len(reg.rows) > INLINE_MAX:
+                values += f" (+{len(reg.rows) - INLINE_MAX} {reg.kind.section})"
+    tail = f" {v.phase.lower()}" if v.finished else ""
+    return safe(f"{now} {v.task.namespace}/{v.task.name} {progress} "
+                f"(links {counts.get('links', 0)}, decks {counts.get('decks', 0)}, "
+                f"spans {len(v.spans)}){values}{tail}")
 
 
 # Registers of an inline kind that one `watch` line shows (the table view shows them all).
 INLINE_MAX = 6
-
-
-def _first(v: NamedValue) -> Scalar:
-    return v[0] if isinstance(v, tuple) else v
-
-
-def fmt_seconds(s: float) -> str:
-    if s == 0:
-        return "0s"
-    if s < 1e-3:
-        return f"{s * 1e6:.0f}µs"
-    if s < 1:
-        return f"{s * 1e3:.1f}ms"
-    if s < 120:
-        return f"{s:.2f}s"
-    if s < 7200:
-        return f"{s / 60:.1f}m"
-    return f"{s / 3600:.1f}h"
-

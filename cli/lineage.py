@@ -302,6 +302,16 @@ class PodFate:
             return f"not labelled for task {self.entry.subject.name}; ignored"
         return f"unknown ({self.reason})"
 
+    def origin(self) -> str:
+        """Who recorded the pod, or (no lineage controller) where it was found."""
+        e = self.entry
+        if self.spawned:
+            return f"spawned {format_time(e.event_time)[:19]}Z by {e.reported_by.name}"
+        return "found by " + ", ".join(
+            f"{STATUS} ({self.events} events)" if s == STATUS else
+            f"{LABEL} {task_selector(self.key, e.app)}" if s == LABEL else s
+            for s in self.sources)
+
     @property
     def verified(self) -> bool:
         """The pod confirmed the record (only a current pod can)."""
@@ -390,17 +400,10 @@ def render(namespace: str, app: str, items: list[PodFate]) -> Any:
                 by_role[role] = root.add(Text.assemble(("role ", "dim"), (role, "bold cyan")))
             parent = by_role[role]
         style = _PHASE_STYLE.get(f.phase, "") if f.state == "current" else "dim red"
-        if f.spawned:
-            origin = f"spawned {format_time(e.event_time)[:19]}Z by {safe(e.reported_by.name)}"
-        else:  # no lineage controller: say where the pod was found instead
-            origin = "found by " + ", ".join(
-                f"{STATUS} ({f.events} events)" if s == STATUS else
-                f"{LABEL} {task_selector(f.key, e.app)}" if s == LABEL else s
-                for s in f.sources)
         label = Text.assemble(
             (safe(e.pod.name), "bold" if f.state == "current" else "strike"),
             (f"  uid {safe(e.pod.uid)[:8]}", "dim"),
             (f"  attempt {e.attempt}" if e.attempt else "", "dim"),
-            "  ", (safe(f.label()), style), (f"  {safe(origin)}", "dim"))
+            "  ", (safe(f.label()), style), (f"  {safe(f.origin())}", "dim"))
         parent.add(label)
     return root

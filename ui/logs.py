@@ -6,6 +6,7 @@ tabs show it, and stopped a little after the last of them closes."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -16,6 +17,9 @@ from tidings.cli.kube import Kube
 from tidings.cli.logstream import LogMux, Options, Printer
 from tidings.ui.hub import Key, Subscriber
 
+# One count for every session: a tab that comes back to a task whose session was reaped and
+# started again never mistakes the new lines for ones it saw.
+_LINE_NUMBERS = itertools.count(1)
 LOG_LINES = 1000  # lines kept for a tab that opens later (the page keeps as many)
 TAIL = 100  # each container's last lines, as `tidings logs --tail 100 -f`
 MAX_STREAMS = 16
@@ -75,7 +79,7 @@ class TaskSession:
 
     def add_line(self, text: str, note: bool) -> None:
         with self._lock:
-            self.log_seq += 1
+            self.log_seq = next(_LINE_NUMBERS)
             self.lines.append(LogLine(self.log_seq, safe(text), note))
         self._wake()
 

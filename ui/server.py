@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import ipaddress
 import re
+import secrets
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
@@ -102,8 +103,18 @@ class Ui:
         self.kube, self.hub, self.settings = kube, hub, settings
         self.sessions = Sessions(kube)
         self.cache = pages.Cache()
+        # Update numbers are this process's: a tab that saw another's starts afresh.
+        self.epoch = secrets.token_hex(4)
 
     # -- helpers --------------------------------------------------------------------------
+
+    def _since(self, request: Request) -> int | None:
+        """The last update a tab saw (its Last-Event-ID, or the number its page was rendered
+        at): ``<epoch>-<seq>``, this server's numbers only (None: another's, or none)."""
+        raw = request.headers.get("last-event-id") or request.query_params.get("since") or ""
+        epoch, _, seq = raw.partition("-")
+        ok = epoch == self.epoch and seq.isascii() and seq.isdigit() and len(seq) < 19
+        return int(seq) if ok else None
 
     def _page(self, template: str, page: str, events: str, status: int = 200,
               **values: Any) -> HTMLResponse:
@@ -142,12 +153,15 @@ class Ui:
 
     async def list_page(self, request: Request) -> Response:
         hub = self.hub
-        return self._page("list.html", "list", f"/events?since={hub.seq}",
+        return self._page("list.html", "list", f"/events?since={self.epoch}-{hub.seq}",
                           rows=pages.summaries(hub.objects))
 
     async def list_events(self, request: Request) -> Response:
         hub = self.hub
-        sub = hub.subscribe(None, _since(request))
+        since = self._since(request)
+        sub = hub.subscribe(None, since)
+        if since is None and _asked(request):  # another server's numbers: start afresh
+            sub.reload = True
 
         async def stream() -> AsyncIterator[ServerSentEvent]:
             try:
@@ -159,7 +173,7 @@ class Ui:
                         sub.banner = False
                         yield ServerSentEvent(event="banner", data=str(self.banner()))
                     keys = sub.take()
-                    seq = str(hub.seq)
+                    seq = f"{self.epoch}-{hub.seq}"
                     for key in keys:
                         obj = hub.objects.get(key)
                         if obj is None:
@@ -198,7 +212,7 @@ class Ui:
         session = self.sessions.open(key) if hub.covers(key[0]) else None
         if session is not None:
             session.subscribers.add(sub)
-        log_seen = _since(request) or 0
+        log_seen = self._since(request) or 0
 
         async def stream() -> AsyncIterator[ServerSentEvent]:
             nonlocal log_seen
@@ -220,7 +234,8 @@ class Ui:
                         for line in session.lines_after(log_seen):
                             log_seen = line.seq
                             yield ServerSentEvent(event="note" if line.note else "log",
-                                                  data=line.text, id=str(line.seq))
+                                                  data=line.text,
+                                                  id=f"{self.epoch}-{line.seq}")
                     await sub.wait()
             finally:
                 hub.unsubscribe(sub)
@@ -245,7 +260,7 @@ class Ui:
         if code == 405:
             return Response("method not allowed: this server is read-only\n", 405,
                             media_type="text/plain", headers={"allow": "GET, HEAD"})
-        return self._page("error.html", "error", "/events?since=0", status=code,
+        return self._page("error.html", "error", f"/events?since={self.epoch}-0", status=code,
                           text=detail if detail != "Not Found" else
                           f"not found: {request.url.path} (no such page)")
 
@@ -281,9 +296,8 @@ class Ui:
         )
 
 
-def _since(request: Request) -> int | None:
-    raw = request.headers.get("last-event-id") or request.query_params.get("since") or ""
-    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 19 else None
+def _asked(request: Request) -> bool:
+    return bool(request.headers.get("last-event-id") or request.query_params.get("since"))
 
 
 def _events(stream: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:

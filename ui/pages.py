@@ -27,7 +27,6 @@ from tidings.schemas.contract import FAILED, PENDING, RUNNING, SUCCEEDED
 from tidings.schemas.text import sanitize_text
 from tidings.schemas.times import format_seconds
 from tidings.schemas.view import (
-    TaskSummary,
     TaskView,
     age,
     eta_text,
@@ -133,10 +132,6 @@ class Cache:
     def forget(self, key: Key) -> None:
         self.rows.pop(key, None)
         self.bodies.pop(key, None)
-
-
-def summaries(objects: Mapping[Key, KubeObject]) -> list[TaskSummary]:
-    return [summarize(o) for _, o in sorted(objects.items())]
 
 
 def state_of(obj: KubeObject) -> tuple[TaskState, Mapping[str, Any]]:

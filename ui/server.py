@@ -153,8 +153,9 @@ class Ui:
 
     async def list_page(self, request: Request) -> Response:
         hub = self.hub
+        rows = Markup("\n".join(self.cache.row(o) for _, o in sorted(hub.objects.items())))
         return self._page("list.html", "list", f"/events?since={self.epoch}-{hub.seq}",
-                          rows=pages.summaries(hub.objects))
+                          rows=rows)
 
     async def list_events(self, request: Request) -> Response:
         hub = self.hub

@@ -41,9 +41,9 @@
       const t = Date.parse(el.getAttribute("datetime")) / 1000;
       if (isNaN(t)) continue;
       const kind = el.dataset.rel;
-      if (kind === "eta") el.textContent = t >= now ? "in " + age(t - now) : "due " + age(now - t) + " ago";
-      else if (kind === "ago") el.textContent = age(now - t) + " ago";
-      else el.textContent = age(now - t);
+      const text = kind === "eta" ? (t >= now ? "in " + age(t - now) : "due " + age(now - t) + " ago")
+        : kind === "ago" ? age(now - t) + " ago" : age(now - t);
+      if (el.textContent !== text) el.textContent = text;  // most ages have not changed
     }
   }
 
@@ -69,9 +69,8 @@
     return sortDesc ? -c : c;
   }
 
-  function sortRows() {
-    const rows = Array.from(tbody.rows).sort(compare);
-    tbody.append(...rows);
+  function sortRows(moveRows) {
+    if (moveRows) tbody.append(...Array.from(tbody.rows).sort(compare));
     for (const b of table.querySelectorAll("th button")) {
       b.removeAttribute("aria-sort");
       if (b.dataset.sort === sortKey) b.setAttribute("aria-sort", sortDesc ? "descending" : "ascending");
@@ -116,11 +115,11 @@
           sortNumeric = b.hasAttribute("data-numeric");
           sortDesc = b.hasAttribute("data-desc");
         }
-        sortRows();
+        sortRows(true);
       });
     }
     filter.addEventListener("input", () => applyFilter(tbody.rows));
-    sortRows();
+    sortRows(false);  // the server sends the rows in this order (namespace, name)
     applyFilter(tbody.rows);
   }
 

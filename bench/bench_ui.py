@@ -133,7 +133,7 @@ def page_load(context: Any, url: str, n: int) -> dict[str, float]:
     try:
         t = time.perf_counter()
         tab.goto(url, wait_until="load", timeout=120_000)
-        tab.wait_for_function(f"document.querySelectorAll('#tasks tbody tr').length >= {n}",
+        tab.wait_for_function(f"() => document.querySelectorAll('#tasks tbody tr').length >= {n}",
                               timeout=120_000)
         total = time.perf_counter() - t
         nav = tab.evaluate("() => { const e = performance.getEntriesByType('navigation')[0];"
@@ -172,7 +172,7 @@ def latency(context: Any, kube: Client, url: str, name: str, updates: int
     tabs["task tab"].goto(f"{url}tasks/{NS}/{name}", timeout=120_000)
     watched = {"list tab": f"row:{NS}/{name}", "task tab": "task-body"}
     for key, tab in tabs.items():
-        tab.wait_for_function(f"document.querySelector('main').innerText.includes('{name}')",
+        tab.wait_for_function(f"() => document.querySelector('main').innerText.includes('{name}')",
                               timeout=120_000)
         tab.evaluate(OBSERVE, watched[key])
     arrived: dict[str, float] = {}

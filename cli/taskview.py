@@ -495,10 +495,9 @@ def render(snap: Snapshot) -> Any:
         head.add_row("Progress", _t("no progress reported"))
     phase = v.phase
     head.add_row("Phase", _t(phase, {SUCCEEDED: "green", FAILED: "red"}.get(phase, "yellow")))
-    unhealthy = [c for c in v.health if c.type != FAILED]
-    if unhealthy:
+    if v.health:
         head.add_row("Health", _t(", ".join(f"{c.type} ({c.message or c.reason})"
-                                            for c in unhealthy), "red"))
+                                            for c in v.health), "red"))
     head.add_row("Last event", _t(_ago(v.last_event)))
     if v.warnings:
         head.add_row("Warnings", _t(v.warnings, "red"))

@@ -24,8 +24,9 @@ from .payloads import web_link
 from .state import Named, TaskState
 from .times import parse_time
 
-# The condition every task has that is no news on its own: the phase already says it.
+# The conditions the phase already says.
 COMPLETED = "Completed"
+PHASE_CONDITIONS = frozenset({COMPLETED, FAILED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +67,9 @@ def read_refused(status: Mapping[str, Any] | None) -> tuple[tuple[str, int], ...
 
 
 def health(conditions: tuple[Condition, ...]) -> tuple[Condition, ...]:
-    """The conditions that say something beside the phase: every True one but Completed
-    (Failed, and the derived health conditions such as Stalled or Straggling)."""
-    return tuple(c for c in conditions if c.true and c.type != COMPLETED)
+    """The conditions that say something the phase does not: every True one but Completed
+    and Failed (the derived health conditions, such as Stalled or Straggling)."""
+    return tuple(c for c in conditions if c.true and c.type not in PHASE_CONDITIONS)
 
 
 # --- a row of the task list ---------------------------------------------------------------

@@ -49,7 +49,7 @@ WORKER = textwrap.dedent("""
                 time.sleep(pause * 3)
             tidings.metric("val_accuracy", 0.5 + 0.4 * (1 - math.exp(-step / 50)), step=step)
             say(f"rank {rank}: step {step} loss {loss:.3f}")
-        tidings.progress(step / steps, f"rank {rank}: step {step}/{steps}", workers=2)
+        tidings.progress(step / steps, f"rank {rank}: step {step}/{steps}")
     tidings.flush(10)
 """)
 
@@ -105,7 +105,8 @@ def main() -> None:
                     "users": [{"name": "pod", "user": {"token": token.strip()}}],
                     "contexts": [{"name": "pod", "context": {"cluster": "c", "user": "pod",
                                                              "namespace": NS}}]}))
-                env = {"PATH": os.environ["PATH"], "KUBECONFIG": str(kc), "HOSTNAME": pod}
+                env = {"PATH": os.environ["PATH"], "KUBECONFIG": str(kc), "HOSTNAME": pod,
+                       "TIDINGS_EMIT_WORKERS": "2"}
                 procs.append(subprocess.Popen(
                     [str(BIN / "python"), "-c", WORKER, str(rank), str(steps), str(pause),
                      str(log)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -115,7 +116,7 @@ def main() -> None:
             procs.append(ui)  # type: ignore[arg-type]
             assert ui.stdout is not None
             url = ui.stdout.readline().split()[3]
-            time.sleep(35)  # mid-run: a few evaluations, the slower worker behind
+            time.sleep(40)  # mid-run: a few evaluations, the slower worker behind
             shoot(f"{url}tasks/{NS}/{TASK}", out)
             print(f"wrote {out}")
         finally:
@@ -134,10 +135,10 @@ def shoot(url: str, out: Path) -> None:
             viewport={"width": 1200, "height": 900})
         page = context.new_page()
         page.goto(url)
-        page.wait_for_function("document.querySelectorAll('#logs .line').length > 2",
+        page.wait_for_function("() => document.querySelectorAll('#logs .line').length > 2",
                                timeout=60_000)
-        page.wait_for_function("(() => { const i = document.querySelector('img.timeline');"
-                               " return i && i.complete && i.naturalWidth > 0; })()",
+        page.wait_for_function("() => { const i = document.querySelector('img.timeline');"
+                               " return i && i.complete && i.naturalWidth > 0; }",
                                timeout=60_000)
         out.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(out), full_page=True)

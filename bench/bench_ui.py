@@ -45,9 +45,6 @@ from tidings.schemas import (
 )
 from tidings.schemas.contract import taskfeedback_path
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 NS = "bench"
 TIDINGS = str(REPO / ".venv" / "bin" / "tidings")
 T0 = datetime.now(UTC) - timedelta(minutes=10)
@@ -264,9 +261,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60, help="each load phase")
     ap.add_argument("--rate", type=float, default=20, help="status writes/s in the load phases")
     args = ap.parse_args()
-    from playwright.sync_api import sync_playwright
-
     from tidings.cli.dev import devcluster
+    from tools import chromium
 
     print(f"load average at start: {os.getloadavg()}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -291,16 +287,12 @@ def main() -> None:
             deadline = time.monotonic() + 120
             while server.rows() < args.tasks and time.monotonic() < deadline:
                 time.sleep(0.5)
-            with tempfile.TemporaryDirectory() as profile, sync_playwright() as p:
-                context = p.chromium.launch_persistent_context(
-                    profile, executable_path=CHROMIUM, headless=True, args=FLAGS,
-                    viewport={"width": 1280, "height": 900})
+            with chromium.browser() as context:
                 loads = [page_load(context, server.url, args.tasks) for _ in range(args.loads)]
                 lat = latency(context, kube, server.url, names[len(names) // 2],
                               args.updates)
                 idle = load(context, server, kube, names, 0, args.seconds, args.rate)
                 busy = load(context, server, kube, names, 5, args.seconds, args.rate)
-                context.close()
         finally:
             if server is not None:
                 server.stop()

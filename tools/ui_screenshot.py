@@ -22,8 +22,6 @@ from tools.devcluster import NODE_NAME, REPO_ROOT, ControlPlane
 
 NS, TASK = "ml", "train-resnet"
 BIN = REPO_ROOT / ".venv" / "bin"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 # One worker of the task: what a training loop reports (tidings.emitter), and its log lines.
 WORKER = textwrap.dedent("""
@@ -127,12 +125,9 @@ def main() -> None:
 
 
 def shoot(url: str, out: Path) -> None:
-    from playwright.sync_api import sync_playwright
+    from tools import chromium
 
-    with tempfile.TemporaryDirectory() as profile, sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(
-            profile, executable_path="/usr/bin/chromium", headless=True, args=FLAGS,
-            viewport={"width": 1200, "height": 900})
+    with chromium.browser(1200, 900) as context:
         page = context.new_page()
         page.goto(url)
         page.wait_for_function("() => document.querySelectorAll('#logs .line').length > 2",
@@ -142,7 +137,6 @@ def shoot(url: str, out: Path) -> None:
                                timeout=60_000)
         out.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(out), full_page=True)
-        context.close()
 
 
 if __name__ == "__main__":

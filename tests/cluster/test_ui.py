@@ -13,7 +13,6 @@ import queue
 import signal
 import statistics
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.error
@@ -39,16 +38,12 @@ from tidings.schemas import (
     fold_all,
     parse_event,
 )
+from tools import chromium
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
 _crd = pytest.fixture(scope="session", name="crd")(install_crd)
 
-CHROMIUM = "/usr/bin/chromium"
-# Without the background-networking flags Chromium dials out at start, and this machine's
-# closed network refuses it; a fresh profile per session.
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 HOSTILE = '<img src=x onerror="window.pwned=1">'
 GROUP, VERSION, PLURAL = "tidings.dev", "v1alpha1", "taskfeedbacks"
 
@@ -104,16 +99,10 @@ def serve(control_plane: ControlPlane, crd: str) -> Iterator[Callable[..., UiSer
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
+    if not chromium.CHROMIUM.exists():
         pytest.skip("Chromium is not installed (`make debs` installs Debian's chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with tempfile.TemporaryDirectory() as profile, sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, headless=True, args=FLAGS,
-            viewport={"width": 1280, "height": 900})
+    with chromium.browser() as context:
         yield context
-        context.close()
 
 
 @pytest.fixture

@@ -224,6 +224,19 @@ def test_the_list_shows_every_task_live_sorted_and_filtered(
     assert page.errors == []
 
 
+def test_a_label_selector_narrows_the_list(
+        serve: Callable[..., UiServer], page: Any, admin: Any, namespace: str) -> None:
+    for name, team in (("vision-1", "vision"), ("nlp-1", "nlp")):
+        write_task(admin, namespace, name, a_status(namespace, name, [
+            Progress(fraction=0.5, message="half")]), labels={"team": team})
+    server = serve("-n", namespace, "-l", "team=vision")
+    page.goto(server.url)
+    eventually(lambda: page.locator(f"tr[id='row:{namespace}/vision-1']").is_visible(),
+               what="the labelled task")
+    assert page.locator("#tasks tbody tr").count() == 1
+    assert "-l team=vision" in text_of(page, "header")
+
+
 def test_a_task_page_shows_workers_metrics_links_timeline_lineage_and_logs(
         serve: Callable[..., UiServer], page: Any, admin: Any, namespace: str,
         tmp_path: Path) -> None:

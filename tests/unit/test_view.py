@@ -182,3 +182,15 @@ def test_the_cli_and_the_page_read_one_view() -> None:
     v = task_view(state)
     assert v.progress is not None and v.progress.percent == 25
     assert v.workers_total == 1 and v.phase == "Running"
+
+
+def test_a_server_on_another_address_than_loopback_says_so() -> None:
+    from tidings.ui.server import is_loopback
+
+    assert all(map(is_loopback, ["127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"]))
+    assert not any(map(is_loopback, ["0.0.0.0", "::", "10.1.2.3", "example.com"]))
+    common = dict(page="list", events="/events", version="0", scope="s", banner="", rows="")
+    shown = pages.render("list.html", exposed=True, address="0.0.0.0", **common)
+    assert "listens on 0.0.0.0, not a loopback address" in shown
+    assert "not a loopback" not in pages.render("list.html", exposed=False,
+                                                address="127.0.0.1", **common)

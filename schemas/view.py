@@ -50,7 +50,7 @@ def read_conditions(status: Mapping[str, Any] | None) -> tuple[Condition, ...]:
     raw = (status or {}).get("conditions")
     out = []
     for c in raw if isinstance(raw, list) else []:
-        if not isinstance(c, Mapping) or not isinstance(c.get("type"), str) or not c["type"]:
+        if not isinstance(c, dict) or not isinstance(c.get("type"), str) or not c["type"]:
             continue
         out.append(Condition(c["type"], _str(c.get("status")) or "Unknown",
                              _str(c.get("reason")), _str(c.get("message")),
@@ -372,7 +372,8 @@ def pace_text(pace: float | None) -> str:
 
 
 def _map(v: Any) -> Mapping[str, Any]:
-    return v if isinstance(v, Mapping) else {}
+    # JSON objects are dicts (and a dict check is a fraction of an abc Mapping check).
+    return v if isinstance(v, dict) else {}
 
 
 def _str(v: Any) -> str:

@@ -14,7 +14,6 @@ from tidings.cli.common import (
     EXIT_INVALID,
     CliError,
     Connection,
-    Namespace,
     command,
     connection,
     invalid,
@@ -35,11 +34,14 @@ def ui(
         help="The address to listen on. Anything but a loopback address lets whoever "
         "reaches it read the cluster with your credentials.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(
-        "--port", min=0, max=65535, help="The port to listen on (0: any free port).")
-    ] = DEFAULT_PORT,
+        "--port", min=0, max=65535, metavar="PORT",
+        help="The port to listen on (0: any free port).")] = DEFAULT_PORT,
     no_browser: Annotated[bool, typer.Option(
         "--no-browser", help="Do not open the page in a browser.")] = False,
-    namespace: Namespace = None,
+    namespace: Annotated[str | None, typer.Option(
+        "--namespace", "-n", metavar="NS", show_default=False,
+        help="Only this namespace (default: every namespace you may list; when every one "
+        "is refused, the context's namespace).")] = None,
     all_namespaces: Annotated[bool, typer.Option(
         "--all-namespaces", "-A", help="Show the tasks of every namespace (the default "
         "without -n).")] = False,

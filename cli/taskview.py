@@ -47,12 +47,16 @@ from tidings.schemas.contract import (
     task_selector,
     taskfeedback_path,
 )
+from tidings.schemas.folding import observe
 from tidings.schemas.kinds import Kind
+from tidings.schemas.observed import PodVerdict, gone, pod_verdict
+from tidings.schemas.platform import PodTask, pod_task
 from tidings.schemas.rejection import Rejection, RejectReason
 from tidings.schemas.times import format_seconds
 from tidings.schemas.view import RegisterRow, TaskView, fmt_seconds, read_refused, task_view
 
 if TYPE_CHECKING:
+    from tidings.watcher.platform import PlatformTasks
     from tidings.watcher.senders import Senders
 
 SOURCE_CR = "TaskFeedback"
@@ -225,6 +229,22 @@ def senders(kube: Kube) -> Senders:
     return found
 
 
+def platform(kube: Kube) -> PlatformTasks:
+    """The watcher's reading of platform objects over this client (one per client), read by
+    name here (the watcher has them from its watches)."""
+    found = getattr(kube, "_tidings_platform", None)
+    if found is None:
+        from tidings.watcher.platform import PlatformTasks
+
+        found = PlatformTasks(kube.client)
+        kube._tidings_platform = found  # type: ignore[attr-defined]
+    return found
+
+
+def _unreachable(what: str) -> CliError:
+    return CliError(f"cannot verify {what}: the API server did not answer", EXIT_UNREACHABLE)
+
+
 def refusal(kube: Kube, ref: TaskRef, p: object, uid: str | None = None
             ) -> tuple[str, str] | None:
     """Why the watcher would not apply a parse result to task ``ref`` whose TaskFeedback has
@@ -238,10 +258,18 @@ def refusal(kube: Kube, ref: TaskRef, p: object, uid: str | None = None
 
     verdict = senders(kube).check(p)
     if verdict is Retry.LATER:
-        raise CliError(f"cannot verify the sender of event {safe(p.name)}: the API server "
-                       "did not answer", EXIT_UNREACHABLE)
+        raise _unreachable(f"the sender of event {safe(p.name)}")
     if verdict is not None:
         return verdict.reason.value, verdict.message
+    s = p.sender
+    known, info = senders(kube).lookup((s.namespace or ref.namespace, s.name, s.uid))
+    claim = platform(kube).check_claim(
+        ref, info if known and isinstance(info, PodTask) and info.task == ref.name else None,
+        s.name)
+    if claim is Retry.LATER:
+        raise _unreachable(f"the owner the sender of event {safe(p.name)} claims")
+    if isinstance(claim, Rejection):
+        return claim.reason.value, claim.message
     if p.regarding_uid and uid is not None and p.regarding_uid != uid:
         return (RejectReason.OTHER_OBJECT.value, f"the event names TaskFeedback uid "
                 f"{safe(p.regarding_uid)}, not the task's object ({uid or 'none exists'})")
@@ -288,8 +316,7 @@ def _pod_facts(kube: Kube, ref: TaskRef) -> list[ParsedEvent]:
             continue
         info = senders(kube).task_of(p)
         if info is Retry.LATER:
-            raise CliError(f"cannot verify the sender of event {safe(p.name)}: the API server "
-                           "did not answer", EXIT_UNREACHABLE)
+            raise _unreachable(f"the sender of event {safe(p.name)}")
         if not isinstance(info, Rejection) and info.task == ref.name:
             out.append(as_task_fact(p, info.task))
     return out
@@ -319,7 +346,46 @@ def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None,
             parsed.append(fact)
         else:
             refusals.add(why[0], sender_of(fact), why[1])
-    return Snapshot(fold_all(ref, parsed), SOURCE_EVENTS, refusals, rv, object_uid=uid)
+    state = fold_all(ref, parsed)
+    return Snapshot(_observed(kube, ref, state), SOURCE_EVENTS, refusals, rv, object_uid=uid)
+
+
+def _observed(kube: Kube, ref: TaskRef, state: TaskState) -> TaskState:
+    """What the task's pods and its platform object say now (their objects, as the watcher
+    reads them), folded beside its facts. What only a watcher that watched can know is
+    missing here: how a pod that is gone ended (it shows as deleted), and a wait that is
+    over."""
+    from tidings.cli.lineage import list_labelled, task_keys
+    from tidings.watcher.senders import Retry
+
+    now = datetime.now(UTC)
+    verdicts: list[PodVerdict] = []
+    listed: set[tuple[str, str]] = set()
+    for key in task_keys():
+        try:
+            pods, _ = list_labelled(kube, ref.namespace, ref.name, key)
+        except ApiError as err:
+            if not err.forbidden:
+                raise
+            # Without the right to list pods, the facts still say what they say (get on
+            # pods verifies their senders).
+            return observe(state, platform=platform(kube).outcome(ref))
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            name = str(meta.get("name") or "")
+            listed.add((name, str(meta.get("uid") or "")))
+            v = pod_verdict(pod, seen=now)
+            if v is not None:
+                verdicts.append(v)
+            if platform(kube).check_claim(ref, pod_task(meta, task_keys()), name) \
+                    is Retry.LATER:
+                raise _unreachable(f"the owner pod {safe(name)} claims")
+    if state.counters.get("events_applied", 0) and not state.finished:
+        verdicts += [gone(name, uid, now) for name, uid in state.pods
+                     if (name, uid) not in listed]
+    return observe(state, [v for v in verdicts if v.terminal],
+                   waiting=[v for v in verdicts if not v.terminal],
+                   platform=platform(kube).outcome(ref))
 
 
 def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = True
@@ -489,15 +555,22 @@ def render(snap: Snapshot) -> Any:
             eta = v.progress.eta
             head.add_row("ETA", _t(f"{format_seconds(eta)} ({_until(eta)})"))
         workers = f"{v.workers_final} of {v.workers_total} final"
-        head.add_row("Workers", _t(workers + (f", {v.workers_failed} failed"
-                                              if v.workers_failed else "")))
+        if v.workers_failed:
+            workers += f", {v.workers_failed} {v.failed_word}"
+        if v.workers_ended:
+            workers += f" ({v.workers_ended} by their pod's end)"
+        head.add_row("Workers", _t(workers))
     else:
         head.add_row("Progress", _t("no progress reported"))
     phase = v.phase
     head.add_row("Phase", _t(phase, {SUCCEEDED: "green", FAILED: "red"}.get(phase, "yellow")))
-    if v.health:
-        head.add_row("Health", _t(", ".join(f"{c.type} ({c.message or c.reason})"
-                                            for c in v.health), "red"))
+    for c in v.notable:  # a failure, a pod waiting, what health says
+        head.add_row(c.type, _t(f"{c.reason}: {c.message}", "red" if c.type == FAILED
+                                else "yellow"))
+    if v.platform is not None:
+        pl = v.platform
+        head.add_row("Platform", _t(f"{pl.kind} {pl.name} {pl.phase}"
+                                    + (f" ({pl.reason})" if pl.reason else "")))
     head.add_row("Last event", _t(_ago(v.last_event)))
     if v.warnings:
         head.add_row("Warnings", _t(v.warnings, "red"))
@@ -523,10 +596,20 @@ def render(snap: Snapshot) -> Any:
                       _t(s.errors, "red" if s.errors else ""))
         parts.append(t)
     if v.shows_workers:
-        t = table("Workers", "POD", "PROGRESS", "STATE", "MESSAGE")
+        ends = v.has_pod_ends
+        t = table("Workers", "POD", "PROGRESS", "STATE", "MESSAGE",
+                  *(("POD ENDED",) if ends else ()))
         for w in v.workers:
-            t.add_row(_t(w.pod), _t(f"{w.fraction * 100:.1f}%"),
-                      _t(w.state, "red" if w.state == "failed" else ""), _t(w.message))
+            cells = [_t(w.pod), _t("-" if w.fraction is None else f"{w.fraction * 100:.1f}%"),
+                     _t(w.state, "red" if w.bad else ""), _t(w.message)]
+            if ends:
+                cells.append(_t(w.ended, "red" if w.ended_failed else ""))
+            t.add_row(*cells)
+        parts.append(t)
+    if v.waiting:
+        t = table("Waiting pods", "POD", "REASON", "SINCE", "MESSAGE")
+        for wp in v.waiting:
+            t.add_row(_t(wp.pod), _t(wp.reason, "yellow"), _t(_ago(wp.since)), _t(wp.message))
         parts.append(t)
     if v.pods:
         t = table("Reporting pods", "POD", "UID", "EVENTS")

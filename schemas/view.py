@@ -177,15 +177,22 @@ class RegisterTable:
 
 @dataclass(frozen=True, slots=True)
 class WorkerRow:
-    """One worker (a reporting pod with a detailed record). ``pace`` is its progress per
-    second since its first report (None: not two reports apart yet)."""
+    """One worker: a reporting pod with a detailed record, or a pod whose end was observed.
+    ``fraction`` None: no progress record. ``pace`` is its progress per second since its
+    first report (None: not two reports apart yet). ``state`` is what its process said
+    (final, failed), else what its pod says (``(pod)``: it ended without a final report), a
+    failed attempt under a platform that decides (retried), or running; ``bad`` says it is
+    bad news. ``ended``: how its pod ended, as the kubelet says (``Failed: OOMKilled (exit
+    137)``), when it did."""
 
     pod: str
-    fraction: float
-    state: str  # running | final | failed
+    fraction: float | None
+    state: str
     message: str
     pace: float | None
-    reason: str = ""  # why its pod died, as the kubelet says (when it did)
+    bad: bool = False
+    ended: str = ""
+    ended_failed: bool = False
     straggler: bool = False
 
 
@@ -197,6 +204,27 @@ class SpanRow:
     min_s: float
     max_s: float
     errors: int
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingRow:
+    """A pod of the task that is not running, and why (ImagePullBackOff, Unschedulable)."""
+
+    pod: str
+    reason: str
+    message: str
+    since: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformView:
+    """The platform object that owns the task (a Job, a JobSet, a TrainJob, a Workflow), as
+    its controller reports it: it alone decides the task's outcome."""
+
+    kind: str
+    name: str
+    phase: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,9 +241,11 @@ class TaskView:
     task: TaskRef
     phase: str
     progress: ProgressView | None
-    workers_final: int
+    workers_final: int  # by their own final report or their pod's end
     workers_total: int
     workers_failed: int
+    workers_ended: int  # of the final ones, those final by their pod's end alone
+    platform: PlatformView | None
     conditions: tuple[Condition, ...]
     warnings: int
     first_event: datetime | None
@@ -223,6 +253,7 @@ class TaskView:
     tables: tuple[RegisterTable, ...]
     spans: tuple[SpanRow, ...]
     workers: tuple[WorkerRow, ...]
+    waiting: tuple[WaitingRow, ...]
     pods: tuple[PodRow, ...]
     events_applied: int
     # Non-zero counters worth a look (caps, duplicates, unknown types), by name.
@@ -235,13 +266,27 @@ class TaskView:
         return health(self.conditions)
 
     @property
+    def notable(self) -> tuple[Condition, ...]:
+        """The conditions worth a line of their own: a failure, and what health says."""
+        return tuple(c for c in self.conditions if c.true and c.type != COMPLETED)
+
+    @property
+    def failed_word(self) -> str:
+        """A failed attempt under a platform that decides is a retry, not the outcome."""
+        return "retried" if self.platform is not None else "failed"
+
+    @property
+    def has_pod_ends(self) -> bool:
+        return any(w.ended for w in self.workers)
+
+    @property
     def finished(self) -> bool:
         return self.phase in (SUCCEEDED, FAILED)
 
     @property
     def shows_workers(self) -> bool:
         """A single healthy worker is the task itself: its table would say nothing more."""
-        return len(self.workers) > 1 or any(w.state == "failed" for w in self.workers)
+        return len(self.workers) > 1 or any(w.bad or w.ended for w in self.workers)
 
 
 def task_view(state: TaskState, status: Mapping[str, Any] | None = None) -> TaskView:
@@ -259,27 +304,55 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None) -> Task
     tables = tuple(RegisterTable(kind, tuple(_register_row(kind, name, entry)
                                              for name, entry in sorted(entries.items())))
                    for kind in NAMED_KINDS if (entries := state.registers(kind)))
-    workers = tuple(
-        WorkerRow(pod, w.fraction, "failed" if w.failed else "final" if w.final else "running",
-                  w.message, _pace(w.fraction, w.first_fraction, w.at[0],
-                                   None if w.first_at is None else w.first_at[0]))
-        for pod, w in sorted(state.workers.items()))
+    observed = state.observed
+    platform = observed.platform
     noisy = {k: v for k, v in state.counters.items() if v and k != "events_applied"}
     noisy.update({f"unknown:{k}": v for k, v in state.unknown.items()})
     return TaskView(
         task=state.task, phase=phase, progress=progress,
-        workers_final=r.finals, workers_total=max(len(r.marks), r.declared),
-        workers_failed=r.failures, conditions=read_conditions(status),
+        workers_final=r.finals + r.pod_finals, workers_total=max(len(r.marks), r.declared),
+        workers_failed=r.failures + r.pod_failures, workers_ended=r.pod_finals,
+        platform=None if platform is None else PlatformView(
+            platform.kind, platform.name, platform.phase, platform.reason),
+        conditions=read_conditions(status),
         warnings=state.warnings, first_event=state.first_event_time,
         last_event=state.last_event_time, tables=tables,
         spans=tuple(SpanRow(name, s.count, s.total_s, s.min_s, s.max_s, s.errors)
                     for name, s in sorted(state.spans.items())),
-        workers=workers,
+        workers=tuple(_worker_row(state, pod)
+                      for pod in sorted(set(state.workers) | set(observed.pods))),
+        waiting=tuple(WaitingRow(pod, v.reason, v.message, v.at)
+                      for pod, v in sorted(observed.waiting.items())),
         pods=tuple(PodRow(n, u, c) for (n, u), c in sorted(state.pod_events.items())),
         events_applied=state.counters.get("events_applied", 0),
         counters=tuple(sorted(noisy.items())),
         refused=read_refused(status),
     )
+
+
+def _worker_row(state: TaskState, pod: str) -> WorkerRow:
+    w = state.workers.get(pod)
+    v = state.observed.pods.get(pod)
+    ended = "" if v is None else f"{v.phase}: {v.reason}" + (
+        f" (exit {v.exit_code})" if v.exit_code else "")
+    ended_failed = v is not None and v.failed
+    if w is None:
+        return WorkerRow(pod, None, "no report, " + ("failed" if ended_failed else "ended"),
+                         "", None, ended_failed, ended, ended_failed)
+    pace = _pace(w.fraction, w.first_fraction, w.at[0],
+                 None if w.first_at is None else w.first_at[0])
+    if w.final:
+        failed, how = w.failed, ""
+    elif v is not None:
+        failed, how = v.failed, " (pod)"
+    else:
+        return WorkerRow(pod, w.fraction, "running", w.message, pace, False, ended,
+                         ended_failed)
+    if failed and state.observed.platform is not None and state.phase != FAILED:
+        return WorkerRow(pod, w.fraction, "retried" + how, w.message, pace, False, ended,
+                         ended_failed)
+    return WorkerRow(pod, w.fraction, ("failed" if failed else "final") + how, w.message, pace,
+                     failed, ended, ended_failed)
 
 
 def _register_row(kind: Kind, name: str, entry: Named) -> RegisterRow:
@@ -387,6 +460,7 @@ def _count(v: Any) -> int | None:
 __all__ = [
     "COMPLETED",
     "Condition",
+    "PlatformView",
     "PodRow",
     "ProgressView",
     "RegisterRow",
@@ -394,6 +468,7 @@ __all__ = [
     "SpanRow",
     "TaskSummary",
     "TaskView",
+    "WaitingRow",
     "WorkerRow",
     "age",
     "eta_text",

@@ -194,3 +194,26 @@ def test_a_server_on_another_address_than_loopback_says_so() -> None:
     assert "listens on 0.0.0.0, not a loopback address" in shown
     assert "not a loopback" not in pages.render("list.html", exposed=False,
                                                 address="127.0.0.1", **common)
+
+
+def test_a_pods_end_and_a_waiting_pod_are_in_the_one_view() -> None:
+    # What the kubelet says of a worker's death is shown beside what its process said, in
+    # the terminal and on the page alike (both render task_view).
+    from tidings.schemas.folding import observe
+    from tidings.schemas.observed import PodVerdict
+
+    t = datetime(2026, 11, 30, 3, 5, tzinfo=UTC)
+    state = fold_all(TASK, [event_of(Progress(fraction=0.3, message="epoch 1")),
+                            event_of(Progress(fraction=0.2, message="epoch 1"), seq=2,
+                                     pod=PodRef("worker-1", "uid-1"))])
+    state = observe(state, [PodVerdict("worker-1", "uid-1", "Failed", "OOMKilled", "", 137, t)],
+                    waiting=[PodVerdict("worker-2", "uid-2", "Waiting", "ImagePullBackOff",
+                                        "no such image", None, t)])
+    view = task_view(state)
+    (w0, w1) = view.workers
+    assert (w0.pod, w0.state, w0.ended) == ("worker-0", "running", "")
+    assert (w1.pod, w1.state, w1.bad) == ("worker-1", "failed (pod)", True)
+    assert w1.ended == "Failed: OOMKilled (exit 137)" and w1.ended_failed
+    assert [(wp.pod, wp.reason) for wp in view.waiting] == [("worker-2", "ImagePullBackOff")]
+    html = pages.task_body(obj(state.to_status()))
+    assert "Failed: OOMKilled (exit 137)" in html and "ImagePullBackOff" in html

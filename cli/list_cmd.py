@@ -52,6 +52,16 @@ def age(t: str | None, now: datetime | None = None) -> str:
     return age_of(parse_time(t), now or datetime.now(UTC))
 
 
+def eta(t: Any, now: datetime | None = None) -> str:
+    """The estimated completion as kubectl would say an age: 'in 3m20s' ('now', then
+    'overdue 5s' once passed while the task runs); '<none>' when the status has none."""
+    from tidings._compat import UTC
+    from tidings.schemas.times import parse_time
+    from tidings.schemas.view import eta_text
+
+    return eta_text(parse_time(t) if isinstance(t, str) else None, now or datetime.now(UTC))
+
+
 def row(obj: KubeObject, wide: bool, namespaced: bool,
         now: datetime | None = None) -> list[str]:
     """One table row: the CRD's printer columns, from the task's summary (the page's row)."""
@@ -238,7 +248,10 @@ def list_tasks(
             missing += [] if got else [name]
         printer.listing(items, rv, ns, single=len(names) == 1)
         if missing:
-            not_found(", ".join(f"task {m!r}" for m in missing) + f" in namespace {ns}")
+            from tidings.cli.taskview import found_elsewhere
+
+            not_found(", ".join(f"task {m!r}" for m in missing) + f" in namespace {ns}"
+                      + "".join(found_elsewhere(k, m, ns) for m in missing))
     else:
         items, rv = k.list_all(path, query, action=Action("list", resource, ns))
         printer.listing(items, rv, ns)

@@ -428,13 +428,17 @@ def age(when: datetime | None, now: datetime) -> str:
 
 
 def eta_text(when: datetime | None, now: datetime) -> str:
-    """The estimated completion as kubectl would say an age: 'in 3m20s' ('due 5s ago' once
-    passed); '<none>' when there is none."""
+    """The estimated completion as kubectl would say an age: 'in 3m20s' ('now', then
+    'overdue 5s' once passed while the task runs); '<none>' when there is none."""
     if when is None:
         return "<none>"
-    if when >= now:
+    ahead = (when - now).total_seconds()
+    if ahead >= 1:
         return "in " + age(now, when)
-    return f"due {age(when, now)} ago"
+    if ahead > -1:
+        return "now"
+    # Passed while the task still runs: the estimate was wrong, not a date in the past.
+    return f"overdue {age(when, now)}"
 
 
 def pace_text(pace: float | None) -> str:

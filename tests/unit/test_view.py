@@ -173,7 +173,8 @@ def test_a_metric_history_draws_a_sparkline() -> None:
 def test_times_as_kubectl_says_them() -> None:
     assert age(NOW - timedelta(minutes=3, seconds=20), NOW) == "3m20s"
     assert eta_text(NOW + timedelta(seconds=90), NOW) == "in 90s"
-    assert eta_text(NOW - timedelta(seconds=5), NOW) == "due 5s ago"
+    assert eta_text(NOW - timedelta(seconds=5), NOW) == "overdue 5s"
+    assert eta_text(NOW, NOW) == "now"
     assert eta_text(None, NOW) == "<none>"
 
 

@@ -41,7 +41,8 @@
       const t = Date.parse(el.getAttribute("datetime")) / 1000;
       if (isNaN(t)) continue;
       const kind = el.dataset.rel;
-      const text = kind === "eta" ? (t >= now ? "in " + age(t - now) : "due " + age(now - t) + " ago")
+      const text = kind === "eta" ? (t - now >= 1 ? "in " + age(t - now) : t - now > -1 ? "now"
+        : "overdue " + age(now - t))
         : kind === "ago" ? age(now - t) + " ago" : age(now - t);
       if (el.textContent !== text) el.textContent = text;  // most ages have not changed
     }

@@ -26,7 +26,7 @@ from typing import Any, cast
 
 from tidings._compat import UTC
 from tidings.cli.common import EXIT_INVALID, CliError, not_found, safe
-from tidings.cli.kube import Action, ApiError, Kube, watch_message
+from tidings.cli.kube import Action, ApiError, Kube, found_elsewhere, watch_message
 from tidings.kube import ListWatch, Page, WatchLines
 from tidings.kube.objects import Event, KubeObject, ObjectMeta, Pod
 from tidings.schemas import (
@@ -202,8 +202,6 @@ def discover(kube: Kube, namespace: str, app: str, must_exist: bool = True) -> F
     found.entries = sorted(by_uid.values(), key=lambda e: (e.pod.name, e.pod.uid))
     if must_exist and not found.entries:
         # Said without implying a TaskFeedback exists: there may be none.
-        from tidings.cli.taskview import found_elsewhere
-
         not_found(f"app {app!r} in namespace {namespace} (no PodSpawned events, no "
                   f"TaskFeedback that lists reporting pods, no pods labelled "
                   f"{pod_selector(app)})" + found_elsewhere(kube, app, namespace))

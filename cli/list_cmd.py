@@ -248,7 +248,7 @@ def list_tasks(
             missing += [] if got else [name]
         printer.listing(items, rv, ns, single=len(names) == 1)
         if missing:
-            from tidings.cli.taskview import found_elsewhere
+            from tidings.cli.kube import found_elsewhere
 
             not_found(", ".join(f"task {m!r}" for m in missing) + f" in namespace {ns}"
                       + "".join(found_elsewhere(k, m, ns) for m in missing))

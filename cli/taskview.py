@@ -24,6 +24,7 @@ from tidings.cli.kube import (
     ApiError,
     Kube,
     connect_with,
+    found_elsewhere,
     watch_message,
 )
 from tidings.kube import ListWatch, WatchLines
@@ -108,24 +109,6 @@ def resolve_namespace(kube: Kube, name: str, what: str, selector: str, all_names
         raise CliError(f"invalid input: {what} {name!r} exists in namespaces "
                        f"{', '.join(sorted(found))}; choose one with -n", EXIT_INVALID)
     return found.pop()
-
-
-def found_elsewhere(kube: Kube, name: str, here: str) -> str:
-    """What a "not found" adds when the TaskFeedback ``name`` exists in other namespaces
-    (kubectl's commonest slip: the wrong namespace); '' when it does not, or when they may
-    not be listed."""
-    try:
-        crs, _ = kube.list_all(taskfeedback_path(), {"fieldSelector": f"metadata.name={name}"},
-                               action=Action("list", TASKFEEDBACK_RESOURCE))
-    except ApiError:
-        return ""
-    spaces = sorted({str((i.get("metadata") or {}).get("namespace") or "") for i in crs}
-                    - {"", here})
-    if not spaces:
-        return ""
-    if len(spaces) == 1:
-        return f"; it exists in namespace {spaces[0]}: use -n {spaces[0]} (or -A)"
-    return f"; it exists in namespaces {', '.join(spaces)}: choose one with -n"
 
 
 # --- one snapshot -------------------------------------------------------------------------

@@ -10,6 +10,7 @@
              1 task page) while status writes land on the 1,000 tasks at a steady rate
 
 Run: ``TIDINGS_BIN_DIR=$(tools/controlplane/build.sh) .venv/bin/python bench/bench_ui.py``
+(``--control-plane DIR`` measures a running plane, ``--smoke`` only checks that it runs).
 Needs Debian's chromium (``make debs``). Not a test.
 """
 
@@ -18,9 +19,9 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import secrets
 import statistics
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.request
@@ -29,7 +30,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.support import REPO, cpu_seconds, pct
+from support import (  # bench/support.py
+    REPO,
+    add_control_plane_arg,
+    control_plane,
+    cpu_seconds,
+    pct,
+)
+
 from tidings.kube import MERGE_PATCH, Client, ListWatch, WatchLines, connect
 from tidings.schemas import (
     DeckReady,
@@ -260,18 +268,18 @@ def main() -> None:
     ap.add_argument("--loads", type=int, default=5, help="page loads (median)")
     ap.add_argument("--seconds", type=float, default=60, help="each load phase")
     ap.add_argument("--rate", type=float, default=20, help="status writes/s in the load phases")
+    add_control_plane_arg(ap)
     args = ap.parse_args()
-    from tidings.cli.dev import devcluster
+    if args.smoke:
+        args.tasks, args.updates, args.loads, args.seconds = 20, 5, 1, 3.0
     from tools import chromium
 
+    global NS
+    NS = f"bench-ui-{secrets.token_hex(3)}"  # a plane of its own, or a shared one
     print(f"load average at start: {os.getloadavg()}")
-    with tempfile.TemporaryDirectory() as tmp:
-        cp = devcluster().ControlPlane(state_dir=Path(tmp) / "cp").start()
+    with control_plane(args.control_plane, "bench-ui-") as cp:
         server: Server | None = None
         try:
-            cp.kubectl_run("apply", "-f", str(REPO / "deploy" / "crd.yaml"))
-            cp.kubectl_run("wait", "--for=condition=Established",
-                           "crd/taskfeedbacks.tidings.dev", "--timeout=60s")
             kubeconfig = str(cp.kubeconfig("admin"))
             kube = connect(kubeconfig, None, maxsize=16)
             kube.request("POST", "/api/v1/namespaces", body={
@@ -296,7 +304,6 @@ def main() -> None:
         finally:
             if server is not None:
                 server.stop()
-            cp.stop()
 
     def med(key: str) -> float:
         return statistics.median(x[key] for x in loads)

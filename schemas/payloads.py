@@ -160,6 +160,16 @@ def _web_url(v: Any) -> Any:
     return _normalise_url(v, web_only=True)
 
 
+def web_link(v: str) -> str | None:
+    """``v`` as a link target a reader may follow (an http(s) URL by the rules of a LogLink's
+    url), or None: a status is read as written, so a URL in it is checked again before any
+    page makes it an anchor."""
+    try:
+        return str(_normalise_url(v, web_only=True))
+    except ValueError:
+        return None
+
+
 def _any_uri(v: Any) -> Any:
     return _normalise_url(v, web_only=False)
 

@@ -13,8 +13,7 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from tidings.schemas.payloads import cut_text
-from tidings.schemas.text import sanitize_text
+from tidings.schemas.text import cut_text, sanitize_text
 
 if TYPE_CHECKING:
     from .core import Emitter

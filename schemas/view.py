@@ -15,14 +15,15 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .contract import FAILED, SUCCEEDED
-from .event import TaskRef
-from .kinds import NAMED_KINDS, Kind, Scalar
-from .payloads import web_link
-from .state import Named, TaskState
 from .times import parse_time
+
+if TYPE_CHECKING:  # the page's view loads them (task_view); a list row reads the object alone
+    from .kinds import Kind, Scalar
+    from .refs import TaskRef
+    from .state import Named, TaskState
 
 # The conditions the phase already says.
 COMPLETED = "Completed"
@@ -293,6 +294,8 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None) -> Task
     """The view of a folded state; ``status`` is the TaskFeedback status it was read from
     (its conditions and refusals are the watcher's word); without one (a local fold) the
     conditions are what the status of this state would say."""
+    from .kinds import NAMED_KINDS  # (the payload models: not for `tidings list`'s rows)
+
     if status is None:
         status = state.to_status()
     r = state.roster
@@ -356,6 +359,8 @@ def _worker_row(state: TaskState, pod: str) -> WorkerRow:
 
 
 def _register_row(kind: Kind, name: str, entry: Named) -> RegisterRow:
+    from .payloads import web_link
+
     raw = entry.value
     values = raw if isinstance(raw, tuple) else (raw,)
     first = values[0]

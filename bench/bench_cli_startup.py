@@ -27,8 +27,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from statistics import median
+
+from support import training_status  # bench/support.py
 
 from tidings.cli.dev import devcluster
 
@@ -81,6 +84,11 @@ def setup(kubectl: str, kubeconfig: str, ns: str) -> None:
     tf = {"apiVersion": "tidings.dev/v1alpha1", "kind": "TaskFeedback",
           "metadata": {"name": "bench-1", "namespace": ns}, "spec": {"task": "bench-1"}}
     k("apply", "-f", "-", stdin=json.dumps(tf))
+    # What `state` reads when a watcher runs: the status it wrote (a training task's).
+    status = training_status(ns, "bench-1", 0.4, "epoch 2/5",
+                             datetime.now(UTC) - timedelta(minutes=10))
+    k("-n", ns, "patch", "taskfeedback", "bench-1", "--subresource=status", "--type=merge",
+      "-p", json.dumps({"status": status}))
 
 
 def load_average() -> str:

@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "list": "list_cmd",
     "get": "list_cmd",
     "state": "state_cmd",
+    "describe": "state_cmd",
     "watch": "state_cmd",
     "lineage": "lineage_cmd",
     "logs": "lineage_cmd",

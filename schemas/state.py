@@ -61,6 +61,10 @@ BUDGET_DROP_ORDER: tuple[str, ...] = ("pods", *(
 # creationTimestamp has whole seconds, so an honest eventTime is less than 1 s past it; 2 s
 # allows that plus a second of clock error, and bounds what a false future time can win.
 CLOCK_SKEW = timedelta(seconds=2)
+# The farthest past a worker's latest report its pace may put the task's estimated
+# completion time; beyond it the estimate is left out (see ``estimated_completion``).
+ETA_HORIZON = timedelta(days=365)
+_ETA_HORIZON_S = ETA_HORIZON.total_seconds()
 
 COUNTER_NAMES: tuple[str, ...] = (
     "events_applied",  # distinct events folded in (order-independent)
@@ -552,7 +556,10 @@ def estimated_completion(state: TaskState) -> datetime | None:
     detailed workers that are not final, (t0, f0) the worker's earliest Progress and (t1,
     f1) its latest (order times: eventTime bounded by the server's clock). None when it
     cannot be estimated: a declared worker has not reported yet, a worker has no second
-    report or no progress since its first, or went backwards."""
+    report or no progress since its first, or went backwards, or a worker's pace puts its
+    end more than ``ETA_HORIZON`` past its latest report (an eventTime from a skewed clock
+    makes any pace; no such estimate is worth showing, and past year 9999 none could be
+    written). Total: no time or fraction the contract accepts makes it raise."""
     r = state.roster
     if len(r.marks) < r.declared or r.finals == len(r.marks):
         return None
@@ -566,7 +573,13 @@ def estimated_completion(state: TaskState) -> datetime | None:
         df = w.fraction - w.first_fraction
         if df <= 0 or t1 <= t0:
             return None
-        eta = t1 + (t1 - t0) * ((1.0 - w.fraction) / df)
+        ahead = (t1 - t0).total_seconds() * ((1.0 - w.fraction) / df)
+        if not ahead <= _ETA_HORIZON_S:
+            return None
+        try:
+            eta = t1 + timedelta(seconds=ahead)
+        except OverflowError:  # t1 itself within the horizon of year 9999's end
+            return None
         if latest is None or eta > latest:
             latest = eta
     return latest

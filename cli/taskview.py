@@ -49,7 +49,7 @@ from tidings.schemas.contract import (
 )
 from tidings.schemas.kinds import NAMED_KINDS, Kind, Scalar
 from tidings.schemas.rejection import Rejection, RejectReason
-from tidings.schemas.state import Named, NamedValue
+from tidings.schemas.state import NOTHING_UNREAD, Named, NamedValue, Unread, read_status
 from tidings.schemas.times import format_seconds
 
 if TYPE_CHECKING:
@@ -156,6 +156,9 @@ class Snapshot:
     refused: dict[str, int] = field(default_factory=dict)
     # uid of the task's TaskFeedback for a local fold ("": none exists; None: unreadable).
     object_uid: str | None = None
+    # SOURCE_CR: what the status held that could not be read, and the status as written.
+    unread: Unread = NOTHING_UNREAD
+    written: dict[str, Any] | None = None
 
     @property
     def rejected(self) -> int:
@@ -168,10 +171,16 @@ class Snapshot:
         if self.refusals.groups:
             data["rejections"] = [{"reason": r, "sender": p, "events": n, "detail": d}
                                   for r, p, n, d in self.refusals.rows()]
-        status = self.state.to_status()
-        if self.refused:
-            status["refused"] = dict(self.refused)
+        if self.written is not None:  # what the status says, as the watcher wrote it
+            status = dict(self.written)
+        else:
+            status = self.state.to_status()
+            if self.refused:
+                status["refused"] = dict(self.refused)
         data["status"] = status
+        if self.unread:
+            data["unreadable"] = {"entries": list(self.unread.problems),
+                                  "partial": self.unread.partial}
         return data
 
 
@@ -193,6 +202,14 @@ def _refused(status: dict[str, Any]) -> dict[str, int]:
         return {}
     return {safe(k)[:64]: v for k, v in sorted(raw.items())
             if isinstance(k, str) and type(v) is int and v > 0}
+
+
+def _cr_snapshot(ref: TaskRef, status: dict[str, Any], rv: str) -> Snapshot:
+    """The snapshot of a TaskFeedback status: read entry by entry (what cannot be read is
+    shown, never hidden behind an empty state)."""
+    state, unread = read_status(ref, status)
+    return Snapshot(state, SOURCE_CR, Refusals(), rv, _refused(status), unread=unread,
+                    written=status)
 
 
 def _status_of(obj: Mapping[str, object] | None) -> dict[str, Any] | None:
@@ -335,8 +352,7 @@ def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = 
         status = _status_of(obj)
         if status is not None:
             rv = str((obj or {}).get("metadata", {}).get("resourceVersion") or "")
-            return Snapshot(TaskState.from_status(ref, status), SOURCE_CR, Refusals(), rv,
-                            _refused(status))
+            return _cr_snapshot(ref, status, rv)
         if obj is not None:
             must_exist = False  # the object exists; its watcher has not written yet
     snap = from_events(kube, ref, cr_error, uid)
@@ -377,7 +393,8 @@ def follow(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool 
                 continue
             fresh = load(kube, ref, use_events, must_exist=False)
             if fresh.source != snap.source or fresh.state != snap.state \
-                    or fresh.refused != snap.refused or fresh.rejected != snap.rejected:
+                    or fresh.refused != snap.refused or fresh.rejected != snap.rejected \
+                    or fresh.unread != snap.unread:
                 yield fresh
             snap = fresh
             if fresh.source != source:
@@ -400,8 +417,7 @@ def _cr_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes], lo
         if status is None:
             continue
         rv = str(obj.get("metadata", {}).get("resourceVersion") or "")
-        snap = Snapshot(TaskState.from_status(ref, status), SOURCE_CR, Refusals(), rv,
-                        _refused(status))
+        snap = _cr_snapshot(ref, status, rv)
         yield snap
     return snap
 
@@ -492,6 +508,15 @@ def render(snap: Snapshot) -> Any:
     else:
         head.add_row("Progress", _t("no progress reported"))
     phase = st.phase
+    if snap.unread.partial and snap.written is not None:
+        # What could be read does not decide the outcome: show the watcher's word for it.
+        phase = safe(snap.written.get("phase", "")) or "unknown"
+        head.add_row("Status", _t("partly unreadable: the watcher does not write over it "
+                                  "(see below)", "red"))
+        written = snap.written.get("progress")
+        if isinstance(written, dict) and "percent" in written:
+            head.add_row("As written", _t(f"{safe(written.get('percent'))}% "
+                                          f"{safe(written.get('message', ''))}"))
     head.add_row("Phase", _t(phase, {SUCCEEDED: "green", FAILED: "red"}.get(phase, "yellow")))
     head.add_row("Last event", _t(_ago(st.last_event_time)))
     if st.warnings:
@@ -539,6 +564,12 @@ def render(snap: Snapshot) -> Any:
         t = table("Refused events (not applied)", "REASON", "SENDER", "EVENTS", "WHY")
         for reason, sender, n, detail in snap.refusals.rows():
             t.add_row(_t(reason, "red"), _t(sender), _t(n), _t(detail))
+        parts.append(t)
+    if snap.unread:
+        t = table("Unreadable in the status (kept as written)", "ENTRY", "WHY")
+        for problem in snap.unread.problems:
+            where, _, why = problem.partition(": ")
+            t.add_row(_t(where, "red"), _t(why))
         parts.append(t)
     if snap.refused:
         t = table("Refused by the watcher", "REASON", "EVENTS")

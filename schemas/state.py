@@ -22,6 +22,7 @@ from .contract import FAILED, PENDING, RUNNING, SUCCEEDED
 from .event import ParsedEvent, TaskRef
 from .kinds import KINDS, NAMED_KINDS, Kind, Scalar
 from .note import valid_instance, valid_seq
+from .payloads import cut_text
 from .roster import (
     EMPTY_ROSTER,
     FRACTION_MASK,
@@ -35,6 +36,7 @@ from .roster import (
     pod_hash,
     roster_of,
 )
+from .text import sanitize_text
 from .times import epoch, format_seconds, format_time, from_epoch, parse_time
 from .version_vector import VersionVector
 
@@ -659,22 +661,139 @@ def _us(t: float) -> int:
 
 
 # --- the decoder: ``.status`` back to a ``TaskState`` ----------------------------------
-# The inverse of ``to_status`` for every status the fold wrote; anything else (another
-# layout, a hand-edited or hostile status) gives a fresh state rather than a wrong one. A
-# status written under larger limits is cut by the same smallest-keys rule the fold uses,
-# and what is cut is counted in ``*_capped``.
+# The inverse of ``to_status`` for every status the fold wrote. Anything else (a hand-edited
+# or hostile status) is read entry by entry: every entry of a map or list section (a link,
+# deck, metric, span, worker, pod or unknown type) that reads is kept, one that does not is
+# kept verbatim beside the state (``Unread``) and written back as it was, unless a readable
+# entry of the same key replaces it. A part that is not an entry (the layout version, the
+# roster, the version vector, counters, times) and does not read makes the read *partial*:
+# its readers show what they can, and the watcher never writes over such a status (it would
+# write less than it holds). A status written under larger limits is cut by the same
+# smallest-keys rule the fold uses, and what is cut is counted in ``*_capped``.
+
+# Problems an ``Unread`` describes one by one (the rest are counted).
+PROBLEMS_SHOWN = 20
+# The list sections' keys: a verbatim item is written back unless the state holds its key.
+def _worker_key(w: Any) -> str | None:
+    pod = w.get("pod") if isinstance(w, Mapping) else None
+    return pod if isinstance(pod, str) else None
+
+
+def _pod_key(p: Any) -> tuple[str, str] | None:
+    name, uid = (p.get("name"), p.get("uid")) if isinstance(p, Mapping) else (None, None)
+    return (name, uid) if isinstance(name, str) and isinstance(uid, str) else None
+
+
+_ITEM_KEYS: dict[str, Callable[[Any], Any]] = {"workers": _worker_key, "pods": _pod_key}
+
+
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """What a ``.status`` held that could not be read: the unreadable entries of its map
+    sections (section -> key -> the entry as written) and items of its list sections
+    (``workers``, ``pods``), each kept verbatim; why, in a few lines; and whether a part that
+    is not an entry could not be read (``partial``: never written over)."""
+
+    entries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    items: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+    partial: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.entries or self.items or self.problems or self.partial)
+
+    def merge_into(self, status: dict[str, Any], state: TaskState) -> dict[str, Any]:
+        """``status`` (``state.to_status()``) with the unreadable entries written back as
+        they were, except where ``state`` holds an entry of the same key (a fact since
+        replaced it, or the byte budget left it out). Returns ``status``."""
+        held: dict[str, Any] = {k.section: state.registers(k) for k in NAMED_KINDS}
+        held.update(spans=state.spans, unknownTypes=state.unknown, workers=state.workers,
+                    pods=state.pod_events)
+        for section, raw in self.entries.items():
+            kept = {k: v for k, v in raw.items() if k not in held.get(section, ())}
+            if kept:
+                status[section] = {**status.get(section, {}), **kept}
+        for section, items in self.items.items():
+            key = _ITEM_KEYS[section]
+            kept_items = [v for v in items if key(v) not in held.get(section, ())]
+            if kept_items:
+                status[section] = [*status.get(section, []), *kept_items]
+        if "links" in self.entries and "links" in status:
+            status["linkCount"] = len(status["links"])
+        return status
+
+
+NOTHING_UNREAD = Unread()
+
+
+class StatusRead(NamedTuple):
+    """A ``.status`` read entry by entry: the state of what could be read, and the rest."""
+
+    state: TaskState
+    unread: Unread
+
+
+class _Reading:
+    """Collects what a read could not use (see ``Unread``)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.items: dict[str, list[Any]] = {}
+        self.problems: list[str] = []
+        self.count = 0
+        self.partial = False
+
+    def problem(self, where: str, error: Exception) -> None:
+        self.count += 1
+        if len(self.problems) < PROBLEMS_SHOWN:
+            why = str(error) if isinstance(error, ValueError) else type(error).__name__
+            self.problems.append(f"{cut_text(sanitize_text(where), 120)}: {why}")
+
+    def entry(self, section: str, key: Any, raw: Any, error: Exception) -> None:
+        self.entries.setdefault(section, {})[str(key)] = raw
+        self.problem(f"{section}/{key}", error)
+
+    def item(self, section: str, raw: Any, error: Exception) -> None:
+        self.items.setdefault(section, []).append(raw)
+        key = _ITEM_KEYS[section](raw)
+        self.problem(f"{section}/{key if isinstance(key, str) else key[0] if key else '?'}",
+                     error)
+
+    def whole(self, part: str, error: Exception) -> None:
+        self.partial = True
+        self.problem(part, error)
+
+    def result(self) -> Unread:
+        if not (self.entries or self.items or self.count or self.partial):
+            return NOTHING_UNREAD
+        problems = self.problems
+        if self.count > len(problems):
+            problems = [*problems, f"and {self.count - len(problems)} more"]
+        return Unread({k: dict(v) for k, v in self.entries.items()},
+                      {k: tuple(v) for k, v in self.items.items()}, tuple(problems),
+                      self.partial)
+
+
+def read_status(task: TaskRef, status: Any, limits: Limits = DEFAULT_LIMITS) -> StatusRead:
+    """The state a ``.status`` dict holds, read entry by entry, and what could not be read
+    (see ``Unread``). Never raises. An empty status, or one of an older layout (version 1:
+    no longer read, replaced by the next write), reads as a fresh state with nothing unread;
+    another layout (a newer watcher's) as a fresh state that is ``partial``."""
+    if not isinstance(status, Mapping) or not status:
+        return StatusRead(new_state(task, limits), NOTHING_UNREAD)
+    r = _Reading()
+    try:
+        state = _from_status(task, status, limits, r)
+    except Exception as e:  # (a reader bug: nothing of it is trusted, nothing written over)
+        r.whole("status", e)
+        state = new_state(task, limits)
+    return StatusRead(state, r.result())
 
 
 def decode_status(task: TaskRef, status: Any, limits: Limits = DEFAULT_LIMITS) -> TaskState:
-    """``TaskState.from_status``: the state a ``.status`` dict holds; never raises (anything
-    unreadable gives a fresh state for ``task``)."""
-    if not isinstance(status, Mapping) or not status:
-        return new_state(task, limits)
-    try:
-        return _from_status(task, status, limits)
-    except Exception:
-        return new_state(task, limits)
-
+    """``TaskState.from_status``: the state of what a ``.status`` dict holds that can be read
+    (``read_status`` says what could not); never raises."""
+    return read_status(task, status, limits).state
 
 
 def _need(cond: bool, what: str) -> None:
@@ -727,16 +846,60 @@ def _scalar(v: Any, kind: str, optional: bool) -> Scalar:
     return float(v)
 
 
-def _named_map(data: Any, kind: Kind) -> dict[str, Named]:
-    _need(isinstance(data, Mapping), "bad map")
-    out: dict[str, Named] = {}
+def _named(kind: Kind) -> Callable[[Any, Any], tuple[str, Named]]:
     fields = kind.values
-    for k, v in data.items():
-        _need(isinstance(v, Mapping), "bad entry")
+
+    def read(k: Any, v: Any) -> tuple[str, Named]:
+        _need(isinstance(v, Mapping), "not an object")
         values = tuple(_scalar(v.get(f.attr), f.type, f.optional) for f in fields)
-        out[_name(k)] = Named(values[0] if len(values) == 1 else values, _key(v.get("at")),
-                              _int(v.get("events")))
+        return _name(k), Named(values[0] if len(values) == 1 else values, _key(v.get("at")),
+                               _int(v.get("events")))
+    return read
+
+
+def _entries(st: Mapping[str, Any], section: str, r: _Reading,
+             read: Callable[[Any, Any], tuple[K, V]]) -> dict[K, V]:
+    """The readable entries of the map section ``section``; the others go to ``r``."""
+    data = st.get(section, {})
+    out: dict[K, V] = {}
+    if not isinstance(data, Mapping):
+        r.whole(section, ValueError("not a map"))
+        return out
+    for k, v in data.items():
+        try:
+            key, value = read(k, v)
+        except Exception as e:
+            r.entry(section, k, v, e)
+            continue
+        out[key] = value
     return out
+
+
+def _items(st: Mapping[str, Any], section: str, r: _Reading,
+           read: Callable[[Any], tuple[K, V]]) -> dict[K, V]:
+    """The readable items of the list section ``section``, by key; the others go to ``r``."""
+    data = st.get(section, [])
+    out: dict[K, V] = {}
+    if not isinstance(data, list):
+        r.whole(section, ValueError("not a list"))
+        return out
+    for item in data:
+        try:
+            key, value = read(item)
+        except Exception as e:
+            r.item(section, item, e)
+            continue
+        out[key] = value
+    return out
+
+
+def _part(r: _Reading, part: str, read: Callable[[], V], fallback: V) -> V:
+    """``read()``, or ``fallback`` when the part does not read (the read is then partial)."""
+    try:
+        return read()
+    except Exception as e:
+        r.whole(part, e)
+        return fallback
 
 
 def _trim(entries: dict[K, V], cap: int, weight: Callable[[V], int]) -> tuple[dict[K, V], int]:
@@ -794,51 +957,70 @@ def _roster(data: Any, workers: Mapping[str, ProgressState], lim: Limits
                   None if last is None else _key(last)), cut
 
 
-def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState:
-    _need(_int(st.get("schemaVersion")) == STATUS_VERSION, "another status layout")
-    named = {k.section: _named_map(st.get(k.section, {}), k) for k in NAMED_KINDS}
-    spans: dict[str, SpanAgg] = {}
-    raw_spans = st.get("spans", {})
-    _need(isinstance(raw_spans, Mapping), "bad spans")
-    for k, s in raw_spans.items():
-        _need(isinstance(s, Mapping), "bad span")
-        first_start = _float(s.get("firstStart"))
-        shift, windows = _parse_windows(s.get("windows", "0 "), first_start)
-        spans[_name(k)] = SpanAgg(
-            _int(s.get("count")),
-            _int(s.get("totalNs")),
-            _float(s.get("minS")),
-            _float(s.get("maxS")),
-            first_start,
-            _float(s.get("lastEnd")),
-            _int(s.get("errors")),
-            _int(s.get("events")),
-            shift,
-            windows,
-        )
-    raw_workers = st.get("workers", [])
-    _need(isinstance(raw_workers, list), "bad workers")
-    workers = dict(_worker(w) for w in raw_workers)
-    pods: dict[tuple[str, str], int] = {}
-    raw_pods = st.get("pods", [])
-    _need(isinstance(raw_pods, list), "bad pods")
-    for p in raw_pods:
-        _need(isinstance(p, Mapping), "bad pod")
-        pods[(_name(p.get("name"), 253), _name(p.get("uid"), 64))] = _int(p.get("events"))
-    unknown: dict[str, int] = {}
-    raw_unknown = st.get("unknownTypes", {})
-    _need(isinstance(raw_unknown, Mapping), "bad unknownTypes")
-    for k, c in raw_unknown.items():
-        unknown[_name(k, TYPE_LIMIT)] = _int(c)
-    raw_counters = st.get("counters", {})
-    _need(isinstance(raw_counters, Mapping), "bad counters")
+def _span(k: Any, s: Any) -> tuple[str, SpanAgg]:
+    _need(isinstance(s, Mapping), "not an object")
+    first_start = _float(s.get("firstStart"))
+    shift, windows = _parse_windows(s.get("windows", "0 "), first_start)
+    return _name(k), SpanAgg(
+        _int(s.get("count")),
+        _int(s.get("totalNs")),
+        _float(s.get("minS")),
+        _float(s.get("maxS")),
+        first_start,
+        _float(s.get("lastEnd")),
+        _int(s.get("errors")),
+        _int(s.get("events")),
+        shift,
+        windows,
+    )
+
+
+def _pod(p: Any) -> tuple[tuple[str, str], int]:
+    _need(isinstance(p, Mapping), "not an object")
+    return (_name(p.get("name"), 253), _name(p.get("uid"), 64)), _int(p.get("events"))
+
+
+def _unknown_type(k: Any, c: Any) -> tuple[str, int]:
+    return _name(k, TYPE_LIMIT), _int(c)
+
+
+def _counters(raw: Any, r: _Reading) -> tuple[dict[str, int], int]:
     counters = dict.fromkeys(COUNTER_NAMES, 0)
-    for k, v in raw_counters.items():
-        if k in _SNAKE:
-            counters[_SNAKE[k]] = _int(v)
-    warnings = _int(raw_counters.get("warnings", 0))
-    applied, times = VersionVector.parse_text(st.get("applied", ""))
-    wm = _time(st.get("compactedBefore"))
+    warnings = 0
+    if not isinstance(raw, Mapping):
+        r.whole("counters", ValueError("not a map"))
+        return counters, warnings
+    for k, v in raw.items():
+        if k in _SNAKE or k == "warnings":
+            try:
+                n = _int(v)
+            except ValueError as e:
+                r.whole(f"counters.{k}", e)
+                continue
+            if k == "warnings":
+                warnings = n
+            else:
+                counters[_SNAKE[k]] = n
+    return counters, warnings
+
+
+def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits, r: _Reading) -> TaskState:
+    version = st.get("schemaVersion")
+    if type(version) is not int or version != STATUS_VERSION:
+        if not (type(version) is int and 1 <= version < STATUS_VERSION):
+            r.whole("schemaVersion", ValueError(
+                f"layout {str(version)[:20]!r}, not {STATUS_VERSION}"))
+        return new_state(task, lim)  # (an older layout is no longer read: replaced)
+    named = {k.section: _entries(st, k.section, r, _named(k)) for k in NAMED_KINDS}
+    spans = _entries(st, "spans", r, _span)
+    workers = _items(st, "workers", r, _worker)
+    pods = _items(st, "pods", r, _pod)
+    unknown = _entries(st, "unknownTypes", r, _unknown_type)
+    counters, warnings = _counters(st.get("counters", {}), r)
+    no_times: dict[str, int] = {}
+    applied, times = _part(r, "applied", lambda: VersionVector.parse_text(st.get("applied", "")),
+                           (VersionVector(), no_times))
+    wm = _part(r, "compactedBefore", lambda: _time(st.get("compactedBefore")), None)
     watermark = 0 if wm is None else epoch(wm)
 
     for kind in NAMED_KINDS:
@@ -850,7 +1032,15 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
     pods, c4 = _trim(pods, lim.pods, _ident)
     unknown, c5 = _trim(unknown, lim.unknown_types, _ident)
     workers, c6 = _trim(workers, lim.workers, _worker_weight)
-    roster, c7 = _roster(st.get("roster"), workers, lim)
+    raw_roster = st.get("roster")
+    if raw_roster is None and "workers" in r.items:
+        # The roster these workers imply would miss the unreadable ones.
+        r.whole("roster", ValueError("absent, and a worker is unreadable"))
+    try:
+        roster, c7 = _roster(raw_roster, workers, lim)
+    except Exception as e:
+        r.whole("roster", e)
+        roster, c7 = _roster(None, workers, lim)  # (shown, never written: the read is partial)
     for name, extra in (
         ("spans_capped", c3),
         ("pods_capped", c4),
@@ -868,8 +1058,10 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
         applied=applied,
         instance_times=times,
         watermark=watermark,
-        first_event_time=_time(st.get("firstEventTime")),
-        last_event_time=_time(st.get("lastEventTime")),
+        first_event_time=_part(r, "firstEventTime", lambda: _time(st.get("firstEventTime")),
+                               None),
+        last_event_time=_part(r, "lastEventTime", lambda: _time(st.get("lastEventTime")),
+                              None),
         counters=counters,
         unknown=unknown,
         warnings=warnings,

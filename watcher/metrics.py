@@ -118,8 +118,9 @@ class Metrics:
         for cause in ("not_task", "deleted", "duplicate", "late"):
             self.events_skipped.labels(cause)
         # conflict: refused by the resourceVersion precondition (then re-read and rebased);
-        # fenced: not sent, the lease is not held.
-        for result in ("ok", "error", "conflict", "fenced"):
+        # fenced: not sent, the lease is not held; unreadable: not sent, the status holds a
+        # part that could not be read (never written over).
+        for result in ("ok", "error", "conflict", "fenced", "unreadable"):
             self.status_writes.labels(result)
 
     def saved(self, events: Iterable[ParsedEvent], now: float | None = None) -> None:

@@ -30,7 +30,15 @@ import orjson
 from tidings.schemas.event import ParsedEvent, TaskRef
 from tidings.schemas.folding import fold_checked
 from tidings.schemas.rejection import RejectReason
-from tidings.schemas.state import DEFAULT_LIMITS, Limits, TaskState, new_state
+from tidings.schemas.state import (
+    DEFAULT_LIMITS,
+    NOTHING_UNREAD,
+    Limits,
+    TaskState,
+    Unread,
+    new_state,
+    read_status,
+)
 from tidings.schemas.version_vector import VersionVector
 
 
@@ -63,6 +71,9 @@ class Entry:
     buried: frozenset[str] = frozenset()
     # Events refused for this task, by reason (persisted as status.refused).
     refused: dict[str, int] = field(default_factory=dict)
+    # What the object's status held that could not be read: written back as it was (a
+    # partial read is never written over; see schemas/state.py's ``Unread``).
+    unread: Unread = NOTHING_UNREAD
 
 
 # Stale uids remembered per task: one re-read each beyond that, nothing worse.
@@ -147,9 +158,10 @@ class Store:
              rv: str | None = None, uid: str | None = None) -> TaskState:
         """Seed ``task`` from a persisted ``.status`` of the object ``uid`` read at
         resourceVersion ``rv`` (or, with ``exists=False``, as new)."""
-        state = TaskState.from_status(task, status, self.limits)
+        state, unread = read_status(task, status, self.limits)
         with self._lock:
             e = self._entry(task)
+            e.unread = unread if exists else NOTHING_UNREAD
             if e.packed is not None:
                 e.packed = None
                 self.compacted -= 1
@@ -226,6 +238,12 @@ class Store:
             e.version += 1
             return True
 
+    def unread(self, task: TaskRef) -> Unread:
+        """What the task's status held that could not be read (``NOTHING_UNREAD``: none)."""
+        with self._lock:
+            e = self._entries.get(task)
+            return NOTHING_UNREAD if e is None else e.unread
+
     def refused(self, task: TaskRef) -> dict[str, int]:
         with self._lock:
             e = self._entries.get(task)
@@ -296,6 +314,7 @@ class Store:
             e.buried = e.buried | instances | frozenset(mine)
             e.state, e.uid, e.rv, e.refused, e.unsaved = new_state(task, self.limits), None, \
                 None, {}, []
+            e.unread = NOTHING_UNREAD
             e.seeded = True
             e.version += 1
             e.written = e.version
@@ -348,11 +367,13 @@ class Store:
         When the object is another one (``uid``: deleted and re-created), our state is not
         its: it starts from the new object's status, and only the unsaved events that name
         no object (or this one) are applied on top."""
-        theirs = TaskState.from_status(task, status, self.limits)
+        theirs, their_unread = read_status(task, status, self.limits)
         their_refused = refused_of(status)
         with self._lock:
             e = self._entry(task)
             e.rv = rv
+            # A state built on a partial read is not trusted to cover anything.
+            was_partial, e.unread = e.unread.partial, their_unread
             if uid and e.uid is not None and uid != e.uid:
                 _remember_stale(e, e.uid)
                 e.uid = uid
@@ -363,7 +384,8 @@ class Store:
                 changed = True
             else:
                 e.uid = e.uid or uid or None
-                changed = not covers(self._hot(task, e).applied, theirs.applied)
+                changed = was_partial or not covers(self._hot(task, e).applied,
+                                                    theirs.applied)
                 if changed:
                     e.state = _fold_new(theirs, [ev for _, ev in e.unsaved])
                     e.version += 1
@@ -391,7 +413,7 @@ class Store:
             if e.uid is None:
                 return
             _remember_stale(e, e.uid)
-            e.uid = None
+            e.uid, e.unread = None, NOTHING_UNREAD
             keep = [ev for _, ev in e.unsaved if not ev.regarding_uid]
             e.state, e.refused = _fold_new(new_state(task, self.limits), keep), {}
             e.version += 1

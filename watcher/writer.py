@@ -32,7 +32,7 @@ from tidings.kube import JSON, Client, KubeError
 from tidings.kube.flowcontrol import TokenBucket
 from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
 from tidings.schemas.event import ObjectRef, TaskRef
-from tidings.schemas.state import STATUS_BUDGET, TaskState
+from tidings.schemas.state import NOTHING_UNREAD, STATUS_BUDGET, TaskState, Unread
 
 from .coalesce import Coalescer
 from .logs import task_fields
@@ -85,12 +85,14 @@ def parse_slow_writes(spec: str | None) -> dict[str, float]:
     return out
 
 
-def status_body(state: TaskState, refused: dict[str, int] | None = None) -> dict[str, Any]:
+def status_body(state: TaskState, refused: dict[str, int] | None = None,
+                unread: Unread = NOTHING_UNREAD) -> dict[str, Any]:
     """The whole ``.status`` as written: the fold's camelCase status, cut to the byte budget
     (``STATUS_BUDGET``, dropping detail in ``BUDGET_DROP_ORDER``) so a write never fails for
-    its size, and the events refused for the task by reason (``refused``: a handful of
-    counters, never dropped)."""
-    status = state.to_status(budget=STATUS_BUDGET)
+    its size, the entries of the status it was read from that could not be read, as they
+    were (``unread``: a status is never written with less than it held), and the events
+    refused for the task by reason (``refused``: a handful of counters, never dropped)."""
+    status = unread.merge_into(state.to_status(budget=STATUS_BUDGET), state)
     counts = refused_status(refused or {})
     if counts:
         status["refused"] = counts
@@ -131,6 +133,7 @@ class StatusWriter:
         self._stopped = False
         self._ends = 0
         self._threads: list[threading.Thread] = []
+        self._unreadable_logged: set[tuple[TaskRef, object]] = set()
 
     def start(self) -> None:
         for i in range(self.workers):
@@ -247,9 +250,14 @@ class StatusWriter:
                 if snap is None:
                     return True
                 state, version, rv = snap
+                unread = self.store.unread(task)
+                if unread.partial:
+                    if not self._readable(task):
+                        return True  # (refused, counted; tried again on the task's next change)
+                    continue  # repaired: write over what it holds now
                 try:
-                    new_rv, uid = self._persist(task, status_body(state, self.store.refused(task)),
-                                                rv)
+                    new_rv, uid = self._persist(task, status_body(state, self.store.refused(task),
+                                                                  unread), rv)
                 except Conflict as e:
                     self.metrics.status_writes.labels("conflict").inc()
                     log.info("status write %s/%s: %s; re-reading", task.namespace, task.name, e,
@@ -278,6 +286,28 @@ class StatusWriter:
             log.warning("status write %s/%s failed: %s", task.namespace, task.name, e,
                         extra=task_fields(task))
             return False
+
+    def _readable(self, task: TaskRef) -> bool:
+        """The state builds on a status that could not be fully read: read it again (someone
+        may have repaired it); while it stays unreadable, never write over it (that would
+        write less than it holds). False when the write must not happen: counted as
+        ``unreadable``, logged once per object version."""
+        self._reread(task)
+        unread = self.store.unread(task)
+        if not unread.partial:
+            return True
+        self.metrics.status_writes.labels("unreadable").inc()
+        snap = self.store.unwritten(task)
+        key = (task, snap[2] if snap is not None else None)
+        if key not in self._unreadable_logged:
+            if len(self._unreadable_logged) > 10_000:
+                self._unreadable_logged.clear()
+            self._unreadable_logged.add(key)
+            log.warning("status of %s/%s is not fully readable (%s); not writing over it until "
+                        "it is repaired (kubectl edit --subresource=status, or delete the "
+                        "object to start the task's state anew)", task.namespace, task.name,
+                        "; ".join(unread.problems), extra=task_fields(task))
+        return False
 
     def _fence(self) -> None:
         if not self.may_write():

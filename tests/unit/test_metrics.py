@@ -24,7 +24,7 @@ from tidings.schemas.folding import fold, fold_all
 from tidings.schemas.note import decode_note
 from tidings.schemas.payloads import Metric, Metrics
 from tidings.schemas.rejection import Rejection
-from tidings.schemas.state import Limits, TaskState, new_state
+from tidings.schemas.state import Limits, TaskState, new_state, read_status
 
 TASK = TaskRef("ml", "run-7")
 T0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)
@@ -123,15 +123,20 @@ def test_a_note_without_a_finite_value_is_rejected_not_folded(body: bytes) -> No
     assert isinstance(decode_note(note), Rejection)
 
 
-def test_a_hostile_status_with_a_bad_metric_reads_as_a_fresh_state() -> None:
+def test_a_hostile_metric_entry_is_kept_verbatim_and_costs_nothing_else() -> None:
     good = fold(new_state(TASK), event(Metric(name="loss", value=0.5, step=3), "a" * 32, 1, 0))
     st_ = good.to_status()
     assert st_["metrics"]["loss"]["value"] == 0.5 and st_["metrics"]["loss"]["step"] == 3
-    for bad in ("0.5", None, True, [1]):
-        hostile = {**st_, "metrics": {"loss": {**st_["metrics"]["loss"], "value": bad}}}
-        assert TaskState.from_status(TASK, hostile) == new_state(TASK)
-    no_step = {**st_, "metrics": {"loss": {**st_["metrics"]["loss"], "step": -1}}}
-    assert TaskState.from_status(TASK, no_step) == new_state(TASK)
+    bad_entries = [{**st_["metrics"]["loss"], "value": bad} for bad in ("0.5", None, True, [1])]
+    bad_entries.append({**st_["metrics"]["loss"], "step": -1})
+    for bad in bad_entries:
+        hostile = {**st_, "metrics": {"loss": bad}}
+        read = read_status(TASK, hostile)
+        assert "metrics" not in read.state.named and not read.unread.partial
+        assert read.state.phase == good.phase and read.state.applied == good.applied
+        assert read.unread.entries == {"metrics": {"loss": bad}}
+        assert read.unread.merge_into(read.state.to_status(), read.state)["metrics"] == {
+            "loss": bad}
 
 
 def test_metric_names_follow_the_name_rules() -> None:

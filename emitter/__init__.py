@@ -29,7 +29,7 @@ from tidings.schemas.payloads import Payload
 
 from .config import EmitterConfig, Identity
 from .core import Emitter, started_emitters
-from .outcome import install_crash_hooks, report_failure
+from .outcome import install_crash_hooks, install_sigterm_flush, report_failure
 from .spans import Span
 from .spans import traced as _traced
 
@@ -166,10 +166,12 @@ def stats() -> dict[str, Any]:
 @contextmanager
 def run(emitter: Emitter | None = None) -> Iterator[Emitter]:
     """``with run():`` around a worker's work: a clean exit (or ``sys.exit(0)``) reports a
-    successful final, an exception a failed final naming it (then it propagates). Uses the
-    default Emitter unless one is given."""
+    successful final, an exception a failed final naming it, a non-zero ``sys.exit`` one
+    with its code or message (then it propagates). Uses the default Emitter unless one is
+    given."""
     em = emitter if emitter is not None else get_emitter()
     install_crash_hooks(started_emitters)
+    install_sigterm_flush(started_emitters, em.config.sigterm_flush_s)
     try:
         yield em
     except SystemExit as e:

@@ -28,7 +28,7 @@ from .aggregate import SpanAggregator
 from .config import EmitterConfig, Identity
 from .counters import Counters
 from .items import STOP, WAKE, Flush, Item, LatestSlot, ProgressSlot, QueueItem
-from .outcome import install_crash_hooks
+from .outcome import exit_flush_begins, install_crash_hooks, install_sigterm_flush
 from .sender import Sender
 from .transport import Transport
 
@@ -72,6 +72,7 @@ class Emitter:
         self._progress = ProgressSlot()
         # The latest valid fraction this worker reported: what a failure keeps by default.
         self._fraction = 0.0
+        self._final = False  # a final progress was emitted (an exit then reports nothing)
         self._latest = LatestSlot(int(cfg.max_span_names))
         self._counters = Counters()
         self._losses_seen = 0  # losses() as the previous flush saw it
@@ -115,6 +116,7 @@ class Emitter:
                 if prev is not None:
                     slot.coalesced += 1
             if final:
+                self._final = True
                 fields: dict[str, Any] = {"fraction": fraction, "message": message, "final": True}
                 if failed:
                     fields["failed"] = True
@@ -132,6 +134,11 @@ class Emitter:
         otherwise, so a crash at 75 % reads "Failed 75 %"."""
         self.progress(self._fraction if fraction is None else fraction, message, final=True,
                       failed=True)
+
+    @property
+    def final_sent(self) -> bool:
+        """Whether this worker emitted its final progress (success or failure) already."""
+        return self._final
 
     def declare_workers(self, count: int) -> None:
         """How many workers the task has (a framework's world size, in pods), sent with this
@@ -233,6 +240,7 @@ class Emitter:
             self._thread = t
         _register_atexit()
         install_crash_hooks(started_emitters)
+        install_sigterm_flush(started_emitters, self.config.sigterm_flush_s)
         t.start()
 
     # ---- control -----------------------------------------------------------------------
@@ -336,6 +344,7 @@ def started_emitters() -> list[Emitter]:
 
 def _close_all() -> None:
     """At interpreter exit: flush every started Emitter, each within its exit_flush_s."""
+    exit_flush_begins()
     for em in started_emitters():
         with contextlib.suppress(Exception):
             em.close()

@@ -126,7 +126,7 @@ def install_crash_hooks(started: Callable[[], Iterable[Emitter]]) -> None:
             thread, exc = args.thread, args.exc_value
             if exc is not None and thread is not None and not thread.daemon \
                     and not isinstance(exc, SystemExit):
-                report_failure(args.exc_value, where=f"thread {thread.name}")
+                report_failure(exc, where=f"thread {thread.name}")
             previous_thread_hook(args)
 
         threading.excepthook = thread_excepthook

@@ -38,7 +38,8 @@ def complete_format(incomplete: str) -> list[str]:
 
 OutputFormat = Annotated[str, typer.Option(
     "--output", "-o", metavar="FORMAT", autocompletion=complete_format,
-    help="table, wide (adds the progress message and the estimated completion), name, json, "
+    help="table, wide (adds the progress message, the estimated completion and the health), "
+    "name, json, "
     "yaml, or "
     "jsonpath=TEMPLATE (kubectl's, e.g. jsonpath='{.items[*].metadata.name}').")]
 
@@ -106,6 +107,7 @@ def row(obj: KubeObject, wide: bool, namespaced: bool,
     if wide:
         cells.append(text(_get(obj, "status", "progress", "message")))
         cells.append(eta(_get(obj, "status", "progress", "estimatedCompletionTime"), now))
+        cells.append(text(_get(obj, "status", "health", "summary")))
     last = _get(obj, "status", "lastEventTime")
     cells += [text(_get(obj, "status", "linkCount")), text(_get(obj, "status", "deck")),
               age(last, now) if last else "<none>",
@@ -116,7 +118,8 @@ def row(obj: KubeObject, wide: bool, namespaced: bool,
 
 
 def header(wide: bool, namespaced: bool) -> list[str]:
-    cols = ["NAME", "PHASE", "PROGRESS", *(["MESSAGE", "ETA"] if wide else []), "LINKS", "DECK",
+    cols = ["NAME", "PHASE", "PROGRESS", *(["MESSAGE", "ETA", "HEALTH"] if wide else []),
+            "LINKS", "DECK",
             "LAST EVENT", "AGE"]
     return ["NAMESPACE", *cols] if namespaced else cols
 

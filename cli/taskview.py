@@ -47,7 +47,11 @@ from tidings.schemas.contract import (
     task_selector,
     taskfeedback_path,
 )
+from tidings.schemas.health import conditions as health_conditions
+from tidings.schemas.health import evaluate
+from tidings.schemas.health import written as written_health
 from tidings.schemas.kinds import NAMED_KINDS, Kind, Scalar
+from tidings.schemas.payloads import non_finite_text
 from tidings.schemas.rejection import Rejection, RejectReason
 from tidings.schemas.state import NOTHING_UNREAD, Named, NamedValue, Unread, read_status
 from tidings.schemas.times import format_seconds
@@ -145,6 +149,17 @@ class Refusals:
         return Refusals(dict(self.groups), dict(self.details))
 
 
+@dataclass(frozen=True)
+class HealthView:
+    """What `state` and `watch` show of a task's health."""
+
+    summary: str  # the conditions that hold, comma-separated, or "Healthy"
+    judged_at: datetime | None
+    conditions: list[dict[str, Any]]  # Stalled, NonFiniteMetrics, Straggling
+    stalled: frozenset[str]  # pods
+    straggling: frozenset[str]
+
+
 @dataclass
 class Snapshot:
     state: TaskState
@@ -164,6 +179,20 @@ class Snapshot:
     def rejected(self) -> int:
         return self.refusals.total
 
+    def health(self) -> HealthView | None:
+        """The task's health: as the watcher judged it (a status; None when its watcher
+        judges none), or judged here and now with the default thresholds (a local fold)."""
+        if self.written is not None:
+            said = written_health(self.written)
+            if said is None:
+                return None
+            return HealthView(said.summary, said.evaluated_at, list(said.conditions),
+                              frozenset(said.stalled), frozenset(said.straggling))
+        now = datetime.now(UTC)
+        found = evaluate(self.state, now)
+        return HealthView(found.summary, now, health_conditions(self.state, found),
+                          frozenset(found.stalled), frozenset(found.straggling))
+
     def to_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "task": {"namespace": self.state.task.namespace, "name": self.state.task.name},
@@ -174,7 +203,7 @@ class Snapshot:
         if self.written is not None:  # what the status says, as the watcher wrote it
             status = dict(self.written)
         else:
-            status = self.state.to_status()
+            status = self.state.to_status(now=datetime.now(UTC))
             if self.refused:
                 status["refused"] = dict(self.refused)
         data["status"] = status
@@ -518,6 +547,15 @@ def render(snap: Snapshot) -> Any:
             head.add_row("As written", _t(f"{safe(written.get('percent'))}% "
                                           f"{safe(written.get('message', ''))}"))
     head.add_row("Phase", _t(phase, {SUCCEEDED: "green", FAILED: "red"}.get(phase, "yellow")))
+    health = snap.health() if st.first_event_time is not None else None
+    if health is not None:
+        judged = "" if health.judged_at is None or snap.source != SOURCE_CR \
+            else f" (judged {_ago(health.judged_at)} by the watcher)"
+        head.add_row("Health", _t(health.summary + judged,
+                                  "green" if health.summary == "Healthy" else "red"))
+        for c in health.conditions:
+            if c.get("status") == "True":
+                head.add_row(f"  {safe(c.get('type'))}", _t(c.get("message", ""), "red"))
     head.add_row("Last event", _t(_ago(st.last_event_time)))
     if st.warnings:
         head.add_row("Warnings", _t(st.warnings, "red"))
@@ -544,12 +582,16 @@ def render(snap: Snapshot) -> Any:
                       _t(fmt_seconds(s.min_s)), _t(fmt_seconds(s.max_s)),
                       _t(s.errors, "red" if s.errors else ""))
         parts.append(t)
-    if len(st.workers) > 1 or any(w.failed for w in st.workers.values()):
-        t = table("Workers", "POD", "PROGRESS", "STATE", "MESSAGE")
+    flags = {} if health is None else {
+        **{pod: "straggling" for pod in health.straggling},
+        **{pod: "stalled" for pod in health.stalled}}
+    if len(st.workers) > 1 or any(w.failed for w in st.workers.values()) or flags:
+        t = table("Workers", "POD", "PROGRESS", "STATE", "HEALTH", "MESSAGE")
         for name, w in sorted(st.workers.items()):
             state = "failed" if w.failed else "final" if w.final else "running"
             t.add_row(_t(name), _t(f"{w.fraction * 100:.1f}%"),
-                      _t(state, "red" if w.failed else ""), _t(w.message))
+                      _t(state, "red" if w.failed else ""), _t(flags.get(name, ""), "red"),
+                      _t(w.message))
         parts.append(t)
     if st.pods:
         t = table("Reporting pods", "POD", "UID", "EVENTS")
@@ -588,18 +630,22 @@ def named_cells(kind: Kind, name: str, entry: Named) -> list[Any]:
     how long ago it was written when the kind shows that."""
     raw = entry.value
     values = raw if isinstance(raw, tuple) else (raw,)
-    cells = [_t(name), *(_t(_scalar_text(v), f.style)
+    cells = [_t(name), *(_t(_scalar_text(v), "red" if _non_finite(v) else f.style)
                          for f, v in zip(kind.values, values, strict=True))]
     if kind.age:
         cells.append(_t(_ago(entry.at[0])))
     return cells
 
 
+def _non_finite(v: Scalar) -> bool:
+    return isinstance(v, float) and non_finite_text(v) is not None
+
+
 def _scalar_text(v: Scalar) -> str:
     if v is None:
         return ""
     if isinstance(v, float):
-        return f"{v:.6g}"
+        return non_finite_text(v) or f"{v:.6g}"
     return str(v)
 
 
@@ -619,6 +665,9 @@ def one_line(snap: Snapshot) -> str:
             if len(entries) > INLINE_MAX:
                 values += f" (+{len(entries) - INLINE_MAX} {kind.section})"
     tail = f" {st.phase.lower()}" if st.finished else ""
+    health = snap.health() if st.first_event_time is not None else None
+    if health is not None and health.summary != "Healthy":
+        tail += f" health={health.summary}"
     return safe(f"{now} {st.task.namespace}/{st.task.name} {progress} "
                 f"(links {len(st.link_entries)}, decks {len(st.deck_entries)}, "
                 f"spans {len(st.spans)}){values}{tail}")

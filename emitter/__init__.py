@@ -102,7 +102,7 @@ def progress(fraction: float, message: str = "", final: bool = False,
 def metric(name: str, value: float, *, step: int | None = None) -> None:
     """Report the latest value of a named scalar metric (loss, learning rate, eval accuracy,
     samples/s), at training ``step`` when given; coalesced per name. NaN and infinities are
-    refused and counted."""
+    sent as such: the task's ``NonFiniteMetrics`` condition names them."""
     (_default or get_emitter()).metric(name, value, step=step)
 
 

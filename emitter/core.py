@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import math
 import os
 import queue
 import threading
@@ -78,7 +77,6 @@ class Emitter:
         self._losses_seen = 0  # losses() as the previous flush saw it
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._warned_nonfinite = False
         self._abandon = threading.Event()  # the exit deadline passed: stop retrying
         self._sender = self.sender_type(
             cfg, self.identity, self.instance, q=self._q, spans=self._spans,
@@ -153,18 +151,12 @@ class Emitter:
     def metric(self, name: str, value: float, *, step: int | None = None) -> None:
         """The latest value of the scalar metric ``name`` (loss, learning rate, ...), at
         ``step`` when given. Coalesced: the latest value per name per span window is sent.
-        NaN and infinities are refused and counted (``stats()['invalid']``)."""
+        NaN and infinities are sent as such (a diverging loss is a health fact: the task's
+        ``NonFiniteMetrics`` condition); a value that is no number is counted as invalid."""
         try:
             v = float(value)
             if not (isinstance(name, str) and (step is None or type(step) is int)):
                 raise TypeError("metric name must be a str and step an int or None")
-            if not math.isfinite(v):
-                self._counters.problem("invalid")
-                if not self._warned_nonfinite:
-                    self._warned_nonfinite = True
-                    log.warning("tidings: metric %r is %r, not finite: not sent (counted in "
-                                "invalid; later ones silently)", str(name)[:80], v)
-                return
             self._latest.put((Metric, name),
                              ({"name": name, "value": v, "step": step}, time.time()))
             if self._thread is None:

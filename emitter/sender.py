@@ -37,6 +37,7 @@ from tidings.schemas.payloads import (
     Progress,
     SpanSummaries,
     SpanSummary,
+    metric_wire_value,
     payload_type,
     span_row,
 )
@@ -328,7 +329,7 @@ class Sender:
         for key, (fields, t) in out.items():
             if key[0] is not Metric:
                 continue
-            row = [fields["name"], fields["value"], fields["step"]]
+            row = [fields["name"], metric_wire_value(fields["value"]), fields["step"]]
             size = len(orjson.dumps(row)) + 1
             if size > room or len(taken) >= METRIC_ROWS_MAX:
                 break

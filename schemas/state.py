@@ -20,9 +20,11 @@ from ._fast import slot_constructor
 from .constants import NAME_LIMIT, TYPE_LIMIT, WORKERS_MAX
 from .contract import FAILED, PENDING, RUNNING, SUCCEEDED
 from .event import ParsedEvent, TaskRef
-from .kinds import KINDS, NAMED_KINDS, Kind, Scalar
+from .health import DEFAULT_HEALTH, HealthSettings, evaluate, health_json
+from .health import conditions as health_conditions
+from .kinds import KINDS, NAMED_KINDS, Kind, Scalar, ValueField
 from .note import valid_instance, valid_seq
-from .payloads import cut_text
+from .payloads import NON_FINITE, cut_text, non_finite_text
 from .roster import (
     EMPTY_ROSTER,
     FRACTION_MASK,
@@ -282,16 +284,19 @@ class TaskState:
         """The task's aggregate progress; None when no worker reported any."""
         return _aggregate(self)
 
-    def to_status(self, budget: int | None = None) -> dict[str, Any]:
+    def to_status(self, budget: int | None = None, *, now: datetime | None = None,
+                  health: HealthSettings = DEFAULT_HEALTH) -> dict[str, Any]:
         """The JSON-safe ``.status`` dict: camelCase, structural (deploy/crd.yaml documents
-        every field); empty maps, zero counters and absent values are left out.
+        every field); empty maps, zero counters and absent values are left out. Its health
+        (``schemas/health.py``: conditions and ``health``) is judged with ``health``'s
+        thresholds, and silence (``Stalled``) only when ``now`` says when it is judged.
 
         With ``budget`` (bytes), entries are dropped in ``BUDGET_DROP_ORDER`` (from the end of
         each section, the largest names first) while the encoded status is larger, and
         ``budgetDropped`` counts what went per section (the in-memory state keeps it all; only
         the written copy is cut). Phase, conditions, progress, the workers' progress, counters,
         the roster and the version vector are never dropped."""
-        st = self._status()
+        st = self._status(now, health)
         if budget is None:
             return st
         size = len(orjson.dumps(st)) + _DROPPED_RESERVE
@@ -330,12 +335,14 @@ class TaskState:
             st["budgetDropped"] = dropped
         return st
 
-    def _status(self) -> dict[str, Any]:
+    def _status(self, now: datetime | None, settings: HealthSettings) -> dict[str, Any]:
         phase = self.phase
         st: dict[str, Any] = {"schemaVersion": STATUS_VERSION, "phase": phase}
         conditions = _conditions(self, phase)
         if conditions:
-            st["conditions"] = conditions
+            health = evaluate(self, now, settings)
+            st["conditions"] = conditions + health_conditions(self, health)
+            st["health"] = health_json(health)
         agg = _aggregate(self, phase)
         if agg is not None:
             st["progress"] = _progress_json(agg, phase)
@@ -444,13 +451,15 @@ def _named_json(kind: Kind, v: Named) -> dict[str, Any]:
     ``at`` and ``events``."""
     fields = kind.values
     out: dict[str, Any] = {}
-    if len(fields) == 1:
-        out[fields[0].attr] = v.value
-    else:
-        assert isinstance(v.value, tuple)
-        for f, x in zip(fields, v.value, strict=True):
-            if x is not None:
-                out[f.attr] = x
+    values = v.value if isinstance(v.value, tuple) else (v.value,)
+    for f, x in zip(fields, values, strict=True):
+        if x is None:
+            continue
+        text = non_finite_text(x) if f.non_finite and type(x) is float else None
+        if text is None:
+            out[f.attr] = x
+        else:
+            out[f.non_finite] = text
     out["at"] = _key_text(v.at)
     out["events"] = v.events
     return out
@@ -846,12 +855,21 @@ def _scalar(v: Any, kind: str, optional: bool) -> Scalar:
     return float(v)
 
 
+def _field_value(entry: Mapping[str, Any], f: ValueField) -> Scalar:
+    if f.non_finite and f.non_finite in entry:
+        token = entry[f.non_finite]
+        _need(f.attr not in entry and isinstance(token, str) and token in NON_FINITE,
+              "bad nonFinite value")
+        return NON_FINITE[token]
+    return _scalar(entry.get(f.attr), f.type, f.optional)
+
+
 def _named(kind: Kind) -> Callable[[Any, Any], tuple[str, Named]]:
     fields = kind.values
 
     def read(k: Any, v: Any) -> tuple[str, Named]:
         _need(isinstance(v, Mapping), "not an object")
-        values = tuple(_scalar(v.get(f.attr), f.type, f.optional) for f in fields)
+        values = tuple(_field_value(v, f) for f in fields)
         return _name(k), Named(values[0] if len(values) == 1 else values, _key(v.get("at")),
                                _int(v.get("events")))
     return read

@@ -238,6 +238,16 @@ class Store:
             e.version += 1
             return True
 
+    def touch(self, task: TaskRef) -> bool:
+        """The task's status is due again though its state did not change (its health, a
+        function of the time as well, did). True when the task is held."""
+        with self._lock:
+            e = self._entries.get(task)
+            if e is None or not e.seeded or (e.state is None and e.packed is None):
+                return False
+            e.version += 1
+            return True
+
     def unread(self, task: TaskRef) -> Unread:
         """What the task's status held that could not be read (``NOTHING_UNREAD``: none)."""
         with self._lock:

@@ -16,6 +16,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import islice
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidings._compat import UTC
@@ -150,14 +151,17 @@ def evaluate(state: TaskState, now: datetime | None,
 def next_stall(state: TaskState, now: datetime,
                settings: HealthSettings = DEFAULT_HEALTH) -> datetime | None:
     """The next time after ``now`` a running worker's silence passes its limit (None: none
-    will, unless a fact comes): when the watcher must judge the task again. O(workers)."""
+    will, unless a fact comes): when the watcher must judge the task again. O(workers): the
+    watcher asks after every fold."""
     if state.phase != "Running":
         return None
     soonest: datetime | None = None
-    for _, w in _running(state):
+    for w in state.workers.values():
+        if w.final:
+            continue
         try:
             onset = w.at[0] + timedelta(seconds=stall_limit(w, settings)[0])
-        except OverflowError:
+        except OverflowError:  # (past year 9999: never)
             continue
         if onset > now and (soonest is None or onset < soonest):
             soonest = onset
@@ -176,10 +180,11 @@ def stalled_since_written(state: TaskState, status: Any, settings: HealthSetting
     return set(found) != set(named)
 
 
-def _names(items: Iterable[str]) -> str:
-    shown = list(items)
-    text = ", ".join(shown[:NAMES_SHOWN])
-    return text + (f" and {len(shown) - NAMES_SHOWN} more" if len(shown) > NAMES_SHOWN else "")
+def _names(items: Iterable[str], count: int | None = None) -> str:
+    """The first ``NAMES_SHOWN`` of ``items`` (``count`` of them: only those are made)."""
+    shown = list(islice(items, NAMES_SHOWN))
+    n = len(shown) if count is None else count
+    return ", ".join(shown) + (f" and {n - NAMES_SHOWN} more" if n > NAMES_SHOWN else "")
 
 
 def _duration(seconds: float) -> str:
@@ -211,11 +216,12 @@ def conditions(state: TaskState, health: Health) -> list[dict[str, Any]]:
         if health.stalled:
             first = min(health.stalled.values(), key=lambda x: x.since + timedelta(
                 seconds=x.limit))
-            details = [f"{pod} silent for {_duration((now - x.since).total_seconds())}"
+            details = (f"{pod} silent for {_duration((now - x.since).total_seconds())}"
                        + (f" (reports every {_duration(x.interval)})"
                           if x.interval is not None else " (one report)")
-                       for pod, x in health.stalled.items()]
-            out.append(_condition(STALLED, True, "NoProgressReports", _names(details),
+                       for pod, x in health.stalled.items())
+            out.append(_condition(STALLED, True, "NoProgressReports",
+                                  _names(details, len(health.stalled)),
                                   first.since + timedelta(seconds=first.limit)))
         elif state.phase == "Running":
             out.append(_condition(STALLED, False, "Reporting",
@@ -227,15 +233,17 @@ def conditions(state: TaskState, health: Health) -> list[dict[str, Any]]:
         metrics = state.named["metrics"]
         at = min(metrics[name].at[0] for name in health.non_finite)
         out.append(_condition(NON_FINITE_METRICS, True, "NonFiniteValue", _names(
-            f"{name}={text}" for name, text in health.non_finite.items()), at))
+            (f"{name}={text}" for name, text in health.non_finite.items()),
+            len(health.non_finite)), at))
     else:
         out.append(_condition(NON_FINITE_METRICS, False, "AllFinite",
                               "every metric's latest value is finite", start))
     if health.straggling:
         at = max(w.at[0] for _, w in _running(state))
         out.append(_condition(STRAGGLING, True, "BehindMedianPace", _names(
-            f"{pod} at {ratio:.2f} of the median pace"
-            for pod, ratio in sorted(health.straggling.items())), at))
+            (f"{pod} at {ratio:.2f} of the median pace"
+             for pod, ratio in sorted(health.straggling.items())), len(health.straggling)),
+            at))
     else:
         out.append(_condition(STRAGGLING, False, "NoStraggler",
                               "no running worker far behind the median pace", start))

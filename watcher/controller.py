@@ -522,7 +522,8 @@ class Controller:
             self.writer.changed(task, critical=False)
         if applied:
             self.writer.changed(task, critical=critical_change(base, state, applied))
-            self.schedule_health(task, self.store.get(task))
+            if any(type(ev.payload) is Progress for ev in applied):  # (paces moved)
+                self.schedule_health(task, self.store.get(task))
         if late_after_ttl:
             self.late_after_ttl.add(task)
         if later:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import builtins
 import contextlib
 import gc
+import itertools
 import os
 import signal
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -148,19 +148,26 @@ def install_crash_hooks(started: Callable[[], Iterable[Emitter]]) -> None:
 class _ExitMark:
     """Rides on a tracked SystemExit; reports its code when it is dropped as the exit."""
 
-    __slots__ = ("__weakref__", "code", "main")
+    __slots__ = ("code", "main", "seq")
 
     def __init__(self, code: object) -> None:
+        global _last_seq
         self.code = code
         self.main = threading.current_thread() is threading.main_thread()
+        self.seq = next(_seqs)
+        _live.add(self.seq)
+        if self.main:
+            _last_seq = self.seq
 
     def __del__(self) -> None:
         global _exit_seen
         try:
+            _live.discard(self.seq)
             if not self.main or _exit_seen:
                 return
             if _collecting:
-                if _last_mark() is not self:
+                # (A collected object's weak references are gone by now: marks go by seq.)
+                if self.seq != _last_seq:
                     return  # an earlier exit, caught (a later one followed)
             else:
                 if _exiting:
@@ -176,11 +183,9 @@ class _ExitMark:
             pass
 
 
-def _no_mark() -> _ExitMark | None:
-    return None
-
-
-_last_mark: Callable[[], _ExitMark | None] = _no_mark  # the main thread's latest exit
+_seqs = itertools.count(1)
+_live: set[int] = set()  # the marks not dropped yet
+_last_seq = 0  # the main thread's latest exit
 _exiting = False  # the exit flush has begun
 _collecting = False  # ... and collects the garbage an exit may be caught in
 _exit_seen = False  # the exit that ends the process was reported (or found clean)
@@ -189,11 +194,7 @@ _exit_seen = False  # the exit that ends the process was reported (or found clea
 def _marked(exc: SystemExit) -> SystemExit:
     # (No local variable holds the exception where it is raised: that frame, in the
     # exception's traceback, would make a cycle and delay the mark's drop.)
-    global _last_mark
-    mark = _ExitMark(exc.code)
-    exc._tidings_exit = mark  # type: ignore[attr-defined]
-    if mark.main:
-        _last_mark = weakref.ref(mark)
+    exc._tidings_exit = _ExitMark(exc.code)  # type: ignore[attr-defined]
     return exc
 
 
@@ -217,7 +218,7 @@ def exit_flush_begins() -> None:
     now on come too late to report."""
     global _collecting, _exiting
     try:
-        if not _exit_seen and _last_mark() is not None:
+        if not _exit_seen and _last_seq in _live:
             _collecting = True
             try:
                 gc.collect()

@@ -74,6 +74,9 @@ class Entry:
     # What the object's status held that could not be read: written back as it was (a
     # partial read is never written over; see schemas/state.py's ``Unread``).
     unread: Unread = NOTHING_UNREAD
+    # The version the health clock asked to be written (its state did not change, the
+    # time did): a rebase finding the status equal to our state must still write it.
+    judge: int = -1
 
 
 # Stale uids remembered per task: one re-read each beyond that, nothing worse.
@@ -246,6 +249,7 @@ class Store:
             if e is None or not e.seeded or (e.state is None and e.packed is None):
                 return False
             e.version += 1
+            e.judge = e.version
             return True
 
     def unread(self, task: TaskRef) -> Unread:
@@ -405,7 +409,7 @@ class Store:
                     e.refused.update(merged)
                     e.version += 1
             saved: list[ParsedEvent] = []
-            if e.state == theirs and e.refused == their_refused:
+            if e.state == theirs and e.refused == their_refused and e.judge <= e.written:
                 # The status already says all we know (we were behind, or our own write
                 # landed and only its answer was lost): nothing to write.
                 saved = [ev for _, ev in e.unsaved]

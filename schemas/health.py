@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from tidings._compat import UTC
 
 from .payloads import non_finite_text
+from .roster import pod_hash
 from .times import format_seconds, parse_time
 
 if TYPE_CHECKING:
@@ -110,7 +111,11 @@ def stall_limit(w: ProgressState, s: HealthSettings) -> tuple[float, float | Non
 
 
 def _running(state: TaskState) -> Iterable[tuple[str, ProgressState]]:
-    return ((pod, w) for pod, w in sorted(state.workers.items()) if not w.final)
+    """The detailed workers still running: no final of their own, and their pod has not
+    ended (an ended pod's worker is final by its end), sorted by pod."""
+    r = state.roster
+    return ((pod, w) for pod, w in sorted(state.workers.items())
+            if not w.final and not (r.pod_finals and r.end_of(pod_hash(pod)) is not None))
 
 
 def evaluate(state: TaskState, now: datetime | None,
@@ -156,9 +161,7 @@ def next_stall(state: TaskState, now: datetime,
     if state.phase != "Running":
         return None
     soonest: datetime | None = None
-    for w in state.workers.values():
-        if w.final:
-            continue
+    for _, w in _running(state):
         try:
             onset = w.at[0] + timedelta(seconds=stall_limit(w, settings)[0])
         except OverflowError:  # (past year 9999: never)

@@ -41,7 +41,8 @@ from tidings.schemas.state import NOTHING_UNREAD, STATUS_BUDGET, TaskState, Unre
 from .coalesce import Coalescer
 from .logs import task_fields
 from .metrics import Metrics
-from .store import Store, refused_status
+from .senders import Retry
+from .store import Owner, Store, refused_status
 
 log = logging.getLogger("tidings.watcher.writer")
 
@@ -122,7 +123,8 @@ class StatusWriter:
                  slow: dict[str, float] | None = None,
                  may_write: Callable[[], bool] = lambda: True, max_rate: float = 0.0,
                  budget: float = 0.0, priority: bool = True,
-                 owner_of: Callable[[TaskRef], ObjectRef | None] = lambda task: None,
+                 owner_of: Callable[[TaskRef], ObjectRef | Retry | None] = lambda task: None,
+                 owner_gone: Callable[[ObjectRef], bool] = lambda owner: False,
                  health: HealthSettings = DEFAULT_HEALTH) -> None:
         self.kube, self.store, self.metrics = kube, store, metrics
         self.health = health
@@ -130,8 +132,9 @@ class StatusWriter:
         # tasks_unhealthy gauge counts them: bounded labels, the task is in the status).
         self._unhealthy: dict[TaskRef, frozenset[str]] = {}
         self._unhealthy_counts: Counter[str] = Counter()
-        # The platform object (Job, JobSet, Workflow, ...) a new TaskFeedback is owned by.
-        self.owner_of = owner_of
+        # The platform object (Job, JobSet, Workflow, ...) a new TaskFeedback is owned by, and
+        # whether a TaskFeedback's owner is known to be gone.
+        self.owner_of, self.owner_gone = owner_of, owner_gone
         self.co: Coalescer[TaskRef] = Coalescer(interval, coalesce_interval, priority=priority)
         self.workers = workers
         self.slow = slow if slow is not None else parse_slow_writes(os.environ.get(SLOW_WRITE_ENV))
@@ -271,14 +274,14 @@ class StatusWriter:
                 body = status_body(state, self.store.refused(task), unread,
                                    health=self.health)
                 try:
-                    new_rv, uid = self._persist(task, body, rv)
+                    new_rv, uid, owner = self._persist(task, body, rv)
                 except Conflict as e:
                     self.metrics.status_writes.labels("conflict").inc()
                     log.info("status write %s/%s: %s; re-reading", task.namespace, task.name, e,
                              extra=task_fields(task))
                     self._reread(task)
                     continue
-                self.store.written(task, version, new_rv, uid)
+                self.store.written(task, version, new_rv, uid, owner)
                 self._written_health(task, body)
                 self.metrics.write_seconds.observe(time.perf_counter() - t0)
                 self.metrics.status_writes.labels("ok").inc()
@@ -349,11 +352,11 @@ class StatusWriter:
             raise NotLeader("lease not held")
 
     def _persist(self, task: TaskRef, status: dict[str, Any], rv: str | None
-                 ) -> tuple[str | None, str | None]:
+                 ) -> tuple[str | None, str | None, Owner | None]:
         """Replace the whole ``.status`` (keys the fold dropped vanish too) of the object at
-        resourceVersion ``rv``; returns the new resourceVersion and the object's uid. The API
-        server refuses the write with 409 when the object changed since ``rv``, so a stale
-        writer never wins."""
+        resourceVersion ``rv``; returns the new resourceVersion, the object's uid and its
+        owner's. The API server refuses the write with 409 when the object changed since
+        ``rv``, so a stale writer never wins."""
         self._fence()
         coll = taskfeedback_path(task.namespace)
         if rv is None:
@@ -376,7 +379,7 @@ class StatusWriter:
             if e.not_found or e.conflict:  # changed (or deleted) since rv
                 raise Conflict(str(e)) from e
             raise
-        return _resource_version(obj), _uid(obj)
+        return _resource_version(obj), _uid(obj), controller_of(obj)
 
     def _reread(self, task: TaskRef) -> None:
         """After a conflict: the object as it is now becomes the base of our state."""
@@ -388,9 +391,13 @@ class StatusWriter:
         except KubeError as e:
             if not e.not_found:
                 raise
-            self.store.absent(task)
+            # Deleted with its owner (the garbage collector), the run is over: what was not
+            # written of it goes with it, never into a new object.
+            owner = self.store.owner(task)
+            self.store.absent(task, new_run=owner is not None and self.owner_gone(owner))
             return
-        if self.store.rebase(task, obj.get("status"), _resource_version(obj), _uid(obj)):
+        if self.store.rebase(task, obj.get("status"), _resource_version(obj), _uid(obj),
+                             controller_of(obj)):
             log.info("status of %s/%s had events we lacked: merged", task.namespace, task.name,
                      extra=task_fields(task))
 
@@ -398,6 +405,9 @@ class StatusWriter:
         """Create the TaskFeedback; its resourceVersion. Conflict when it already exists (we
         must read what it holds before writing over it)."""
         owner = self.owner_of(task)
+        if owner is Retry.LATER:  # its owner cannot be verified now: create it later
+            raise KubeError(503, f"the owner of {task.namespace}/{task.name} cannot be "
+                            "verified now")
         # Owned by the platform's object (a Job, a Workflow): deleted with it.
         owners = [owner_reference(owner)] if owner is not None else []
         body = taskfeedback_body(task.namespace, task.name, owner_references=owners)
@@ -411,6 +421,20 @@ class StatusWriter:
                 raise Conflict("already exists") from e
             raise
         return _resource_version(obj)
+
+
+def controller_of(obj: object) -> Owner | None:
+    """The object's controller (its ownerReference with ``controller: true``)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
+    for ref in refs if isinstance(refs, list) else []:
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            api, kind, name, uid = (ref.get(k) for k in ("apiVersion", "kind", "name", "uid"))
+            if all(isinstance(x, str) for x in (api, kind, name, uid)):
+                assert isinstance(meta, dict)
+                return Owner(str(api), str(kind), str(name), str(meta.get("namespace") or ""),
+                             str(uid))
+    return None
 
 
 def _uid(obj: object) -> str | None:

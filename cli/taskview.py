@@ -26,6 +26,7 @@ from tidings.cli.kube import (
     ApiError,
     Kube,
     connect_with,
+    found_elsewhere,
     watch_message,
 )
 from tidings.kube import ListWatch, WatchLines
@@ -51,16 +52,14 @@ from tidings.schemas.contract import (
     taskfeedback_path,
 )
 from tidings.schemas.folding import observe
-from tidings.schemas.health import conditions as health_conditions
-from tidings.schemas.health import evaluate
-from tidings.schemas.health import written as written_health
-from tidings.schemas.kinds import NAMED_KINDS, Kind, Scalar
+from tidings.schemas.kinds import Kind
 from tidings.schemas.observed import PodVerdict, gone, pod_verdict
-from tidings.schemas.payloads import non_finite_text
+from tidings.schemas.payloads import NON_FINITE
 from tidings.schemas.platform import PodTask, pod_task
 from tidings.schemas.rejection import Rejection, RejectReason
-from tidings.schemas.state import NOTHING_UNREAD, Named, NamedValue, Unread, read_status
+from tidings.schemas.state import NOTHING_UNREAD, Unread, read_status
 from tidings.schemas.times import format_seconds
+from tidings.schemas.view import RegisterRow, TaskView, fmt_seconds, read_refused, task_view
 
 if TYPE_CHECKING:
     from tidings.watcher.platform import PlatformTasks
@@ -156,17 +155,6 @@ class Refusals:
         return Refusals(dict(self.groups), dict(self.details))
 
 
-@dataclass(frozen=True)
-class HealthView:
-    """What `state` and `watch` show of a task's health."""
-
-    summary: str  # the conditions that hold, comma-separated, or "Healthy"
-    judged_at: datetime | None
-    conditions: list[dict[str, Any]]  # Stalled, NonFiniteMetrics, Straggling
-    stalled: frozenset[str]  # pods
-    straggling: frozenset[str]
-
-
 @dataclass
 class Snapshot:
     state: TaskState
@@ -178,27 +166,14 @@ class Snapshot:
     refused: dict[str, int] = field(default_factory=dict)
     # uid of the task's TaskFeedback for a local fold ("": none exists; None: unreadable).
     object_uid: str | None = None
-    # SOURCE_CR: what the status held that could not be read, and the status as written.
+    # The TaskFeedback status the state was read from (None: a local fold), and what it held
+    # that could not be read (kept, shown: never hidden behind an empty state).
+    status: Mapping[str, Any] | None = None
     unread: Unread = NOTHING_UNREAD
-    written: dict[str, Any] | None = None
 
     @property
     def rejected(self) -> int:
         return self.refusals.total
-
-    def health(self) -> HealthView | None:
-        """The task's health: as the watcher judged it (a status; None when its watcher
-        judges none), or judged here and now with the default thresholds (a local fold)."""
-        if self.written is not None:
-            said = written_health(self.written)
-            if said is None:
-                return None
-            return HealthView(said.summary, said.evaluated_at, list(said.conditions),
-                              frozenset(said.stalled), frozenset(said.straggling))
-        now = datetime.now(UTC)
-        found = evaluate(self.state, now)
-        return HealthView(found.summary, now, health_conditions(self.state, found),
-                          frozenset(found.stalled), frozenset(found.straggling))
 
     def to_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -207,8 +182,8 @@ class Snapshot:
         if self.refusals.groups:
             data["rejections"] = [{"reason": r, "sender": p, "events": n, "detail": d}
                                   for r, p, n, d in self.refusals.rows()]
-        if self.written is not None:  # what the status says, as the watcher wrote it
-            status = dict(self.written)
+        if self.status is not None:  # what the status says, as the watcher wrote it
+            status = dict(self.status)
         else:
             status = self.state.to_status(now=datetime.now(UTC))
             if self.refused:
@@ -232,20 +207,15 @@ def _read_cr(kube: Kube, ref: TaskRef) -> tuple[TaskFeedback | None, ApiError | 
 
 
 def _refused(status: dict[str, Any]) -> dict[str, int]:
-    """status.refused as the watcher wrote it (camelCase reason -> events), checked."""
-    raw = status.get("refused")
-    if not isinstance(raw, dict):
-        return {}
-    return {safe(k)[:64]: v for k, v in sorted(raw.items())
-            if isinstance(k, str) and type(v) is int and v > 0}
+    return {safe(k): v for k, v in read_refused(status)}
 
 
 def _cr_snapshot(ref: TaskRef, status: dict[str, Any], rv: str) -> Snapshot:
     """The snapshot of a TaskFeedback status: read entry by entry (what cannot be read is
     shown, never hidden behind an empty state)."""
     state, unread = read_status(ref, status)
-    return Snapshot(state, SOURCE_CR, Refusals(), rv, _refused(status), unread=unread,
-                    written=status)
+    return Snapshot(state, SOURCE_CR, Refusals(), rv, _refused(status), status=status,
+                    unread=unread)
 
 
 def _status_of(obj: Mapping[str, object] | None) -> dict[str, Any] | None:
@@ -461,7 +431,8 @@ def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = 
             raise CliError(f"{NO_CRD} (and task {ref.name!r} has no events in namespace "
                            f"{ref.namespace})", EXIT_NOT_FOUND)
         not_found(f"task {ref.name!r} in namespace {ref.namespace} "
-                  "(no TaskFeedback and no events)")
+                  "(no TaskFeedback and no events)"
+                  + found_elsewhere(kube, ref.name, ref.namespace))
     return snap
 
 
@@ -687,14 +658,20 @@ def _ago(t: datetime | None) -> str:
 
 def _until(t: datetime) -> str:
     secs = int((t - datetime.now(UTC)).total_seconds())
-    if secs < 0:
-        return f"due {fmt_seconds(-secs)} ago"
-    return f"in {fmt_seconds(secs)}"
+    if secs < 0:  # passed while the task still runs: the estimate was wrong
+        return f"overdue {fmt_seconds(-secs)}"
+    return "now" if secs == 0 else f"in {fmt_seconds(secs)}"
 
 
 def progress_bar(fraction: float, width: int = 24) -> str:
     filled = round(max(0.0, min(1.0, fraction)) * width)
     return "█" * filled + "░" * (width - filled)
+
+
+def view(snap: Snapshot) -> TaskView:
+    """The snapshot's view model (schemas/view.py): what the page shows too. A local fold's
+    health is judged now, with the watcher's default thresholds."""
+    return task_view(snap.state, snap.status, now=datetime.now(UTC))
 
 
 def render(snap: Snapshot) -> Any:
@@ -703,61 +680,58 @@ def render(snap: Snapshot) -> Any:
     from rich.console import Group
     from rich.table import Table
 
-    st = snap.state
+    v = view(snap)
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("Task", _t(f"{st.task.namespace}/{st.task.name}"))
+    head.add_row("Task", _t(f"{v.task.namespace}/{v.task.name}"))
     head.add_row("Source", _t("TaskFeedback status" if snap.source == SOURCE_CR
                               else "events (folded locally; no watcher status)"))
-    if st.progress is not None:
-        pct = f"{st.progress.fraction * 100:5.1f}%"
-        head.add_row("Progress", _t(f"{progress_bar(st.progress.fraction)} {pct}"))
-        if st.progress.message:
-            head.add_row("Message", _t(st.progress.message))
-        if st.progress.eta is not None:
-            eta = st.progress.eta
+    if v.progress is not None:
+        pct = f"{v.progress.fraction * 100:5.1f}%"
+        head.add_row("Progress", _t(f"{progress_bar(v.progress.fraction)} {pct}"))
+        if v.progress.message:
+            head.add_row("Message", _t(v.progress.message))
+        if v.progress.eta is not None:
+            eta = v.progress.eta
             head.add_row("ETA", _t(f"{format_seconds(eta)} ({_until(eta)})"))
-        r = st.roster
-        workers = f"{r.finals + r.pod_finals} of {max(len(r.marks), r.declared)} final"
-        failures = r.failures + r.pod_failures
-        if failures:
-            workers += f", {failures} " + ("retried" if st.observed.platform is not None
-                                           else "failed")
-        if r.pod_finals:
-            workers += f" ({r.pod_finals} by their pod's end)"
+        workers = f"{v.workers_final} of {v.workers_total} final"
+        if v.workers_failed:
+            workers += f", {v.workers_failed} {v.failed_word}"
+        if v.workers_ended:
+            workers += f" ({v.workers_ended} by their pod's end)"
         head.add_row("Workers", _t(workers))
     else:
         head.add_row("Progress", _t("no progress reported"))
-    phase = st.phase
-    if snap.unread.partial and snap.written is not None:
+    phase = v.phase
+    if snap.unread.partial and snap.status is not None:
         # What could be read does not decide the outcome: show the watcher's word for it.
-        phase = safe(snap.written.get("phase", "")) or "unknown"
+        phase = safe(snap.status.get("phase", "")) or "unknown"
         head.add_row("Status", _t("partly unreadable: the watcher does not write over it "
                                   "(see below)", "red"))
-        written = snap.written.get("progress")
+        written = snap.status.get("progress")
         if isinstance(written, dict) and "percent" in written:
             head.add_row("As written", _t(f"{safe(written.get('percent'))}% "
                                           f"{safe(written.get('message', ''))}"))
     head.add_row("Phase", _t(phase, {SUCCEEDED: "green", FAILED: "red"}.get(phase, "yellow")))
-    for ctype, reason, message in _notable_conditions(st):
-        head.add_row(ctype, _t(f"{reason}: {message}", "red" if ctype == "Failed" else "yellow"))
-    platform = st.observed.platform
-    if platform is not None:
-        head.add_row("Platform", _t(f"{platform.kind} {platform.name} {platform.phase}"
-                                    + (f" ({platform.reason})" if platform.reason else "")))
-    health = snap.health() if st.first_event_time is not None else None
-    if health is not None:
-        judged = "" if health.judged_at is None or snap.source != SOURCE_CR \
-            else f" (judged {_ago(health.judged_at)} by the watcher)"
-        head.add_row("Health", _t(health.summary + judged,
-                                  "green" if health.summary == "Healthy" else "red"))
-        for c in health.conditions:
-            if c.get("status") == "True":
-                head.add_row(f"  {safe(c.get('type'))}", _t(c.get("message", ""), "red"))
-    head.add_row("Last event", _t(_ago(st.last_event_time)))
-    if st.warnings:
-        head.add_row("Warnings", _t(st.warnings, "red"))
+    if v.health_summary:
+        judged = "" if v.judged_at is None or snap.source != SOURCE_CR \
+            else f" (judged {_ago(v.judged_at)} by the watcher)"
+        head.add_row("Health", _t(v.health_summary + judged,
+                                  "green" if v.health_summary == "Healthy" else "red"))
+    for c in v.notable:  # a failure, a pod waiting, what health says
+        head.add_row(c.type, _t(f"{c.reason}: {c.message}", "red" if c.type == FAILED
+                                else "yellow"))
+    if v.platform is not None:
+        pl = v.platform
+        head.add_row("Platform", _t(f"{pl.kind} {pl.name} {pl.phase}"
+                                    + (f" ({pl.reason})" if pl.reason else "")))
+    head.add_row("Last event", _t(_ago(v.last_event)))
+    if v.warnings:
+        # What the number counts: a bare "Warnings 2" left people guessing.
+        head.add_row("Warnings", _t(f"{v.warnings} failure report"
+                                    f"{'s' if v.warnings != 1 else ''} (events of type "
+                                    "Warning: kubectl describe lists them)", "red"))
     parts: list[Any] = [head]
 
     def table(title: str, *cols: str) -> Table:
@@ -766,53 +740,42 @@ def render(snap: Snapshot) -> Any:
             t.add_column(c, overflow="fold")
         return t
 
-    for kind in NAMED_KINDS:  # links, decks, ...: one table each, as the registry says
-        entries = st.registers(kind)
-        if entries:
-            cols = ["NAME", *(f.header for f in kind.values)]
-            t = table(kind.title, *cols, *(["UPDATED"] if kind.age else []))
-            for name, entry in sorted(entries.items()):
-                t.add_row(*named_cells(kind, name, entry))
-            parts.append(t)
-    if st.spans:
+    for reg in v.tables:  # links, decks, ...: one table each, as the registry says
+        kind = reg.kind
+        t = table(reg.title, "NAME", *reg.headers, *(["UPDATED"] if kind.age else []))
+        for row in reg.rows:
+            t.add_row(*register_cells(kind, row))
+        parts.append(t)
+    if v.spans:
         t = table("Spans", "NAME", "COUNT", "TOTAL", "MIN", "MAX", "ERRORS")
-        for name, s in sorted(st.spans.items()):
-            t.add_row(_t(name), _t(s.count), _t(fmt_seconds(s.total_s)),
+        for s in v.spans:
+            t.add_row(_t(s.name), _t(s.count), _t(fmt_seconds(s.total_s)),
                       _t(fmt_seconds(s.min_s)), _t(fmt_seconds(s.max_s)),
                       _t(s.errors, "red" if s.errors else ""))
         parts.append(t)
-    flags = {} if health is None else {
-        **{pod: "straggling" for pod in health.straggling},
-        **{pod: "stalled" for pod in health.stalled}}
-    ended = st.observed.pods
-    if len(st.workers) > 1 or any(w.failed for w in st.workers.values()) or ended or flags:
+    if v.shows_workers:
+        ends = v.has_pod_ends
         t = table("Workers", "POD", "PROGRESS", "STATE", "HEALTH", "MESSAGE",
-                  *(("POD ENDED",) if ended else ()))
-        for name in sorted(set(st.workers) | set(ended)):
-            state, bad = worker_state(st, name)
-            w = st.workers.get(name)
-            row = [_t(name), _t(f"{w.fraction * 100:.1f}%" if w is not None else "-"),
-                   _t(state, "red" if bad else ""), _t(flags.get(name, ""), "red"),
-                   _t(w.message if w is not None else "")]
-            if ended:
-                v = ended.get(name)
-                row.append(_t("" if v is None else pod_end_text(v), "red" if v is not None
-                              and v.failed else ""))
-            t.add_row(*row)
+                  *(("POD ENDED",) if ends else ()))
+        for w in v.workers:
+            flag = "stalled" if w.stalled else "straggling" if w.straggler else ""
+            cells = [_t(w.pod), _t("-" if w.fraction is None else f"{w.fraction * 100:.1f}%"),
+                     _t(w.state, "red" if w.bad else ""), _t(flag, "red"), _t(w.message)]
+            if ends:
+                cells.append(_t(w.ended, "red" if w.ended_failed else ""))
+            t.add_row(*cells)
         parts.append(t)
-    if st.observed.waiting:
+    if v.waiting:
         t = table("Waiting pods", "POD", "REASON", "SINCE", "MESSAGE")
-        for name, v in sorted(st.observed.waiting.items()):
-            t.add_row(_t(name), _t(v.reason, "yellow"), _t(_ago(v.at)), _t(v.message))
+        for wp in v.waiting:
+            t.add_row(_t(wp.pod), _t(wp.reason, "yellow"), _t(_ago(wp.since)), _t(wp.message))
         parts.append(t)
-    if st.pods:
+    if v.pods:
         t = table("Reporting pods", "POD", "UID", "EVENTS")
-        for (name, uid), n in sorted(st.pod_events.items()):
-            t.add_row(_t(name), _t(uid), _t(n))
+        for p in v.pods:
+            t.add_row(_t(p.name), _t(p.uid), _t(p.events))
         parts.append(t)
-    noisy = {k: v for k, v in st.counters.items() if v and k != "events_applied"}
-    if st.unknown:
-        noisy.update({f"unknown:{k}": v for k, v in st.unknown.items()})
+    noisy = dict(v.counters)
     if snap.rejected:
         noisy["rejected_events"] = snap.rejected
         t = table("Refused events (not applied)", "REASON", "SENDER", "EVENTS", "WHY")
@@ -825,119 +788,51 @@ def render(snap: Snapshot) -> Any:
             where, _, why = problem.partition(": ")
             t.add_row(_t(where, "red"), _t(why))
         parts.append(t)
-    if snap.refused:
+    if v.refused:
         t = table("Refused by the watcher", "REASON", "EVENTS")
-        for reason, n in snap.refused.items():
+        for reason, n in v.refused:
             t.add_row(_t(reason, "red"), _t(n))
         parts.append(t)
-    footer = f"{st.counters.get('events_applied', 0)} events applied"
+    footer = f"{v.events_applied} events applied"
     if noisy:
-        footer += "; " + ", ".join(f"{k}={v}" for k, v in sorted(noisy.items()))
+        footer += "; " + ", ".join(f"{k}={n}" for k, n in sorted(noisy.items()))
     parts.append(_t(footer, "dim"))
     return Group(*parts)
 
 
-def worker_state(st: TaskState, pod: str) -> tuple[str, bool]:
-    """A worker's state for the table, and whether it is bad news: what its process said
-    (final, failed), else what its pod says (``(pod)``: it ended without a final report), a
-    failed attempt under a platform that decides (retried), or running."""
-    w = st.workers.get(pod)
-    v = st.observed.pods.get(pod)
-    if w is None:
-        return ("no report, " + ("failed" if v is not None and v.failed else "ended"),
-                v is not None and v.failed)
-    if w.final:
-        failed, how = w.failed, ""
-    elif v is not None:
-        failed, how = v.failed, " (pod)"
-    else:
-        return "running", False
-    if failed and st.observed.platform is not None and st.phase != FAILED:
-        return "retried" + how, False
-    return ("failed" if failed else "final") + how, failed
-
-
-def pod_end_text(v: PodVerdict) -> str:
-    """``Failed: OOMKilled (exit 137)``: how a pod ended, in a cell."""
-    text = f"{v.phase}: {v.reason}"
-    return text + (f" (exit {v.exit_code})" if v.exit_code else "")
-
-
-def _notable_conditions(st: TaskState) -> list[tuple[str, str, str]]:
-    """The conditions worth a line of their own: a failure, a pod waiting."""
-    out = []
-    for c in st.to_status().get("conditions", []):
-        if c["status"] == "True" and c["type"] in ("Failed", "PodsWaiting"):
-            out.append((c["type"], c["reason"], c["message"]))
-    return out
-
-
-def named_cells(kind: Kind, name: str, entry: Named) -> list[Any]:
+def register_cells(kind: Kind, row: RegisterRow) -> list[Any]:
     """The table cells of one register of a named kind: its name, its value fields, and
     how long ago it was written when the kind shows that."""
-    raw = entry.value
-    values = raw if isinstance(raw, tuple) else (raw,)
-    cells = [_t(name), *(_t(_scalar_text(v), "red" if _non_finite(v) else f.style)
-                         for f, v in zip(kind.values, values, strict=True))]
+    cells = [_t(row.name), *(_t(text, "red" if f.non_finite and text in NON_FINITE else f.style)
+                             for f, text in zip(kind.values, row.values, strict=True))]
     if kind.age:
-        cells.append(_t(_ago(entry.at[0])))
+        cells.append(_t(_ago(row.at)))
     return cells
-
-
-def _non_finite(v: Scalar) -> bool:
-    return isinstance(v, float) and non_finite_text(v) is not None
-
-
-def _scalar_text(v: Scalar) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return non_finite_text(v) or f"{v:.6g}"
-    return str(v)
 
 
 def one_line(snap: Snapshot) -> str:
     """A compact, sanitised line for one state (what `watch` prints when piped)."""
-    st = snap.state
+    v = view(snap)
     now = datetime.now(UTC).strftime("%H:%M:%S")
-    pr = st.progress
+    pr = v.progress
     progress = "no progress" if pr is None else f"{pr.fraction * 100:5.1f}% {pr.message}"
     if pr is not None and pr.eta is not None:
         progress += f" (eta {format_seconds(pr.eta)})"
     values = ""
-    for kind in NAMED_KINDS:  # metrics: their latest values, the first few names
-        if kind.inline and (entries := st.registers(kind)):
-            shown = sorted(entries.items())[:INLINE_MAX]
-            values += "".join(f" {name}={_scalar_text(_first(e.value))}" for name, e in shown)
-            if len(entries) > INLINE_MAX:
-                values += f" (+{len(entries) - INLINE_MAX} {kind.section})"
-    tail = f" {st.phase.lower()}" if st.finished else ""
-    health = snap.health() if st.first_event_time is not None else None
-    if health is not None and health.summary != "Healthy":
-        tail += f" health={health.summary}"
-    return safe(f"{now} {st.task.namespace}/{st.task.name} {progress} "
-                f"(links {len(st.link_entries)}, decks {len(st.deck_entries)}, "
-                f"spans {len(st.spans)}){values}{tail}")
+    counts = {reg.kind.section: len(reg.rows) for reg in v.tables}
+    for reg in v.tables:  # metrics: their latest values, the first few names
+        if reg.kind.inline:
+            shown = reg.rows[:INLINE_MAX]
+            values += "".join(f" {row.name}={row.values[0]}" for row in shown)
+            if len(reg.rows) > INLINE_MAX:
+                values += f" (+{len(reg.rows) - INLINE_MAX} {reg.kind.section})"
+    tail = f" {v.phase.lower()}" if v.finished else ""
+    if v.health_summary and v.health_summary != "Healthy":
+        tail += f" health={v.health_summary}"
+    return safe(f"{now} {v.task.namespace}/{v.task.name} {progress} "
+                f"(links {counts.get('links', 0)}, decks {counts.get('decks', 0)}, "
+                f"spans {len(v.spans)}){values}{tail}")
 
 
 # Registers of an inline kind that one `watch` line shows (the table view shows them all).
 INLINE_MAX = 6
-
-
-def _first(v: NamedValue) -> Scalar:
-    return v[0] if isinstance(v, tuple) else v
-
-
-def fmt_seconds(s: float) -> str:
-    if s == 0:
-        return "0s"
-    if s < 1e-3:
-        return f"{s * 1e6:.0f}µs"
-    if s < 1:
-        return f"{s * 1e3:.1f}ms"
-    if s < 120:
-        return f"{s:.2f}s"
-    if s < 7200:
-        return f"{s / 60:.1f}m"
-    return f"{s / 3600:.1f}h"
-

@@ -1,6 +1,7 @@
 """The Emitter's sender thread: takes what the workload queued, builds the Events and
-creates them within the pod's budget, in priority order (critical, span windows, the
-latest metrics, progress).
+creates them within the pod's budget: critical facts at once, the coalescible ones (the
+latest progress, the metrics' latest values, the span aggregates) packed into one Window
+event per window (``span_window_s``), the first as soon as there is something to send.
 
 It alone touches the outbox, the pending span windows and the sequence numbers, so they need
 no lock; what it shares with the workload side is in items.py (the queue, the progress slot)
@@ -33,11 +34,10 @@ from tidings.schemas.payloads import (
     METRIC_ROWS_MAX,
     SPAN_ROWS_MAX,
     Metric,
-    Metrics,
     Payload,
     Progress,
-    SpanSummaries,
     SpanSummary,
+    Window,
     metric_wire_value,
     payload_type,
     span_row,
@@ -98,6 +98,9 @@ def refusal_fix(e: SendError) -> str:
 _OUTBOX_MAX = 64
 # The longest the sender sleeps without looking at the clock (window ticks, shutdown).
 _MAX_IDLE_S = 1.0
+# How often a sender with nothing coalescible looks again: the first fact after a quiet
+# window goes out within this, the next ones one window later.
+_QUIET_CHECK_S = 0.5
 
 # A built event: (namespace, the Event dict).
 Built = tuple[str, dict[str, Any]]
@@ -138,6 +141,8 @@ class Sender:
         # The latest value per name (metrics) of the windows taken so far, oldest name first.
         self.latest_out: dict[LatestKey, LatestUpdate] = {}
         self._progress_out: ProgressUpdate | None = None
+        # A window closed with coalescible facts: send them (as budget allows) before the next.
+        self._due = False
         self._flush_seen = 0
         self._logged: set[Hashable] = set()
         self._proof = False  # events carry the sender proof (set with the transport)
@@ -188,13 +193,16 @@ class Sender:
                                  "tidings emitter: internal error: %s: %s", type(e).__name__, e)
                 self._abandon.wait(0.1)
 
+    def _coalescible_waiting(self) -> bool:
+        return bool(self.pending or self.latest_out or self._progress_out is not None)
+
     def _send_until_stopped(self, bucket: TokenBucket) -> None:
         window = max(0.01, self.config.span_window_s)
-        next_window = time.monotonic() + window
+        next_window = time.monotonic()
         stop = False
         while not stop:
             wait = min(next_window - time.monotonic(), _MAX_IDLE_S)
-            if self.outbox or self.pending or self.latest_out or self._progress_out is not None:
+            if self.outbox or (self._due and self._coalescible_waiting()):
                 wait = min(wait, bucket.wait_time())
             item: QueueItem | None
             try:
@@ -220,15 +228,19 @@ class Sender:
                 except queue.Empty:
                     item = None
             now = time.monotonic()
-            if flush_now or stop or now >= next_window:
-                self._merge_window()
-                next_window = now + window
             # Latest wins, also over an update still waiting for budget.
             self._progress_out = self._slot.take(self._progress_out)
+            if flush_now or stop or now >= next_window:
+                self._merge_window()
+                if self._coalescible_waiting():
+                    # One Window event (more only if they overflow a note) per window.
+                    self._due = True
+                    next_window = now + window
+                else:
+                    next_window = now + min(window, _QUIET_CHECK_S)
             self._send(bucket)
             if self._flush_seen > self._flushed and not (
-                    self.outbox or self.pending or self.latest_out
-                    or self._progress_out is not None):
+                    self.outbox or self._coalescible_waiting()):
                 with self._cond:
                     self._flushed = self._flush_seen
                     self._cond.notify_all()
@@ -259,8 +271,8 @@ class Sender:
                              maximum=self.config.retry_max_s, before_sleep=before_sleep)
 
     def _send(self, bucket: TokenBucket) -> None:
-        """Send in priority order while the budget lasts: critical, span windows, the latest
-        metrics, progress."""
+        """Send while the budget lasts: critical facts first, then (once the window closed)
+        the coalescible ones, as few Window events as hold them."""
         if self._abandon.is_set():
             # Past the exit deadline: no more attempts; what is left is counted as lost.
             left = (len(self.outbox) + len(self.pending) + len(self.latest_out)
@@ -281,27 +293,16 @@ class Sender:
             self.outbox.popleft()
             if carried[0]:
                 self._n.span_note(*carried, delivered=ok)
-        while self.pending:
+        if not self._due:
+            return
+        while self._coalescible_waiting():
             if not bucket.try_take():
                 return
-            built, carried = self.take_span_note()
+            built, carried = self.take_window()
             ok = built is not None and self._deliver(*built, critical=False)
-            self._n.span_note(*carried, delivered=ok)
-        while self.latest_out:
-            if not bucket.try_take():
-                return
-            built = self._take_latest()
-            if built is not None:
-                self._deliver(*built, critical=False)
-        if self._progress_out is not None:
-            if not bucket.try_take():
-                return
-            fraction, message, t = self._progress_out
-            self._progress_out = None
-            built = self._build(Progress, {"fraction": fraction, "message": message}, t, False,
-                                None)
-            if built is not None:
-                self._deliver(*built, critical=False)
+            if carried[0]:
+                self._n.span_note(*carried, delivered=ok)
+        self._due = False
 
     def _accept(self, model: type[BaseModel] | None, fields: Any, t: float, warning: bool,
                 target: Target | None) -> None:
@@ -313,19 +314,16 @@ class Sender:
             self.outbox.append((*built, (0, 0)))
 
     def _spans_before_final(self) -> None:
-        """Queue every pending span window and metric ahead of a final progress: a reader
-        that stops at the task's end must not miss what was recorded before it."""
+        """Queue every pending span aggregate and metric ahead of a final progress: a reader
+        that stops at the task's end must not miss what was recorded before it. (A pending
+        non-final progress stays: the final supersedes it whenever it arrives.)"""
         self._merge_window()
-        while self.pending:
-            built, carried = self.take_span_note()
+        while self.pending or self.latest_out:
+            built, carried = self.take_window(with_progress=False)
             if built is not None:
                 self.outbox.append((*built, carried))
-            else:
+            elif carried[0]:
                 self._n.span_note(*carried, delivered=False)
-        while self.latest_out:
-            built = self._take_latest()
-            if built is not None:
-                self.outbox.append((*built, (0, 0)))
 
     def _merge_window(self) -> None:
         dropped = merge(self.pending, self._spans.drain(), self._spans.max_names)
@@ -339,53 +337,6 @@ class Sender:
             with self._latest.lock:
                 self._latest.coalesced += replaced
 
-    def _take_latest(self) -> Built | None:
-        """Build the event of the oldest waiting names' latest values: as many metrics as
-        one Metrics note holds (a lone one: a plain Metric), else the oldest name's own
-        event. None when it cannot be built (counted)."""
-        out = self.latest_out
-        first = next(iter(out))
-        if first[0] is not Metric:
-            fields, t = out.pop(first)
-            return self._build(first[0], dict(fields), t, False, None)
-        # The note's envelope and fixed fields, with the longest seq there can be.
-        room = NOTE_LIMIT - len(orjson.dumps({
-            "v": SCHEMA_VERSION, "t": Metrics.TYPE, "i": self.instance, "s": SEQ_MAX,
-            "metrics": []}))
-        taken: list[tuple[LatestKey, list[Any], float]] = []
-        for key, (fields, t) in out.items():
-            if key[0] is not Metric:
-                continue
-            row = [fields["name"], metric_wire_value(fields["value"]), fields["step"]]
-            size = len(orjson.dumps(row)) + 1
-            if size > room or len(taken) >= METRIC_ROWS_MAX:
-                break
-            room -= size
-            taken.append((key, row, t))
-        if len(taken) < 2:
-            fields, t = out.pop(first)
-            return self._build(Metric, dict(fields), t, False, None)
-        for key, _, _ in taken:
-            del out[key]
-        t = max(t for _, _, t in taken)
-        rows = [row for _, row, _ in taken]
-        try:
-            payload = Metrics.model_validate({"metrics": rows})
-        except ValidationError:
-            # One bad row must not cost the others: keep those valid on their own (each
-            # refusal counted), one per name as the model cleans it (the latest taken).
-            good: dict[str, Metric] = {}
-            for row in rows:
-                m = self._valid_metric(row)
-                if m is not None:
-                    good.pop(m.name, None)
-                    good[m.name] = m
-            kept = list(good.values())
-            if len(kept) < 2:
-                return self._build(None, kept[0], t, False, None) if kept else None
-            payload = Metrics(metrics=tuple(kept))
-        return self._build(None, payload, t, False, None)
-
     def _valid_metric(self, row: list[Any]) -> Metric | None:
         try:
             return Metric(name=row[0], value=row[1], step=row[2])
@@ -395,55 +346,101 @@ class Sender:
                              detail)
             return None
 
-    def take_span_note(self) -> tuple[Built | None, Carried]:
-        """Take as many pending names as one note holds (oldest first) and build their event:
-        a SpanSummaries of compact rows, or a plain SpanSummary for a lone name (which any
-        watcher reads). Returns the event
-        (None when it cannot be built: counted) and the (names, spans) it carries."""
-        pending = self.pending
-        base = math.floor(min(a[FIRST_START] for a in pending.values()) * 1e6)
-        # The note's envelope and fixed fields, with the longest seq there can be.
+    def take_window(self, with_progress: bool = True) -> tuple[Built | None, Carried]:
+        """Take as much of the waiting coalescible facts as one note holds: the progress,
+        then the metrics (oldest name first), then the span aggregates (oldest first); build
+        their Window event. Returns the event (None when nothing valid was left: counted)
+        and the (span names, spans) it carries. A progress whose message alone fills a note
+        goes as its own (shrunk) Progress event; a coalescible named fact other than a
+        metric, as its own event."""
+        # The note's envelope with the longest seq there can be; each part's key and
+        # brackets are charged when the part is started.
         room = NOTE_LIMIT - len(orjson.dumps({
-            "v": SCHEMA_VERSION, "t": SpanSummaries.TYPE, "i": self.instance, "s": SEQ_MAX,
-            "base_us": base, "spans": []}))
-        taken: list[tuple[str, Agg]] = []
-        rows: list[list[Any]] = []
-        for name, a in pending.items():
-            row = span_row(name, int(a[COUNT]), a[TOTAL], a[MIN], a[MAX], a[FIRST_START],
-                           a[LAST_END], int(a[ERRORS]), base)
-            size = len(orjson.dumps(row)) + 1
-            if size > room or len(rows) >= SPAN_ROWS_MAX:
+            "v": SCHEMA_VERSION, "t": Window.TYPE, "i": self.instance, "s": SEQ_MAX}))
+        times: list[float] = []
+        progress: dict[str, Any] | None = None
+        if with_progress and self._progress_out is not None:
+            fraction, message, t = self._progress_out
+            self._progress_out = None
+            progress = {"fraction": float(fraction), "message": message}
+            if self.config.workers:
+                progress["workers"] = int(self.config.workers)
+            size = len(orjson.dumps(progress)) + len(',"progress":')
+            if size > room:  # a long message: its own note, shrunk by the note codec
+                return self._build(Progress, progress, t, False, None), (0, 0)
+            room -= size
+            times.append(t)
+        out = self.latest_out
+        metrics: list[list[Any]] = []
+        for key, (values, t) in out.items():
+            if key[0] is not Metric:
+                if progress is None and not metrics:
+                    del out[key]
+                    return self._build(key[0], dict(values), t, False, None), (0, 0)
+                continue
+            row = [values["name"], metric_wire_value(values["value"]), values["step"]]
+            size = len(orjson.dumps(row)) + (1 if metrics else len(',"metrics":[]'))
+            if size > room or len(metrics) >= METRIC_ROWS_MAX:
                 break
             room -= size
-            taken.append((name, a))
-            rows.append(row)
-        if len(taken) < 2:
-            name, a = taken[0] if taken else next(iter(pending.items()))
-            del pending[name]
-            return self.build_summary(name, a), (1, int(a[COUNT]))
-        for name, _ in taken:
-            del pending[name]
+            metrics.append(row)
+            times.append(t)
+        for row in metrics:
+            del out[(Metric, row[0])]
+        pending = self.pending
+        base = 0
+        taken: list[tuple[str, Agg]] = []
+        rows: list[list[Any]] = []
+        if pending:
+            base = math.floor(min(a[FIRST_START] for a in pending.values()) * 1e6)
+            head = len(f',"base_us":{base},"spans":[]')
+            for name, a in pending.items():
+                row = span_row(name, int(a[COUNT]), a[TOTAL], a[MIN], a[MAX], a[FIRST_START],
+                               a[LAST_END], int(a[ERRORS]), base)
+                size = len(orjson.dumps(row)) + (1 if rows else head)
+                if size > room or len(rows) >= SPAN_ROWS_MAX:
+                    break
+                room -= size
+                taken.append((name, a))
+                rows.append(row)
+            for name, _ in taken:
+                del pending[name]
         carried = (len(taken), sum(int(a[COUNT]) for _, a in taken))
+        fields: dict[str, Any] = {"progress": progress, "metrics": metrics, "base_us": base,
+                                  "spans": rows}
         try:
-            payload = SpanSummaries.model_validate({"base_us": base, "spans": rows})
+            payload = Window.model_validate(fields)
         except ValidationError:
-            # One bad name must not cost the others: keep the rows that pass on their own
-            # (each refusal counted once, as for a lone summary).
+            # One bad part must not cost the others: keep those valid on their own (each
+            # refusal counted once).
+            if progress is not None and not self._valid(Progress, progress):
+                fields["progress"] = None
+            fields["metrics"] = [r for r in metrics if self._valid_metric(r) is not None]
             good = [(r, a) for r, (n, a) in zip(rows, taken, strict=True)
                     if self._valid_summary(n, a)]
-            carried = (len(good), sum(int(a[COUNT]) for _, a in good))
-            self._n.lost(0, sum(int(a[COUNT]) for _, a in taken) - carried[1])
-            if not good:
-                return None, (0, 0)
+            fields["spans"] = [r for r, _ in good]
+            kept = (len(good), sum(int(a[COUNT]) for _, a in good))
+            self._n.lost(0, carried[1] - kept[1])
+            carried = kept
             try:
-                payload = SpanSummaries.model_validate(
-                    {"base_us": base, "spans": [r for r, _ in good]})
+                payload = Window.model_validate(fields)
             except ValidationError as e:
-                self._count_once("invalid", ("SpanSummaries", str(e)[:80]),
-                                 "tidings: invalid span summaries not sent: %s",
-                                 describe_validation_error(e))
+                if fields["progress"] or fields["metrics"] or fields["spans"]:
+                    self._count_once("invalid", ("Window", str(e)[:80]),
+                                     "tidings: invalid window not sent: %s",
+                                     describe_validation_error(e))
                 return None, carried
-        return self._build(None, payload, time.time(), False, None), carried
+        return self._build(None, payload, max(times, default=time.time()), False, None), carried
+
+    def _valid(self, model: type[BaseModel], fields: dict[str, Any]) -> bool:
+        try:
+            model(**fields)
+            return True
+        except ValidationError as e:
+            detail = describe_validation_error(e)
+            self._count_once("invalid", (model.__name__, detail), "tidings: invalid %s not "
+                             "sent: %s", model.__name__, detail)
+            return False
 
     @staticmethod
     def _summary_fields(name: str, a: Agg) -> dict[str, Any]:

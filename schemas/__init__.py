@@ -79,6 +79,7 @@ if TYPE_CHECKING:
         SpanSummaries,
         SpanSummary,
         UnknownPayload,
+        Window,
         payload_type,
         span_summaries,
     )
@@ -145,6 +146,7 @@ _LAZY = {
     "SpanSummaries": "payloads",
     "SpanSummary": "payloads",
     "UnknownPayload": "payloads",
+    "Window": "payloads",
     "payload_type": "payloads",
     "span_summaries": "payloads",
     "Rejection": "rejection",
@@ -219,6 +221,7 @@ __all__ = [
     "UnknownPayload",
     "VersionVector",
     "WatchItem",
+    "Window",
     "build_event",
     "decode_note",
     "encode_note",

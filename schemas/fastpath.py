@@ -56,12 +56,15 @@ from .event import (
 )
 from .note import _good_instance
 from .payloads import (
+    METRIC_ROWS_MAX,
     SPAN_ROWS_MAX,
     DeckReady,
     LogLink,
+    Metric,
     Progress,
     SpanSummaries,
     SpanSummary,
+    Window,
     _any_uri,
     _clean_name,
     _round_fraction,
@@ -199,6 +202,21 @@ class _ProgressNote(_Note, tag="Progress"):
     workers: int | UnsetType = UNSET
 
 
+class _WindowProgress(Struct, kw_only=True, forbid_unknown_fields=True):
+    fraction: int | float
+    message: str | UnsetType = UNSET
+    final: bool | UnsetType = UNSET
+    failed: bool | UnsetType = UNSET
+    workers: int | UnsetType = UNSET
+
+
+class _WindowNote(_Note, tag="Window"):
+    progress: _WindowProgress | UnsetType = UNSET
+    metrics: list[tuple[str, int | float, int | None]] | UnsetType = UNSET
+    base_us: int | UnsetType = UNSET
+    spans: list[tuple[str, int, int, int, int, int, int, int]] | UnsetType = UNSET
+
+
 class _LinkNote(_Note, tag="LogLink"):
     name: str
     url: str
@@ -210,7 +228,7 @@ class _DeckNote(_Note, tag="DeckReady"):
 
 
 _decode_note = msgspec.json.Decoder(
-    _SpanNote | _SpansNote | _ProgressNote | _LinkNote | _DeckNote).decode
+    _SpanNote | _SpansNote | _ProgressNote | _WindowNote | _LinkNote | _DeckNote).decode
 _SPAN_FIELDS = frozenset(
     {"name", "count", "total_s", "min_s", "max_s", "first_start", "last_end", "errors"})
 _SPAN_REQUIRED = frozenset(_SPAN_FIELDS - {"errors"})
@@ -242,10 +260,9 @@ def _span(name: str, count: int, total: float, lo: float, hi: float, first: floa
                                 "errors": errors}, set(given))
 
 
-def _spans_note(n: _SpansNote) -> Any:
-    base, rows = n.base_us, n.spans
-    if not (0 <= base <= 10**17 and 1 <= len(rows) <= SPAN_ROWS_MAX):
-        return None
+def _span_rows(base: int, rows: list[tuple[str, int, int, int, int, int, int, int]]
+               ) -> tuple[Any, ...] | None:
+    """SpanSummaries' rows as its validator converts them, or None when it may not."""
     out = []
     for name, count, total, lo, hi, start, end, errors in rows:
         # As SpanSummaries' row validator converts them (integers to float seconds).
@@ -256,10 +273,65 @@ def _spans_note(n: _SpansNote) -> Any:
         if row is None:
             return None
         out.append(row)
-    return _model(SpanSummaries, {"base_us": base, "spans": tuple(out)}, {"base_us", "spans"})
+    return tuple(out)
 
 
-def _progress_note(n: _ProgressNote) -> Any:
+def _spans_note(n: _SpansNote) -> Any:
+    base, rows = n.base_us, n.spans
+    if not (0 <= base <= 10**17 and 1 <= len(rows) <= SPAN_ROWS_MAX):
+        return None
+    spans = _span_rows(base, rows)
+    if spans is None:
+        return None
+    return _model(SpanSummaries, {"base_us": base, "spans": spans}, {"base_us", "spans"})
+
+
+def _window_note(n: _WindowNote) -> Any:
+    given: set[str] = set()
+    progress = None
+    if n.progress is not UNSET:
+        progress = _progress_note(n.progress)
+        if progress is None or progress.final:
+            return None
+        given.add("progress")
+    metrics: tuple[Any, ...] = ()
+    if n.metrics is not UNSET:
+        rows = n.metrics
+        if len(rows) > METRIC_ROWS_MAX:
+            return None
+        out = []
+        for name, value, step in rows:
+            clean = _name(name)
+            if clean is None or type(value) is not float or not (
+                    step is None or 0 <= step <= 2**53):
+                return None
+            out.append(_model(Metric, {"name": clean, "value": value, "step": step},
+                              {"name", "value", "step"}))
+        if len({m.name for m in out}) != len(out):
+            return None
+        metrics = tuple(out)
+        given.add("metrics")
+    base = 0
+    spans: tuple[Any, ...] | None = ()
+    if n.spans is not UNSET:
+        if n.base_us is UNSET or len(n.spans) > SPAN_ROWS_MAX:
+            return None  # (spans against the default base: the reference's)
+        base = n.base_us
+        if not 0 <= base <= 10**17:
+            return None
+        spans = _span_rows(base, n.spans)
+        if spans is None:
+            return None
+        given.update(("base_us", "spans"))
+    elif n.base_us is not UNSET:
+        return None
+    if progress is None and not metrics and not spans:
+        return None
+    return _model(Window, {"progress": progress, "metrics": metrics, "base_us": base,
+                           "spans": spans}, given)
+
+
+def _progress_note(n: _ProgressNote | _WindowProgress) -> Any:
     fraction, message, final, failed, workers = n.fraction, n.message, n.final, n.failed, n.workers
     if type(fraction) is not float:
         return None
@@ -340,6 +412,8 @@ def _payload(note: str) -> tuple[Any, str, int] | None:
         p = _link_note(LogLink, n.name, "url", n.url, True)
     elif tn is _DeckNote:
         p = _link_note(DeckReady, n.name, "uri", n.uri, False)
+    elif tn is _WindowNote:
+        p = _window_note(n)
     else:
         p = _spans_note(n)
     return None if p is None else (p, instance, seq)

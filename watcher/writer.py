@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -31,7 +31,7 @@ import orjson
 
 from tidings._compat import UTC
 from tidings.emitter.task import owner_reference
-from tidings.kube import JSON, Client, KubeError
+from tidings.kube import JSON, METADATA_ONLY, Client, KubeError
 from tidings.kube.flowcontrol import TokenBucket
 from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
 from tidings.schemas.event import ObjectRef, TaskRef
@@ -56,17 +56,34 @@ FIELD_MANAGER = "tidings-watcher"
 # Conflicts resolved (re-read, rebase, write again) within one write before it counts as a
 # failure and waits for the coalescer's backoff.
 MAX_CONFLICTS = 4
-# API-server CPU of one request with a body of n bytes, in milliseconds: bench_status_write
-# measured 4.5 ms for a 0.8 kB status, 5.7 ms for 2.4 kB and 16.9 ms at 64 KiB (PUT with a
-# resourceVersion, 2-core machine), i.e. ~4.3 ms a request plus ~0.19 ms per kB: the fixed
-# part dominates, so a budget in writes/s and one in bytes/s both misjudge it.
-COST_BASE_MS = 4.3
-COST_MS_PER_BYTE = 0.19e-3
+# API-server CPU of one request, in milliseconds, from what its body holds. bench_status_write
+# measured, in units of a bus event's create in the same run: 3.0x for a minimal status (41
+# JSON values, 0.8 kB), 4.9x for a typical one (125 values, 2.7 kB), 11x for one at every cap
+# (439 values, 65 kB). The API server's work per write (decode, prune, validate, copy, encode,
+# garbage) goes with the number of values far more than with bytes, so the estimate counts
+# values: at a create of ~0.9 ms (a quiet 2-core machine), ~1.9 ms a request plus ~0.02 ms a
+# value and ~0.02 ms a kB.
+COST_BASE_MS = 1.9
+COST_MS_PER_VALUE = 0.02
+COST_MS_PER_BYTE = 0.02e-3
+# The tasks whose last phase the writer remembers, to log a task's end once (an operator
+# follows tasks in the log without `kubectl get`): bounded, the oldest forgotten first.
+PHASES_REMEMBERED = 10_000
 
 
-def write_cost(nbytes: int) -> float:
-    """Estimated API-server milliseconds of one request carrying ``nbytes`` of body."""
-    return COST_BASE_MS + COST_MS_PER_BYTE * nbytes
+def write_cost(nbytes: int, values: int = 0) -> float:
+    """Estimated API-server milliseconds of one request carrying ``nbytes`` of body that
+    hold ``values`` JSON values (objects, arrays and scalars)."""
+    return COST_BASE_MS + COST_MS_PER_VALUE * values + COST_MS_PER_BYTE * nbytes
+
+
+def json_values(o: object) -> int:
+    """How many JSON values ``o`` holds, itself included."""
+    if isinstance(o, dict):
+        return 1 + sum(json_values(v) for v in o.values())
+    if isinstance(o, list):
+        return 1 + sum(json_values(v) for v in o)
+    return 1
 
 
 class NotLeader(Exception):
@@ -150,6 +167,8 @@ class StatusWriter:
         self._ends = 0
         self._threads: list[threading.Thread] = []
         self._unreadable_logged: set[tuple[TaskRef, object]] = set()
+        self._phases: OrderedDict[TaskRef, str] = OrderedDict()
+        self._phases_lock = threading.Lock()
 
     def start(self) -> None:
         for i in range(self.workers):
@@ -239,11 +258,11 @@ class StatusWriter:
             self.rate.take()
         return self.may_write() and self._write(task)
 
-    def _spend(self, nbytes: int) -> None:
+    def _spend(self, nbytes: int, values: int = 0) -> None:
         """Charge one request to the cost budget (its real size, after admission: a write
         admitted while the balance is positive may take it into debt, which later writes
         wait out)."""
-        ms = write_cost(nbytes)
+        ms = write_cost(nbytes, values)
         self.metrics.status_write_cost.inc(ms / 1000)
         if self.cost is not None:
             self.cost.take(ms)
@@ -283,6 +302,7 @@ class StatusWriter:
                     continue
                 self.store.written(task, version, new_rv, uid, owner)
                 self._written_health(task, body)
+                self._log_phase(task, state)
                 self.metrics.write_seconds.observe(time.perf_counter() - t0)
                 self.metrics.status_writes.labels("ok").inc()
                 return True
@@ -346,6 +366,22 @@ class StatusWriter:
                         "; ".join(unread.problems), extra=task_fields(task))
         return False
 
+    def _log_phase(self, task: TaskRef, state: TaskState) -> None:
+        """One INFO line when a written task completes or fails (once per phase)."""
+        phase = state.phase
+        with self._phases_lock:
+            if self._phases.get(task) == phase:
+                return
+            self._phases[task] = phase
+            self._phases.move_to_end(task)
+            while len(self._phases) > PHASES_REMEMBERED:
+                self._phases.popitem(last=False)
+        if state.finished:
+            progress = state.progress
+            said = f": {progress.message[:120]}" if progress and progress.message else ""
+            log.info("task %s/%s %s%s", task.namespace, task.name,
+                     "failed" if state.failed else "completed", said, extra=task_fields(task))
+
     def _fence(self) -> None:
         if not self.may_write():
             # A replica that can no longer prove its lease sends nothing more.
@@ -369,11 +405,12 @@ class StatusWriter:
             time.sleep(delay)  # test hook: this task's writes are slow (in flight), nobody else's
         data = orjson.dumps(taskfeedback_body(task.namespace, task.name, resource_version=rv,
                                               status=status))
-        self._spend(len(data))
+        self._spend(len(data), json_values(status))
         try:
+            # Only the new resourceVersion is needed back: the answer is the metadata alone.
             obj = self.kube.request("PUT", taskfeedback_path(task.namespace, task.name, "status"),
-                                    data=data,
-                                    content_type=JSON, query=[("fieldManager", FIELD_MANAGER)],
+                                    data=data, content_type=JSON, accept=METADATA_ONLY,
+                                    query=[("fieldManager", FIELD_MANAGER)],
                                     timeout=WRITE_TIMEOUT)
         except KubeError as e:
             if e.not_found or e.conflict:  # changed (or deleted) since rv
@@ -413,13 +450,16 @@ class StatusWriter:
         body = taskfeedback_body(task.namespace, task.name, owner_references=owners)
         self._spend(0)
         try:
-            obj = self.kube.request("POST", coll, body=body,
+            obj = self.kube.request("POST", coll, body=body, accept=METADATA_ONLY,
                                     query=[("fieldManager", FIELD_MANAGER)],
                                     timeout=WRITE_TIMEOUT)
         except KubeError as e:
             if e.conflict:
                 raise Conflict("already exists") from e
             raise
+        log.info("task %s/%s created%s", task.namespace, task.name,
+                 f" (owned by {owner.kind}/{owner.name})" if owner is not None else "",
+                 extra=task_fields(task))
         return _resource_version(obj)
 
 

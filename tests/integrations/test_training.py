@@ -47,7 +47,9 @@ def test_a_training_run_reports_progress_metrics_and_its_end(
     (worker,) = status["workers"]
     assert worker["workers"] == 1 and worker["final"] and not worker.get("failed")
     assert worker["message"] == "finished at step 6"
-    assert result["stats"]["delivered"] >= 2 and result["stats"]["refused"] == 0
+    # (read as training ends, before the exit flush: the first window, sent at once, is in;
+    # the final and the last window may still be on their way)
+    assert result["stats"]["delivered"] >= 1 and result["stats"]["refused"] == 0
     metric = status["metrics"][name]  # from global rank 0
     assert math.isfinite(metric["value"]) and metric["step"] > 0, metric
 

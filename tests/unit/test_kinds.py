@@ -41,6 +41,7 @@ from tidings.schemas.payloads import (
     SpanSummaries,
     SpanSummary,
     UnknownPayload,
+    Window,
     span_row,
 )
 from tidings.schemas.state import BUDGET_DROP_ORDER, COUNTER_NAMES, Limits, TaskState
@@ -67,6 +68,11 @@ EXAMPLES: dict[type[BaseModel], tuple[Payload, str]] = {
         span_row("rows-ex2", 1, 1.0, 1.0, 1.0, 1.7e9, 1.7e9 + 1, 0, 1_700_000_000_000_000)]),
         "rows-ex2"),
     Progress: (Progress(fraction=0.5, message="progress-ex"), "progress-ex"),
+    Window: (Window.model_validate({
+        "progress": {"fraction": 0.25, "message": "window-ex"}, "metrics": [["wm-ex", 1.5, 3]],
+        "base_us": 1_700_000_000_000_000, "spans": [
+            span_row("ws-ex", 1, 1.0, 1.0, 1.0, 1.7e9, 1.7e9 + 1, 0, 1_700_000_000_000_000)]}),
+        "window-ex"),
     PodSpawned: (PodSpawned(pod_name="p-1", pod_uid="u-1", app=TASK.name), "pods_spawned"),
     UnknownPayload: (UnknownPayload(type="FutureKind", version=1), "FutureKind"),
 }
@@ -223,3 +229,17 @@ def test_the_write_scheduler_takes_each_kinds_urgency(kind: Kind,
     payload, _ = EXAMPLES[model]
     assert fact_kind(event_of(payload)) == kind.urgency
     assert fact_kind(event_of(payload, warning=True)) == CRITICAL
+
+
+def test_state_says_what_its_warnings_are() -> None:
+    """A bare "Warnings 2" left people guessing: the row says they are failure reports."""
+    from rich.console import Console
+
+    failed = event_of(Progress(fraction=0.3, message="oom", final=True, failed=True),
+                      warning=True)
+    state = TaskState.from_status(TASK, fold_all(TASK, [failed]).to_status())
+    assert state.warnings == 1
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(render(Snapshot(state, SOURCE_CR)))
+    (row,) = [line for line in out.getvalue().splitlines() if "Warnings" in line]
+    assert "1 failure report (events of type Warning" in row, row

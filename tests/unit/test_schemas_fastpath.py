@@ -28,6 +28,7 @@ from tidings.schemas import (
     TaskState,
     UnknownPayload,
     WatchItem,
+    Window,
     build_event,
     fastpath,
     fold_many,
@@ -56,6 +57,14 @@ fast_payloads: st.SearchStrategy[Payload] = st.one_of(
         for j in range(k)]), st.sampled_from(["s", "eval", "naïve", "with space"]),
         st.sampled_from([0, 1_700_000_000_000_000]),
         st.integers(1, 3)),
+    st.builds(lambda msg, base, k, m: Window.model_validate({
+        "progress": {"fraction": 0.25, "message": msg, "workers": 2},
+        "metrics": [[f"m{j}", 0.5 * j, None if j % 2 else j] for j in range(m)],
+        "base_us": base, "spans": [
+            span_row(f"s{j}", 2, 1.0, 0.5, 0.5, base / 1e6, base / 1e6 + 2, 0, base)
+            for j in range(k)]}),
+        st.sampled_from(["", "naïve", "step 3/10"]), st.sampled_from([0, 1_700_000_000_000_000]),
+        st.integers(0, 2), st.integers(0, 2)),
     st.builds(SpanSummary, name=st.sampled_from(["s", "eval"]), count=st.just(1),
               total_s=st.just(0.5), min_s=st.just(0.5), max_s=st.just(0.5),
               first_start=st.just(1.7e9), last_end=st.sampled_from([1.7e9 + 0.5, 1.7e9 + 1])),
@@ -78,7 +87,7 @@ NESTED = {"metadata": ["name", "namespace", "resourceVersion", "creationTimestam
           "related": ["kind", "apiVersion", "name", "namespace", "uid"]}
 NOTE_KEYS = ["v", "t", "i", "s", "name", "url", "uri", "count", "total_s", "min_s", "max_s",
              "first_start", "last_end", "errors", "fraction", "message", "final", "failed",
-             "workers", "base_us", "spans", "extra"]
+             "workers", "base_us", "spans", "progress", "metrics", "extra"]
 DELETE = object()
 
 
@@ -243,6 +252,10 @@ BASES: list[Payload] = [
                 last_end=1.7e9 + 2, errors=1),
     SpanSummaries(base_us=1_700_000_000_000_000, spans=[
         span_row("s", 2, 1.0, 0.5, 0.5, 1.7e9, 1.7e9 + 2, 0, 1_700_000_000_000_000)]),
+    Window.model_validate({"progress": {"fraction": 0.5, "message": "m"},
+                           "metrics": [["loss", 0.5, 3], ["lr", 1e-4, None]],
+                           "base_us": 1_700_000_000_000_000, "spans": [
+        span_row("s", 2, 1.0, 0.5, 0.5, 1.7e9, 1.7e9 + 2, 0, 1_700_000_000_000_000)]}),
 ]
 
 
@@ -300,7 +313,8 @@ def test_the_common_line_takes_the_fast_path() -> None:
                         span_row("s", 2, 1.0, 0.5, 0.5, 1.7e9, 1.7e9 + 2, 0,
                                  1_700_000_000_000_000)]),
                     SpanSummary(name="s", count=2, total_s=1.0, min_s=0.5, max_s=0.5,
-                                first_start=1.7e9, last_end=1.7e9 + 2)):
+                                first_start=1.7e9, last_end=1.7e9 + 2),
+                    BASES[-1], Window(progress=Progress(fraction=0.5))):
         line = orjson.dumps({"type": "ADDED", "object": _raw(payload, 1, 0, False)})
         item = fastpath._fast(line)
         assert item is not None, payload

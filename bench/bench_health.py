@@ -103,16 +103,23 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=1000)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--reports", type=int, default=40)
+    ap.add_argument("--smoke", action="store_true",
+                    help="a few iterations (figures meaningless): that the bench still runs")
     a = ap.parse_args()
+    if a.smoke:
+        a.tasks, a.reports = 20, 5
+    scale = 100 if a.smoke else 1
     rnd = random.Random(7)
     state, nxt = training_task("bert", a.workers, a.reports, rnd)
     now = T0 + timedelta(hours=1)
     rows = [
-        ("fold one event (baseline)", per_call(lambda: fold(state, nxt), 2000)),
-        ("next_stall after a fold", per_call(lambda: next_stall(state, now), 20000)),
-        ("to_status, silence not judged (baseline)", per_call(lambda: state.to_status(), 500)),
-        ("to_status, health judged at now", per_call(lambda: state.to_status(now=now), 500)),
-        ("evaluate() alone", per_call(lambda: evaluate(state, now), 5000)),
+        ("fold one event (baseline)", per_call(lambda: fold(state, nxt), 2000 // scale)),
+        ("next_stall after a fold", per_call(lambda: next_stall(state, now), 20000 // scale)),
+        ("to_status, silence not judged (baseline)",
+         per_call(lambda: state.to_status(), 500 // scale)),
+        ("to_status, health judged at now",
+         per_call(lambda: state.to_status(now=now), 500 // scale)),
+        ("evaluate() alone", per_call(lambda: evaluate(state, now), 5000 // scale)),
     ]
     print(f"one task: {a.workers} workers x {a.reports} reports, 16 metrics; "
           f"load average {os.getloadavg()[0]:.2f}")

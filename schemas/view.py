@@ -294,7 +294,8 @@ class TaskView:
     @property
     def shows_workers(self) -> bool:
         """A single healthy worker is the task itself: its table would say nothing more."""
-        return len(self.workers) > 1 or any(w.bad or w.ended for w in self.workers)
+        return len(self.workers) > 1 or any(w.bad or w.ended or w.stalled or w.straggler
+                                            for w in self.workers)
 
 
 def task_view(state: TaskState, status: Mapping[str, Any] | None = None,

@@ -568,7 +568,7 @@ class Controller:
             self.writer.changed(task, critical=False)
         if applied:
             self.writer.changed(task, critical=critical_change(base, state, applied))
-            if any(type(ev.payload) is Progress for ev in applied):  # (paces moved)
+            if state.workers is not base.workers:  # (a worker reported: paces moved)
                 self.schedule_health(task, self.store.get(task))
         if late_after_ttl:
             self.late_after_ttl.add(task)

@@ -188,7 +188,7 @@ def test_a_non_zero_exit_or_sigterm_fails_the_task_with_its_code_or_message(
     status = eventually(lambda: over(admin, namespace, task), 10, f"{task} failed")
     print(f"{how}: Failed in the status {time.monotonic() - died:.2f}s after the exit")
     assert status["phase"] == "Failed"
-    assert status["progress"] == {"percent": 50, "message": message}
+    assert (status["progress"]["percent"], status["progress"]["message"]) == (50, message)
     (w,) = status["workers"]
     assert w["failed"] and w["fraction"] == 0.5
     assert "ckpt" in status.get("links", {})  # queued beside it, delivered too

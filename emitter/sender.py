@@ -41,6 +41,7 @@ from tidings.schemas.payloads import (
     Progress,
     SpanSummary,
     Window,
+    metric_wire_value,
     payload_type,
     span_row,
 )
@@ -364,7 +365,7 @@ class Sender:
                     return self._build(KNOWN_PAYLOADS[key[0]], dict(values), t, False,
                                        None), (0, 0)
                 continue
-            row = [values["name"], values["value"], values["step"]]
+            row = [values["name"], metric_wire_value(values["value"]), values["step"]]
             size = len(orjson.dumps(row)) + (1 if metrics else len(',"metrics":[]'))
             if size > room or len(metrics) >= METRIC_ROWS_MAX:
                 break

@@ -44,6 +44,9 @@ class ValueField:
     header: str
     optional: bool = False  # absent (None) values are left out of the status
     style: str = ""  # the CLI cell's rich style
+    # A float that may be NaN or infinite: such a value goes in the status under this key
+    # instead, spelt "NaN", "Infinity" or "-Infinity" (JSON has no number for it).
+    non_finite: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +107,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("metrics", (payloads.Metric, payloads.Metrics), "named", COALESCIBLE,
          section="metrics", cap="metrics", capped="metrics_capped", batch="metrics",
          drop_rank=35,
-         values=(ValueField("value", "float", "VALUE"),
+         values=(ValueField("value", "float", "VALUE", non_finite="nonFinite"),
                  ValueField("step", "int", "STEP", optional=True)),
          title="Metrics", age=True, inline=True),
     Kind("spans", (payloads.SpanSummary, payloads.SpanSummaries), "spans", COALESCIBLE,

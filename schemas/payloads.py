@@ -16,6 +16,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     ValidationInfo,
     field_validator,
     model_serializer,
@@ -346,16 +347,54 @@ class Progress(BaseModel):
         return self
 
 
+# A metric value that is not finite is a health fact (a diverging loss), so it is carried,
+# not refused. JSON has no spelling for it: on the wire (a note, the status) it is one of
+# these strings, as in protobuf's JSON mapping; in memory the float (NaN as ``math.nan``,
+# one object, so that states holding it compare equal).
+NON_FINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def non_finite_text(v: float) -> str | None:
+    """``v``'s wire spelling when it is not finite (NaN, Infinity, -Infinity), else None."""
+    if v != v:
+        return "NaN"
+    if v in (math.inf, -math.inf):
+        return "Infinity" if v > 0 else "-Infinity"
+    return None
+
+
+def _metric_value_in(v: Any) -> Any:
+    if isinstance(v, str):
+        return NON_FINITE.get(v, v)  # (any other string: strict validation refuses it)
+    return v
+
+
+def metric_wire_value(v: float) -> float | str:
+    """A metric value as a note or a status spells it: the number, or its ``NON_FINITE``
+    string."""
+    text = non_finite_text(v)
+    return v if text is None else text
+
+
+def _one_nan(v: float) -> float:
+    return math.nan if v != v else v
+
+
+MetricValue = Annotated[float, Field(allow_inf_nan=True), BeforeValidator(_metric_value_in),
+                        AfterValidator(_one_nan), PlainSerializer(metric_wire_value)]
+
+
 class Metric(BaseModel):
     """The latest value of the named scalar metric ``name`` (loss, learning rate, eval
-    accuracy, samples/s), optionally at training ``step``. Finite values only: NaN and
-    infinities are refused (JSON has no spelling for them)."""
+    accuracy, samples/s), optionally at training ``step``. A value that is not finite (NaN,
+    an infinity) is kept: on the wire it is the string ``"NaN"``, ``"Infinity"`` or
+    ``"-Infinity"`` (``NON_FINITE``)."""
 
     model_config = _MODEL_CONFIG
     TYPE: ClassVar[str] = "Metric"
 
     name: Name
-    value: float
+    value: MetricValue
     step: Annotated[int, Field(ge=0, le=2**53)] | None = None
 
 
@@ -373,7 +412,7 @@ def _metric_rows(v: Any) -> Any:
             continue
         if not isinstance(row, list | tuple) or len(row) != 3:
             raise PydanticCustomError("metric_row", "a metric row is [name, value, step or null]")
-        # Metric validates each row (name rules, a finite value, the step's bounds).
+        # Metric validates each row (name rules, the value, the step's bounds).
         out.append(Metric(name=row[0], value=row[1], step=row[2]))
     if len({m.name for m in out}) != len(out):
         raise PydanticCustomError("metric_row", "the names of one note's metrics must differ")
@@ -394,7 +433,8 @@ class Metrics(BaseModel):
 
     @model_serializer(mode="plain")
     def _wire(self) -> dict[str, Any]:
-        return {"metrics": [[m.name, m.value, m.step] for m in self.metrics]}
+        return {"metrics": [[m.name, metric_wire_value(m.value), m.step]
+                            for m in self.metrics]}
 
 
 def _window_progress(v: Any) -> Any:
@@ -434,7 +474,8 @@ class Window(BaseModel):
         if self.progress is not None:
             out["progress"] = self.progress.model_dump(exclude_defaults=True)
         if self.metrics:
-            out["metrics"] = [[m.name, m.value, m.step] for m in self.metrics]
+            out["metrics"] = [[m.name, metric_wire_value(m.value), m.step]
+                              for m in self.metrics]
         if self.spans:
             out["base_us"] = self.base_us
             out["spans"] = _wire_rows(self.spans, self.base_us)

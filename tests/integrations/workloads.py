@@ -2,12 +2,13 @@
 config (nothing downloaded), a few steps on CPU, ``callbacks=[TidingsCallback()]``.
 
     python tests/integrations/workloads.py hf|lightning --out result.json
-        [--steps N] [--crash-at STEP] [--report-to none|wandb|mlflow]
+        [--steps N] [--crash-at STEP] [--diverge-at STEP] [--report-to none|wandb|mlflow]
 
 The identity comes from the environment, as in a pod (POD_NAME, POD_NAMESPACE, POD_UID,
 TIDINGS_TASK, KUBECONFIG). Writes the training time, the slowest callback hook and the
 emitter's counters to ``--out``; ``--crash-at`` raises inside the model's forward at that
-training step, so the process dies of it as a real crash would.
+training step, so the process dies of it as a real crash would; ``--diverge-at`` makes the
+model's output NaN from that step on, as a diverging run's is (the run itself goes on).
 """
 
 from __future__ import annotations
@@ -59,6 +60,24 @@ def crash_after(model: Any, steps: int) -> None:
     model.register_forward_pre_hook(hook)
 
 
+def diverge_after(model: Any, steps: int) -> None:
+    """The model's training outputs are NaN once ``steps`` training forwards have run."""
+    calls = [0]
+
+    def hook(module: Any, inputs: Any, output: Any) -> Any:
+        if not module.training:
+            return output
+        calls[0] += 1
+        if calls[0] <= steps:
+            return output
+        if hasattr(output, "logits"):  # a transformers ModelOutput
+            output.logits = output.logits * float("nan")
+            return output
+        return output * float("nan")
+
+    model.register_forward_hook(hook)
+
+
 def run_hf(a: argparse.Namespace, slowest: list[float]) -> None:
     import torch
     from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
@@ -72,6 +91,8 @@ def run_hf(a: argparse.Namespace, slowest: list[float]) -> None:
     model = BertForSequenceClassification(config)
     if a.crash_at:
         crash_after(model, a.crash_at - 1)
+    if a.diverge_at:
+        diverge_after(model.classifier, a.diverge_at - 1)
     data = [{"input_ids": torch.randint(0, 64, (8,)), "labels": torch.tensor(i % 2)}
             for i in range(32)]
     args = TrainingArguments(
@@ -114,6 +135,8 @@ def run_lightning(a: argparse.Namespace, slowest: list[float]) -> None:
     model = Regression()
     if a.crash_at:
         crash_after(model.layer, a.crash_at - 1)
+    if a.diverge_at:
+        diverge_after(model.layer, a.diverge_at - 1)
     logger: Any = False
     if a.report_to == "mlflow":
         from lightning.pytorch.loggers import MLFlowLogger
@@ -140,6 +163,7 @@ def main() -> None:
     ap.add_argument("--workdir", default="")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--crash-at", type=int, default=0)
+    ap.add_argument("--diverge-at", type=int, default=0)
     ap.add_argument("--report-to", default="none", choices=["none", "wandb", "mlflow"])
     a = ap.parse_args()
     a.workdir = a.workdir or str(Path(a.out).parent / "work")

@@ -174,6 +174,10 @@ def main() -> None:
 
     import tidings.emitter
 
+    # The counters once what training emitted had its chance to go (a few steps take well
+    # under a second, less than the sender's first transport set-up on a loaded machine).
+    tidings.emitter.flush(5)
+
     Path(a.out).write_text(json.dumps({"train_seconds": took, "slowest_hook_seconds": slowest[0],
                                        "stats": tidings.emitter.stats()}))
 

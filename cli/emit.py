@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
+from typer._click.types import ParamType
 
 from tidings._compat import UTC, fromisoformat
 from tidings.cli.common import EXIT_FORBIDDEN, EXIT_INVALID, Context, option_group
@@ -199,11 +200,25 @@ def deck_ready(
     _deliver(lambda em: em.deck_ready(name, uri), to)
 
 
+class Number(ParamType):
+    """A float that says "number" when it is none (click's own says "not a valid float"),
+    with nan and the infinities among the numbers, as Python's float() reads them."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number (nan, inf and -inf are)", param, ctx)
+
+
 @app.command("metric", context_settings={"ignore_unknown_options": True})  # VALUE may be -0.5
 @delivery
 def metric(
     name: Annotated[str, typer.Argument(help="Metric name, e.g. loss.")],
     value: Annotated[float, typer.Argument(
+        click_type=Number(),
         help="Its latest value (nan, inf and -inf are sent as such: the task's "
              "NonFiniteMetrics condition names them).")],
     step: Annotated[int | None, typer.Option("--step", min=0, show_default=False,

@@ -460,6 +460,50 @@ def _until(t: datetime) -> str:
     return f"in {fmt_seconds(secs)}"
 
 
+# The columns of a kind with a curve (metrics): its exact extremes and its history.
+CURVE_HEADERS = ("MIN", "MAX", "HISTORY")
+# Cells of a sparkline: one per history point, at most this many.
+SPARK_WIDTH = 32
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+SPARK_ASCII = "_.-~=+*#"  # when the terminal's encoding has no block characters
+
+
+def sparkline(values: list[float], width: int = SPARK_WIDTH, ascii_only: bool = False) -> str:
+    """A one-line curve of ``values`` (oldest first): one cell per value (the points are
+    spread over the run), the lowest value the lowest block; ASCII levels on request."""
+    levels = SPARK_ASCII if ascii_only else SPARK_BLOCKS
+    values = values[-width:] if width > 0 else []
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    top = len(levels) - 1
+    if not hi > lo:  # flat (or one point): the middle level
+        return levels[top // 2] * len(values)
+    return "".join(levels[round((v - lo) / (hi - lo) * top)] for v in values)
+
+
+class Sparkline:
+    """A rich renderable of ``sparkline``: block characters, or ASCII when the console's
+    encoding cannot show them (``LANG=C``, a legacy code page)."""
+
+    def __init__(self, values: list[float]) -> None:
+        self.values = values
+
+    def text(self, ascii_only: bool) -> str:
+        return sparkline(self.values, ascii_only=ascii_only)
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.text import Text
+
+        yield Text(self.text(options.ascii_only), style="green", no_wrap=True)
+
+    def __rich_measure__(self, console: Any, options: Any) -> Any:
+        from rich.measure import Measurement
+
+        n = len(self.text(True))
+        return Measurement(n, n)
+
+
 def progress_bar(fraction: float, width: int = 24) -> str:
     filled = round(max(0.0, min(1.0, fraction)) * width)
     return "█" * filled + "░" * (width - filled)
@@ -507,7 +551,8 @@ def render(snap: Snapshot) -> Any:
     for kind in NAMED_KINDS:  # links, decks, ...: one table each, as the registry says
         entries = st.registers(kind)
         if entries:
-            cols = ["NAME", *(f.header for f in kind.values)]
+            cols = ["NAME", *(f.header for f in kind.values),
+                    *(CURVE_HEADERS if kind.report is not None else ())]
             t = table(kind.title, *cols, *(["UPDATED"] if kind.age else []))
             for name, entry in sorted(entries.items()):
                 t.add_row(*named_cells(kind, name, entry))
@@ -559,6 +604,11 @@ def named_cells(kind: Kind, name: str, entry: Named) -> list[Any]:
     values = raw if isinstance(raw, tuple) else (raw,)
     cells = [_t(name), *(_t(_scalar_text(v), f.style)
                          for f, v in zip(kind.values, values, strict=True))]
+    if kind.report is not None:
+        series = entry.series
+        lo, hi = (None, None) if series is None else (series.lo, series.hi)
+        cells += [_t(_scalar_text(lo)), _t(_scalar_text(hi)),
+                  Sparkline([] if series is None else series.values)]
     if kind.age:
         cells.append(_t(_ago(entry.at[0])))
     return cells

@@ -145,8 +145,10 @@ class Emitter:
 
     def metric(self, name: str, value: float, *, step: int | None = None) -> None:
         """The latest value of the scalar metric ``name`` (loss, learning rate, ...), at
-        ``step`` when given. Coalesced: the latest value per name per span window is sent.
-        NaN and infinities are refused and counted (``stats()['invalid']``)."""
+        ``step`` when given. Coalesced: the latest value per name per span window is sent,
+        with the name's exact minimum and maximum and, from its steps, a sample spread over
+        the run (emitter/curves.py), so the task's status has its curve. NaN and infinities
+        are refused and counted (``stats()['invalid']``)."""
         try:
             v = float(value)
             if not (isinstance(name, str) and (step is None or type(step) is int)):
@@ -159,7 +161,7 @@ class Emitter:
                                 "invalid; later ones silently)", str(name)[:80], v)
                 return
             self._latest.put((Metric, name),
-                             ({"name": name, "value": v, "step": step}, time.time()))
+                             ({"name": name, "value": v, "step": step}, time.time()), (v, step))
             if self._thread is None:
                 self._start()
         except Exception:  # never into user code

@@ -29,6 +29,7 @@ from tidings.schemas.constants import NOTE_LIMIT, SCHEMA_VERSION, SEQ_MAX
 from tidings.schemas.event import ObjectRef, PodRef, TaskRef, build_event
 from tidings.schemas.names import task_id_error
 from tidings.schemas.payloads import (
+    METRIC_POINTS_MAX,
     METRIC_ROWS_MAX,
     SPAN_ROWS_MAX,
     Metric,
@@ -56,6 +57,7 @@ from .aggregate import (
 )
 from .config import EmitterConfig, Identity
 from .counters import Counters, Problem
+from .curves import Curve
 from .items import (
     STOP,
     WAKE,
@@ -82,6 +84,60 @@ _MAX_IDLE_S = 1.0
 Built = tuple[str, dict[str, Any]]
 # (span names, spans) an event carries: counted once it is delivered.
 Carried = tuple[int, int]
+
+
+def _metric_row(fields: dict[str, Any], curve: Curve | None) -> list[Any]:
+    """A metric's row, all six fields: name, value, step, then the min and max its curve has
+    to tell (or None) and its points (flat): the sample's first point when it is unsent."""
+    value, step = fields["value"], fields["step"]
+    if curve is None:
+        return [fields["name"], value, step, None, None, []]
+    lo, hi = curve.extremes(value)
+    points: list[Any] = []
+    unsent = curve.unsent(step)
+    if unsent and unsent[0][0] == min(curve.firsts.values(), key=lambda p: p[0])[0]:
+        points.extend(Curve.wire(unsent[0]))
+    return [fields["name"], value, step, lo, hi, points]
+
+
+def _add_points(row: list[Any], curve: Curve, room: int) -> int:
+    """Add the curve's unsent points to ``row`` (oldest first) while they fit in ``room``
+    bytes; returns the bytes they take."""
+    before = len(orjson.dumps(_trimmed(row)))
+    points = row[5]
+    used = 0
+    for p in curve.unsent(row[2]):
+        step, value = Curve.wire(p)
+        if len(points) >= 2 * METRIC_POINTS_MAX:
+            break
+        if step in points[::2]:
+            continue  # (the first point, already in the row)
+        points.extend((step, value))
+        size = len(orjson.dumps(_trimmed(row))) - before
+        if size > room:
+            del points[-2:]
+            break
+        used = size
+    return used
+
+
+def _told(row: list[Any], curve: Curve) -> None:
+    """The row is in a note: its extremes are told and its points (and its own, when that
+    is a bucket's first) are sent."""
+    _, value, step, lo, hi, points = row
+    curve.told(value, lo, hi)
+    sent = set(zip(points[::2], points[1::2], strict=True))
+    for p in curve.firsts.values():
+        if (p[0] == step and p[1] == value) or Curve.wire(p) in sent:
+            p[2] = True
+
+
+def _trimmed(row: list[Any]) -> list[Any]:
+    """The row as the wire has it: trailing unset fields (None, no points) left out."""
+    out = list(row)
+    while len(out) > 3 and out[-1] in (None, []):
+        out.pop()
+    return out
 
 
 class Sender:
@@ -262,9 +318,9 @@ class Sender:
         while self.latest_out:
             if not bucket.try_take():
                 return
-            built = self._take_latest()
-            if built is not None:
-                self._deliver(*built, critical=False)
+            built, told = self._take_latest()
+            if (built is None or not self._deliver(*built, critical=False)) and told:
+                self._untold(told)
         if self._progress_out is not None:
             if not bucket.try_take():
                 return
@@ -295,7 +351,7 @@ class Sender:
             else:
                 self._n.span_note(*carried, delivered=False)
         while self.latest_out:
-            built = self._take_latest()
+            built, _ = self._take_latest()
             if built is not None:
                 self.outbox.append((*built, (0, 0)))
 
@@ -307,40 +363,60 @@ class Sender:
         latest, out = self._latest.drain(), self.latest_out
         replaced = sum(1 for key in latest if key in out)
         out.update(latest)
+        # A name with no new value whose curve has points or extremes still to tell.
+        for key, update in self._latest.untold().items():
+            out.setdefault(key, update)
         if replaced:
             with self._latest.lock:
                 self._latest.coalesced += replaced
 
-    def _take_latest(self) -> Built | None:
+    def _take_latest(self) -> tuple[Built | None, list[str]]:
         """Build the event of the oldest waiting names' latest values: as many metrics as
-        one Metrics note holds (a lone one: a plain Metric), else the oldest name's own
-        event. None when it cannot be built (counted)."""
+        one Metrics note holds (a lone one without extras: a plain Metric), else the oldest
+        name's own event; each row with what its curve has to tell (curves.py): the extremes
+        beyond what was told, the sample's first point when unsent, and, in the room the rows
+        leave, the sample's other unsent points. Returns the event (None when it cannot be
+        built: counted) and the metric names whose extremes it tells."""
         out = self.latest_out
         first = next(iter(out))
         if first[0] is not Metric:
             fields, t = out.pop(first)
-            return self._build(first[0], dict(fields), t, False, None)
+            return self._build(first[0], dict(fields), t, False, None), []
         # The note's envelope and fixed fields, with the longest seq there can be.
         room = NOTE_LIMIT - len(orjson.dumps({
             "v": SCHEMA_VERSION, "t": Metrics.TYPE, "i": self.instance, "s": SEQ_MAX,
             "metrics": []}))
-        taken: list[tuple[LatestKey, list[Any], float]] = []
-        for key, (fields, t) in out.items():
-            if key[0] is not Metric:
-                continue
-            row = [fields["name"], fields["value"], fields["step"]]
-            size = len(orjson.dumps(row)) + 1
-            if size > room or len(taken) >= METRIC_ROWS_MAX:
-                break
-            room -= size
-            taken.append((key, row, t))
-        if len(taken) < 2:
-            fields, t = out.pop(first)
-            return self._build(Metric, dict(fields), t, False, None)
-        for key, _, _ in taken:
+        slot = self._latest
+        taken: list[tuple[LatestKey, list[Any], float, Curve | None]] = []
+        with slot.lock:
+            for key, (fields, t) in out.items():
+                if key[0] is not Metric:
+                    continue
+                curve = slot.curves.get(key)
+                row = _metric_row(fields, curve)
+                size = len(orjson.dumps(_trimmed(row))) + 1
+                if size > room or len(taken) >= METRIC_ROWS_MAX:
+                    break
+                room -= size
+                taken.append((key, row, t, curve))
+            if not taken:  # a row that fits no note: its event says why (counted)
+                fields, t = out.pop(first)
+                return self._build(Metric, dict(fields), t, False, None), []
+            for _, row, _, curve in taken:
+                if curve is not None and room > 0:
+                    room -= _add_points(row, curve, room)
+            for _, row, _, curve in taken:
+                if curve is not None:
+                    _told(row, curve)
+        for key, _, _, _ in taken:
             del out[key]
-        t = max(t for _, _, t in taken)
-        rows = [row for _, row, _ in taken]
+        told = [row[0] for _, row, _, curve in taken if curve is not None]
+        t = max(t for _, _, t, _ in taken)
+        rows = [_trimmed(row) for _, row, _, _ in taken]
+        if len(rows) == 1 and len(rows[0]) == 3:
+            name, value, step = rows[0]
+            return self._build(Metric, {"name": name, "value": value, "step": step}, t,
+                               False, None), told
         try:
             payload = Metrics.model_validate({"metrics": rows})
         except ValidationError:
@@ -352,15 +428,22 @@ class Sender:
                 if m is not None:
                     good.pop(m.name, None)
                     good[m.name] = m
-            kept = list(good.values())
-            if len(kept) < 2:
-                return self._build(None, kept[0], t, False, None) if kept else None
-            payload = Metrics(metrics=tuple(kept))
-        return self._build(None, payload, t, False, None)
+            if not good:
+                return None, told
+            payload = Metrics(metrics=tuple(good.values()))
+        return self._build(None, payload, t, False, None), told
+
+    def _untold(self, names: list[str]) -> None:
+        """A metrics note was lost: the extremes it told are told again."""
+        with self._latest.lock:
+            for name in names:
+                curve = self._latest.curves.get((Metric, name))
+                if curve is not None:
+                    curve.forget_told()
 
     def _valid_metric(self, row: list[Any]) -> Metric | None:
         try:
-            return Metric(name=row[0], value=row[1], step=row[2])
+            return Metrics.model_validate({"metrics": [row]}).metrics[0]
         except ValidationError as e:
             detail = describe_validation_error(e)
             self._count_once("invalid", ("Metric", detail), "tidings: invalid Metric not sent: %s",

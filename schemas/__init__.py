@@ -12,7 +12,8 @@ every field, and empty maps, zero counters and absent values are left out)::
     linkCount:  int;  deck: latest deck name               # printer columns
     links:      {name: {url, at, events}}                  # LWW per name by ``at``
     decks:      {name: {uri, at, events}}
-    metrics:    {name: {value, step?, at, events}}            # LWW per name by ``at``
+    metrics:    {name: {value, step?, at, events,            # LWW per name by ``at``
+                        min, max, history?: {shift, steps, values}}}  # joins (history.py)
     spans:      {name: {count, totalNs, minS, maxS, firstStart, lastEnd, errors, events,
                         windows}}                  # windows: "<shift> lo-hi,..." (timelines)
     workers:    [{pod, fraction, message?, final?, failed?, workers?, at, events,
@@ -25,7 +26,8 @@ every field, and empty maps, zero counters and absent values are left out)::
     firstEventTime, lastEventTime: RFC 3339
     applied:    "inst=lo-hi,seq@created inst2=..."         # the version vector, one string
     compactedBefore: RFC 3339                              # dedup compaction watermark
-    budgetDropped: {pods?, unknownTypes?, workerMessages?, metrics?, spans?, decks?, links?}
+    budgetDropped: {pods?, unknownTypes?, workerMessages?, metricHistory?, metrics?, spans?,
+                    decks?, links?}
 
 ``at`` is the order key ``"<eventTime> <instance> <seq>"``. ``events`` counts the events that
 targeted an entry.

@@ -68,7 +68,8 @@ from typing import NamedTuple, cast
 from tidings._compat import UTC
 
 from .event import ParsedEvent, TaskRef
-from .kinds import KINDS, Kind
+from .history import merge as merge_report
+from .kinds import KINDS, Kind, Report
 from .payloads import (
     Payload,
     PodSpawned,
@@ -139,14 +140,18 @@ def _insert_capped(
 
 
 def _set_named(entries: dict[str, Named], name: str, value: NamedValue, at: OrderKey,
-               cap: int) -> int:
+               cap: int, report: Report | None = None) -> int:
+    """Write ``value`` to the register ``name`` if ``at`` is later than its own, and join
+    ``report`` (a kind with a curve) into its series whatever the order."""
     cur = entries.get(name)
     if cur is None:
-        return _insert_capped(entries, name, Named(value, at, 1), cap, _named_weight)
+        series = None if report is None else merge_report(None, *report)
+        return _insert_capped(entries, name, Named(value, at, 1, series), cap, _named_weight)
+    series = cur.series if report is None else merge_report(cur.series, *report)
     if at > cur.at:
-        entries[name] = Named(value, at, cur.events + 1)
+        entries[name] = Named(value, at, cur.events + 1, series)
     else:
-        entries[name] = Named(cur.value, cur.at, cur.events + 1)
+        entries[name] = Named(cur.value, cur.at, cur.events + 1, series)
     return 0
 
 
@@ -441,7 +446,7 @@ def _named_apply(kind: Kind, model: type) -> Apply:
     """The apply of a named kind's ``model`` (schemas/kinds.py): the payload's ``key`` names
     a last-writer-wins register holding its value fields (one: the value; several: a tuple).
     A batch model's rows are each merged as one event of their name would be."""
-    section, cap, counter = kind.section, attrgetter(kind.cap), kind.capped
+    section, cap, counter, report = kind.section, attrgetter(kind.cap), kind.capped, kind.report
     key = attrgetter(kind.key)
     value = attrgetter(*(f.attr for f in kind.values))
     rows = attrgetter(kind.batch) if kind.batch in getattr(model, "model_fields", {}) \
@@ -456,7 +461,8 @@ def _named_apply(kind: Kind, model: type) -> Apply:
             entries = named[section] = dict(w.state.named.get(section, {}))
         at, limit = (t, ev.instance, ev.seq), cap(w.lim)
         for row in (p,) if rows is None else rows(p):
-            capped = _set_named(entries, key(row), value(row), at, limit)
+            capped = _set_named(entries, key(row), value(row), at, limit,
+                                None if report is None else report(row))
             if capped:
                 w.bump(counter, capped)
 

@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationInfo,
+    field_serializer,
     field_validator,
     model_serializer,
     model_validator,
@@ -24,6 +25,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from .constants import NAME_LIMIT, TYPE_LIMIT, URL_LIMIT, WORKERS_MAX
+from .history import HISTORY_POINTS
 from .text import has_invisible, is_continuation, sanitize_text
 
 ELLIPSIS = "…"
@@ -351,10 +353,45 @@ class Progress(BaseModel):
         return self
 
 
+# Points one metric report may carry (its sender's spread sample is no larger).
+METRIC_POINTS_MAX = HISTORY_POINTS
+
+
+def _points(v: Any) -> Any:
+    """(step, value) pairs from the wire's flat list, or from pairs (built in Python)."""
+    if not isinstance(v, list | tuple):
+        return v  # strict validation explains what is wrong
+    if v and all(isinstance(p, list | tuple) for p in v):
+        pairs = [tuple(p) for p in v]
+    elif len(v) % 2:
+        raise PydanticCustomError("metric_points", "points is a flat [step, value, ...] list")
+    else:
+        pairs = list(zip(v[::2], v[1::2], strict=True))
+    if len(pairs) > METRIC_POINTS_MAX:
+        raise PydanticCustomError("metric_points",
+                                  f"at most {METRIC_POINTS_MAX} points per metric")
+    out: list[tuple[int, float]] = []
+    for p in pairs:
+        if len(p) != 2:
+            raise PydanticCustomError("metric_points", "a point is a step and a value")
+        step, value = p
+        if type(step) is not int or not 0 <= step <= 2**53:
+            raise PydanticCustomError("metric_points", "a point's step is an int in [0, 2**53]")
+        if type(value) not in (int, float) or not math.isfinite(value):
+            raise PydanticCustomError("metric_points", "a point's value is a finite number")
+        out.append((step, float(value)))
+    return tuple(out)
+
+
 class Metric(BaseModel):
     """The latest value of the named scalar metric ``name`` (loss, learning rate, eval
     accuracy, samples/s), optionally at training ``step``. Finite values only: NaN and
-    infinities are refused (JSON has no spelling for them)."""
+    infinities are refused (JSON has no spelling for them).
+
+    What a window's latest value alone would lose, the sender adds (schemas/history.py):
+    ``min``/``max``, the extremes of every value it saw of the name when they lie beyond
+    what it sent before, and ``points``, earlier (step, value) pairs of its own spread
+    sample of the run (on the wire a flat ``[step, value, step, value, ...]`` list)."""
 
     model_config = _MODEL_CONFIG
     TYPE: ClassVar[str] = "Metric"
@@ -362,10 +399,42 @@ class Metric(BaseModel):
     name: Name
     value: float
     step: Annotated[int, Field(ge=0, le=2**53)] | None = None
+    min: float | None = None
+    max: float | None = None
+    points: Annotated[tuple[tuple[int, float], ...], BeforeValidator(_points)] = ()
+
+    @model_validator(mode="after")
+    def _extremes(self) -> Metric:
+        if self.min is not None and self.min > self.value:
+            raise PydanticCustomError("metric_extremes", "min must not exceed value")
+        if self.max is not None and self.max < self.value:
+            raise PydanticCustomError("metric_extremes", "max must not be below value")
+        return self
+
+    @field_serializer("points")
+    def _flat(self, points: tuple[tuple[int, float], ...]) -> list[float | int]:
+        return [x for p in points for x in p]
+
+    @property
+    def wire_version(self) -> int:
+        """The note schema version a reader needs for this metric: 2 with extremes or
+        points (a reader of version 1 keeps such a note as an unknown payload, counted)."""
+        return 2 if self.min is not None or self.max is not None or self.points else 1
+
+    def row(self) -> list[Any]:
+        """The compact row of a Metrics note: [name, value, step, min, max, points], the
+        trailing fields left out while they are unset."""
+        out: list[Any] = [self.name, self.value, self.step, self.min, self.max,
+                          self._flat(self.points)]
+        while len(out) > 3 and out[-1] in (None, []):
+            out.pop()
+        return out
 
 
 # Rows per Metrics note: far more than fit in NOTE_LIMIT bytes; bounds the work per note.
 METRIC_ROWS_MAX = 64
+# A metric row's fields: [name, value, step], then optionally min, max and points.
+_METRIC_ROW_KEYS = ("name", "value", "step", "min", "max", "points")
 
 
 def _metric_rows(v: Any) -> Any:
@@ -376,10 +445,13 @@ def _metric_rows(v: Any) -> Any:
         if isinstance(row, Metric):
             out.append(row)
             continue
-        if not isinstance(row, list | tuple) or len(row) != 3:
-            raise PydanticCustomError("metric_row", "a metric row is [name, value, step or null]")
+        if not isinstance(row, list | tuple) or not 3 <= len(row) <= len(_METRIC_ROW_KEYS):
+            raise PydanticCustomError(
+                "metric_row", "a metric row is [name, value, step or null, min, max, points]"
+                " (the last three optional)")
         # Metric validates each row (name rules, a finite value, the step's bounds).
-        out.append(Metric(name=row[0], value=row[1], step=row[2]))
+        out.append(Metric(**{k: x for k, x in zip(_METRIC_ROW_KEYS, row, strict=False)
+                             if x is not None or k == "step"}))
     if len({m.name for m in out}) != len(out):
         raise PydanticCustomError("metric_row", "the names of one note's metrics must differ")
     return tuple(out)
@@ -387,8 +459,9 @@ def _metric_rows(v: Any) -> Any:
 
 class Metrics(BaseModel):
     """Several metrics' latest values in one note (one API call per window for a dozen
-    names). On the wire ``metrics`` is a list of ``[name, value, step or null]`` rows; in
-    memory one validated Metric per row, each folded as one Metric event would be."""
+    names). On the wire ``metrics`` is a list of ``[name, value, step or null]`` rows, each
+    optionally followed by its min, max and points (see ``Metric``); in memory one
+    validated Metric per row, each folded as one Metric event would be."""
 
     model_config = _MODEL_CONFIG
     TYPE: ClassVar[str] = "Metrics"
@@ -399,7 +472,11 @@ class Metrics(BaseModel):
 
     @model_serializer(mode="plain")
     def _wire(self) -> dict[str, Any]:
-        return {"metrics": [[m.name, m.value, m.step] for m in self.metrics]}
+        return {"metrics": [m.row() for m in self.metrics]}
+
+    @property
+    def wire_version(self) -> int:
+        return max(m.wire_version for m in self.metrics)
 
 
 class PodSpawned(BaseModel):
@@ -466,6 +543,14 @@ def span_summaries(p: Payload) -> tuple[SpanSummary, ...]:
     if isinstance(p, SpanSummaries):
         return p.spans
     return (p,) if isinstance(p, SpanSummary) else ()
+
+
+def payload_version(p: Payload) -> int:
+    """The note schema version ``p`` is written with: the oldest that can read it (a
+    reader keeps a note of a newer version as an unknown payload)."""
+    if isinstance(p, UnknownPayload):
+        return p.version
+    return int(getattr(p, "wire_version", 1))
 
 
 def payload_type(p: Payload) -> str:

@@ -16,11 +16,13 @@ from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
+from . import history
 from ._fast import slot_constructor
 from .constants import NAME_LIMIT, TYPE_LIMIT, WORKERS_MAX
 from .contract import FAILED, PENDING, RUNNING, SUCCEEDED
 from .event import ParsedEvent, TaskRef
-from .kinds import KINDS, NAMED_KINDS, Kind, Scalar
+from .history import Series
+from .kinds import BUDGET_STEPS, KINDS, NAMED_KINDS, Kind, Scalar
 from .note import valid_instance, valid_seq
 from .roster import (
     EMPTY_ROSTER,
@@ -49,13 +51,13 @@ MESSAGE_LIMIT = 256
 # bench/bench_status_write.py), so this also bounds the cost of a write at every cap.
 STATUS_BUDGET = 64 * 1024
 # What ``to_status(budget=...)`` gives up, in this order, while the status is over budget:
-# the sender pods first, then each kind's section by its ``drop_rank`` (schemas/kinds.py).
-# Dedup data, phase, conditions, progress, workers, the roster and counters are never dropped.
-# Entries go from the end of a section (the largest names first), a section at a time;
-# ``workerMessages`` empties the workers' messages (their progress stays).
-BUDGET_DROP_ORDER: tuple[str, ...] = ("pods", *(
-    k.budget_section for k in sorted(KINDS, key=lambda k: k.drop_rank or 0)
-    if k.drop_rank is not None))
+# the sender pods first, then each kind's section by its ``drop_rank``, or the detail of its
+# entries by its ``detail_rank`` (schemas/kinds.py, ``BUDGET_STEPS``). Dedup data, phase,
+# conditions, progress, workers, the roster and counters are never dropped. Entries go from
+# the end of a section (the largest names first), a section at a time; ``workerMessages``
+# empties the workers' messages (their progress stays), ``metricHistory`` the metrics'
+# histories (their values and extremes stay).
+BUDGET_DROP_ORDER: tuple[str, ...] = ("pods", *(drop for drop, _, _ in BUDGET_STEPS))
 # How far past the API server's creationTimestamp a sender's eventTime may order its event
 # (watcher --clock-skew). Node clocks are NTP-synced (milliseconds apart) and
 # creationTimestamp has whole seconds, so an honest eventTime is less than 1 s past it; 2 s
@@ -112,11 +114,14 @@ NamedValue = Scalar | tuple[Scalar, ...]
 
 class Named(NamedTuple):
     """A last-writer-wins register: ``value`` written by the event with order key ``at``;
-    ``events`` counts the events that targeted this name (needed to count them when capped)."""
+    ``events`` counts the events that targeted this name (needed to count them when capped).
+    A kind with a curve (metrics) also joins every report into ``series``: the name's
+    extremes and history (schemas/history.py)."""
 
     value: NamedValue
     at: OrderKey
     events: int
+    series: Series | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,21 +295,9 @@ class TaskState:
             return st
         size = len(orjson.dumps(st)) + _DROPPED_RESERVE
         dropped: dict[str, int] = {}
-        for section in BUDGET_DROP_ORDER:
+        for drop, section, detail in (("pods", "pods", ""), *BUDGET_STEPS):
             if size <= budget:
                 break
-            if section == "workerMessages":
-                n = 0
-                for w in reversed(st.get("workers", [])):
-                    if size <= budget:
-                        break
-                    if "message" in w:
-                        size -= len(orjson.dumps(w["message"])) + len('"message":,')
-                        del w["message"]
-                        n += 1
-                if n:
-                    dropped[section] = n
-                continue
             entries = st.get(section)
             if not entries:
                 continue
@@ -313,13 +306,20 @@ class TaskState:
             for key in reversed(keys):
                 if size <= budget:
                     break
+                if detail:  # a field of each entry, the entries stay
+                    entry = entries[key]
+                    if detail in entry:
+                        size -= len(orjson.dumps(entry.pop(detail))) + len(detail) + 4
+                        n += 1
+                    continue
                 value = entries.pop(key)
                 size -= len(orjson.dumps(value)) + (
                     1 if isinstance(entries, list) else len(orjson.dumps(key)) + 2)
                 n += 1
             if not entries:
                 del st[section]
-            dropped[section] = n
+            if n:
+                dropped[drop] = n
         if dropped:
             st["budgetDropped"] = dropped
         return st
@@ -447,6 +447,8 @@ def _named_json(kind: Kind, v: Named) -> dict[str, Any]:
                 out[f.attr] = x
     out["at"] = _key_text(v.at)
     out["events"] = v.events
+    if v.series is not None:
+        out.update(history.to_status(v.series))
     return out
 
 
@@ -722,7 +724,8 @@ def _named_map(data: Any, kind: Kind) -> dict[str, Named]:
         _need(isinstance(v, Mapping), "bad entry")
         values = tuple(_scalar(v.get(f.attr), f.type, f.optional) for f in fields)
         out[_name(k)] = Named(values[0] if len(values) == 1 else values, _key(v.get("at")),
-                              _int(v.get("events")))
+                              _int(v.get("events")),
+                              None if kind.report is None else history.from_status(v))
     return out
 
 

@@ -249,7 +249,8 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
     elif tp is Metric:
         assert isinstance(p, Metric)
         metrics = dict(state.named.get("metrics", {}))
-        capped = _set_named(metrics, p.name, (p.value, p.step), (t, instance, seq), lim.metrics)
+        capped = _set_named(metrics, p.name, (p.value, p.step), (t, instance, seq), lim.metrics,
+                            (p.value, p.step, p.min, p.max, p.points))
         capped_name = "metrics_capped"
         if metrics:
             named = {**named, "metrics": metrics}
@@ -258,7 +259,7 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         metrics = dict(state.named.get("metrics", {}))
         for row in p.metrics:
             capped += _set_named(metrics, row.name, (row.value, row.step), (t, instance, seq),
-                                 lim.metrics)
+                                 lim.metrics, (row.value, row.step, row.min, row.max, row.points))
         capped_name = "metrics_capped"
         if metrics:
             named = {**named, "metrics": metrics}

@@ -41,9 +41,24 @@ def event(p: Metric | Metrics, instance: str, seq: int, dt: float, pod: PodRef =
 
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
-metric = st.builds(Metric, name=st.sampled_from(["loss", "lr", "acc", "samples_per_s"]),
-                   value=finite, step=st.none() | st.integers(0, 2**53))
-batch = st.lists(metric, min_size=1, max_size=4, unique_by=lambda m: m.name).map(
+
+
+@st.composite
+def metric(draw: st.DrawFn) -> Metric:
+    """A report as the emitter sends it: a value at a step, sometimes with the extremes it
+    saw (around the value) and earlier points of its sample (issue 26 item 2)."""
+    value = draw(finite)
+    lo, hi = draw(st.none() | finite), draw(st.none() | finite)
+    small = draw(st.booleans())  # small steps share buckets and steps: where order could leak
+    step = st.integers(0, 300) if small else st.integers(0, 2**53)
+    return Metric(name=draw(st.sampled_from(["loss", "lr", "acc", "samples_per_s"])),
+                  value=value, step=draw(st.none() | step),
+                  min=None if lo is None else min(lo, value),
+                  max=None if hi is None else max(hi, value),
+                  points=draw(st.lists(st.tuples(step, finite), max_size=4)))
+
+
+batch = st.lists(metric(), min_size=1, max_size=4, unique_by=lambda m: m.name).map(
     lambda ms: Metrics(metrics=ms))
 
 
@@ -61,7 +76,7 @@ def metric_events(draw: st.DrawFn) -> list[ParsedEvent]:
         inst = draw(st.sampled_from(["a" * 32, "b" * 32]))
         # Equal times on purpose: the order key's instance and seq break the tie.
         dt = draw(st.sampled_from([0.0, 1.0, 2.5]))
-        out.append(event(draw(st.one_of(metric, batch)), inst, k + 1, dt,
+        out.append(event(draw(st.one_of(metric(), batch)), inst, k + 1, dt,
                          draw(st.sampled_from(PODS))))
     return out
 
@@ -97,6 +112,9 @@ def test_each_name_holds_the_value_of_its_latest_report(events: list[ParsedEvent
         _, last = max(mine, key=lambda em: (em[0].event_time, em[0].instance, em[0].seq))
         assert entry["value"] == last.value and entry.get("step") == last.step
         assert entry["events"] == len(mine)  # a row of a Metrics note counts as one event
+        # The extremes of every value and of what the senders saw, exact.
+        assert entry["min"] == min(x for _, m in mine for x in (m.value, m.min) if x is not None)
+        assert entry["max"] == max(x for _, m in mine for x in (m.value, m.max) if x is not None)
     assert set(metrics) == {m.name for ev in events for m in rows(ev)}
 
 

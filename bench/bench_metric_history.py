@@ -1,0 +1,152 @@
+"""Benchmark (not a test): a long training run's metrics, end to end through the real emitter
+and the fold: the TaskFeedback status size of a million-step run with 64 metrics (issue 26
+item 2; the budget is ``STATUS_BUDGET``), the notes it took, and the workload-thread cost of
+``Emitter.metric`` with the curve (emitter/curves.py) against the same call without it,
+measured in the same run.
+
+    .venv/bin/python bench/bench_metric_history.py [--steps 1000000] [--metrics 64]
+        [--window-steps 2000] [--pods 2]
+
+Every metric is logged at every step by global rank 0's emitter; a window (the sender's
+span window, 2 s in a pod) closes every ``--window-steps`` steps. The other pods report
+progress and their train_step spans, as the Hugging Face callback does. The status is
+``TaskState.to_status`` of the fold of every event sent, and ``status_body`` with the
+budget, as the watcher writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import time
+from typing import Any
+
+import orjson
+
+from tidings.emitter import Emitter, EmitterConfig, Identity
+from tidings.emitter.items import LatestSlot
+from tidings.schemas import ParsedEvent, TaskRef, fold_all, parse_event
+from tidings.schemas.payloads import Metric
+from tidings.schemas.state import STATUS_BUDGET
+
+TASK = "train-1m"
+
+
+class Keep:
+    """Keeps every event body: the run's events, as the API server would store them."""
+
+    sink = False
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+
+    def post(self, namespace: str, body: dict[str, Any]) -> bool:
+        self.bodies.append(body)
+        return True
+
+
+def curve(step: int, k: int) -> float:
+    """A loss-like value: decays, with noise and a spike now and then."""
+    noise = math.sin(step * 12.9898 + k * 78.233) * 0.01
+    return (k + 1) * (0.1 + 2.0 / (1 + step / 5000)) + noise + (1.0 if step % 99_991 == 7 else 0)
+
+
+def run(steps: int, metrics: int, window: int, pods: int) -> tuple[list[ParsedEvent], int, float]:
+    transports = [Keep() for _ in range(pods)]
+    # No API budget here: a pod's budget delays metrics (the latest value wins meanwhile); the
+    # status is what this measures.
+    ems = [Emitter(EmitterConfig(span_window_s=3600.0, exit_flush_s=30.0, burst=1e9, rate=1e9),
+                   identity=Identity(namespace="bench", pod_name=f"trainer-{p}",
+                                     pod_uid=f"uid-{p}", task=TASK), transport=t)
+           for p, t in enumerate(transports)]
+    for em in ems:
+        em.declare_workers(pods)
+    names = [f"train/metric_{k:02d}" for k in range(metrics)]
+    t0 = time.monotonic()
+    clock = time.time
+    for step in range(1, steps + 1):
+        start = clock()
+        m = ems[0].metric
+        for k, name in enumerate(names):
+            m(name, curve(step, k), step=step)
+        end = clock()
+        for em in ems:
+            em.record_span("train_step", start, end)
+        if step % window == 0 or step == steps:
+            for em in ems:
+                em.progress(step / steps, f"step {step}/{steps}", final=step == steps)
+                em.flush(30)
+    for em in ems:
+        em.close(30)
+    took = time.monotonic() - t0
+    events: list[ParsedEvent] = []
+    for t in transports:
+        for body in t.bodies:
+            ev = parse_event(orjson.loads(orjson.dumps(body)))
+            assert isinstance(ev, ParsedEvent), ev
+            events.append(ev)
+    return events, sum(len(t.bodies) for t in transports), took
+
+
+def call_cost(n: int) -> tuple[float, float]:
+    """Median ns of one metric update into the latest slot, with and without its curve."""
+    def timed(with_curve: bool) -> float:
+        slot = LatestSlot(256)
+        key = (Metric, "loss")
+        put = slot.put
+        clock = time.perf_counter_ns
+        out = []
+        for i in range(n):
+            v = 1.0 / (i + 1)
+            update = ({"name": "loss", "value": v, "step": i}, 0.0)
+            t0 = clock()
+            if with_curve:
+                put(key, update, (v, i))
+            else:
+                put(key, update)
+            out.append(clock() - t0)
+        return statistics.median(out)
+
+    base = [timed(False) for _ in range(3)]
+    new = [timed(True) for _ in range(3)]
+    return statistics.median(base), statistics.median(new)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=1_000_000)
+    ap.add_argument("--metrics", type=int, default=64)
+    ap.add_argument("--window-steps", type=int, default=2000)
+    ap.add_argument("--pods", type=int, default=2)
+    a = ap.parse_args()
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    events, notes, took = run(a.steps, a.metrics, a.window_steps, a.pods)
+    state = fold_all(TaskRef("bench", TASK), events)
+    full = state.to_status()
+    written = state.to_status(budget=STATUS_BUDGET)
+    metrics = full["metrics"]
+    history = sum(len(orjson.dumps(e.get("history", {}))) for e in metrics.values())
+    points = [len(e.get("history", {}).get("steps", ())) for e in metrics.values()]
+    windows = -(-a.steps // a.window_steps)
+    print(f"\n{a.steps:,} steps, {a.metrics} metrics logged every step, {a.pods} pods, "
+          f"a window every {a.window_steps} steps ({windows} windows), run in {took:.0f} s")
+    print(f"{'':38}{'bytes':>10}")
+    print(f"{'status (everything folded)':38}{len(orjson.dumps(full)):>10,}")
+    print(f"{'status as written (with the budget)':38}{len(orjson.dumps(written)):>10,}")
+    print(f"{'  of which the metrics section':38}{len(orjson.dumps(metrics)):>10,}")
+    print(f"{'  of which their histories':38}{history:>10,}")
+    print(f"{'the budget (STATUS_BUDGET)':38}{STATUS_BUDGET:>10,}")
+    print(f"budget dropped: {written.get('budgetDropped', 'nothing')}")
+    print(f"history points per metric: min {min(points)}, max {max(points)}; "
+          f"events sent {notes:,} ({notes / windows:.1f} per window), "
+          f"{len(events):,} folded")
+    base, new = call_cost(200_000)
+    print(f"\nlatest-slot put per metric call (median of 3 x 200,000): without the curve "
+          f"{base:.0f} ns, with it {new:.0f} ns ({new / base:.2f}x)")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()

@@ -254,7 +254,8 @@ class Sender:
                     item = None
             now = time.monotonic()
             if flush_now or stop or now >= next_window:
-                self._merge_window()
+                # (Stopping: only what was emitted is left to send, no curve's leftovers.)
+                self._merge_window(retell=not stop)
                 next_window = now + window
             # Latest wins, also over an update still waiting for budget.
             self._progress_out = self._slot.take(self._progress_out)
@@ -355,7 +356,7 @@ class Sender:
             if built is not None:
                 self.outbox.append((*built, (0, 0)))
 
-    def _merge_window(self) -> None:
+    def _merge_window(self, retell: bool = True) -> None:
         dropped = merge(self.pending, self._spans.drain(), self._spans.max_names)
         if dropped:
             self._n.span_names_dropped(dropped)
@@ -364,7 +365,7 @@ class Sender:
         replaced = sum(1 for key in latest if key in out)
         out.update(latest)
         # A name with no new value whose curve has points or extremes still to tell.
-        for key, update in self._latest.untold().items():
+        for key, update in self._latest.untold().items() if retell else ():
             out.setdefault(key, update)
         if replaced:
             with self._latest.lock:

@@ -25,6 +25,11 @@ the sender lose. Order keys are (time, instance, seq), a total order, so registe
 order-insensitive; within one emitter instance its seq orders its facts because the emitter
 never lets its eventTimes go back and the server's bound only grows with its seq.
 
+Spans are kept per name and, beside each name's totals, per (name, sender pod): a lane, the
+same merge of that pod's summaries, for the ``span_lanes`` smallest pairs of the kept names
+(a pair beyond them adds its summaries to its name's ``unlaned``), so the lanes, like the
+names, are a function of the set of events.
+
 Many workers, one task: progress is kept per reporting pod (its own last-writer-wins, a
 final beating any non-final) in detail for the ``workers`` smallest pod names, and every
 pod is in the roster (schemas/roster.py: its final and failed flags OR-ed, its largest
@@ -94,6 +99,7 @@ from .state import (
     _INT_MAX,
     DEFAULT_LIMITS,
     MESSAGE_LIMIT,
+    NO_LANES,
     K,
     Limits,
     Named,
@@ -253,8 +259,8 @@ def _shift_for(first_start: float, last_end: float) -> int:
 
 
 class _SpanAcc:
-    """A span name's aggregate while a run folds into it: sums kept in place, each window kept
-    as raw microseconds, and one ``SpanAgg`` made at the end of the run.
+    """A span name's (or a lane's) aggregate while a run folds into it: sums kept in place,
+    each window kept as raw microseconds, and one ``SpanAgg`` made at the end of the run.
 
     Why that equals merging window by window: regridding rounds outward at a power-of-two
     grid (``lo >> d``, ``ceil(hi / 2**d)``), and two such roundings compose into one, and
@@ -267,12 +273,14 @@ class _SpanAcc:
         "errors",
         "events",
         "first_start",
+        "lanes",
         "last_end",
         "max_s",
         "min_s",
         "raw",
         "shift",
         "total_ns",
+        "unlaned",
         "windows",
     )
 
@@ -286,6 +294,8 @@ class _SpanAcc:
             self.shift = 0
             self.windows: tuple[tuple[int, int], ...] = ()
             self.raw: list[tuple[int, int]] = [(_us(p.first_start), _us(p.last_end))]
+            self.lanes: dict[str, _SpanEntry] = {}
+            self.unlaned = 0
         else:
             self.count, self.total_ns = base.count, base.total_ns
             self.min_s, self.max_s = base.min_s, base.max_s
@@ -293,6 +303,28 @@ class _SpanAcc:
             self.errors, self.events = base.errors, base.events
             self.shift, self.windows = base.shift, base.windows
             self.raw = []
+            self.lanes = dict(base.lanes)
+            self.unlaned = base.unlaned
+
+    def add(self, p: SpanSummary, total_ns: int) -> None:
+        """Merge ``p`` in place: the hottest merge of the fold, with the same comparisons, in
+        the same order, as merging two SpanAggs would make."""
+        self.count += p.count
+        self.total_ns += total_ns
+        self.errors += p.errors
+        v = p.min_s
+        if not self.min_s <= v:
+            self.min_s = v
+        v = p.max_s
+        if not self.max_s >= v:
+            self.max_s = v
+        start, end = p.first_start, p.last_end
+        if not self.first_start <= start:
+            self.first_start = start
+        if not self.last_end >= end:
+            self.last_end = end
+        self.events += 1
+        self.raw.append((round(start * 1e6), round(end * 1e6)))  # _us, inline
 
     def agg(self) -> SpanAgg:
         shift = _shift_for(self.first_start, self.last_end)
@@ -308,10 +340,14 @@ class _SpanAcc:
             else:
                 out.append((lo, hi))
         m = _INT_MAX
+        lanes: Mapping[str, SpanAgg] = {
+            pod: lane.agg() if type(lane) is _SpanAcc else lane  # type: ignore[misc]
+            for pod, lane in self.lanes.items()} if self.lanes else NO_LANES
         return _new_span_agg(
             self.count if self.count <= m else m, self.total_ns if self.total_ns <= m else m,
             self.min_s, self.max_s, self.first_start, self.last_end,
-            self.errors if self.errors <= m else m, self.events, shift, tuple(out))
+            self.errors if self.errors <= m else m, self.events, shift, tuple(out), lanes,
+            self.unlaned)
 
 
 _SpanEntry = SpanAgg | _SpanAcc
@@ -333,27 +369,49 @@ def _apply_span(w: _Work, ev: ParsedEvent, p: SpanSummary, t: datetime) -> None:
             capped = _insert_capped(spans, name, acc, w.lim.spans, _span_weight)  # type: ignore[arg-type]
             if capped:
                 w.bump("spans_capped", capped)
+                w.lane_count = None  # (a name went, with its lanes: counted again)
+            if spans.get(name) is acc:
+                _add_lane(w, spans, acc, name, ev.sender.name, p, total_ns)
             return
         cur = spans[name] = _SpanAcc(cur, p, total_ns)  # type: ignore[arg-type]
         w.accs.append((name, cur))
-    # The hottest merge of the fold, in place; the same comparisons, in the same order, as
-    # merging two SpanAggs would make.
-    cur.count += p.count
-    cur.total_ns += total_ns
-    cur.errors += p.errors
-    v = p.min_s
-    if not cur.min_s <= v:
-        cur.min_s = v
-    v = p.max_s
-    if not cur.max_s >= v:
-        cur.max_s = v
-    start, end = p.first_start, p.last_end
-    if not cur.first_start <= start:
-        cur.first_start = start
-    if not cur.last_end >= end:
-        cur.last_end = end
-    cur.events += 1
-    cur.raw.append((round(start * 1e6), round(end * 1e6)))  # _us, inline
+    cur.add(p, total_ns)
+    _add_lane(w, spans, cur, name, ev.sender.name, p, total_ns)
+
+
+def _add_lane(w: _Work, spans: dict[str, _SpanEntry], acc: _SpanAcc, name: str, pod: str,
+              p: SpanSummary, total_ns: int) -> None:
+    """Merge ``p`` into the lane of its sender ``pod`` under span ``name``: the task keeps
+    the ``span_lanes`` smallest (name, pod) pairs of its kept names (the others' summaries
+    count in their name's ``unlaned``), so the kept lanes are the same for any order."""
+    lanes = acc.lanes
+    lane = lanes.get(pod)
+    if type(lane) is _SpanAcc:
+        lane.add(p, total_ns)
+        return
+    if lane is not None:
+        lanes[pod] = new = _SpanAcc(lane, p, total_ns)  # type: ignore[arg-type]
+        new.add(p, total_ns)
+        return
+    count = w.lane_count
+    if count is None:
+        count = sum(len(s.lanes) for s in spans.values())
+    cap = w.lim.span_lanes
+    if count >= cap:
+        largest = max(((n, q) for n, s in spans.items() for q in s.lanes), default=None)
+        if largest is None or (name, pod) > largest:
+            acc.unlaned += 1
+            w.lane_count = count
+            return
+        victim = spans[largest[0]]
+        if type(victim) is not _SpanAcc:
+            victim = spans[largest[0]] = _SpanAcc(victim, p, 0)  # type: ignore[arg-type]
+            w.accs.append((largest[0], victim))
+        gone = victim.lanes.pop(largest[1])
+        victim.unlaned += gone.events
+        count -= 1
+    lanes[pod] = _SpanAcc(None, p, total_ns)
+    w.lane_count = count + 1
 
 
 # --- the apply table: what each payload type does to a run's state ------------------------
@@ -370,6 +428,7 @@ class _Work:
         "failures",
         "finals",
         "first_failure",
+        "lane_count",
         "last_final",
         "lim",
         "marks_w",
@@ -389,6 +448,7 @@ class _Work:
         self.workers_w: dict[str, ProgressState] | None = None
         self.unknown_w: dict[str, int] | None = None
         self.accs: list[tuple[str, _SpanAcc]] = []
+        self.lane_count: int | None = None  # lanes of the run's spans (counted when needed)
         self.marks_w: dict[int, Mark] | None = None  # (the roster's tallies: begin_roster)
 
     def bump(self, name: str, n: int = 1) -> None:

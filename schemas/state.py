@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
 import orjson
@@ -90,6 +91,8 @@ class Limits:
     decks: int = 32
     metrics: int = 64
     spans: int = 128
+    # (span name, pod) lanes of the task, the smallest pairs of the kept names (timelines).
+    span_lanes: int = 256
     pods: int = 128
     unknown_types: int = 32
     workers: int = 64  # pods whose detailed progress record is kept (display, ETA)
@@ -124,6 +127,9 @@ class Named(NamedTuple):
     series: Series | None = None
 
 
+NO_LANES: Mapping[str, SpanAgg] = MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class SpanAgg:
     """Aggregate of all SpanSummary windows of one name. Total time is exact integer ns so
@@ -143,6 +149,20 @@ class SpanAgg:
     # result the same for any arrival order, and it never holds more than ~33 intervals.
     shift: int = 0
     windows: tuple[tuple[int, int], ...] = ()
+    # One lane per sender pod: the same aggregate of the summaries that pod sent (a lane's
+    # own lanes are empty), for the ``span_lanes`` smallest (name, pod) pairs of the task;
+    # ``unlaned`` counts this name's summaries whose pod has no lane (beyond that cap).
+    lanes: Mapping[str, SpanAgg] = field(default_factory=lambda: NO_LANES)
+    unlaned: int = 0
+
+    @property
+    def totals(self) -> SpanAgg:
+        """This aggregate without its lanes (what each lane is made of, for one pod)."""
+        if not self.lanes and not self.unlaned:
+            return self
+        return _new_span_agg(self.count, self.total_ns, self.min_s, self.max_s,
+                             self.first_start, self.last_end, self.errors, self.events,
+                             self.shift, self.windows, NO_LANES, 0)
 
     @property
     def total_s(self) -> float:
@@ -343,20 +363,7 @@ class TaskState:
             if entries:
                 st[kind.section] = {k: _named_json(kind, v) for k, v in sorted(entries.items())}
         if self.spans:
-            st["spans"] = {
-                k: {
-                    "count": s.count,
-                    "totalNs": s.total_ns,
-                    "minS": s.min_s,
-                    "maxS": s.max_s,
-                    "firstStart": s.first_start,
-                    "lastEnd": s.last_end,
-                    "errors": s.errors,
-                    "events": s.events,
-                    "windows": _windows_text(s),
-                }
-                for k, s in sorted(self.spans.items())
-            }
+            st["spans"] = {k: _span_json(s) for k, s in sorted(self.spans.items())}
         if self.workers:
             st["workers"] = [_worker_json(k, w) for k, w in sorted(self.workers.items())]
         if self.roster.marks:
@@ -431,6 +438,28 @@ def _windows_text(s: SpanAgg) -> str:
     """``"<shift> lo-hi,lo-hi"`` with bucket numbers relative to the first start's bucket."""
     base = _us(s.first_start) >> s.shift
     return f"{s.shift} " + ",".join(f"{lo - base}-{hi - base}" for lo, hi in s.windows)
+
+
+def _span_json(s: SpanAgg) -> dict[str, Any]:
+    """A span name's entry: its aggregate, then its lanes: ``pods`` by pod name, or, when
+    one pod sent every summary of the name, ``pod`` alone (its lane is the entry itself)."""
+    out = _agg_json(s)
+    if s.unlaned:
+        out["unlaned"] = s.unlaned
+    if len(s.lanes) == 1 and not s.unlaned:
+        ((pod, lane),) = s.lanes.items()
+        if lane == s.totals:
+            out["pod"] = pod
+            return out
+    if s.lanes:
+        out["pods"] = {pod: _agg_json(lane) for pod, lane in sorted(s.lanes.items())}
+    return out
+
+
+def _agg_json(s: SpanAgg) -> dict[str, Any]:
+    return {"count": s.count, "totalNs": s.total_ns, "minS": s.min_s, "maxS": s.max_s,
+            "firstStart": s.first_start, "lastEnd": s.last_end, "errors": s.errors,
+            "events": s.events, "windows": _windows_text(s)}
 
 
 def _named_json(kind: Kind, v: Named) -> dict[str, Any]:
@@ -738,6 +767,23 @@ def _trim(entries: dict[K, V], cap: int, weight: Callable[[V], int]) -> tuple[di
     return {k: entries[k] for k in keys[:cap]}, dropped
 
 
+def _trim_lanes(spans: dict[str, SpanAgg], cap: int) -> dict[str, SpanAgg]:
+    """Lanes beyond ``cap`` (a status written under a larger one) cut by the fold's rule:
+    the smallest (name, pod) pairs stay; the others' summaries count in ``unlaned``."""
+    pairs = sorted((name, pod) for name, s in spans.items() for pod in s.lanes)
+    if len(pairs) <= cap:
+        return spans
+    out = dict(spans)
+    for name, pod in pairs[max(cap, 0):]:
+        s = out[name]
+        lanes = dict(s.lanes)
+        gone = lanes.pop(pod)
+        out[name] = _new_span_agg(s.count, s.total_ns, s.min_s, s.max_s, s.first_start,
+                                  s.last_end, s.errors, s.events, s.shift, s.windows, lanes,
+                                  s.unlaned + gone.events)
+    return out
+
+
 def _worker(w: Any) -> tuple[str, ProgressState]:
     _need(isinstance(w, Mapping), "bad worker")
     frac = _float(w.get("fraction"))
@@ -791,21 +837,7 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
     raw_spans = st.get("spans", {})
     _need(isinstance(raw_spans, Mapping), "bad spans")
     for k, s in raw_spans.items():
-        _need(isinstance(s, Mapping), "bad span")
-        first_start = _float(s.get("firstStart"))
-        shift, windows = _parse_windows(s.get("windows", "0 "), first_start)
-        spans[_name(k)] = SpanAgg(
-            _int(s.get("count")),
-            _int(s.get("totalNs")),
-            _float(s.get("minS")),
-            _float(s.get("maxS")),
-            first_start,
-            _float(s.get("lastEnd")),
-            _int(s.get("errors")),
-            _int(s.get("events")),
-            shift,
-            windows,
-        )
+        spans[_name(k)] = _span(s)
     raw_workers = st.get("workers", [])
     _need(isinstance(raw_workers, list), "bad workers")
     workers = dict(_worker(w) for w in raw_workers)
@@ -837,6 +869,7 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
             named[kind.section] = entries
         counters[kind.capped] += extra
     spans, c3 = _trim(spans, lim.spans, _span_weight)
+    spans = _trim_lanes(spans, lim.span_lanes)
     pods, c4 = _trim(pods, lim.pods, _ident)
     unknown, c5 = _trim(unknown, lim.unknown_types, _ident)
     workers, c6 = _trim(workers, lim.workers, _worker_weight)
@@ -866,6 +899,34 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
         roster=roster,
         limits=lim,
     )
+
+
+def _agg(s: Any) -> SpanAgg:
+    _need(isinstance(s, Mapping), "bad span")
+    first_start = _float(s.get("firstStart"))
+    shift, windows = _parse_windows(s.get("windows", "0 "), first_start)
+    return SpanAgg(_int(s.get("count")), _int(s.get("totalNs")), _float(s.get("minS")),
+                   _float(s.get("maxS")), first_start, _float(s.get("lastEnd")),
+                   _int(s.get("errors")), _int(s.get("events")), shift, windows)
+
+
+def _span(s: Any) -> SpanAgg:
+    """A span name's entry with its lanes (see ``_span_json``)."""
+    total = _agg(s)
+    unlaned = _int(s.get("unlaned", 0))
+    pod = s.get("pod")
+    if pod is not None:
+        _need(not unlaned and "pods" not in s, "bad span lanes")
+        lanes: dict[str, SpanAgg] = {_name(pod, 253): total}
+    else:
+        raw = s.get("pods", {})
+        _need(isinstance(raw, Mapping), "bad span lanes")
+        lanes = {_name(p, 253): _agg(lane) for p, lane in raw.items()}
+    if not lanes and not unlaned:
+        return total
+    return _new_span_agg(total.count, total.total_ns, total.min_s, total.max_s,
+                         total.first_start, total.last_end, total.errors, total.events,
+                         total.shift, total.windows, lanes, unlaned)
 
 
 def _parse_windows(text: Any, first_start: float) -> tuple[int, tuple[tuple[int, int], ...]]:

@@ -17,7 +17,8 @@ import typer
 
 from tidings.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NOT_FOUND, fail
 
-app = typer.Typer(help="Run a local control plane (etcd, kube-apiserver, kwok) on 127.0.0.1.",
+app = typer.Typer(help="Run a local control plane (etcd, kube-apiserver, kwok, "
+                  "kube-controller-manager) on 127.0.0.1.",
                   no_args_is_help=True, rich_markup_mode=None)
 
 StateDir = Annotated[Path | None, typer.Option("--state-dir", help="Where the control plane keeps "
@@ -45,6 +46,10 @@ def devcluster() -> Any:
 def up(
     state_dir: StateDir = None,
     port: Annotated[int, typer.Option(help="kube-apiserver port (0 picks a free one).")] = 0,
+    controllers: Annotated[bool, typer.Option(
+        "--controllers/--no-controllers",
+        help="Run kube-controller-manager with the Job controller, the garbage collector and "
+             "ClusterRole aggregation (on by default; --no-controllers saves its CPU).")] = True,
 ) -> None:
     """Start the control plane and print `export` lines for eval."""
     dc = devcluster()
@@ -59,8 +64,12 @@ def up(
     except dc.ControlPlaneError:
         pass
     try:
-        typer.echo(f"# starting etcd, kube-apiserver and kwok in {folder} ...", err=True)
-        cp = dc.ControlPlane(state_dir=folder, apiserver_port=port).start()
+        running = ("etcd, kube-apiserver, kwok and kube-controller-manager (Jobs, garbage "
+                   "collection)" if controllers else "etcd, kube-apiserver and kwok")
+        typer.echo(f"# starting {running} in {folder} ...", err=True)
+        cp = dc.ControlPlane(state_dir=folder, apiserver_port=port,
+                             controllers=tuple(dc.CONTROLLER_ROLES) if controllers else ()
+                             ).start()
     except dc.BinariesMissing as err:
         fail(str(err), EXIT_NOT_FOUND)
     except dc.ControlPlaneError as err:

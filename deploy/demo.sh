@@ -18,7 +18,7 @@ cleanup() {
 trap cleanup EXIT
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "starting the local control plane (etcd, kube-apiserver, kwok)"
+step "starting the local control plane (etcd, kube-apiserver, kwok, kube-controller-manager)"
 eval "$(tidings dev up --state-dir "$state")"
 kubectl version -o json | python3 -c 'import json,sys; v=json.load(sys.stdin); print("server", v["serverVersion"]["gitVersion"], "| kubectl", v["clientVersion"]["gitVersion"], "from", sys.argv[1])' "$(command -v kubectl)"
 server=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
@@ -46,7 +46,8 @@ echo "  watcher pid $watcher_pid (log: $state/watcher.log)"
 
 step "3. creating the workload's pods (kwok runs them)"
 kubectl create namespace demo >/dev/null
-# No controller-manager runs here, so ServiceAccounts are created by hand.
+# The ServiceAccount controller does not run here (only Jobs and garbage collection do), so
+# ServiceAccounts are created by hand.
 for sa in default trainer launcher; do kubectl -n demo create serviceaccount "$sa" >/dev/null; done
 kubectl -n demo create rolebinding workloads-emit --clusterrole=tidings-workload \
   --serviceaccount=demo:trainer --serviceaccount=demo:launcher >/dev/null
@@ -147,11 +148,11 @@ tidings timeline train-42 -n demo --svg "$state/timeline.svg"
 step "kubectl describe taskfeedback train-42 (its events: the pods carried its uid)"
 kubectl -n demo describe taskfeedback train-42 | sed -n '/^Events:/,$p'
 step "7. a Job's pods report with no wiring: no env, no task label, only the RoleBinding"
-# A real batch/v1 Job; no Job controller runs here, so its two pods are created as the Job
-# controller creates them (its labels and its ownerReference), under the ServiceAccount
-# bound to tidings-workload in step 3. The watcher reads the task (the Job's name) from the
-# pods' labels, the worker count from the Job's completions, and owns the TaskFeedback by
-# the Job.
+# A real batch/v1 Job: the Job controller makes its two pods (its labels, its
+# ownerReference) under the ServiceAccount bound to tidings-workload in step 3; no scheduler
+# runs, so the template names the kwok node. The watcher reads the task (the Job's name)
+# from the pods' labels, the worker count from the Job's completions, and owns the
+# TaskFeedback by the Job.
 kubectl -n demo apply -f - >/dev/null <<'YAML'
 apiVersion: batch/v1
 kind: Job
@@ -164,26 +165,16 @@ spec:
     spec:
       restartPolicy: Never
       serviceAccountName: trainer
+      nodeName: kwok-node-0
       containers: [{name: main, image: example.com/etl:1}]
 YAML
-job_uid=$(kubectl -n demo get job etl-3 -o jsonpath='{.metadata.uid}')
-for i in 0 1; do
-  kubectl -n demo apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Pod
-metadata:
-  name: etl-3-$i-x7k2p
-  labels: {batch.kubernetes.io/job-name: etl-3, batch.kubernetes.io/controller-uid: $job_uid,
-           batch.kubernetes.io/job-completion-index: "$i", job-name: etl-3, controller-uid: $job_uid}
-  ownerReferences: [{apiVersion: batch/v1, kind: Job, name: etl-3, uid: $job_uid, controller: true, blockOwnerDeletion: true}]
-spec:
-  nodeName: kwok-node-0
-  serviceAccountName: trainer
-  containers: [{name: main, image: example.com/etl:1}]
-YAML
-done
-for i in 0 1; do
-  pod=etl-3-$i-x7k2p
+job_pods() { kubectl -n demo get pods -l batch.kubernetes.io/job-name=etl-3 \
+  --sort-by='{.metadata.labels.batch\.kubernetes\.io/job-completion-index}' -o name | cut -d/ -f2; }
+for _ in $(seq 120); do [ "$(job_pods | wc -l)" = 2 ] && break; sleep 0.5; done
+kubectl -n demo wait --for=jsonpath='{.status.phase}'=Running pod -l batch.kubernetes.io/job-name=etl-3 \
+  --timeout=60s | sed 's/^/  /'
+i=0
+for pod in $(job_pods); do
   # The kubelet mounts the pod's bound token; here it is handed over in a kubeconfig. The
   # process gets nothing else: no POD_*, TIDINGS_TASK or TIDINGS_EMIT_WORKERS.
   kubeconfig_for "$state/$pod.kubeconfig" "$(kubectl -n demo create token trainer \
@@ -195,13 +186,20 @@ tidings.log_link(f"shard-{sys.argv[1]}", f"https://dashboards.example/etl-3/{sys
 tidings.progress(1.0, "shard loaded", final=True)
 sys.exit(0 if tidings.flush(20) else 1)
 PY
+  # The program exited 0: the pod's container ends as a kubelet reports it (kwok runs none).
+  kubectl -n demo patch pod "$pod" --subresource=status -p '{"status": {"phase": "Succeeded",
+    "containerStatuses": [{"name": "main", "image": "example.com/etl:1", "imageID": "", "ready": false,
+    "restartCount": 0, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}}' >/dev/null
+  i=$((i + 1))
 done
+kubectl -n demo wait --for=condition=Complete job/etl-3 --timeout=60s | sed 's/^/  /'
 kubectl -n demo wait --for=condition=Completed taskfeedback/etl-3 --timeout=60s | sed 's/^/  /'
 echo "  owned by: $(kubectl -n demo get taskfeedback etl-3 -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}')"
 step "tidings state etl-3"
 tidings state etl-3 -n demo
-step "kubectl describe pod etl-3-0-x7k2p (each pod's facts are about itself)"
-kubectl -n demo describe pod etl-3-0-x7k2p | sed -n '/^Events:/,$p'
+first=$(job_pods | head -n 1)
+step "kubectl describe pod $first (each pod's facts are about itself)"
+kubectl -n demo describe pod "$first" | sed -n '/^Events:/,$p'
 
 echo
 bus_events=$(kubectl -n demo get events.events.k8s.io --field-selector reportingController=tidings.dev/bus -o name | wc -l)

@@ -11,9 +11,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tidings.kube.auth import BoundPod
 from tidings.schemas.constants import WORKERS_MAX
+
+if TYPE_CHECKING:
+    from tidings.kube.auth import BoundPod
 
 log = logging.getLogger("tidings.emitter")
 

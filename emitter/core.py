@@ -19,7 +19,7 @@ import time
 import uuid
 import weakref
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidings.schemas.event import ObjectRef, TaskRef, valid_uid
 from tidings.schemas.payloads import DeckReady, LogLink, Metric, Payload, PodSpawned, Progress
@@ -30,7 +30,9 @@ from .counters import Counters
 from .items import STOP, WAKE, Flush, Item, LatestSlot, ProgressSlot, QueueItem
 from .outcome import install_crash_hooks
 from .sender import Sender
-from .transport import Transport
+
+if TYPE_CHECKING:  # the transport (the Kubernetes client) loads on the sender thread
+    from .transport import Transport
 
 log = logging.getLogger("tidings.emitter")
 
@@ -306,15 +308,19 @@ class Emitter:
                 + s["refused"] + s["invalid"] + s["unaddressable"] + s["queued"]
                 + s["dropped_metric_names"]
                 + s["spans_unsent"])
+        # Said first when nothing got through: a reader of the last line knows it at once.
+        nothing = (f"nothing was delivered ({s['last_error'][:300]}) | "
+                   if lost and not s["delivered"] and s["last_error"] else "")
         log.log(
             logging.WARNING if lost else logging.INFO,
-            "tidings emitter %s: delivered=%d (already existed %d) sunk=%d api_calls=%d "
+            "tidings emitter %s: %sdelivered=%d (already existed %d) sunk=%d api_calls=%d "
             "retries=%d | coalesced: spans=%d progress=%d | refused=%d %s undelivered=%d "
             "spans_unsent=%d dropped: queue_full=%d span_names=%d invalid=%d unaddressable=%d",
-            s["instance"][:8], s["delivered"], s["already_existed"], s["sunk"], s["api_calls"],
-            s["retries"], s["spans_coalesced"], s["progress_coalesced"], s["refused"],
-            s["refused_by_status"] or "", s["undelivered"] + s["queued"], s["spans_unsent"],
-            s["dropped_queue_full"], s["dropped_span_names"], s["invalid"], s["unaddressable"])
+            s["instance"][:8], nothing, s["delivered"], s["already_existed"], s["sunk"],
+            s["api_calls"], s["retries"], s["spans_coalesced"], s["progress_coalesced"],
+            s["refused"], s["refused_by_status"] or "", s["undelivered"] + s["queued"],
+            s["spans_unsent"], s["dropped_queue_full"], s["dropped_span_names"], s["invalid"],
+            s["unaddressable"])
 
 
 # ---- process-wide hooks: exit flush and fork safety --------------------------------------

@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 import math
 import queue
+import re
 import threading
 import time
 from collections import deque
 from collections.abc import Hashable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import tenacity
@@ -71,9 +72,28 @@ from .items import (
     Target,
 )
 from .retry import FirstTryFast, SendError, make_retrying
-from .transport import Transport, default_transport
+
+if TYPE_CHECKING:  # the Kubernetes client loads on the sender thread (_send_loop)
+    from .transport import Transport
 
 log = logging.getLogger("tidings.emitter")
+
+# Who the API server says the sender is, in a 403's message.
+_SERVICE_ACCOUNT = re.compile(r'"system:serviceaccount:([a-z0-9.-]+):([a-z0-9.-]+)"')
+
+
+def refusal_fix(e: SendError) -> str:
+    """What fixes a refusal, when we know: a workload's ServiceAccount without its RoleBinding
+    (403 on events) gets the exact command that binds it."""
+    if e.status != 403:
+        return ""
+    found = _SERVICE_ACCOUNT.search(str(e))
+    if found is None:
+        return ("; the sender needs the ClusterRole tidings-workload bound in its namespace "
+                "(kubectl create rolebinding ... --clusterrole=tidings-workload)")
+    ns, sa = found.groups()
+    return (f"; bind its ServiceAccount to tidings-workload: kubectl -n {ns} create rolebinding "
+            f"{sa}-tidings-workload --clusterrole=tidings-workload --serviceaccount={ns}:{sa}")
 
 # Built events held by the sender beyond the queue; small, so the queue bound stays the bound.
 _OUTBOX_MAX = 64
@@ -204,6 +224,8 @@ class Sender:
     def _send_loop(self) -> None:
         cfg = self.config
         if self.transport is None:
+            from .transport import default_transport
+
             self.transport = default_transport()
         self._learn_identity()
         if self.transport.sink:
@@ -282,6 +304,11 @@ class Sender:
         def before_sleep(state: tenacity.RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
             self._n.retry(str(exc))
+            if isinstance(exc, SendError) and exc.status == 0 and "unreachable" not in \
+                    self._logged:
+                self._logged.add("unreachable")
+                log.warning("tidings: the API server %s does not answer (%s); retrying in the "
+                            "background", getattr(self.transport, "server", "?"), exc)
 
         return make_retrying(abandoned=self._abandon.is_set, sleep=self._abandon.wait,
                              max_attempts=attempts, initial=self.config.retry_initial_s,
@@ -615,8 +642,8 @@ class Sender:
             key = (e.status, e.reason)
             if key not in self._logged:
                 self._logged.add(key)
-                log.warning("tidings: event refused, not retried (%s); similar refusals are "
-                            "counted silently", e)
+                log.warning("tidings: event refused, not retried (%s)%s; similar refusals are "
+                            "counted silently", e, refusal_fix(e))
             return False
         except Exception as e:  # a bug in a transport must not kill the sender
             self._count_once("undelivered", ("internal", type(e).__name__),

@@ -8,7 +8,7 @@ every field, and empty maps, zero counters and absent values are left out)::
     schemaVersion: 2
     phase:      Pending | Running | Succeeded | Failed      # the completion rule (folding.py)
     conditions: [Completed, Failed]                        # metav1.Condition
-    progress:   {percent, message, estimatedCompletionTime?}  # the task aggregate
+    progress:   {percent, percentText, message, estimatedCompletionTime?}  # the aggregate
     linkCount:  int;  deck: latest deck name               # printer columns
     links:      {name: {url, at, events}}                  # LWW per name by ``at``
     decks:      {name: {uri, at, events}}
@@ -34,65 +34,146 @@ every field, and empty maps, zero counters and absent values are left out)::
 targeted an entry.
 """
 
-from .constants import (
-    API_GROUP,
-    API_VERSION,
-    BUS_CONTROLLER,
-    EVENTS_API_VERSION,
-    INSTANCE_ANNOTATION,
-    KIND,
-    NAME_LIMIT,
-    NOTE_LIMIT,
-    PLURAL,
-    SCHEMA_VERSION,
-    SEQ_ANNOTATION,
-    TASK_LABEL,
-    URL_LIMIT,
-)
-from .event import (
-    ObjectRef,
-    ParsedEvent,
-    PodRef,
-    TaskRef,
-    WatchItem,
-    build_event,
-    event_name,
-    parse_event,
-    parse_watch_line,
-)
-from .folding import fold, fold_all, fold_checked, fold_many
-from .lineage import LineageEntry, fold_lineage
-from .note import decode_note, encode_note, encode_note_bytes, valid_instance, valid_seq
-from .payloads import (
-    DeckReady,
-    LogLink,
-    Metric,
-    Metrics,
-    Payload,
-    PodSpawned,
-    Progress,
-    SpanSummaries,
-    SpanSummary,
-    UnknownPayload,
-    payload_type,
-    span_summaries,
-)
-from .rejection import Rejection, RejectReason
-from .state import (
-    CLOCK_SKEW,
-    COUNTER_NAMES,
-    DEFAULT_LIMITS,
-    Limits,
-    Named,
-    ProgressState,
-    SpanAgg,
-    TaskProgress,
-    TaskState,
-    new_state,
-)
-from .text import sanitize_text
-from .times import format_time, parse_time
-from .version_vector import VersionVector
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .constants import (
+        API_GROUP,
+        API_VERSION,
+        BUS_CONTROLLER,
+        EVENTS_API_VERSION,
+        INSTANCE_ANNOTATION,
+        KIND,
+        NAME_LIMIT,
+        NOTE_LIMIT,
+        PLURAL,
+        SCHEMA_VERSION,
+        SEQ_ANNOTATION,
+        TASK_LABEL,
+        URL_LIMIT,
+    )
+    from .event import (
+        ObjectRef,
+        ParsedEvent,
+        PodRef,
+        TaskRef,
+        WatchItem,
+        build_event,
+        event_name,
+        parse_event,
+        parse_watch_line,
+    )
+    from .folding import fold, fold_all, fold_checked, fold_many
+    from .lineage import LineageEntry, fold_lineage
+    from .note import decode_note, encode_note, encode_note_bytes, valid_instance, valid_seq
+    from .payloads import (
+        DeckReady,
+        LogLink,
+        Metric,
+        Metrics,
+        Payload,
+        PodSpawned,
+        Progress,
+        SpanSummaries,
+        SpanSummary,
+        UnknownPayload,
+        payload_type,
+        span_summaries,
+    )
+    from .rejection import Rejection, RejectReason
+    from .state import (
+        CLOCK_SKEW,
+        COUNTER_NAMES,
+        DEFAULT_LIMITS,
+        Limits,
+        Named,
+        ProgressState,
+        SpanAgg,
+        TaskProgress,
+        TaskState,
+        new_state,
+    )
+    from .text import sanitize_text
+    from .times import format_time, parse_time
+    from .version_vector import VersionVector
+
+# Each name loads its own module on first use (PEP 562): `tidings.emitter` imports the
+# payloads and the Event contract, never the fold and the state it does not run.
+_LAZY = {
+    "API_GROUP": "constants",
+    "API_VERSION": "constants",
+    "BUS_CONTROLLER": "constants",
+    "EVENTS_API_VERSION": "constants",
+    "INSTANCE_ANNOTATION": "constants",
+    "KIND": "constants",
+    "NAME_LIMIT": "constants",
+    "NOTE_LIMIT": "constants",
+    "PLURAL": "constants",
+    "SCHEMA_VERSION": "constants",
+    "SEQ_ANNOTATION": "constants",
+    "TASK_LABEL": "constants",
+    "URL_LIMIT": "constants",
+    "ObjectRef": "event",
+    "ParsedEvent": "event",
+    "PodRef": "event",
+    "TaskRef": "event",
+    "WatchItem": "event",
+    "build_event": "event",
+    "event_name": "event",
+    "parse_event": "event",
+    "parse_watch_line": "event",
+    "fold": "folding",
+    "fold_all": "folding",
+    "fold_checked": "folding",
+    "fold_many": "folding",
+    "LineageEntry": "lineage",
+    "fold_lineage": "lineage",
+    "decode_note": "note",
+    "encode_note": "note",
+    "encode_note_bytes": "note",
+    "valid_instance": "note",
+    "valid_seq": "note",
+    "DeckReady": "payloads",
+    "LogLink": "payloads",
+    "Metric": "payloads",
+    "Metrics": "payloads",
+    "Payload": "payloads",
+    "PodSpawned": "payloads",
+    "Progress": "payloads",
+    "SpanSummaries": "payloads",
+    "SpanSummary": "payloads",
+    "UnknownPayload": "payloads",
+    "payload_type": "payloads",
+    "span_summaries": "payloads",
+    "Rejection": "rejection",
+    "RejectReason": "rejection",
+    "CLOCK_SKEW": "state",
+    "COUNTER_NAMES": "state",
+    "DEFAULT_LIMITS": "state",
+    "Limits": "state",
+    "Named": "state",
+    "ProgressState": "state",
+    "SpanAgg": "state",
+    "TaskProgress": "state",
+    "TaskState": "state",
+    "new_state": "state",
+    "sanitize_text": "text",
+    "format_time": "times",
+    "parse_time": "times",
+    "VersionVector": "version_vector",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tidings.schemas' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "API_GROUP",

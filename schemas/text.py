@@ -28,14 +28,42 @@ _ESC_SEQ = re.compile(
 # Whitespace controls become a space so words stay apart; the rest simply disappear.
 _SPACE_LIKE = re.compile(r"[\t\n\r\x0b\x0c\x85\u2028\u2029]")
 # C0, DEL, C1, bidi embeddings/overrides/isolates ("Trojan Source"), lone surrogates, and
-# the format characters (category Cf) built from the Unicode database of this Python, so the
-# set is complete for its Unicode version, not a hand-kept list.
+# the format characters (category Cf) of this Python's Unicode database, so the set is
+# complete for its Unicode version, not a hand-kept list. Walking all 1.1 million code points
+# at import costs a quarter of a second, so the ranges of the Unicode versions we know are
+# kept here (tests/unit check them against the walk); any other version is walked once.
 # The zero-width joiner is kept only inside an emoji sequence (👩‍💻), where it is visible as
 # the glyph it builds; anywhere else it is as invisible as the rest.
-_FORMAT = "".join(
-    re.escape(chr(c)) for c in range(0x80, 0x110000)
-    if unicodedata.category(chr(c)) == "Cf" and c != 0x200D
-)
+_FORMAT_RANGES: dict[str, tuple[tuple[int, int], ...]] = {
+    "14.0.0": ((0xAD, 0xAD), (0x600, 0x605), (0x61C, 0x61C), (0x6DD, 0x6DD), (0x70F, 0x70F),
+               (0x890, 0x891), (0x8E2, 0x8E2), (0x180E, 0x180E), (0x200B, 0x200C),
+               (0x200E, 0x200F), (0x202A, 0x202E), (0x2060, 0x2064), (0x2066, 0x206F),
+               (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB), (0x110BD, 0x110BD), (0x110CD, 0x110CD),
+               (0x13430, 0x13438), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A),
+               (0xE0001, 0xE0001), (0xE0020, 0xE007F)),
+}
+
+
+def format_ranges_computed() -> tuple[tuple[int, int], ...]:
+    """The category Cf code points above U+007F except U+200D, as inclusive ranges, from this
+    Python's Unicode database (the walk the table above saves)."""
+    ranges: list[tuple[int, int]] = []
+    for c in range(0x80, 0x110000):
+        if unicodedata.category(chr(c)) == "Cf" and c != 0x200D:
+            if ranges and ranges[-1][1] == c - 1:
+                ranges[-1] = (ranges[-1][0], c)
+            else:
+                ranges.append((c, c))
+    return tuple(ranges)
+
+
+def format_ranges() -> tuple[tuple[int, int], ...]:
+    known = _FORMAT_RANGES.get(unicodedata.unidata_version)
+    return known if known is not None else format_ranges_computed()
+
+
+_FORMAT = "".join(re.escape(chr(a)) + (f"-{re.escape(chr(b))}" if b > a else "")
+                  for a, b in format_ranges())
 _EMOJI = "\U0001f000-\U0001faff\u2600-\u27bf"
 _LONE_ZWJ = f"(?<![{_EMOJI}\ufe0f])\u200d|\u200d(?![{_EMOJI}])"
 # Noncharacters are never text ("permanently reserved for internal use"), and XML 1.0 refuses

@@ -6,13 +6,17 @@ extras)."""
 
 from __future__ import annotations
 
-from pkgutil import extend_path
+import os
+import sys
 from typing import Any
 
 # The parts live in their own top-level folders of the checkout (see pyproject's package-dir);
 # pkgutil-style, so a checkout's tidings/ on sys.path (python run from the repository root)
-# still finds the installed tidings.emitter and the rest.
-__path__ = extend_path(__path__, __name__)
+# still finds the installed tidings.emitter and the rest. What pkgutil.extend_path does for a
+# plain folder, without importing pkgutil (a tenth of the emitter's import time).
+__path__ += [p for p in dict.fromkeys(os.path.abspath(os.path.join(e, __name__))
+                                       for e in sys.path)
+             if p not in map(os.path.abspath, __path__) and os.path.isdir(p)]
 
 
 def __getattr__(name: str) -> Any:

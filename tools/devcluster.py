@@ -2,9 +2,10 @@
 hacking. A checkout-only tool (never in the wheel): `tidings dev up` loads it from the checkout.
 
 Real components built from their Go modules (tools/controlplane/build.sh), RBAC on,
-service-account tokens issuable, a fake kwok node that runs pods and serves their logs.
-kube-controller-manager (garbage collection and ClusterRole aggregation only) is started on
-demand, by the tests that need it: it costs CPU the other tests should not pay.
+service-account tokens issuable, a fake kwok node that runs pods and serves their logs, and
+kube-controller-manager with the Job controller, the garbage collector and ClusterRole
+aggregation (`tidings dev up` runs it unless told not to; tests start it on demand, by the
+tests that need it: it costs CPU the other tests should not pay).
 """
 
 from __future__ import annotations
@@ -32,16 +33,19 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BINARIES = ("etcd", "kube-apiserver", "kwok", "kubectl")
-# Built beside them and used on demand (garbage-collection tests, the Helm chart tests).
+# Built beside them; kube-controller-manager runs in `tidings dev up` and in the tests that need
+# Jobs or garbage collection, helm in the Helm chart tests.
 EXTRA_BINARIES = ("kube-controller-manager", "helm")
 NODE_NAME = "kwok-node-0"
 # Identities with their own kubeconfig: the admin, and two ordinary users for RBAC tests.
 USERS = {"admin": ["system:masters"], "alice": ["tidings:devs"], "bob": ["tidings:devs"]}
 # kube-controller-manager signs in as the user the bootstrap RBAC policy already binds.
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
-# The controllers tests may need, and the bootstrap ClusterRole (system:controller:<role>)
-# that holds each one's rights.
-CONTROLLER_ROLES = {"garbage-collector-controller": "generic-garbage-collector",
+# The controllers the local plane runs (all of them by default), and the bootstrap ClusterRole
+# (system:controller:<role>) that holds each one's rights. No scheduler runs: a pod template
+# sets `nodeName: kwok-node-0` (NODE_NAME) for its pods to run.
+CONTROLLER_ROLES = {"job-controller": "job-controller",
+                    "garbage-collector-controller": "generic-garbage-collector",
                     "clusterrole-aggregation-controller": "clusterrole-aggregation-controller"}
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 STATE_FILE = "cluster.json"
@@ -160,12 +164,13 @@ class Process:
     log: Path
     popen: subprocess.Popen[bytes] | None = None
     pid: int | None = None
+    env: dict[str, str] | None = None  # None: this process's environment
 
     def start(self) -> None:
         with self.log.open("ab") as out:
             self.popen = subprocess.Popen(
                 self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                start_new_session=True, env=self.env,
             )
         self.pid = self.popen.pid
 
@@ -215,7 +220,8 @@ def _pid_alive(pid: int) -> bool:
 
 @dataclass
 class ControlPlane:
-    """etcd + kube-apiserver + kwok, started and stopped as one; usable as a context manager."""
+    """etcd + kube-apiserver + kwok (+ kube-controller-manager running ``controllers``, when
+    any), started and stopped as one; usable as a context manager."""
 
     state_dir: Path
     bin_dir: Path = field(default_factory=find_bin_dir)
@@ -223,6 +229,7 @@ class ControlPlane:
     processes: dict[str, Process] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
+    controllers: tuple[str, ...] = ()
 
     # ---- paths and URLs -------------------------------------------------------------
     @property
@@ -264,6 +271,8 @@ class ControlPlane:
             self._start_etcd(timeout)
             self.start_apiserver(timeout)
             self._start_kwok(timeout)
+            if self.controllers:
+                self.start_controller_manager(timeout, self.controllers)
         except BaseException:
             self.stop()
             raise
@@ -387,24 +396,24 @@ class ControlPlane:
 
     def start_controller_manager(self, timeout: float = 60.0,
                                  controllers: tuple[str, ...] = tuple(CONTROLLER_ROLES)) -> None:
-        """Run kube-controller-manager with only ``controllers`` (garbage collection and
-        ClusterRole aggregation by default), as its own user on loopback: no serving port,
-        no leader election, no service-account credentials."""
+        """Run kube-controller-manager with only ``controllers`` (the Job controller, garbage
+        collection and ClusterRole aggregation by default), as its own user on loopback: no
+        serving port, no leader election, no service-account credentials."""
         if "kube-controller-manager" in self.processes \
                 and self.processes["kube-controller-manager"].alive():
             return
         binary = self._need_binary("kube-controller-manager")
         # The bootstrap policy binds system:kube-controller-manager to what the manager itself
         # needs; each controller's own rights come from its bootstrap role.
-        for controller in controllers:
-            role = f"system:controller:{CONTROLLER_ROLES[controller]}"
-            binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                       "metadata": {"name": f"tidings-dev:{CONTROLLER_ROLES[controller]}"},
-                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
-                                   "kind": "ClusterRole", "name": role},
-                       "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                                     "name": CONTROLLER_MANAGER_USER}]}
-            self.kubectl_run("apply", "--server-side", "-f", "-", input_text=json.dumps(binding))
+        bindings = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                     "metadata": {"name": f"tidings-dev:{CONTROLLER_ROLES[controller]}"},
+                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                 "name": f"system:controller:{CONTROLLER_ROLES[controller]}"},
+                     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                   "name": CONTROLLER_MANAGER_USER}]}
+                    for controller in controllers]
+        self.kubectl_run("apply", "--server-side", "-f", "-", input_text=json.dumps(
+            {"apiVersion": "v1", "kind": "List", "items": bindings}))
         proc = self._proc("kube-controller-manager", [
             str(binary), f"--kubeconfig={self.kubeconfig(CONTROLLER_MANAGER_USER)}",
             f"--controllers={','.join(controllers)}", "--leader-elect=false",
@@ -415,10 +424,30 @@ class ControlPlane:
                              proc.log.read_text(errors="replace") for c in controllers),
                  timeout, "kube-controller-manager to start its controllers", proc)
 
+    def end_pod(self, namespace: str, name: str, exit_code: int = 0) -> None:
+        """End a pod's containers as a kubelet reports it (kwok runs none): every container
+        terminated with ``exit_code``, the pod Succeeded on 0 and Failed otherwise, so the Job
+        controller counts a completion or a failure (and retries it)."""
+        pod = json.loads(self.kubectl_run("get", "pod", name, "-n", namespace, "-o", "json"))
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        terminated = {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+                      "startedAt": pod["status"].get("startTime", now), "finishedAt": now}
+        status = {"phase": "Succeeded" if exit_code == 0 else "Failed",
+                  "conditions": [{"type": t, "status": "False", "lastTransitionTime": now,
+                                  "reason": "PodCompleted" if exit_code == 0 else "PodFailed"}
+                                 for t in ("Ready", "ContainersReady")],
+                  "containerStatuses": [{"name": c["name"], "image": c["image"],
+                                         "imageID": "", "ready": False, "restartCount": 0,
+                                         "started": False, "state": {"terminated": terminated}}
+                                        for c in pod["spec"]["containers"]]}
+        self.kubectl_run("patch", "pod", name, "-n", namespace, "--subresource=status",
+                         "-p", json.dumps({"status": status}))
+
     def stop(self) -> None:
         # Clients of the API server first, etcd last, so nothing logs connection errors.
+        # (the platforms' controllers, tools/devplatforms.py, are clients too)
         order = ("kube-controller-manager", "kwok", "kube-apiserver", "etcd")
-        for name in (*order, *(n for n in self.processes if n not in order)):
+        for name in (*(n for n in self.processes if n not in order), *order):
             if name in self.processes:
                 self.processes[name].stop()
         with contextlib.suppress(OSError):

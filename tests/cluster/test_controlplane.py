@@ -16,7 +16,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from tests.support import create_kwok_pod, eventually, pod_phase, raw_event, write_cri_log
-from tools.devcluster import REPO_ROOT, ControlPlane, ControlPlaneError
+from tools.devcluster import NODE_NAME, REPO_ROOT, ControlPlane, ControlPlaneError
 
 
 def _versions() -> dict[str, str]:
@@ -236,7 +236,10 @@ def test_dev_up_and_down_commands(control_plane: ControlPlane, tmp_path: Path) -
         assert json.loads(shell.stdout)["gitVersion"] == _versions()["KUBERNETES_VERSION"]
         assert subprocess.run([tidings, "dev", "status", "--state-dir", state],
                               capture_output=True).returncode == 0
-        pids = ControlPlane.load(Path(state)).processes
+        dev = ControlPlane.load(Path(state))
+        pids = dev.processes
+        assert "kube-controller-manager" in pids
+        _a_job_runs_to_completion_and_its_pods_go_with_it(dev)
     finally:
         down = subprocess.run([tidings, "dev", "down", "--state-dir", state],
                               capture_output=True, text=True, timeout=60)
@@ -245,3 +248,26 @@ def test_dev_up_and_down_commands(control_plane: ControlPlane, tmp_path: Path) -
     status = subprocess.run([tidings, "dev", "status", "--state-dir", state],
                             capture_output=True, text=True)
     assert status.returncode == 1 and status.stderr.startswith("error: ")
+
+
+def _a_job_runs_to_completion_and_its_pods_go_with_it(cp: ControlPlane) -> None:
+    """What `tidings dev up` promises a newcomer: the Job controller makes a Job's pods (kwok
+    runs them), counts them as they end, and the garbage collector removes them with it."""
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "hello"},
+           "spec": {"completions": 2, "parallelism": 2, "template": {"spec": {
+               "restartPolicy": "Never", "nodeName": NODE_NAME,
+               "containers": [{"name": "main", "image": "busybox"}]}}}}
+    cp.kubectl_run("create", "serviceaccount", "default")
+    cp.kubectl_run("apply", "-f", "-", input_text=json.dumps(job))
+
+    def pods() -> list[Any]:
+        return list(json.loads(cp.kubectl_run(
+            "get", "pods", "-l", "batch.kubernetes.io/job-name=hello", "-o", "json"))["items"])
+
+    eventually(lambda: len(pods()) == 2 and all(p["status"].get("phase") == "Running"
+                                                 for p in pods()), 60, "the Job's pods running")
+    for p in pods():
+        cp.end_pod("default", p["metadata"]["name"])
+    cp.kubectl_run("wait", "--for=condition=Complete", "job/hello", "--timeout=60s")
+    cp.kubectl_run("delete", "job", "hello", "--cascade=background")
+    eventually(lambda: pods() == [], 60, "the garbage collector to delete the Job's pods")

@@ -40,9 +40,10 @@ def test_demo_exits_zero_and_shows_the_folded_task(control_plane: ControlPlane) 
     # completions; each fact is about its pod (kubectl describe pod lists it).
     job = out.split("7. a Job's pods report with no wiring")[1].split("demo finished")[0]
     assert "owned by: Job/etl-3" in job
+    assert "job.batch/etl-3 condition met" in job  # the Job controller completed it
     state = job.split("tidings state etl-3")[1].split("kubectl describe pod")[0]
     assert "100.0%" in state and re.search(r"Phase\s+Succeeded", state), state
     assert "shard-0" in state and "shard-1" in state
-    described = job.split("kubectl describe pod etl-3-0-x7k2p")[1]
+    described = job.split("kubectl describe pod etl-3-0-")[1]
     assert "LogLink" in described and "Progress" in described, described
     assert "demo finished" in out

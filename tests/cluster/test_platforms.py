@@ -1,10 +1,11 @@
-"""Zero wiring (issue 19) on the real control plane: pods labelled and owned exactly as the Job
-controller (a real batch/v1 Job), the JobSet controller, Kubeflow Trainer, Kubeflow's
-training-operator and Argo Workflows make them (their objects are real, through minimal
-CRDs, since their controllers are not built here), each emitting with nothing but its
-pod-bound token: no POD_* env, no task id, no worker count. The watcher folds their facts
-into the platform's task, owns the TaskFeedback by the platform's object (the real garbage
-collector removes it with that object) and takes a Job's completions as its worker count."""
+"""Zero wiring (issue 19) on the real control plane: a real batch/v1 Job whose pods the real Job
+controller makes, and pods labelled and owned exactly as the JobSet controller, Kubeflow
+Trainer, Kubeflow's training-operator and Argo Workflows make them (their objects are real,
+through minimal CRDs, since their controllers are not built here), each emitting with
+nothing but its pod-bound token: no POD_* env, no task id, no worker count. The watcher folds
+their facts into the platform's task, owns the TaskFeedback by the platform's object (the
+real garbage collector removes it with that object) and takes a Job's completions as its
+worker count."""
 
 from __future__ import annotations
 
@@ -141,27 +142,55 @@ def phase(admin: Any, namespace: str, task: str) -> str:
     return str((task_status(admin, namespace, task) or {}).get("phase", ""))
 
 
-# --- the Job: a real batch/v1 Job, four indexed pods, no env ------------------------------
+# --- the Job: a real batch/v1 Job, its controller's four indexed pods, no env --------------
 
 
-def test_an_indexed_job_s_pods_report_with_their_tokens_alone_and_its_completions_count(
+def job_pods(admin: Any, namespace: str, uid: str, count: int) -> list[dict[str, Any]]:
+    """The pods the Job controller made for the Job ``uid`` once there are ``count`` of them,
+    Running (kwok starts them), as {name, uid, index, labels, owners}, sorted by index then
+    age."""
+    def running() -> list[Any]:
+        pods = client.CoreV1Api(admin).list_namespaced_pod(
+            namespace, label_selector=f"batch.kubernetes.io/controller-uid={uid}").items
+        return pods if len(pods) == count and all(
+            p.status.phase in ("Running", "Succeeded", "Failed") for p in pods) else []
+
+    pods = eventually(running, 60, f"{count} pods of the Job controller running")
+    return sorted(({"name": p.metadata.name, "uid": p.metadata.uid,
+                    "index": p.metadata.labels.get("batch.kubernetes.io/job-completion-index"),
+                    "labels": p.metadata.labels, "phase": p.status.phase,
+                    "owners": [(o.kind, o.name, o.uid, o.controller)
+                               for o in p.metadata.owner_references or []],
+                    "created": p.metadata.creation_timestamp} for p in pods),
+                  key=lambda p: (p["index"], p["created"]))
+
+
+def job_condition(admin: Any, namespace: str, name: str, kind: str) -> bool:
+    job = client.BatchV1Api(admin).read_namespaced_job(name, namespace)
+    return any(c.type == kind and c.status == "True" for c in job.status.conditions or [])
+
+
+def test_a_real_indexed_job_s_pods_report_with_their_tokens_alone_and_a_retry_completes_it(
         controller_manager: ControlPlane, admin: Any, policy: None, namespace: str,
         tmp_path: Path, start_watcher: Callable[..., WatcherProc]) -> None:
+    """The Job controller makes the pods (their labels, owners and indexes are its own); one
+    fails as a kubelet reports it and the controller retries its index with a new pod."""
     cp = controller_manager
     grant_workload(admin, namespace)
     job = client.BatchV1Api(admin).create_namespaced_job(namespace, {
         "metadata": {"name": "train-7"},
         "spec": {"completions": 4, "parallelism": 4, "completionMode": "Indexed",
+                 "backoffLimit": 2,
                  "template": {"spec": {"restartPolicy": "Never", "serviceAccountName": "worker",
+                                       "nodeName": NODE_NAME,
                                        "containers": [{"name": "main", "image": "busybox"}]}}}})
     uid = job.metadata.uid
-    # What the Job controller puts on each pod it creates.
-    ref = {"apiVersion": "batch/v1", "kind": "Job", "name": "train-7", "uid": uid,
-           "controller": True, "blockOwnerDeletion": True}
-    pods = [pod(admin, namespace, f"train-7-{i}-x{i}k", {
-        "batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": "train-7",
-        "controller-uid": uid, "job-name": "train-7",
-        "batch.kubernetes.io/job-completion-index": str(i)}, [ref]) for i in range(4)]
+    pods = job_pods(admin, namespace, uid, 4)
+    assert [p["index"] for p in pods] == ["0", "1", "2", "3"]
+    for p in pods:  # what the Job controller puts on each pod it creates
+        assert p["owners"] == [("Job", "train-7", uid, True)]
+        assert p["labels"]["batch.kubernetes.io/job-name"] == "train-7"
+        assert p["labels"]["batch.kubernetes.io/controller-uid"] == uid
     w = start_watcher()
     for p in pods[:3]:
         report(cp, admin, namespace, p, tmp_path)
@@ -170,7 +199,18 @@ def test_an_indexed_job_s_pods_report_with_their_tokens_alone_and_its_completion
                == 3, 30, f"three workers folded\n{w.tail()}")
     status = task_status(admin, namespace, "train-7") or {}
     assert status["phase"] == "Running" and status["progress"]["percent"] == 75, status
-    report(cp, admin, namespace, pods[3], tmp_path, link="https://wandb.ai/acme/train-7")
+    for p in pods[:3]:
+        cp.end_pod(namespace, p["name"])
+    # Index 3's first pod dies before it reports; the controller makes a new pod for it.
+    cp.end_pod(namespace, pods[3]["name"], exit_code=1)
+    retried = [p for p in job_pods(admin, namespace, uid, 5) if p["index"] == "3"]
+    assert [p["phase"] for p in retried] == ["Failed", "Running"], retried
+    retry = retried[1]
+    assert retry["owners"] == [("Job", "train-7", uid, True)] and retry["name"] != pods[3]["name"]
+    report(cp, admin, namespace, retry, tmp_path, link="https://wandb.ai/acme/train-7")
+    cp.end_pod(namespace, retry["name"])
+    eventually(lambda: job_condition(admin, namespace, "train-7", "Complete"), 60,
+               "the Job controller to complete the Job")
     eventually(lambda: phase(admin, namespace, "train-7") == "Succeeded", 30,
                f"the task complete\n{w.tail()}")
     tf = taskfeedback(admin, namespace, "train-7")
@@ -178,17 +218,20 @@ def test_an_indexed_job_s_pods_report_with_their_tokens_alone_and_its_completion
         "https://wandb.ai/acme/train-7"
     assert [(o["kind"], o["name"], o["uid"]) for o in tf["metadata"]["ownerReferences"]] == [
         ("Job", "train-7", uid)]
+    assert {x["pod"] for x in tf["status"]["workers"]} == {
+        p["name"] for p in [*pods[:3], retry]}
     # Each fact is about its pod: `kubectl describe pod` lists it.
     about = client.EventsV1Api(admin).list_namespaced_event(
-        namespace, field_selector=f"regarding.kind=Pod,regarding.name={pods[3]['name']}").items
+        namespace, field_selector=f"regarding.kind=Pod,regarding.name={retry['name']}").items
     assert sorted(e.reason for e in about) == ["LogLink", "Progress"]
-    assert all(e.regarding.uid == pods[3]["uid"] for e in about)
+    assert all(e.regarding.uid == retry["uid"] for e in about)
     assert rejected(w, "spoofed_sender") == rejected(w, "unknown_task") == 0
 
     client.BatchV1Api(admin).delete_namespaced_job("train-7", namespace,
                                                    propagation_policy="Background")
-    eventually(lambda: taskfeedback(admin, namespace, "train-7") is None, 60,
-               "the garbage collector to delete the Job's TaskFeedback")
+    eventually(lambda: taskfeedback(admin, namespace, "train-7") is None and not
+               client.CoreV1Api(admin).list_namespaced_pod(namespace).items, 60,
+               "the garbage collector to delete the Job's pods and TaskFeedback")
 
 
 # --- the other platforms: their labels and owners, exactly as their controllers set them -----
@@ -201,7 +244,10 @@ def jobset_pod(admin: Any, namespace: str, name: str, task: str, extra: dict[str
                          task)
     child = client.BatchV1Api(admin).create_namespaced_job(namespace, {
         "metadata": {"name": f"{task}-workers-0", "ownerReferences": [owner(js)]},
-        "spec": {"template": {"spec": {"restartPolicy": "Never",
+        # Managed by another controller (as a JobSet's Jobs may be): the Job controller
+        # leaves it alone, making no pods beside the hand-made one and deleting none.
+        "spec": {"managedBy": "tidings.dev/not-the-job-controller",
+                 "template": {"spec": {"restartPolicy": "Never",
                                        "containers": [{"name": "m", "image": "busybox"}]}}}})
     juid = child.metadata.uid
     labels = {"jobset.sigs.k8s.io/jobset-name": task,
@@ -429,3 +475,4 @@ def test_state_from_events_folds_a_platform_pod_s_facts_as_the_watcher_does(
     data = json.loads(res.stdout)
     assert data["source"] == "events" and data["status"]["phase"] == "Succeeded"
     assert data["status"]["links"]["run"]["url"] == "https://wandb.ai/acme/wf-ev"
+

@@ -75,3 +75,32 @@ def test_without_a_checkout_tidings_dev_says_so_in_one_line(
         assert res.stderr.startswith("error: the local control plane is not installed")
         assert "tidings checkout" in res.stderr
     assert "tools.devcluster" not in sys.modules
+
+
+@pytest.mark.parametrize(("flag", "want"), [
+    ([], ("job-controller", "garbage-collector-controller",
+          "clusterrole-aggregation-controller")),
+    (["--no-controllers"], ())], ids=["default", "no-controllers"])
+def test_dev_up_runs_the_job_controller_and_the_garbage_collector_unless_told_not_to(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: list[str],
+        want: tuple[str, ...]) -> None:
+    # Only the choice is checked here (the control plane is not started); the cluster test
+    # test_dev_up_and_down_commands runs a Job on what `tidings dev up` starts.
+    from typer.testing import CliRunner
+
+    from tidings.cli.main import app
+    from tools import devcluster
+
+    started: list[tuple[str, ...]] = []
+
+    def start(self: ControlPlane, timeout: float = 90.0) -> ControlPlane:
+        started.append(self.controllers)
+        raise devcluster.ControlPlaneError("not started in a unit test")
+
+    monkeypatch.setattr(devcluster.ControlPlane, "start", start)
+    for name in devcluster.BINARIES:
+        (tmp_path / name).touch()
+    monkeypatch.setenv("TIDINGS_BIN_DIR", str(tmp_path))
+    res = CliRunner().invoke(app, ["dev", "up", "--state-dir", str(tmp_path / "s"), *flag])
+    assert res.exit_code == 1 and "not started in a unit test" in res.stderr, res.output
+    assert started == [want]

@@ -227,3 +227,24 @@ def test_sanitized_text_is_legal_xml(s: str) -> None:
     out = sanitize_text(s)
     assert not any(c in out for c in NONCHARACTERS)
     ET.fromstring(f"<a>{escape(out)}</a>".encode())
+
+
+def test_the_precomputed_format_characters_are_the_unicode_database_s() -> None:
+    """schemas/text.py keeps the Cf ranges instead of walking every code point at import:
+    they must be exactly what the walk finds, for this Python's Unicode version (a version
+    without a table walks at import, so it is right by construction)."""
+    import unicodedata
+
+    from tidings.schemas import text
+
+    assert text.format_ranges() == text.format_ranges_computed()
+    if unicodedata.unidata_version in text._FORMAT_RANGES:
+        assert text._FORMAT_RANGES[unicodedata.unidata_version] == \
+            text.format_ranges_computed()
+    # And the class built from the ranges removes every one of them, and nothing next to them.
+    for a, b in text.format_ranges():
+        for c in {a, b, (a + b) // 2}:
+            assert text.sanitize_text(f"x{chr(c)}y") == "xy", hex(c)
+        for c in (a - 1, b + 1):
+            if unicodedata.category(chr(c)) in ("Lu", "Ll", "Lo", "Nd", "Mn", "So"):
+                assert text.sanitize_text(f"x{chr(c)}y") == f"x{chr(c)}y", hex(c)

@@ -37,7 +37,9 @@ class Curve:
         self.last: Any = None  # the name's latest update (the latest slot's)
 
     def add(self, value: float, step: int | None) -> None:
-        """A value reported (finite; the caller checked)."""
+        """A value reported; a NaN or an infinity is no part of the extremes or the curve."""
+        if not -math.inf < value < math.inf:
+            return
         if value < self.lo:
             self.lo = value
         if value > self.hi:

@@ -148,3 +148,10 @@ def test_the_curve_is_o1_per_call_and_bounded_for_a_million_steps() -> None:
     shift, points = sample((s, 1.0 / (s + 1)) for s in range(1_000_000))
     firsts = sorted((p[0], p[1]) for p in c.firsts.values())
     assert c.shift == shift and firsts == [p for p in points if p[0] != 999_999]
+
+
+def test_a_non_finite_value_is_no_part_of_the_curve() -> None:
+    c = Curve()
+    for step, v in enumerate([1.0, float("nan"), float("inf"), -float("inf"), 0.5]):
+        c.add(v, step)
+    assert (c.lo, c.hi) == (0.5, 1.0) and sorted(p[0] for p in c.firsts.values()) == [0, 4]

@@ -17,12 +17,19 @@ from urllib.parse import quote
 from tidings.emitter import Emitter, get_emitter
 from tidings.emitter.core import started_emitters
 from tidings.emitter.outcome import install_crash_hooks, report_failure
+from tidings.emitter.spans import Span
 
 log = logging.getLogger("tidings.integrations")
 
 #: The MLflow UI's address as people reach it, when the tracking URI the workload uses is an
 #: in-cluster one (``http://mlflow.mlflow.svc:5000``); its run page is built on this instead.
 MLFLOW_PUBLIC_URL_ENV = "TIDINGS_MLFLOW_URL"
+
+#: The spans every framework callback records (one lane per pod in the task's timeline): a
+#: training step (Hugging Face: an optimizer step with its accumulated micro-batches;
+#: Lightning: a training batch) and an evaluation (a validation run).
+STEP_SPAN = "train_step"
+EVAL_SPAN = "evaluation"
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -64,6 +71,7 @@ class RunReporter:
         self.world_size = 1
         self._linked: set[str] = set()
         self._ended = False
+        self._open: dict[str, Span] = {}  # spans begun and not yet ended, by name
 
     @property
     def emitter(self) -> Emitter:
@@ -92,6 +100,22 @@ class RunReporter:
         if self.reports_progress and max_steps > 0:
             self.emitter.progress(min(1.0, step / max_steps), f"step {step}/{max_steps}")
 
+    def begin_span(self, name: str) -> None:
+        """A span of this pod's work starts (local rank 0: the pod's lane in the timeline);
+        O(1), never blocking: the emitter folds it into its span window."""
+        if self.reports_progress:
+            self._open[name] = Span(self.emitter, name)
+
+    def end_span(self, name: str, error: bool = False) -> None:
+        span = self._open.pop(name, None)
+        if span is not None:
+            span.end(error)
+
+    def span(self, name: str, start: float, end: float) -> None:
+        """A span measured by the framework itself (local rank 0)."""
+        if self.reports_progress:
+            self.emitter.record_span(name, start, end)
+
     def metrics(self, values: Mapping[str, Any], step: int | None) -> None:
         """Send every finite scalar of ``values`` as a Metric (rank 0 only)."""
         if not self.reports_run:
@@ -119,8 +143,10 @@ class RunReporter:
 
     def crashed(self, exc: BaseException) -> None:
         """A failed final naming ``exc`` (every rank; once per exception), keeping the
-        progress made."""
+        progress made; the spans it interrupted end as errors."""
         self._ended = True
+        for name in list(self._open):
+            self.end_span(name, error=True)
         report_failure(exc, self.emitter)
 
 

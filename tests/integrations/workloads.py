@@ -20,8 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-HOOKS = ("on_train_begin", "on_train_start", "on_step_end", "on_train_batch_end", "on_log",
-         "on_evaluate", "on_validation_end", "on_train_end", "on_exception")
+HOOKS = ("on_train_begin", "on_train_start", "on_step_begin", "on_step_end",
+         "on_train_batch_start", "on_train_batch_end", "on_log", "on_evaluate",
+         "on_validation_start", "on_validation_end", "on_train_end", "on_exception")
 
 
 class SimulatedOOM(RuntimeError):

@@ -206,9 +206,29 @@ def mlflow_active_run_url() -> str | None:
     return mlflow_run_url(mlflow.get_tracking_uri(), run.info.experiment_id, run.info.run_id)
 
 
-def local_world_size(default: int = 1) -> int:
-    """Processes in this pod, as torchrun and accelerate say (``LOCAL_WORLD_SIZE``)."""
-    try:
-        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", default)))
-    except ValueError:
-        return default
+# How many processes this pod runs, as each launcher says it, the first set (and sane) wins:
+# - DeepSpeed's launcher sets LOCAL_SIZE and no LOCAL_WORLD_SIZE (deepspeed/launcher/launch.py:
+#   ``current_env["LOCAL_SIZE"] = str(num_local_procs)``, beside RANK, LOCAL_RANK, WORLD_SIZE);
+# - Open MPI's mpirun sets OMPI_COMM_WORLD_LOCAL_SIZE (with OMPI_COMM_WORLD_{RANK,SIZE,
+#   LOCAL_RANK});
+# - MPICH's and Intel MPI's Hydra (mpiexec) set MPI_LOCALNRANKS (with PMI_RANK, PMI_SIZE,
+#   MPI_LOCALRANKID); MVAPICH2 sets MV2_COMM_WORLD_LOCAL_SIZE;
+# - torchrun (and accelerate launch, which runs it) sets LOCAL_WORLD_SIZE.
+# The launchers' own names come first: on CPU, accelerate writes LOCAL_WORLD_SIZE itself from a
+# list that lacks LOCAL_SIZE, so under DeepSpeed's launcher it says 1 (accelerate/state.py,
+# get_cpu_distributed_information).
+LOCAL_SIZE_ENV = ("LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                  "MV2_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE")
+
+
+def local_world_size(world_size: int = 0, default: int = 1) -> int:
+    """Processes in this pod, as its launcher says (``LOCAL_SIZE_ENV``): the first value that
+    is a positive integer and, with ``world_size``, divides it; else ``default``."""
+    for name in LOCAL_SIZE_ENV:
+        try:
+            n = int(os.environ.get(name, ""))
+        except ValueError:
+            continue
+        if n >= 1 and (world_size <= 0 or world_size % n == 0):
+            return n
+    return default

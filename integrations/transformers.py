@@ -51,7 +51,7 @@ class TidingsCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]
         world = max(1, int(args.world_size))
         self.reporter.begin(global_rank=int(args.process_index),
                             local_rank=int(args.local_process_index), world_size=world,
-                            local_world_size=min(world, local_world_size()))
+                            local_world_size=local_world_size(world))
         self._links()
 
     @guarded

@@ -35,7 +35,12 @@ kubeconfig_for() {  # FILE TOKEN
 
 step "1. applying deploy/ (CRD, RBAC, sender admission policy)"
 kubectl apply -k deploy/ | sed 's/^/  /'
-kubectl wait --for=condition=Established crd/taskfeedbacks.tidings.dev --timeout=60s >/dev/null
+# kubectl wait fails at once on a CRD read before the API server wrote its conditions
+# ("accessor error: <nil>"), rather than waiting: try it again, a few times.
+for try in 1 2 3 4 5; do
+  kubectl wait --for=condition=Established crd/taskfeedbacks.tidings.dev --timeout=60s >/dev/null && break
+  [ "$try" = 5 ] && exit 1; sleep 1
+done
 
 step "2. running the watcher as a process, as its own ServiceAccount"
 kubeconfig_for "$state/watcher.kubeconfig" "$(kubectl -n tidings-system create token tidings-watcher --duration=1h)"

@@ -364,9 +364,7 @@ class ControlPlane:
             raise BinariesMissing(f"kwok manifests missing in {upstream}; {BUILD_HINT}")
         for crd in sorted(upstream.glob("kwok.x-k8s.io_*.yaml")):
             self.kubectl_run("apply", "--server-side", "-f", str(crd))
-        for name in ("logs.kwok.x-k8s.io", "clusterlogs.kwok.x-k8s.io"):
-            self.kubectl_run("wait", "--for=condition=Established", f"crd/{name}",
-                             "--timeout=60s")
+        self.wait_established("logs.kwok.x-k8s.io", "clusterlogs.kwok.x-k8s.io")
         stages = [doc for f in sorted(upstream.glob("*.yaml")) if "_" not in f.name
                   for doc in yaml.safe_load_all(f.read_text()) if doc]
         stages += [d for d in yaml.safe_load_all(
@@ -517,6 +515,25 @@ class ControlPlane:
         if check and result.returncode != 0:
             raise ControlPlaneError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
         return result.stdout
+
+    def wait_established(self, *crds: str, timeout: float = 60.0) -> None:
+        """Wait until each CRD is Established. Not `kubectl wait --for=condition=Established`
+        alone: a CRD read before the API server's establishing controller has written its
+        status has `conditions: null`, and kubectl then fails at once ("accessor error: <nil>")
+        instead of waiting (seen under load), so a failed wait is tried again until the
+        deadline."""
+        deadline = time.monotonic() + timeout
+        for crd in crds:
+            while True:
+                left = max(1, round(deadline - time.monotonic()))
+                try:
+                    self.kubectl_run("wait", "--for=condition=Established", f"crd/{crd}",
+                                     f"--timeout={left}s")
+                    break
+                except ControlPlaneError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.2)
 
     def _ssl(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_file))

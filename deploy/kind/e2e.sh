@@ -50,7 +50,12 @@ docker build -f deploy/Dockerfile -t "$IMAGE" .
 
 # The CRD first, so the rest of the kustomization (and any CR) validates against it.
 kubectl apply -f deploy/crd.yaml
-kubectl wait --for=condition=Established crd/taskfeedbacks.tidings.dev --timeout=60s
+# kubectl wait fails at once on a CRD read before the API server wrote its conditions
+# ("accessor error: <nil>"), rather than waiting: try it again, a few times.
+for try in 1 2 3 4 5; do
+  kubectl wait --for=condition=Established crd/taskfeedbacks.tidings.dev --timeout=60s && break
+  [ "$try" = 5 ] && exit 1; sleep 1
+done
 kubectl apply -k deploy/
 kubectl -n tidings-system rollout status deployment/tidings-watcher --timeout=180s
 

@@ -118,8 +118,7 @@ def install_crd(control_plane: ControlPlane) -> str:
     """The TaskFeedback CRD, installed (idempotently) and Established. Use as a fixture:
     ``_crd = pytest.fixture(scope="session", name="crd")(install_crd)``."""
     control_plane.kubectl_run("apply", "-f", str(REPO_ROOT / "deploy" / "crd.yaml"))
-    control_plane.kubectl_run("wait", "--for=condition=Established",
-                              f"crd/{PLURAL}.{API_GROUP}", "--timeout=60s")
+    control_plane.wait_established(f"{PLURAL}.{API_GROUP}")
     return f"{PLURAL}.{API_GROUP}"
 
 

@@ -212,8 +212,7 @@ def test_the_chart_installs_upgrades_and_uninstalls(own_cluster: ControlPlane,
     assert deployment.spec.template.spec.containers[0].image == \
         "registry.example/tidings-watcher:9.9.9"
     assert deployment.metadata.annotations["meta.helm.sh/release-name"] == "tidings"
-    cp.kubectl_run("wait", "--for=condition=Established", "crd/taskfeedbacks.tidings.dev",
-                   "--timeout=60s")
+    cp.wait_established("taskfeedbacks.tidings.dev")
     assert client.AdmissionregistrationV1Api(admin).read_validating_admission_policy(
         "tidings-sender-identity")
     assert client.PolicyV1Api(admin).read_namespaced_pod_disruption_budget(

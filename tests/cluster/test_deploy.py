@@ -58,8 +58,7 @@ def install(control_plane: ControlPlane, admin: Any) -> Iterator[dict[str, Any]]
         "binding": _exists(lambda: admission.read_validating_admission_policy_binding(POLICY)),
     }
     kubectl(control_plane, "apply", "-f", str(DEPLOY / "crd.yaml"))
-    kubectl(control_plane, "wait", "--for=condition=Established",
-            f"crd/{PLURAL}.{GROUP}", "--timeout=60s")
+    control_plane.wait_established(f"{PLURAL}.{GROUP}")
     kubectl(control_plane, "apply", "-f", str(DEPLOY / "namespace.yaml"))
     dry = kubectl(control_plane, "apply", "-k", str(DEPLOY), "--dry-run=server")
     applied = kubectl(control_plane, "apply", "-k", str(DEPLOY))

@@ -37,8 +37,7 @@ TASK_LABEL = "tidings.dev/task"
 @pytest.fixture(scope="module")
 def crd(control_plane: Any) -> None:
     control_plane.kubectl_run("apply", "-f", str(REPO_ROOT / "deploy/crd.yaml"))
-    control_plane.kubectl_run("wait", "--for=condition=Established",
-                              "crd/taskfeedbacks.tidings.dev", "--timeout=60s")
+    control_plane.wait_established("taskfeedbacks.tidings.dev")
 
 
 @pytest.fixture

@@ -43,8 +43,7 @@ def test_a_critical_fact_overtakes_a_backlog_of_coalescible_writes(
     from tidings.schemas.payloads import LogLink, Progress, SpanSummary
 
     control_plane.kubectl_run("apply", "-f", str(REPO_ROOT / "deploy/crd.yaml"))
-    control_plane.kubectl_run("wait", "--for=condition=Established",
-                              "crd/taskfeedbacks.tidings.dev", "--timeout=60s")
+    control_plane.wait_established("taskfeedbacks.tidings.dev")
     kubeconfig = Path(control_plane.kubeconfig("admin"))
     kube = connect(str(kubeconfig))
     bulk = [f"bulk-{i}" for i in range(BULK)]
@@ -116,8 +115,7 @@ def test_span_windows_are_written_at_the_coalescing_interval_not_per_window(
     from tidings.schemas.payloads import Progress, SpanSummaries, span_row
 
     control_plane.kubectl_run("apply", "-f", str(REPO_ROOT / "deploy/crd.yaml"))
-    control_plane.kubectl_run("wait", "--for=condition=Established",
-                              "crd/taskfeedbacks.tidings.dev", "--timeout=60s")
+    control_plane.wait_established("taskfeedbacks.tidings.dev")
     kubeconfig = Path(control_plane.kubeconfig("admin"))
     kube = connect(str(kubeconfig))
     task = "windows"

@@ -279,6 +279,7 @@ class _SpanAcc:
         "min_s",
         "raw",
         "shift",
+        "solo",
         "total_ns",
         "unlaned",
         "windows",
@@ -296,6 +297,9 @@ class _SpanAcc:
             self.raw: list[tuple[int, int]] = [(_us(p.first_start), _us(p.last_end))]
             self.lanes: dict[str, _SpanEntry] = {}
             self.unlaned = 0
+            # The pod that sent every summary, whose lane is these totals themselves (the
+            # common case, one pod, costs no second merge); None: the lanes are in ``lanes``.
+            self.solo: str | None = None
         else:
             self.count, self.total_ns = base.count, base.total_ns
             self.min_s, self.max_s = base.min_s, base.max_s
@@ -303,8 +307,29 @@ class _SpanAcc:
             self.errors, self.events = base.errors, base.events
             self.shift, self.windows = base.shift, base.windows
             self.raw = []
-            self.lanes = dict(base.lanes)
             self.unlaned = base.unlaned
+            self.solo = None
+            lanes = base.lanes
+            if len(lanes) == 1 and not base.unlaned:
+                ((pod, lane),) = lanes.items()
+                if lane.events == base.events:  # every summary from it: its lane is the totals
+                    self.solo, lanes = pod, NO_LANES
+            self.lanes = dict(lanes)
+
+    def split(self, pod: str) -> None:
+        """A summary from ``pod``, not the solo pod: the solo lane becomes a lane of its own
+        (a copy of the totals so far, before the summary is merged)."""
+        solo = self.solo
+        if solo is not None:
+            lane = _SpanAcc.__new__(_SpanAcc)
+            lane.count, lane.total_ns, lane.errors = self.count, self.total_ns, self.errors
+            lane.min_s, lane.max_s = self.min_s, self.max_s
+            lane.first_start, lane.last_end, lane.events = self.first_start, self.last_end, \
+                self.events
+            lane.shift, lane.windows, lane.raw = self.shift, self.windows, list(self.raw)
+            lane.lanes, lane.unlaned, lane.solo = {}, 0, None
+            self.lanes[solo] = lane
+            self.solo = None
 
     def add(self, p: SpanSummary, total_ns: int) -> None:
         """Merge ``p`` in place: the hottest merge of the fold, with the same comparisons, in
@@ -343,11 +368,13 @@ class _SpanAcc:
         lanes: Mapping[str, SpanAgg] = {
             pod: lane.agg() if type(lane) is _SpanAcc else lane  # type: ignore[misc]
             for pod, lane in self.lanes.items()} if self.lanes else NO_LANES
-        return _new_span_agg(
-            self.count if self.count <= m else m, self.total_ns if self.total_ns <= m else m,
-            self.min_s, self.max_s, self.first_start, self.last_end,
-            self.errors if self.errors <= m else m, self.events, shift, tuple(out), lanes,
-            self.unlaned)
+        fields = (self.count if self.count <= m else m,
+                  self.total_ns if self.total_ns <= m else m, self.min_s, self.max_s,
+                  self.first_start, self.last_end, self.errors if self.errors <= m else m,
+                  self.events, shift, tuple(out))
+        if self.solo is not None:
+            lanes = {self.solo: _new_span_agg(*fields, NO_LANES, 0)}
+        return _new_span_agg(*fields, lanes, self.unlaned)
 
 
 _SpanEntry = SpanAgg | _SpanAcc
@@ -375,15 +402,22 @@ def _apply_span(w: _Work, ev: ParsedEvent, p: SpanSummary, t: datetime) -> None:
             return
         cur = spans[name] = _SpanAcc(cur, p, total_ns)  # type: ignore[arg-type]
         w.accs.append((name, cur))
+    pod = ev.sender.name
+    if cur.solo is not None:
+        if cur.solo == pod:  # the name's one pod: its lane is the totals
+            cur.add(p, total_ns)
+            return
+        cur.split(pod)
     cur.add(p, total_ns)
-    _add_lane(w, spans, cur, name, ev.sender.name, p, total_ns)
+    _add_lane(w, spans, cur, name, pod, p, total_ns)
 
 
 def _add_lane(w: _Work, spans: dict[str, _SpanEntry], acc: _SpanAcc, name: str, pod: str,
               p: SpanSummary, total_ns: int) -> None:
     """Merge ``p`` into the lane of its sender ``pod`` under span ``name``: the task keeps
     the ``span_lanes`` smallest (name, pod) pairs of its kept names (the others' summaries
-    count in their name's ``unlaned``), so the kept lanes are the same for any order."""
+    count in their name's ``unlaned``), so the kept lanes are the same for any order. A
+    name's first lane is the name's totals themselves (``solo``) until another pod speaks."""
     lanes = acc.lanes
     lane = lanes.get(pod)
     if type(lane) is _SpanAcc:
@@ -395,10 +429,11 @@ def _add_lane(w: _Work, spans: dict[str, _SpanEntry], acc: _SpanAcc, name: str, 
         return
     count = w.lane_count
     if count is None:
-        count = sum(len(s.lanes) for s in spans.values())
+        count = sum(len(s.lanes) + (getattr(s, "solo", None) is not None)
+                    for s in spans.values())
     cap = w.lim.span_lanes
     if count >= cap:
-        largest = max(((n, q) for n, s in spans.items() for q in s.lanes), default=None)
+        largest = max(((n, q) for n, s in spans.items() for q in _pods(s)), default=None)
         if largest is None or (name, pod) > largest:
             acc.unlaned += 1
             w.lane_count = count
@@ -407,11 +442,26 @@ def _add_lane(w: _Work, spans: dict[str, _SpanEntry], acc: _SpanAcc, name: str, 
         if type(victim) is not _SpanAcc:
             victim = spans[largest[0]] = _SpanAcc(victim, p, 0)  # type: ignore[arg-type]
             w.accs.append((largest[0], victim))
-        gone = victim.lanes.pop(largest[1])
-        victim.unlaned += gone.events
+        if victim.solo == largest[1]:
+            victim.solo = None
+            # Every summary of the name so far was the solo pod's (this one's not yet, when
+            # the victim is this very name).
+            victim.unlaned += victim.events - (victim is acc)
+        else:
+            gone = victim.lanes.pop(largest[1])
+            victim.unlaned += gone.events
         count -= 1
-    lanes[pod] = _SpanAcc(None, p, total_ns)
+    if not lanes and not acc.unlaned and acc.events == 1:
+        acc.solo = pod  # the name's first summary: its lane is the totals
+    else:
+        lanes[pod] = _SpanAcc(None, p, total_ns)
     w.lane_count = count + 1
+
+
+def _pods(s: _SpanEntry) -> list[str]:
+    """The pods with a lane under a span name's entry."""
+    solo = getattr(s, "solo", None)
+    return [*s.lanes, solo] if solo is not None else list(s.lanes)
 
 
 # --- the apply table: what each payload type does to a run's state ------------------------

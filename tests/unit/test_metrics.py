@@ -260,3 +260,29 @@ def test_a_metrics_note_round_trips_and_refuses_duplicate_or_bad_rows() -> None:
                  [["a", 1.0]], [], [["a\u200b", 1.0, None]]):
         with pytest.raises(ValidationError):
             Metrics(metrics=rows)
+
+
+def test_the_budget_gives_up_histories_before_metric_names() -> None:
+    """Issue 26 item 2: over budget, the metrics keep their names, values and extremes; the
+    histories go first (budgetDropped.metricHistory), from the largest names on."""
+    from tidings.schemas.state import BUDGET_DROP_ORDER
+
+    assert BUDGET_DROP_ORDER.index("metricHistory") < BUDGET_DROP_ORDER.index("metrics")
+    evs = []
+    for k in range(64):
+        name = f"{k:02d}" + "m" * 62
+        points = [(s, 1.0 / (s + 1) + k * 1e-7) for s in range(0, 3100, 100)]
+        evs.append(event(Metric(name=name, value=0.123456789, step=3100, min=1e-9, max=9.0,
+                                points=points), "a" * 32, k + 1, 0.0))
+    state = fold_all(TASK, evs)
+    full = state.to_status()
+    assert all(len(e["history"]["steps"]) >= 16 for e in full["metrics"].values())
+    written = state.to_status(budget=64 * 1024 - 30_000)
+    dropped = written["budgetDropped"]
+    assert list(dropped) == ["pods", "metricHistory"], dropped  # (the sender pods go first)
+    kept = written["metrics"]
+    assert sorted(kept) == sorted(full["metrics"])  # every name, value and extremes stay
+    assert all({"value", "min", "max"} <= set(e) for e in kept.values())
+    with_history = [n for n in sorted(kept) if "history" in kept[n]]
+    assert with_history == sorted(kept)[: len(with_history)]  # the largest names went first
+    assert len(kept) - len(with_history) == dropped["metricHistory"]

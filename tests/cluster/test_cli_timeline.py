@@ -71,7 +71,8 @@ def test_timeline_draws_the_spans(control_plane: ControlPlane, admin: Any, names
 
 
 def test_timeline_has_a_lane_per_pod_and_marks_the_slow_one(
-        control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path) -> None:
+        control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
+        crd: str) -> None:
     """Issue 26 item 3: two workers run train_step, one three times slower; under the span
     name each pod has its own lane, in the terminal, the SVG and -o json, the slow one
     marked, while the name's totals count both."""
@@ -106,6 +107,18 @@ def test_timeline_has_a_lane_per_pod_and_marks_the_slow_one(
     assert span["count"] == 60 and [p["name"] for p in span["pods"]] == [p for p, _ in pods]
     assert [p["slow"] for p in span["pods"]] == [False, True]
     assert span["pods"][1]["mean_s"] == pytest.approx(0.6)
+    # As a watcher writes it: the lanes survive the CRD's structural schema (nothing of them
+    # pruned), and the timeline read from the status shows them the same.
+    status = json.loads(invoke(control_plane, "state", task, "-n", namespace, "--from-events",
+                               "-o", "json").stdout)["status"]
+    assert sorted(status["spans"]["train_step"]["pods"]) == [p for p, _ in pods]
+    write_status(control_plane, namespace, task, status)
+    stored = json.loads(control_plane.kubectl_run(
+        "get", "taskfeedback", task, "-n", namespace, "-o", "json"))["status"]
+    assert stored["spans"] == status["spans"]
+    again = json.loads(invoke(control_plane, "timeline", task, "-n", namespace,
+                              "-o", "json").stdout)["spans"]
+    assert again[0]["pods"] == span["pods"]
 
 
 def test_timeline_hostile_names_and_no_spans(control_plane: ControlPlane, admin: Any,

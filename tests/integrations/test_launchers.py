@@ -4,7 +4,8 @@ torchrun, accelerate launch, DeepSpeed's launcher and MPI (Open MPI's mpirun, MP
 not at 50 % for ever. The launchers that run on CPU here run for real; DeepSpeed's is not
 installed (it needs its own ops and accelerator), so its two processes are started with
 exactly the environment deepspeed/launcher/launch.py gives them (cited there and in
-integrations/report.py)."""
+integrations/report.py). Lightning runs under torchrun and DeepSpeed's environment (under
+mpirun its MPIEnvironment needs mpi4py, which the frameworks' venv does not hold)."""
 
 from __future__ import annotations
 

@@ -44,13 +44,14 @@ def post_event(kube: Client, ns: str, body: dict[str, Any], pause: float = 0.1) 
 
 
 class Watcher:
-    """One watcher for namespace ``ns``, no leader election, logs to ``log``."""
+    """One watcher for namespace ``ns``, no leader election, logs to ``log`` (``exe``: the
+    ``tidings`` of another checkout, for a baseline)."""
 
-    def __init__(self, kubeconfig: str, ns: str, log: Path, flags: list[str] | None = None
-                 ) -> None:
+    def __init__(self, kubeconfig: str, ns: str, log: Path, flags: list[str] | None = None,
+                 exe: Path | None = None) -> None:
         self.log = open(log, "ab")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
-            [str(REPO / ".venv/bin/tidings"), "watcher", "run", "--kubeconfig", kubeconfig,
+            [str(exe or REPO / ".venv/bin/tidings"), "watcher", "run", "--kubeconfig", kubeconfig,
              "-n", ns, "--no-leader-elect", "--metrics-host", "127.0.0.1", "--metrics-port",
              "0", "--log-level", "WARNING", *(flags or [])],
             stdout=subprocess.PIPE, stderr=self.log, text=True)

@@ -47,12 +47,16 @@ from tidings.schemas.contract import (
     task_selector,
     taskfeedback_path,
 )
+from tidings.schemas.folding import observe
 from tidings.schemas.kinds import NAMED_KINDS, Kind, Scalar
+from tidings.schemas.observed import PodVerdict, gone, pod_verdict
+from tidings.schemas.platform import PodTask, pod_task
 from tidings.schemas.rejection import Rejection, RejectReason
 from tidings.schemas.state import Named, NamedValue
 from tidings.schemas.times import format_seconds
 
 if TYPE_CHECKING:
+    from tidings.watcher.platform import PlatformTasks
     from tidings.watcher.senders import Senders
 
 SOURCE_CR = "TaskFeedback"
@@ -228,6 +232,22 @@ def senders(kube: Kube) -> Senders:
     return found
 
 
+def platform(kube: Kube) -> PlatformTasks:
+    """The watcher's reading of platform objects over this client (one per client), read by
+    name here (the watcher has them from its watches)."""
+    found = getattr(kube, "_tidings_platform", None)
+    if found is None:
+        from tidings.watcher.platform import PlatformTasks
+
+        found = PlatformTasks(kube.client)
+        kube._tidings_platform = found  # type: ignore[attr-defined]
+    return found
+
+
+def _unreachable(what: str) -> CliError:
+    return CliError(f"cannot verify {what}: the API server did not answer", EXIT_UNREACHABLE)
+
+
 def refusal(kube: Kube, ref: TaskRef, p: object, uid: str | None = None
             ) -> tuple[str, str] | None:
     """Why the watcher would not apply a parse result to task ``ref`` whose TaskFeedback has
@@ -241,10 +261,18 @@ def refusal(kube: Kube, ref: TaskRef, p: object, uid: str | None = None
 
     verdict = senders(kube).check(p)
     if verdict is Retry.LATER:
-        raise CliError(f"cannot verify the sender of event {safe(p.name)}: the API server "
-                       "did not answer", EXIT_UNREACHABLE)
+        raise _unreachable(f"the sender of event {safe(p.name)}")
     if verdict is not None:
         return verdict.reason.value, verdict.message
+    s = p.sender
+    known, info = senders(kube).lookup((s.namespace or ref.namespace, s.name, s.uid))
+    claim = platform(kube).check_claim(
+        ref, info if known and isinstance(info, PodTask) and info.task == ref.name else None,
+        s.name)
+    if claim is Retry.LATER:
+        raise _unreachable(f"the owner the sender of event {safe(p.name)} claims")
+    if isinstance(claim, Rejection):
+        return claim.reason.value, claim.message
     if p.regarding_uid and uid is not None and p.regarding_uid != uid:
         return (RejectReason.OTHER_OBJECT.value, f"the event names TaskFeedback uid "
                 f"{safe(p.regarding_uid)}, not the task's object ({uid or 'none exists'})")
@@ -291,8 +319,7 @@ def _pod_facts(kube: Kube, ref: TaskRef) -> list[ParsedEvent]:
             continue
         info = senders(kube).task_of(p)
         if info is Retry.LATER:
-            raise CliError(f"cannot verify the sender of event {safe(p.name)}: the API server "
-                           "did not answer", EXIT_UNREACHABLE)
+            raise _unreachable(f"the sender of event {safe(p.name)}")
         if not isinstance(info, Rejection) and info.task == ref.name:
             out.append(as_task_fact(p, info.task))
     return out
@@ -322,7 +349,46 @@ def from_events(kube: Kube, ref: TaskRef, cr_error: ApiError | None = None,
             parsed.append(fact)
         else:
             refusals.add(why[0], sender_of(fact), why[1])
-    return Snapshot(fold_all(ref, parsed), SOURCE_EVENTS, refusals, rv, object_uid=uid)
+    state = fold_all(ref, parsed)
+    return Snapshot(_observed(kube, ref, state), SOURCE_EVENTS, refusals, rv, object_uid=uid)
+
+
+def _observed(kube: Kube, ref: TaskRef, state: TaskState) -> TaskState:
+    """What the task's pods and its platform object say now (their objects, as the watcher
+    reads them), folded beside its facts. What only a watcher that watched can know is
+    missing here: how a pod that is gone ended (it shows as deleted), and a wait that is
+    over."""
+    from tidings.cli.lineage import list_labelled, task_keys
+    from tidings.watcher.senders import Retry
+
+    now = datetime.now(UTC)
+    verdicts: list[PodVerdict] = []
+    listed: set[tuple[str, str]] = set()
+    for key in task_keys():
+        try:
+            pods, _ = list_labelled(kube, ref.namespace, ref.name, key)
+        except ApiError as err:
+            if not err.forbidden:
+                raise
+            # Without the right to list pods, the facts still say what they say (get on
+            # pods verifies their senders).
+            return observe(state, platform=platform(kube).outcome(ref))
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            name = str(meta.get("name") or "")
+            listed.add((name, str(meta.get("uid") or "")))
+            v = pod_verdict(pod, seen=now)
+            if v is not None:
+                verdicts.append(v)
+            if platform(kube).check_claim(ref, pod_task(meta, task_keys()), name) \
+                    is Retry.LATER:
+                raise _unreachable(f"the owner pod {safe(name)} claims")
+    if state.counters.get("events_applied", 0) and not state.finished:
+        verdicts += [gone(name, uid, now) for name, uid in state.pods
+                     if (name, uid) not in listed]
+    return observe(state, [v for v in verdicts if v.terminal],
+                   waiting=[v for v in verdicts if not v.terminal],
+                   platform=platform(kube).outcome(ref))
 
 
 def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = True
@@ -531,12 +597,24 @@ def render(snap: Snapshot) -> Any:
             eta = st.progress.eta
             head.add_row("ETA", _t(f"{format_seconds(eta)} ({_until(eta)})"))
         r = st.roster
-        workers = f"{r.finals} of {max(len(r.marks), r.declared)} final"
-        head.add_row("Workers", _t(workers + (f", {r.failures} failed" if r.failures else "")))
+        workers = f"{r.finals + r.pod_finals} of {max(len(r.marks), r.declared)} final"
+        failures = r.failures + r.pod_failures
+        if failures:
+            workers += f", {failures} " + ("retried" if st.observed.platform is not None
+                                           else "failed")
+        if r.pod_finals:
+            workers += f" ({r.pod_finals} by their pod's end)"
+        head.add_row("Workers", _t(workers))
     else:
         head.add_row("Progress", _t("no progress reported"))
     phase = st.phase
     head.add_row("Phase", _t(phase, {SUCCEEDED: "green", FAILED: "red"}.get(phase, "yellow")))
+    for ctype, reason, message in _notable_conditions(st):
+        head.add_row(ctype, _t(f"{reason}: {message}", "red" if ctype == "Failed" else "yellow"))
+    platform = st.observed.platform
+    if platform is not None:
+        head.add_row("Platform", _t(f"{platform.kind} {platform.name} {platform.phase}"
+                                    + (f" ({platform.reason})" if platform.reason else "")))
     head.add_row("Last event", _t(_ago(st.last_event_time)))
     if st.warnings:
         head.add_row("Warnings", _t(st.warnings, "red"))
@@ -564,12 +642,25 @@ def render(snap: Snapshot) -> Any:
                       _t(fmt_seconds(s.min_s)), _t(fmt_seconds(s.max_s)),
                       _t(s.errors, "red" if s.errors else ""))
         parts.append(t)
-    if len(st.workers) > 1 or any(w.failed for w in st.workers.values()):
-        t = table("Workers", "POD", "PROGRESS", "STATE", "MESSAGE")
-        for name, w in sorted(st.workers.items()):
-            state = "failed" if w.failed else "final" if w.final else "running"
-            t.add_row(_t(name), _t(f"{w.fraction * 100:.1f}%"),
-                      _t(state, "red" if w.failed else ""), _t(w.message))
+    ended = st.observed.pods
+    if len(st.workers) > 1 or any(w.failed for w in st.workers.values()) or ended:
+        t = table("Workers", "POD", "PROGRESS", "STATE", "MESSAGE",
+                  *(("POD ENDED",) if ended else ()))
+        for name in sorted(set(st.workers) | set(ended)):
+            state, bad = worker_state(st, name)
+            w = st.workers.get(name)
+            row = [_t(name), _t(f"{w.fraction * 100:.1f}%" if w is not None else "-"),
+                   _t(state, "red" if bad else ""), _t(w.message if w is not None else "")]
+            if ended:
+                v = ended.get(name)
+                row.append(_t("" if v is None else pod_end_text(v), "red" if v is not None
+                              and v.failed else ""))
+            t.add_row(*row)
+        parts.append(t)
+    if st.observed.waiting:
+        t = table("Waiting pods", "POD", "REASON", "SINCE", "MESSAGE")
+        for name, v in sorted(st.observed.waiting.items()):
+            t.add_row(_t(name), _t(v.reason, "yellow"), _t(_ago(v.at)), _t(v.message))
         parts.append(t)
     if st.pods:
         t = table("Reporting pods", "POD", "UID", "EVENTS")
@@ -595,6 +686,41 @@ def render(snap: Snapshot) -> Any:
         footer += "; " + ", ".join(f"{k}={v}" for k, v in sorted(noisy.items()))
     parts.append(_t(footer, "dim"))
     return Group(*parts)
+
+
+def worker_state(st: TaskState, pod: str) -> tuple[str, bool]:
+    """A worker's state for the table, and whether it is bad news: what its process said
+    (final, failed), else what its pod says (``(pod)``: it ended without a final report), a
+    failed attempt under a platform that decides (retried), or running."""
+    w = st.workers.get(pod)
+    v = st.observed.pods.get(pod)
+    if w is None:
+        return ("no report, " + ("failed" if v is not None and v.failed else "ended"),
+                v is not None and v.failed)
+    if w.final:
+        failed, how = w.failed, ""
+    elif v is not None:
+        failed, how = v.failed, " (pod)"
+    else:
+        return "running", False
+    if failed and st.observed.platform is not None and st.phase != FAILED:
+        return "retried" + how, False
+    return ("failed" if failed else "final") + how, failed
+
+
+def pod_end_text(v: PodVerdict) -> str:
+    """``Failed: OOMKilled (exit 137)``: how a pod ended, in a cell."""
+    text = f"{v.phase}: {v.reason}"
+    return text + (f" (exit {v.exit_code})" if v.exit_code else "")
+
+
+def _notable_conditions(st: TaskState) -> list[tuple[str, str, str]]:
+    """The conditions worth a line of their own: a failure, a pod waiting."""
+    out = []
+    for c in st.to_status().get("conditions", []):
+        if c["status"] == "True" and c["type"] in ("Failed", "PodsWaiting"):
+            out.append((c["type"], c["reason"], c["message"]))
+    return out
 
 
 def named_cells(kind: Kind, name: str, entry: Named) -> list[Any]:

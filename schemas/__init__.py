@@ -7,7 +7,7 @@ every field, and empty maps, zero counters and absent values are left out)::
 
     schemaVersion: 2
     phase:      Pending | Running | Succeeded | Failed      # the completion rule (folding.py)
-    conditions: [Completed, Failed]                        # metav1.Condition
+    conditions: [Completed, Failed, PodsWaiting?]          # metav1.Condition
     progress:   {percent, percentText, message, estimatedCompletionTime?}  # the aggregate
     linkCount:  int;  deck: latest deck name               # printer columns
     links:      {name: {url, at, events}}                  # LWW per name by ``at``
@@ -20,15 +20,19 @@ every field, and empty maps, zero counters and absent values are left out)::
     workers:    [{pod, fraction, message?, final?, failed?, workers?, at, events,
                   firstAt?, firstFraction?}]          # the 64 smallest pod names, in detail
     roster:     {reporting, final, failed?, declared?, firstFailure?: {pod, at, message},
-                 lastFinal?, marks}             # every pod: what the completion rule reads
+                 lastFinal?, marks, outcomes?}  # every pod: what the completion rule reads
+    podOutcomes: [{pod, uid, phase, reason, message?, exitCode?, at, explained?}]
+                                    # how pods ended, as their objects say (observed.py)
+    waitingPods: [{pod, uid, reason, message?, exitCode?, since}]   # why pods wait, now
+    platform:   {apiVersion, kind, name, uid, phase, reason?, message?, at?}  # its owner
     pods:       [{name, uid, events}]                      # sender pods, sorted
     unknownTypes: {type: events}
     counters:   {eventsApplied, duplicates, warnings, ...}  # non-zero ones only
     firstEventTime, lastEventTime: RFC 3339
     applied:    "inst=lo-hi,seq@created inst2=..."         # the version vector, one string
     compactedBefore: RFC 3339                              # dedup compaction watermark
-    budgetDropped: {pods?, unknownTypes?, workerMessages?, spanLanes?, metricHistory?, metrics?,
-                    spans?, decks?, links?}
+    budgetDropped: {pods?, podOutcomes?, unknownTypes?, workerMessages?, spanLanes?,
+                    metricHistory?, metrics?, spans?, decks?, links?}
 
 ``at`` is the order key ``"<eventTime> <instance> <seq>"``. ``events`` counts the events that
 targeted an entry.

@@ -75,6 +75,7 @@ from tidings._compat import UTC
 from .event import ParsedEvent, TaskRef
 from .history import merge as merge_report
 from .kinds import KINDS, Kind, Report
+from .observed import Observed, PlatformOutcome, PodVerdict
 from .payloads import (
     Payload,
     PodSpawned,
@@ -91,9 +92,12 @@ from .roster import (
     Failure,
     Mark,
     OrderKey,
+    PodEnd,
     Roster,
+    insert_end,
     mark_bits,
     pod_hash,
+    with_ends,
 )
 from .state import (
     _INT_MAX,
@@ -526,8 +530,12 @@ class _Work:
     def roster(self) -> Roster:
         if self.marks_w is None:
             return self.state.roster
-        return Roster(self.marks_w, self.declared, self.finals, self.failures,
-                      self.permyriads, self.first_failure, self.last_final)
+        r = self.state.roster
+        out = Roster(self.marks_w, self.declared, self.finals, self.failures,
+                     self.permyriads, self.first_failure, self.last_final, r.ends)
+        # The pods' ends count only for pods without a final of their own: a new mark or
+        # final moves those tallies (rarely: only a task with an ended pod has ends).
+        return with_ends(out) if r.ends else out
 
 
 Apply = Callable[[_Work, ParsedEvent, Payload, datetime], None]
@@ -765,6 +773,7 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
         state.unknown if w.unknown_w is None else w.unknown_w,
         warnings,
         w.roster(),
+        state.observed,
         lim,
     ), k, due
 
@@ -814,7 +823,8 @@ def _compacted(state: TaskState, c: int) -> TaskState:
     return _new_task_state(
         state.task, state.named, state.spans, state.workers,
         state.pod_events, applied, times, watermark, state.first_event_time,
-        state.last_event_time, counters, state.unknown, state.warnings, state.roster, state.limits)
+        state.last_event_time, counters, state.unknown, state.warnings, state.roster,
+        state.observed, state.limits)
 
 
 def _fold_events(state: TaskState, events: Sequence[ParsedEvent], count_dups: bool = True,
@@ -837,7 +847,7 @@ def _with_counter(state: TaskState, name: str) -> TaskState:
         state.task, state.named, state.spans, state.workers,
         state.pod_events, state.applied, state.instance_times, state.watermark,
         state.first_event_time, state.last_event_time, counters, state.unknown,
-        state.warnings, state.roster, state.limits)
+        state.warnings, state.roster, state.observed, state.limits)
 
 
 # --- the public folds ---------------------------------------------------------------------
@@ -927,3 +937,87 @@ def fold_all(
 ) -> TaskState:
     """Fold ``events`` into a fresh state of ``task``."""
     return fold_many(new_state(task, limits), events)
+
+
+# --- observations: what the objects say, beside the facts -------------------------------
+
+
+def observe(state: TaskState, pods: Iterable[PodVerdict] = (), *,
+            waiting: Iterable[PodVerdict] | None = None,
+            platform: PlatformOutcome | None = None) -> TaskState:
+    """Merge what the task's pods' objects and its platform's object say
+    (schemas/observed.py) into ``state``. Pure and total like ``fold``; idempotent, and
+    order-insensitive among observations and with the facts: each is a join, and what it
+    decides is read from the joined state (a pod's own final, whenever it arrives, decides
+    over its pod's end: ``Roster.end_of``).
+
+    - ``pods``: pods that ended (a Waiting verdict is ignored here). Each pod's end joins the
+      one known (``PodVerdict.order``: explained over merely gone, then the later): in the
+      roster for every pod (the ``roster`` cap of smallest hashes, as its marks) and in
+      detail for the ``observed_pods`` smallest names.
+    - ``waiting``: the task's pods waiting now, one complete view (None: unchanged); it
+      replaces the one kept, less pods that have ended, the ``waiting`` smallest names.
+    - ``platform``: the outcome of the platform object owning the task, joined with the one
+      known (terminal over running, then the later).
+
+    Returns ``state`` itself when nothing changed."""
+    try:
+        return _observe(state, pods, waiting, platform)
+    except Exception:  # totality, as in fold: the counter makes the bug visible
+        return _with_counter(state, "fold_errors")
+
+
+def _observe(state: TaskState, pods: Iterable[PodVerdict], waiting: Iterable[PodVerdict] | None,
+             platform: PlatformOutcome | None) -> TaskState:
+    lim, r, o = state.limits, state.roster, state.observed
+    ends: dict[int, PodEnd] | None = None
+    detail: dict[str, PodVerdict] | None = None
+    for v in pods:
+        if not v.terminal:
+            continue
+        h = pod_hash(v.pod)
+        end = PodEnd(v.explained, epoch(v.at), v.failed)
+        known = (r.ends if ends is None else ends).get(h)
+        if known is None or end > known:
+            if ends is None:
+                ends = dict(r.ends)
+            insert_end(ends, h, end, lim.roster)
+        kept = (o.pods if detail is None else detail).get(v.pod)
+        if kept is None or v.order() > kept.order():
+            if detail is None:
+                detail = dict(o.pods)
+            if kept is None:
+                _insert_capped(detail, v.pod, v, lim.observed_pods, _no_events)
+            else:
+                detail[v.pod] = v
+    ended = r.ends if ends is None else ends
+    now_waiting = o.waiting
+    if waiting is not None:
+        view: dict[str, PodVerdict] = {}
+        for v in waiting:
+            kept = view.get(v.pod)
+            if not v.terminal and (kept is None or v.order() > kept.order()):
+                view[v.pod] = v
+        now_waiting = dict(sorted(view.items())[:lim.waiting])
+    if ends is not None or waiting is not None:
+        now_waiting = {p: v for p, v in now_waiting.items() if pod_hash(p) not in ended}
+        if now_waiting == o.waiting:
+            now_waiting = o.waiting
+    now_platform = o.platform
+    if platform is not None and (now_platform is None
+                                 or platform.order() > now_platform.order()):
+        now_platform = platform
+    if ends is None and detail is None and now_waiting is o.waiting \
+            and now_platform is o.platform:
+        return state
+    return _new_task_state(
+        state.task, state.named, state.spans, state.workers, state.pod_events, state.applied,
+        state.instance_times, state.watermark, state.first_event_time,
+        state.last_event_time, state.counters, state.unknown, state.warnings,
+        r if ends is None else with_ends(r, ends),
+        Observed(o.pods if detail is None else detail, now_waiting, now_platform),
+        state.limits)
+
+
+def _no_events(v: object) -> int:
+    return 0

@@ -40,6 +40,9 @@ class RejectReason(StrEnum):
     # a fact of a run whose finished TaskFeedback the TTL deleted, arriving after the delete
     DELETED_TASK = "deleted_task"
     UNKNOWN_TASK = "unknown_task"  # a fact about a pod whose labels cannot be read (gone)
+    # a pod whose labels claim an owner (a Job's controller-uid, ...) no live object has: a
+    # forged claim, or a pod of a deleted object whose name a new one took
+    UNVERIFIED_OWNER = "unverified_owner"
 
 
 # pydantic error types raised by the payload validators that have a reason of their own.

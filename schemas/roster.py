@@ -65,10 +65,25 @@ class Failure(NamedTuple):
     message: str
 
 
+class PodEnd(NamedTuple):
+    """How a pod ended as its object says it (schemas/observed.py), compact: ``explained``
+    when the object said how (False: only that it is gone), ``at`` in epoch seconds, and
+    whether it failed. Tuple order is the join: the larger end wins."""
+
+    explained: bool
+    at: int
+    failed: bool
+
+
 class Roster(NamedTuple):
     """Every reporting pod's mark (by pod hash, the ``roster`` cap smallest kept), the
     declared worker count (the largest ``Progress.workers``), the first failure and the
-    latest final's order key. ``finals`` and ``failures`` count the marks so flagged."""
+    latest final's order key. ``finals`` and ``failures`` count the marks so flagged.
+
+    ``ends``: how each observed pod ended (by pod hash, the same cap), what the pods say
+    beside what their processes said. A reporting pod without a final of its own whose pod
+    ended is final by its end: ``pod_finals`` and ``pod_failures`` count those marks, and
+    ``pod_first_failure``/``pod_last_final`` date them (see ``with_ends``)."""
 
     marks: Mapping[int, Mark]
     declared: int = 0
@@ -77,9 +92,64 @@ class Roster(NamedTuple):
     permyriads: int = 0  # the marks' fractions summed, in 1/10,000
     first_failure: Failure | None = None
     last_final: OrderKey | None = None
+    ends: Mapping[int, PodEnd] = {}
+    pod_finals: int = 0
+    pod_failures: int = 0
+    pod_first_failure: tuple[int, int] | None = None  # (epoch seconds, pod hash)
+    pod_last_final: int | None = None  # epoch seconds
+
+    def end_of(self, h: int) -> PodEnd | None:
+        """The end that decides the pod ``h``'s outcome: its pod's, when it reported no
+        final of its own (None: its own final decides, or it has not ended)."""
+        end = self.ends.get(h)
+        if end is None:
+            return None
+        m = self.marks.get(h)
+        return end if m is None or not m.bits & FINAL else None
 
 
 EMPTY_ROSTER = Roster({})
+
+
+def with_ends(r: Roster, ends: Mapping[int, PodEnd] | None = None) -> Roster:
+    """``r`` with ``ends`` (default: its own) and the tallies the ends decide recomputed:
+    over the reporting pods (marks) without a final of their own whose pod ended. A function
+    of the marks and the ends alone, so as order-insensitive as they are."""
+    ends = r.ends if ends is None else ends
+    finals = failures = 0
+    first: tuple[int, int] | None = None
+    last: int | None = None
+    marks = r.marks
+    for h, end in ends.items():
+        m = marks.get(h)
+        if m is None or m.bits & FINAL:
+            continue
+        finals += 1
+        if end.failed:
+            failures += 1
+            if first is None or (end.at, h) < first:
+                first = (end.at, h)
+        if last is None or end.at > last:
+            last = end.at
+    return r._replace(ends=ends, pod_finals=finals, pod_failures=failures,
+                      pod_first_failure=first, pod_last_final=last)
+
+
+def insert_end(ends: dict[int, PodEnd], h: int, end: PodEnd, cap: int) -> bool:
+    """Join ``end`` into the pod ``h``'s end, keeping the ``cap`` smallest hashes (as the
+    marks are kept); True when something changed."""
+    cur = ends.get(h)
+    if cur is not None:
+        if end > cur:
+            ends[h] = end
+            return True
+        return False
+    if len(ends) >= cap:
+        if cap <= 0 or h > max(ends):
+            return False
+        del ends[max(ends)]
+    ends[h] = end
+    return True
 
 
 def counts(marks: Mapping[int, Mark]) -> tuple[int, int, int]:
@@ -99,17 +169,33 @@ def counts(marks: Mapping[int, Mark]) -> tuple[int, int, int]:
 # LEB128 varint; all of it base64. About 12 characters a pod (10,000 pods: ~120 kB).
 
 
+def _varint(out: bytearray, n: int) -> None:
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _read_varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if i >= len(data) or shift > 62:
+            raise ValueError("bad varint")
+        b = data[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, i
+
+
 def encode_marks(marks: Mapping[int, Mark]) -> str:
     out = bytearray()
     for h in sorted(marks):
         m = marks[h]
         out += h.to_bytes(_HASH_BYTES, "big")
         out += m.bits.to_bytes(2, "big")
-        n = m.events
-        while n >= 0x80:
-            out.append((n & 0x7F) | 0x80)
-            n >>= 7
-        out.append(n)
+        _varint(out, m.events)
     return base64.b64encode(bytes(out)).decode("ascii")
 
 
@@ -123,23 +209,47 @@ def decode_marks(text: str) -> dict[int, Mark]:
             raise ValueError("truncated roster")
         h = int.from_bytes(data[i:i + _HASH_BYTES], "big")
         bits = int.from_bytes(data[i + _HASH_BYTES:i + _HASH_BYTES + 2], "big")
-        i += _HASH_BYTES + 2
-        events = shift = 0
-        while True:
-            if i >= n or shift > 62:
-                raise ValueError("bad roster event count")
-            b = data[i]
-            i += 1
-            events |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                break
+        events, i = _read_varint(data, i + _HASH_BYTES + 2)
         if h <= last or (bits & FRACTION_MASK) > FRACTION_SCALE or events < 1:
             raise ValueError("bad roster entry")
         if bits & FAILED and not bits & FINAL:
             raise ValueError("bad roster entry")
         last = h
         out[h] = Mark(bits, events)
+    return out
+
+
+# The ends: per pod, sorted by hash, the 6-byte hash, one byte of flags (1: explained, 2:
+# failed) and the epoch seconds as an unsigned LEB128 varint; all of it base64. About 16
+# characters a pod.
+_END_EXPLAINED, _END_FAILED = 1, 2
+
+
+def encode_ends(ends: Mapping[int, PodEnd]) -> str:
+    out = bytearray()
+    for h in sorted(ends):
+        e = ends[h]
+        out += h.to_bytes(_HASH_BYTES, "big")
+        out.append((_END_EXPLAINED if e.explained else 0) | (_END_FAILED if e.failed else 0))
+        _varint(out, e.at)
+    return base64.b64encode(bytes(out)).decode("ascii")
+
+
+def decode_ends(text: str) -> dict[int, PodEnd]:
+    """The inverse of ``encode_ends``; ValueError on anything it could not have written."""
+    data = base64.b64decode(text.encode("ascii"), validate=True)
+    out: dict[int, PodEnd] = {}
+    i, n, last = 0, len(data), -1
+    while i < n:
+        if i + _HASH_BYTES + 2 > n:
+            raise ValueError("truncated pod ends")
+        h = int.from_bytes(data[i:i + _HASH_BYTES], "big")
+        flags = data[i + _HASH_BYTES]
+        at, i = _read_varint(data, i + _HASH_BYTES + 1)
+        if h <= last or flags > 3 or at > 2**40:
+            raise ValueError("bad pod end")
+        last = h
+        out[h] = PodEnd(bool(flags & _END_EXPLAINED), at, bool(flags & _END_FAILED))
     return out
 
 

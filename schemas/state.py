@@ -25,6 +25,17 @@ from .event import ParsedEvent, TaskRef
 from .history import Series
 from .kinds import BUDGET_STEPS, KINDS, NAMED_KINDS, Kind, Scalar
 from .note import valid_instance, valid_seq
+from .observed import (
+    EMPTY_OBSERVED,
+    WAITING,
+    Observed,
+    PlatformOutcome,
+    PodVerdict,
+    clean_message,
+    clean_reason,
+    exit_code_of,
+)
+from .payloads import cut_text
 from .roster import (
     EMPTY_ROSTER,
     FRACTION_MASK,
@@ -33,11 +44,16 @@ from .roster import (
     OrderKey,
     Roster,
     counts,
+    decode_ends,
     decode_marks,
+    encode_ends,
     encode_marks,
     pod_hash,
     roster_of,
+    with_ends,
 )
+from .roster import FAILED as FAILED_BIT
+from .roster import FINAL as FINAL_BIT
 from .times import epoch, format_seconds, format_time, from_epoch, parse_time
 from .version_vector import VersionVector
 
@@ -52,13 +68,14 @@ MESSAGE_LIMIT = 256
 # bench/bench_status_write.py), so this also bounds the cost of a write at every cap.
 STATUS_BUDGET = 64 * 1024
 # What ``to_status(budget=...)`` gives up, in this order, while the status is over budget:
-# the sender pods first, then each kind's section by its ``drop_rank``, or the detail of its
-# entries by its ``detail_rank`` (schemas/kinds.py, ``BUDGET_STEPS``). Dedup data, phase,
-# conditions, progress, workers, the roster and counters are never dropped. Entries go from
-# the end of a section (the largest names first), a section at a time; ``workerMessages``
-# empties the workers' messages (their progress stays), ``metricHistory`` the metrics'
-# histories (their values and extremes stay).
-BUDGET_DROP_ORDER: tuple[str, ...] = ("pods", *(drop for drop, _, _ in BUDGET_STEPS))
+# the sender pods and the pods' outcomes first, then each kind's section by its
+# ``drop_rank``, or the detail of its entries by its ``detail_rank`` (schemas/kinds.py,
+# ``BUDGET_STEPS``). Dedup data, phase, conditions, progress, workers, the roster and counters
+# are never dropped. Entries go from the end of a section (the largest names first), a
+# section at a time; ``workerMessages`` empties the workers' messages (their progress stays),
+# ``metricHistory`` the metrics' histories (their values and extremes stay).
+BUDGET_DROP_ORDER: tuple[str, ...] = ("pods", "podOutcomes",
+                                      *(drop for drop, _, _ in BUDGET_STEPS))
 # How far past the API server's creationTimestamp a sender's eventTime may order its event
 # (watcher --clock-skew). Node clocks are NTP-synced (milliseconds apart) and
 # creationTimestamp has whole seconds, so an honest eventTime is less than 1 s past it; 2 s
@@ -99,6 +116,10 @@ class Limits:
     # Pods the roster keeps (the completion rule sees every one of them): twice the largest
     # worker count a task can declare, so retried pods of the largest task still fit.
     roster: int = 2 * WORKERS_MAX
+    # Pods whose end (as their object said it) is kept in detail (every pod's is in the
+    # roster, compact), and pods shown waiting (ImagePullBackOff, Unschedulable, ...).
+    observed_pods: int = 64
+    waiting: int = 16
     # How far past creationTimestamp an eventTime may order its event (watcher --clock-skew).
     clock_skew: timedelta = CLOCK_SKEW
     # Dedup compaction: the transport's event TTL plus a margin, and the instances kept.
@@ -221,6 +242,8 @@ class TaskState:
     unknown: Mapping[str, int]  # unknown payload type -> events
     warnings: int
     roster: Roster  # every reporting pod's outcome: what the completion rule reads
+    # What the pods' objects and the platform's object say (schemas/observed.py).
+    observed: Observed
     limits: Limits = field(default=DEFAULT_LIMITS, compare=False)
 
     def registers(self, kind: Kind) -> Mapping[str, Named]:
@@ -315,7 +338,8 @@ class TaskState:
             return st
         size = len(orjson.dumps(st)) + _DROPPED_RESERVE
         dropped: dict[str, int] = {}
-        for drop, section, detail in (("pods", "pods", ""), *BUDGET_STEPS):
+        for drop, section, detail in (("pods", "pods", ""), ("podOutcomes", "podOutcomes", ""),
+                                      *BUDGET_STEPS):
             if size <= budget:
                 break
             entries = st.get(section)
@@ -366,8 +390,9 @@ class TaskState:
             st["spans"] = {k: _span_json(s) for k, s in sorted(self.spans.items())}
         if self.workers:
             st["workers"] = [_worker_json(k, w) for k, w in sorted(self.workers.items())]
-        if self.roster.marks:
+        if self.roster.marks or self.roster.ends:
             st["roster"] = _roster_json(self.roster)
+        _observed_json(self.observed, st)
         if self.pod_events:
             st["pods"] = [
                 {"name": n, "uid": u, "events": c} for (n, u), c in sorted(self.pod_events.items())
@@ -414,6 +439,7 @@ def new_state(task: TaskRef, limits: Limits = DEFAULT_LIMITS) -> TaskState:
         unknown={},
         warnings=0,
         roster=EMPTY_ROSTER,
+        observed=EMPTY_OBSERVED,
         limits=limits,
     )
 
@@ -516,6 +542,42 @@ def _roster_json(r: Roster) -> dict[str, Any]:
     if r.last_final is not None:
         out["lastFinal"] = _key_text(r.last_final)
     out["marks"] = encode_marks(r.marks)
+    if r.ends:
+        out["outcomes"] = encode_ends(r.ends)
+    return out
+
+
+def _observed_json(o: Observed, st: dict[str, Any]) -> None:
+    """``podOutcomes``, ``waitingPods`` and ``platform``: what the objects said, in ``st``."""
+    if o.pods:
+        st["podOutcomes"] = [_verdict_json(v, "at") for _, v in sorted(o.pods.items())]
+    if o.waiting:
+        st["waitingPods"] = [_verdict_json(v, "since") for _, v in sorted(o.waiting.items())]
+    p = o.platform
+    if p is not None:
+        out: dict[str, Any] = {"apiVersion": p.api_version, "kind": p.kind, "name": p.name,
+                               "uid": p.uid, "phase": p.phase}
+        if p.reason:
+            out["reason"] = p.reason
+        if p.message:
+            out["message"] = p.message
+        if p.at is not None:
+            out["at"] = format_seconds(p.at)
+        st["platform"] = out
+
+
+def _verdict_json(v: PodVerdict, time_key: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"pod": v.pod, "uid": v.uid}
+    if v.terminal:
+        out["phase"] = v.phase
+    out["reason"] = v.reason
+    if v.message:
+        out["message"] = v.message
+    if v.exit_code is not None:
+        out["exitCode"] = v.exit_code
+    out[time_key] = format_seconds(v.at)
+    if not v.explained:
+        out["explained"] = False
     return out
 
 
@@ -531,33 +593,98 @@ def _progress_json(agg: TaskProgress, phase: str) -> dict[str, Any]:
 
 # The rule reads the roster (every reporting pod), never the capped detailed records, so no
 # failed or final report is lost to a cap and a task of up to WORKERS_MAX declared workers
-# completes.
+# completes. Who decides what (the README's "What the status means"):
+# - a platform object that owns the task (``observed.platform``: a Job, JobSet, Workflow or
+#   TrainJob whose controller reports on it) decides its outcome alone: its terminal
+#   condition is the task's phase, and a worker that failed is an attempt it may retry;
+# - otherwise the workers do: a failed final fails the task, and it succeeds once every
+#   reporting pod is final (and at least ``declared`` of them);
+# - a reporting pod is final by its own final report, else by its pod's end (the kubelet's
+#   word: Succeeded, or Failed with its reason; deleted): what the process said is kept
+#   beside what the pod says, and decides when it said it.
 
 
 def _phase(state: TaskState) -> str:
     r = state.roster
-    if r.first_failure is not None:  # (also from a pod beyond the roster's cap)
-        return FAILED
+    platform = state.observed.platform
+    if platform is not None and platform.terminal:
+        return platform.phase
     n = len(r.marks)
-    if n and r.finals == n and n >= r.declared:
-        return SUCCEEDED
-    if state.counters.get("events_applied", 0) or n:
-        return RUNNING
-    return PENDING
+    started = bool(state.counters.get("events_applied", 0) or n)
+    if platform is None:
+        if r.first_failure is not None or r.pod_failures:  # (also beyond the roster's cap)
+            return FAILED
+        if n and r.finals + r.pod_finals == n and n >= r.declared:
+            return SUCCEEDED
+    return RUNNING if started else PENDING
 
 
-def _fraction_sum(state: TaskState) -> float:
-    """Every reporting pod's fraction summed: a detailed record's own (latest) fraction,
-    else the largest fraction the pod reported (its mark)."""
+def _retried(r: Roster, h: int, bits: int) -> bool:
+    """Whether the pod ``h`` (mark ``bits``) failed: a failed final of its own, else its
+    pod's failed end. Under a platform that retries, such a worker is a retried attempt."""
+    if bits & FINAL_BIT:
+        return bool(bits & FAILED_BIT)
+    end = r.ends.get(h)
+    return end is not None and end.failed
+
+
+def _fraction_sum(state: TaskState, platform: bool) -> tuple[float, int]:
+    """Every reporting pod's fraction summed, and how many pods that counts: a detailed
+    record's own (latest) fraction, else the largest fraction the pod reported (its mark);
+    a pod that ended well without a final of its own counts whole; under a platform
+    (``platform``) the failed attempts count not at all."""
     r = state.roster
-    permyriads = r.permyriads
+    marks = r.marks
+    permyriads, n = r.permyriads, len(marks)
+    whole: set[int] = set()
+    if r.pod_finals:
+        for h, end in r.ends.items():
+            m = marks.get(h)
+            if m is None or m.bits & FINAL_BIT:
+                continue
+            if not end.failed:
+                permyriads += FRACTION_SCALE - (m.bits & FRACTION_MASK)
+                whole.add(h)
+    if platform and (r.failures or r.pod_failures):
+        for h, m in marks.items():
+            if _retried(r, h, m.bits):
+                permyriads -= m.bits & FRACTION_MASK
+                n -= 1
+                whole.add(h)
     detailed = 0.0
     for pod, w in state.workers.items():
-        m = r.marks.get(pod_hash(pod))
-        if m is not None:
+        h = pod_hash(pod)
+        m = marks.get(h)
+        if m is not None and h not in whole:
             permyriads -= m.bits & FRACTION_MASK
             detailed += w.fraction
-    return permyriads / FRACTION_SCALE + detailed
+    return permyriads / FRACTION_SCALE + detailed, n
+
+
+class _Failure(NamedTuple):
+    at: datetime
+    reason: str  # the Failed condition's reason
+    message: str
+
+
+def _first_failure(state: TaskState) -> _Failure | None:
+    """What failed the task first: a failed final of its own (WorkerFailed), or a reporting
+    pod's failed end without one (PodFailed), whichever is earlier."""
+    r = state.roster
+    own = r.first_failure
+    found = None if own is None else _Failure(
+        own.at[0], "WorkerFailed", own.message or "a worker reported failure")
+    if r.pod_first_failure is not None:
+        at_s, h = r.pod_first_failure
+        at = from_epoch(at_s)
+        if found is None or at < found.at:
+            v = next((v for pod, v in state.observed.pods.items() if pod_hash(pod) == h),
+                     None)
+            text = f"pod {v.pod} ended without a final report: {v.reason}" + (
+                f": {v.message}" if v.message else "") if v is not None else \
+                "a reporting pod failed without a final report"
+            found = _Failure(at, "PodFailed", cut_text(text, MESSAGE_LIMIT))
+    return found
 
 
 def _aggregate(state: TaskState, phase: str | None = None) -> TaskProgress | None:
@@ -565,11 +692,17 @@ def _aggregate(state: TaskState, phase: str | None = None) -> TaskProgress | Non
     if not r.marks:
         return None
     phase = phase or _phase(state)
-    fraction = _fraction_sum(state) / max(len(r.marks), r.declared)
+    platform = state.observed.platform
+    total, n = _fraction_sum(state, platform is not None)
+    fraction = total / max(n, r.declared, 1)
+    if platform is not None and phase == SUCCEEDED:
+        fraction = 1.0  # its object says the work is done, whatever the workers said
     ws = state.workers
-    if phase == FAILED and r.first_failure is not None:
-        # The first failure explains the outcome best.
-        msg = r.first_failure.message
+    failure = _first_failure(state) if phase == FAILED and platform is None else None
+    if platform is not None and phase == FAILED:
+        msg = _platform_text(platform)
+    elif failure is not None:
+        msg = failure.message  # the first failure explains the outcome best
     else:
         msg = max(ws.values(), key=lambda w: w.at).message if ws else ""
     eta = estimated_completion(state) if phase == RUNNING else None
@@ -583,13 +716,14 @@ def estimated_completion(state: TaskState) -> datetime | None:
     detailed workers that are not final, (t0, f0) the worker's earliest Progress and (t1,
     f1) its latest (order times: eventTime bounded by the server's clock). None when it
     cannot be estimated: a declared worker has not reported yet, a worker has no second
-    report or no progress since its first, or went backwards."""
+    report or no progress since its first, or went backwards. A worker whose pod ended is
+    final."""
     r = state.roster
-    if len(r.marks) < r.declared or r.finals == len(r.marks):
+    if len(r.marks) < r.declared or r.finals + r.pod_finals == len(r.marks):
         return None
     latest: datetime | None = None
-    for w in state.workers.values():
-        if w.final:
+    for pod, w in state.workers.items():
+        if w.final or (r.pod_finals and r.end_of(pod_hash(pod)) is not None):
             continue
         if w.first_at is None:
             return None
@@ -614,33 +748,87 @@ def _condition(ctype: str, true: bool, reason: str, message: str, at: datetime) 
             "message": message, "lastTransitionTime": format_seconds(at)}
 
 
-def _conditions(state: TaskState, phase: str) -> list[dict[str, Any]]:
-    """``Completed`` (the task is over, either way) and ``Failed``, metav1.Condition style.
+def _platform_text(p: PlatformOutcome) -> str:
+    said = f"{p.kind} {p.name} {p.phase.lower()}"
+    if p.reason:
+        said += f": {p.reason}"
+    return cut_text(said + (f": {p.message}" if p.message else ""), MESSAGE_LIMIT)
 
-    lastTransitionTime is the time of the deciding event (the first failed final; the last
-    final that made the rule hold), or of the first event while the condition is False, so
-    it is a function of the folded set, like everything else in the status.
+
+def _observed_since(state: TaskState) -> datetime | None:
+    """The earliest time an observation dates (a task with observations but no fact yet)."""
+    o = state.observed
+    times = [v.at for v in (*o.pods.values(), *o.waiting.values())]
+    if o.platform is not None and o.platform.at is not None:
+        times.append(o.platform.at)
+    return min(times, default=None)
+
+
+def _conditions(state: TaskState, phase: str) -> list[dict[str, Any]]:
+    """``Completed`` (the task is over, either way) and ``Failed``, metav1.Condition style,
+    and ``PodsWaiting`` while a pod of the task is not running for a reason (its reason).
+
+    lastTransitionTime is the time of the deciding fact or observation (the platform
+    object's terminal condition; the first failure; the last final that made the rule hold),
+    or of the first event while the condition is False, so it is a function of the folded
+    set, like everything else in the status.
     """
-    start = state.first_event_time
+    start = state.first_event_time or _observed_since(state)
     if start is None:
         return []
     r = state.roster
-    if phase == FAILED and r.first_failure is not None:
-        first = r.first_failure
-        at = first.at[0]
-        msg = first.message or "a worker reported failure"
-        return [_condition("Completed", True, FAILED, msg, at),
-                _condition("Failed", True, "WorkerFailed", msg, at)]
-    failed = _condition("Failed", False, "NoFailure", "no worker reported failure", start)
+    platform = state.observed.platform
+    waiting = _waiting_condition(state)
     n = len(r.marks)
-    if phase == SUCCEEDED and r.last_final is not None:
-        at = r.last_final[0]
-        msg = f"{n} worker{'s' if n != 1 else ''} reported a final progress"
-        return [_condition("Completed", True, SUCCEEDED, msg, at), failed]
     want = max(n, r.declared)
-    msg = f"{r.finals} of {want} workers final" if n else "no progress reported yet"
-    return [_condition("Completed", False, RUNNING, msg, start), failed]
+    finals = r.finals + r.pod_finals
+    if platform is not None:
+        if platform.terminal:
+            at = platform.at or start
+            msg = _platform_text(platform)
+            if phase == FAILED:
+                return [_condition("Completed", True, FAILED, msg, at),
+                        _condition("Failed", True, platform.reason or "PlatformFailed", msg,
+                                   at), *waiting]
+            return [_condition("Completed", True, SUCCEEDED, msg, at),
+                    _condition("Failed", False, "NoFailure", msg, at), *waiting]
+        msg = (f"{finals} of {want} workers final; " if n else "") + \
+            f"{platform.kind} {platform.name} decides the outcome"
+        return [_condition("Completed", False, RUNNING, msg, start),
+                _condition("Failed", False, "NoFailure", msg, start), *waiting]
+    failure = _first_failure(state) if phase == FAILED else None
+    if failure is not None:
+        return [_condition("Completed", True, FAILED, failure.message, failure.at),
+                _condition("Failed", True, failure.reason, failure.message, failure.at),
+                *waiting]
+    failed = _condition("Failed", False, "NoFailure", "no worker reported failure", start)
+    if phase == SUCCEEDED:
+        times = [] if r.last_final is None else [r.last_final[0]]
+        if r.pod_last_final is not None:
+            times.append(from_epoch(r.pod_last_final))
+        msg = f"{n} worker{'s' if n != 1 else ''} final"
+        if r.pod_finals:
+            msg += f" ({r.pod_finals} by their pod's end, without a final report)"
+        return [_condition("Completed", True, SUCCEEDED, msg, max(times, default=start)),
+                failed, *waiting]
+    msg = f"{finals} of {want} workers final" if n else "no progress reported yet"
+    return [_condition("Completed", False, RUNNING, msg, start), failed, *waiting]
 
+
+# Waiting pods a PodsWaiting condition names (the status lists them all).
+_WAITING_NAMED = 3
+
+
+def _waiting_condition(state: TaskState) -> list[dict[str, Any]]:
+    waiting = sorted(state.observed.waiting.values(), key=lambda v: (v.at, v.pod))
+    if not waiting:
+        return []
+    first = waiting[0]
+    text = "; ".join(f"pod {v.pod}: {v.message or v.reason}" for v in waiting[:_WAITING_NAMED])
+    if len(waiting) > _WAITING_NAMED:
+        text += f" (and {len(waiting) - _WAITING_NAMED} more)"
+    return [_condition("PodsWaiting", True, first.reason or WAITING,
+                       cut_text(text, 4 * MESSAGE_LIMIT), first.at)]
 
 
 K = TypeVar("K")
@@ -826,8 +1014,59 @@ def _roster(data: Any, workers: Mapping[str, ProgressState], lim: Limits
     finals, failures, permyriads = counts(marks)
     _need((first is not None or not failures) and (last is not None or not finals),
           "bad roster")
-    return Roster(marks, declared, finals, failures, permyriads, first,
-                  None if last is None else _key(last)), cut
+    raw_ends = data.get("outcomes", "")
+    _need(isinstance(raw_ends, str), "bad roster")
+    ends, _ = _trim(decode_ends(raw_ends), lim.roster, _no_weight)
+    return with_ends(Roster(marks, declared, finals, failures, permyriads, first,
+                            None if last is None else _key(last)), ends), cut
+
+
+def _no_weight(v: object) -> int:
+    return 0
+
+
+def _observed(st: Mapping[str, Any], lim: Limits) -> Observed:
+    """``podOutcomes``, ``waitingPods`` and ``platform`` as ``_observed_json`` wrote them."""
+    pods: dict[str, PodVerdict] = {}
+    waiting: dict[str, PodVerdict] = {}
+    for key, time_key, into in (("podOutcomes", "at", pods), ("waitingPods", "since", waiting)):
+        raw = st.get(key, [])
+        _need(isinstance(raw, list), f"bad {key}")
+        for v in raw:
+            verdict = _verdict(v, time_key, key == "podOutcomes")
+            into[verdict.pod] = verdict
+    pods, _ = _trim(pods, lim.observed_pods, _no_weight)
+    waiting, _ = _trim(waiting, lim.waiting, _no_weight)
+    platform: PlatformOutcome | None = None
+    raw_p = st.get("platform")
+    if raw_p is not None:
+        _need(isinstance(raw_p, Mapping), "bad platform")
+        f = {k: raw_p.get(k, "") for k in ("apiVersion", "kind", "name", "uid", "phase",
+                                          "reason", "message")}
+        _need(all(isinstance(x, str) and len(x) <= 320 for x in f.values())
+              and f["phase"] in (RUNNING, SUCCEEDED, FAILED) and bool(f["name"]),
+              "bad platform")
+        platform = PlatformOutcome(f["apiVersion"], f["kind"], f["name"], f["uid"],
+                                   f["phase"], clean_reason(f["reason"]),
+                                   clean_message(f["message"]), _time(raw_p.get("at")))
+    return Observed(pods, waiting, platform)
+
+
+def _verdict(v: Any, time_key: str, terminal: bool) -> PodVerdict:
+    _need(isinstance(v, Mapping), "bad pod outcome")
+    phase = v.get("phase", WAITING) if terminal else WAITING
+    _need(phase in ((SUCCEEDED, FAILED) if terminal else (WAITING,)), "bad pod outcome")
+    uid, reason, message = v.get("uid", ""), v.get("reason", ""), v.get("message", "")
+    explained = v.get("explained", True)
+    _need(isinstance(uid, str) and len(uid) <= 64 and type(explained) is bool
+          and isinstance(reason, str) and isinstance(message, str), "bad pod outcome")
+    code = v.get("exitCode")
+    _need(code is None or exit_code_of(code) is not None, "bad pod outcome")
+    at = _time(v.get(time_key))
+    _need(at is not None, "bad pod outcome")
+    assert at is not None
+    return PodVerdict(_name(v.get("pod"), 253), uid, phase, clean_reason(reason),
+                      clean_message(message), code, at, explained)
 
 
 def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState:
@@ -897,6 +1136,7 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
         unknown=unknown,
         warnings=warnings,
         roster=roster,
+        observed=_observed(st, lim),
         limits=lim,
     )
 

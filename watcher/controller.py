@@ -42,11 +42,15 @@ from .queue import WorkQueue
 from .reflector import Reflector
 from .senders import Retry, Senders, as_task_fact, kube_getter
 from .settings import Settings, task_keys
-from .store import Store
+from .store import Observations, Store
 from .ttl import TtlSweeper
-from .writer import StatusWriter
+from .writer import StatusWriter, controller_of
 
 log = logging.getLogger("tidings.watcher")
+
+# How long the facts of a new run wait for the garbage collector to delete the TaskFeedback
+# of the object it replaced (it takes seconds where kube-controller-manager runs).
+GC_GRACE_S = 60
 
 
 class EventSource:
@@ -118,8 +122,12 @@ class Controller:
         # events of each again, so a restart's relist cannot bring the task back either.
         self.late_after_ttl: set[TaskRef] = set()
         self.queue: WorkQueue[TaskRef] = WorkQueue()
-        self.senders = Senders(kube_getter(kube), keys=task_keys(settings))
-        self.platform = PlatformTasks(kube)
+        self.senders = Senders(kube_getter(kube), keys=task_keys(settings),
+                               on_change=self._observed_changed, holds=self._holds)
+        self.platform = PlatformTasks(kube, on_change=self._observed_changed)
+        # Tasks whose TaskFeedback is owned by an object a newer one of that name replaced:
+        # since when their new run's facts wait for the garbage collector to delete it.
+        self._replaced: dict[TaskRef, float] = {}
         # Facts about a sender's own pod, waiting for its labels to name their task.
         self._unresolved: queue.SimpleQueue[ParsedEvent] = queue.SimpleQueue()
         self.writer = StatusWriter(kube, self.store, metrics, interval=settings.write_interval,
@@ -129,7 +137,8 @@ class Controller:
                                    max_rate=settings.max_write_rate,
                                    budget=settings.write_budget,
                                    priority=settings.write_policy != "fifo",
-                                   owner_of=self.platform.owner)
+                                   owner_of=self.platform.owner,
+                                   owner_gone=lambda o: self.platform.verify(o) is False)
         self.ready = threading.Event()
         self._reflectors: list[Reflector] = []
         self._threads: list[threading.Thread] = []
@@ -152,7 +161,8 @@ class Controller:
             on_relist=lambda cause: self.metrics.relists.labels(cause).inc()
             if resource == "events" else None,
             on_restart=lambda: self.metrics.watch_restarts.labels(resource).inc(),
-            watch_timeout=self.s.watch_timeout, page_size=self.s.page_size)
+            watch_timeout=self.s.watch_timeout, page_size=self.s.page_size,
+            quiet=getattr(source, "quiet", None))
         self._reflectors.append(r)
         self._thread(r.run, f"reflector-{resource}")
         return r
@@ -164,11 +174,20 @@ class Controller:
         # One pod informer per task key and namespace: a selector cannot say "any of these".
         pods = [self._reflector(p, [("labelSelector", src.key)], src)
                 for p in self._paths(pods_path) for src in self.senders.sources()]
-        for r in pods:  # best effort: a cache miss falls back to a GET anyway
-            r.synced.wait(10)
+        # One informer per platform kind and namespace (Jobs, JobSets, Workflows, TrainJobs).
+        objects = [self._reflector(src.kind.path(ns), [], src)
+                   for ns in [*self.s.namespaces] or [""] for src in self.platform.sources()]
+        # Best effort (a cache miss falls back to a GET anyway), and never long for the
+        # platform kinds, some of which may not be served here at all.
+        for readers, seconds in ((pods, 10.0), (objects, 2.0)):
+            deadline = time.monotonic() + seconds
+            for r in readers:
+                r.synced.wait(max(0.0, deadline - time.monotonic()))
         self.writer.start()
         for i in range(self.s.concurrency):
             self._thread(self._fold_worker, f"fold-{i}")
+        # The unfinished tasks' pods may have ended, or gone, while no watcher watched.
+        self.queue.add_many(dict.fromkeys(self.store.unfinished()))
         self._thread(self._resolve_worker, "resolve")
         events = [self._reflector(p, [("fieldSelector", BUS_SELECTOR)], EventSource(self))
                   for p in self._paths(events_path)]
@@ -188,7 +207,7 @@ class Controller:
                     meta = obj.get("metadata") or {}
                     task = TaskRef(meta.get("namespace", ""), meta.get("name", ""))
                     self.store.load(task, obj.get("status"), rv=meta.get("resourceVersion"),
-                                    uid=meta.get("uid"))
+                                    uid=meta.get("uid"), owner=controller_of(obj))
                     n += 1
         return n
 
@@ -217,7 +236,8 @@ class Controller:
         sweeper = TtlSweeper(self.kube, self._paths(taskfeedback_path),
                              self.s.ttl_after_finished,
                              on_deleted=lambda task, uid, state: self.store.bury(
-                                 task, uid, frozenset(state.applied.instances)))
+                                 task, uid, frozenset(state.applied.instances)),
+                             pods_of=self.senders.pods_of)
         while not self._stopping.wait(sweeper.interval):
             if not self.writer.may_write():
                 continue  # fenced: a replica without the lease deletes nothing either
@@ -276,9 +296,7 @@ class Controller:
         return None
 
     def _retarget(self, ev: ParsedEvent, info: PodTask) -> ParsedEvent:
-        fact = as_task_fact(ev, info.task)
-        self.platform.learn(fact.task, info)
-        return fact
+        return as_task_fact(ev, info.task)
 
     def _resolve_worker(self) -> None:
         """Facts about pods the cache does not know yet: read the pod (or refuse the fact),
@@ -355,6 +373,14 @@ class Controller:
                 verdicts[key] = "cache" if fresh == "get" else fresh
             return fresh
 
+        if not self.store.seeded(task) and not self.store.pending(task):
+            # Only what its pods' objects say brought it here: a task this watcher let go of
+            # (evicted) is read back; one it never held gets nothing.
+            if not self.store.evicted(task):
+                return
+            if not self._seed(task):
+                self.queue.add_after(task, self.s.sender_retry)
+                return
         if not self.store.seeded(task):
             # A task new to this watcher: its senders are checked before anything is kept
             # or read for it, so a name that only refused events claim costs no lasting
@@ -384,6 +410,9 @@ class Controller:
         if foreign and not self._check_object(task, foreign):
             self.queue.add_after(task, self.s.sender_retry)
             return
+        if not self._same_run(task):
+            self.queue.add_after(task, self.s.sender_retry)
+            return
         uid, stale, buried = self.store.identity(task)
         base, events = self.store.take(task)
         later: list[ParsedEvent] = []
@@ -395,6 +424,16 @@ class Controller:
         refused: dict[str, int] = {}
         late_n = 0
         late_after_ttl = False
+        claims: dict[int, Rejection | Retry | None] = {}  # per sender (PodRef identity)
+
+        def claim_of(ev: ParsedEvent) -> Rejection | Retry | None:
+            """A Rejection when the sender's pod claims an owner no live object is."""
+            got = claims.get(id(ev.sender), Retry.LATER)
+            if got is Retry.LATER:
+                got = self._verify_claim(task, ev)
+                if got is not Retry.LATER:
+                    claims[id(ev.sender)] = got
+            return got
 
         def admit(ev: ParsedEvent, late: bool) -> bool:
             nonlocal late_n, late_after_ttl
@@ -410,10 +449,17 @@ class Controller:
                 later.append(ev)
                 return False
             if not isinstance(verdict, Rejection):
+                claim = claim_of(ev)
+                if claim is Retry.LATER:
+                    later.append(ev)
+                    return False
                 # A verified sender still speaks only for the object its event names (a
                 # re-run deletes and re-creates the TaskFeedback), and a run the TTL
                 # deleted is over.
-                if ev.regarding_uid and (ev.regarding_uid != uid or ev.regarding_uid in stale):
+                if claim is not None:
+                    verdict = claim
+                elif ev.regarding_uid and (ev.regarding_uid != uid
+                                           or ev.regarding_uid in stale):
                     verdict = Rejection.of(
                         RejectReason.OTHER_OBJECT,
                         f"the event names TaskFeedback uid {ev.regarding_uid}, not the "
@@ -458,6 +504,45 @@ class Controller:
             for ev in later:
                 self.store.push(ev)
             self.queue.add_after(task, self.s.sender_retry)
+        self._observe(task)
+
+    # --- what the objects say -------------------------------------------------------------
+    def _holds(self, task: TaskRef) -> bool:
+        return self.store.holds(task)
+
+    def _observed_changed(self, task: TaskRef) -> None:
+        """A pod of ``task`` ended or waits (on the watch loop: O(1)): fold it, when the task
+        is held (an observation alone never makes a task)."""
+        if self.store.holds(task):
+            self.queue.add_many({task: None})
+
+    def _observe(self, task: TaskRef) -> None:
+        """Fold what the task's pods' objects (and its platform object) say now into its
+        state, beside its facts; the first time in this term, with its reporting pods that
+        went while no watcher watched."""
+        verdicts = self.senders.verdicts(task)
+        check = not self.store.pods_checked(task)
+        if check:
+            state = self.store.get(task)
+            if state is not None and not state.finished and state.pods:
+                seen = {(v.pod, v.uid) for v in verdicts}
+                verdicts += [v for v in self.senders.gone(
+                    task, [p for p in state.pods if p not in seen])]
+        platform = self.platform.outcome(task)
+        if platform is None:
+            # No pod of this term verified its claim yet (a restart): the object the status
+            # already follows still decides.
+            state = self.store.get(task)
+            known = state.observed.platform if state is not None else None
+            platform = self.platform.current(task, known) if known is not None else None
+        seen_now = Observations(tuple(v for v in verdicts if v.terminal),
+                                tuple(v for v in verdicts if not v.terminal), platform)
+        changed = self.store.observe(task, seen_now, check_pods=check)
+        if changed is not None:
+            before, after = changed
+            # A phase it moves is written within the write interval; the rest (a retried
+            # attempt's end, a pod waiting) with the coalesced changes.
+            self.writer.changed(task, critical=before.phase != after.phase)
 
     def _with_job_workers(self, task: TaskRef, events: list[ParsedEvent],
                           later: list[ParsedEvent]) -> list[ParsedEvent]:
@@ -473,12 +558,7 @@ class Controller:
             if id(s) in infos:
                 info = infos[id(s)]
             else:
-                known, got = self.senders.lookup((s.namespace or task.namespace, s.name, s.uid))
-                info = got if known and isinstance(got, PodTask) and not got.error \
-                    and got.task == task.name else None
-                infos[id(s)] = info
-                if info is not None:
-                    self.platform.learn(task, info)
+                info = infos[id(s)] = self._pod_task(task, ev)
             p = ev.payload
             if info is None or type(p) is not Progress or info.job != task.name:
                 out.append(ev)
@@ -491,6 +571,72 @@ class Controller:
             else:
                 out.append(ev)
         return out
+
+    def _pod_task(self, task: TaskRef, ev: ParsedEvent) -> PodTask | None:
+        """What the sender pod's labels say of ``task`` (from the pod cache), when they name
+        it."""
+        s = ev.sender
+        known, got = self.senders.lookup((s.namespace or task.namespace, s.name, s.uid))
+        return got if known and isinstance(got, PodTask) and not got.error \
+            and got.task == task.name else None
+
+    def _verify_claim(self, task: TaskRef, ev: ParsedEvent) -> Rejection | Retry | None:
+        """The owner the sender's pod claims for ``task`` (a Job's controller-uid, its
+        controller ownerReference, a JobSet's uid label) is believed only for the live
+        object with that uid (then it owns the TaskFeedback and decides the task); a claim no
+        live object bears is refused, with the pod's facts (issue 25, item 4)."""
+        return self.platform.check_claim(task, self._pod_task(task, ev), ev.sender.name)
+
+    def _same_run(self, task: TaskRef) -> bool:
+        """False while the task's TaskFeedback is owned by an object that a live one of the
+        same kind and name replaced (``kubectl replace --force``, a CI re-run): it is the
+        earlier run's, which the garbage collector deletes with its owner; the new run's
+        facts wait for that (at most ``GC_GRACE_S``), then go to a new TaskFeedback owned by
+        the new object. True when the facts may be folded now."""
+        owner = self.store.owner(task)
+        if owner is None:
+            return True
+        kind, name, uid = owner.kind, owner.name, owner.uid
+        newer = False
+        senders = {id(ev.sender): ev for ev in self.store.pending(task)}
+        for ev in senders.values():
+            info = self._pod_task(task, ev)
+            o = info.owner if info is not None else None
+            if o is not None and (o.kind, o.name) == (kind, name) and o.uid != uid \
+                    and self.platform.verify(o) is True:
+                newer = True
+                break
+        if not newer:
+            self._replaced.pop(task, None)
+            return True
+        try:
+            obj = self.kube.request("GET", taskfeedback_path(task.namespace, task.name),
+                                    timeout=(5, 30))
+        except KubeError as e:
+            if not e.not_found:
+                return False
+            log.info("taskfeedback %s/%s of the replaced %s %s is gone: a new run", task.namespace,
+                     task.name, kind, name, extra=task_fields(task))
+            self.store.absent(task, new_run=True)
+            self._replaced.pop(task, None)
+            return True
+        meta = obj.get("metadata") or {}
+        if controller_of(obj) != owner:  # changed meanwhile: take it in, decide again
+            self.store.rebase(task, obj.get("status"), meta.get("resourceVersion"),
+                              meta.get("uid"), controller_of(obj))
+            return False
+        since = self._replaced.setdefault(task, time.monotonic())
+        if time.monotonic() - since < GC_GRACE_S:
+            return False
+        log.warning("taskfeedback %s/%s is still owned by the replaced %s %s (uid %s) after "
+                    "%ds: is the garbage collector running? folding the new run into it",
+                    task.namespace, task.name, kind, name, uid, GC_GRACE_S,
+                    extra=task_fields(task))
+        del self._replaced[task]
+        # (as if unowned from now on: this object takes the new run's facts)
+        self.store.rebase(task, obj.get("status"), meta.get("resourceVersion"),
+                          meta.get("uid"), None)
+        return True
 
     def _refused(self, task: TaskRef, ev: ParsedEvent, rejection: Rejection) -> bool:
         """Count and log a refused event; True the first time this event is refused (a relist
@@ -521,7 +667,9 @@ class Controller:
         now = str(meta.get("uid") or "") or None
         uid, _, _ = self.store.identity(task)
         if obj is None and uid is not None:
-            self.store.absent(task)
+            owner = self.store.owner(task)
+            self.store.absent(task, new_run=owner is not None
+                              and self.platform.verify(owner) is False)
         elif obj is not None and now is not None and now != uid:
             if uid is not None:
                 log.info("taskfeedback %s/%s is a new object (uid %s): its state starts from "
@@ -529,7 +677,8 @@ class Controller:
                          extra=task_fields(task))
             # As the writer's re-read does: a state of no object yet joins this one, a state
             # of a deleted one is replaced by its status (unwritten facts naming no uid kept).
-            self.store.rebase(task, obj.get("status"), meta.get("resourceVersion"), now)
+            self.store.rebase(task, obj.get("status"), meta.get("resourceVersion"), now,
+                              controller_of(obj))
         self.store.stale(task, {u for u in claimed if u != now})
         if self.store.unwritten(task) is not None:
             self.writer.changed(task)
@@ -550,7 +699,7 @@ class Controller:
             return True
         meta = obj.get("metadata") or {}
         self.store.load(task, obj.get("status"), rv=meta.get("resourceVersion"),
-                        uid=meta.get("uid"))
+                        uid=meta.get("uid"), owner=controller_of(obj))
         return True
 
     def evict_idle(self) -> int:

@@ -1,6 +1,19 @@
 """What the watcher knows of platform tasks (a Job, JobSet, TrainJob, Workflow named by its
-pods' labels): the object that owns each task's TaskFeedback, and a batch/v1 Job's
-``spec.completions``, the task's worker count (read from the Job, cached)."""
+pods' labels): the objects themselves, read through one list+watch per kind and watched
+namespace (``sources``; a kind whose CRD is not installed, or that the watcher may not read,
+is tried again quietly), so that
+
+- an owner a pod claims (its Job's ``controller-uid``, its controller ownerReference, a
+  JobSet's uid label) is believed only for the live object with that uid (``verify``): a
+  forged uid, or the uid of a deleted object whose name a new one took, is refused;
+- the TaskFeedback is created owned by that verified object (``owner``);
+- the object's own outcome, as its controller reports it, decides the task it owns
+  (``outcome``; schemas/observed.py reads it);
+- a batch/v1 Job's ``spec.completions`` is its task's worker count (``completions``).
+
+A cache miss (an object newer than its watch's last event, a kind no watch covers, such as
+training-operator's jobs) reads the object once (cached briefly): never a GET per event.
+"""
 
 from __future__ import annotations
 
@@ -8,96 +21,360 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
 
 from tidings.kube import Client, KubeError
+from tidings.kube.objects import KubeObject
 from tidings.schemas.constants import WORKERS_MAX
-from tidings.schemas.event import ObjectRef, TaskRef
-from tidings.schemas.platform import PodTask
+from tidings.schemas.event import ObjectRef, TaskRef, WatchItem
+from tidings.schemas.observed import PlatformOutcome, platform_outcome
+from tidings.schemas.platform import (
+    JOB_NAME_LABEL,
+    JOBSET_NAME_LABEL,
+    TRAINJOB_LABEL,
+    WORKFLOW_LABEL,
+    PodTask,
+)
+from tidings.schemas.rejection import Rejection, RejectReason
 
+from .reflector import object_line
 from .senders import Retry
 
 log = logging.getLogger("tidings.watcher.platform")
 
-# Tasks whose platform object is remembered (beyond: the oldest is forgotten, and a
+# Tasks whose verified owner is remembered (beyond: the oldest is forgotten, and a
 # TaskFeedback created after that is simply unowned).
 MAX_TASKS = 50_000
-# How long a Job's completions (or its absence) is trusted before it is read again.
-JOB_TTL_S = 60.0
+# How long a direct read of an object (a cache miss) is trusted.
+READ_TTL_S = 10.0
+# How old a read may be that refuses a claim (at most one read per object a second).
+FRESH_S = 1.0
+_UNREADABLE: Final = object()  # such objects cannot be read here (not served, forbidden)
 
 
-def job_path(namespace: str, name: str) -> str:
-    return f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}"
+@dataclass(frozen=True, slots=True)
+class PlatformKind:
+    """A kind of platform object the watcher watches: where it lives, and the pod label
+    key that names the task it is."""
+
+    api_version: str
+    kind: str
+    plural: str
+    key: str
+
+    def path(self, namespace: str | None = None, name: str = "") -> str:
+        group = "/api" if "/" not in self.api_version else "/apis"
+        base = f"{group}/{self.api_version}"
+        if namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        return f"{base}/{name}" if name else base
+
+
+JOB: Final = PlatformKind("batch/v1", "Job", "jobs", JOB_NAME_LABEL)
+JOBSET: Final = PlatformKind("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", JOBSET_NAME_LABEL)
+WORKFLOW: Final = PlatformKind("argoproj.io/v1alpha1", "Workflow", "workflows", WORKFLOW_LABEL)
+TRAINJOB: Final = PlatformKind("trainer.kubeflow.org/v1alpha1", "TrainJob", "trainjobs",
+                               TRAINJOB_LABEL)
+PLATFORM_KINDS: Final = (JOB, JOBSET, WORKFLOW, TRAINJOB)
+_BY_KIND: Final = {k.kind: k for k in PLATFORM_KINDS}
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """One platform object as the watcher keeps it: its uid, its controller's uid (a
+    TrainJob's JobSet: the TrainJob), a Job's completions, and its outcome (None: its
+    controller has not reported on it yet)."""
+
+    uid: str
+    controller: str
+    completions: int | None
+    outcome: PlatformOutcome | None
+
+
+def _seen(kind: PlatformKind, obj: object) -> tuple[tuple[str, str], Seen] | None:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    ns, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
+    if not (isinstance(ns, str) and isinstance(name, str) and isinstance(uid, str)):
+        return None
+    controller = ""
+    refs = meta.get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else []:
+        if isinstance(ref, dict) and ref.get("controller") is True \
+                and isinstance(ref.get("uid"), str):
+            controller = ref["uid"]
+    completions = None
+    if kind is JOB:
+        spec = obj.get("spec") if isinstance(obj, dict) else None
+        raw = spec.get("completions") if isinstance(spec, dict) else None
+        completions = min(raw, WORKERS_MAX) if type(raw) is int and raw > 0 else None
+    return (ns, name), Seen(uid, controller, completions,
+                            platform_outcome(kind.api_version, kind.kind, obj))
+
+
+class ObjectSource:
+    """The reflector source of one platform kind in one namespace (or all), feeding the
+    cache of ``PlatformTasks``. A relist forgets the objects it no longer lists."""
+
+    def __init__(self, platform: PlatformTasks, kind: PlatformKind) -> None:
+        self.platform, self.kind = platform, kind
+        self.resource = kind.plural
+        self._mine: set[tuple[str, str]] = set()
+        self._listed: set[tuple[str, str]] = set()
+
+    def list_begin(self) -> None:
+        self._listed = set()
+
+    def list_page(self, items: list[KubeObject]) -> None:
+        self.platform.served(self.kind, True)
+        for obj in items:
+            got = _seen(self.kind, obj)
+            if got is not None:
+                self._listed.add(got[0])
+                self.platform.put(self.kind, *got)
+
+    def list_done(self, resource_version: str) -> None:
+        for key in self._mine - self._listed:
+            self.platform.delete(self.kind, key)
+        self._mine, self._listed = self._listed, set()
+
+    def watch_line(self, line: bytes) -> WatchItem:
+        wtype, obj, item = object_line(line)
+        got = _seen(self.kind, obj) if obj is not None else None
+        if got is not None and wtype in ("ADDED", "MODIFIED"):
+            self._mine.add(got[0])
+            self.platform.put(self.kind, *got)
+        elif got is not None and wtype == "DELETED":
+            self._mine.discard(got[0])
+            self.platform.delete(self.kind, got[0])
+        return item
+
+    def quiet(self, err: Exception) -> bool:
+        """A kind that is not served here (no CRD: 404) or that the watcher may not read
+        (403) is said once, not at every retry."""
+        if isinstance(err, KubeError) and (err.not_found or err.denied):
+            self.platform.served(self.kind, False, err)
+            return True
+        return False
 
 
 class PlatformTasks:
-    """Thread-safe: the fold workers learn, the status writers ask for owners."""
+    """Thread-safe: the reflectors put, the fold workers verify and learn, the status writers
+    ask for owners. ``on_change(task)``: an object's outcome (or uid) changed (on the watch
+    loop: must be cheap)."""
 
-    def __init__(self, kube: Client | None) -> None:
+    def __init__(self, kube: Client | None,
+                 on_change: Callable[[TaskRef], None] = lambda task: None) -> None:
         self.kube = kube
+        self.on_change = on_change
         self._lock = threading.Lock()
-        self._tasks: OrderedDict[TaskRef, PodTask] = OrderedDict()
-        self._jobs: dict[tuple[str, str], tuple[float, int | None, str]] = {}
-        self._warned = False
+        self._objects: dict[tuple[str, str, str], Seen] = {}  # (kind, namespace, name)
+        self._served: dict[str, bool] = {}
+        # A direct read's answer (a cache miss): (kind, namespace, name) -> (until, the
+        # object, or None when there is none), trusted READ_TTL_S.
+        self._fetched: dict[tuple[str, str, str], tuple[float, Seen | None]] = {}
+        # Per task: the pod claim the watcher verified last (its owner, its key, its Job).
+        self._claims: OrderedDict[TaskRef, PodTask] = OrderedDict()
+
+    def sources(self) -> list[ObjectSource]:
+        """One informer source per platform kind."""
+        return [ObjectSource(self, k) for k in PLATFORM_KINDS]
+
+    # --- the cache --------------------------------------------------------------------
+    def put(self, kind: PlatformKind, key: tuple[str, str], seen: Seen) -> None:
+        ns, name = key
+        with self._lock:
+            before = self._objects.get((kind.kind, ns, name))
+            self._objects[(kind.kind, ns, name)] = seen
+            self._fetched.pop((kind.kind, ns, name), None)
+        if before is None or before.uid != seen.uid or before.outcome != seen.outcome:
+            self.on_change(TaskRef(ns, name))
+
+    def delete(self, kind: PlatformKind, key: tuple[str, str]) -> None:
+        ns, name = key
+        with self._lock:
+            gone = self._objects.pop((kind.kind, ns, name), None)
+        if gone is not None:
+            self.on_change(TaskRef(ns, name))
+
+    def served(self, kind: PlatformKind, served: bool, err: Exception | None = None) -> None:
+        with self._lock:
+            was = self._served.get(kind.kind)
+            self._served[kind.kind] = served
+        if was is not served and not served:
+            log.info("%s not readable here (%s): pods claiming one are not believed, and its "
+                     "tasks follow their workers (a CRD installed later is picked up)",
+                     kind.plural, err)
+
+    # --- owners ---------------------------------------------------------------------
+    def verify(self, ref: ObjectRef) -> bool | Retry | None:
+        """Whether a live object is ``ref`` (kind, namespace, name and uid): True; False when
+        the object of that name has another uid or none exists (a forged claim, or one of a
+        deleted object whose name a new one took); None when the watcher cannot read such
+        objects (that kind is not served, or not readable: the claim is then neither believed
+        nor refused); Retry.LATER when the API cannot answer now."""
+        got = self._object(ref.kind, ref.namespace, ref.name, ref.api_version)
+        if isinstance(got, Seen) and got.uid == ref.uid:
+            return True
+        # A refusal is for good: it rests on a read of this second, never on a watch that
+        # may not have delivered the new object yet (a Job replaced, its pod already up).
+        got = self._object(ref.kind, ref.namespace, ref.name, ref.api_version, fresh=True)
+        if got is Retry.LATER or got is _UNREADABLE:
+            return None if got is _UNREADABLE else Retry.LATER
+        return isinstance(got, Seen) and got.uid == ref.uid
+
+    def _object(self, kind_name: str, namespace: str, name: str, api_version: str,
+                fresh: bool = False) -> Seen | object | None:
+        """The object from the watch cache, else read once (kept READ_TTL_S; ``fresh``: the
+        read, kept FRESH_S at most): a Seen, None when there is no such object,
+        ``_UNREADABLE`` when such objects cannot be read here (not served, forbidden), or
+        Retry.LATER."""
+        key = (kind_name, namespace, name)
+        with self._lock:
+            seen = self._objects.get(key)
+            fetched = self._fetched.get(key)
+        if seen is not None and (not fresh or self.kube is None):  # (no API: all there is)
+            return seen
+        if fetched is not None and fetched[0] > time.monotonic() + (
+                READ_TTL_S - FRESH_S if fresh else 0):
+            return fetched[1]
+        got = self._get(kind_name, namespace, name, api_version)
+        if got is Retry.LATER or got is _UNREADABLE:
+            return got
+        assert got is None or isinstance(got, Seen)
+        with self._lock:
+            if len(self._fetched) >= MAX_TASKS:
+                now = time.monotonic()
+                self._fetched = {k: v for k, v in self._fetched.items() if v[0] > now}
+            self._fetched[key] = (time.monotonic() + READ_TTL_S, got)
+        return got
+
+    def _get(self, kind_name: str, namespace: str, name: str, api_version: str) -> object:
+        kind = _BY_KIND.get(kind_name)
+        if self.kube is None:
+            return _UNREADABLE
+        if kind is not None and kind.api_version == api_version:
+            if self._served.get(kind.kind) is False:
+                return _UNREADABLE
+            path = kind.path(namespace, name)
+        else:
+            kind = PlatformKind(api_version, kind_name, "", "")
+            found = self._discover(api_version, kind_name, namespace, name)
+            if found is None:
+                return _UNREADABLE
+            path = found
+        try:
+            obj: Any = self.kube.request("GET", path, timeout=(3, 10))
+        except KubeError as e:
+            if e.retryable:
+                return Retry.LATER
+            return None if e.not_found else _UNREADABLE
+        got = _seen(kind, obj)
+        return None if got is None else got[1]
+
+    def _discover(self, api_version: str, kind: str, namespace: str, name: str) -> str | None:
+        """The path of an object of a kind no watch covers (such as training-operator's
+        PyTorchJob), its resource name read from the API's discovery; None when the API does
+        not serve that kind (or may not be asked)."""
+        assert self.kube is not None
+        group = "/api" if "/" not in api_version else "/apis"
+        try:
+            found: Any = self.kube.request("GET", f"{group}/{api_version}", timeout=(3, 10))
+        except KubeError:
+            return None
+        for res in (found.get("resources") if isinstance(found, dict) else None) or []:
+            if isinstance(res, dict) and res.get("kind") == kind \
+                    and "/" not in str(res.get("name")) and res.get("namespaced") is True:
+                return f"{group}/{api_version}/namespaces/{namespace}/{res['name']}/{name}"
+        return None
+
+    def check_claim(self, task: TaskRef, info: PodTask | None, pod: str
+                    ) -> Rejection | Retry | None:
+        """The owner a pod of ``task`` claims (``info``, its labels) is believed only for the
+        live object with that uid: then it is learned (it owns the TaskFeedback and decides
+        the task); a claim no live object bears is a Rejection (the pod's facts are refused);
+        None when there is no claim, or it cannot be checked here."""
+        if info is None or info.owner is None:
+            return None
+        o = info.owner
+        verified = self.verify(o)
+        if verified is Retry.LATER:
+            return Retry.LATER
+        if verified is False:
+            return Rejection.of(RejectReason.UNVERIFIED_OWNER,
+                                f"pod {pod} claims {o.kind} {o.name} uid {o.uid}, which no live "
+                                f"{o.kind} has (forged, or a deleted one's)")
+        if verified is True:
+            self.learn(task, info)
+        return None
 
     def learn(self, task: TaskRef, info: PodTask) -> None:
-        """A pod of ``task`` showed ``info`` (its owner, its Job); the first owner seen stays."""
-        if info.owner is None and not info.job:
+        """A pod whose claim on ``task``'s owner was verified (``verify``): the TaskFeedback
+        is created owned by it, and its outcome decides the task. The latest wins (a new
+        object of the name is a new run)."""
+        if info.owner is None:
             return
         with self._lock:
-            if task in self._tasks:
-                return
-            self._tasks[task] = info
-            while len(self._tasks) > MAX_TASKS:
-                self._tasks.popitem(last=False)
+            self._claims[task] = info
+            self._claims.move_to_end(task)
+            while len(self._claims) > MAX_TASKS:
+                self._claims.popitem(last=False)
 
-    def owner(self, task: TaskRef) -> ObjectRef | None:
-        """The platform object the TaskFeedback of ``task`` is created owned by, if known."""
+    def owner(self, task: TaskRef) -> ObjectRef | Retry | None:
+        """The live object the TaskFeedback of ``task`` is created owned by, if known;
+        Retry.LATER when the API cannot tell now (the create waits: an owner missed at the
+        create is missed for good)."""
         with self._lock:
-            info = self._tasks.get(task)
-        return info.owner if info is not None else None
+            info = self._claims.get(task)
+        if info is None or info.owner is None:
+            return None
+        verified = self.verify(info.owner)
+        if verified is Retry.LATER:
+            return Retry.LATER
+        return info.owner if verified is True else None
 
+    def outcome(self, task: TaskRef) -> PlatformOutcome | None:
+        """The outcome of the verified platform object that owns ``task`` (a Job, JobSet,
+        Workflow or TrainJob, the one its pods' first task key names), as its controller
+        reports it; None when none does, or its controller has not reported yet."""
+        with self._lock:
+            info = self._claims.get(task)
+        if info is None or info.owner is None:
+            return None
+        o = info.owner
+        deciding = next((k for k in PLATFORM_KINDS if k.key == info.key), None)
+        owner = self._object(o.kind, task.namespace, o.name, o.api_version)
+        if deciding is None or not isinstance(owner, Seen) or owner.uid != o.uid:
+            return None
+        if _BY_KIND.get(o.kind) is deciding:
+            return owner.outcome
+        # A TrainJob's pods show their JobSet's uid; the TrainJob owns that JobSet.
+        top = self._object(deciding.kind, task.namespace, task.name, deciding.api_version)
+        if not isinstance(top, Seen) or top.uid != owner.controller:
+            return None
+        return top.outcome
+
+    def current(self, task: TaskRef, known: PlatformOutcome) -> PlatformOutcome | None:
+        """The outcome now of the object a task's status already follows (``known``), while
+        that object lives (the same uid)."""
+        seen = self._object(known.kind, task.namespace, known.name, known.api_version)
+        return seen.outcome if isinstance(seen, Seen) and seen.uid == known.uid else None
+
+    # --- a Job's completions -------------------------------------------------------------
     def completions(self, task: TaskRef, info: PodTask) -> int | Retry | None:
         """The Job's ``spec.completions`` (at most WORKERS_MAX), None when it has none, is
         not the Job the pod names (another uid), or cannot be read (forbidden, gone);
         Retry.LATER when the API cannot answer now."""
-        key = (task.namespace, info.job)
-        now = time.monotonic()
-        with self._lock:
-            cached = self._jobs.get(key)
-        if cached is None or cached[0] <= now:
-            read = self._read(task.namespace, info.job)
-            if read is Retry.LATER:
-                return Retry.LATER
-            assert not isinstance(read, Retry)
-            cached = (now + JOB_TTL_S, *read)
-            with self._lock:
-                if len(self._jobs) >= MAX_TASKS:
-                    self._jobs = {k: v for k, v in self._jobs.items() if v[0] > now}
-                self._jobs[key] = cached
-        _, completions, uid = cached
+        seen = self._object(JOB.kind, task.namespace, info.job, JOB.api_version)
+        if seen is Retry.LATER:
+            return Retry.LATER
+        if not isinstance(seen, Seen):
+            return None
         owner = info.owner
-        if owner is not None and owner.kind == "Job" and uid and owner.uid != uid:
+        if owner is not None and owner.kind == JOB.kind and owner.uid != seen.uid:
             return None  # a Job of that name, but not the one the pod belongs to
-        return completions
-
-    def _read(self, namespace: str, name: str) -> tuple[int | None, str] | Retry:
-        if self.kube is None:
-            return None, ""
-        try:
-            job: Any = self.kube.request("GET", job_path(namespace, name), timeout=(3, 10))
-        except KubeError as e:
-            if e.retryable:
-                return Retry.LATER
-            if not e.not_found and not self._warned:
-                self._warned = True
-                log.warning("cannot read Job %s/%s (%s): Job pods' tasks complete when every "
-                            "reporting pod is final (grant get on batch jobs, deploy/rbac.yaml)",
-                            namespace, name, e)
-            return None, ""
-        spec = job.get("spec") if isinstance(job, dict) else None
-        meta = job.get("metadata") if isinstance(job, dict) else None
-        raw = spec.get("completions") if isinstance(spec, dict) else None
-        uid = meta.get("uid") if isinstance(meta, dict) else None
-        completions = min(raw, WORKERS_MAX) if type(raw) is int and raw > 0 else None
-        return completions, uid if isinstance(uid, str) else ""
+        return seen.completions

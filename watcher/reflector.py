@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
+
+import orjson
 
 from tidings.kube import (
     Client,
@@ -28,6 +30,21 @@ from tidings.kube.objects import KubeObject
 from tidings.schemas.event import WatchItem
 
 log = logging.getLogger("tidings.watcher.reflector")
+
+
+def object_line(line: bytes) -> tuple[str, Any, WatchItem]:
+    """One watch line of objects (pods, Jobs, ...) decoded: (its type, its object, the
+    WatchItem to give the reflector). An ERROR or unreadable line has no object (None)."""
+    try:
+        msg = orjson.loads(line)
+        wtype, obj = msg["type"], msg["object"]
+        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    except Exception:
+        return "", None, WatchItem("", "", None)
+    if wtype == "ERROR":
+        code = obj.get("code")
+        return wtype, None, WatchItem(wtype, rv, None, code if isinstance(code, int) else None)
+    return wtype, obj, WatchItem(wtype, rv, None)
 
 
 class Source(Protocol):
@@ -53,9 +70,14 @@ class Reflector:
                  source: Source, *, on_relist: Callable[[str], None] = lambda cause: None,
                  on_restart: Callable[[], None] = lambda: None,
                  watch_timeout: int = 60, page_size: int = 500, short_watch: float = 1.0,
-                 backoff: Backoff | None = None) -> None:
+                 backoff: Backoff | None = None,
+                 quiet: Callable[[Exception], bool] | None = None) -> None:
         self.source = source
         self.on_relist, self.on_restart = on_relist, on_restart
+        # Failures the source says itself (True: not logged here); retried all the same, and
+        # the relists they cause are not logged either.
+        self.quiet = quiet
+        self._quieted = False
         self.synced = threading.Event()  # the first list has been delivered
         self.loop = ListWatch(client, path, selector, watch_timeout=watch_timeout,
                               page_size=page_size, short_watch=short_watch, backoff=backoff,
@@ -88,8 +110,9 @@ class Reflector:
                 if change.last:
                     source.list_done(change.resource_version)
                     self.synced.set()
+                    self._quieted = False
             elif isinstance(change, Listing):
-                if change.cause != "start":
+                if change.cause != "start" and not self._quieted:
                     log.info("%s: relist (%s)", source.resource, change.cause)
                 self.on_relist(change.cause)
                 source.list_begin()
@@ -107,6 +130,9 @@ class Reflector:
             self.loop.advance(item.resource_version)
 
     def _failed(self, err: Exception) -> None:
+        if self.quiet is not None and self.quiet(err):
+            self._quieted = True
+            return
         if isinstance(err, KubeError):
             log.warning("%s: %s", self.source.resource, err)
         else:

@@ -22,6 +22,10 @@ Trust is keyed by (namespace, name, uid), never name and uid alone. The rules, i
 Pods are cached by label-filtered informers (one reflector source per task key, since a
 label selector cannot say "any of these keys"); a cache miss falls back to a direct GET,
 since a new pod may race its first event.
+
+The same watches say how each pod ended or why it waits (``schemas/observed.py``): the cache
+keeps that verdict beside the pod's task, indexed by task, and tells ``on_change`` when a
+pod's verdict changes, so the watcher reads the pods' ends with no watch and no GET more.
 """
 
 from __future__ import annotations
@@ -32,11 +36,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime
 from enum import Enum
 from typing import Any
 
-import orjson
-
+from tidings._compat import UTC
 from tidings.kube import Client, KubeError
 from tidings.kube.objects import KubeObject
 from tidings.schemas.constants import API_VERSION, KIND, TASK_LABEL
@@ -45,9 +49,12 @@ from tidings.schemas.contract import SENDER_POLICY_BINDING_PATH as BINDING_PATH
 from tidings.schemas.contract import SENDER_POLICY_PATH as POLICY_PATH
 from tidings.schemas.contract import pods_path
 from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem
+from tidings.schemas.observed import PodVerdict, gone, pod_verdict
 from tidings.schemas.payloads import PodSpawned
 from tidings.schemas.platform import DEFAULT_TASK_KEYS, PodTask, other_keys, pod_task
 from tidings.schemas.rejection import Rejection, RejectReason
+
+from .reflector import object_line
 
 log = logging.getLogger("tidings.watcher.senders")
 
@@ -174,36 +181,30 @@ class PodSource:
         self._listed = set()
 
     def list_page(self, items: list[KubeObject]) -> None:
+        now = datetime.now(UTC)
         for obj in items:
             p = _pod(obj, self.senders.keys)
             if p is not None:
                 self._listed.add(p[0])
-                self.senders.put(*p)
+                self.senders.put(*p, pod_verdict(obj, seen=now))
 
     def list_done(self, resource_version: str) -> None:
-        gone = self._mine - self._listed
-        for k in gone:
+        for k in self._mine - self._listed:  # deleted while the watch was down
             self.senders.delete(k)
         self._mine, self._listed = self._listed, set()
 
     def watch_line(self, line: bytes) -> WatchItem:
-        try:
-            msg = orjson.loads(line)
-            wtype, obj = msg["type"], msg["object"]
-            rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        except Exception:
-            return WatchItem("", "", None)
-        if wtype == "ERROR":
-            code = obj.get("code")
-            return WatchItem(wtype, rv, None, code if isinstance(code, int) else None)
+        wtype, obj, item = object_line(line)
+        if obj is None:
+            return item
         p = _pod(obj, self.senders.keys)
         if p is not None and wtype in ("ADDED", "MODIFIED"):
             self._mine.add(p[0])
-            self.senders.put(*p)
+            self.senders.put(*p, pod_verdict(obj, seen=datetime.now(UTC)))
         elif p is not None and wtype == "DELETED":
             self._mine.discard(p[0])
-            self.senders.delete(p[0])
-        return WatchItem(wtype, rv, None)
+            self.senders.delete(p[0], pod_verdict(obj, deleted=True, seen=datetime.now(UTC)))
+        return item
 
 
 class Senders:
@@ -213,34 +214,136 @@ class Senders:
 
     def __init__(self, get: Getter | None, *, max_deleted: int = 20000,
                  negative_ttl: float = 5.0, policy: ProofPolicy | None = None,
-                 keys: Sequence[str] = DEFAULT_TASK_KEYS) -> None:
+                 keys: Sequence[str] = DEFAULT_TASK_KEYS,
+                 on_change: Callable[[TaskRef], None] = lambda task: None,
+                 holds: Callable[[TaskRef], bool] = lambda task: True,
+                 max_verdicts: int = 50_000) -> None:
         self.get = get
         self.keys = tuple(keys)
         self.policy = policy or ProofPolicy(get)
+        # Told (on the watch loop: it must be cheap) the task of a pod whose verdict changed.
+        self.on_change = on_change
         self._lock = threading.Lock()
         self._live: dict[PodKey, PodTask | None] = {}
         self._deleted: OrderedDict[PodKey, PodTask | None] = OrderedDict()
         self._negative: dict[PodKey, tuple[float, object]] = {}
         self.max_deleted, self.negative_ttl = max_deleted, negative_ttl
+        # How each pod of a task ended or why it waits, by task (pods that run normally have
+        # no verdict): what the fold observes beside the task's facts. Bounded: beyond
+        # ``max_verdicts`` only the pods of tasks the watcher holds (``holds``) are kept (a
+        # cluster's other Jobs end by the thousand).
+        self._verdicts: dict[TaskRef, dict[PodKey, PodVerdict]] = {}
+        self._verdict_count = 0
+        self.holds, self.max_verdicts = holds, max_verdicts
 
     def sources(self) -> list[PodSource]:
         """One informer source per task key."""
         return [PodSource(self, k) for k in self.keys]
 
     # --- cache --------------------------------------------------------------------------
-    def put(self, key: PodKey, task: PodTask | None) -> None:
+    def put(self, key: PodKey, task: PodTask | None, verdict: PodVerdict | None = None
+            ) -> None:
         with self._lock:
             self._live[key] = task
             self._deleted.pop(key, None)
             self._negative.pop(key, None)
+            changed = self._judge(key, task, verdict)
+        if changed is not None:
+            self.on_change(changed)
 
-    def delete(self, key: PodKey) -> None:
+    def delete(self, key: PodKey, verdict: PodVerdict | None = None) -> None:
+        """The pod ``key`` is gone; ``verdict``: how its last object read (None: it was not
+        seen, as after a relist)."""
         with self._lock:
-            task = self._live.pop(key, None)
+            if key in self._live:
+                task = self._live.pop(key)
+            elif key in self._deleted:  # (each task key's informer tells the same delete)
+                task = self._deleted[key]
+            else:
+                task = None
             self._deleted[key] = task
             self._deleted.move_to_end(key)
             while len(self._deleted) > self.max_deleted:
-                self._deleted.popitem(last=False)
+                old, old_task = self._deleted.popitem(last=False)
+                self._forget(old, old_task)
+            ended = verdict if verdict is not None and verdict.terminal else \
+                gone(key[1], key[2], datetime.now(UTC))
+            changed = self._judge(key, task, ended)
+        if changed is not None:
+            self.on_change(changed)
+
+    def _judge(self, key: PodKey, task: PodTask | None, verdict: PodVerdict | None
+               ) -> TaskRef | None:
+        """Record the pod's verdict (under the lock); the task to tell when it changed. An
+        end stays (only a better-explained one replaces it); a waiting reason does not."""
+        if not isinstance(task, PodTask) or task.error:
+            return None
+        ref = TaskRef(key[0], task.task)
+        pods = self._verdicts.get(ref)
+        known = pods.get(key) if pods is not None else None
+        if known is not None and known.terminal and (
+                verdict is None or not verdict.terminal or verdict.order() <= known.order()):
+            return None  # an end is final: what the object says later changes nothing
+        if known == verdict:
+            return None
+        if verdict is None:
+            assert pods is not None
+            del pods[key]
+            self._verdict_count -= 1
+            if not pods:
+                del self._verdicts[ref]
+        else:
+            if known is None:
+                if self._verdict_count >= self.max_verdicts and not self.holds(ref):
+                    return None
+                self._verdict_count += 1
+            if pods is None:
+                pods = self._verdicts[ref] = {}
+            pods[key] = verdict
+        return ref
+
+    def _forget(self, key: PodKey, task: PodTask | None) -> None:
+        if isinstance(task, PodTask):
+            pods = self._verdicts.get(TaskRef(key[0], task.task))
+            if pods is not None and pods.pop(key, None) is not None:
+                self._verdict_count -= 1
+                if not pods:
+                    del self._verdicts[TaskRef(key[0], task.task)]
+
+    def pods_of(self, task: TaskRef) -> list[str]:
+        """The pods (live, or remembered gone) whose labels name ``task``: what the TTL
+        deletes the facts of, beside the reporting pods its status lists (capped)."""
+        with self._lock:
+            return sorted({k[1] for d in (self._live, self._deleted) for k, info in d.items()
+                           if k[0] == task.namespace and isinstance(info, PodTask)
+                           and info.task == task.name})
+
+    def verdicts(self, task: TaskRef) -> list[PodVerdict]:
+        """How the pods of ``task`` ended or why they wait (pods running normally: none)."""
+        with self._lock:
+            return list(self._verdicts.get(task, {}).values())
+
+    def gone(self, task: TaskRef, pods: Sequence[tuple[str, str]]) -> list[PodVerdict]:
+        """Of the reporting ``pods`` (name, uid) of ``task``, those that are gone although no
+        delete was seen (deleted while no watcher watched), as ended verdicts. Asks the API
+        (one GET) only for a pod the cache does not know; Retry-worthy answers count as
+        not gone."""
+        out: list[PodVerdict] = []
+        for name, uid in pods:
+            key = (task.namespace, name, uid)
+            with self._lock:
+                live = key in self._live
+                ended = self._verdicts.get(task, {}).get(key)
+            if live:
+                continue
+            if ended is not None and ended.terminal:
+                out.append(ended)
+                continue
+            known, info = self.lookup(key)
+            if (known and (info is _ABSENT or key in self._deleted)) or (
+                    not known and self._fetch(key) is _ABSENT):
+                out.append(gone(name, uid, datetime.now(UTC)))
+        return out
 
     def lookup(self, key: PodKey) -> tuple[bool, object]:
         """(known, task label | None | _ABSENT) from the cache alone."""
@@ -348,7 +451,7 @@ class Senders:
             result = _ABSENT
         p = _pod(obj, self.keys) if obj is not None else None
         if p is not None and p[0] == key:
-            self.put(*p)
+            self.put(*p, pod_verdict(obj, seen=datetime.now(UTC)))
             return p[1]
         with self._lock:
             self._negative[key] = (time.monotonic() + self.negative_ttl, result)

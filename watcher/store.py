@@ -9,6 +9,10 @@ status, rebuilt losslessly by ``TaskState.from_status`` on their next use: about
 of the live objects' size), then, after longer, evicted; an evicted task comes back
 unseeded, and is seeded again from its status before its next fold.
 
+What the task's pods' objects and its platform object say (``folding.observe``) is folded
+through ``observe``; the entry keeps the last such view, so a state rebuilt on another base (a
+rebase) has it again before it is written.
+
 A state belongs to one TaskFeedback object, by uid: when the object is found replaced (a
 re-run deleted and re-created it) or gone, the state starts again from that object's status
 (or empty) instead of moving onto it, and the old uid is remembered as stale. A TaskFeedback
@@ -22,13 +26,15 @@ from __future__ import annotations
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import orjson
 
-from tidings.schemas.event import ParsedEvent, TaskRef
-from tidings.schemas.folding import fold_checked
+from tidings.schemas.event import ObjectRef, ParsedEvent, TaskRef
+from tidings.schemas.folding import fold_checked, observe
+from tidings.schemas.observed import PlatformOutcome, PodVerdict
 from tidings.schemas.rejection import RejectReason
 from tidings.schemas.state import DEFAULT_LIMITS, Limits, TaskState, new_state
 from tidings.schemas.version_vector import VersionVector
@@ -63,15 +69,43 @@ class Entry:
     buried: frozenset[str] = frozenset()
     # Events refused for this task, by reason (persisted as status.refused).
     refused: dict[str, int] = field(default_factory=dict)
+    # The last observations folded (``Store.observe``), re-applied to a rebuilt state.
+    observed: Observations | None = None
+    # The controller that owns the TaskFeedback (its ownerReference), when one does.
+    owner: Owner | None = None
+    # This term has checked the state's reporting pods for deletes it did not see.
+    pods_checked: bool = False
 
+
+@dataclass(frozen=True, slots=True)
+class Observations:
+    """What the objects said of a task (``folding.observe``'s inputs): pods that ended, the
+    pods waiting now, the platform object's outcome."""
+
+    ended: tuple[PodVerdict, ...] = ()
+    waiting: tuple[PodVerdict, ...] = ()
+    platform: PlatformOutcome | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.ended or self.waiting or self.platform)
+
+    def apply(self, state: TaskState) -> TaskState:
+        return observe(state, self.ended, waiting=self.waiting, platform=self.platform)
+
+
+# A TaskFeedback's controller, from its ownerReference.
+Owner = ObjectRef
 
 # Stale uids remembered per task: one re-read each beyond that, nothing worse.
 MAX_STALE_UIDS = 16
+# Tasks evicted from memory, remembered (names only) so that a pod of one that ends later
+# brings it back; beyond, the oldest is forgotten.
+MAX_EVICTED = 100_000
 # The reasons counted in status.refused (the sender check's, and the object checks'): the
 # only ones known to concern a task (a parse rejection may name any task at all).
 REFUSAL_REASONS: tuple[RejectReason, ...] = (
     RejectReason.SPOOFED_SENDER, RejectReason.UNVERIFIED_LINEAGE,
-    RejectReason.OTHER_OBJECT, RejectReason.DELETED_TASK)
+    RejectReason.OTHER_OBJECT, RejectReason.DELETED_TASK, RejectReason.UNVERIFIED_OWNER)
 _REFUSED_KEYS = {r.value: "".join(p if i == 0 else p.title()
                                   for i, p in enumerate(r.value.split("_")))
                  for r in REFUSAL_REASONS}
@@ -124,6 +158,7 @@ class Store:
         self.on_saved = on_saved
         self._lock = threading.Lock()
         self._entries: dict[TaskRef, Entry] = {}
+        self._evicted: OrderedDict[TaskRef, None] = OrderedDict()
         self.compacted = 0  # entries held compact now
         self.not_compactable = 0  # states whose status did not rebuild them exactly (kept hot)
 
@@ -144,12 +179,16 @@ class Store:
         return e.state
 
     def load(self, task: TaskRef, status: object, exists: bool = True,
-             rv: str | None = None, uid: str | None = None) -> TaskState:
-        """Seed ``task`` from a persisted ``.status`` of the object ``uid`` read at
-        resourceVersion ``rv`` (or, with ``exists=False``, as new)."""
+             rv: str | None = None, uid: str | None = None, owner: Owner | None = None
+             ) -> TaskState:
+        """Seed ``task`` from a persisted ``.status`` of the object ``uid`` (owned by the
+        controller ``owner``) read at resourceVersion ``rv`` (or, with ``exists=False``, as
+        new)."""
         state = TaskState.from_status(task, status, self.limits)
         with self._lock:
+            self._evicted.pop(task, None)
             e = self._entry(task)
+            e.observed, e.owner, e.pods_checked = None, owner if exists else None, False
             if e.packed is not None:
                 e.packed = None
                 self.compacted -= 1
@@ -161,6 +200,67 @@ class Store:
             e.refused = refused_of(status) if exists else {}
             e.touched = time.monotonic()
         return state
+
+    def owner(self, task: TaskRef) -> Owner | None:
+        """The controller owning the task's TaskFeedback, when one does."""
+        with self._lock:
+            e = self._entries.get(task)
+            return None if e is None else e.owner
+
+    def holds(self, task: TaskRef) -> bool:
+        """The task is in memory, or was and was evicted (an observation brings it back)."""
+        with self._lock:
+            return task in self._entries or task in self._evicted
+
+    def evicted(self, task: TaskRef) -> bool:
+        with self._lock:
+            return task in self._evicted and task not in self._entries
+
+    def observe(self, task: TaskRef, seen: Observations, check_pods: bool = False
+                ) -> tuple[TaskState, TaskState] | None:
+        """Fold what the objects say (``seen``, the current view) into ``task``'s state, if
+        it holds facts or its TaskFeedback exists (an observation alone never creates one);
+        (before, after) when that changed the state. ``check_pods``: this is the term's
+        check of the reporting pods (``pods_checked`` from now on)."""
+        with self._lock:
+            e = self._entries.get(task)
+            if e is None or not e.seeded:
+                return None
+            if (seen or None) == e.observed and (e.pods_checked or not check_pods):
+                # Nothing new seen (most folds): the state has it already, since the facts
+                # folded meanwhile never change what a view adds to it.
+                return None
+            if check_pods:
+                e.pods_checked = True
+            before = self._hot(task, e)
+            if e.uid is None and not before.counters.get("events_applied", 0):
+                return None
+            e.observed = seen or None  # (an empty view, once applied, clears the waiting)
+            after = seen.apply(before)
+            if after is before:
+                return None
+            e.state = after
+            e.version += 1
+            e.touched = time.monotonic()
+            return before, after
+
+    def unfinished(self) -> list[TaskRef]:
+        """The tasks held whose state is not over."""
+        with self._lock:
+            entries = list(self._entries.items())
+        out = []
+        for task, e in entries:
+            state = e.state if e.packed is None else None
+            if state is None and e.packed is not None:
+                state = unpack_state(task, e.packed, self.limits)
+            if state is not None and not state.finished:
+                out.append(task)
+        return out
+
+    def pods_checked(self, task: TaskRef) -> bool:
+        with self._lock:
+            e = self._entries.get(task)
+            return e is None or e.pods_checked
 
     def identity(self, task: TaskRef) -> tuple[str | None, frozenset[str], frozenset[str]]:
         """(uid of the object the state belongs to, stale uids, buried instances)."""
@@ -247,6 +347,9 @@ class Store:
             for task in idle:
                 if self._entries.pop(task).packed is not None:
                     self.compacted -= 1
+                self._evicted[task] = None
+                while len(self._evicted) > MAX_EVICTED:
+                    self._evicted.popitem(last=False)
         return len(idle)
 
     def compact_idle(self, idle_for: float, busy: Callable[[TaskRef], bool]) -> int:
@@ -296,6 +399,7 @@ class Store:
             e.buried = e.buried | instances | frozenset(mine)
             e.state, e.uid, e.rv, e.refused, e.unsaved = new_state(task, self.limits), None, \
                 None, {}, []
+            e.observed, e.owner = None, None
             e.seeded = True
             e.version += 1
             e.written = e.version
@@ -332,14 +436,14 @@ class Store:
         with self._lock:
             e = self._entry(task)
             if base is not None and self._hot(task, e) is not base:
-                state = _fold_new(self._hot(task, e), events)
+                state = _fold_new(self._hot(task, e), events, e.observed)
             e.state = state
             e.version += 1
             e.unsaved.extend((e.version, ev) for ev in events)
             return e.version
 
-    def rebase(self, task: TaskRef, status: object, rv: str | None, uid: str | None = None
-               ) -> bool:
+    def rebase(self, task: TaskRef, status: object, rv: str | None, uid: str | None = None,
+               owner: Owner | None = None) -> bool:
         """Someone wrote the status (resourceVersion ``rv``) since our state's base: make it
         our base. If it holds events our state lacks (a newer leader's work), the state
         becomes that status plus our unsaved events; otherwise ours already contains all of
@@ -353,19 +457,22 @@ class Store:
         with self._lock:
             e = self._entry(task)
             e.rv = rv
+            e.owner = owner
             if uid and e.uid is not None and uid != e.uid:
                 _remember_stale(e, e.uid)
                 e.uid = uid
                 keep = [ev for _, ev in e.unsaved if ev.regarding_uid in ("", uid)]
+                e.observed, e.pods_checked = None, False  # another run: observed afresh
                 e.state, e.refused = _fold_new(theirs, keep), their_refused
                 e.version += 1
                 e.unsaved = [(e.version, ev) for ev in keep]
                 changed = True
             else:
                 e.uid = e.uid or uid or None
-                changed = not covers(self._hot(task, e).applied, theirs.applied)
+                mine = self._hot(task, e)
+                changed = not covers(mine.applied, theirs.applied)
                 if changed:
-                    e.state = _fold_new(theirs, [ev for _, ev in e.unsaved])
+                    e.state = _fold_new(theirs, [ev for _, ev in e.unsaved], e.observed)
                     e.version += 1
                 # Each leader counts the refusals it saw: the larger count of each reason.
                 merged = {r: max(n, e.refused.get(r, 0)) for r, n in their_refused.items()}
@@ -381,18 +488,19 @@ class Store:
         self._saved(saved)
         return changed
 
-    def absent(self, task: TaskRef) -> None:
+    def absent(self, task: TaskRef, new_run: bool = False) -> None:
         """The TaskFeedback object is gone: the next write creates it. A state that belonged
         to that object does not move onto the new one: it starts empty, with the unsaved
-        events that name no object applied (those naming the deleted one are not)."""
+        events that name no object applied (those naming the deleted one are not; with
+        ``new_run``, none: the object's platform owner was replaced, its run is over)."""
         with self._lock:
             e = self._entry(task)
             e.rv = None
             if e.uid is None:
                 return
             _remember_stale(e, e.uid)
-            e.uid = None
-            keep = [ev for _, ev in e.unsaved if not ev.regarding_uid]
+            e.uid, e.owner, e.observed, e.pods_checked = None, None, None, False
+            keep = [] if new_run else [ev for _, ev in e.unsaved if not ev.regarding_uid]
             e.state, e.refused = _fold_new(new_state(task, self.limits), keep), {}
             e.version += 1
             e.unsaved = [(e.version, ev) for ev in keep]
@@ -418,13 +526,15 @@ class Store:
             return self._hot(task, e), e.version, e.rv
 
     def written(self, task: TaskRef, version: int, rv: str | None = None,
-                uid: str | None = None) -> None:
-        """``version`` is persisted; the object (``uid``) is now at resourceVersion ``rv``."""
+                uid: str | None = None, owner: Owner | None = None) -> None:
+        """``version`` is persisted; the object (``uid``, owned by ``owner``) is now at
+        resourceVersion ``rv``."""
         with self._lock:
             e = self._entry(task)
             e.written = max(e.written, version)
             e.rv = rv
             e.uid = uid or e.uid
+            e.owner = owner
             saved = [ev for v, ev in e.unsaved if v <= version]
             e.unsaved = [(v, ev) for v, ev in e.unsaved if v > version]
         self._saved(saved)
@@ -452,7 +562,10 @@ def covers(ours: VersionVector, theirs: VersionVector) -> bool:
     return True
 
 
-def _fold_new(state: TaskState, events: Sequence[ParsedEvent]) -> TaskState:
+def _fold_new(state: TaskState, events: Sequence[ParsedEvent],
+              seen: Observations | None = None) -> TaskState:
     """Fold the events ``state`` has not applied yet (duplicates skipped before the fold, as
-    the controller does, so the persisted counters never see one)."""
-    return fold_checked(state, events).state
+    the controller does, so the persisted counters never see one), and what the objects
+    said (``seen``) again."""
+    state = fold_checked(state, events).state
+    return state if seen is None else seen.apply(state)

@@ -11,6 +11,12 @@ resourceVersion preconditions, so a TaskFeedback that changed since it was read 
 fact, an owner added) survives this sweep. Its bus events are deleted with it: while they
 lived (1 h by default), a relist after a restart would otherwise fold them again and bring
 the TaskFeedback back.
+
+The events go first, the object last: a watcher that stops between the two leaves a
+finished TaskFeedback that the next sweep deletes, never events without their object (the
+other order, after a crash, let a restarted watcher fold them into a new TaskFeedback). An
+event that lands meanwhile and is folded changes the object, so its delete fails its
+precondition and the object, holding that fact, waits for a later sweep.
 """
 
 from __future__ import annotations
@@ -71,8 +77,12 @@ class TtlSweeper:
     """One sweep lists the TaskFeedbacks under ``paths`` and deletes the expired ones."""
 
     def __init__(self, kube: Client, paths: list[str], ttl: float,
-                 on_deleted: Callable[[TaskRef, str, TaskState], object]) -> None:
+                 on_deleted: Callable[[TaskRef, str, TaskState], object],
+                 pods_of: Callable[[TaskRef], list[str]] = lambda task: []) -> None:
         self.kube, self.paths, self.ttl, self.on_deleted = kube, paths, ttl, on_deleted
+        # The pods whose labels name a task (the pod cache's), beside those its status lists
+        # (capped at 128, and the first thing the byte budget drops).
+        self.pods_of = pods_of
 
     @property
     def interval(self) -> float:
@@ -96,6 +106,15 @@ class TtlSweeper:
     def _delete(self, obj: TaskFeedback, state: TaskState | None = None) -> bool:
         meta = obj["metadata"]
         ns, name = meta["namespace"], meta["name"]
+        task = TaskRef(ns, name)
+        if state is None:
+            state = TaskState.from_status(task, obj.get("status"))
+        # Its events first (see the module docstring): a transient failure leaves both for
+        # the next sweep; a lasting one (no right to delete events) is logged and the object
+        # goes anyway, as the TTL promises.
+        failed = self.delete_events(task, state.pods)
+        if failed is not None and not failed.denied:
+            return False
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {
             "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}}
         try:
@@ -106,19 +125,17 @@ class TtlSweeper:
                 return False
             raise
         log.info("deleted finished taskfeedback %s/%s (ttl %gs)", ns, name, self.ttl)
-        task = TaskRef(ns, name)
-        if state is None:
-            state = TaskState.from_status(task, obj.get("status"))
         self.on_deleted(task, str(meta.get("uid") or ""), state)
-        self.delete_events(task, state.pods)
         return True
 
-    def delete_events(self, task: TaskRef, pods: Sequence[tuple[str, str]] = ()) -> None:
-        """Delete the task's bus events (after its TaskFeedback, and again after a late fact
+    def delete_events(self, task: TaskRef, pods: Sequence[tuple[str, str]] = ()
+                      ) -> KubeError | None:
+        """Delete the task's bus events (before its TaskFeedback, and again after a late fact
         of the deleted run): a relist after a restart finds nothing to fold it back from.
         With them go the facts its reporting ``pods`` (name, uid) sent about themselves,
-        folded into it by their labels."""
-        selectors = [task_selector(task.name)] + [pod_facts_selector(pod) for pod, _ in pods]
+        folded into it by their labels. Returns the error of a delete that failed."""
+        names = sorted({pod for pod, _ in pods} | set(self.pods_of(task)))
+        selectors = [task_selector(task.name)] + [pod_facts_selector(pod) for pod in names]
         for selector in selectors:
             try:
                 self.kube.request("DELETE", events_path(task.namespace),
@@ -126,4 +143,5 @@ class TtlSweeper:
             except KubeError as e:  # they expire anyway; a relist may recreate it meanwhile
                 log.warning("cannot delete the bus events of %s/%s: %s", task.namespace,
                             task.name, e)
-                return
+                return e
+        return None

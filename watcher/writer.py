@@ -37,7 +37,8 @@ from tidings.schemas.state import STATUS_BUDGET, TaskState
 from .coalesce import Coalescer
 from .logs import task_fields
 from .metrics import Metrics
-from .store import Store, refused_status
+from .senders import Retry
+from .store import Owner, Store, refused_status
 
 log = logging.getLogger("tidings.watcher.writer")
 
@@ -113,10 +114,12 @@ class StatusWriter:
                  slow: dict[str, float] | None = None,
                  may_write: Callable[[], bool] = lambda: True, max_rate: float = 0.0,
                  budget: float = 0.0, priority: bool = True,
-                 owner_of: Callable[[TaskRef], ObjectRef | None] = lambda task: None) -> None:
+                 owner_of: Callable[[TaskRef], ObjectRef | Retry | None] = lambda task: None,
+                 owner_gone: Callable[[ObjectRef], bool] = lambda owner: False) -> None:
         self.kube, self.store, self.metrics = kube, store, metrics
-        # The platform object (Job, JobSet, Workflow, ...) a new TaskFeedback is owned by.
-        self.owner_of = owner_of
+        # The platform object (Job, JobSet, Workflow, ...) a new TaskFeedback is owned by, and
+        # whether a TaskFeedback's owner is known to be gone.
+        self.owner_of, self.owner_gone = owner_of, owner_gone
         self.co: Coalescer[TaskRef] = Coalescer(interval, coalesce_interval, priority=priority)
         self.workers = workers
         self.slow = slow if slow is not None else parse_slow_writes(os.environ.get(SLOW_WRITE_ENV))
@@ -248,15 +251,15 @@ class StatusWriter:
                     return True
                 state, version, rv = snap
                 try:
-                    new_rv, uid = self._persist(task, status_body(state, self.store.refused(task)),
-                                                rv)
+                    new_rv, uid, owner = self._persist(
+                        task, status_body(state, self.store.refused(task)), rv)
                 except Conflict as e:
                     self.metrics.status_writes.labels("conflict").inc()
                     log.info("status write %s/%s: %s; re-reading", task.namespace, task.name, e,
                              extra=task_fields(task))
                     self._reread(task)
                     continue
-                self.store.written(task, version, new_rv, uid)
+                self.store.written(task, version, new_rv, uid, owner)
                 self.metrics.write_seconds.observe(time.perf_counter() - t0)
                 self.metrics.status_writes.labels("ok").inc()
                 return True
@@ -285,11 +288,11 @@ class StatusWriter:
             raise NotLeader("lease not held")
 
     def _persist(self, task: TaskRef, status: dict[str, Any], rv: str | None
-                 ) -> tuple[str | None, str | None]:
+                 ) -> tuple[str | None, str | None, Owner | None]:
         """Replace the whole ``.status`` (keys the fold dropped vanish too) of the object at
-        resourceVersion ``rv``; returns the new resourceVersion and the object's uid. The API
-        server refuses the write with 409 when the object changed since ``rv``, so a stale
-        writer never wins."""
+        resourceVersion ``rv``; returns the new resourceVersion, the object's uid and its
+        owner's. The API server refuses the write with 409 when the object changed since
+        ``rv``, so a stale writer never wins."""
         self._fence()
         coll = taskfeedback_path(task.namespace)
         if rv is None:
@@ -312,7 +315,7 @@ class StatusWriter:
             if e.not_found or e.conflict:  # changed (or deleted) since rv
                 raise Conflict(str(e)) from e
             raise
-        return _resource_version(obj), _uid(obj)
+        return _resource_version(obj), _uid(obj), controller_of(obj)
 
     def _reread(self, task: TaskRef) -> None:
         """After a conflict: the object as it is now becomes the base of our state."""
@@ -324,9 +327,13 @@ class StatusWriter:
         except KubeError as e:
             if not e.not_found:
                 raise
-            self.store.absent(task)
+            # Deleted with its owner (the garbage collector), the run is over: what was not
+            # written of it goes with it, never into a new object.
+            owner = self.store.owner(task)
+            self.store.absent(task, new_run=owner is not None and self.owner_gone(owner))
             return
-        if self.store.rebase(task, obj.get("status"), _resource_version(obj), _uid(obj)):
+        if self.store.rebase(task, obj.get("status"), _resource_version(obj), _uid(obj),
+                             controller_of(obj)):
             log.info("status of %s/%s had events we lacked: merged", task.namespace, task.name,
                      extra=task_fields(task))
 
@@ -334,6 +341,9 @@ class StatusWriter:
         """Create the TaskFeedback; its resourceVersion. Conflict when it already exists (we
         must read what it holds before writing over it)."""
         owner = self.owner_of(task)
+        if owner is Retry.LATER:  # its owner cannot be verified now: create it later
+            raise KubeError(503, f"the owner of {task.namespace}/{task.name} cannot be "
+                            "verified now")
         # Owned by the platform's object (a Job, a Workflow): deleted with it.
         owners = [owner_reference(owner)] if owner is not None else []
         body = taskfeedback_body(task.namespace, task.name, owner_references=owners)
@@ -347,6 +357,20 @@ class StatusWriter:
                 raise Conflict("already exists") from e
             raise
         return _resource_version(obj)
+
+
+def controller_of(obj: object) -> Owner | None:
+    """The object's controller (its ownerReference with ``controller: true``)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
+    for ref in refs if isinstance(refs, list) else []:
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            api, kind, name, uid = (ref.get(k) for k in ("apiVersion", "kind", "name", "uid"))
+            if all(isinstance(x, str) for x in (api, kind, name, uid)):
+                assert isinstance(meta, dict)
+                return Owner(str(api), str(kind), str(name), str(meta.get("namespace") or ""),
+                             str(uid))
+    return None
 
 
 def _uid(obj: object) -> str | None:

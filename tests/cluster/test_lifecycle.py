@@ -264,6 +264,60 @@ def test_ttl_deletes_finished_unowned_tasks_and_their_events_only(
     assert names() == {"owned", "running"}
 
 
+def test_a_ttl_delete_cut_short_never_leaves_a_task_s_facts_without_its_object(
+        control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
+        crd: None, start_watcher: Callable[..., Any]) -> None:  # noqa: F811
+    """A watcher that stops in the middle of a TTL delete (after its first DELETE request)
+    leaves the finished TaskFeedback for the next sweep, never the task's bus events without
+    it: a restarted watcher would fold those into a new TaskFeedback (issue 25, item 10)."""
+    from tidings.watcher.ttl import TtlSweeper
+
+    pod = client.CoreV1Api(admin).create_namespaced_pod(namespace, {
+        "metadata": {"name": "cut-0", "labels": {"tidings.dev/task": "cut"}},
+        "spec": {"nodeName": NODE_NAME, "containers": [{"name": "main", "image": "busybox"}]}})
+    w = start_watcher()
+    emit_final(control_plane, downward_env(pod, "cut"))
+    eventually(lambda: finished(task_status(admin, namespace, "cut")), 30,
+               f"the task written finished\n{w.tail()}")
+    w.kill()
+    crs = client.CustomObjectsApi(admin)
+    uid = crs.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                           "cut")["metadata"]["uid"]
+
+    class Stopped(Exception):
+        pass
+
+    kube = connect(str(kubeconfig))
+    request, deletes = kube.request, []
+
+    def stops_after_one_delete(method: str, path: str, **kw: Any) -> Any:
+        if method == "DELETE" and deletes:
+            raise Stopped(path)
+        answer = request(method, path, **kw)
+        if method == "DELETE":
+            deletes.append(path)
+        return answer
+
+    kube.request = stops_after_one_delete  # type: ignore[method-assign]
+    sweeper = TtlSweeper(kube, [taskfeedback_path(namespace)], 0.0,
+                         on_deleted=lambda *_: None)
+    with pytest.raises(Stopped):
+        sweeper.sweep()
+    bus = client.EventsV1Api(admin).list_namespaced_event(
+        namespace, field_selector=f"reportingController={BUS_CONTROLLER}").items
+    names = {i["metadata"]["name"] for i in crs.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL)["items"]}
+    assert names == {"cut"} and bus == [], (deletes, names, len(bus))
+    # A restarted watcher finds the object as it was (nothing to fold back), and the next
+    # sweep deletes it.
+    m = start_watcher().metrics()
+    assert m["tidings_watcher_events_seen_total"] == 0
+    assert crs.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                            "cut")["metadata"]["uid"] == uid
+    kube.request = request  # type: ignore[method-assign]
+    assert sweeper.sweep() == 1
+
+
 def test_a_negative_ttl_is_a_config_error(tmp_path: Path) -> None:
     result = subprocess.run([TIDINGS, "watcher", "run", "--ttl-after-finished", "-1"],
                             capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)

@@ -193,11 +193,17 @@ def _roster(r: Roster, pod: str, p: Progress, key: OrderKey, cap: int) -> tuple[
         last = key
     if p.failed and (first is None or key < first.at):
         first = Failure(key, pod, cut_text(p.message, MESSAGE_LIMIT))
+    # The pods' ends (observations, which this reference does not fold) decide the pods
+    # without a final of their own.
+    ended = {h: e for h, e in r.ends.items() if h in marks and not marks[h].bits & FINAL}
+    failed = [(e.at, h) for h, e in ended.items() if e.failed]
     return Roster(
         marks, max(r.declared, p.workers),
         sum(1 for m in marks.values() if m.bits & FINAL),
         sum(1 for m in marks.values() if m.bits & FAILED),
-        sum(m.bits & FRACTION_MASK for m in marks.values()), first, last), capped
+        sum(m.bits & FRACTION_MASK for m in marks.values()), first, last, r.ends,
+        len(ended), len(failed), min(failed, default=None),
+        max((e.at for e in ended.values()), default=None)), capped
 
 
 def _order_time(ev: ParsedEvent, skew: timedelta) -> datetime:
@@ -339,6 +345,7 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         unknown,
         state.warnings + 1 if ev.warning else state.warnings,
         roster,
+        state.observed,
         lim,
     )
 
@@ -359,6 +366,7 @@ def _with(state: TaskState, *, counters: dict[str, int]) -> TaskState:
         state.unknown,
         state.warnings,
         state.roster,
+        state.observed,
         state.limits,
     )
 

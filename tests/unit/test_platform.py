@@ -29,6 +29,7 @@ from tidings.schemas.platform import (
 from tidings.schemas.rejection import Rejection
 from tidings.watcher.controller import Controller, Settings
 from tidings.watcher.metrics import Metrics
+from tidings.watcher.platform import JOB, Seen
 from tidings.watcher.senders import Senders
 
 UID = "0b6c1d2e-1111-4222-8333-444455556666"
@@ -160,13 +161,33 @@ def test_a_fact_about_a_known_pod_is_folded_into_its_platform_task() -> None:
     info = pod_task(meta({JOB_NAME_LABEL: "train-7", "batch.kubernetes.io/controller-uid": UID}))
     assert info is not None
     c.senders.put(("ml", pod.name, pod.uid), info)
-    c.deliver_many([pod_fact(pod, LogLink(name="w", url="https://w.ai/"), 1)])
     task = TaskRef("ml", "train-7")
+    # The Job's informer has seen it: the uid the pod shows is the live Job's, so it owns
+    # the TaskFeedback (an owner the watcher cannot read is never written: no API here).
+    c.platform.put(JOB, ("ml", "train-7"), Seen(UID, "", 4, None))
+    c.deliver_many([pod_fact(pod, LogLink(name="w", url="https://w.ai/"), 1)])
     c.store.load(task, None, exists=False)
     c.fold_task(task)
     state, _ = c.store.take(task)
     assert state.links == {"w": "https://w.ai/"}
     assert c.platform.owner(task) == ObjectRef("batch/v1", "Job", "train-7", "ml", UID)
+
+
+def test_a_pod_claiming_an_owner_no_live_object_is_is_refused() -> None:
+    """Issue 25, item 4 (a): a bare pod labelled for the Job with a forged controller-uid."""
+    c = Controller(None, Settings(), Metrics())  # type: ignore[arg-type]
+    c.platform.put(JOB, ("ml", "victim"), Seen(UID, "", 1, None))
+    forged = "0f0f0f0f-0000-4000-8000-000000000000"
+    info = pod_task(meta({JOB_NAME_LABEL: "victim", "controller-uid": forged}))
+    pod = PodRef("victim-x", "uid-x", "ml")
+    c.senders.put(("ml", pod.name, pod.uid), info)
+    task = TaskRef("ml", "victim")
+    c.deliver_many([pod_fact(pod, LogLink(name="w", url="https://evil.example/"), 1)])
+    c.store.load(task, None, exists=False)
+    c.fold_task(task)
+    state, _ = c.store.take(task)
+    assert state.links == {} and c.platform.owner(task) is None
+    assert c.metrics.events_rejected.labels("unverified_owner")._value.get() == 1
 
 
 def test_a_fact_about_a_pod_whose_task_cannot_be_known_is_refused_never_guessed() -> None:
@@ -216,3 +237,71 @@ def test_a_task_fact_from_a_job_pod_is_checked_against_its_job_label() -> None:
     assert isinstance(refused, Rejection) and refused.reason.value == "spoofed_sender"
     assert refused.message == (f"related pod train-7-0-x is labelled {JOB_NAME_LABEL}=train-7; "
                                "the event claims task victim")
+
+
+# --- what the pod informers say of each pod (issue 25, item 1) ------------------------------
+
+
+def pod_line(wtype: str, labels: dict[str, str], status: dict[str, Any],
+             deleting: bool = False) -> bytes:
+    import orjson
+
+    m = {**meta(labels), "resourceVersion": "7"}
+    if deleting:
+        m["deletionTimestamp"] = "2026-12-01T09:05:00Z"
+    return orjson.dumps({"type": wtype, "object": {"metadata": m, "status": status}})
+
+
+def test_the_pod_informers_keep_each_pod_s_end_by_task_and_tell_each_change_once() -> None:
+    from tidings.watcher.senders import PodSource
+
+    told: list[TaskRef] = []
+    senders = Senders(None, on_change=told.append)
+    labels = {JOB_NAME_LABEL: "train", TASK_LABEL: "train"}
+    # The same pod comes through two task keys' informers, as a JobSet's pod would.
+    sources = [PodSource(senders, TASK_LABEL), PodSource(senders, JOB_NAME_LABEL)]
+    task = TaskRef("ml", "train")
+    running = {"phase": "Running"}
+    oom = {"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {
+        "exitCode": 137, "reason": "OOMKilled", "finishedAt": "2026-12-01T09:04:00Z"}}}]}
+    pulling = {"phase": "Pending", "containerStatuses": [{"name": "main", "state": {
+        "waiting": {"reason": "ImagePullBackOff", "message": "Back-off"}}}]}
+    for src in sources:
+        src.watch_line(pod_line("ADDED", labels, running))
+    assert told == [] and senders.verdicts(task) == []
+    for src in sources:
+        src.watch_line(pod_line("MODIFIED", labels, pulling))
+    assert told == [task] and [v.reason for v in senders.verdicts(task)] == ["ImagePullBackOff"]
+    for src in sources:
+        src.watch_line(pod_line("MODIFIED", labels, running))
+    assert told == [task, task] and senders.verdicts(task) == []  # no longer waiting
+    for src in sources:
+        src.watch_line(pod_line("MODIFIED", labels, oom))
+    for src in sources:
+        src.watch_line(pod_line("DELETED", labels, running, deleting=True))
+    (v,) = senders.verdicts(task)
+    assert (v.reason, v.exit_code) == ("OOMKilled", 137) and len(told) == 3  # an end is kept
+    # The second informer's delete keeps what the first remembered of the pod: its task.
+    known, info = senders.lookup(("ml", "p-0", "pod-uid"))
+    assert known and isinstance(info, PodTask) and info.task == "train"
+    assert senders.pods_of(task) == ["p-0"]
+
+
+def test_a_reporting_pod_gone_while_no_watcher_watched_is_found_gone() -> None:
+    senders = Senders(None)
+    task = TaskRef("ml", "train")
+    senders.put(("ml", "live-0", "u0"), PodTask("train", TASK_LABEL))
+    senders.delete(("ml", "dead-0", "u1"))  # seen deleted, with no object (a relist)
+    gone = senders.gone(task, [("live-0", "u0"), ("dead-0", "u1")])
+    assert [(v.pod, v.reason, v.explained) for v in gone] == [("dead-0", "Deleted", False)]
+
+
+def test_pod_ends_are_bounded_but_never_for_a_task_the_watcher_holds() -> None:
+    from tidings.schemas.observed import gone
+
+    senders = Senders(None, holds=lambda task: task.name == "held", max_verdicts=2)
+    for i, name in enumerate(["other", "other", "other", "held", "held"]):
+        key = ("ml", f"{name}-{i}", f"u{i}")
+        senders.put(key, PodTask(name, TASK_LABEL), gone(key[1], key[2], T0))
+    assert len(senders.verdicts(TaskRef("ml", "other"))) == 2
+    assert len(senders.verdicts(TaskRef("ml", "held"))) == 2

@@ -162,6 +162,10 @@ def main() -> None:
 
     import tidings.emitter
 
+    # The counters once what training emitted had its chance to go (a few steps take well
+    # under a second, less than the sender's first transport set-up on a loaded machine).
+    tidings.emitter.flush(5)
+
     rank = next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
                  if k in os.environ), "0")
     out = Path(a.out if rank == "0" else f"{a.out}.rank{rank}")

@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN_DIR = $(shell tools/controlplane/build.sh)
 
-.PHONY: setup debs venv binaries integrations-venv test unit demo lint dist clean-binaries
+.PHONY: setup debs venv binaries platforms integrations-venv test unit demo lint dist image clean-binaries
 
 setup: debs venv binaries
 
@@ -28,6 +28,12 @@ $(VENV)/.installed: pyproject.toml
 binaries:
 	tools/controlplane/build.sh
 
+# The platforms' real controllers the tests run on the local plane (JobSet, Kubeflow Trainer,
+# Argo Workflows): each from its pinned module in tools/platforms/<name>/, cached by version in
+# .cache/platforms/ (a platform bump rebuilds that platform alone). Test-only, never shipped.
+platforms:
+	tools/platforms/build.sh >/dev/null
+
 # The real frameworks tidings.integrations is tested against (torch brings ~3 GB of CUDA
 # libraries): a venv of their own, named by the hash of their pins and kept while the pins
 # stay (existence, not mtimes: a fresh checkout must not reinstall torch), so the workload
@@ -46,7 +52,9 @@ $(INTEGRATIONS_VENV)/.project: pyproject.toml
 	$(INTEGRATIONS_VENV)/bin/pip install -q -e '.[dev]'
 	touch $@
 
-test: setup integrations-venv
+# The Go builds (CPU) run beside the frameworks' venv install (network): -j3.
+test: debs venv
+	$(MAKE) --no-print-directory -j3 binaries platforms integrations-venv
 	TIDINGS_BIN_DIR=$(BIN_DIR) $(VENV)/bin/pytest
 	TIDINGS_BIN_DIR=$(BIN_DIR) $(INTEGRATIONS_VENV)/bin/pytest tests/integrations
 
@@ -58,7 +66,7 @@ demo: setup
 
 # mypy --strict (pyproject's [tool.mypy]) over the installed names; tidings/'s symlinks let it
 # resolve tidings.* to the top-level folders.
-MYPY_TARGETS := -p tidings.schemas -p tidings.kube -p tidings.emitter -p tidings.watcher -p tidings.cli -p tidings.integrations -m tools.devcluster
+MYPY_TARGETS := -p tidings.schemas -p tidings.kube -p tidings.emitter -p tidings.watcher -p tidings.cli -p tidings.integrations -m tools.devcluster -m tools.devplatforms
 lint: venv
 	$(VENV)/bin/ruff check schemas kube emitter watcher cli integrations tidings tests bench tools
 	$(VENV)/bin/mypy $(MYPY_TARGETS)
@@ -73,6 +81,18 @@ dist: venv
 	$(VENV)/bin/pip wheel -q --no-deps --no-build-isolation -w $(DIST) .
 	rm -rf build/lib build/bdist.*
 	@ls $(DIST)/tidings-*.whl
+
+# The watcher image, built from deploy/Dockerfile and pushed, in one command:
+#   make image IMAGE=registry.example/tidings-watcher:0.1.0   (DOCKER=podman works the same)
+# then it prints how the chart and the kustomize base take it.
+DOCKER ?= docker
+image:
+	@test -n "$(IMAGE)" || { echo "set IMAGE=REGISTRY/tidings-watcher:TAG" >&2; exit 2; }
+	$(DOCKER) build -f deploy/Dockerfile -t $(IMAGE) .
+	$(DOCKER) push $(IMAGE)
+	@repo='$(IMAGE)'; tag=$${repo##*:}; repo=$${repo%:*}; \
+	echo "helm:      helm install tidings deploy/chart -n tidings-system --set image.repository=$$repo --set image.tag=$$tag"; \
+	echo "kustomize: an overlay of deploy/ with images: [{name: tidings-watcher, newName: $$repo, newTag: $$tag}]"
 
 clean-binaries:
 	rm -rf .cache/controlplane

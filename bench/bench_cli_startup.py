@@ -2,7 +2,9 @@
 side with `kubectl get taskfeedback` (wall time) against one live control plane, in one run.
 
 Run: .venv/bin/python bench/bench_cli_startup.py [--runs N] [--kubeconfig FILE]
-(without --kubeconfig it starts a control plane of its own: needs the built binaries).
+(without --kubeconfig it starts a control plane of its own: needs the built binaries). The
+`tidings` measured is the one beside the Python that runs this script, so another checkout's
+venv (`../main/.venv/bin/python bench/bench_cli_startup.py`) gives the "before".
 
 Commands are timed round-robin (one of each, N times), so load that comes and goes hits them
 alike; the table gives medians, the ratio to kubectl measured in the same run, and the load
@@ -75,9 +77,9 @@ def main() -> None:
         commands = {
             "kubectl get taskfeedback bench-1": [kubectl, "-n", ns, "get", "taskfeedback",
                                                  "bench-1"],
-            "tidings get bench-1": [EXE, "-n", ns, "get", "bench-1"],
-            "tidings list": [EXE, "-n", ns, "list"],
-            "tidings state bench-1": [EXE, "-n", ns, "state", "bench-1"],
+            "tidings get bench-1": [EXE, "get", "bench-1", "-n", ns],
+            "tidings list": [EXE, "list", "-n", ns],
+            "tidings state bench-1": [EXE, "state", "bench-1", "-n", ns],
             "tidings --help": [EXE, "--help"],
         }
         samples: dict[str, list[float]] = {name: [] for name in commands}

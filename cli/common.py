@@ -120,13 +120,47 @@ def _map_exception(err: Exception) -> CliError | None:
     return None
 
 
+# kubectl's global flags, which it takes before the command too (`kubectl -n ml get pods`):
+# those that take a value, and those that do not.
+GLOBAL_FLAGS = frozenset({"-n", "--namespace", "--kubeconfig", "--context",
+                          "--request-timeout", "--as", "--as-group"})
+GLOBAL_SWITCHES = frozenset({"-A", "--all-namespaces"})
+
+
+def hoist_global_flags(args: Sequence[str]) -> list[str]:
+    """``tidings -n ml list`` as ``tidings list -n ml``: the global flags that come before the
+    command move after it (before a ``--``), in their order; the rest is left as it is."""
+    args = list(args)
+    lead: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name = arg.split("=", 1)[0]
+        if arg in GLOBAL_FLAGS and i + 1 < len(args):
+            lead += args[i:i + 2]
+            i += 2
+        elif name in GLOBAL_FLAGS or arg in GLOBAL_SWITCHES or (
+                arg[:2] == "-n" and len(arg) > 2 and not arg.startswith("--")):
+            lead.append(arg)
+            i += 1
+        else:
+            break
+    rest = args[i:]
+    if not lead or not rest:
+        return args
+    end = rest.index("--") if "--" in rest else len(rest)
+    return rest[:end] + lead + rest[end:]
+
+
 class TidingsGroup(TyperGroup):
-    """The root command group: usage errors become one line and exit code 2 as well."""
+    """The root command group: usage errors become one line and exit code 2 as well, and
+    kubectl's global flags may come before the command."""
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
              windows_expand_args: bool = True, **extra: Any) -> Any:
         extra["windows_expand_args"] = windows_expand_args
+        args = hoist_global_flags(sys.argv[1:] if args is None else args)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         from typer._click import exceptions as click_exc

@@ -201,8 +201,12 @@ def discover(kube: Kube, namespace: str, app: str, must_exist: bool = True) -> F
             found.pods[uid] = pod
     found.entries = sorted(by_uid.values(), key=lambda e: (e.pod.name, e.pod.uid))
     if must_exist and not found.entries:
+        # Said without implying a TaskFeedback exists: there may be none.
+        from tidings.cli.taskview import found_elsewhere
+
         not_found(f"app {app!r} in namespace {namespace} (no PodSpawned events, no "
-                  f"reporting pods in its TaskFeedback, no pods labelled {pod_selector(app)})")
+                  f"TaskFeedback that lists reporting pods, no pods labelled "
+                  f"{pod_selector(app)})" + found_elsewhere(kube, app, namespace))
     return found
 
 

@@ -74,8 +74,8 @@ def age(t: str | None, now: datetime | None = None) -> str:
 
 
 def eta(t: Any, now: datetime | None = None) -> str:
-    """The estimated completion as kubectl would say an age: 'in 3m20s' ('due 5s ago' once
-    passed); '<none>' when the status has none."""
+    """The estimated completion as kubectl would say an age: 'in 3m20s' ('now', then
+    'overdue 5s' once passed while the task runs); '<none>' when the status has none."""
     from tidings._compat import UTC
     from tidings.schemas.times import format_seconds, parse_time
 
@@ -83,9 +83,13 @@ def eta(t: Any, now: datetime | None = None) -> str:
     if when is None:
         return "<none>"
     now = now or datetime.now(UTC)
-    if when >= now:
+    ahead = (when - now).total_seconds()
+    if ahead >= 1:
         return "in " + age(format_seconds(now), when)
-    return f"due {age(format_seconds(when), now)} ago"
+    if ahead > -1:
+        return "now"
+    # Passed while the task still runs: the estimate was wrong, not a date in the past.
+    return f"overdue {age(format_seconds(when), now)}"
 
 
 def _get(obj: object, *keys: str) -> Any:
@@ -271,7 +275,10 @@ def list_tasks(
             missing += [] if got else [name]
         printer.listing(items, rv, ns, single=len(names) == 1)
         if missing:
-            not_found(", ".join(f"task {m!r}" for m in missing) + f" in namespace {ns}")
+            from tidings.cli.taskview import found_elsewhere
+
+            not_found(", ".join(f"task {m!r}" for m in missing) + f" in namespace {ns}"
+                      + "".join(found_elsewhere(k, m, ns) for m in missing))
     else:
         items, rv = k.list_all(path, query, action=Action("list", resource, ns))
         printer.listing(items, rv, ns)

@@ -230,6 +230,8 @@ class Tail:
                 self.final_pass = True  # drain what was written before it ended
                 continue
             if not follow:
+                if phase == "Running":  # running, and has written nothing (yet)
+                    return "no logs: the container has written none (pod Running)"
                 return f"no logs: container not running (pod {phase or 'Unknown'})"
             stopped.wait(backoff.next())
         return ""

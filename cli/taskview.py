@@ -110,6 +110,24 @@ def resolve_namespace(kube: Kube, name: str, what: str, selector: str, all_names
     return found.pop()
 
 
+def found_elsewhere(kube: Kube, name: str, here: str) -> str:
+    """What a "not found" adds when the TaskFeedback ``name`` exists in other namespaces
+    (kubectl's commonest slip: the wrong namespace); '' when it does not, or when they may
+    not be listed."""
+    try:
+        crs, _ = kube.list_all(taskfeedback_path(), {"fieldSelector": f"metadata.name={name}"},
+                               action=Action("list", TASKFEEDBACK_RESOURCE))
+    except ApiError:
+        return ""
+    spaces = sorted({str((i.get("metadata") or {}).get("namespace") or "") for i in crs}
+                    - {"", here})
+    if not spaces:
+        return ""
+    if len(spaces) == 1:
+        return f"; it exists in namespace {spaces[0]}: use -n {spaces[0]} (or -A)"
+    return f"; it exists in namespaces {', '.join(spaces)}: choose one with -n"
+
+
 # --- one snapshot -------------------------------------------------------------------------
 
 # Groups of (reason, sender) kept and shown: a flood from many senders stays a few lines
@@ -411,7 +429,8 @@ def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = 
             raise CliError(f"{NO_CRD} (and task {ref.name!r} has no events in namespace "
                            f"{ref.namespace})", EXIT_NOT_FOUND)
         not_found(f"task {ref.name!r} in namespace {ref.namespace} "
-                  "(no TaskFeedback and no events)")
+                  "(no TaskFeedback and no events)"
+                  + found_elsewhere(kube, ref.name, ref.namespace))
     return snap
 
 
@@ -521,9 +540,9 @@ def _ago(t: datetime | None) -> str:
 
 def _until(t: datetime) -> str:
     secs = int((t - datetime.now(UTC)).total_seconds())
-    if secs < 0:
-        return f"due {fmt_seconds(-secs)} ago"
-    return f"in {fmt_seconds(secs)}"
+    if secs < 0:  # passed while the task still runs: the estimate was wrong
+        return f"overdue {fmt_seconds(-secs)}"
+    return "now" if secs == 0 else f"in {fmt_seconds(secs)}"
 
 
 # The columns of a kind with a curve (metrics): its exact extremes and its history.
@@ -617,7 +636,10 @@ def render(snap: Snapshot) -> Any:
                                     + (f" ({platform.reason})" if platform.reason else "")))
     head.add_row("Last event", _t(_ago(st.last_event_time)))
     if st.warnings:
-        head.add_row("Warnings", _t(st.warnings, "red"))
+        # What the number counts: a bare "Warnings 2" left people guessing.
+        head.add_row("Warnings", _t(f"{st.warnings} failure report"
+                                    f"{'s' if st.warnings != 1 else ''} (events of type "
+                                    "Warning: kubectl describe lists them)", "red"))
     parts: list[Any] = [head]
 
     def table(title: str, *cols: str) -> Table:

@@ -109,7 +109,14 @@ def no_kubeconfig_reason(env: Mapping[str, str] | None = None) -> str:
     listed = [p for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
     if listed:
         shown = ", ".join(repr(p) for p in listed[:3]) + (", ..." if len(listed) > 3 else "")
-        verb = "which does not exist" if len(listed) == 1 else "none of which exist"
+        # KUBECONFIG=/dev/null (or an empty file) is there and names no cluster: no typo.
+        missing = sum(not Path(p).expanduser().exists() for p in listed)
+        if missing == len(listed):
+            verb = "which does not exist" if len(listed) == 1 else "none of which exist"
+        elif missing == 0:
+            verb = "which holds no cluster" if len(listed) == 1 else "which hold no cluster"
+        else:
+            verb = "which hold no cluster or do not exist"
         return f"KUBECONFIG names {shown}, {verb} (and not running in a pod)"
     return ("no kubeconfig found (set KUBECONFIG or --kubeconfig; ~/.kube/config does not "
             "exist) and not running in a pod")

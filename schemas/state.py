@@ -582,7 +582,10 @@ def _verdict_json(v: PodVerdict, time_key: str) -> dict[str, Any]:
 
 
 def _progress_json(agg: TaskProgress, phase: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"percent": _percent(agg.fraction, phase), "message": agg.message}
+    percent = _percent(agg.fraction, phase)
+    # percentText is what the Progress printer column shows ("35%"; kubectl cannot format).
+    out: dict[str, Any] = {"percent": percent, "percentText": f"{percent}%",
+                           "message": agg.message}
     if agg.eta is not None:
         out["estimatedCompletionTime"] = format_seconds(agg.eta)
     return out

@@ -23,9 +23,11 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 
 @pytest.fixture(scope="session")
 def controller_manager(control_plane: ControlPlane) -> ControlPlane:
-    """kube-controller-manager (garbage collector and ClusterRole aggregation only) on the
-    shared control plane: started by the first test that needs it, for the rest of the
-    session (the other tests create no ownerReferences and no aggregated roles)."""
+    """kube-controller-manager (the Job controller, the garbage collector and ClusterRole
+    aggregation: CONTROLLER_ROLES) on the shared control plane: started by the first test
+    that needs it, for the rest of the session. A Job created after that gets its pods from
+    the Job controller: a test whose Job is not about its pods makes it inert (managedBy
+    another controller, as test_platforms.py's hand-made JobSet children are)."""
     control_plane.start_controller_manager()
     return control_plane
 
@@ -53,7 +55,8 @@ def admin(api_client: Callable[[str], object]) -> object:
 
 @pytest.fixture
 def namespace(control_plane: ControlPlane, admin: object) -> Iterator[str]:
-    """A fresh namespace with its `default` ServiceAccount (no controller-manager runs)."""
+    """A fresh namespace with its `default` ServiceAccount (the ServiceAccount controller
+    does not run)."""
     from kubernetes import client
 
     core = client.CoreV1Api(admin)

@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -58,6 +59,9 @@ MAX_CONFLICTS = 4
 # part dominates, so a budget in writes/s and one in bytes/s both misjudge it.
 COST_BASE_MS = 4.3
 COST_MS_PER_BYTE = 0.19e-3
+# The tasks whose last phase the writer remembers, to log a task's end once (an operator
+# follows tasks in the log without `kubectl get`): bounded, the oldest forgotten first.
+PHASES_REMEMBERED = 10_000
 
 
 def write_cost(nbytes: int) -> float:
@@ -134,6 +138,8 @@ class StatusWriter:
         self._stopped = False
         self._ends = 0
         self._threads: list[threading.Thread] = []
+        self._phases: OrderedDict[TaskRef, str] = OrderedDict()
+        self._phases_lock = threading.Lock()
 
     def start(self) -> None:
         for i in range(self.workers):
@@ -260,6 +266,7 @@ class StatusWriter:
                     self._reread(task)
                     continue
                 self.store.written(task, version, new_rv, uid, owner)
+                self._log_phase(task, state)
                 self.metrics.write_seconds.observe(time.perf_counter() - t0)
                 self.metrics.status_writes.labels("ok").inc()
                 return True
@@ -281,6 +288,22 @@ class StatusWriter:
             log.warning("status write %s/%s failed: %s", task.namespace, task.name, e,
                         extra=task_fields(task))
             return False
+
+    def _log_phase(self, task: TaskRef, state: TaskState) -> None:
+        """One INFO line when a written task completes or fails (once per phase)."""
+        phase = state.phase
+        with self._phases_lock:
+            if self._phases.get(task) == phase:
+                return
+            self._phases[task] = phase
+            self._phases.move_to_end(task)
+            while len(self._phases) > PHASES_REMEMBERED:
+                self._phases.popitem(last=False)
+        if state.finished:
+            progress = state.progress
+            said = f": {progress.message[:120]}" if progress and progress.message else ""
+            log.info("task %s/%s %s%s", task.namespace, task.name,
+                     "failed" if state.failed else "completed", said, extra=task_fields(task))
 
     def _fence(self) -> None:
         if not self.may_write():
@@ -356,6 +379,9 @@ class StatusWriter:
             if e.conflict:
                 raise Conflict("already exists") from e
             raise
+        log.info("task %s/%s created%s", task.namespace, task.name,
+                 f" (owned by {owner.kind}/{owner.name})" if owner is not None else "",
+                 extra=task_fields(task))
         return _resource_version(obj)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -149,9 +150,12 @@ class Proc:
     """`tidings ...` as a child process whose output lines are collected by a thread."""
 
     def __init__(self, cp: ControlPlane, *args: str) -> None:
+        # Ctrl-C reaches it even when pytest itself runs with SIGINT ignored (as a shell
+        # starts a background job, `pytest &`), which a child would otherwise inherit.
         self.proc = subprocess.Popen(
             [TIDINGS, *args, "--kubeconfig", str(cp.kubeconfig("admin"))],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.out: list[str] = []
         self.err: list[str] = []
         self._q: queue.Queue[str] = queue.Queue()

@@ -177,11 +177,15 @@ def test_task_label_keys_become_the_watcher_flag(helm_env: dict[str, str]) -> No
     ("image.repository=", "/image/repository"),
     ("watcher.taskLabelKeys={bad key}", "/watcher/taskLabelKeys/0"),
     ("watcher.logLevel=critical", "/watcher/logLevel"),  # not a level the watcher takes
+    ("watcher.wrtieInterval=1", "wrtieInterval"),  # a misspelt key is refused, not ignored
+    ("replica=3", "replica"),
 ])
 def test_bad_values_are_refused_by_the_schema(helm_env: dict[str, str], value: str,
                                               message: str) -> None:
     result = helm(helm_env, "template", "tidings", str(CHART), "--set", value, check=False)
     assert result.returncode != 0 and message in result.stderr, result.stderr
+    if "logLevel" in value:  # the levels, readable, not a regular expression
+        assert "'INFO'" in result.stderr and "^(" not in result.stderr, result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +209,12 @@ def test_the_chart_installs_upgrades_and_uninstalls(own_cluster: ControlPlane,
     crd = cp.kubectl_run("apply", "--server-side", "--dry-run=server", "-f", str(rendered))
     assert "taskfeedbacks.tidings.dev serverside-applied (server dry run)" in crd
 
-    helm(helm_env, "install", "tidings", str(CHART), "-n", NS, *values, *kube)
+    installed = helm(helm_env, "install", "tidings", str(CHART), "-n", NS, *values, *kube)
+    # The namespace was made without a Pod Security label (as --create-namespace makes it):
+    # the NOTES give the command that sets it, and say nothing of it once it is set.
+    label = f"kubectl label namespace {NS} pod-security.kubernetes.io/enforce=restricted"
+    assert label in installed.stdout, installed.stdout
+    cp.kubectl_run("label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted")
     admin = config.new_client_from_config(config_file=str(cp.kubeconfig("admin")))
     apps = client.AppsV1Api(admin)
     deployment = apps.read_namespaced_deployment("tidings-watcher", NS)
@@ -229,8 +238,9 @@ def test_the_chart_installs_upgrades_and_uninstalls(own_cluster: ControlPlane,
     assert client.CustomObjectsApi(as_watcher).list_cluster_custom_object(
         "tidings.dev", "v1alpha1", "taskfeedbacks")["items"] == []
 
-    helm(helm_env, "upgrade", "tidings", str(CHART), "-n", NS, *values, "--set", "replicas=3",
-         "--set", "watcher.ttlAfterFinished=60", *kube)
+    upgraded = helm(helm_env, "upgrade", "tidings", str(CHART), "-n", NS, *values, "--set",
+                    "replicas=3", "--set", "watcher.ttlAfterFinished=60", *kube)
+    assert "tidings" in upgraded.stdout and label not in upgraded.stdout, upgraded.stdout
     eventually(lambda: apps.read_namespaced_deployment("tidings-watcher", NS).spec.replicas
                == 3, 30, "the upgrade to scale the watcher")
     assert client.RbacAuthorizationV1Api(admin).read_cluster_role("tidings-watcher-ttl")
@@ -240,3 +250,37 @@ def test_the_chart_installs_upgrades_and_uninstalls(own_cluster: ControlPlane,
     assert "tidings-watcher" not in names and "tidings-viewer" not in names
     # Helm keeps CRDs from crds/ on uninstall, so the TaskFeedbacks outlive the release.
     assert "taskfeedbacks.tidings.dev" in cp.kubectl_run("get", "crd", "-o", "name")
+
+
+def test_make_image_builds_pushes_and_the_chart_and_kustomize_take_the_result(
+        helm_env: dict[str, str], tmp_path: Path) -> None:
+    """No container engine runs here, so `make image` runs with DOCKER=echo: what is checked
+    is the one command line it runs (build from deploy/Dockerfile, then push), and that what
+    it prints for the chart and for an overlay of the kustomize base renders that image."""
+    image = "registry.example:5000/team/tidings-watcher:0.1.0"
+    made = subprocess.run(["make", "--no-print-directory", "image", f"IMAGE={image}",
+                           "DOCKER=echo docker"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    lines = made.stdout.splitlines()
+    assert f"docker build -f deploy/Dockerfile -t {image} ." in lines
+    assert f"docker push {image}" in lines
+    (chart,) = [x for x in lines if x.startswith("helm:")]
+    sets = chart.split("--set ")[1:]
+    (container,) = by_kind(render(helm_env, *(s.strip() for s in sets)))[
+        ("Deployment", "tidings-watcher")]["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == image
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [os.path.relpath(DEPLOY, overlay)],
+        "images": [{"name": "tidings-watcher", "newName": image.rsplit(":", 1)[0],
+                    "newTag": image.rsplit(":", 1)[1]}]}))
+    out = subprocess.run([str(find_bin_dir() / "kubectl"), "kustomize", str(overlay)],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    (deployment,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment"]
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == image
+    # Without IMAGE it says what to set, and runs nothing.
+    bare = subprocess.run(["make", "--no-print-directory", "image", "DOCKER=echo docker"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert bare.returncode != 0 and "set IMAGE=" in bare.stderr and "docker" not in bare.stdout

@@ -107,3 +107,31 @@ def test_app_names_complete(control_plane: ControlPlane, tasks: str, admin: Any,
     assert names == ["trainer-app"]
     names, _ = _complete(f"tidings get -n {ns} train-", kubeconfig)
     assert names == ["train-a", "train-b"]
+
+
+def test_not_found_says_where_the_task_is_instead(control_plane: ControlPlane, namespace: str,
+                                                  crd: str) -> None:
+    """The commonest slip is the namespace: "not found" names the one the task is in."""
+    ns, elsewhere, task = namespace, "default", f"lost-{namespace}"
+    _task(control_plane, ns, task, {}, _status(ns, task, 0.4, "epoch 2 of 5"))
+    hint = f"; it exists in namespace {ns}: use -n {ns} (or -A)\n"
+    res = invoke(control_plane, "get", task, "-n", elsewhere)
+    assert res.exit_code == 5
+    assert res.stderr == f"error: not found: task '{task}' in namespace {elsewhere}{hint}"
+    res = invoke(control_plane, "state", task, "-n", elsewhere)
+    assert res.exit_code == 5 and res.stderr.endswith(hint), res.stderr
+    res = invoke(control_plane, "lineage", task, "-n", elsewhere)
+    assert res.exit_code == 5 and res.stderr.endswith(hint), res.stderr
+    # Nowhere at all: nothing added.
+    res = invoke(control_plane, "get", f"nope-{ns}", "-n", ns)
+    assert res.stderr == f"error: not found: task 'nope-{ns}' in namespace {ns}\n"
+
+
+def test_kubectl_s_global_flags_work_before_the_command(control_plane: ControlPlane,
+                                                        tasks: str) -> None:
+    ns, kubeconfig = tasks, str(control_plane.kubeconfig("admin"))
+    for args in (["-n", ns, "list"], ["--kubeconfig", kubeconfig, "-n", ns, "get", "train-a"],
+                 [f"--namespace={ns}", "state", "train-a", "-o", "json"]):
+        res = invoke(control_plane, *args)
+        assert res.exit_code == 0, (args, res.output)
+        assert "train-a" in res.stdout, (args, res.stdout)

@@ -111,7 +111,7 @@ def test_lineage_errors(control_plane: ControlPlane, admin: Any, namespace: str,
     res = invoke(control_plane, "lineage", "no-such-app", "-n", namespace)
     assert res.exit_code == 5
     assert res.stderr == f"error: not found: app 'no-such-app' in namespace {namespace} " \
-        "(no PodSpawned events, no reporting pods in its TaskFeedback, no pods labelled " \
+        "(no PodSpawned events, no TaskFeedback that lists reporting pods, no pods labelled " \
         "tidings.dev/task=no-such-app)\n"
     res = invoke(control_plane, "lineage", "app", "-n", namespace, user="alice")
     assert res.exit_code == 4

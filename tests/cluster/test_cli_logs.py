@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client
+
 from tests.support import create_kwok_pod, eventually
 from tidings.cli.kube import connect
 from tidings.cli.logtargets import PodView, Target
@@ -63,3 +65,15 @@ def test_an_impostor_under_the_same_name_and_label_ends_the_stream_as_replaced(
     core.delete_namespaced_pod("pv-c", namespace, grace_period_seconds=0)
     eventually(lambda: view.check(Target("pv-c", new["uid"], "main"),
                                   since=time.monotonic())[0] == "pod gone", what="gone")
+
+
+def test_a_running_pod_that_wrote_no_logs_is_not_said_to_be_not_running(
+        control_plane: ControlPlane, admin: Any, namespace: str) -> None:
+    from tests.cluster.support_cli import invoke
+
+    create_kwok_pod(admin, namespace, "quiet-0", labels={TASK_LABEL: "quiet"})
+    eventually(lambda: client.CoreV1Api(admin).read_namespaced_pod(
+        "quiet-0", namespace).status.phase == "Running", 60, "the pod running")
+    res = invoke(control_plane, "logs", "quiet", "-n", namespace)
+    assert "not running" not in res.output, res.output
+    assert "quiet-0" in res.output and "written none (pod Running)" in res.output, res.output

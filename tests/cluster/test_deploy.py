@@ -243,7 +243,8 @@ def test_the_crd_validates_and_prints_the_summary(control_plane: ControlPlane, a
             "metadata": {"name": "train-1"}, "spec": {"task": "train-1"}}
     crs.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
     status = {"schemaVersion": 2, "phase": "Running",
-              "progress": {"percent": 33, "message": "epoch 1 of 3"}, "linkCount": 1,
+              "progress": {"percent": 33, "percentText": "33%", "message": "epoch 1 of 3"},
+              "linkCount": 1,
               "deck": "report", "links": {"wandb": {"url": "https://wandb.ai/x",
                                                     "at": "2026-11-30T03:00:00.000000Z i 1",
                                                     "events": 1}},
@@ -257,7 +258,7 @@ def test_the_crd_validates_and_prints_the_summary(control_plane: ControlPlane, a
     header, row = table.splitlines()
     assert header.split() == ["NAME", "PHASE", "PROGRESS", "LINKS", "DECK", "LAST", "EVENT",
                               "AGE"]
-    assert row.split()[:5] == ["train-1", "Running", "33", "1", "report"]
+    assert row.split()[:5] == ["train-1", "Running", "33%", "1", "report"]
     wide = control_plane.kubectl_run("get", "tfb", "-n", namespace, "-o", "wide")
     assert "MESSAGE" in wide and "epoch 1 of 3" in wide
     with pytest.raises(ApiException) as err:

@@ -114,7 +114,8 @@ def test_a_process_that_dies_of_an_exception_fails_its_task_within_seconds(
     status = eventually(lambda: over(admin, namespace, task), 10, f"{task} failed")
     print(f"{how}: Failed in the status {time.monotonic() - died:.2f}s after the exit")
     assert status["phase"] == "Failed"
-    assert status["progress"] == {"percent": 40, "message": "RuntimeError: loss is nan"}
+    assert status["progress"] == {"percent": 40, "percentText": "40%",
+                                  "message": "RuntimeError: loss is nan"}
     (w,) = status["workers"]
     assert w["failed"] and w["fraction"] == 0.4
 

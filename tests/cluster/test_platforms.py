@@ -226,6 +226,11 @@ def test_a_real_indexed_job_s_pods_report_with_their_tokens_alone_and_a_retry_co
     assert sorted(e.reason for e in about) == ["LogLink", "Progress"]
     assert all(e.regarding.uid == retry["uid"] for e in about)
     assert rejected(w, "spoofed_sender") == rejected(w, "unknown_task") == 0
+    # An operator follows the task in the watcher's log, one line when made, one at its end.
+    created = f"task {namespace}/train-7 created (owned by Job/train-7)"
+    done = f"task {namespace}/train-7 completed: done"
+    eventually(lambda: done in w.tail(10_000), 30, f"the end logged\n{w.tail()}")
+    assert [w.tail(10_000).count(x) for x in (created, done)] == [1, 1], w.tail()
 
     client.BatchV1Api(admin).delete_namespaced_job("train-7", namespace,
                                                    propagation_policy="Background")
@@ -478,3 +483,59 @@ def test_state_from_events_folds_a_platform_pod_s_facts_as_the_watcher_does(
     assert data["source"] == "events" and data["status"]["phase"] == "Succeeded"
     assert data["status"]["links"]["run"]["url"] == "https://wandb.ai/acme/wf-ev"
 
+
+# --- a workload without its RoleBinding, and an API server that does not answer ------------
+
+
+def _as_pod(cfg: Path, code: str) -> subprocess.CompletedProcess[str]:
+    script = "from tidings import emitter as tidings\n" + textwrap.dedent(code)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=90, env={"PATH": "/usr/bin:/bin", "KUBECONFIG": str(cfg),
+                                           "TIDINGS_EMIT_EXIT_FLUSH_S": "3"})
+
+
+def test_a_workload_without_its_rolebinding_is_told_the_exact_command_that_fixes_it(
+        control_plane: ControlPlane, admin: Any, policy: None, namespace: str,
+        tmp_path: Path) -> None:
+    client.CoreV1Api(admin).create_namespaced_service_account(
+        namespace, {"metadata": {"name": "worker"}})  # no RoleBinding
+    p = pod(admin, namespace, "shy-0", {"batch.kubernetes.io/job-name": "shy"}, [])
+    cfg = tt.token_kubeconfig(control_plane, bound_token(admin, namespace, "worker", p),
+                              namespace, tmp_path / "pod.yaml")
+    code = "tidings.progress(1.0, 'done', final=True)\nprint('flushed', tidings.flush(10))\n"
+    res = _as_pod(cfg, code)
+    fix = (f"kubectl -n {namespace} create rolebinding worker-tidings-workload "
+           f"--clusterrole=tidings-workload --serviceaccount={namespace}:worker")
+    warnings = [line for line in res.stderr.splitlines() if "event refused" in line]
+    assert len(warnings) == 1 and fix in warnings[0], res.stderr
+    # The exit summary says first that nothing got through, and why.
+    (summary,) = [line for line in res.stderr.splitlines() if "tidings emitter" in line]
+    assert "nothing was delivered (" in summary and "forbidden" in summary, summary
+    # The command works as printed: the same pod then delivers.
+    subprocess.run([str(control_plane.kubectl), f"--kubeconfig={control_plane.kubeconfig()}",
+                    *fix.split()[1:]], check=True, capture_output=True)
+    out = eventually(lambda: (r := _as_pod(cfg, code)).stdout == "flushed True\n" and r, 30,
+                     "the binding to apply")
+    assert "event refused" not in out.stderr and "nothing was delivered" not in out.stderr
+
+
+def test_an_api_server_that_does_not_answer_is_named_with_its_address(
+        control_plane: ControlPlane, tmp_path: Path) -> None:
+    from tools.devcluster import free_port
+
+    server = f"https://127.0.0.1:{free_port()}"  # nothing listens there
+    cfg = tmp_path / "gone.yaml"
+    control_plane.write_kubeconfig(cfg, "nobody", "token")
+    cfg.write_text(cfg.read_text().replace(control_plane.server, server))
+    res = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        from tidings import emitter as tidings
+        tidings.log_link("run", "https://example.com/run")
+        print("flushed", tidings.flush(3))
+        """)], capture_output=True, text=True, timeout=90,
+        env={"PATH": "/usr/bin:/bin", "KUBECONFIG": str(cfg), "TIDINGS_EMIT_EXIT_FLUSH_S": "1",
+             "POD_NAME": "p-0", "POD_NAMESPACE": "ml", "POD_UID": "u-1", "TIDINGS_TASK": "t-1"})
+    assert res.stdout == "flushed False\n", res.stdout + res.stderr
+    said = [line for line in res.stderr.splitlines() if "does not answer" in line]
+    assert len(said) == 1 and f"the API server {server} does not answer (" in said[0], \
+        res.stderr
+    assert "nothing was delivered (" in res.stderr, res.stderr

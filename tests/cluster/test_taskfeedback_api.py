@@ -107,7 +107,7 @@ def test_kubectl_wait_for_condition_completed_returns_after_the_final(
     st = eventually(lambda: (s := _status(admin, namespace, "solo")).get("phase") == "Running"
                     and s, 30, "phase Running")
     assert _conditions(st)["Completed"]["status"] == "False"
-    assert st["progress"] == {"percent": 50, "message": "half"}
+    assert st["progress"] == {"percent": 50, "percentText": "50%", "message": "half"}
     waiter = subprocess.Popen(
         [str(control_plane.kubectl), f"--kubeconfig={control_plane.kubeconfig('admin')}",
          "-n", namespace, "wait", "--for=condition=Completed", "taskfeedback/solo",
@@ -119,13 +119,14 @@ def test_kubectl_wait_for_condition_completed_returns_after_the_final(
     assert "condition met" in out
     st = _status(admin, namespace, "solo")
     completed = _conditions(st)["Completed"]
-    assert st["phase"] == "Succeeded" and st["progress"] == {"percent": 100, "message": "done"}
+    assert st["phase"] == "Succeeded" and st["progress"] == {
+        "percent": 100, "percentText": "100%", "message": "done"}
     assert completed["reason"] == "Succeeded"
     # Deterministic: the time of the deciding event, not of the watcher's write.
     assert completed["lastTransitionTime"] == format_time(final_at)[:19] + "Z"
     assert _conditions(st)["Failed"]["status"] == "False"
     table = control_plane.kubectl_run("get", "tfb", "solo", "-n", namespace)
-    assert table.splitlines()[1].split()[:3] == ["solo", "Succeeded", "100"]
+    assert table.splitlines()[1].split()[:3] == ["solo", "Succeeded", "100%"]
     managed = client.CustomObjectsApi(admin).get_namespaced_custom_object(
         "tidings.dev", "v1alpha1", namespace, "taskfeedbacks", "solo")["metadata"]["managedFields"]
     assert {(m["manager"], m.get("subresource", "")) for m in managed} == {
@@ -171,7 +172,8 @@ def test_two_workers_at_100_and_60_never_show_the_task_at_100_until_both_are_fin
     b.send(Progress(fraction=0.6, message="b at 60%", workers=2))
     st = eventually(lambda: (s := _status(admin, namespace, "pair")).get("counters", {})
                     .get("eventsApplied") == 2 and s, 30, "b's progress folded")
-    assert st["phase"] == "Running" and st["progress"] == {"percent": 80, "message": "b at 60%"}
+    assert st["phase"] == "Running" and st["progress"] == {
+        "percent": 80, "percentText": "80%", "message": "b at 60%"}
     assert {w["pod"]: w["fraction"] for w in st["workers"]} == {"pair-a": 1.0, "pair-b": 0.6}
     b.send(Progress(fraction=1.0, message="b done", final=True, workers=2))
     eventually(lambda: _status(admin, namespace, "pair").get("phase") == "Succeeded", 30,
@@ -269,4 +271,4 @@ def test_22000_instances_on_one_task_stay_under_the_budget_and_complete(
     # Bounded: beyond the cap, only the instances of the newest second are kept.
     assert sum(t < max(times) for t in times) <= Limits().max_instances
     assert any(e.startswith("burst-final=0@") for e in entries)
-    assert st["progress"] == {"percent": 100, "message": "done"}
+    assert st["progress"] == {"percent": 100, "percentText": "100%", "message": "done"}

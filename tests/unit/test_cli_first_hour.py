@@ -29,6 +29,10 @@ def test_a_kubeconfig_variable_naming_a_missing_file_names_it(tmp_path: Path) ->
                           "which does not exist (and not running in a pod)\n")
     res = run("list", KUBECONFIG=f"/a.yaml{os.pathsep}/b.yaml", HOME=str(tmp_path))
     assert res.returncode == 3 and "'/a.yaml', '/b.yaml', none of which exist" in res.stderr
+    # KUBECONFIG=/dev/null is there and names no cluster (a common way to say "none").
+    res = run("list", KUBECONFIG="/dev/null", HOME=str(tmp_path))
+    assert res.returncode == 3 and "does not exist" not in res.stderr, res.stderr
+    assert "KUBECONFIG names '/dev/null', which holds no cluster" in res.stderr
     # No KUBECONFIG at all: say which default was looked for.
     res = run("list", HOME=str(tmp_path))
     assert res.returncode == 3 and "~/.kube/config does not exist" in res.stderr

@@ -138,3 +138,16 @@ def test_every_help_text_is_shown_as_written() -> None:
         for param in cmd.params:
             text = "".join((getattr(param, "help", None) or "").split())
             assert text in shown, (path, param.name, text)
+
+
+def test_an_eta_that_passed_while_the_task_runs_reads_overdue_not_due_ago() -> None:
+    from tidings.cli.list_cmd import eta
+
+    now = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+    at = (now + timedelta(seconds=200)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert eta(at, now) == "in 3m20s"
+    assert eta(now.strftime("%Y-%m-%dT%H:%M:%SZ"), now) == "now"
+    assert eta((now - timedelta(seconds=0.4)).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), now) == "now"
+    assert eta((now - timedelta(seconds=95)).strftime("%Y-%m-%dT%H:%M:%SZ"), now) == \
+        "overdue 95s"
+    assert eta(None, now) == "<none>"

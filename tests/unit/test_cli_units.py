@@ -249,3 +249,34 @@ def test_state_draws_each_metrics_curve_in_blocks_or_ascii(encoding: str, blocks
     spark = "█▄▁▁" if blocks else SPARK_ASCII[-1] + SPARK_ASCII[3] + SPARK_ASCII[0] * 2
     assert row.split()[:6] == ["loss", "0.25", "30", "0.125", "2", spark], row
     assert any(c in row for c in SPARK_BLOCKS) is blocks
+
+
+@pytest.mark.parametrize(("given", "hoisted"), [
+    (["-n", "ml", "list"], ["list", "-n", "ml"]),
+    (["--kubeconfig", "F", "get", "T"], ["get", "T", "--kubeconfig", "F"]),
+    (["-nml", "--context=c", "-A", "state", "t", "-o", "json"],
+     ["state", "t", "-o", "json", "-nml", "--context=c", "-A"]),
+    (["--namespace=ml", "emit", "metric", "loss", "--", "-0.5"],
+     ["emit", "metric", "loss", "--namespace=ml", "--", "-0.5"]),
+    (["list", "-n", "ml"], ["list", "-n", "ml"]),  # already after: untouched
+    (["--version"], ["--version"]), (["-n", "ml"], ["-n", "ml"]),
+])
+def test_kubectl_s_global_flags_may_come_before_the_command(given: list[str],
+                                                            hoisted: list[str]) -> None:
+    from tidings.cli.common import hoist_global_flags
+
+    assert hoist_global_flags(given) == hoisted
+
+
+def test_a_global_flag_before_the_command_reaches_it(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # `tidings --kubeconfig F get T` said "No such option" before: now it reads F (which does
+    # not exist, so the error names it), exactly as `tidings get T --kubeconfig F` does.
+    missing = str(tmp_path / "nope.yaml")
+    before = CliRunner().invoke(app, ["--kubeconfig", missing, "get", "t"])
+    after = CliRunner().invoke(app, ["get", "t", "--kubeconfig", missing])
+    assert "No such option" not in before.stderr
+    assert (before.exit_code, before.stderr) == (after.exit_code, after.stderr)
+    assert missing in before.stderr, before.stderr
+    res = CliRunner().invoke(app, ["-n", "Bad_NS", "list"])
+    assert res.exit_code == 2 and "namespace 'Bad_NS'" in res.stderr, res.stderr

@@ -99,13 +99,15 @@ def test_every_tidings_command_and_flag_the_docs_name_exists() -> None:
     # A doc naming `tidings emit final` or `tidings lineage -w` sends a reader to an error.
     from typer.main import get_command
 
+    from tidings.cli.common import hoist_global_flags
     from tidings.cli.main import app
 
     root = get_command(app)
     checked = 0
     for doc in DOCS:
         for call in tidings_invocations((ROOT / doc).read_text()):
-            words = call.split()[1:]
+            # kubectl's global flags may come before the command: read as after it.
+            words = hoist_global_flags(call.split()[1:])
             cmd: Any = root  # typer's own click: a group has `commands`
             while words and hasattr(cmd, "commands") and not words[0].startswith("-"):
                 sub = cmd.commands.get(words[0])

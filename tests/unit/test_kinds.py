@@ -228,3 +228,17 @@ def test_the_write_scheduler_takes_each_kinds_urgency(kind: Kind,
     payload, _ = EXAMPLES[model]
     assert fact_kind(event_of(payload)) == kind.urgency
     assert fact_kind(event_of(payload, warning=True)) == CRITICAL
+
+
+def test_state_says_what_its_warnings_are() -> None:
+    """A bare "Warnings 2" left people guessing: the row says they are failure reports."""
+    from rich.console import Console
+
+    failed = event_of(Progress(fraction=0.3, message="oom", final=True, failed=True),
+                      warning=True)
+    state = TaskState.from_status(TASK, fold_all(TASK, [failed]).to_status())
+    assert state.warnings == 1
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(render(Snapshot(state, SOURCE_CR)))
+    (row,) = [line for line in out.getvalue().splitlines() if "Warnings" in line]
+    assert "1 failure report (events of type Warning" in row, row

@@ -204,7 +204,7 @@ def test_terminal_progress_wins_and_completes() -> None:
         assert s.completed and s.progress is not None and s.progress.message == "done"
         status = s.to_status()
         assert status["phase"] == "Succeeded" and status["progress"] == {
-            "percent": 100, "message": "done"}
+            "percent": 100, "percentText": "100%", "message": "done"}
         completed = {c["type"]: c for c in status["conditions"]}["Completed"]
         assert completed["status"] == "True" and completed["reason"] == "Succeeded"
         assert completed["lastTransitionTime"] == "2026-11-30T03:00:00Z"  # the final's time

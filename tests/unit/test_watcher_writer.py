@@ -414,7 +414,8 @@ def test_status_body_and_slow_hook_parsing() -> None:
     t = TaskRef("ns", "t")
     s = fold(new_state(t), ev(t, 1, Progress(fraction=1 / 3)))
     body = status_body(s)
-    assert body["phase"] == "Running" and body["progress"] == {"percent": 33, "message": ""}
+    assert body["phase"] == "Running" and body["progress"] == {
+        "percent": 33, "percentText": "33%", "message": ""}
     assert "summary" not in body and body["linkCount"] == 0
     assert None not in status_body(new_state(t)).values()
     assert parse_slow_writes("a:2.5, b:1,bad,c:x") == {"a": 2.5, "b": 1.0}

@@ -8,8 +8,9 @@ BIN_DIR = $(shell tools/controlplane/build.sh)
 
 setup: debs venv binaries
 
-# Debian packages the control plane needs at run time, and cairo with a font for the test that
-# renders the timeline SVG (only installed when missing).
+# Debian packages the control plane needs at run time, cairo with a font for the test that
+# renders the timeline SVG, and Chromium for the tests of the web page (only installed when
+# missing; playwright drives it by its executable_path).
 debs:
 	@command -v openssl >/dev/null || { apt-get update -qq && apt-get install -y -qq openssl; }
 	@dpkg -s libcairo2 fonts-dejavu-core >/dev/null 2>&1 || { apt-get update -qq && \
@@ -17,6 +18,8 @@ debs:
 	@# Open MPI's mpirun and MPICH's Hydra: tests/integrations starts the real Trainers with them.
 	@dpkg -s openmpi-bin mpich >/dev/null 2>&1 || { apt-get update -qq && \
 		apt-get install -y -qq --no-install-recommends openmpi-bin mpich; }
+	@command -v chromium >/dev/null || { apt-get update -qq && \
+		apt-get install -y -qq chromium; }
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -66,9 +69,9 @@ demo: setup
 
 # mypy --strict (pyproject's [tool.mypy]) over the installed names; tidings/'s symlinks let it
 # resolve tidings.* to the top-level folders.
-MYPY_TARGETS := -p tidings.schemas -p tidings.kube -p tidings.emitter -p tidings.watcher -p tidings.cli -p tidings.integrations -m tools.devcluster -m tools.devplatforms
+MYPY_TARGETS := -p tidings.schemas -p tidings.kube -p tidings.emitter -p tidings.watcher -p tidings.cli -p tidings.ui -p tidings.integrations -m tools.devcluster -m tools.devplatforms
 lint: venv
-	$(VENV)/bin/ruff check schemas kube emitter watcher cli integrations tidings tests bench tools
+	$(VENV)/bin/ruff check schemas kube emitter watcher cli ui integrations tidings tests bench tools
 	$(VENV)/bin/mypy $(MYPY_TARGETS)
 
 # The wheel (pure Python, one for every platform) into $(DIST)/: `pip install

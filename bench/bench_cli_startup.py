@@ -66,11 +66,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--kubeconfig", help="a cluster of your own (default: a fresh local one)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="one run of each, to check that the bench runs (no figures)")
     a = ap.parse_args()
+    if a.smoke:
+        a.runs = 1
     load_before = load_average()
     cpu, floor = import_cpu(a.runs)
     kubectl = str(dc.find_bin_dir() / "kubectl")
-    ns = "bench-startup"
+    ns = f"bench-startup-{os.getpid()}"
     with dc.admin_kubeconfig(a.kubeconfig, prefix="tidings-bench-startup-") as kubeconfig:
         setup(kubectl, kubeconfig, ns)
         env = {**os.environ, "KUBECONFIG": kubeconfig}

@@ -51,7 +51,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from support import REPO, Watcher, cpu_seconds  # bench/support.py
+from support import (  # bench/support.py
+    REPO,
+    Watcher,
+    add_control_plane_arg,
+    control_plane,
+    cpu_seconds,
+)
 
 PYTHON = REPO / ".venv/bin/python"
 PHASES = ["raw", "raw+watch", "emitters", "bus", "realistic-alone", "realistic"]
@@ -287,6 +293,7 @@ def main() -> None:
                     help="seconds of idle CPU measured before each phase (taken off per fact)")
     ap.add_argument("--phases", default=",".join(PHASES),
                     help=f"comma-separated subset of {','.join(PHASES)} (raw always runs)")
+    add_control_plane_arg(ap)
     ap.add_argument("--child", choices=["raw", "emitter", "realistic", "watch"],
                     help=argparse.SUPPRESS)
     ap.add_argument("--kubeconfig", help=argparse.SUPPRESS)
@@ -299,29 +306,22 @@ def main() -> None:
         child(a)
         return
 
-    from tidings.cli.dev import devcluster
-
-    ControlPlane = devcluster().ControlPlane
     from tidings.kube import connect
 
+    if a.smoke:
+        a.procs, a.seconds, a.rounds, a.floor = 2, 1.5, 1, 0.3
     tmp = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
-    cp = ControlPlane(state_dir=tmp / "cp").start()
     load0 = os.getloadavg()
     wanted = {"raw", *a.phases.split(",")}
     if wanted - set(PHASES):
         ap.error(f"unknown phases: {', '.join(sorted(wanted - set(PHASES)))}")
     results: dict[str, list[dict[str, float]]] = {p: [] for p in PHASES if p in wanted}
-    try:
+    with control_plane(a.control_plane, "bench-e2e-") as cp:
         kubeconfig = str(cp.kubeconfig("admin"))
-        cp.kubectl_run("apply", "-f", str(REPO / "deploy/crd.yaml"))
-        cp.kubectl_run("wait", "--for=condition=Established", "crd/taskfeedbacks.tidings.dev",
-                       "--timeout=60s")
         kube = connect(kubeconfig)
         for _ in range(a.rounds):
             for name in results:
                 results[name].append(phase(name, a, cp, kube, kubeconfig, tmp))
-    finally:
-        cp.stop()
     load1 = os.getloadavg()
 
     # Per round, each phase's ms per fact and its ratio to that round's raw creates; medians.
@@ -334,11 +334,11 @@ def main() -> None:
                     r[f"ms {p}"] = net / max(r["created"], 1e-9) * 1000
             r["rate ratio"] = r["rate"] / raw_round["rate"]
             for p in ("kube-apiserver", "etcd"):
-                r[f"x {p}"] = r[f"ms {p}"] / raw_round[f"ms {p}"]
+                r[f"x {p}"] = r[f"ms {p}"] / max(raw_round[f"ms {p}"], 1e-9)
         alone = [r for name, r in zip(results, rs, strict=True) if name == "realistic-alone"]
         for name, r in zip(results, rs, strict=True):
             if name == "realistic" and alone:
-                r["x alone"] = r["ms kube-apiserver"] / alone[0]["ms kube-apiserver"]
+                r["x alone"] = r["ms kube-apiserver"] / max(alone[0]["ms kube-apiserver"], 1e-9)
     med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
            for name, rs in results.items()}
     print(f"\n{a.procs} senders x {a.seconds:g} s, median of {a.rounds} rounds; "

@@ -115,7 +115,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200_000)
     parser.add_argument("--bound", type=int, default=EmitterConfig().max_queue)
+    parser.add_argument("--smoke", action="store_true",
+                        help="a few iterations only, to check that the bench runs (no figures)")
     args = parser.parse_args()
+    if args.smoke:
+        args.calls, args.bound = 2_000, 200
 
     rows = bench_calls(args.calls)
     log_median, log_p99 = rows[0][1], rows[0][2]

@@ -60,7 +60,11 @@ def main() -> None:
     ap.add_argument("--kubeconfig", help="use this cluster instead of starting one")
     ap.add_argument("--events", type=int, default=2000, help="creates per round and client")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--smoke", action="store_true",
+                    help="a few iterations only, to check that the bench runs (no figures)")
     a = ap.parse_args()
+    if a.smoke:
+        a.events, a.rounds = 20, 1
     from tidings.cli.dev import devcluster  # the checkout's tools/devcluster.py
 
     with devcluster().admin_kubeconfig(a.kubeconfig, "bench-emitter-") as kubeconfig:

@@ -5,10 +5,10 @@ item 2; the budget is ``STATUS_BUDGET``), the notes it took, and the workload-th
 measured in the same run.
 
     .venv/bin/python bench/bench_metric_history.py [--steps 1000000] [--metrics 64]
-        [--window-steps 2000] [--pods 2]
+        [--window-steps 2000] [--pods 2] [--smoke]
 
 Every metric is logged at every step by global rank 0's emitter; a window (the sender's
-span window, 2 s in a pod) closes every ``--window-steps`` steps. The other pods report
+``Window`` event, every 6 s in a pod) closes every ``--window-steps`` steps. The other pods report
 progress and their train_step spans, as the Hugging Face callback does. The status is
 ``TaskState.to_status`` of the fold of every event sent, and ``status_body`` with the
 budget, as the watcher writes it.
@@ -120,7 +120,12 @@ def main() -> None:
     ap.add_argument("--metrics", type=int, default=64)
     ap.add_argument("--window-steps", type=int, default=2000)
     ap.add_argument("--pods", type=int, default=2)
+    ap.add_argument("--smoke", action="store_true",
+                    help="a short run only, to check that the bench runs (no figures)")
     a = ap.parse_args()
+    calls = 200_000
+    if a.smoke:
+        a.steps, a.metrics, calls = 20_000, 8, 2_000
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     events, notes, took = run(a.steps, a.metrics, a.window_steps, a.pods)
     state = fold_all(TaskRef("bench", TASK), events)
@@ -142,8 +147,8 @@ def main() -> None:
     print(f"history points per metric: min {min(points)}, max {max(points)}; "
           f"events sent {notes:,} ({notes / windows:.1f} per window), "
           f"{len(events):,} folded")
-    base, new = call_cost(200_000)
-    print(f"\nlatest-slot put per metric call (median of 3 x 200,000): without the curve "
+    base, new = call_cost(calls)
+    print(f"\nlatest-slot put per metric call (median of 3 x {calls:,}): without the curve "
           f"{base:.0f} ns, with it {new:.0f} ns ({new / base:.2f}x)")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 

@@ -273,7 +273,11 @@ def main() -> None:
         default="cpu",
         help="cpu: this process's CPU time (steady on a shared machine); wall: perf_counter",
     )
+    ap.add_argument("--smoke", action="store_true",
+                    help="a few iterations only, to check that the bench runs (no figures)")
     args = ap.parse_args()
+    if args.smoke:
+        args.n, args.runs = 300, 1
 
     lines = make_lines(args.n)
     size = sum(len(x) for x in lines) / len(lines)

@@ -204,7 +204,11 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=25)
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true",
+                    help="a few iterations only, to check that the bench runs (no figures)")
     a = ap.parse_args()
+    if a.smoke:
+        a.tasks, a.pods, a.events, a.threads, a.repeats = 2, 1, 3, 2, 1
     tmp = Path(tempfile.mkdtemp(prefix="bench-pod-truth-"))
     cp = None
     if a.kubeconfig:
@@ -227,11 +231,19 @@ def run(a: argparse.Namespace, kubeconfig: str, tmp: Path) -> None:
     from tidings.cli.dev import devcluster
 
     kubectl = str(devcluster().find_bin_dir() / "kubectl")
-    for args in (["apply", "-f", str(Path(__file__).parents[1] / "deploy/crd.yaml")],
-                 ["wait", "--for=condition=Established", "crd/taskfeedbacks.tidings.dev",
-                  "--timeout=60s"]):
-        subprocess.run([kubectl, f"--kubeconfig={kubeconfig}", *args], check=True,
-                       capture_output=True)
+    subprocess.run([kubectl, f"--kubeconfig={kubeconfig}", "apply", "-f",
+                    str(Path(__file__).parents[1] / "deploy/crd.yaml")], check=True,
+                   capture_output=True)
+    # kubectl wait fails at once on a CRD whose conditions are not written yet: try again.
+    for attempt in range(5):
+        waited = subprocess.run([kubectl, f"--kubeconfig={kubeconfig}", "wait",
+                                 "--for=condition=Established", "crd/taskfeedbacks.tidings.dev",
+                                 "--timeout=60s"], capture_output=True)
+        if waited.returncode == 0:
+            break
+        if attempt == 4:
+            waited.check_returncode()
+        time.sleep(1)
     kube = connect(kubeconfig, maxsize=a.threads * 4)
     for group, version, kind, plural in PLATFORM_CRDS:
         body = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",

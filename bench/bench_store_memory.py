@@ -119,16 +119,16 @@ def reachable(root: object) -> int:
     return total
 
 
-def rss_run(mode: str, n: int) -> int:
-    out = subprocess.run([sys.executable, __file__, "--rss-run", mode, "--tasks", str(n)],
-                         check=True, capture_output=True, text=True).stdout
+def rss_run(mode: str, n: int, warm: int) -> int:
+    out = subprocess.run([sys.executable, __file__, "--rss-run", mode, "--tasks", str(n),
+                          "--warm", str(warm)], check=True, capture_output=True, text=True).stdout
     return int(out.split()[-1])
 
 
-def rss_child(mode: str, n: int) -> None:
+def rss_child(mode: str, n: int, warm: int) -> None:
     """RSS growth for ``n`` tasks: all live, or compacted as they go idle (the sweep after
     every 1,000 tasks, as the watcher's sweep would find them)."""
-    fill(Store(), 5000, offset=10**7)  # the same warm caches as the parent's figures
+    fill(Store(), warm, offset=10**7)  # the same warm caches as the parent's figures
     gc.collect()
     store = Store()
     r0 = rss()
@@ -146,16 +146,22 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=100_000)
     ap.add_argument("--sample", type=int, default=5000)
     ap.add_argument("--rss-run", choices=("live", "compact"), help=argparse.SUPPRESS)
+    ap.add_argument("--warm", type=int, default=5000, help="tasks filled first to warm the "
+                    "process-wide caches")
+    ap.add_argument("--smoke", action="store_true",
+                    help="a few iterations only, to check that the bench runs (no figures)")
     a = ap.parse_args()
+    if a.smoke:
+        a.tasks, a.sample, a.warm = 300, 200, 200
     if a.rss_run:
-        rss_child(a.rss_run, a.tasks)
+        rss_child(a.rss_run, a.tasks, a.warm)
         return
 
     # Warm the process-wide caches (instance ids, senders' strings, lru caches) first, so
     # the figures below are what each further task adds. Traced from the start, so that
     # cache entries evicted later are subtracted too.
     tracemalloc.start()
-    fill(Store(), 5000, offset=10**7)
+    fill(Store(), a.warm, offset=10**7)
     gc.collect()
 
     # tracemalloc: bytes the process holds per further task.
@@ -189,8 +195,8 @@ def main() -> None:
 
     # RSS over --tasks tasks, each mode in a fresh process (freed memory stays with a
     # process, so one process cannot measure both).
-    r_live = rss_run("live", a.tasks)
-    r_compact = rss_run("compact", a.tasks)
+    r_live = rss_run("live", a.tasks, a.warm)
+    r_compact = rss_run("compact", a.tasks, a.warm)
     total_live, total_compact = r_live / a.tasks, r_compact / a.tasks
 
     json_size = statistics.median(sizes)

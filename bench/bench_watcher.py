@@ -250,7 +250,12 @@ def main() -> None:
     ap.add_argument("--max-write-rate", type=float, default=20.0)
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--procs", type=int, default=4, help="creator processes for the hot task")
+    ap.add_argument("--smoke", action="store_true",
+                    help="a few iterations only, to check that the bench runs (no figures)")
     a = ap.parse_args()
+    if a.smoke:
+        a.backlog, a.tasks, a.live_seconds, a.rate, a.rate_seconds = 60, 3, 1.0, 20.0, 1.0
+        a.hot_rate, a.hot_seconds, a.threads, a.procs = 40.0, 1.0, 4, 1
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-watcher-"))
     cp = None

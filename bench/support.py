@@ -1,13 +1,18 @@
-"""Pieces the cluster benchmarks share: a process's CPU from /proc, percentiles, one event
-create that rides out a busy API server, and the watcher as a subprocess (``tidings watcher
-run`` with its HTTP port read from stdout)."""
+"""Pieces the cluster benchmarks share: the control plane they measure (a fresh one, or a
+running one by its state dir), a process's CPU from /proc, percentiles, one event create that
+rides out a busy API server, and the watcher as a subprocess (``tidings watcher run`` with its
+HTTP port read from stdout)."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import os
 import subprocess
+import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +21,46 @@ from tidings.schemas.contract import events_path
 
 REPO = Path(__file__).resolve().parents[1]
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+def add_control_plane_arg(ap: argparse.ArgumentParser) -> None:
+    """``--control-plane DIR`` (attach to a running plane) and ``--smoke`` (a few iterations,
+    the figures meaningless: the suite runs every bench this way so none can rot)."""
+    ap.add_argument("--control-plane", metavar="DIR",
+                    help="measure the running local control plane recorded in DIR (the state "
+                    "dir of `tidings dev up`) instead of starting a fresh one")
+    ap.add_argument("--smoke", action="store_true",
+                    help="a few iterations only, to check that the bench runs (no figures)")
+
+
+@contextlib.contextmanager
+def control_plane(state_dir: str | None, prefix: str = "bench-") -> Iterator[Any]:
+    """The plane a bench measures: the one recorded in ``state_dir`` (its process ids are
+    what the CPU columns read), else a fresh one in a temporary dir, stopped on exit. Its
+    CRD is applied (unless the running plane has it already) and Established."""
+    from tidings.cli.dev import devcluster
+
+    ControlPlane = devcluster().ControlPlane  # the checkout's tools/devcluster.py
+    if state_dir:
+        cp = ControlPlane.load(Path(state_dir))
+        owned = False
+    else:
+        cp = ControlPlane(state_dir=Path(tempfile.mkdtemp(prefix=prefix)) / "cp").start()
+        owned = True
+    try:
+        if owned or not cp.kubectl_run("get", "crd", "taskfeedbacks.tidings.dev",
+                                       "--ignore-not-found", "-o", "name").strip():
+            cp.kubectl_run("apply", "-f", str(REPO / "deploy" / "crd.yaml"))
+        cp.wait_established("taskfeedbacks.tidings.dev")
+        yield cp
+    finally:
+        if owned:
+            cp.stop()
+
+
+def load_average() -> str:
+    """The 1-minute load average and the CPU count, for every table's heading."""
+    return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
 
 
 def cpu_seconds(pid: int) -> float:

@@ -41,7 +41,13 @@ from tidings.kube import connect as connect_client
 from tidings.kube.flowcontrol import Backoff
 from tidings.kube.objects import Event, KubeObject, Pod
 from tidings.schemas import API_VERSION
-from tidings.schemas.contract import EVENTS_RESOURCE, TASKFEEDBACK_RESOURCE, events_path, pods_path
+from tidings.schemas.contract import (
+    EVENTS_RESOURCE,
+    TASKFEEDBACK_RESOURCE,
+    events_path,
+    pods_path,
+    taskfeedback_path,
+)
 
 # (connect, read) seconds for ordinary requests; streams choose their own read timeout.
 REQUEST_TIMEOUT = (5.0, 30.0)
@@ -260,6 +266,24 @@ class Kube:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.client.close()
+
+
+def found_elsewhere(kube: Kube, name: str, here: str) -> str:
+    """What a "not found" adds when the TaskFeedback ``name`` exists in other namespaces
+    (kubectl's commonest slip: the wrong namespace); '' when it does not, or when they may
+    not be listed."""
+    try:
+        crs, _ = kube.list_all(taskfeedback_path(), {"fieldSelector": f"metadata.name={name}"},
+                               action=Action("list", TASKFEEDBACK_RESOURCE))
+    except ApiError:
+        return ""
+    spaces = sorted({str((i.get("metadata") or {}).get("namespace") or "") for i in crs}
+                    - {"", here})
+    if not spaces:
+        return ""
+    if len(spaces) == 1:
+        return f"; it exists in namespace {spaces[0]}: use -n {spaces[0]} (or -A)"
+    return f"; it exists in namespaces {', '.join(spaces)}: choose one with -n"
 
 
 def lines(resp: BaseHTTPResponse) -> Iterator[bytes]:

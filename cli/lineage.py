@@ -26,7 +26,7 @@ from typing import Any, cast
 
 from tidings._compat import UTC
 from tidings.cli.common import EXIT_INVALID, CliError, not_found, safe
-from tidings.cli.kube import Action, ApiError, Kube, watch_message
+from tidings.cli.kube import Action, ApiError, Kube, found_elsewhere, watch_message
 from tidings.kube import ListWatch, Page, WatchLines
 from tidings.kube.objects import Event, KubeObject, ObjectMeta, Pod
 from tidings.schemas import (
@@ -202,8 +202,6 @@ def discover(kube: Kube, namespace: str, app: str, must_exist: bool = True) -> F
     found.entries = sorted(by_uid.values(), key=lambda e: (e.pod.name, e.pod.uid))
     if must_exist and not found.entries:
         # Said without implying a TaskFeedback exists: there may be none.
-        from tidings.cli.taskview import found_elsewhere
-
         not_found(f"app {app!r} in namespace {namespace} (no PodSpawned events, no "
                   f"TaskFeedback that lists reporting pods, no pods labelled "
                   f"{pod_selector(app)})" + found_elsewhere(kube, app, namespace))
@@ -306,6 +304,16 @@ class PodFate:
             return f"not labelled for task {self.entry.subject.name}; ignored"
         return f"unknown ({self.reason})"
 
+    def origin(self) -> str:
+        """Who recorded the pod, or (no lineage controller) where it was found."""
+        e = self.entry
+        if self.spawned:
+            return f"spawned {format_time(e.event_time)[:19]}Z by {e.reported_by.name}"
+        return "found by " + ", ".join(
+            f"{STATUS} ({self.events} events)" if s == STATUS else
+            f"{LABEL} {task_selector(self.key, e.app)}" if s == LABEL else s
+            for s in self.sources)
+
     @property
     def verified(self) -> bool:
         """The pod confirmed the record (only a current pod can)."""
@@ -394,17 +402,10 @@ def render(namespace: str, app: str, items: list[PodFate]) -> Any:
                 by_role[role] = root.add(Text.assemble(("role ", "dim"), (role, "bold cyan")))
             parent = by_role[role]
         style = _PHASE_STYLE.get(f.phase, "") if f.state == "current" else "dim red"
-        if f.spawned:
-            origin = f"spawned {format_time(e.event_time)[:19]}Z by {safe(e.reported_by.name)}"
-        else:  # no lineage controller: say where the pod was found instead
-            origin = "found by " + ", ".join(
-                f"{STATUS} ({f.events} events)" if s == STATUS else
-                f"{LABEL} {task_selector(f.key, e.app)}" if s == LABEL else s
-                for s in f.sources)
         label = Text.assemble(
             (safe(e.pod.name), "bold" if f.state == "current" else "strike"),
             (f"  uid {safe(e.pod.uid)[:8]}", "dim"),
             (f"  attempt {e.attempt}" if e.attempt else "", "dim"),
-            "  ", (safe(f.label()), style), (f"  {safe(origin)}", "dim"))
+            "  ", (safe(f.label()), style), (f"  {safe(f.origin())}", "dim"))
         parent.add(label)
     return root

@@ -157,7 +157,6 @@ def logs(
     includes, excludes = _patterns(include, "--include"), _patterns(exclude, "--exclude")
     from tidings.cli import lineage as lin
     from tidings.cli import taskview
-    from tidings.schemas.constants import TASK_LABEL
 
     k, ns = taskview.open_app(app, namespace, all_namespaces, conn)
     use_color = color is Color.always or (
@@ -168,20 +167,7 @@ def logs(
         follow=follow, since_seconds=since_s, container=container, max_streams=max_streams,
         tail=tail, since_time=since_time, previous=previous, include=includes,
         exclude=excludes), printer, app)
-    found = lin.discover(k, ns, app, must_exist=not follow)
-    if found.key_rvs:  # the task keys that found its pods: the monitor lists by those
-        mux.pods.keys = tuple(found.key_rvs)
-    if not found.entries:
-        printer.note(f"waiting for pods of app {app!r} in namespace {ns} ...")
-    mux.add(found.entries)
-    if follow:
-        mux.start_monitor()
-        mux.spawn(lambda: mux.add(lin.follow(k, ns, app, found.events_rv, mux.stopped)))
-        # New pods show up by their label too (a lineage record never hides them); by the
-        # keys that found pods, else by tidings.dev/task.
-        for key, rv in (found.key_rvs or {TASK_LABEL: found.pods_rv}).items():
-            mux.spawn(lambda key=key, rv=rv: mux.add(
-                lin.follow_labelled(k, ns, app, rv, mux.stopped, key)))
+    mux.start(lin.discover(k, ns, app, must_exist=not follow))
     try:
         mux.wait()
     finally:

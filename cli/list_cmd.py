@@ -47,76 +47,49 @@ def age(t: str | None, now: datetime | None = None) -> str:
     """kubectl's age of an RFC 3339 time (5s, 3m20s, 4h, 12d, 2y30d); '<unknown>' if none."""
     from tidings._compat import UTC
     from tidings.schemas.times import parse_time
+    from tidings.schemas.view import age as age_of
 
-    when = parse_time(t)
-    if when is None:
-        return "<unknown>"
-    secs = int(((now or datetime.now(UTC)) - when).total_seconds())
-    if secs < 0:
-        return "<invalid>"
-    m, h, d = secs // 60, secs // 3600, secs // 86400
-    if secs < 120:
-        return f"{secs}s"
-    if m < 10:
-        return f"{m}m{secs % 60}s" if secs % 60 else f"{m}m"
-    if m < 180:
-        return f"{m}m"
-    if h < 8:
-        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
-    if h < 48:
-        return f"{h}h"
-    if h < 192:
-        return f"{d}d{h % 24}h" if h % 24 else f"{d}d"
-    if d < 730:
-        return f"{d}d"
-    y = d // 365
-    return f"{y}y{d % 365}d" if y < 8 and d % 365 else f"{y}y"
+    return age_of(parse_time(t), now or datetime.now(UTC))
 
 
 def eta(t: Any, now: datetime | None = None) -> str:
     """The estimated completion as kubectl would say an age: 'in 3m20s' ('now', then
     'overdue 5s' once passed while the task runs); '<none>' when the status has none."""
     from tidings._compat import UTC
-    from tidings.schemas.times import format_seconds, parse_time
+    from tidings.schemas.times import parse_time
+    from tidings.schemas.view import eta_text
 
-    when = parse_time(t) if isinstance(t, str) else None
-    if when is None:
-        return "<none>"
+    return eta_text(parse_time(t) if isinstance(t, str) else None, now or datetime.now(UTC))
+
+
+def row(obj: KubeObject, wide: bool, namespaced: bool,
+        now: datetime | None = None) -> list[str]:
+    """One table row: the CRD's printer columns, from the task's summary (the page's row)."""
+    from tidings._compat import UTC
+    from tidings.schemas.view import age as age_of
+    from tidings.schemas.view import eta_text, summarize
+
+    def text(value: Any) -> str:
+        return "<none>" if value is None or value == "" else safe(value)
+
     now = now or datetime.now(UTC)
-    ahead = (when - now).total_seconds()
-    if ahead >= 1:
-        return "in " + age(format_seconds(now), when)
-    if ahead > -1:
-        return "now"
-    # Passed while the task still runs: the estimate was wrong, not a date in the past.
-    return f"overdue {age(format_seconds(when), now)}"
+    s = summarize(obj)
+    cells = [text(s.name), text(s.phase), "<none>" if s.percent is None else f"{s.percent}%"]
+    if wide:
+        cells.append(text(s.message))
+        cells.append(eta_text(s.eta, now))
+    cells += [text(s.link_count), text(s.deck),
+              age_of(s.last_event, now) if s.last_event else "<none>",
+              age_of(s.created, now)]
+    if namespaced:
+        cells.insert(0, text(s.namespace))
+    return cells
 
 
 def _get(obj: object, *keys: str) -> Any:
     for k in keys:
         obj = obj.get(k) if isinstance(obj, dict) else None
     return obj
-
-
-def row(obj: KubeObject, wide: bool, namespaced: bool,
-        now: datetime | None = None) -> list[str]:
-    """One table row: the CRD's printer columns, read from the object as kubectl does."""
-    def text(value: Any) -> str:
-        return "<none>" if value is None or value == "" else safe(value)
-
-    pct = _get(obj, "status", "progress", "percent")
-    cells = [text(_get(obj, "metadata", "name")), text(_get(obj, "status", "phase")),
-             "<none>" if pct is None else f"{safe(pct)}%"]
-    if wide:
-        cells.append(text(_get(obj, "status", "progress", "message")))
-        cells.append(eta(_get(obj, "status", "progress", "estimatedCompletionTime"), now))
-    last = _get(obj, "status", "lastEventTime")
-    cells += [text(_get(obj, "status", "linkCount")), text(_get(obj, "status", "deck")),
-              age(last, now) if last else "<none>",
-              age(_get(obj, "metadata", "creationTimestamp"), now)]
-    if namespaced:
-        cells.insert(0, text(_get(obj, "metadata", "namespace")))
-    return cells
 
 
 def header(wide: bool, namespaced: bool) -> list[str]:
@@ -275,7 +248,7 @@ def list_tasks(
             missing += [] if got else [name]
         printer.listing(items, rv, ns, single=len(names) == 1)
         if missing:
-            from tidings.cli.taskview import found_elsewhere
+            from tidings.cli.kube import found_elsewhere
 
             not_found(", ".join(f"task {m!r}" for m in missing) + f" in namespace {ns}"
                       + "".join(found_elsewhere(k, m, ns) for m in missing))

@@ -10,11 +10,12 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tidings.cli import lineage as lin
 from tidings.cli.common import EXIT_ERROR, CliError
 from tidings.cli.kube import Kube
 from tidings.cli.logtail import Dedup, Options, Printer, Tail, shutdown, since_time, ts_key
 from tidings.cli.logtargets import PodView, Target, targets
-from tidings.schemas import LineageEntry
+from tidings.schemas import TASK_LABEL, LineageEntry
 from tidings.schemas.contract import TERMINAL_PHASES
 
 __all__ = ["Dedup", "LogMux", "Options", "Printer", "Target", "since_time", "ts_key"]
@@ -92,6 +93,25 @@ class LogMux:
 
     def start_monitor(self) -> None:
         self.spawn(self._monitor)
+
+    def start(self, found: lin.Found) -> None:
+        """Stream the pods ``found`` (lineage.discover) and, when following, the pods that
+        appear later, by their lineage records and by their labels (a record never hides
+        them): `tidings logs` and the page of a task (tidings.ui) start the same way."""
+        k, ns, app = self.kube, self.ns, self.app
+        if found.key_rvs:  # the task keys that found its pods: the monitor lists by those
+            self.pods.keys = tuple(found.key_rvs)
+        if not found.entries:
+            self.printer.note(f"waiting for pods of app {app!r} in namespace {ns} ...")
+        self.add(found.entries)
+        if not self.opt.follow:
+            return
+        self.start_monitor()
+        self.spawn(lambda: self.add(lin.follow(k, ns, app, found.events_rv, self.stopped)))
+        # By the keys that found pods, else by tidings.dev/task.
+        for key, rv in (found.key_rvs or {TASK_LABEL: found.pods_rv}).items():
+            self.spawn(lambda key=key, rv=rv: self.add(
+                lin.follow_labelled(k, ns, app, rv, self.stopped, key)))
 
     # -- per pod, per tail ----------------------------------------------------------------
 

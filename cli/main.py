@@ -16,6 +16,7 @@ from tidings.cli import (
     state_cmd,
     task_cmd,
     timeline_cmd,
+    ui_cmd,
     watcher_cmd,
 )
 from tidings.cli.common import TidingsGroup
@@ -51,8 +52,9 @@ app.add_typer(dev.app, name="dev")
 app.add_typer(emit.app, name="emit")
 app.add_typer(watcher_cmd.app, name="watcher")
 app.add_typer(task_cmd.app, name="task")
-# The person-facing commands (list, state, watch, lineage, logs, timeline); see cli/*_cmd.py.
-for _commands in (list_cmd, state_cmd, lineage_cmd, timeline_cmd):
+# The person-facing commands (list, state, watch, lineage, logs, timeline, ui); see
+# cli/*_cmd.py.
+for _commands in (list_cmd, state_cmd, lineage_cmd, timeline_cmd, ui_cmd):
     _commands.register(app)
 
 

@@ -24,6 +24,7 @@ from tidings.cli.kube import (
     ApiError,
     Kube,
     connect_with,
+    found_elsewhere,
     watch_message,
 )
 from tidings.kube import ListWatch, WatchLines
@@ -48,12 +49,20 @@ from tidings.schemas.contract import (
     taskfeedback_path,
 )
 from tidings.schemas.folding import observe
-from tidings.schemas.kinds import NAMED_KINDS, Kind, Scalar
 from tidings.schemas.observed import PodVerdict, gone, pod_verdict
 from tidings.schemas.platform import PodTask, pod_task
 from tidings.schemas.rejection import Rejection, RejectReason
-from tidings.schemas.state import Named, NamedValue
 from tidings.schemas.times import format_seconds
+from tidings.schemas.view import (
+    CURVE_HEADERS,
+    RegisterRow,
+    RegisterTable,
+    TaskView,
+    fmt_seconds,
+    read_refused,
+    scalar_text,
+    task_view,
+)
 
 if TYPE_CHECKING:
     from tidings.watcher.platform import PlatformTasks
@@ -110,24 +119,6 @@ def resolve_namespace(kube: Kube, name: str, what: str, selector: str, all_names
     return found.pop()
 
 
-def found_elsewhere(kube: Kube, name: str, here: str) -> str:
-    """What a "not found" adds when the TaskFeedback ``name`` exists in other namespaces
-    (kubectl's commonest slip: the wrong namespace); '' when it does not, or when they may
-    not be listed."""
-    try:
-        crs, _ = kube.list_all(taskfeedback_path(), {"fieldSelector": f"metadata.name={name}"},
-                               action=Action("list", TASKFEEDBACK_RESOURCE))
-    except ApiError:
-        return ""
-    spaces = sorted({str((i.get("metadata") or {}).get("namespace") or "") for i in crs}
-                    - {"", here})
-    if not spaces:
-        return ""
-    if len(spaces) == 1:
-        return f"; it exists in namespace {spaces[0]}: use -n {spaces[0]} (or -A)"
-    return f"; it exists in namespaces {', '.join(spaces)}: choose one with -n"
-
-
 # --- one snapshot -------------------------------------------------------------------------
 
 # Groups of (reason, sender) kept and shown: a flood from many senders stays a few lines
@@ -178,6 +169,8 @@ class Snapshot:
     refused: dict[str, int] = field(default_factory=dict)
     # uid of the task's TaskFeedback for a local fold ("": none exists; None: unreadable).
     object_uid: str | None = None
+    # The TaskFeedback status the state was read from (None: a local fold).
+    status: Mapping[str, Any] | None = None
 
     @property
     def rejected(self) -> int:
@@ -209,12 +202,7 @@ def _read_cr(kube: Kube, ref: TaskRef) -> tuple[TaskFeedback | None, ApiError | 
 
 
 def _refused(status: dict[str, Any]) -> dict[str, int]:
-    """status.refused as the watcher wrote it (camelCase reason -> events), checked."""
-    raw = status.get("refused")
-    if not isinstance(raw, dict):
-        return {}
-    return {safe(k)[:64]: v for k, v in sorted(raw.items())
-            if isinstance(k, str) and type(v) is int and v > 0}
+    return {safe(k): v for k, v in read_refused(status)}
 
 
 def _status_of(obj: Mapping[str, object] | None) -> dict[str, Any] | None:
@@ -420,7 +408,7 @@ def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = 
         if status is not None:
             rv = str((obj or {}).get("metadata", {}).get("resourceVersion") or "")
             return Snapshot(TaskState.from_status(ref, status), SOURCE_CR, Refusals(), rv,
-                            _refused(status))
+                            _refused(status), status=status)
         if obj is not None:
             must_exist = False  # the object exists; its watcher has not written yet
     snap = from_events(kube, ref, cr_error, uid)
@@ -486,7 +474,7 @@ def _cr_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes], lo
             continue
         rv = str(obj.get("metadata", {}).get("resourceVersion") or "")
         snap = Snapshot(TaskState.from_status(ref, status), SOURCE_CR, Refusals(), rv,
-                        _refused(status))
+                        _refused(status), status=status)
         yield snap
     return snap
 
@@ -545,8 +533,6 @@ def _until(t: datetime) -> str:
     return "now" if secs == 0 else f"in {fmt_seconds(secs)}"
 
 
-# The columns of a kind with a curve (metrics): its exact extremes and its history.
-CURVE_HEADERS = ("MIN", "MAX", "HISTORY")
 # Cells of a sparkline: one per history point, at most this many.
 SPARK_WIDTH = 32
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
@@ -594,51 +580,54 @@ def progress_bar(fraction: float, width: int = 24) -> str:
     return "█" * filled + "░" * (width - filled)
 
 
+def view(snap: Snapshot) -> TaskView:
+    """The snapshot's view model (schemas/view.py): what the page shows too."""
+    return task_view(snap.state, snap.status)
+
+
 def render(snap: Snapshot) -> Any:
     """A rich renderable of one state: summary, then links, decks, spans, pods, counters."""
     from rich import box
     from rich.console import Group
     from rich.table import Table
 
-    st = snap.state
+    v = view(snap)
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("Task", _t(f"{st.task.namespace}/{st.task.name}"))
+    head.add_row("Task", _t(f"{v.task.namespace}/{v.task.name}"))
     head.add_row("Source", _t("TaskFeedback status" if snap.source == SOURCE_CR
                               else "events (folded locally; no watcher status)"))
-    if st.progress is not None:
-        pct = f"{st.progress.fraction * 100:5.1f}%"
-        head.add_row("Progress", _t(f"{progress_bar(st.progress.fraction)} {pct}"))
-        if st.progress.message:
-            head.add_row("Message", _t(st.progress.message))
-        if st.progress.eta is not None:
-            eta = st.progress.eta
+    if v.progress is not None:
+        pct = f"{v.progress.fraction * 100:5.1f}%"
+        head.add_row("Progress", _t(f"{progress_bar(v.progress.fraction)} {pct}"))
+        if v.progress.message:
+            head.add_row("Message", _t(v.progress.message))
+        if v.progress.eta is not None:
+            eta = v.progress.eta
             head.add_row("ETA", _t(f"{format_seconds(eta)} ({_until(eta)})"))
-        r = st.roster
-        workers = f"{r.finals + r.pod_finals} of {max(len(r.marks), r.declared)} final"
-        failures = r.failures + r.pod_failures
-        if failures:
-            workers += f", {failures} " + ("retried" if st.observed.platform is not None
-                                           else "failed")
-        if r.pod_finals:
-            workers += f" ({r.pod_finals} by their pod's end)"
+        workers = f"{v.workers_final} of {v.workers_total} final"
+        if v.workers_failed:
+            workers += f", {v.workers_failed} {v.failed_word}"
+        if v.workers_ended:
+            workers += f" ({v.workers_ended} by their pod's end)"
         head.add_row("Workers", _t(workers))
     else:
         head.add_row("Progress", _t("no progress reported"))
-    phase = st.phase
+    phase = v.phase
     head.add_row("Phase", _t(phase, {SUCCEEDED: "green", FAILED: "red"}.get(phase, "yellow")))
-    for ctype, reason, message in _notable_conditions(st):
-        head.add_row(ctype, _t(f"{reason}: {message}", "red" if ctype == "Failed" else "yellow"))
-    platform = st.observed.platform
-    if platform is not None:
-        head.add_row("Platform", _t(f"{platform.kind} {platform.name} {platform.phase}"
-                                    + (f" ({platform.reason})" if platform.reason else "")))
-    head.add_row("Last event", _t(_ago(st.last_event_time)))
-    if st.warnings:
+    for c in v.notable:  # a failure, a pod waiting, what health says
+        head.add_row(c.type, _t(f"{c.reason}: {c.message}", "red" if c.type == FAILED
+                                else "yellow"))
+    if v.platform is not None:
+        pl = v.platform
+        head.add_row("Platform", _t(f"{pl.kind} {pl.name} {pl.phase}"
+                                    + (f" ({pl.reason})" if pl.reason else "")))
+    head.add_row("Last event", _t(_ago(v.last_event)))
+    if v.warnings:
         # What the number counts: a bare "Warnings 2" left people guessing.
-        head.add_row("Warnings", _t(f"{st.warnings} failure report"
-                                    f"{'s' if st.warnings != 1 else ''} (events of type "
+        head.add_row("Warnings", _t(f"{v.warnings} failure report"
+                                    f"{'s' if v.warnings != 1 else ''} (events of type "
                                     "Warning: kubectl describe lists them)", "red"))
     parts: list[Any] = [head]
 
@@ -648,167 +637,96 @@ def render(snap: Snapshot) -> Any:
             t.add_column(c, overflow="fold")
         return t
 
-    for kind in NAMED_KINDS:  # links, decks, ...: one table each, as the registry says
-        entries = st.registers(kind)
-        if entries:
-            cols = ["NAME", *(f.header for f in kind.values),
-                    *(CURVE_HEADERS if kind.report is not None else ())]
-            t = table(kind.title, *cols, *(["UPDATED"] if kind.age else []))
-            for name, entry in sorted(entries.items()):
-                t.add_row(*named_cells(kind, name, entry))
-            parts.append(t)
-    if st.spans:
+    for reg in v.tables:  # links, decks, ...: one table each, as the registry says
+        kind = reg.kind
+        t = table(reg.title, "NAME", *reg.headers, *(CURVE_HEADERS if reg.curve else ()),
+                  *(["UPDATED"] if kind.age else []))
+        for row in reg.rows:
+            t.add_row(*register_cells(reg, row))
+        parts.append(t)
+    if v.spans:
         t = table("Spans", "NAME", "COUNT", "TOTAL", "MIN", "MAX", "ERRORS")
-        for name, s in sorted(st.spans.items()):
-            t.add_row(_t(name), _t(s.count), _t(fmt_seconds(s.total_s)),
+        for s in v.spans:
+            t.add_row(_t(s.name), _t(s.count), _t(fmt_seconds(s.total_s)),
                       _t(fmt_seconds(s.min_s)), _t(fmt_seconds(s.max_s)),
                       _t(s.errors, "red" if s.errors else ""))
         parts.append(t)
-    ended = st.observed.pods
-    if len(st.workers) > 1 or any(w.failed for w in st.workers.values()) or ended:
+    if v.shows_workers:
+        ends = v.has_pod_ends
         t = table("Workers", "POD", "PROGRESS", "STATE", "MESSAGE",
-                  *(("POD ENDED",) if ended else ()))
-        for name in sorted(set(st.workers) | set(ended)):
-            state, bad = worker_state(st, name)
-            w = st.workers.get(name)
-            row = [_t(name), _t(f"{w.fraction * 100:.1f}%" if w is not None else "-"),
-                   _t(state, "red" if bad else ""), _t(w.message if w is not None else "")]
-            if ended:
-                v = ended.get(name)
-                row.append(_t("" if v is None else pod_end_text(v), "red" if v is not None
-                              and v.failed else ""))
-            t.add_row(*row)
+                  *(("POD ENDED",) if ends else ()))
+        for w in v.workers:
+            cells = [_t(w.pod), _t("-" if w.fraction is None else f"{w.fraction * 100:.1f}%"),
+                     _t(w.state, "red" if w.bad else ""), _t(w.message)]
+            if ends:
+                cells.append(_t(w.ended, "red" if w.ended_failed else ""))
+            t.add_row(*cells)
         parts.append(t)
-    if st.observed.waiting:
+    if v.waiting:
         t = table("Waiting pods", "POD", "REASON", "SINCE", "MESSAGE")
-        for name, v in sorted(st.observed.waiting.items()):
-            t.add_row(_t(name), _t(v.reason, "yellow"), _t(_ago(v.at)), _t(v.message))
+        for wp in v.waiting:
+            t.add_row(_t(wp.pod), _t(wp.reason, "yellow"), _t(_ago(wp.since)), _t(wp.message))
         parts.append(t)
-    if st.pods:
+    if v.pods:
         t = table("Reporting pods", "POD", "UID", "EVENTS")
-        for (name, uid), n in sorted(st.pod_events.items()):
-            t.add_row(_t(name), _t(uid), _t(n))
+        for p in v.pods:
+            t.add_row(_t(p.name), _t(p.uid), _t(p.events))
         parts.append(t)
-    noisy = {k: v for k, v in st.counters.items() if v and k != "events_applied"}
-    if st.unknown:
-        noisy.update({f"unknown:{k}": v for k, v in st.unknown.items()})
+    noisy = dict(v.counters)
     if snap.rejected:
         noisy["rejected_events"] = snap.rejected
         t = table("Refused events (not applied)", "REASON", "SENDER", "EVENTS", "WHY")
         for reason, sender, n, detail in snap.refusals.rows():
             t.add_row(_t(reason, "red"), _t(sender), _t(n), _t(detail))
         parts.append(t)
-    if snap.refused:
+    if v.refused:
         t = table("Refused by the watcher", "REASON", "EVENTS")
-        for reason, n in snap.refused.items():
+        for reason, n in v.refused:
             t.add_row(_t(reason, "red"), _t(n))
         parts.append(t)
-    footer = f"{st.counters.get('events_applied', 0)} events applied"
+    footer = f"{v.events_applied} events applied"
     if noisy:
-        footer += "; " + ", ".join(f"{k}={v}" for k, v in sorted(noisy.items()))
+        footer += "; " + ", ".join(f"{k}={n}" for k, n in sorted(noisy.items()))
     parts.append(_t(footer, "dim"))
     return Group(*parts)
 
 
-def worker_state(st: TaskState, pod: str) -> tuple[str, bool]:
-    """A worker's state for the table, and whether it is bad news: what its process said
-    (final, failed), else what its pod says (``(pod)``: it ended without a final report), a
-    failed attempt under a platform that decides (retried), or running."""
-    w = st.workers.get(pod)
-    v = st.observed.pods.get(pod)
-    if w is None:
-        return ("no report, " + ("failed" if v is not None and v.failed else "ended"),
-                v is not None and v.failed)
-    if w.final:
-        failed, how = w.failed, ""
-    elif v is not None:
-        failed, how = v.failed, " (pod)"
-    else:
-        return "running", False
-    if failed and st.observed.platform is not None and st.phase != FAILED:
-        return "retried" + how, False
-    return ("failed" if failed else "final") + how, failed
-
-
-def pod_end_text(v: PodVerdict) -> str:
-    """``Failed: OOMKilled (exit 137)``: how a pod ended, in a cell."""
-    text = f"{v.phase}: {v.reason}"
-    return text + (f" (exit {v.exit_code})" if v.exit_code else "")
-
-
-def _notable_conditions(st: TaskState) -> list[tuple[str, str, str]]:
-    """The conditions worth a line of their own: a failure, a pod waiting."""
-    out = []
-    for c in st.to_status().get("conditions", []):
-        if c["status"] == "True" and c["type"] in ("Failed", "PodsWaiting"):
-            out.append((c["type"], c["reason"], c["message"]))
-    return out
-
-
-def named_cells(kind: Kind, name: str, entry: Named) -> list[Any]:
-    """The table cells of one register of a named kind: its name, its value fields, and
-    how long ago it was written when the kind shows that."""
-    raw = entry.value
-    values = raw if isinstance(raw, tuple) else (raw,)
-    cells = [_t(name), *(_t(_scalar_text(v), f.style)
-                         for f, v in zip(kind.values, values, strict=True))]
-    if kind.report is not None:
-        series = entry.series
-        lo, hi = (None, None) if series is None else (series.lo, series.hi)
-        cells += [_t(_scalar_text(lo)), _t(_scalar_text(hi)),
-                  Sparkline([] if series is None else series.values)]
+def register_cells(reg: RegisterTable, row: RegisterRow) -> list[Any]:
+    """The table cells of one register of a named kind: its name, its value fields, its
+    extremes and history when the kind keeps a curve, and how long ago it was written when
+    the kind shows that."""
+    kind = reg.kind
+    cells = [_t(row.name), *(_t(text, f.style)
+                             for f, text in zip(kind.values, row.values, strict=True))]
+    if reg.curve:
+        cells += [_t(scalar_text(row.low)), _t(scalar_text(row.high)),
+                  Sparkline(list(row.points))]
     if kind.age:
-        cells.append(_t(_ago(entry.at[0])))
+        cells.append(_t(_ago(row.at)))
     return cells
-
-
-def _scalar_text(v: Scalar) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return str(v)
 
 
 def one_line(snap: Snapshot) -> str:
     """A compact, sanitised line for one state (what `watch` prints when piped)."""
-    st = snap.state
+    v = view(snap)
     now = datetime.now(UTC).strftime("%H:%M:%S")
-    pr = st.progress
+    pr = v.progress
     progress = "no progress" if pr is None else f"{pr.fraction * 100:5.1f}% {pr.message}"
     if pr is not None and pr.eta is not None:
         progress += f" (eta {format_seconds(pr.eta)})"
     values = ""
-    for kind in NAMED_KINDS:  # metrics: their latest values, the first few names
-        if kind.inline and (entries := st.registers(kind)):
-            shown = sorted(entries.items())[:INLINE_MAX]
-            values += "".join(f" {name}={_scalar_text(_first(e.value))}" for name, e in shown)
-            if len(entries) > INLINE_MAX:
-                values += f" (+{len(entries) - INLINE_MAX} {kind.section})"
-    tail = f" {st.phase.lower()}" if st.finished else ""
-    return safe(f"{now} {st.task.namespace}/{st.task.name} {progress} "
-                f"(links {len(st.link_entries)}, decks {len(st.deck_entries)}, "
-                f"spans {len(st.spans)}){values}{tail}")
+    counts = {reg.kind.section: len(reg.rows) for reg in v.tables}
+    for reg in v.tables:  # metrics: their latest values, the first few names
+        if reg.kind.inline:
+            shown = reg.rows[:INLINE_MAX]
+            values += "".join(f" {row.name}={row.values[0]}" for row in shown)
+            if len(reg.rows) > INLINE_MAX:
+                values += f" (+{len(reg.rows) - INLINE_MAX} {reg.kind.section})"
+    tail = f" {v.phase.lower()}" if v.finished else ""
+    return safe(f"{now} {v.task.namespace}/{v.task.name} {progress} "
+                f"(links {counts.get('links', 0)}, decks {counts.get('decks', 0)}, "
+                f"spans {len(v.spans)}){values}{tail}")
 
 
 # Registers of an inline kind that one `watch` line shows (the table view shows them all).
 INLINE_MAX = 6
-
-
-def _first(v: NamedValue) -> Scalar:
-    return v[0] if isinstance(v, tuple) else v
-
-
-def fmt_seconds(s: float) -> str:
-    if s == 0:
-        return "0s"
-    if s < 1e-3:
-        return f"{s * 1e6:.0f}µs"
-    if s < 1:
-        return f"{s * 1e3:.1f}ms"
-    if s < 120:
-        return f"{s:.2f}s"
-    if s < 7200:
-        return f"{s / 60:.1f}m"
-    return f"{s / 3600:.1f}h"
-

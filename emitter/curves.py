@@ -84,10 +84,12 @@ class Curve:
         """A note carrying the extremes was lost: tell them again."""
         self.told_lo, self.told_hi = math.inf, -math.inf
 
-    def unsent(self, step: int | None) -> list[list[Any]]:
-        """The sample's points not sent yet, oldest first, but for the row's own (``step``)."""
-        return sorted((p for p in self.firsts.values() if not p[2] and p[0] != step),
-                      key=lambda p: p[0])
+    def unsent(self, step: int | None, value: float) -> list[list[Any]]:
+        """The sample's points not sent yet, oldest first, but for the row's own (``value``
+        at ``step``; a bucket's first of the same step with another value is sent, or it
+        would stay to tell forever)."""
+        return sorted((p for p in self.firsts.values()
+                       if not p[2] and (p[0] != step or p[1] != value)), key=lambda p: p[0])
 
     @staticmethod
     def wire(p: list[Any]) -> tuple[int, float]:

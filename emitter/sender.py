@@ -1,6 +1,7 @@
 """The Emitter's sender thread: takes what the workload queued, builds the Events and
-creates them within the pod's budget, in priority order (critical, span windows, the
-latest metrics, progress).
+creates them within the pod's budget: critical facts at once, the coalescible ones (the
+latest progress, the metrics' latest values, the span aggregates) packed into one Window
+event per window (``span_window_s``), the first as soon as there is something to send.
 
 It alone touches the outbox, the pending span windows and the sequence numbers, so they need
 no lock; what it shares with the workload side is in items.py (the queue, the progress slot)
@@ -37,8 +38,8 @@ from tidings.schemas.payloads import (
     Metrics,
     Payload,
     Progress,
-    SpanSummaries,
     SpanSummary,
+    Window,
     payload_type,
     span_row,
 )
@@ -99,6 +100,9 @@ def refusal_fix(e: SendError) -> str:
 _OUTBOX_MAX = 64
 # The longest the sender sleeps without looking at the clock (window ticks, shutdown).
 _MAX_IDLE_S = 1.0
+# How often a sender with nothing coalescible looks again: the first fact after a quiet
+# window goes out within this, the next ones one window later.
+_QUIET_CHECK_S = 0.5
 
 # A built event: (namespace, the Event dict).
 Built = tuple[str, dict[str, Any]]
@@ -114,7 +118,7 @@ def _metric_row(fields: dict[str, Any], curve: Curve | None) -> list[Any]:
         return [fields["name"], value, step, None, None, []]
     lo, hi = curve.extremes(value)
     points: list[Any] = []
-    unsent = curve.unsent(step)
+    unsent = curve.unsent(step, value)
     if unsent and unsent[0][0] == min(curve.firsts.values(), key=lambda p: p[0])[0]:
         points.extend(Curve.wire(unsent[0]))
     return [fields["name"], value, step, lo, hi, points]
@@ -126,7 +130,7 @@ def _add_points(row: list[Any], curve: Curve, room: int) -> int:
     before = len(orjson.dumps(_trimmed(row)))
     points = row[5]
     used = 0
-    for p in curve.unsent(row[2]):
+    for p in curve.unsent(row[2], row[1]):
         step, value = Curve.wire(p)
         if len(points) >= 2 * METRIC_POINTS_MAX:
             break
@@ -193,6 +197,8 @@ class Sender:
         # The latest value per name (metrics) of the windows taken so far, oldest name first.
         self.latest_out: dict[LatestKey, LatestUpdate] = {}
         self._progress_out: ProgressUpdate | None = None
+        # A window closed with coalescible facts: send them (as budget allows) before the next.
+        self._due = False
         self._flush_seen = 0
         self._logged: set[Hashable] = set()
         self._proof = False  # events carry the sender proof (set with the transport)
@@ -243,13 +249,16 @@ class Sender:
                                  "tidings emitter: internal error: %s: %s", type(e).__name__, e)
                 self._abandon.wait(0.1)
 
+    def _coalescible_waiting(self) -> bool:
+        return bool(self.pending or self.latest_out or self._progress_out is not None)
+
     def _send_until_stopped(self, bucket: TokenBucket) -> None:
         window = max(0.01, self.config.span_window_s)
-        next_window = time.monotonic() + window
+        next_window = time.monotonic()
         stop = False
         while not stop:
             wait = min(next_window - time.monotonic(), _MAX_IDLE_S)
-            if self.outbox or self.pending or self.latest_out or self._progress_out is not None:
+            if self.outbox or (self._due and self._coalescible_waiting()):
                 wait = min(wait, bucket.wait_time())
             item: QueueItem | None
             try:
@@ -275,16 +284,20 @@ class Sender:
                 except queue.Empty:
                     item = None
             now = time.monotonic()
+            # Latest wins, also over an update still waiting for budget.
+            self._progress_out = self._slot.take(self._progress_out)
             if flush_now or stop or now >= next_window:
                 # (Stopping: only what was emitted is left to send, no curve's leftovers.)
                 self._merge_window(retell=not stop)
-                next_window = now + window
-            # Latest wins, also over an update still waiting for budget.
-            self._progress_out = self._slot.take(self._progress_out)
+                if self._coalescible_waiting():
+                    # One Window event (more only if they overflow a note) per window.
+                    self._due = True
+                    next_window = now + window
+                else:
+                    next_window = now + min(window, _QUIET_CHECK_S)
             self._send(bucket)
             if self._flush_seen > self._flushed and not (
-                    self.outbox or self.pending or self.latest_out
-                    or self._progress_out is not None):
+                    self.outbox or self._coalescible_waiting()):
                 with self._cond:
                     self._flushed = self._flush_seen
                     self._cond.notify_all()
@@ -315,8 +328,8 @@ class Sender:
                              maximum=self.config.retry_max_s, before_sleep=before_sleep)
 
     def _send(self, bucket: TokenBucket) -> None:
-        """Send in priority order while the budget lasts: critical, span windows, the latest
-        metrics, progress."""
+        """Send while the budget lasts: critical facts first, then (once the window closed)
+        the coalescible ones, as few Window events as hold them."""
         if self._abandon.is_set():
             # Past the exit deadline: no more attempts; what is left is counted as lost.
             left = (len(self.outbox) + len(self.pending) + len(self.latest_out)
@@ -337,27 +350,18 @@ class Sender:
             self.outbox.popleft()
             if carried[0]:
                 self._n.span_note(*carried, delivered=ok)
-        while self.pending:
+        if not self._due:
+            return
+        while self._coalescible_waiting():
             if not bucket.try_take():
                 return
-            built, carried = self.take_span_note()
+            built, carried, told = self.take_window()
             ok = built is not None and self._deliver(*built, critical=False)
-            self._n.span_note(*carried, delivered=ok)
-        while self.latest_out:
-            if not bucket.try_take():
-                return
-            built, told = self._take_latest()
-            if (built is None or not self._deliver(*built, critical=False)) and told:
+            if carried[0]:
+                self._n.span_note(*carried, delivered=ok)
+            if not ok and told:
                 self._untold(told)
-        if self._progress_out is not None:
-            if not bucket.try_take():
-                return
-            fraction, message, t = self._progress_out
-            self._progress_out = None
-            built = self._build(Progress, {"fraction": fraction, "message": message}, t, False,
-                                None)
-            if built is not None:
-                self._deliver(*built, critical=False)
+        self._due = False
 
     def _accept(self, model: type[BaseModel] | None, fields: Any, t: float, warning: bool,
                 target: Target | None) -> None:
@@ -369,19 +373,16 @@ class Sender:
             self.outbox.append((*built, (0, 0)))
 
     def _spans_before_final(self) -> None:
-        """Queue every pending span window and metric ahead of a final progress: a reader
-        that stops at the task's end must not miss what was recorded before it."""
+        """Queue every pending span aggregate and metric ahead of a final progress: a reader
+        that stops at the task's end must not miss what was recorded before it. (A pending
+        non-final progress stays: the final supersedes it whenever it arrives.)"""
         self._merge_window()
-        while self.pending:
-            built, carried = self.take_span_note()
+        while self.pending or self.latest_out:
+            built, carried, _ = self.take_window(with_progress=False)
             if built is not None:
                 self.outbox.append((*built, carried))
-            else:
+            elif carried[0]:
                 self._n.span_note(*carried, delivered=False)
-        while self.latest_out:
-            built, _ = self._take_latest()
-            if built is not None:
-                self.outbox.append((*built, (0, 0)))
 
     def _merge_window(self, retell: bool = True) -> None:
         dropped = merge(self.pending, self._spans.drain(), self._spans.max_names)
@@ -397,69 +398,6 @@ class Sender:
         if replaced:
             with self._latest.lock:
                 self._latest.coalesced += replaced
-
-    def _take_latest(self) -> tuple[Built | None, list[str]]:
-        """Build the event of the oldest waiting names' latest values: as many metrics as
-        one Metrics note holds (a lone one without extras: a plain Metric), else the oldest
-        name's own event; each row with what its curve has to tell (curves.py): the extremes
-        beyond what was told, the sample's first point when unsent, and, in the room the rows
-        leave, the sample's other unsent points. Returns the event (None when it cannot be
-        built: counted) and the metric names whose extremes it tells."""
-        out = self.latest_out
-        first = next(iter(out))
-        if first[0] is not Metric:
-            fields, t = out.pop(first)
-            return self._build(first[0], dict(fields), t, False, None), []
-        # The note's envelope and fixed fields, with the longest seq there can be.
-        room = NOTE_LIMIT - len(orjson.dumps({
-            "v": SCHEMA_VERSION, "t": Metrics.TYPE, "i": self.instance, "s": SEQ_MAX,
-            "metrics": []}))
-        slot = self._latest
-        taken: list[tuple[LatestKey, list[Any], float, Curve | None]] = []
-        with slot.lock:
-            for key, (fields, t) in out.items():
-                if key[0] is not Metric:
-                    continue
-                curve = slot.curves.get(key)
-                row = _metric_row(fields, curve)
-                size = len(orjson.dumps(_trimmed(row))) + 1
-                if size > room or len(taken) >= METRIC_ROWS_MAX:
-                    break
-                room -= size
-                taken.append((key, row, t, curve))
-            if not taken:  # a row that fits no note: its event says why (counted)
-                fields, t = out.pop(first)
-                return self._build(Metric, dict(fields), t, False, None), []
-            for _, row, _, curve in taken:
-                if curve is not None and room > 0:
-                    room -= _add_points(row, curve, room)
-            for _, row, _, curve in taken:
-                if curve is not None:
-                    _told(row, curve)
-        for key, _, _, _ in taken:
-            del out[key]
-        told = [row[0] for _, row, _, curve in taken if curve is not None]
-        t = max(t for _, _, t, _ in taken)
-        rows = [_trimmed(row) for _, row, _, _ in taken]
-        if len(rows) == 1 and len(rows[0]) == 3:
-            name, value, step = rows[0]
-            return self._build(Metric, {"name": name, "value": value, "step": step}, t,
-                               False, None), told
-        try:
-            payload = Metrics.model_validate({"metrics": rows})
-        except ValidationError:
-            # One bad row must not cost the others: keep those valid on their own (each
-            # refusal counted), one per name as the model cleans it (the latest taken).
-            good: dict[str, Metric] = {}
-            for row in rows:
-                m = self._valid_metric(row)
-                if m is not None:
-                    good.pop(m.name, None)
-                    good[m.name] = m
-            if not good:
-                return None, told
-            payload = Metrics(metrics=tuple(good.values()))
-        return self._build(None, payload, t, False, None), told
 
     def _untold(self, names: list[str]) -> None:
         """A metrics note was lost: the extremes it told are told again."""
@@ -478,55 +416,120 @@ class Sender:
                              detail)
             return None
 
-    def take_span_note(self) -> tuple[Built | None, Carried]:
-        """Take as many pending names as one note holds (oldest first) and build their event:
-        a SpanSummaries of compact rows, or a plain SpanSummary for a lone name (which any
-        watcher reads). Returns the event
-        (None when it cannot be built: counted) and the (names, spans) it carries."""
-        pending = self.pending
-        base = math.floor(min(a[FIRST_START] for a in pending.values()) * 1e6)
-        # The note's envelope and fixed fields, with the longest seq there can be.
+    def take_window(self, with_progress: bool = True
+                    ) -> tuple[Built | None, Carried, list[str]]:
+        """Take as much of the waiting coalescible facts as one note holds: the progress,
+        then the metrics (oldest name first), then the span aggregates (oldest first), then,
+        in the room they leave, the metrics' unsent sample points; build their Window event.
+        Each metric row carries what its curve has to tell (curves.py): the extremes beyond
+        what was told and the sample's first point when unsent. Returns the event (None when
+        nothing valid was left: counted), the (span names, spans) it carries and the metric
+        names whose extremes it tells. A progress whose message alone fills a note goes as
+        its own (shrunk) Progress event; a coalescible named fact other than a metric, as
+        its own event."""
+        # The note's envelope with the longest seq there can be; each part's key and
+        # brackets are charged when the part is started.
         room = NOTE_LIMIT - len(orjson.dumps({
-            "v": SCHEMA_VERSION, "t": SpanSummaries.TYPE, "i": self.instance, "s": SEQ_MAX,
-            "base_us": base, "spans": []}))
+            "v": SCHEMA_VERSION, "t": Window.TYPE, "i": self.instance, "s": SEQ_MAX}))
+        times: list[float] = []
+        progress: dict[str, Any] | None = None
+        if with_progress and self._progress_out is not None:
+            fraction, message, t = self._progress_out
+            self._progress_out = None
+            progress = {"fraction": float(fraction), "message": message}
+            if self.config.workers:
+                progress["workers"] = int(self.config.workers)
+            size = len(orjson.dumps(progress)) + len(',"progress":')
+            if size > room:  # a long message: its own note, shrunk by the note codec
+                return self._build(Progress, progress, t, False, None), (0, 0), []
+            room -= size
+            times.append(t)
+        out = self.latest_out
+        slot = self._latest
+        metrics: list[list[Any]] = []
+        curves: list[tuple[list[Any], Curve]] = []
+        with slot.lock:
+            for key, (values, t) in out.items():
+                if key[0] is not Metric:
+                    if progress is None and not metrics:
+                        del out[key]
+                        return self._build(key[0], dict(values), t, False, None), (0, 0), []
+                    continue
+                curve = slot.curves.get(key)
+                row = _metric_row(values, curve)
+                size = (len(orjson.dumps(_trimmed(row)))
+                        + (1 if metrics else len(',"metrics":[]')))
+                if size > room or len(metrics) >= METRIC_ROWS_MAX:
+                    break
+                room -= size
+                metrics.append(row)
+                times.append(t)
+                if curve is not None:
+                    curves.append((row, curve))
+        for row in metrics:
+            del out[(Metric, row[0])]
+        pending = self.pending
+        base = 0
         taken: list[tuple[str, Agg]] = []
         rows: list[list[Any]] = []
-        for name, a in pending.items():
-            row = span_row(name, int(a[COUNT]), a[TOTAL], a[MIN], a[MAX], a[FIRST_START],
-                           a[LAST_END], int(a[ERRORS]), base)
-            size = len(orjson.dumps(row)) + 1
-            if size > room or len(rows) >= SPAN_ROWS_MAX:
-                break
-            room -= size
-            taken.append((name, a))
-            rows.append(row)
-        if len(taken) < 2:
-            name, a = taken[0] if taken else next(iter(pending.items()))
-            del pending[name]
-            return self.build_summary(name, a), (1, int(a[COUNT]))
-        for name, _ in taken:
-            del pending[name]
+        if pending:
+            base = math.floor(min(a[FIRST_START] for a in pending.values()) * 1e6)
+            head = len(f',"base_us":{base},"spans":[]')
+            for name, a in pending.items():
+                row = span_row(name, int(a[COUNT]), a[TOTAL], a[MIN], a[MAX], a[FIRST_START],
+                               a[LAST_END], int(a[ERRORS]), base)
+                size = len(orjson.dumps(row)) + (1 if rows else head)
+                if size > room or len(rows) >= SPAN_ROWS_MAX:
+                    break
+                room -= size
+                taken.append((name, a))
+                rows.append(row)
+            for name, _ in taken:
+                del pending[name]
+        with slot.lock:
+            for row, curve in curves:
+                if room > 0:
+                    room -= _add_points(row, curve, room)
+                _told(row, curve)
+        told = [row[0] for row, _ in curves]
+        metrics = [_trimmed(row) for row in metrics]
         carried = (len(taken), sum(int(a[COUNT]) for _, a in taken))
+        fields: dict[str, Any] = {"progress": progress, "metrics": metrics, "base_us": base,
+                                  "spans": rows}
         try:
-            payload = SpanSummaries.model_validate({"base_us": base, "spans": rows})
+            payload = Window.model_validate(fields)
         except ValidationError:
-            # One bad name must not cost the others: keep the rows that pass on their own
-            # (each refusal counted once, as for a lone summary).
+            # One bad part must not cost the others: keep those valid on their own (each
+            # refusal counted once).
+            if progress is not None and not self._valid(Progress, progress):
+                fields["progress"] = None
+            fields["metrics"] = [r for r in metrics if self._valid_metric(r) is not None]
             good = [(r, a) for r, (n, a) in zip(rows, taken, strict=True)
                     if self._valid_summary(n, a)]
-            carried = (len(good), sum(int(a[COUNT]) for _, a in good))
-            self._n.lost(0, sum(int(a[COUNT]) for _, a in taken) - carried[1])
-            if not good:
-                return None, (0, 0)
+            fields["spans"] = [r for r, _ in good]
+            kept = (len(good), sum(int(a[COUNT]) for _, a in good))
+            self._n.lost(0, carried[1] - kept[1])
+            carried = kept
             try:
-                payload = SpanSummaries.model_validate(
-                    {"base_us": base, "spans": [r for r, _ in good]})
+                payload = Window.model_validate(fields)
             except ValidationError as e:
-                self._count_once("invalid", ("SpanSummaries", str(e)[:80]),
-                                 "tidings: invalid span summaries not sent: %s",
-                                 describe_validation_error(e))
-                return None, carried
-        return self._build(None, payload, time.time(), False, None), carried
+                if fields["progress"] or fields["metrics"] or fields["spans"]:
+                    self._count_once("invalid", ("Window", str(e)[:80]),
+                                     "tidings: invalid window not sent: %s",
+                                     describe_validation_error(e))
+                return None, carried, told
+        return (self._build(None, payload, max(times, default=time.time()), False, None),
+                carried, told)
+
+    def _valid(self, model: type[BaseModel], fields: dict[str, Any]) -> bool:
+        try:
+            model(**fields)
+            return True
+        except ValidationError as e:
+            detail = describe_validation_error(e)
+            self._count_once("invalid", (model.__name__, detail), "tidings: invalid %s not "
+                             "sent: %s", model.__name__, detail)
+            return False
 
     @staticmethod
     def _summary_fields(name: str, a: Agg) -> dict[str, Any]:

@@ -29,6 +29,10 @@ JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+# Accept: the answer as the object's metadata only (kind PartialObjectMetadata), for a write
+# whose caller needs no more than the new resourceVersion: the API server does not encode,
+# and the client does not read, the whole object back.
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 # (connect, read) seconds.
 DEFAULT_TIMEOUT = (5.0, 30.0)
@@ -54,7 +58,7 @@ class Client:
         self._extra = config.impersonate.headers() if config.impersonate else []
         self._base = base
         self._hdr_auth: str | None = "\0"  # the auth value the header cache was built for
-        self._hdr_cache: dict[str | None, Any] = {}
+        self._hdr_cache: dict[tuple[str | None, str | None], Any] = {}
         self._lock = threading.Lock()
         self._cert_generation = -1
         self._open_pool()
@@ -110,11 +114,12 @@ class Client:
             raise ConfigError(f"unusable TLS settings ({cfg.source}): {e}") from None
         return ctx
 
-    def _headers(self, auth: str | None, content_type: str | None) -> Any:
+    def _headers(self, auth: str | None, content_type: str | None,
+                 accept: str | None = None) -> Any:
         if auth != self._hdr_auth:
             self._hdr_cache = {}
             self._hdr_auth = auth
-        key = content_type
+        key = (content_type, accept)
         hdrs = self._hdr_cache.get(key)
         if hdrs is None:
             h: dict[str, str] = dict(self._base)
@@ -122,6 +127,8 @@ class Client:
                 h["Authorization"] = auth
             if content_type:
                 h["Content-Type"] = content_type
+            if accept:
+                h["Accept"] = accept
             if self._extra:  # repeated Impersonate-Group lines need a multi-dict
                 hd = urllib3.HTTPHeaderDict(h)
                 for k, v in self._extra:
@@ -142,8 +149,9 @@ class Client:
 
     def open(self, method: str, path: str, *, query: Query = None, data: bytes | None = None,
              content_type: str | None = None, timeout: Timeout = None,
-             stream: bool = False) -> BaseHTTPResponse:
-        """Send one request; a 2xx response (read unless ``stream``), else KubeError."""
+             stream: bool = False, accept: str | None = None) -> BaseHTTPResponse:
+        """Send one request; a 2xx response (read unless ``stream``), else KubeError.
+        ``accept``: another Accept header than JSON (e.g. ``METADATA_ONLY``)."""
         url = self._path_prefix + path
         if query:
             url += "?" + urlencode(query, doseq=True)
@@ -160,7 +168,8 @@ class Client:
                         self._open_pool()
             try:
                 resp = self._urlopen(method, url, body=data,
-                                     headers=self._headers(auth, content_type), timeout=t,
+                                     headers=self._headers(auth, content_type, accept),
+                                     timeout=t,
                                      retries=False, redirect=False, preload_content=not stream,
                                      assert_same_host=False)
             except (urllib3.exceptions.HTTPError, OSError) as e:
@@ -184,13 +193,13 @@ class Client:
 
     def request(self, method: str, path: str, *, query: Query = None, body: Any = None,
                 data: bytes | None = None, content_type: str | None = None,
-                timeout: Timeout = None) -> Any:
+                timeout: Timeout = None, accept: str | None = None) -> Any:
         """Send ``body`` (encoded with orjson) or raw ``data``; the parsed JSON answer."""
         if body is not None:
             data = orjson.dumps(body)
             content_type = content_type or JSON
         resp = self.open(method, path, query=query, data=data, content_type=content_type,
-                         timeout=timeout)
+                         timeout=timeout, accept=accept)
         raw = resp.data
         if not raw:
             return None

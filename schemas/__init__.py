@@ -81,6 +81,7 @@ if TYPE_CHECKING:
         SpanSummaries,
         SpanSummary,
         UnknownPayload,
+        Window,
         payload_type,
         span_summaries,
     )
@@ -147,6 +148,7 @@ _LAZY = {
     "SpanSummaries": "payloads",
     "SpanSummary": "payloads",
     "UnknownPayload": "payloads",
+    "Window": "payloads",
     "payload_type": "payloads",
     "span_summaries": "payloads",
     "Rejection": "rejection",
@@ -221,6 +223,7 @@ __all__ = [
     "UnknownPayload",
     "VersionVector",
     "WatchItem",
+    "Window",
     "build_event",
     "decode_note",
     "encode_note",

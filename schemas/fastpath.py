@@ -19,6 +19,7 @@ msgspec is a dependency of ``tidings[watcher]`` only: nothing else in schemas/ i
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime
 from functools import lru_cache
@@ -56,12 +57,16 @@ from .event import (
 )
 from .note import _good_instance
 from .payloads import (
+    METRIC_POINTS_MAX,
+    METRIC_ROWS_MAX,
     SPAN_ROWS_MAX,
     DeckReady,
     LogLink,
+    Metric,
     Progress,
     SpanSummaries,
     SpanSummary,
+    Window,
     _any_uri,
     _clean_name,
     _round_fraction,
@@ -199,6 +204,26 @@ class _ProgressNote(_Note, tag="Progress"):
     workers: int | UnsetType = UNSET
 
 
+class _WindowProgress(Struct, kw_only=True, forbid_unknown_fields=True):
+    fraction: int | float
+    message: str | UnsetType = UNSET
+    final: bool | UnsetType = UNSET
+    failed: bool | UnsetType = UNSET
+    workers: int | UnsetType = UNSET
+
+
+# A metric row: [name, value, step], optionally followed by min, max and points (a flat
+# list of step, value pairs); its fields' types are checked one by one (``_metric_row``).
+_MetricRow = list[str | int | float | list[int | float] | None]
+
+
+class _WindowNote(_Note, tag="Window"):
+    progress: _WindowProgress | UnsetType = UNSET
+    metrics: list[_MetricRow] | UnsetType = UNSET
+    base_us: int | UnsetType = UNSET
+    spans: list[tuple[str, int, int, int, int, int, int, int]] | UnsetType = UNSET
+
+
 class _LinkNote(_Note, tag="LogLink"):
     name: str
     url: str
@@ -210,7 +235,7 @@ class _DeckNote(_Note, tag="DeckReady"):
 
 
 _decode_note = msgspec.json.Decoder(
-    _SpanNote | _SpansNote | _ProgressNote | _LinkNote | _DeckNote).decode
+    _SpanNote | _SpansNote | _ProgressNote | _WindowNote | _LinkNote | _DeckNote).decode
 _SPAN_FIELDS = frozenset(
     {"name", "count", "total_s", "min_s", "max_s", "first_start", "last_end", "errors"})
 _SPAN_REQUIRED = frozenset(_SPAN_FIELDS - {"errors"})
@@ -242,10 +267,9 @@ def _span(name: str, count: int, total: float, lo: float, hi: float, first: floa
                                 "errors": errors}, set(given))
 
 
-def _spans_note(n: _SpansNote) -> Any:
-    base, rows = n.base_us, n.spans
-    if not (0 <= base <= 10**17 and 1 <= len(rows) <= SPAN_ROWS_MAX):
-        return None
+def _span_rows(base: int, rows: list[tuple[str, int, int, int, int, int, int, int]]
+               ) -> tuple[Any, ...] | None:
+    """SpanSummaries' rows as its validator converts them, or None when it may not."""
     out = []
     for name, count, total, lo, hi, start, end, errors in rows:
         # As SpanSummaries' row validator converts them (integers to float seconds).
@@ -256,10 +280,110 @@ def _spans_note(n: _SpansNote) -> Any:
         if row is None:
             return None
         out.append(row)
-    return _model(SpanSummaries, {"base_us": base, "spans": tuple(out)}, {"base_us", "spans"})
+    return tuple(out)
 
 
-def _progress_note(n: _ProgressNote) -> Any:
+def _spans_note(n: _SpansNote) -> Any:
+    base, rows = n.base_us, n.spans
+    if not (0 <= base <= 10**17 and 1 <= len(rows) <= SPAN_ROWS_MAX):
+        return None
+    spans = _span_rows(base, rows)
+    if spans is None:
+        return None
+    return _model(SpanSummaries, {"base_us": base, "spans": spans}, {"base_us", "spans"})
+
+
+_METRIC_BASE = frozenset({"name", "value", "step"})
+
+
+def _metric_row(row: _MetricRow) -> Any:
+    """The Metric the reference validates from a Window's metric row, or None when it may
+    not (or when this path leaves the row to it: an int where a float goes)."""
+    if not 3 <= len(row) <= 6:
+        return None
+    name, value, step = row[0], row[1], row[2]
+    if type(name) is not str or type(value) is not float or not (
+            step is None or (type(step) is int and 0 <= step <= 2**53)):
+        return None
+    clean = _name(name)
+    if clean is None:
+        return None
+    if len(row) == 3:  # the common row
+        return _model(Metric, {"name": clean, "value": value, "step": step, "min": None,
+                               "max": None, "points": ()}, set(_METRIC_BASE))
+    given = set(_METRIC_BASE)
+    lo = row[3]
+    hi = row[4] if len(row) > 4 else None
+    if lo is not None:
+        if type(lo) is not float or not math.isfinite(lo) or lo > value:
+            return None
+        given.add("min")
+    if hi is not None:
+        if type(hi) is not float or not math.isfinite(hi) or hi < value:
+            return None
+        given.add("max")
+    points: tuple[tuple[int, float], ...] = ()
+    if len(row) == 6:
+        flat = row[5]
+        if type(flat) is not list or len(flat) % 2 or len(flat) > 2 * METRIC_POINTS_MAX:
+            return None
+        pairs = []
+        for i in range(0, len(flat), 2):
+            at, v = flat[i], flat[i + 1]
+            if type(at) is not int or not 0 <= at <= 2**53 or type(v) not in (int, float) \
+                    or not math.isfinite(v):
+                return None
+            pairs.append((at, float(v)))
+        points = tuple(pairs)
+        given.add("points")
+    return _model(Metric, {"name": clean, "value": value, "step": step, "min": lo, "max": hi,
+                           "points": points}, given)
+
+
+def _window_note(n: _WindowNote) -> Any:
+    given: set[str] = set()
+    progress = None
+    if n.progress is not UNSET:
+        progress = _progress_note(n.progress)
+        if progress is None or progress.final:
+            return None
+        given.add("progress")
+    metrics: tuple[Any, ...] = ()
+    if n.metrics is not UNSET:
+        rows = n.metrics
+        if len(rows) > METRIC_ROWS_MAX:
+            return None
+        out = []
+        for row in rows:
+            metric = _metric_row(row)
+            if metric is None:
+                return None
+            out.append(metric)
+        if len({m.name for m in out}) != len(out):
+            return None
+        metrics = tuple(out)
+        given.add("metrics")
+    base = 0
+    spans: tuple[Any, ...] | None = ()
+    if n.spans is not UNSET:
+        if n.base_us is UNSET or len(n.spans) > SPAN_ROWS_MAX:
+            return None  # (spans against the default base: the reference's)
+        base = n.base_us
+        if not 0 <= base <= 10**17:
+            return None
+        spans = _span_rows(base, n.spans)
+        if spans is None:
+            return None
+        given.update(("base_us", "spans"))
+    elif n.base_us is not UNSET:
+        return None
+    if progress is None and not metrics and not spans:
+        return None
+    return _model(Window, {"progress": progress, "metrics": metrics, "base_us": base,
+                           "spans": spans}, given)
+
+
+def _progress_note(n: _ProgressNote | _WindowProgress) -> Any:
     fraction, message, final, failed, workers = n.fraction, n.message, n.final, n.failed, n.workers
     if type(fraction) is not float:
         return None
@@ -340,6 +464,8 @@ def _payload(note: str) -> tuple[Any, str, int] | None:
         p = _link_note(LogLink, n.name, "url", n.url, True)
     elif tn is _DeckNote:
         p = _link_note(DeckReady, n.name, "uri", n.uri, False)
+    elif tn is _WindowNote:
+        p = _window_note(n)
     else:
         p = _spans_note(n)
     return None if p is None else (p, instance, seq)

@@ -77,12 +77,14 @@ from .history import merge as merge_report
 from .kinds import KINDS, Kind, Report
 from .observed import Observed, PlatformOutcome, PodVerdict
 from .payloads import (
+    Metric,
     Payload,
     PodSpawned,
     Progress,
     SpanSummaries,
     SpanSummary,
     UnknownPayload,
+    Window,
     cut_text,
 )
 from .roster import (
@@ -549,6 +551,17 @@ def _apply_spans(w: _Work, ev: ParsedEvent, p: SpanSummaries, t: datetime) -> No
         _apply_span(w, ev, row, t)
 
 
+def _apply_window(w: _Work, ev: ParsedEvent, p: Window, t: datetime) -> None:
+    # Each part as its own event would be (the same order key): packing a worker's window
+    # into one note changes nothing in the state.
+    if p.progress is not None:
+        APPLY[Progress](w, ev, p.progress, t)
+    for metric in p.metrics:
+        APPLY[Metric](w, ev, metric, t)
+    for span in p.spans:
+        APPLY[SpanSummary](w, ev, span, t)
+
+
 def _apply_progress(w: _Work, ev: ParsedEvent, p: Progress, t: datetime) -> None:
     workers = w.workers_w
     if workers is None:
@@ -607,6 +620,7 @@ _FAMILY_APPLY: dict[type, Apply] = {
     SpanSummary: cast(Apply, _apply_span),
     SpanSummaries: cast(Apply, _apply_spans),
     Progress: cast(Apply, _apply_progress),
+    Window: cast(Apply, _apply_window),
     PodSpawned: cast(Apply, _apply_pod_spawned),
     UnknownPayload: cast(Apply, _apply_unknown),
 }

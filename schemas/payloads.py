@@ -162,6 +162,16 @@ def _web_url(v: Any) -> Any:
     return _normalise_url(v, web_only=True)
 
 
+def web_link(v: str) -> str | None:
+    """``v`` as a link target a reader may follow (an http(s) URL by the rules of a LogLink's
+    url), or None: a status is read as written, so a URL in it is checked again before any
+    page makes it an anchor."""
+    try:
+        return str(_normalise_url(v, web_only=True))
+    except ValueError:
+        return None
+
+
 def _any_uri(v: Any) -> Any:
     return _normalise_url(v, web_only=False)
 
@@ -302,6 +312,14 @@ def _span_rows(v: Any, info: ValidationInfo) -> Any:
     return tuple(out)
 
 
+def _wire_rows(spans: tuple[SpanSummary, ...], base: int) -> list[list[Any]]:
+    # The in-memory values came from integer rows, so rounding to the nearest unit gives
+    # those integers back: decoding and re-encoding yields the same bytes.
+    return [[s.name, s.count, round(s.total_s * 1e9), round(s.min_s * 1e9),
+             round(s.max_s * 1e9), round(s.first_start * 1e6) - base,
+             round(s.last_end * 1e6) - base, s.errors] for s in spans]
+
+
 class SpanSummaries(BaseModel):
     """The SpanSummary aggregates of several names in one note (one API call for a dozen
     names). On the wire: ``base_us`` (epoch microseconds) and ``spans``, a list of compact
@@ -317,13 +335,7 @@ class SpanSummaries(BaseModel):
 
     @model_serializer(mode="plain")
     def _wire(self) -> dict[str, Any]:
-        # The in-memory values came from integer rows, so rounding to the nearest unit gives
-        # those integers back: decoding and re-encoding yields the same bytes.
-        base = self.base_us
-        return {"base_us": base, "spans": [
-            [s.name, s.count, round(s.total_s * 1e9), round(s.min_s * 1e9),
-             round(s.max_s * 1e9), round(s.first_start * 1e6) - base,
-             round(s.last_end * 1e6) - base, s.errors] for s in self.spans]}
+        return {"base_us": self.base_us, "spans": _wire_rows(self.spans, self.base_us)}
 
 
 def _round_fraction(v: Any) -> Any:
@@ -479,6 +491,55 @@ class Metrics(BaseModel):
         return max(m.wire_version for m in self.metrics)
 
 
+def _window_progress(v: Any) -> Any:
+    if isinstance(v, Progress) and v.final:
+        raise PydanticCustomError("window_progress", "a final progress is sent on its own")
+    return v
+
+
+class Window(BaseModel):
+    """A worker's coalescible facts of one reporting window in one note: its latest
+    non-final progress, its metrics' latest values and its span aggregates (the emitter's
+    one event per window instead of one per kind). On the wire ``progress`` is a Progress's
+    fields, ``metrics`` Metrics' rows (with a metric's extremes and points) and
+    ``base_us``/``spans`` SpanSummaries'; each part is folded as its own event would be, so
+    packing changes nothing in the state. At least one part is present."""
+
+    model_config = _MODEL_CONFIG
+    TYPE: ClassVar[str] = "Window"
+
+    progress: Annotated[Progress | None, AfterValidator(_window_progress)] = None
+    metrics: Annotated[tuple[Metric, ...], Field(max_length=METRIC_ROWS_MAX)] = ()
+    base_us: Annotated[int, Field(ge=0, le=10**17)] = 0
+    spans: Annotated[tuple[SpanSummary, ...], Field(max_length=SPAN_ROWS_MAX)] = ()
+
+    _metric_rows = field_validator("metrics", mode="before")(_metric_rows)
+    _span_rows = field_validator("spans", mode="before")(_span_rows)
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Window:
+        if self.progress is None and not self.metrics and not self.spans:
+            raise ValueError("a window carries a progress, metrics or spans")
+        return self
+
+    @model_serializer(mode="plain")
+    def _wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.progress is not None:
+            out["progress"] = self.progress.model_dump(exclude_defaults=True)
+        if self.metrics:
+            out["metrics"] = [m.row() for m in self.metrics]
+        if self.spans:
+            out["base_us"] = self.base_us
+            out["spans"] = _wire_rows(self.spans, self.base_us)
+        return out
+
+    @property
+    def wire_version(self) -> int:
+        """2 when a metric row carries extremes or points (see ``Metric``), else 1."""
+        return max((m.wire_version for m in self.metrics), default=1)
+
+
 class PodSpawned(BaseModel):
     """Lineage record: pod ``pod_name``/``pod_uid`` was spawned for app or owner ``app``."""
 
@@ -536,11 +597,11 @@ class UnknownPayload(BaseModel):
 
 
 Payload: TypeAlias = (LogLink | DeckReady | Metric | Metrics | SpanSummary | SpanSummaries
-                      | Progress | PodSpawned | UnknownPayload)
+                      | Progress | Window | PodSpawned | UnknownPayload)
 
 def span_summaries(p: Payload) -> tuple[SpanSummary, ...]:
     """The per-name span summaries ``p`` carries: its rows, itself, or none."""
-    if isinstance(p, SpanSummaries):
+    if isinstance(p, SpanSummaries | Window):
         return p.spans
     return (p,) if isinstance(p, SpanSummary) else ()
 

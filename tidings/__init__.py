@@ -1,8 +1,8 @@
 """tidings: a feedback bus on Kubernetes Events. This top-level module only names the
 version and, lazily, ``tidings.run``; the parts are ``tidings.emitter`` (in workloads),
 ``tidings.integrations`` (framework callbacks), ``tidings.schemas``, ``tidings.kube``,
-``tidings.watcher`` and ``tidings.cli`` (the last two need the ``watcher`` and ``cli``
-extras)."""
+``tidings.watcher``, ``tidings.cli`` and ``tidings.ui`` (the last three need the ``watcher``,
+``cli`` and ``ui`` extras)."""
 
 from __future__ import annotations
 

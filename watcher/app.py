@@ -72,7 +72,7 @@ def _start_controller(c: Controller, stop: threading.Event) -> bool:
 
 def run(o: Options, *, announce: Any = print) -> int:
     _validate(o)
-    kube, watch_kube = _clients(o, pool=o.concurrency * 2 + 8)
+    kube, watch_kube = _clients(o, pool=o.concurrency + o.write_concurrency + 8)
     metrics = Metrics()
     holder: dict[str, Any] = {}
     elector: LeaderElector | None = None

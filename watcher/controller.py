@@ -132,7 +132,8 @@ class Controller:
         self._unresolved: queue.SimpleQueue[ParsedEvent] = queue.SimpleQueue()
         self.writer = StatusWriter(kube, self.store, metrics, interval=settings.write_interval,
                                    coalesce_interval=settings.coalesce_interval,
-                                   workers=settings.concurrency, slow=settings.slow_writes,
+                                   workers=settings.write_concurrency,
+                                   slow=settings.slow_writes,
                                    may_write=may_write or (lambda: True),
                                    max_rate=settings.max_write_rate,
                                    budget=settings.write_budget,

@@ -34,8 +34,11 @@ class Settings:
         [], "Namespace to watch (repeatable or comma-separated; default: all).",
         env="TIDINGS_WATCH_NAMESPACES", flag=("--namespace", "-n"))
     concurrency: int = setting(
-        8, "Fold workers and write workers (tasks in parallel).", env="TIDINGS_CONCURRENCY",
+        8, "Fold workers (tasks folded in parallel).", env="TIDINGS_CONCURRENCY",
         minimum=1)
+    write_concurrency: int = setting(
+        8, "Status writes in flight at once (each to another task).",
+        env="TIDINGS_WRITE_CONCURRENCY", minimum=1)
     write_interval: float = setting(
         0.5, "Minimum seconds between status writes of one task with a critical change "
         "(a link, a deck, a final or failed report, a phase change).",

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from tidings.emitter.task import owner_reference
-from tidings.kube import JSON, Client, KubeError
+from tidings.kube import JSON, METADATA_ONLY, Client, KubeError
 from tidings.kube.flowcontrol import TokenBucket
 from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
 from tidings.schemas.event import ObjectRef, TaskRef
@@ -53,20 +53,34 @@ FIELD_MANAGER = "tidings-watcher"
 # Conflicts resolved (re-read, rebase, write again) within one write before it counts as a
 # failure and waits for the coalescer's backoff.
 MAX_CONFLICTS = 4
-# API-server CPU of one request with a body of n bytes, in milliseconds: bench_status_write
-# measured 4.5 ms for a 0.8 kB status, 5.7 ms for 2.4 kB and 16.9 ms at 64 KiB (PUT with a
-# resourceVersion, 2-core machine), i.e. ~4.3 ms a request plus ~0.19 ms per kB: the fixed
-# part dominates, so a budget in writes/s and one in bytes/s both misjudge it.
-COST_BASE_MS = 4.3
-COST_MS_PER_BYTE = 0.19e-3
+# API-server CPU of one request, in milliseconds, from what its body holds. bench_status_write
+# measured, in units of a bus event's create in the same run: 3.0x for a minimal status (41
+# JSON values, 0.8 kB), 4.9x for a typical one (125 values, 2.7 kB), 11x for one at every cap
+# (439 values, 65 kB). The API server's work per write (decode, prune, validate, copy, encode,
+# garbage) goes with the number of values far more than with bytes, so the estimate counts
+# values: at a create of ~0.9 ms (a quiet 2-core machine), ~1.9 ms a request plus ~0.02 ms a
+# value and ~0.02 ms a kB.
+COST_BASE_MS = 1.9
+COST_MS_PER_VALUE = 0.02
+COST_MS_PER_BYTE = 0.02e-3
 # The tasks whose last phase the writer remembers, to log a task's end once (an operator
 # follows tasks in the log without `kubectl get`): bounded, the oldest forgotten first.
 PHASES_REMEMBERED = 10_000
 
 
-def write_cost(nbytes: int) -> float:
-    """Estimated API-server milliseconds of one request carrying ``nbytes`` of body."""
-    return COST_BASE_MS + COST_MS_PER_BYTE * nbytes
+def write_cost(nbytes: int, values: int = 0) -> float:
+    """Estimated API-server milliseconds of one request carrying ``nbytes`` of body that
+    hold ``values`` JSON values (objects, arrays and scalars)."""
+    return COST_BASE_MS + COST_MS_PER_VALUE * values + COST_MS_PER_BYTE * nbytes
+
+
+def json_values(o: object) -> int:
+    """How many JSON values ``o`` holds, itself included."""
+    if isinstance(o, dict):
+        return 1 + sum(json_values(v) for v in o.values())
+    if isinstance(o, list):
+        return 1 + sum(json_values(v) for v in o)
+    return 1
 
 
 class NotLeader(Exception):
@@ -229,11 +243,11 @@ class StatusWriter:
             self.rate.take()
         return self.may_write() and self._write(task)
 
-    def _spend(self, nbytes: int) -> None:
+    def _spend(self, nbytes: int, values: int = 0) -> None:
         """Charge one request to the cost budget (its real size, after admission: a write
         admitted while the balance is positive may take it into debt, which later writes
         wait out)."""
-        ms = write_cost(nbytes)
+        ms = write_cost(nbytes, values)
         self.metrics.status_write_cost.inc(ms / 1000)
         if self.cost is not None:
             self.cost.take(ms)
@@ -328,11 +342,12 @@ class StatusWriter:
             time.sleep(delay)  # test hook: this task's writes are slow (in flight), nobody else's
         data = orjson.dumps(taskfeedback_body(task.namespace, task.name, resource_version=rv,
                                               status=status))
-        self._spend(len(data))
+        self._spend(len(data), json_values(status))
         try:
+            # Only the new resourceVersion is needed back: the answer is the metadata alone.
             obj = self.kube.request("PUT", taskfeedback_path(task.namespace, task.name, "status"),
-                                    data=data,
-                                    content_type=JSON, query=[("fieldManager", FIELD_MANAGER)],
+                                    data=data, content_type=JSON, accept=METADATA_ONLY,
+                                    query=[("fieldManager", FIELD_MANAGER)],
                                     timeout=WRITE_TIMEOUT)
         except KubeError as e:
             if e.not_found or e.conflict:  # changed (or deleted) since rv
@@ -372,7 +387,7 @@ class StatusWriter:
         body = taskfeedback_body(task.namespace, task.name, owner_references=owners)
         self._spend(0)
         try:
-            obj = self.kube.request("POST", coll, body=body,
+            obj = self.kube.request("POST", coll, body=body, accept=METADATA_ONLY,
                                     query=[("fieldManager", FIELD_MANAGER)],
                                     timeout=WRITE_TIMEOUT)
         except KubeError as e:

@@ -88,7 +88,7 @@ def test_events_follow_the_contract(control_plane: ControlPlane, admin: Any,
         assert p.instance == em.instance
     assert isinstance(by_reason["LogLink"].payload, LogLink)
     assert isinstance(by_reason["DeckReady"].payload, DeckReady)
-    span = by_reason["SpanSummary"].payload
+    (span,) = span_summaries(by_reason["Window"].payload)  # the span's window, sent at once
     assert isinstance(span, SpanSummary) and (span.count, span.total_s) == (1, 41.5)
     final = by_reason["Progress"].payload
     assert isinstance(final, Progress) and final.final
@@ -239,8 +239,9 @@ def test_a_child_that_exits_at_once_still_delivers(control_plane: ControlPlane, 
     elapsed = time.monotonic() - t0
     assert child.returncode == 0, child.stderr
     assert elapsed < 5 + 4, f"exit took {elapsed:.1f}s"
-    reasons = sorted(p.reason for p in parsed_events(admin, namespace)
-                     if p.reason != "Progress" or p.payload.final)  # type: ignore[union-attr]
+    reasons = sorted(p.reason for p in parsed_events(admin, namespace)  # (not the window)
+                     if (p.reason == "Progress" and p.payload.final)  # type: ignore[union-attr]
+                     or p.reason not in ("Progress", "Window"))
     assert reasons == ["DeckReady", "LogLink", "Progress"]
     assert "delivered=" in child.stderr  # the one summary line at exit
     assert child.stderr.count("tidings emitter") == 1

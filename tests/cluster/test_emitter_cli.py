@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from tests.cluster.test_emitter import TASK, parsed_events, workload
 from tidings.cli.main import app
-from tidings.schemas.payloads import DeckReady, LogLink, Progress, SpanSummary
+from tidings.schemas.payloads import DeckReady, LogLink, Progress, Window, span_summaries
 from tools.devcluster import ControlPlane
 
 TIDINGS = str(Path(sys.executable).parent / "tidings")
@@ -43,8 +43,8 @@ def test_cli_runner_delivers_each_kind(control_plane: ControlPlane, admin: Any,
     assert payloads[LogLink].url == "https://wandb.ai/acme/runs/3"  # type: ignore[union-attr]
     assert payloads[DeckReady].uri == "s3://bucket/deck.html"  # type: ignore[union-attr]
     assert payloads[Progress].final  # type: ignore[union-attr]
-    span = payloads[SpanSummary]
-    assert (span.count, span.errors, span.total_s) == (1, 1, 30.5)  # type: ignore[union-attr]
+    (span,) = span_summaries(payloads[Window])  # a span leaves in its window
+    assert (span.count, span.errors, span.total_s) == (1, 1, 30.5)
 
 
 def test_flags_override_the_environment(control_plane: ControlPlane, admin: Any,

@@ -272,3 +272,37 @@ def test_22000_instances_on_one_task_stay_under_the_budget_and_complete(
     assert sum(t < max(times) for t in times) <= Limits().max_instances
     assert any(e.startswith("burst-final=0@") for e in entries)
     assert st["progress"] == {"percent": 100, "percentText": "100%", "message": "done"}
+
+
+def test_a_status_write_answered_with_metadata_only_still_refuses_a_stale_writer(
+        control_plane: ControlPlane, crd: None, namespace: str) -> None:
+    """The watcher's write (issue 28): a PUT of /status at a resourceVersion, answered with the
+    object's metadata only (the API server encodes no status back). The new resourceVersion
+    is in the answer, and a write at the old one is refused (409): a stale writer never wins."""
+    from tidings.kube import JSON, METADATA_ONLY, KubeError, connect
+    from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
+    from tidings.watcher.writer import FIELD_MANAGER
+
+    kube = connect(str(control_plane.kubeconfig("admin")))
+    created = kube.request("POST", taskfeedback_path(namespace), accept=METADATA_ONLY,
+                           body=taskfeedback_body(namespace, "meta-1"))
+    assert created["kind"] == "PartialObjectMetadata" and "spec" not in created
+    rv0 = created["metadata"]["resourceVersion"]
+
+    def put(rv: str, n: int) -> Any:
+        body = taskfeedback_body(namespace, "meta-1", resource_version=rv, status={
+            "schemaVersion": 2, "phase": "Running", "counters": {"eventsApplied": n}})
+        return kube.request("PUT", taskfeedback_path(namespace, "meta-1", "status"),
+                            data=json.dumps(body).encode(), content_type=JSON,
+                            accept=METADATA_ONLY, query=[("fieldManager", FIELD_MANAGER)])
+
+    answer = put(rv0, 1)
+    assert answer["kind"] == "PartialObjectMetadata" and "status" not in answer
+    rv1 = answer["metadata"]["resourceVersion"]
+    assert rv1 != rv0
+    with pytest.raises(KubeError) as stale:
+        put(rv0, 2)  # a deposed writer's write, built on the old version
+    assert stale.value.conflict
+    full = kube.request("GET", taskfeedback_path(namespace, "meta-1"))
+    assert full["status"]["counters"] == {"eventsApplied": 1}
+    assert full["metadata"]["resourceVersion"] == rv1

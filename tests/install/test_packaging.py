@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PYENV = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions"
 # What a workload image must never get from `pip install tidings`.
 HEAVY = {"kubernetes", "typer", "rich", "prometheus-client", "click", "opentelemetry-sdk",
-         "msgspec", "torch", "transformers", "lightning", "flytekit", "wandb", "mlflow"}
+         "msgspec", "torch", "transformers", "lightning", "flytekit", "wandb", "mlflow",
+         "starlette", "uvicorn", "sse-starlette", "jinja2", "playwright"}
 
 pytestmark = pytest.mark.pypi
 
@@ -111,6 +112,18 @@ def test_the_wheel_holds_no_dev_control_plane(wheelhouse: Path) -> None:
     assert [n for n in names if "devcluster" in n or n.startswith("tools/")] == []
     assert "tidings/cli/dev.py" in names
     assert {n.split("/")[0] for n in names} == {"tidings", "tidings-0.1.0.dist-info"}
+
+
+def test_the_wheel_holds_the_pages_assets(wheelhouse: Path) -> None:
+    # `tidings ui` works without any network: its templates, script and style ship inside
+    # the package, as the checkout has them.
+    import zipfile
+
+    names = set(zipfile.ZipFile(next(wheelhouse.glob("tidings-*.whl"))).namelist())
+    assets = sorted(p.relative_to(ROOT).as_posix() for d in ("templates", "static")
+                    for p in (ROOT / "ui" / d).iterdir())
+    assert assets and {"ui/static/app.js", "ui/static/app.css"} <= set(assets)
+    assert [a for a in assets if f"tidings/{a}" not in names] == []
 
 
 def test_resolves_beside_kfp(wheelhouse: Path, tmp_path: Path) -> None:

@@ -49,7 +49,10 @@ def test_a_training_run_reports_progress_metrics_and_its_end(
     (worker,) = status["workers"]
     assert worker["workers"] == 1 and worker["final"] and not worker.get("failed")
     assert worker["message"] == "finished at step 6"
-    assert result["stats"]["delivered"] >= 2 and result["stats"]["refused"] == 0
+    # (read after a flush of at most 5 s: the first window, sent at once, and the final are
+    # in; a flush that ran out of time on a loaded machine leaves only the first window sure)
+    assert result["stats"]["delivered"] >= (2 if result["flushed"] else 1), result
+    assert result["stats"]["refused"] == 0
     metric = status["metrics"][name]  # from global rank 0
     assert math.isfinite(metric["value"]) and metric["step"] > 0, metric
     # Issue 26 item 3: each training step and each evaluation is a span of the pod, so the

@@ -164,13 +164,13 @@ def main() -> None:
 
     # The counters once what training emitted had its chance to go (a few steps take well
     # under a second, less than the sender's first transport set-up on a loaded machine).
-    tidings.emitter.flush(5)
+    flushed = tidings.emitter.flush(5)
 
     rank = next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
                  if k in os.environ), "0")
     out = Path(a.out if rank == "0" else f"{a.out}.rank{rank}")
     out.write_text(json.dumps({"train_seconds": took, "slowest_hook_seconds": slowest[0],
-                               "stats": tidings.emitter.stats(), **seen}))
+                               "stats": tidings.emitter.stats(), "flushed": flushed, **seen}))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from tidings.schemas.payloads import (
     SpanSummaries,
     SpanSummary,
     UnknownPayload,
+    Window,
     cut_text,
 )
 from tidings.schemas.roster import (
@@ -159,7 +160,7 @@ def _merge_span(entries: dict[str, SpanAgg], p: SpanSummary, cap: int, pod: str,
     return capped
 
 
-def _merge_spans(entries: dict[str, SpanAgg], p: SpanSummaries, cap: int, pod: str,
+def _merge_spans(entries: dict[str, SpanAgg], p: SpanSummaries | Window, cap: int, pod: str,
                  lane_cap: int) -> int:
     """A SpanSummaries note is its rows, each merged as one SpanSummary would be (each row
     counts as one event of its name), so packing names into one note changes nothing in
@@ -306,6 +307,31 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         capped_name = "metrics_capped"
         if metrics:
             named = {**named, "metrics": metrics}
+    elif tp is Window:  # each part as its own event would be (the same order key)
+        assert isinstance(p, Window)
+        key = (t, instance, seq)
+        extra: dict[str, int] = {}
+        if p.progress is not None:
+            workers = dict(workers)
+            extra["workers_capped"] = _merge_progress(workers, sender.name, p.progress, key,
+                                                      lim.workers)
+            roster, extra["roster_capped"] = _roster(roster, sender.name, p.progress, key,
+                                                     lim.roster)
+        if p.metrics:
+            metrics = dict(state.named.get("metrics", {}))
+            extra["metrics_capped"] = sum(
+                _set_named(metrics, row.name, (row.value, row.step), key, lim.metrics,
+                           (row.value, row.step, row.min, row.max, row.points))
+                for row in p.metrics)
+            if metrics:
+                named = {**named, "metrics": metrics}
+        if p.spans:
+            spans = dict(spans)
+            extra["spans_capped"] = _merge_spans(spans, p, lim.spans, sender.name,
+                                                 lim.span_lanes)
+        for name, n in extra.items():
+            if n:
+                counters[name] = counters.get(name, 0) + n
     elif tp is PodSpawned:
         counters["pods_spawned"] = counters.get("pods_spawned", 0) + 1
     elif tp is UnknownPayload:

@@ -34,7 +34,8 @@ def test_one_window_of_a_thousand_steps_keeps_the_first_point_and_the_exact_extr
     for step in range(1, 1001):
         em.metric("loss", loss(step), step=step)
     assert em.flush(5)
-    assert len(rec.bodies) == 1  # still one note: the curve rides in it
+    # The first window at once, then one note for the rest: the curve rides in it.
+    assert len(rec.bodies) <= 2
     entry = status_of(rec)["loss"]
     values = [loss(s) for s in range(1, 1001)]
     assert entry["min"] == min(values) and entry["max"] == max(values)  # exact
@@ -155,3 +156,20 @@ def test_a_non_finite_value_is_no_part_of_the_curve() -> None:
     for step, v in enumerate([1.0, float("nan"), float("inf"), -float("inf"), 0.5]):
         c.add(v, step)
     assert (c.lo, c.hi) == (0.5, 1.0) and sorted(p[0] for p in c.firsts.values()) == [0, 4]
+
+
+def test_a_second_value_at_the_same_step_leaves_nothing_to_tell() -> None:
+    """The bucket's first point (the smaller value) and the row's own value share a step:
+    the point still goes, or the curve would ask for a window every window, forever."""
+    from tests.support import eventually
+
+    em, rec = make(span_window_s=30.0)
+    em.progress(0.1, "started")
+    eventually(lambda: len(rec.bodies) == 1, 5, "the first window, at once")
+    em.metric("loss", 0.5, step=10)
+    em.metric("loss", 0.9, step=10)  # the same step again: the latest value, not the first
+    assert em.flush(5)
+    assert not em._latest.curves[(Metric, "loss")].pending
+    entry = status_of(rec)["loss"]
+    assert entry["value"] == 0.9 and (entry["min"], entry["max"]) == (0.5, 0.9)
+    assert entry["history"] == {"shift": 0, "steps": [10, 10], "values": [0.5, 0.9]}

@@ -180,7 +180,8 @@ def test_an_out_of_range_worker_count_is_clamped_with_one_line_and_fail_still_se
     em.progress(0.5, "half")
     em.fail("CUDA out of memory")
     assert em.flush(5)
-    assert [e.payload.workers for e in rec.parsed()] == [WORKERS_MAX, WORKERS_MAX]  # type: ignore[union-attr]
+    progress = [f for e in rec.parsed() for f in test_emitter_core.unpack(e.payload)]
+    assert [p.workers for p in progress] == [WORKERS_MAX, WORKERS_MAX]
     em.close(0)
 
 

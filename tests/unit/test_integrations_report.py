@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit.test_emitter_core import make
+from tests.unit.test_emitter_core import make, unpack
 from tidings.integrations.report import (
     MLFLOW_PUBLIC_URL_ENV,
     RunReporter,
@@ -74,8 +74,9 @@ def reporter(**ranks: int) -> tuple[RunReporter, Any, Any]:
 
 
 def sent(em: Any, rec: Any) -> list[Any]:
+    """The facts sent, a Window's parts one by one."""
     assert em.flush(5)
-    return [p.payload for p in rec.parsed()]
+    return [f for p in rec.parsed() for f in unpack(p.payload)]
 
 
 def metrics(payloads: list[Any]) -> list[tuple[str, float, int | None]]:

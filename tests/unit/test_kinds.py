@@ -40,6 +40,7 @@ from tidings.schemas.payloads import (
     SpanSummaries,
     SpanSummary,
     UnknownPayload,
+    Window,
     span_row,
 )
 from tidings.schemas.state import BUDGET_DROP_ORDER, COUNTER_NAMES, Limits, TaskState
@@ -67,6 +68,11 @@ EXAMPLES: dict[type[BaseModel], tuple[Payload, str]] = {
         span_row("rows-ex2", 1, 1.0, 1.0, 1.0, 1.7e9, 1.7e9 + 1, 0, 1_700_000_000_000_000)]),
         "rows-ex2"),
     Progress: (Progress(fraction=0.5, message="progress-ex"), "progress-ex"),
+    Window: (Window.model_validate({
+        "progress": {"fraction": 0.25, "message": "window-ex"}, "metrics": [["wm-ex", 1.5, 3]],
+        "base_us": 1_700_000_000_000_000, "spans": [
+            span_row("ws-ex", 1, 1.0, 1.0, 1.0, 1.7e9, 1.7e9 + 1, 0, 1_700_000_000_000_000)]}),
+        "window-ex"),
     PodSpawned: (PodSpawned(pod_name="p-1", pod_uid="u-1", app=TASK.name), "pods_spawned"),
     UnknownPayload: (UnknownPayload(type="FutureKind", version=1), "FutureKind"),
 }

@@ -1,7 +1,7 @@
 """The code-quality bar is part of the suite: ruff everywhere, mypy --strict on schemas, kube,
-emitter, watcher, cli and integrations, and the dependency rules: schemas and the emitter import
-nothing of the parts above them, no shipped code imports the kubernetes client, and a framework
-only its own integration module."""
+emitter, watcher, cli, ui and integrations, and the dependency rules: schemas and the emitter
+import nothing of the parts above them, the web page nothing of the watcher, no shipped code
+imports the kubernetes client, and a framework only its own integration module."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ def run(*argv: str) -> subprocess.CompletedProcess[str]:
 
 def test_ruff_is_clean() -> None:
     result = run(str(BIN / "ruff"), "check", "schemas", "kube", "emitter", "watcher", "cli",
-                 "integrations", "tidings", "tests", "bench", "tools")
+                 "ui", "integrations", "tidings", "tests", "bench", "tools")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-CHECKED = ("schemas", "kube", "emitter", "watcher", "cli", "integrations")
+CHECKED = ("schemas", "kube", "emitter", "watcher", "cli", "ui", "integrations")
 
 
 def test_mypy_strict_is_clean() -> None:
@@ -65,7 +65,19 @@ def test_the_emitter_imports_nothing_of_the_watcher_or_the_cli() -> None:
     assert imports_of("emitter", "tidings.watcher", "tidings.cli") == []
 
 
-SHIPPED = ("schemas", "kube", "emitter", "watcher", "cli", "integrations", "tidings")
+def test_the_page_imports_nothing_of_the_watcher() -> None:
+    # tidings.ui reads with the CLI's readers; cli/taskview.py's --from-events fold checks
+    # senders with the watcher's code, so the page reads the status alone, never through it.
+    assert imports_of("ui", "tidings.watcher", "tidings.cli.taskview") == []
+    code = ("import sys, tidings.ui.server, tidings.ui.pages, tidings.ui.logs\n"
+            "print(sorted(m for m in sys.modules if m.startswith('tidings.watcher')\n"
+            "             or m == 'tidings.cli.taskview'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+SHIPPED = ("schemas", "kube", "emitter", "watcher", "cli", "ui", "integrations", "tidings")
 
 
 def test_no_shipped_code_imports_the_kubernetes_client() -> None:

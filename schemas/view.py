@@ -1,0 +1,502 @@
+"""The view model of a task: what a person is shown of a TaskFeedback, pure and shared by
+every renderer (the CLI's tables in cli/taskview.py and cli/list_cmd.py, the web page in ui/),
+so the terminal and the page can never tell a status apart differently.
+
+``summarize`` makes a row of the task list from a TaskFeedback object, reading its status
+entry by entry (an entry it cannot read is left out, never an error); ``task_view`` makes the
+page of one task from its folded state. Strings are kept as the cluster gave them: each
+renderer neutralises them for its medium (a terminal: ``sanitize_text``; HTML: escaping), and
+a link is offered as a target (``href``) only when it is an http(s) URL.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .contract import FAILED, SUCCEEDED
+from .event import TaskRef
+from .kinds import NAMED_KINDS, Kind, Scalar
+from .payloads import web_link
+from .state import Named, TaskState
+from .times import parse_time
+
+# The columns of a kind with a curve (metrics): its exact extremes and its history.
+CURVE_HEADERS = ("MIN", "MAX", "HISTORY")
+# The conditions the phase already says.
+COMPLETED = "Completed"
+PHASE_CONDITIONS = frozenset({COMPLETED, FAILED})
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One metav1 condition of the status, as read (``status`` is "True", "False" or
+    "Unknown")."""
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    since: datetime | None = None
+
+    @property
+    def true(self) -> bool:
+        return self.status == "True"
+
+
+def read_conditions(status: Mapping[str, Any] | None) -> tuple[Condition, ...]:
+    """``status.conditions``, entry by entry (one without a type is skipped)."""
+    raw = (status or {}).get("conditions")
+    out = []
+    for c in raw if isinstance(raw, list) else []:
+        if not isinstance(c, dict) or not isinstance(c.get("type"), str) or not c["type"]:
+            continue
+        out.append(Condition(c["type"], _str(c.get("status")) or "Unknown",
+                             _str(c.get("reason")), _str(c.get("message")),
+                             parse_time(c.get("lastTransitionTime"))))
+    return tuple(out)
+
+
+def read_refused(status: Mapping[str, Any] | None) -> tuple[tuple[str, int], ...]:
+    """``status.refused``: the watcher's count of the task's events it refused, by reason
+    (camelCase), sorted; an entry that is not a positive count is skipped."""
+    raw = _map((status or {}).get("refused"))
+    return tuple(sorted((k[:64], v) for k, v in raw.items()
+                        if isinstance(k, str) and type(v) is int and v > 0))
+
+
+def health(conditions: tuple[Condition, ...]) -> tuple[Condition, ...]:
+    """The conditions that say something the phase does not: every True one but Completed
+    and Failed (the derived health conditions, such as Stalled or Straggling)."""
+    return tuple(c for c in conditions if c.true and c.type not in PHASE_CONDITIONS)
+
+
+# --- a row of the task list ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSummary:
+    """One task as the list shows it. None: the status does not say (yet)."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    phase: str
+    percent: int | None
+    message: str
+    eta: datetime | None
+    workers_final: int | None
+    workers_total: int | None
+    workers_failed: int
+    conditions: tuple[Condition, ...]
+    link_count: int | None
+    deck: str
+    last_event: datetime | None
+    created: datetime | None
+    labels: Mapping[str, str]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def health(self) -> tuple[Condition, ...]:
+        return health(self.conditions)
+
+
+def summarize(obj: Mapping[str, Any]) -> TaskSummary:
+    """The list row of a TaskFeedback object (as listed or watched). Never raises."""
+    meta = _map(obj.get("metadata"))
+    st = _map(obj.get("status"))
+    progress = _map(st.get("progress"))
+    roster = _map(st.get("roster"))
+    reporting, declared = _count(roster.get("reporting")), _count(roster.get("declared"))
+    labels = _map(meta.get("labels"))
+    return TaskSummary(
+        namespace=_str(meta.get("namespace")), name=_str(meta.get("name")),
+        uid=_str(meta.get("uid")), resource_version=_str(meta.get("resourceVersion")),
+        phase=_str(st.get("phase")),
+        percent=_count(progress.get("percent")),
+        message=_str(progress.get("message")),
+        eta=parse_time(progress.get("estimatedCompletionTime")),
+        workers_final=_count(roster.get("final")),
+        workers_total=None if reporting is None else max(reporting, declared or 0),
+        workers_failed=_count(roster.get("failed")) or 0,
+        conditions=read_conditions(st),
+        link_count=_count(st.get("linkCount")),
+        deck=_str(st.get("deck")),
+        last_event=parse_time(st.get("lastEventTime")),
+        created=parse_time(meta.get("creationTimestamp")),
+        labels={k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)},
+    )
+
+
+# --- the page of one task -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressView:
+    fraction: float
+    percent: int  # as the status says it: 100 only once the completion rule holds
+    message: str
+    eta: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterRow:
+    """One register of a named kind (a link, a deck, a metric): its value fields as text,
+    the target of the first one when it is an http(s) URL, when it was written, and, for a
+    metric, its history (``points``, oldest first) with its extremes."""
+
+    name: str
+    values: tuple[str, ...]
+    href: str | None
+    at: datetime | None
+    points: tuple[float, ...] = ()
+    low: float | None = None
+    high: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterTable:
+    """The registers of one named kind, as the registry (schemas/kinds.py) says to show it."""
+
+    kind: Kind
+    rows: tuple[RegisterRow, ...]
+
+    @property
+    def title(self) -> str:
+        return self.kind.title
+
+    @property
+    def headers(self) -> tuple[str, ...]:
+        return tuple(f.header for f in self.kind.values)
+
+    @property
+    def curve(self) -> bool:
+        """The kind keeps a curve (metrics): each row has its extremes and history, shown
+        under ``CURVE_HEADERS``."""
+        return self.kind.report is not None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRow:
+    """One worker: a reporting pod with a detailed record, or a pod whose end was observed.
+    ``fraction`` None: no progress record. ``pace`` is its progress per second since its
+    first report (None: not two reports apart yet). ``state`` is what its process said
+    (final, failed), else what its pod says (``(pod)``: it ended without a final report), a
+    failed attempt under a platform that decides (retried), or running; ``bad`` says it is
+    bad news. ``ended``: how its pod ended, as the kubelet says (``Failed: OOMKilled (exit
+    137)``), when it did."""
+
+    pod: str
+    fraction: float | None
+    state: str
+    message: str
+    pace: float | None
+    bad: bool = False
+    ended: str = ""
+    ended_failed: bool = False
+    straggler: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SpanRow:
+    """A span name's totals; ``pods``: how many pods have a lane of their own under it (the
+    timeline draws one each)."""
+
+    name: str
+    count: int
+    total_s: float
+    min_s: float
+    max_s: float
+    errors: int
+    pods: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingRow:
+    """A pod of the task that is not running, and why (ImagePullBackOff, Unschedulable)."""
+
+    pod: str
+    reason: str
+    message: str
+    since: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformView:
+    """The platform object that owns the task (a Job, a JobSet, a TrainJob, a Workflow), as
+    its controller reports it: it alone decides the task's outcome."""
+
+    kind: str
+    name: str
+    phase: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodRow:
+    name: str
+    uid: str
+    events: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    """Everything the page of one task (and `tidings state`) shows of its state."""
+
+    task: TaskRef
+    phase: str
+    progress: ProgressView | None
+    workers_final: int  # by their own final report or their pod's end
+    workers_total: int
+    workers_failed: int
+    workers_ended: int  # of the final ones, those final by their pod's end alone
+    platform: PlatformView | None
+    conditions: tuple[Condition, ...]
+    warnings: int
+    first_event: datetime | None
+    last_event: datetime | None
+    tables: tuple[RegisterTable, ...]
+    spans: tuple[SpanRow, ...]
+    workers: tuple[WorkerRow, ...]
+    waiting: tuple[WaitingRow, ...]
+    pods: tuple[PodRow, ...]
+    events_applied: int
+    # Non-zero counters worth a look (caps, duplicates, unknown types), by name.
+    counters: tuple[tuple[str, int], ...]
+    # The watcher's refusals of the task's events, by reason (status.refused).
+    refused: tuple[tuple[str, int], ...]
+
+    @property
+    def health(self) -> tuple[Condition, ...]:
+        return health(self.conditions)
+
+    @property
+    def notable(self) -> tuple[Condition, ...]:
+        """The conditions worth a line of their own: a failure, and what health says."""
+        return tuple(c for c in self.conditions if c.true and c.type != COMPLETED)
+
+    @property
+    def failed_word(self) -> str:
+        """A failed attempt under a platform that decides is a retry, not the outcome."""
+        return "retried" if self.platform is not None else "failed"
+
+    @property
+    def has_pod_ends(self) -> bool:
+        return any(w.ended for w in self.workers)
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in (SUCCEEDED, FAILED)
+
+    @property
+    def shows_workers(self) -> bool:
+        """A single healthy worker is the task itself: its table would say nothing more."""
+        return len(self.workers) > 1 or any(w.bad or w.ended for w in self.workers)
+
+
+def task_view(state: TaskState, status: Mapping[str, Any] | None = None) -> TaskView:
+    """The view of a folded state; ``status`` is the TaskFeedback status it was read from
+    (its conditions and refusals are the watcher's word); without one (a local fold) the
+    conditions are what the status of this state would say."""
+    if status is None:
+        status = state.to_status()
+    r = state.roster
+    agg = state.progress
+    phase = state.phase
+    pct = _count(_map(status.get("progress")).get("percent"))
+    progress = None if agg is None else ProgressView(
+        agg.fraction, round(agg.fraction * 100) if pct is None else pct, agg.message, agg.eta)
+    tables = tuple(RegisterTable(kind, tuple(_register_row(kind, name, entry)
+                                             for name, entry in sorted(entries.items())))
+                   for kind in NAMED_KINDS if (entries := state.registers(kind)))
+    observed = state.observed
+    platform = observed.platform
+    noisy = {k: v for k, v in state.counters.items() if v and k != "events_applied"}
+    noisy.update({f"unknown:{k}": v for k, v in state.unknown.items()})
+    return TaskView(
+        task=state.task, phase=phase, progress=progress,
+        workers_final=r.finals + r.pod_finals, workers_total=max(len(r.marks), r.declared),
+        workers_failed=r.failures + r.pod_failures, workers_ended=r.pod_finals,
+        platform=None if platform is None else PlatformView(
+            platform.kind, platform.name, platform.phase, platform.reason),
+        conditions=read_conditions(status),
+        warnings=state.warnings, first_event=state.first_event_time,
+        last_event=state.last_event_time, tables=tables,
+        spans=tuple(SpanRow(name, s.count, s.total_s, s.min_s, s.max_s, s.errors, len(s.lanes))
+                    for name, s in sorted(state.spans.items())),
+        workers=tuple(_worker_row(state, pod)
+                      for pod in sorted(set(state.workers) | set(observed.pods))),
+        waiting=tuple(WaitingRow(pod, v.reason, v.message, v.at)
+                      for pod, v in sorted(observed.waiting.items())),
+        pods=tuple(PodRow(n, u, c) for (n, u), c in sorted(state.pod_events.items())),
+        events_applied=state.counters.get("events_applied", 0),
+        counters=tuple(sorted(noisy.items())),
+        refused=read_refused(status),
+    )
+
+
+def _worker_row(state: TaskState, pod: str) -> WorkerRow:
+    w = state.workers.get(pod)
+    v = state.observed.pods.get(pod)
+    ended = "" if v is None else f"{v.phase}: {v.reason}" + (
+        f" (exit {v.exit_code})" if v.exit_code else "")
+    ended_failed = v is not None and v.failed
+    if w is None:
+        return WorkerRow(pod, None, "no report, " + ("failed" if ended_failed else "ended"),
+                         "", None, ended_failed, ended, ended_failed)
+    pace = _pace(w.fraction, w.first_fraction, w.at[0],
+                 None if w.first_at is None else w.first_at[0])
+    if w.final:
+        failed, how = w.failed, ""
+    elif v is not None:
+        failed, how = v.failed, " (pod)"
+    else:
+        return WorkerRow(pod, w.fraction, "running", w.message, pace, False, ended,
+                         ended_failed)
+    if failed and state.observed.platform is not None and state.phase != FAILED:
+        return WorkerRow(pod, w.fraction, "retried" + how, w.message, pace, False, ended,
+                         ended_failed)
+    return WorkerRow(pod, w.fraction, ("failed" if failed else "final") + how, w.message, pace,
+                     failed, ended, ended_failed)
+
+
+def _register_row(kind: Kind, name: str, entry: Named) -> RegisterRow:
+    raw = entry.value
+    values = raw if isinstance(raw, tuple) else (raw,)
+    first = values[0]
+    is_url = kind.values[0].attr in ("url", "uri")
+    series = entry.series if kind.report is not None else None
+    return RegisterRow(name, tuple(scalar_text(v) for v in values),
+                       web_link(first) if is_url and isinstance(first, str) else None,
+                       entry.at[0] if kind.age else None,
+                       *(() if series is None else (tuple(series.values), series.lo, series.hi)))
+
+
+def _pace(fraction: float, first_fraction: float, at: datetime, first_at: datetime | None
+          ) -> float | None:
+    if first_at is None:
+        return None
+    secs = (at - first_at).total_seconds()
+    return (fraction - first_fraction) / secs if secs > 0 else None
+
+
+# --- text shared by the renderers ---------------------------------------------------------
+
+
+def scalar_text(v: Scalar) -> str:
+    """A register's value as text: floats to six significant digits."""
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def fmt_seconds(s: float) -> str:
+    """A duration, short: 250µs, 12.5ms, 3.20s, 4.5m, 2.0h."""
+    if s == 0:
+        return "0s"
+    if s < 1e-3:
+        return f"{s * 1e6:.0f}µs"
+    if s < 1:
+        return f"{s * 1e3:.1f}ms"
+    if s < 120:
+        return f"{s:.2f}s"
+    if s < 7200:
+        return f"{s / 60:.1f}m"
+    return f"{s / 3600:.1f}h"
+
+
+def age(when: datetime | None, now: datetime) -> str:
+    """kubectl's age (5s, 3m20s, 4h, 12d, 2y30d); '<unknown>' if none, '<invalid>' if
+    in the future."""
+    if when is None:
+        return "<unknown>"
+    secs = int((now - when).total_seconds())
+    if secs < 0:
+        return "<invalid>"
+    m, h, d = secs // 60, secs // 3600, secs // 86400
+    if secs < 120:
+        return f"{secs}s"
+    if m < 10:
+        return f"{m}m{secs % 60}s" if secs % 60 else f"{m}m"
+    if m < 180:
+        return f"{m}m"
+    if h < 8:
+        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
+    if h < 48:
+        return f"{h}h"
+    if h < 192:
+        return f"{d}d{h % 24}h" if h % 24 else f"{d}d"
+    if d < 730:
+        return f"{d}d"
+    y = d // 365
+    return f"{y}y{d % 365}d" if y < 8 and d % 365 else f"{y}y"
+
+
+def eta_text(when: datetime | None, now: datetime) -> str:
+    """The estimated completion as kubectl would say an age: 'in 3m20s' ('now', then
+    'overdue 5s' once passed while the task runs); '<none>' when there is none."""
+    if when is None:
+        return "<none>"
+    ahead = (when - now).total_seconds()
+    if ahead >= 1:
+        return "in " + age(now, when)
+    if ahead > -1:
+        return "now"
+    # Passed while the task still runs: the estimate was wrong, not a date in the past.
+    return f"overdue {age(when, now)}"
+
+
+def pace_text(pace: float | None) -> str:
+    """Progress per minute, as a percentage: '1.5%/min' ('' when unknown)."""
+    if pace is None or not math.isfinite(pace):
+        return ""
+    return f"{pace * 6000:.3g}%/min"
+
+
+def _map(v: Any) -> Mapping[str, Any]:
+    # JSON objects are dicts (and a dict check is a fraction of an abc Mapping check).
+    return v if isinstance(v, dict) else {}
+
+
+def _str(v: Any) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def _count(v: Any) -> int | None:
+    return v if type(v) is int and v >= 0 else None
+
+
+__all__ = [
+    "COMPLETED",
+    "CURVE_HEADERS",
+    "Condition",
+    "PlatformView",
+    "PodRow",
+    "ProgressView",
+    "RegisterRow",
+    "RegisterTable",
+    "SpanRow",
+    "TaskSummary",
+    "TaskView",
+    "WaitingRow",
+    "WorkerRow",
+    "age",
+    "eta_text",
+    "fmt_seconds",
+    "health",
+    "pace_text",
+    "read_conditions",
+    "read_refused",
+    "scalar_text",
+    "summarize",
+    "task_view",
+]

@@ -1,0 +1,104 @@
+"""The emitter's windows: a worker's coalescible facts (progress, metrics, spans) leave as one
+Window event per window, the first at once; critical facts never wait for a window."""
+
+from __future__ import annotations
+
+import time
+
+from tests.support import eventually
+from tests.unit.test_emitter_core import make
+from tidings.emitter import EmitterConfig
+from tidings.schemas.constants import NOTE_LIMIT
+from tidings.schemas.payloads import Progress, Window, span_summaries
+
+
+def _training_loop(em: object, seconds: float, steps_per_s: float = 100.0) -> int:
+    """A Trainer-like loop: progress every step, spans every step, metrics every 10 steps."""
+    step = 0
+    t_end = time.monotonic() + seconds
+    while time.monotonic() < t_end:
+        step += 1
+        now = time.time()
+        em.record_span("step", now - 0.001, now)  # type: ignore[attr-defined]
+        em.progress(min(0.99, step / 10_000), f"step {step}/10000")  # type: ignore[attr-defined]
+        if step % 10 == 0:
+            em.metric("loss", 1 / step, step=step)  # type: ignore[attr-defined]
+            em.metric("learning_rate", 1e-4, step=step)  # type: ignore[attr-defined]
+        time.sleep(1 / steps_per_s)
+    return step
+
+
+def test_a_training_loop_sends_one_window_per_window_with_all_its_facts() -> None:
+    em, rec = make(span_window_s=0.5)
+    seconds = 3.0
+    _training_loop(em, seconds)
+    assert em.flush(5)
+    parsed = rec.parsed()
+    assert all(isinstance(p.payload, Window) for p in parsed)
+    # One per window (the first at once, the flush's own), however many facts were offered.
+    assert len(parsed) <= seconds / 0.5 + 2, [p.payload for p in parsed]
+    full = [p.payload for p in parsed if isinstance(p.payload, Window)
+            and p.payload.progress and p.payload.metrics and p.payload.spans]
+    assert len(full) >= len(parsed) - 2  # the first window may precede the first metrics
+    assert sum(s.count for p in parsed for s in span_summaries(p.payload)) == \
+        em.stats()["spans_sent"]
+    assert all(len(b["note"].encode()) <= NOTE_LIMIT for b in rec.bodies)
+
+
+def test_the_first_window_goes_at_once_the_next_after_the_window() -> None:
+    em, rec = make(span_window_s=3600.0)
+    em.progress(0.1, "started")
+    eventually(lambda: len(rec.bodies) == 1, 5, "the first window sent at once")
+    em.progress(0.2, "later")
+    time.sleep(1.0)
+    assert len(rec.bodies) == 1  # the window is open: the second waits for it
+    assert em.flush(5)  # ...or for a flush
+    assert [p.payload.progress.message for p in rec.parsed()  # type: ignore[union-attr]
+            ] == ["started", "later"]
+
+
+def test_critical_facts_never_wait_for_the_window() -> None:
+    em, rec = make(span_window_s=3600.0)
+    em.progress(0.1, "started")
+    eventually(lambda: len(rec.bodies) == 1, 5, "the first window")
+    em.progress(0.2, "coalescible: waits")
+    em.log_link("wandb", "https://wandb.example/run/7")
+    em.deck_ready("report", "s3://decks/report.html")
+    eventually(lambda: len(rec.bodies) == 3, 5, "the link and the deck at once")
+    kinds = [type(p.payload).__name__ for p in rec.parsed()]
+    assert kinds == ["Window", "LogLink", "DeckReady"]
+    em.progress(1.0, "done", final=True)
+    eventually(lambda: any(isinstance(p.payload, Progress) and p.payload.final
+                           for p in rec.parsed()), 5, "the final at once")
+    em.close(1)
+
+
+def test_a_progress_message_too_long_for_a_window_goes_on_its_own_shrunk() -> None:
+    em, rec = make(span_window_s=3600.0)
+    em.progress(0.5, "x" * 5000)
+    assert em.flush(5)
+    (p,) = rec.parsed()
+    assert isinstance(p.payload, Progress) and p.payload.message.startswith("xxx")
+    assert len(rec.bodies[0]["note"].encode()) <= NOTE_LIMIT
+
+
+def test_what_one_note_cannot_hold_goes_in_more_windows_of_the_same_tick() -> None:
+    em, rec = make(span_window_s=3600.0)
+    for i in range(60):
+        em.metric(f"eval/accuracy_of_class_{i:03d}", i / 7, step=10**12 + i)
+        em.record_span(f"layer.{i:03d}.forward", 1000.0, 1000.5)
+    em.progress(0.5, "half")
+    assert em.flush(5)
+    parsed = rec.parsed()
+    assert 2 <= len(parsed) <= 12 and all(isinstance(p.payload, Window) for p in parsed)
+    assert sum(len(p.payload.metrics) for p in parsed) == 60  # type: ignore[union-attr]
+    assert sum(len(p.payload.spans) for p in parsed) == 60  # type: ignore[union-attr]
+    assert sum(p.payload.progress is not None for p in parsed) == 1  # type: ignore[union-attr]
+    assert all(len(b["note"].encode()) <= NOTE_LIMIT for b in rec.bodies)
+
+
+def test_the_default_window_keeps_a_pod_within_twelve_events_a_minute() -> None:
+    # The arithmetic the default stands for: one window every span_window_s, plus the
+    # critical facts of a run (its links at the start, its final at the end).
+    per_minute = 60 / EmitterConfig().span_window_s
+    assert per_minute + 2 <= 12

@@ -1,0 +1,252 @@
+"""The view model (schemas/view.py) and the page's HTML made from it (tidings.ui.pages): a
+status becomes rows in one place, whatever it holds; the page shows every kind the CLI
+shows; anything from the cluster is escaped, and only an http(s) URL becomes a link."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from html.parser import HTMLParser
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from tests.unit.test_kinds import EXAMPLES, TASK, event_of, models
+from tidings._compat import UTC
+from tidings.schemas import PodRef, TaskState, build_event, parse_event
+from tidings.schemas.folding import fold_all
+from tidings.schemas.kinds import Kind
+from tidings.schemas.payloads import LogLink, Progress
+from tidings.schemas.view import age, eta_text, pace_text, summarize, task_view
+
+pytest.importorskip("jinja2", reason="the ui extra (tidings[ui]) is not installed")
+from tidings.ui import pages
+
+HOSTILE = '<img src=x onerror="window.pwned=1">'
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def a_status(*payloads: Any) -> dict[str, Any]:
+    events = [event_of(p, seq=n + 1) for n, p in enumerate(payloads)]
+    status: dict[str, Any] = fold_all(TASK, events).to_status()
+    return status
+
+
+def obj(status: Any, name: str = TASK.name) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": TASK.namespace, "uid": "u1",
+                         "resourceVersion": "7", "creationTimestamp": "2026-11-30T11:00:00Z",
+                         "labels": {"team": "a"}},
+            "status": status}
+
+
+class Tags(HTMLParser):
+    """Every start tag and its attributes, as a browser would parse the markup."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def tags(html: str) -> list[tuple[str, dict[str, str | None]]]:
+    parser = Tags()
+    parser.feed(html)
+    return parser.tags
+
+
+# --- the list's row ------------------------------------------------------------------------
+
+
+def test_a_row_reads_what_the_status_says() -> None:
+    s = summarize(obj(a_status(Progress(fraction=0.4, message="epoch 2"),
+                               LogLink(name="w", url="https://w.example/r"))))
+    assert (s.namespace, s.name, s.phase, s.percent, s.message) == (
+        TASK.namespace, TASK.name, "Running", 40, "epoch 2")
+    assert (s.workers_final, s.workers_total, s.workers_failed, s.link_count) == (0, 1, 0, 1)
+    assert s.health == () and s.labels == {"team": "a"}
+    assert s.created == datetime(2026, 11, 30, 11, tzinfo=UTC)
+
+
+def test_health_is_every_true_condition_but_completed() -> None:
+    status = a_status(Progress(fraction=1.0, message="boom", final=True, failed=True))
+    status["conditions"].append({"type": "Stalled", "status": "True", "reason": "NoProgress",
+                                 "message": "no progress for 10m"})
+    s = summarize(obj(status))
+    assert s.phase == "Failed"
+    assert [c.type for c in s.health] == ["Stalled"]  # the phase already says Failed
+
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=4),
+    max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(status=JSONISH, progress=JSONISH, roster=JSONISH, conditions=JSONISH, meta=JSONISH)
+def test_no_status_breaks_a_row_or_the_page(status: Any, progress: Any, roster: Any,
+                                            conditions: Any, meta: Any) -> None:
+    # "Nothing a status may hold breaks a reader": a hand-written or hostile status gives a
+    # row (with what could be read) and a page, never an exception.
+    st_ = dict(status) if isinstance(status, dict) else {}
+    st_.update(progress=progress, roster=roster, conditions=conditions)
+    o = {"metadata": meta, "status": st_}
+    pages.render("row.html", s=summarize(o))
+    pages.task_body(o)
+
+
+# --- the page of a task ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))
+def test_the_page_shows_every_kind(kind: Kind, model: type[BaseModel]) -> None:
+    payload, marker = EXAMPLES[model]
+    other = event_of(Progress(fraction=0.1, message="other"), seq=2,
+                     pod=PodRef("worker-1", "uid-1"))
+    status = fold_all(TASK, [event_of(payload), other]).to_status()
+    assert marker in pages.task_body(obj(status)), f"the page does not show {model.__name__}"
+
+
+def test_only_http_links_become_anchors_and_nothing_is_markup() -> None:
+    status = a_status(LogLink(name="good", url="https://grafana.example/d/1?a=1&b=2"),
+                      Progress(fraction=0.5, message="m"))
+    # What a hand-written status can hold (the fold never writes it): hostile names and
+    # URLs, controls and bidi overrides.
+    at = status["links"]["good"]["at"]
+    status["links"][HOSTILE] = {"url": "javascript:alert(1)", "at": at, "events": 1}
+    status["links"]["tab"] = {"url": "java\tscript:alert(2)", "at": at, "events": 1}
+    status["links"]["data"] = {"url": "data:text/html,<script>alert(3)</script>", "at": at,
+                               "events": 1}
+    status["decks"] = {"d": {"uri": "JAVASCRIPT:alert(4)", "at": at, "events": 1},
+                       "s3": {"uri": "s3://bucket/deck.html", "at": at, "events": 1}}
+    status["metrics"] = {HOSTILE: {"value": 1.0, "at": at, "events": 1}}
+    status["progress"]["message"] = f"{HOSTILE}\x1b[31m\u202e</dd><script>x()</script>"
+    status["workers"][0]["message"] = HOSTILE
+    html = pages.task_body(obj(status))
+    anchors = [a for t, a in tags(html) if t == "a"]
+    assert [a["href"] for a in anchors] == ["https://grafana.example/d/1?a=1&b=2"]
+    assert all(a["rel"] == "noopener noreferrer" for a in anchors)
+    assert [t for t, _ in tags(html) if t in ("img", "script")] == []
+    assert "javascript:alert(1)" in html  # shown, as text
+    assert "s3://bucket/deck.html" in html and "&lt;img src=x onerror=" in html
+    assert "\x1b" not in html and "\u202e" not in html
+
+
+def test_a_row_escapes_and_links_to_its_page() -> None:
+    s = summarize(obj(a_status(Progress(fraction=0.5, message=HOSTILE))))
+    html = pages.render("row.html", s=s)
+    assert "<img" not in html
+    (link,) = [a for t, a in tags(html) if t == "a"]
+    assert link["href"] == f"/tasks/{TASK.namespace}/{TASK.name}"
+
+
+def test_workers_show_their_pace() -> None:
+    t0 = datetime(2026, 11, 30, 3, tzinfo=UTC)
+    events = []
+    for n, (frac, secs) in enumerate([(0.1, 0), (0.4, 60)]):
+        raw = build_event(task=TASK, pod=PodRef("w-0", "u-0"), instance="i" * 32, seq=n + 1,
+                          payload=Progress(fraction=frac, message="m"),
+                          time=t0 + timedelta(seconds=secs))
+        events.append(parse_event(orjson.loads(orjson.dumps(raw))))
+    (w,) = task_view(fold_all(TASK, events)).workers  # type: ignore[arg-type]
+    assert w.state == "running" and w.fraction == 0.4
+    assert w.pace == pytest.approx(0.3 / 60)
+    assert pace_text(w.pace) == "30%/min"
+
+
+def test_a_metric_history_draws_a_sparkline() -> None:
+    line = pages.spark([1.0, 3.0, 2.0, float("nan"), 5.0])
+    points = [tuple(map(float, p.split(","))) for p in line.split()]
+    assert len(points) == 4 and points[0][0] == 0 and points[-1][0] == pages.SPARK_W
+    assert min(y for _, y in points) >= 0 and max(y for _, y in points) <= pages.SPARK_H
+    assert pages.spark([1.0]) == ""
+    assert re.fullmatch(r"[0-9., -]*", line)
+
+
+def test_a_metrics_curve_comes_from_the_view_to_the_page_and_the_terminal() -> None:
+    """Issue 26 item 2: a metric's extremes and history are the view model's (RegisterRow
+    points, low, high), which `tidings state` and the page both draw."""
+    import io
+
+    from rich.console import Console
+
+    from tidings.cli.taskview import SOURCE_CR, Snapshot, render, sparkline
+    from tidings.schemas.payloads import Metric
+
+    status = a_status(Metric(name="loss", value=2.0, step=0),
+                      Metric(name="loss", value=0.25, step=30, min=0.125, max=2.5,
+                             points=((10, 1.0), (20, 0.125))),
+                      LogLink(name="w", url="https://x.example/"))
+    state = TaskState.from_status(TASK, status)
+    v = task_view(state, status)
+    (metrics,) = [t for t in v.tables if t.kind.section == "metrics"]
+    (links,) = [t for t in v.tables if t.kind.section == "links"]
+    assert metrics.curve and not links.curve
+    (row,) = metrics.rows
+    assert row.points == (2.0, 1.0, 0.125, 0.25) and (row.low, row.high) == (0.125, 2.5)
+    assert links.rows[0].points == () and links.rows[0].low is None
+    html = pages.task_body(obj(status))
+    assert "min 0.125 max 2.5" in html
+    (svg,) = [a for t, a in tags(html) if t == "polyline"]
+    assert svg["points"] == pages.spark(row.points)
+    out = io.StringIO()
+    Console(file=out, width=160, color_system=None).print(render(Snapshot(state, SOURCE_CR)))
+    (line,) = [ln for ln in out.getvalue().splitlines() if "loss" in ln]
+    assert line.split()[:6] == ["loss", "0.25", "30", "0.125", "2.5", sparkline(list(row.points))]
+
+
+def test_times_as_kubectl_says_them() -> None:
+    assert age(NOW - timedelta(minutes=3, seconds=20), NOW) == "3m20s"
+    assert eta_text(NOW + timedelta(seconds=90), NOW) == "in 90s"
+    assert eta_text(NOW - timedelta(seconds=5), NOW) == "overdue 5s"
+    assert eta_text(NOW, NOW) == "now"
+    assert eta_text(None, NOW) == "<none>"
+
+
+def test_the_cli_and_the_page_read_one_view() -> None:
+    state = TaskState.from_status(TASK, a_status(Progress(fraction=0.25, message="q")))
+    v = task_view(state)
+    assert v.progress is not None and v.progress.percent == 25
+    assert v.workers_total == 1 and v.phase == "Running"
+
+
+def test_a_server_on_another_address_than_loopback_says_so() -> None:
+    from tidings.ui.server import is_loopback
+
+    assert all(map(is_loopback, ["127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"]))
+    assert not any(map(is_loopback, ["0.0.0.0", "::", "10.1.2.3", "example.com"]))
+    common = dict(page="list", events="/events", version="0", scope="s", banner="", rows="")
+    shown = pages.render("list.html", exposed=True, address="0.0.0.0", **common)
+    assert "listens on 0.0.0.0, not a loopback address" in shown
+    assert "not a loopback" not in pages.render("list.html", exposed=False,
+                                                address="127.0.0.1", **common)
+
+
+def test_a_pods_end_and_a_waiting_pod_are_in_the_one_view() -> None:
+    # What the kubelet says of a worker's death is shown beside what its process said, in
+    # the terminal and on the page alike (both render task_view).
+    from tidings.schemas.folding import observe
+    from tidings.schemas.observed import PodVerdict
+
+    t = datetime(2026, 11, 30, 3, 5, tzinfo=UTC)
+    state = fold_all(TASK, [event_of(Progress(fraction=0.3, message="epoch 1")),
+                            event_of(Progress(fraction=0.2, message="epoch 1"), seq=2,
+                                     pod=PodRef("worker-1", "uid-1"))])
+    state = observe(state, [PodVerdict("worker-1", "uid-1", "Failed", "OOMKilled", "", 137, t)],
+                    waiting=[PodVerdict("worker-2", "uid-2", "Waiting", "ImagePullBackOff",
+                                        "no such image", None, t)])
+    view = task_view(state)
+    (w0, w1) = view.workers
+    assert (w0.pod, w0.state, w0.ended) == ("worker-0", "running", "")
+    assert (w1.pod, w1.state, w1.bad) == ("worker-1", "failed (pod)", True)
+    assert w1.ended == "Failed: OOMKilled (exit 137)" and w1.ended_failed
+    assert [(wp.pod, wp.reason) for wp in view.waiting] == [("worker-2", "ImagePullBackOff")]
+    html = pages.task_body(obj(state.to_status()))
+    assert "Failed: OOMKilled (exit 137)" in html and "ImagePullBackOff" in html

@@ -1,0 +1,330 @@
+"""`tidings ui`'s web server (Starlette on uvicorn, server-sent events by sse-starlette): the
+list of tasks, a page per task, and their live updates, read with the user's own credentials
+(the `kubectl proxy` model: nothing is granted that the user does not have).
+
+Read-only: every route is a GET. Every page carries a Content-Security-Policy that allows
+only this server's own script and style (no inline script, no other origin), and the Host
+header must name the address served (a page elsewhere cannot rebind a name to this server and
+read the cluster through it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import re
+import secrets
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from markupsafe import Markup
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from tidings.cli.kube import Kube
+from tidings.ui import pages
+from tidings.ui.hub import Hub, Key
+from tidings.ui.logs import Sessions
+
+STATIC = Path(__file__).resolve().parent / "static"
+PING_S = 15.0
+# A tab that has not taken an update for this long is gone (a sleeping laptop): drop it.
+SEND_TIMEOUT_S = 30.0
+
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+       "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+]
+
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?\Z")
+LOOPBACK_HOSTS = ["localhost", "127.0.0.1", "::1", "[::1]"]
+
+ASGIApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Any]],
+                    Callable[[MutableMapping[str, Any]], Awaitable[None]]], Awaitable[None]]
+
+
+class SecurityHeaders:
+    """Adds SECURITY_HEADERS to every response (pages, events, assets, errors)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class Settings:
+    """What the page is told about the server itself."""
+
+    address: str
+    scope: str
+    version: str
+
+
+class Ui:
+    """The routes over one hub (the shared list+watch) and the tasks' log sessions."""
+
+    def __init__(self, kube: Kube, hub: Hub, settings: Settings) -> None:
+        self.kube, self.hub, self.settings = kube, hub, settings
+        self.sessions = Sessions(kube)
+        self.cache = pages.Cache()
+        # Update numbers are this process's: a tab that saw another's starts afresh.
+        self.epoch = secrets.token_hex(4)
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _since(self, request: Request) -> int | None:
+        """The last update a tab saw (its Last-Event-ID, or the number its page was rendered
+        at): ``<epoch>-<seq>``, this server's numbers only (None: another's, or none)."""
+        raw = request.headers.get("last-event-id") or request.query_params.get("since") or ""
+        epoch, _, seq = raw.partition("-")
+        ok = epoch == self.epoch and seq.isascii() and seq.isdigit() and len(seq) < 19
+        return int(seq) if ok else None
+
+    def _page(self, template: str, page: str, events: str, status: int = 200,
+              **values: Any) -> HTMLResponse:
+        s = self.settings
+        html = pages.render(template, page=page, events=events, version=s.version,
+                            scope=self.scope(), exposed=not is_loopback(s.address),
+                            address=s.address, banner=self.banner(), **values)
+        return HTMLResponse(html, status_code=status, headers={"cache-control": "no-store"})
+
+    def scope(self) -> str:
+        hub = self.hub
+        where = "all namespaces" if hub.namespace is None else f"namespace {hub.namespace}"
+        return f"{where}{f', -l {hub.selector}' if hub.selector else ''} · {self.settings.scope}"
+
+    def banner(self) -> Markup:
+        hub = self.hub
+        return Markup(pages.render("banner.html", error=hub.error, notice=hub.notice,
+                                         synced=hub.synced))
+
+    def _missing(self, key: Key) -> str:
+        """What the page says for a task the hub does not have, in the CLI's words."""
+        hub = self.hub
+        ns, name = key
+        if not hub.covers(ns):
+            return pages.message(f"namespace {ns} is outside this server's scope "
+                                 f"(namespace {hub.namespace}): restart tidings ui with "
+                                 f"-n {ns} to see it")
+        if hub.error:
+            return pages.message(hub.error)
+        if not hub.synced:
+            return pages.message("listing tasks…", "loading")
+        return pages.message(f"not found: task {name!r} in namespace {ns} (no TaskFeedback"
+                             f"{' with labels ' + hub.selector if hub.selector else ''})")
+
+    # -- routes ---------------------------------------------------------------------------
+
+    async def list_page(self, request: Request) -> Response:
+        hub = self.hub
+        rows = Markup("\n".join(self.cache.row(o) for _, o in sorted(hub.objects.items())))
+        return self._page("list.html", "list", f"/events?since={self.epoch}-{hub.seq}",
+                          rows=rows)
+
+    async def list_events(self, request: Request) -> Response:
+        hub = self.hub
+        since = self._since(request)
+        sub = hub.subscribe(None, since)
+        if since is None and _asked(request):  # another server's numbers: start afresh
+            sub.reload = True
+
+        async def stream() -> AsyncIterator[ServerSentEvent]:
+            try:
+                while True:
+                    if sub.reload:
+                        yield ServerSentEvent(event="reload", data="")
+                        return
+                    if sub.banner:
+                        sub.banner = False
+                        yield ServerSentEvent(event="banner", data=str(self.banner()))
+                    keys = sub.take()
+                    seq = f"{self.epoch}-{hub.seq}"
+                    for key in keys:
+                        obj = hub.objects.get(key)
+                        if obj is None:
+                            self.cache.forget(key)
+                            yield ServerSentEvent(event="gone", data=pages.row_id(key), id=seq)
+                        else:
+                            yield ServerSentEvent(event="row", data=self.cache.row(obj), id=seq)
+                    await sub.wait()
+            finally:
+                hub.unsubscribe(sub)
+
+        return _events(stream())
+
+    def _task_key(self, request: Request) -> Key:
+        ns, name = request.path_params["namespace"], request.path_params["name"]
+        if not (_NAME.match(ns) and _NAME.match(name) and len(ns) <= 63):
+            raise HTTPException(404, "not found: no such task page (invalid name)")
+        return ns, name
+
+    async def task_page(self, request: Request) -> Response:
+        key = self._task_key(request)
+        obj = self.hub.objects.get(key)
+        body = self.cache.body(obj) if obj is not None else self._missing(key)
+        session = self.sessions.open_sessions.get(key)
+        lineage = pages.lineage(*key, session.fates if session else None,
+                                session.lineage_error if session else "")
+        ns, name = key
+        return self._page("task.html", "task", pages.task_url(ns, name) + "/events",
+                          namespace=ns, name=name, body=Markup(body),
+                          lineage=Markup(lineage))
+
+    async def task_events(self, request: Request) -> Response:
+        key = self._task_key(request)
+        hub = self.hub
+        sub = hub.subscribe(key, None)
+        session = self.sessions.open(key) if hub.covers(key[0]) else None
+        if session is not None:
+            session.subscribers.add(sub)
+        log_seen = self._since(request) or 0
+
+        async def stream() -> AsyncIterator[ServerSentEvent]:
+            nonlocal log_seen
+            lineage_seen = -1
+            try:
+                while True:
+                    if sub.banner:
+                        sub.banner = False
+                        yield ServerSentEvent(event="banner", data=str(self.banner()))
+                    if sub.take():
+                        obj = hub.objects.get(key)
+                        body = self.cache.body(obj) if obj is not None else self._missing(key)
+                        yield ServerSentEvent(event="task", data=body)
+                    if session is not None:
+                        if session.lineage_seq != lineage_seen and session.fates is not None:
+                            lineage_seen = session.lineage_seq
+                            yield ServerSentEvent(event="lineage", data=pages.lineage(
+                                *key, session.fates, session.lineage_error))
+                        for line in session.lines_after(log_seen):
+                            log_seen = line.seq
+                            yield ServerSentEvent(event="note" if line.note else "log",
+                                                  data=line.text,
+                                                  id=f"{self.epoch}-{line.seq}")
+                    await sub.wait()
+            finally:
+                hub.unsubscribe(sub)
+                if session is not None:
+                    session.subscribers.discard(sub)
+                    self.sessions.close(session)
+
+        return _events(stream())
+
+    async def timeline(self, request: Request) -> Response:
+        key = self._task_key(request)
+        obj = self.hub.objects.get(key)
+        if obj is None:
+            raise HTTPException(404, "not found")
+        svg = await asyncio.to_thread(pages.timeline_svg, obj)
+        return Response(svg, media_type="image/svg+xml",
+                        headers={"cache-control": "private, max-age=3600"})
+
+    async def not_found(self, request: Request, exc: Exception) -> Response:
+        detail = exc.detail if isinstance(exc, HTTPException) else "not found"
+        code = exc.status_code if isinstance(exc, HTTPException) else 404
+        if code == 405:
+            return Response("method not allowed: this server is read-only\n", 405,
+                            media_type="text/plain", headers={"allow": "GET, HEAD"})
+        return self._page("error.html", "error", f"/events?since={self.epoch}-0", status=code,
+                          text=detail if detail != "Not Found" else
+                          f"not found: {request.url.path} (no such page)")
+
+    # -- the application ------------------------------------------------------------------
+
+    def app(self) -> Starlette:
+        hosts = [*LOOPBACK_HOSTS, self.settings.address] \
+            if is_loopback(self.settings.address) else ["*"]
+
+        @contextlib.asynccontextmanager
+        async def lifespan(app: Starlette) -> AsyncIterator[None]:
+            self.hub.start(asyncio.get_running_loop())
+            try:
+                yield
+            finally:
+                self.hub.stop()
+                self.sessions.stop_all()
+
+        return Starlette(
+            routes=[
+                Route("/", self.list_page, methods=["GET"]),
+                Route("/events", self.list_events, methods=["GET"]),
+                Route("/tasks/{namespace}/{name}", self.task_page, methods=["GET"]),
+                Route("/tasks/{namespace}/{name}/events", self.task_events, methods=["GET"]),
+                Route("/tasks/{namespace}/{name}/timeline.svg", self.timeline,
+                      methods=["GET"]),
+                Mount("/static", StaticFiles(directory=STATIC), name="static"),
+            ],
+            middleware=[Middleware(SecurityHeaders),
+                        Middleware(TrustedHostMiddleware, allowed_hosts=hosts)],
+            exception_handlers={HTTPException: self.not_found},
+            lifespan=lifespan,
+        )
+
+
+def _asked(request: Request) -> bool:
+    return bool(request.headers.get("last-event-id") or request.query_params.get("since"))
+
+
+def _events(stream: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
+    return EventSourceResponse(stream, ping=PING_S, send_timeout=SEND_TIMEOUT_S,
+                               headers={"cache-control": "no-store"})
+
+
+def listen(address: str, port: int) -> socket.socket:
+    """A listening socket on ``address``:``port`` (0: any free port). OSError when it
+    cannot be had."""
+    family = socket.AF_INET6 if ":" in address.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address.strip("[]"), port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def serve(app: Starlette, sock: socket.socket) -> None:
+    """Run until interrupted (Ctrl-C, SIGTERM); open event streams are closed then."""
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=2)
+    uvicorn.Server(config).run(sockets=[sock])

@@ -1,11 +1,14 @@
 """Benchmark (not a test): a long training run's metrics, end to end through the real emitter
 and the fold: the TaskFeedback status size of a million-step run with 64 metrics (issue 26
-item 2; the budget is ``STATUS_BUDGET``), the notes it took, and the workload-thread cost of
-``Emitter.metric`` with the curve (emitter/curves.py) against the same call without it,
-measured in the same run.
+item 2; the budget is ``STATUS_BUDGET``), the notes it took, the workload-thread cost of
+``Emitter.metric`` with the curve (emitter/curves.py) against the same call without it, and
+the watcher's cost of the run's events (the fast parse of each watch line, ``fold_many`` of
+batches of 256, the status as written with the budget) with the curves' extremes and points
+in the metric rows against the same events with plain ``[name, value, step]`` rows, all
+measured in the same run (process CPU time, medians of ``--runs``).
 
     .venv/bin/python bench/bench_metric_history.py [--steps 1000000] [--metrics 64]
-        [--window-steps 2000] [--pods 2] [--smoke]
+        [--window-steps 2000] [--pods 2] [--runs 5] [--smoke]
 
 Every metric is logged at every step by global rank 0's emitter; a window (the sender's
 ``Window`` event, every 6 s in a pod) closes every ``--window-steps`` steps. The other pods report
@@ -27,7 +30,8 @@ import orjson
 
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.items import LatestSlot
-from tidings.schemas import ParsedEvent, TaskRef, fold_all, parse_event
+from tidings.schemas import ParsedEvent, TaskRef, fold_all, fold_many, new_state, parse_event
+from tidings.schemas.fastpath import fast_watch_line
 from tidings.schemas.payloads import Metric
 from tidings.schemas.state import STATUS_BUDGET
 
@@ -53,7 +57,8 @@ def curve(step: int, k: int) -> float:
     return (k + 1) * (0.1 + 2.0 / (1 + step / 5000)) + noise + (1.0 if step % 99_991 == 7 else 0)
 
 
-def run(steps: int, metrics: int, window: int, pods: int) -> tuple[list[ParsedEvent], int, float]:
+def run(steps: int, metrics: int, window: int, pods: int
+        ) -> tuple[list[dict[str, Any]], int, float]:
     transports = [Keep() for _ in range(pods)]
     # No API budget here: a pod's budget delays metrics (the latest value wins meanwhile); the
     # status is what this measures.
@@ -81,13 +86,58 @@ def run(steps: int, metrics: int, window: int, pods: int) -> tuple[list[ParsedEv
     for em in ems:
         em.close(30)
     took = time.monotonic() - t0
-    events: list[ParsedEvent] = []
-    for t in transports:
-        for body in t.bodies:
-            ev = parse_event(orjson.loads(orjson.dumps(body)))
-            assert isinstance(ev, ParsedEvent), ev
-            events.append(ev)
-    return events, sum(len(t.bodies) for t in transports), took
+    bodies = [orjson.loads(orjson.dumps(body)) for t in transports for body in t.bodies]
+    return bodies, len(bodies), took
+
+
+def parsed(bodies: list[dict[str, Any]]) -> list[ParsedEvent]:
+    events = []
+    for body in bodies:
+        ev = parse_event(body)
+        assert isinstance(ev, ParsedEvent), ev
+        events.append(ev)
+    return events
+
+
+def plain(bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same events with each metric row cut to ``[name, value, step]`` (no extremes, no
+    points; schema version 1): the baseline of the watcher's cost."""
+    out = []
+    for body in bodies:
+        note = orjson.loads(body["note"])
+        if note.get("metrics"):
+            note["metrics"] = [row[:3] for row in note["metrics"]]
+            note["v"] = 1
+        out.append({**body, "note": orjson.dumps(note).decode()})
+    return out
+
+
+def watcher_cost(bodies: list[dict[str, Any]], runs: int) -> dict[str, float]:
+    """Median CPU µs per event of the watcher's stages for ``bodies``: the fast parse of each
+    watch line, ``fold_many`` in batches of 256, and one status as written (with the budget)
+    of the folded task, in ms."""
+    lines = [orjson.dumps({"type": "ADDED", "object": b}) for b in bodies]
+    task = TaskRef("bench", TASK)
+    events = parsed(bodies)
+    batches = [events[i:i + 256] for i in range(0, len(events), 256)]
+    clock = time.process_time
+    out: dict[str, list[float]] = {"parse": [], "fold": [], "status": []}
+    state = None
+    for _ in range(runs):
+        t0 = clock()
+        for line in lines:
+            fast_watch_line(line)
+        t1 = clock()
+        state = new_state(task)
+        for batch in batches:
+            state = fold_many(state, batch)
+        t2 = clock()
+        state.to_status(budget=STATUS_BUDGET)
+        t3 = clock()
+        out["parse"].append((t1 - t0) / len(lines) * 1e6)
+        out["fold"].append((t2 - t1) / len(lines) * 1e6)
+        out["status"].append((t3 - t2) * 1e3)
+    return {k: statistics.median(v) for k, v in out.items()}
 
 
 def call_cost(n: int) -> tuple[float, float]:
@@ -120,14 +170,16 @@ def main() -> None:
     ap.add_argument("--metrics", type=int, default=64)
     ap.add_argument("--window-steps", type=int, default=2000)
     ap.add_argument("--pods", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=5, help="runs of the watcher's cost (median)")
     ap.add_argument("--smoke", action="store_true",
                     help="a short run only, to check that the bench runs (no figures)")
     a = ap.parse_args()
     calls = 200_000
     if a.smoke:
-        a.steps, a.metrics, calls = 20_000, 8, 2_000
+        a.steps, a.metrics, calls, a.runs = 20_000, 8, 2_000, 1
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    events, notes, took = run(a.steps, a.metrics, a.window_steps, a.pods)
+    bodies, notes, took = run(a.steps, a.metrics, a.window_steps, a.pods)
+    events = parsed(bodies)
     state = fold_all(TaskRef("bench", TASK), events)
     full = state.to_status()
     written = state.to_status(budget=STATUS_BUDGET)
@@ -150,6 +202,12 @@ def main() -> None:
     base, new = call_cost(calls)
     print(f"\nlatest-slot put per metric call (median of 3 x {calls:,}): without the curve "
           f"{base:.0f} ns, with it {new:.0f} ns ({new / base:.2f}x)")
+    without, with_ = watcher_cost(plain(bodies), a.runs), watcher_cost(bodies, a.runs)
+    print(f"\nthe watcher's cost of these {len(bodies):,} events (CPU, median of {a.runs}), "
+          f"plain metric rows vs with the curves:")
+    for key, unit in (("parse", "µs/event"), ("fold", "µs/event"), ("status", "ms/write")):
+        print(f"  {key + ' (' + unit + ')':24}{without[key]:>9.1f}{with_[key]:>9.1f}"
+              f"{with_[key] / without[key]:>8.2f}x")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

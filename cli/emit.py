@@ -203,7 +203,9 @@ def deck_ready(
 @delivery
 def metric(
     name: Annotated[str, typer.Argument(help="Metric name, e.g. loss.")],
-    value: Annotated[float, typer.Argument(help="Its latest value (finite).")],
+    value: Annotated[float, typer.Argument(
+        help="Its latest value (nan, inf and -inf are sent as such: the task's "
+             "NonFiniteMetrics condition names them).")],
     step: Annotated[int | None, typer.Option("--step", min=0, show_default=False,
                                              help="The training step it belongs to.")] = None,
     to: Delivery = DEFAULT_DELIVERY,

@@ -38,7 +38,8 @@ def complete_format(incomplete: str) -> list[str]:
 
 OutputFormat = Annotated[str, typer.Option(
     "--output", "-o", metavar="FORMAT", autocompletion=complete_format,
-    help="table, wide (adds the progress message and the estimated completion), name, json, "
+    help="table, wide (adds the progress message, the estimated completion and the health), "
+    "name, json, "
     "yaml, or "
     "jsonpath=TEMPLATE (kubectl's, e.g. jsonpath='{.items[*].metadata.name}').")]
 
@@ -78,6 +79,7 @@ def row(obj: KubeObject, wide: bool, namespaced: bool,
     if wide:
         cells.append(text(s.message))
         cells.append(eta_text(s.eta, now))
+        cells.append(text(s.health_summary))
     cells += [text(s.link_count), text(s.deck),
               age_of(s.last_event, now) if s.last_event else "<none>",
               age_of(s.created, now)]
@@ -93,7 +95,8 @@ def _get(obj: object, *keys: str) -> Any:
 
 
 def header(wide: bool, namespaced: bool) -> list[str]:
-    cols = ["NAME", "PHASE", "PROGRESS", *(["MESSAGE", "ETA"] if wide else []), "LINKS", "DECK",
+    cols = ["NAME", "PHASE", "PROGRESS", *(["MESSAGE", "ETA", "HEALTH"] if wide else []),
+            "LINKS", "DECK",
             "LAST EVENT", "AGE"]
     return ["NAMESPACE", *cols] if namespaced else cols
 

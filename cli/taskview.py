@@ -3,7 +3,9 @@ wrote one, else the task's events through the same fold; plus the table view of 
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Mapping
+import queue
+import threading
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -29,6 +31,7 @@ from tidings.cli.kube import (
 )
 from tidings.kube import ListWatch, WatchLines
 from tidings.kube.objects import Event, KubeObject, TaskFeedback
+from tidings.kube.watch import Listing
 from tidings.schemas import (
     KIND,
     ParsedEvent,
@@ -50,8 +53,10 @@ from tidings.schemas.contract import (
 )
 from tidings.schemas.folding import observe
 from tidings.schemas.observed import PodVerdict, gone, pod_verdict
+from tidings.schemas.payloads import NON_FINITE
 from tidings.schemas.platform import PodTask, pod_task
 from tidings.schemas.rejection import Rejection, RejectReason
+from tidings.schemas.state import NOTHING_UNREAD, Unread, read_status
 from tidings.schemas.times import format_seconds
 from tidings.schemas.view import (
     CURVE_HEADERS,
@@ -169,8 +174,10 @@ class Snapshot:
     refused: dict[str, int] = field(default_factory=dict)
     # uid of the task's TaskFeedback for a local fold ("": none exists; None: unreadable).
     object_uid: str | None = None
-    # The TaskFeedback status the state was read from (None: a local fold).
+    # The TaskFeedback status the state was read from (None: a local fold), and what it held
+    # that could not be read (kept, shown: never hidden behind an empty state).
     status: Mapping[str, Any] | None = None
+    unread: Unread = NOTHING_UNREAD
 
     @property
     def rejected(self) -> int:
@@ -183,10 +190,16 @@ class Snapshot:
         if self.refusals.groups:
             data["rejections"] = [{"reason": r, "sender": p, "events": n, "detail": d}
                                   for r, p, n, d in self.refusals.rows()]
-        status = self.state.to_status()
-        if self.refused:
-            status["refused"] = dict(self.refused)
+        if self.status is not None:  # what the status says, as the watcher wrote it
+            status = dict(self.status)
+        else:
+            status = self.state.to_status(now=datetime.now(UTC))
+            if self.refused:
+                status["refused"] = dict(self.refused)
         data["status"] = status
+        if self.unread:
+            data["unreadable"] = {"entries": list(self.unread.problems),
+                                  "partial": self.unread.partial}
         return data
 
 
@@ -203,6 +216,14 @@ def _read_cr(kube: Kube, ref: TaskRef) -> tuple[TaskFeedback | None, ApiError | 
 
 def _refused(status: dict[str, Any]) -> dict[str, int]:
     return {safe(k): v for k, v in read_refused(status)}
+
+
+def _cr_snapshot(ref: TaskRef, status: dict[str, Any], rv: str) -> Snapshot:
+    """The snapshot of a TaskFeedback status: read entry by entry (what cannot be read is
+    shown, never hidden behind an empty state)."""
+    state, unread = read_status(ref, status)
+    return Snapshot(state, SOURCE_CR, Refusals(), rv, _refused(status), status=status,
+                    unread=unread)
 
 
 def _status_of(obj: Mapping[str, object] | None) -> dict[str, Any] | None:
@@ -314,21 +335,23 @@ def _pod_facts(kube: Kube, ref: TaskRef) -> list[ParsedEvent]:
     """The facts pods of the namespace sent about themselves whose labels name ``ref`` (as
     the watcher folds them: an emitter that knows no task id); the others are not this
     task's, so they are neither folded nor counted here."""
-    from tidings.schemas.rejection import Rejection
+    raw, _ = kube.list_events(ref.namespace, POD_FACTS_SELECTOR)
+    return [fact for obj in raw if (fact := _as_task_fact(kube, ref, parse_event(obj)))]
+
+
+def _as_task_fact(kube: Kube, ref: TaskRef, p: object) -> ParsedEvent | None:
+    """A pod's fact about itself as a fact of task ``ref`` when the pod's labels name it
+    (as the watcher retargets it); None when it is another task's, or no pod fact."""
     from tidings.watcher.senders import Retry, as_task_fact
 
-    raw, _ = kube.list_events(ref.namespace, POD_FACTS_SELECTOR)
-    out: list[ParsedEvent] = []
-    for obj in raw:
-        p = parse_event(obj)
-        if not (isinstance(p, ParsedEvent) and p.regarding_kind == "Pod"):
-            continue
-        info = senders(kube).task_of(p)
-        if info is Retry.LATER:
-            raise _unreachable(f"the sender of event {safe(p.name)}")
-        if not isinstance(info, Rejection) and info.task == ref.name:
-            out.append(as_task_fact(p, info.task))
-    return out
+    if not (isinstance(p, ParsedEvent) and p.regarding_kind == "Pod"):
+        return None
+    info = senders(kube).task_of(p)
+    if info is Retry.LATER:
+        raise _unreachable(f"the sender of event {safe(p.name)}")
+    if isinstance(info, Rejection) or info.task != ref.name:
+        return None
+    return as_task_fact(p, info.task)
 
 
 def _object_uid(obj: TaskFeedback | None, cr_error: ApiError | None) -> str | None:
@@ -407,8 +430,7 @@ def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = 
         status = _status_of(obj)
         if status is not None:
             rv = str((obj or {}).get("metadata", {}).get("resourceVersion") or "")
-            return Snapshot(TaskState.from_status(ref, status), SOURCE_CR, Refusals(), rv,
-                            _refused(status), status=status)
+            return _cr_snapshot(ref, status, rv)
         if obj is not None:
             must_exist = False  # the object exists; its watcher has not written yet
     snap = from_events(kube, ref, cr_error, uid)
@@ -427,35 +449,144 @@ def load(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = 
 
 def follow(kube: Kube, ref: TaskRef, use_events: bool = False, must_exist: bool = True
            ) -> Iterator[Snapshot]:
-    """Snapshots of the task as it changes: from TaskFeedback watches when the object exists,
-    else from an events watch folded locally. Whenever a watch ends (or cannot resume) the
-    task is read afresh, since the object may have appeared or gone meanwhile, and watched on
-    from that read; a read that finds the other source starts a watch of that one."""
+    """Snapshots of the task as it changes: from TaskFeedback watches when the object has a
+    status, else from the task's events and its pods' facts about themselves, folded locally,
+    while a watch of the object waits for its status (unless ``use_events``): the moment a
+    watcher writes one, the status is followed instead. Whenever a watch cannot resume the
+    task is read afresh, and watched on from that read."""
     snap = load(kube, ref, use_events, must_exist)
     yield snap
     while True:
-        source = snap.source
-        if source == SOURCE_CR:
-            loop = kube.list_watch(taskfeedback_path(ref.namespace),
-                                   {"fieldSelector": f"metadata.name={ref.name}"},
-                                   action=Action("watch", TASKFEEDBACK_RESOURCE, ref.namespace),
-                                   resource_version=snap.resource_version, lists=False)
-        else:
-            loop = kube.watch_events(ref.namespace, task_selector(ref.name),
-                                     snap.resource_version, lists=False)
-        read = _cr_changes if source == SOURCE_CR else _event_changes
+        if snap.source != SOURCE_CR:
+            snap = yield from _follow_events(kube, ref, snap, use_events)
+            continue
+        loop = kube.list_watch(taskfeedback_path(ref.namespace),
+                               {"fieldSelector": f"metadata.name={ref.name}"},
+                               action=Action("watch", TASKFEEDBACK_RESOURCE, ref.namespace),
+                               resource_version=snap.resource_version, lists=False)
         for change in loop:
             if isinstance(change, WatchLines):
-                snap = yield from read(kube, ref, snap, change.lines, loop)
+                snap = yield from _cr_changes(kube, ref, snap, change.lines, loop)
                 continue
             fresh = load(kube, ref, use_events, must_exist=False)
-            if fresh.source != snap.source or fresh.state != snap.state \
-                    or fresh.refused != snap.refused or fresh.rejected != snap.rejected:
+            if _differs(fresh, snap):
                 yield fresh
             snap = fresh
-            if fresh.source != source:
+            if fresh.source != SOURCE_CR:
                 break
             loop.listed(fresh.resource_version)
+
+
+def _differs(a: Snapshot, b: Snapshot) -> bool:
+    return a.source != b.source or a.state != b.state or a.refused != b.refused \
+        or a.rejected != b.rejected or a.unread != b.unread
+
+
+def _follow_events(kube: Kube, ref: TaskRef, snap: Snapshot, use_events: bool
+                   ) -> Generator[Snapshot, None, Snapshot]:
+    """Follow a task with no status yet: its own events and the facts pods send about
+    themselves whose labels name it (a zero-wiring task's), folded here, and (unless
+    ``use_events``) its TaskFeedback, until a status appears: the snapshot of that status
+    is returned (the caller follows the object from it)."""
+    mux = _Mux()
+    rv = snap.resource_version
+    mux.add("task", kube.watch_events(ref.namespace, task_selector(ref.name), rv, lists=False))
+    mux.add("pods", kube.watch_events(ref.namespace, POD_FACTS_SELECTOR, rv, lists=False))
+    if not use_events:
+        # (One list+watch version space: the events' list version is where the object's
+        # watch starts too; one too old for the object's watch cache makes a fresh read.)
+        mux.add("object", kube.list_watch(
+            taskfeedback_path(ref.namespace), {"fieldSelector": f"metadata.name={ref.name}"},
+            action=Action("watch", TASKFEEDBACK_RESOURCE, ref.namespace),
+            resource_version=rv, lists=False), quiet=_unwatchable)
+    try:
+        for name, loop, change in mux:
+            if isinstance(change, WatchLines):
+                if name != "object":
+                    snap = yield from _event_changes(kube, ref, snap, change.lines, loop,
+                                                     pods=name == "pods")
+                    continue
+                found = _status_in(ref, change.lines, loop)
+                if found is not None:
+                    yield found
+                    return found
+                continue
+            if not isinstance(change, Listing):
+                continue  # a watch ended at its timeout and resumes where it was
+            fresh = load(kube, ref, use_events, must_exist=False)
+            if _differs(fresh, snap):
+                yield fresh
+            snap = fresh
+            if fresh.source != SOURCE_EVENTS:
+                return snap
+            loop.listed(fresh.resource_version)
+    finally:
+        mux.stop()
+    return snap
+
+
+def _unwatchable(err: Exception) -> bool:
+    """The object cannot be watched (no grant, no CRD): its events are followed alone."""
+    return isinstance(err, ApiError) and (err.forbidden or err.not_found)
+
+
+def _status_in(ref: TaskRef, lines: list[bytes], loop: ListWatch) -> Snapshot | None:
+    """The snapshot of the first object in these watch lines that has a status, if any."""
+    for line in lines:
+        kind, obj = watch_message(line) or ("", None)
+        if kind == "ERROR" or obj is None:
+            loop.relist("error")
+            return None
+        loop.advance(str(obj.get("metadata", {}).get("resourceVersion") or ""))
+        status = _status_of(obj) if kind in ("ADDED", "MODIFIED") else None
+        if status is not None:
+            return _cr_snapshot(ref, status, str(obj["metadata"].get("resourceVersion") or ""))
+    return None
+
+
+class _Mux:
+    """Several list+watch loops read at once: each runs on a daemon thread that hands every
+    change to the one reader, and waits until the reader is done with it (a loop must not go
+    on before its reader advanced it). A loop's error ends the reading, unless ``quiet``
+    says that loop may just stop."""
+
+    def __init__(self) -> None:
+        self._q: queue.SimpleQueue[tuple[str, ListWatch, Any, threading.Event | None]] = \
+            queue.SimpleQueue()
+        self._loops: list[ListWatch] = []
+
+    def add(self, name: str, loop: ListWatch,
+            quiet: Callable[[Exception], bool] = lambda err: False) -> None:
+        self._loops.append(loop)
+
+        def run() -> None:
+            try:
+                for change in loop:
+                    done = threading.Event()
+                    self._q.put((name, loop, change, done))
+                    while not done.wait(0.5):
+                        if loop.stopped:
+                            return
+            except Exception as err:
+                if not quiet(err) and not loop.stopped:
+                    self._q.put((name, loop, err, None))
+
+        threading.Thread(target=run, name=f"follow-{name}", daemon=True).start()
+
+    def __iter__(self) -> Iterator[tuple[str, ListWatch, Any]]:
+        while True:
+            name, loop, change, done = self._q.get()
+            if isinstance(change, Exception):
+                raise change
+            try:
+                yield name, loop, change
+            finally:
+                if done is not None:
+                    done.set()
+
+    def stop(self) -> None:
+        for loop in self._loops:
+            loop.stop()
 
 
 def _cr_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes], loop: ListWatch
@@ -473,14 +604,16 @@ def _cr_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes], lo
         if status is None:
             continue
         rv = str(obj.get("metadata", {}).get("resourceVersion") or "")
-        snap = Snapshot(TaskState.from_status(ref, status), SOURCE_CR, Refusals(), rv,
-                        _refused(status), status=status)
+        snap = _cr_snapshot(ref, status, rv)
         yield snap
     return snap
 
 
 def _event_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes],
-                   loop: ListWatch) -> Generator[Snapshot, None, Snapshot]:
+                   loop: ListWatch, pods: bool = False) -> Generator[Snapshot, None, Snapshot]:
+    """Fold the events of these watch lines into ``snap``; ``pods``: they are facts pods sent
+    about themselves, and only those whose labels name the task are its (the others are
+    other tasks', neither folded nor counted)."""
     state, refusals = snap.state, snap.refusals.copy()
     for line in lines:
         item = parse_watch_line(line)
@@ -490,10 +623,15 @@ def _event_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes],
         loop.advance(item.resource_version)
         if item.type != "ADDED":
             continue
-        why = refusal(kube, ref, item.result, snap.object_uid)
+        result: object = item.result
+        if pods:
+            result = _as_task_fact(kube, ref, result)
+            if result is None:
+                continue
+        why = refusal(kube, ref, result, snap.object_uid)
         if why is None:
-            assert isinstance(item.result, ParsedEvent)
-            new = fold(state, item.result)
+            assert isinstance(result, ParsedEvent)
+            new = fold(state, result)
             if new != state:
                 state = new
                 snap = Snapshot(state, SOURCE_EVENTS, refusals.copy(),
@@ -501,7 +639,7 @@ def _event_changes(kube: Kube, ref: TaskRef, snap: Snapshot, lines: list[bytes],
                 yield snap
         else:
             # Counted, and shown with the next change (a refused flood is no change).
-            refusals.add(why[0], sender_of(item.result), why[1])
+            refusals.add(why[0], sender_of(result), why[1])
             snap = Snapshot(state, SOURCE_EVENTS, refusals.copy(), item.resource_version,
                             object_uid=snap.object_uid)
     return snap
@@ -581,8 +719,9 @@ def progress_bar(fraction: float, width: int = 24) -> str:
 
 
 def view(snap: Snapshot) -> TaskView:
-    """The snapshot's view model (schemas/view.py): what the page shows too."""
-    return task_view(snap.state, snap.status)
+    """The snapshot's view model (schemas/view.py): what the page shows too. A local fold's
+    health is judged now, with the watcher's default thresholds."""
+    return task_view(snap.state, snap.status, now=datetime.now(UTC))
 
 
 def render(snap: Snapshot) -> Any:
@@ -615,7 +754,21 @@ def render(snap: Snapshot) -> Any:
     else:
         head.add_row("Progress", _t("no progress reported"))
     phase = v.phase
+    if snap.unread.partial and snap.status is not None:
+        # What could be read does not decide the outcome: show the watcher's word for it.
+        phase = safe(snap.status.get("phase", "")) or "unknown"
+        head.add_row("Status", _t("partly unreadable: the watcher does not write over it "
+                                  "(see below)", "red"))
+        written = snap.status.get("progress")
+        if isinstance(written, dict) and "percent" in written:
+            head.add_row("As written", _t(f"{safe(written.get('percent'))}% "
+                                          f"{safe(written.get('message', ''))}"))
     head.add_row("Phase", _t(phase, {SUCCEEDED: "green", FAILED: "red"}.get(phase, "yellow")))
+    if v.health_summary:
+        judged = "" if v.judged_at is None or snap.source != SOURCE_CR \
+            else f" (judged {_ago(v.judged_at)} by the watcher)"
+        head.add_row("Health", _t(v.health_summary + judged,
+                                  "green" if v.health_summary == "Healthy" else "red"))
     for c in v.notable:  # a failure, a pod waiting, what health says
         head.add_row(c.type, _t(f"{c.reason}: {c.message}", "red" if c.type == FAILED
                                 else "yellow"))
@@ -653,11 +806,12 @@ def render(snap: Snapshot) -> Any:
         parts.append(t)
     if v.shows_workers:
         ends = v.has_pod_ends
-        t = table("Workers", "POD", "PROGRESS", "STATE", "MESSAGE",
+        t = table("Workers", "POD", "PROGRESS", "STATE", "HEALTH", "MESSAGE",
                   *(("POD ENDED",) if ends else ()))
         for w in v.workers:
+            flag = "stalled" if w.stalled else "straggling" if w.straggler else ""
             cells = [_t(w.pod), _t("-" if w.fraction is None else f"{w.fraction * 100:.1f}%"),
-                     _t(w.state, "red" if w.bad else ""), _t(w.message)]
+                     _t(w.state, "red" if w.bad else ""), _t(flag, "red"), _t(w.message)]
             if ends:
                 cells.append(_t(w.ended, "red" if w.ended_failed else ""))
             t.add_row(*cells)
@@ -679,6 +833,12 @@ def render(snap: Snapshot) -> Any:
         for reason, sender, n, detail in snap.refusals.rows():
             t.add_row(_t(reason, "red"), _t(sender), _t(n), _t(detail))
         parts.append(t)
+    if snap.unread:
+        t = table("Unreadable in the status (kept as written)", "ENTRY", "WHY")
+        for problem in snap.unread.problems:
+            where, _, why = problem.partition(": ")
+            t.add_row(_t(where, "red"), _t(why))
+        parts.append(t)
     if v.refused:
         t = table("Refused by the watcher", "REASON", "EVENTS")
         for reason, n in v.refused:
@@ -696,7 +856,7 @@ def register_cells(reg: RegisterTable, row: RegisterRow) -> list[Any]:
     extremes and history when the kind keeps a curve, and how long ago it was written when
     the kind shows that."""
     kind = reg.kind
-    cells = [_t(row.name), *(_t(text, f.style)
+    cells = [_t(row.name), *(_t(text, "red" if f.non_finite and text in NON_FINITE else f.style)
                              for f, text in zip(kind.values, row.values, strict=True))]
     if reg.curve:
         cells += [_t(scalar_text(row.low)), _t(scalar_text(row.high)),
@@ -723,6 +883,8 @@ def one_line(snap: Snapshot) -> str:
             if len(reg.rows) > INLINE_MAX:
                 values += f" (+{len(reg.rows) - INLINE_MAX} {reg.kind.section})"
     tail = f" {v.phase.lower()}" if v.finished else ""
+    if v.health_summary and v.health_summary != "Healthy":
+        tail += f" health={v.health_summary}"
     return safe(f"{now} {v.task.namespace}/{v.task.name} {progress} "
                 f"(links {counts.get('links', 0)}, decks {counts.get('decks', 0)}, "
                 f"spans {len(v.spans)}){values}{tail}")

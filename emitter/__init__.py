@@ -29,7 +29,7 @@ from tidings.schemas.payloads import Payload
 
 from .config import EmitterConfig, Identity
 from .core import Emitter, started_emitters
-from .outcome import install_crash_hooks, report_failure
+from .outcome import install_crash_hooks, install_sigterm_flush, report_failure
 from .spans import Span
 from .spans import traced as _traced
 
@@ -102,7 +102,7 @@ def progress(fraction: float, message: str = "", final: bool = False,
 def metric(name: str, value: float, *, step: int | None = None) -> None:
     """Report the latest value of a named scalar metric (loss, learning rate, eval accuracy,
     samples/s), at training ``step`` when given; coalesced per name. NaN and infinities are
-    refused and counted."""
+    sent as such: the task's ``NonFiniteMetrics`` condition names them."""
     (_default or get_emitter()).metric(name, value, step=step)
 
 
@@ -166,10 +166,12 @@ def stats() -> dict[str, Any]:
 @contextmanager
 def run(emitter: Emitter | None = None) -> Iterator[Emitter]:
     """``with run():`` around a worker's work: a clean exit (or ``sys.exit(0)``) reports a
-    successful final, an exception a failed final naming it (then it propagates). Uses the
-    default Emitter unless one is given."""
+    successful final, an exception a failed final naming it, a non-zero ``sys.exit`` one
+    with its code or message (then it propagates). Uses the default Emitter unless one is
+    given."""
     em = emitter if emitter is not None else get_emitter()
     install_crash_hooks(started_emitters)
+    install_sigterm_flush(started_emitters, em.config.sigterm_flush_s)
     try:
         yield em
     except SystemExit as e:

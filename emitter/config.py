@@ -43,6 +43,10 @@ class EmitterConfig:
     max_queue: int = 10_000
     # Deadline of the flush that runs at interpreter exit.
     exit_flush_s: float = 5.0
+    # On SIGTERM (eviction, preemption, deletion: Kubernetes then waits the pod's
+    # terminationGracePeriodSeconds, 30 s by default, before SIGKILL), flush within this many
+    # seconds before the previous handler runs; 0: install no SIGTERM handler.
+    sigterm_flush_s: float = 5.0
     # Backoff between retries: full jitter, exponential from retry_initial_s up to retry_max_s.
     retry_initial_s: float = 0.25
     retry_max_s: float = 30.0

@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import math
 import os
 import queue
 import threading
@@ -28,7 +27,7 @@ from .aggregate import SpanAggregator
 from .config import EmitterConfig, Identity
 from .counters import Counters
 from .items import STOP, WAKE, Flush, Item, LatestSlot, ProgressSlot, QueueItem
-from .outcome import install_crash_hooks
+from .outcome import exit_flush_begins, install_crash_hooks, install_sigterm_flush
 from .sender import Sender
 
 if TYPE_CHECKING:  # the transport (the Kubernetes client) loads on the sender thread
@@ -74,12 +73,12 @@ class Emitter:
         self._progress = ProgressSlot()
         # The latest valid fraction this worker reported: what a failure keeps by default.
         self._fraction = 0.0
+        self._final = False  # a final progress was emitted (an exit then reports nothing)
         self._latest = LatestSlot(int(cfg.max_span_names))
         self._counters = Counters()
         self._losses_seen = 0  # losses() as the previous flush saw it
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._warned_nonfinite = False
         self._abandon = threading.Event()  # the exit deadline passed: stop retrying
         self._sender = self.sender_type(
             cfg, self.identity, self.instance, q=self._q, spans=self._spans,
@@ -117,6 +116,7 @@ class Emitter:
                 if prev is not None:
                     slot.coalesced += 1
             if final:
+                self._final = True
                 fields: dict[str, Any] = {"fraction": fraction, "message": message, "final": True}
                 if failed:
                     fields["failed"] = True
@@ -135,6 +135,11 @@ class Emitter:
         self.progress(self._fraction if fraction is None else fraction, message, final=True,
                       failed=True)
 
+    @property
+    def final_sent(self) -> bool:
+        """Whether this worker emitted its final progress (success or failure) already."""
+        return self._final
+
     def declare_workers(self, count: int) -> None:
         """How many workers the task has (a framework's world size, in pods), sent with this
         worker's progress from now on, unless ``TIDINGS_EMIT_WORKERS`` already declared it."""
@@ -150,18 +155,13 @@ class Emitter:
         ``step`` when given. Coalesced: the latest value per name per span window is sent,
         with the name's exact minimum and maximum and, from its steps, a sample spread over
         the run (emitter/curves.py), so the task's status has its curve. NaN and infinities
-        are refused and counted (``stats()['invalid']``)."""
+        are sent as such (a diverging loss is a health fact: the task's ``NonFiniteMetrics``
+        condition) and are no part of the curve; a value that is no number is counted as
+        invalid."""
         try:
             v = float(value)
             if not (isinstance(name, str) and (step is None or type(step) is int)):
                 raise TypeError("metric name must be a str and step an int or None")
-            if not math.isfinite(v):
-                self._counters.problem("invalid")
-                if not self._warned_nonfinite:
-                    self._warned_nonfinite = True
-                    log.warning("tidings: metric %r is %r, not finite: not sent (counted in "
-                                "invalid; later ones silently)", str(name)[:80], v)
-                return
             self._latest.put((Metric, name),
                              ({"name": name, "value": v, "step": step}, time.time()), (v, step))
             if self._thread is None:
@@ -237,6 +237,7 @@ class Emitter:
             self._thread = t
         _register_atexit()
         install_crash_hooks(started_emitters)
+        install_sigterm_flush(started_emitters, self.config.sigterm_flush_s)
         t.start()
 
     # ---- control -----------------------------------------------------------------------
@@ -344,6 +345,7 @@ def started_emitters() -> list[Emitter]:
 
 def _close_all() -> None:
     """At interpreter exit: flush every started Emitter, each within its exit_flush_s."""
+    exit_flush_begins()
     for em in started_emitters():
         with contextlib.suppress(Exception):
             em.close()

@@ -71,14 +71,25 @@ class Curve:
 
     def extremes(self, value: float) -> tuple[float | None, float | None]:
         """The min and max a row of ``value`` must carry: those beyond what the watcher
-        knows once it has the row (None: nothing to add)."""
-        lo = self.lo if self.lo < min(self.told_lo, value) else None
-        hi = self.hi if self.hi > max(self.told_hi, value) else None
+        knows once it has the row (None: nothing to add). A value that is not finite tells
+        nothing of them."""
+        if not -math.inf < value < math.inf:
+            value = math.nan  # (no comparison with it holds)
+        lo = self.lo if self.lo < self.told_lo and not self.lo >= value else None
+        hi = self.hi if self.hi > self.told_hi and not self.hi <= value else None
         return lo, hi
 
     def told(self, value: float, lo: float | None, hi: float | None) -> None:
-        self.told_lo = min(self.told_lo, value, math.inf if lo is None else lo)
-        self.told_hi = max(self.told_hi, value, -math.inf if hi is None else hi)
+        if not -math.inf < value < math.inf:
+            value = math.nan
+        if value < self.told_lo:
+            self.told_lo = value
+        if value > self.told_hi:
+            self.told_hi = value
+        if lo is not None and lo < self.told_lo:
+            self.told_lo = lo
+        if hi is not None and hi > self.told_hi:
+            self.told_hi = hi
 
     def forget_told(self) -> None:
         """A note carrying the extremes was lost: tell them again."""

@@ -33,6 +33,7 @@ from tidings.schemas.names import task_id_error
 from tidings.schemas.payloads import (
     METRIC_POINTS_MAX,
     METRIC_ROWS_MAX,
+    NON_FINITE,
     SPAN_ROWS_MAX,
     Metric,
     Metrics,
@@ -40,6 +41,7 @@ from tidings.schemas.payloads import (
     Progress,
     SpanSummary,
     Window,
+    metric_wire_value,
     payload_type,
     span_row,
 )
@@ -114,14 +116,15 @@ def _metric_row(fields: dict[str, Any], curve: Curve | None) -> list[Any]:
     """A metric's row, all six fields: name, value, step, then the min and max its curve has
     to tell (or None) and its points (flat): the sample's first point when it is unsent."""
     value, step = fields["value"], fields["step"]
+    wire = metric_wire_value(value)  # (NaN and the infinities as their strings)
     if curve is None:
-        return [fields["name"], value, step, None, None, []]
+        return [fields["name"], wire, step, None, None, []]
     lo, hi = curve.extremes(value)
     points: list[Any] = []
     unsent = curve.unsent(step, value)
     if unsent and unsent[0][0] == min(curve.firsts.values(), key=lambda p: p[0])[0]:
         points.extend(Curve.wire(unsent[0]))
-    return [fields["name"], value, step, lo, hi, points]
+    return [fields["name"], wire, step, lo, hi, points]
 
 
 def _add_points(row: list[Any], curve: Curve, room: int) -> int:
@@ -130,7 +133,8 @@ def _add_points(row: list[Any], curve: Curve, room: int) -> int:
     before = len(orjson.dumps(_trimmed(row)))
     points = row[5]
     used = 0
-    for p in curve.unsent(row[2], row[1]):
+    value = NON_FINITE[row[1]] if isinstance(row[1], str) else row[1]
+    for p in curve.unsent(row[2], value):
         step, value = Curve.wire(p)
         if len(points) >= 2 * METRIC_POINTS_MAX:
             break
@@ -148,7 +152,8 @@ def _add_points(row: list[Any], curve: Curve, room: int) -> int:
 def _told(row: list[Any], curve: Curve) -> None:
     """The row is in a note: its extremes are told and its points (and its own, when that
     is a bucket's first) are sent."""
-    _, value, step, lo, hi, points = row
+    _, wire, step, lo, hi, points = row
+    value = NON_FINITE[wire] if isinstance(wire, str) else wire
     curve.told(value, lo, hi)
     sent = set(zip(points[::2], points[1::2], strict=True))
     for p in curve.firsts.values():

@@ -6,7 +6,6 @@ their framework's hooks into these calls.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -117,7 +116,8 @@ class RunReporter:
             self.emitter.record_span(name, start, end)
 
     def metrics(self, values: Mapping[str, Any], step: int | None) -> None:
-        """Send every finite scalar of ``values`` as a Metric (rank 0 only)."""
+        """Send every scalar of ``values`` as a Metric (rank 0 only), NaN and infinities
+        too: a diverging loss is the task's ``NonFiniteMetrics`` condition, not a gap."""
         if not self.reports_run:
             return
         em = self.emitter
@@ -151,7 +151,8 @@ class RunReporter:
 
 
 def scalar(value: Any) -> float | None:
-    """A finite float from a number, a 0-d tensor or array (``.item()``); else None."""
+    """A float (NaN and infinities included) from a number, a 0-d tensor or array
+    (``.item()``); else None."""
     if isinstance(value, bool):
         return None
     if not isinstance(value, int | float):
@@ -162,8 +163,7 @@ def scalar(value: Any) -> float | None:
         value = item()
         if not isinstance(value, int | float) or isinstance(value, bool):
             return None
-    number = float(value)
-    return number if math.isfinite(number) else None
+    return float(value)
 
 
 # --- tracker links --------------------------------------------------------------------------

@@ -640,6 +640,7 @@ Admit = Callable[[ParsedEvent, bool], bool]
 
 
 _EPOCH0 = datetime(1970, 1, 1, tzinfo=UTC)
+_LAST_TIME = datetime.max.replace(tzinfo=UTC)
 
 
 @lru_cache(maxsize=64)  # a few Limits per process; asked once per run
@@ -694,7 +695,11 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
         t = ev.event_time
         if created is not None:
             if created is not last_created:
-                last_created, last_c, bound = created, epoch(created), created + skew
+                last_created, last_c = created, epoch(created)
+                try:
+                    bound = created + skew
+                except OverflowError:  # created within the skew of year 9999's end
+                    bound = _LAST_TIME
             c = last_c
             if c < watermark:
                 if admit is not None:

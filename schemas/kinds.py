@@ -46,6 +46,9 @@ class ValueField:
     header: str
     optional: bool = False  # absent (None) values are left out of the status
     style: str = ""  # the CLI cell's rich style
+    # A float that may be NaN or infinite: such a value goes in the status under this key
+    # instead, spelt "NaN", "Infinity" or "-Infinity" (JSON has no number for it).
+    non_finite: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +121,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("metrics", (payloads.Metric, payloads.Metrics), "named", COALESCIBLE,
          section="metrics", cap="metrics", capped="metrics_capped", batch="metrics",
          drop_rank=35, detail="history", detail_drop="metricHistory", detail_rank=30,
-         values=(ValueField("value", "float", "VALUE"),
+         values=(ValueField("value", "float", "VALUE", non_finite="nonFinite"),
                  ValueField("step", "int", "STEP", optional=True)),
          report=_metric_report, title="Metrics", age=True, inline=True),
     Kind("spans", (payloads.SpanSummary, payloads.SpanSummaries), "spans", COALESCIBLE,

@@ -16,6 +16,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     ValidationInfo,
     field_serializer,
     field_validator,
@@ -365,6 +366,43 @@ class Progress(BaseModel):
         return self
 
 
+# A metric value that is not finite is a health fact (a diverging loss), so it is carried,
+# not refused. JSON has no spelling for it: on the wire (a note, the status) it is one of
+# these strings, as in protobuf's JSON mapping; in memory the float (NaN as ``math.nan``,
+# one object, so that states holding it compare equal).
+NON_FINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def non_finite_text(v: float) -> str | None:
+    """``v``'s wire spelling when it is not finite (NaN, Infinity, -Infinity), else None."""
+    if v != v:
+        return "NaN"
+    if v in (math.inf, -math.inf):
+        return "Infinity" if v > 0 else "-Infinity"
+    return None
+
+
+def _metric_value_in(v: Any) -> Any:
+    if isinstance(v, str):
+        return NON_FINITE.get(v, v)  # (any other string: strict validation refuses it)
+    return v
+
+
+def metric_wire_value(v: float) -> float | str:
+    """A metric value as a note or a status spells it: the number, or its ``NON_FINITE``
+    string."""
+    text = non_finite_text(v)
+    return v if text is None else text
+
+
+def _one_nan(v: float) -> float:
+    return math.nan if v != v else v
+
+
+MetricValue = Annotated[float, Field(allow_inf_nan=True), BeforeValidator(_metric_value_in),
+                        AfterValidator(_one_nan), PlainSerializer(metric_wire_value)]
+
+
 # Points one metric report may carry (its sender's spread sample is no larger).
 METRIC_POINTS_MAX = HISTORY_POINTS
 
@@ -397,19 +435,21 @@ def _points(v: Any) -> Any:
 
 class Metric(BaseModel):
     """The latest value of the named scalar metric ``name`` (loss, learning rate, eval
-    accuracy, samples/s), optionally at training ``step``. Finite values only: NaN and
-    infinities are refused (JSON has no spelling for them).
+    accuracy, samples/s), optionally at training ``step``. A value that is not finite (NaN,
+    an infinity) is kept: on the wire it is the string ``"NaN"``, ``"Infinity"`` or
+    ``"-Infinity"`` (``NON_FINITE``).
 
     What a window's latest value alone would lose, the sender adds (schemas/history.py):
-    ``min``/``max``, the extremes of every value it saw of the name when they lie beyond
-    what it sent before, and ``points``, earlier (step, value) pairs of its own spread
-    sample of the run (on the wire a flat ``[step, value, step, value, ...]`` list)."""
+    ``min``/``max``, the extremes of every finite value it saw of the name when they lie
+    beyond what it sent before, and ``points``, earlier (step, value) pairs of its own spread
+    sample of the run (on the wire a flat ``[step, value, step, value, ...]`` list); the
+    extremes and points are finite."""
 
     model_config = _MODEL_CONFIG
     TYPE: ClassVar[str] = "Metric"
 
     name: Name
-    value: float
+    value: MetricValue
     step: Annotated[int, Field(ge=0, le=2**53)] | None = None
     min: float | None = None
     max: float | None = None
@@ -417,6 +457,9 @@ class Metric(BaseModel):
 
     @model_validator(mode="after")
     def _extremes(self) -> Metric:
+        # (A value that is not finite is no part of the extremes: any finite ones may come.)
+        if not math.isfinite(self.value):
+            return self
         if self.min is not None and self.min > self.value:
             raise PydanticCustomError("metric_extremes", "min must not exceed value")
         if self.max is not None and self.max < self.value:
@@ -436,8 +479,8 @@ class Metric(BaseModel):
     def row(self) -> list[Any]:
         """The compact row of a Metrics note: [name, value, step, min, max, points], the
         trailing fields left out while they are unset."""
-        out: list[Any] = [self.name, self.value, self.step, self.min, self.max,
-                          self._flat(self.points)]
+        out: list[Any] = [self.name, metric_wire_value(self.value), self.step, self.min,
+                          self.max, self._flat(self.points)]
         while len(out) > 3 and out[-1] in (None, []):
             out.pop()
         return out
@@ -461,7 +504,7 @@ def _metric_rows(v: Any) -> Any:
             raise PydanticCustomError(
                 "metric_row", "a metric row is [name, value, step or null, min, max, points]"
                 " (the last three optional)")
-        # Metric validates each row (name rules, a finite value, the step's bounds).
+        # Metric validates each row (name rules, the value, the step's bounds, the extremes).
         out.append(Metric(**{k: x for k, x in zip(_METRIC_ROW_KEYS, row, strict=False)
                              if x is not None or k == "step"}))
     if len({m.name for m in out}) != len(out):

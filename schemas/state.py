@@ -22,8 +22,10 @@ from ._fast import slot_constructor
 from .constants import NAME_LIMIT, TYPE_LIMIT, WORKERS_MAX
 from .contract import FAILED, PENDING, RUNNING, SUCCEEDED
 from .event import ParsedEvent, TaskRef
+from .health import DEFAULT_HEALTH, HealthSettings, evaluate, health_json
+from .health import conditions as health_conditions
 from .history import Series
-from .kinds import BUDGET_STEPS, KINDS, NAMED_KINDS, Kind, Scalar
+from .kinds import BUDGET_STEPS, KINDS, NAMED_KINDS, Kind, Scalar, ValueField
 from .note import valid_instance, valid_seq
 from .observed import (
     EMPTY_OBSERVED,
@@ -35,7 +37,7 @@ from .observed import (
     clean_reason,
     exit_code_of,
 )
-from .payloads import cut_text
+from .payloads import NON_FINITE, cut_text, non_finite_text
 from .roster import (
     EMPTY_ROSTER,
     FRACTION_MASK,
@@ -54,6 +56,7 @@ from .roster import (
 )
 from .roster import FAILED as FAILED_BIT
 from .roster import FINAL as FINAL_BIT
+from .text import sanitize_text
 from .times import epoch, format_seconds, format_time, from_epoch, parse_time
 from .version_vector import VersionVector
 
@@ -81,6 +84,10 @@ BUDGET_DROP_ORDER: tuple[str, ...] = ("pods", "podOutcomes",
 # creationTimestamp has whole seconds, so an honest eventTime is less than 1 s past it; 2 s
 # allows that plus a second of clock error, and bounds what a false future time can win.
 CLOCK_SKEW = timedelta(seconds=2)
+# The farthest past a worker's latest report its pace may put the task's estimated
+# completion time; beyond it the estimate is left out (see ``estimated_completion``).
+ETA_HORIZON = timedelta(days=365)
+_ETA_HORIZON_S = ETA_HORIZON.total_seconds()
 
 COUNTER_NAMES: tuple[str, ...] = (
     "events_applied",  # distinct events folded in (order-independent)
@@ -324,16 +331,19 @@ class TaskState:
         """The task's aggregate progress; None when no worker reported any."""
         return _aggregate(self)
 
-    def to_status(self, budget: int | None = None) -> dict[str, Any]:
+    def to_status(self, budget: int | None = None, *, now: datetime | None = None,
+                  health: HealthSettings = DEFAULT_HEALTH) -> dict[str, Any]:
         """The JSON-safe ``.status`` dict: camelCase, structural (deploy/crd.yaml documents
-        every field); empty maps, zero counters and absent values are left out.
+        every field); empty maps, zero counters and absent values are left out. Its health
+        (``schemas/health.py``: conditions and ``health``) is judged with ``health``'s
+        thresholds, and silence (``Stalled``) only when ``now`` says when it is judged.
 
         With ``budget`` (bytes), entries are dropped in ``BUDGET_DROP_ORDER`` (from the end of
         each section, the largest names first) while the encoded status is larger, and
         ``budgetDropped`` counts what went per section (the in-memory state keeps it all; only
         the written copy is cut). Phase, conditions, progress, the workers' progress, counters,
         the roster and the version vector are never dropped."""
-        st = self._status()
+        st = self._status(now, health)
         if budget is None:
             return st
         size = len(orjson.dumps(st)) + _DROPPED_RESERVE
@@ -368,12 +378,14 @@ class TaskState:
             st["budgetDropped"] = dropped
         return st
 
-    def _status(self) -> dict[str, Any]:
+    def _status(self, now: datetime | None, settings: HealthSettings) -> dict[str, Any]:
         phase = self.phase
         st: dict[str, Any] = {"schemaVersion": STATUS_VERSION, "phase": phase}
         conditions = _conditions(self, phase)
         if conditions:
-            st["conditions"] = conditions
+            health = evaluate(self, now, settings)
+            st["conditions"] = conditions + health_conditions(self, health)
+            st["health"] = health_json(health)
         agg = _aggregate(self, phase)
         if agg is not None:
             st["progress"] = _progress_json(agg, phase)
@@ -493,13 +505,15 @@ def _named_json(kind: Kind, v: Named) -> dict[str, Any]:
     ``at`` and ``events``."""
     fields = kind.values
     out: dict[str, Any] = {}
-    if len(fields) == 1:
-        out[fields[0].attr] = v.value
-    else:
-        assert isinstance(v.value, tuple)
-        for f, x in zip(fields, v.value, strict=True):
-            if x is not None:
-                out[f.attr] = x
+    values = v.value if isinstance(v.value, tuple) else (v.value,)
+    for f, x in zip(fields, values, strict=True):
+        if x is None:
+            continue
+        text = non_finite_text(x) if f.non_finite and type(x) is float else None
+        if text is None:
+            out[f.attr] = x
+        else:
+            out[f.non_finite] = text
     out["at"] = _key_text(v.at)
     out["events"] = v.events
     if v.series is not None:
@@ -719,8 +733,11 @@ def estimated_completion(state: TaskState) -> datetime | None:
     detailed workers that are not final, (t0, f0) the worker's earliest Progress and (t1,
     f1) its latest (order times: eventTime bounded by the server's clock). None when it
     cannot be estimated: a declared worker has not reported yet, a worker has no second
-    report or no progress since its first, or went backwards. A worker whose pod ended is
-    final."""
+    report or no progress since its first, or went backwards, or a worker's pace puts its
+    end more than ``ETA_HORIZON`` past its latest report (an eventTime from a skewed clock
+    makes any pace; no such estimate is worth showing, and past year 9999 none could be
+    written). A worker whose pod ended is final. Total: no time or fraction the contract
+    accepts makes it raise."""
     r = state.roster
     if len(r.marks) < r.declared or r.finals + r.pod_finals == len(r.marks):
         return None
@@ -734,7 +751,13 @@ def estimated_completion(state: TaskState) -> datetime | None:
         df = w.fraction - w.first_fraction
         if df <= 0 or t1 <= t0:
             return None
-        eta = t1 + (t1 - t0) * ((1.0 - w.fraction) / df)
+        ahead = (t1 - t0).total_seconds() * ((1.0 - w.fraction) / df)
+        if not ahead <= _ETA_HORIZON_S:
+            return None
+        try:
+            eta = t1 + timedelta(seconds=ahead)
+        except OverflowError:  # t1 itself within the horizon of year 9999's end
+            return None
         if latest is None or eta > latest:
             latest = eta
     return latest
@@ -868,22 +891,149 @@ def _us(t: float) -> int:
 
 
 # --- the decoder: ``.status`` back to a ``TaskState`` ----------------------------------
-# The inverse of ``to_status`` for every status the fold wrote; anything else (another
-# layout, a hand-edited or hostile status) gives a fresh state rather than a wrong one. A
-# status written under larger limits is cut by the same smallest-keys rule the fold uses,
-# and what is cut is counted in ``*_capped``.
+# The inverse of ``to_status`` for every status the fold wrote. Anything else (a hand-edited
+# or hostile status) is read entry by entry: every entry of a map or list section (a link,
+# deck, metric, span, worker, pod, pod outcome or unknown type) that reads is kept, one that
+# does not is kept verbatim beside the state (``Unread``) and written back as it was, unless
+# a readable entry of the same key replaces it. A part that is not an entry (the layout
+# version, the roster, the version vector, counters, times, the platform) and does not read
+# makes the read *partial*: its readers show what they can, and the watcher never writes
+# over such a status (it would write less than it holds). A status written under larger
+# limits is cut by the same smallest-keys rule the fold uses, and what is cut is counted in
+# ``*_capped``.
+
+# Problems an ``Unread`` describes one by one (the rest are counted).
+PROBLEMS_SHOWN = 20
+# The list sections' keys: a verbatim item is written back unless the state holds its key.
+def _worker_key(w: Any) -> str | None:
+    pod = w.get("pod") if isinstance(w, Mapping) else None
+    return pod if isinstance(pod, str) else None
+
+
+def _pod_key(p: Any) -> tuple[str, str] | None:
+    name, uid = (p.get("name"), p.get("uid")) if isinstance(p, Mapping) else (None, None)
+    return (name, uid) if isinstance(name, str) and isinstance(uid, str) else None
+
+
+def _verdict_key(v: Any) -> str | None:
+    pod = v.get("pod") if isinstance(v, Mapping) else None
+    return pod if isinstance(pod, str) else None
+
+
+_ITEM_KEYS: dict[str, Callable[[Any], Any]] = {
+    "workers": _worker_key, "pods": _pod_key, "podOutcomes": _verdict_key,
+    "waitingPods": _verdict_key}
+
+
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """What a ``.status`` held that could not be read: the unreadable entries of its map
+    sections (section -> key -> the entry as written) and items of its list sections
+    (``workers``, ``pods``, ``podOutcomes``, ``waitingPods``), each kept verbatim; why, in a
+    few lines; and whether a part that is not an entry could not be read (``partial``: never
+    written over)."""
+
+    entries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    items: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+    partial: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.entries or self.items or self.problems or self.partial)
+
+    def merge_into(self, status: dict[str, Any], state: TaskState) -> dict[str, Any]:
+        """``status`` (``state.to_status()``) with the unreadable entries written back as
+        they were, except where ``state`` holds an entry of the same key (a fact since
+        replaced it, or the byte budget left it out). Returns ``status``."""
+        held: dict[str, Any] = {k.section: state.registers(k) for k in NAMED_KINDS}
+        held.update(spans=state.spans, unknownTypes=state.unknown, workers=state.workers,
+                    pods=state.pod_events, podOutcomes=state.observed.pods,
+                    waitingPods=state.observed.waiting)
+        for section, raw in self.entries.items():
+            kept = {k: v for k, v in raw.items() if k not in held.get(section, ())}
+            if kept:
+                status[section] = {**status.get(section, {}), **kept}
+        for section, items in self.items.items():
+            key = _ITEM_KEYS[section]
+            kept_items = [v for v in items if key(v) not in held.get(section, ())]
+            if kept_items:
+                status[section] = [*status.get(section, []), *kept_items]
+        if "links" in self.entries and "links" in status:
+            status["linkCount"] = len(status["links"])
+        return status
+
+
+NOTHING_UNREAD = Unread()
+
+
+class StatusRead(NamedTuple):
+    """A ``.status`` read entry by entry: the state of what could be read, and the rest."""
+
+    state: TaskState
+    unread: Unread
+
+
+class _Reading:
+    """Collects what a read could not use (see ``Unread``)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.items: dict[str, list[Any]] = {}
+        self.problems: list[str] = []
+        self.count = 0
+        self.partial = False
+
+    def problem(self, where: str, error: Exception) -> None:
+        self.count += 1
+        if len(self.problems) < PROBLEMS_SHOWN:
+            why = str(error) if isinstance(error, ValueError) else type(error).__name__
+            self.problems.append(f"{cut_text(sanitize_text(where), 120)}: {why}")
+
+    def entry(self, section: str, key: Any, raw: Any, error: Exception) -> None:
+        self.entries.setdefault(section, {})[str(key)] = raw
+        self.problem(f"{section}/{key}", error)
+
+    def item(self, section: str, raw: Any, error: Exception) -> None:
+        self.items.setdefault(section, []).append(raw)
+        key = _ITEM_KEYS[section](raw)
+        self.problem(f"{section}/{key if isinstance(key, str) else key[0] if key else '?'}",
+                     error)
+
+    def whole(self, part: str, error: Exception) -> None:
+        self.partial = True
+        self.problem(part, error)
+
+    def result(self) -> Unread:
+        if not (self.entries or self.items or self.count or self.partial):
+            return NOTHING_UNREAD
+        problems = self.problems
+        if self.count > len(problems):
+            problems = [*problems, f"and {self.count - len(problems)} more"]
+        return Unread({k: dict(v) for k, v in self.entries.items()},
+                      {k: tuple(v) for k, v in self.items.items()}, tuple(problems),
+                      self.partial)
+
+
+def read_status(task: TaskRef, status: Any, limits: Limits = DEFAULT_LIMITS) -> StatusRead:
+    """The state a ``.status`` dict holds, read entry by entry, and what could not be read
+    (see ``Unread``). Never raises. An empty status, or one of an older layout (version 1:
+    no longer read, replaced by the next write), reads as a fresh state with nothing unread;
+    another layout (a newer watcher's) as a fresh state that is ``partial``."""
+    if not isinstance(status, Mapping) or not status:
+        return StatusRead(new_state(task, limits), NOTHING_UNREAD)
+    r = _Reading()
+    try:
+        state = _from_status(task, status, limits, r)
+    except Exception as e:  # (a reader bug: nothing of it is trusted, nothing written over)
+        r.whole("status", e)
+        state = new_state(task, limits)
+    return StatusRead(state, r.result())
 
 
 def decode_status(task: TaskRef, status: Any, limits: Limits = DEFAULT_LIMITS) -> TaskState:
-    """``TaskState.from_status``: the state a ``.status`` dict holds; never raises (anything
-    unreadable gives a fresh state for ``task``)."""
-    if not isinstance(status, Mapping) or not status:
-        return new_state(task, limits)
-    try:
-        return _from_status(task, status, limits)
-    except Exception:
-        return new_state(task, limits)
-
+    """``TaskState.from_status``: the state of what a ``.status`` dict holds that can be read
+    (``read_status`` says what could not); never raises."""
+    return read_status(task, status, limits).state
 
 
 def _need(cond: bool, what: str) -> None:
@@ -936,17 +1086,70 @@ def _scalar(v: Any, kind: str, optional: bool) -> Scalar:
     return float(v)
 
 
-def _named_map(data: Any, kind: Kind) -> dict[str, Named]:
-    _need(isinstance(data, Mapping), "bad map")
-    out: dict[str, Named] = {}
+def _field_value(entry: Mapping[str, Any], f: ValueField) -> Scalar:
+    if f.non_finite and f.non_finite in entry:
+        token = entry[f.non_finite]
+        _need(f.attr not in entry and isinstance(token, str) and token in NON_FINITE,
+              "bad nonFinite value")
+        return NON_FINITE[token]
+    return _scalar(entry.get(f.attr), f.type, f.optional)
+
+
+def _named(kind: Kind) -> Callable[[Any, Any], tuple[str, Named]]:
     fields = kind.values
+
+    def read(k: Any, v: Any) -> tuple[str, Named]:
+        _need(isinstance(v, Mapping), "not an object")
+        values = tuple(_field_value(v, f) for f in fields)
+        return _name(k), Named(values[0] if len(values) == 1 else values, _key(v.get("at")),
+                               _int(v.get("events")),
+                               None if kind.report is None else history.from_status(v))
+    return read
+
+
+def _entries(st: Mapping[str, Any], section: str, r: _Reading,
+             read: Callable[[Any, Any], tuple[K, V]]) -> dict[K, V]:
+    """The readable entries of the map section ``section``; the others go to ``r``."""
+    data = st.get(section, {})
+    out: dict[K, V] = {}
+    if not isinstance(data, Mapping):
+        r.whole(section, ValueError("not a map"))
+        return out
     for k, v in data.items():
-        _need(isinstance(v, Mapping), "bad entry")
-        values = tuple(_scalar(v.get(f.attr), f.type, f.optional) for f in fields)
-        out[_name(k)] = Named(values[0] if len(values) == 1 else values, _key(v.get("at")),
-                              _int(v.get("events")),
-                              None if kind.report is None else history.from_status(v))
+        try:
+            key, value = read(k, v)
+        except Exception as e:
+            r.entry(section, k, v, e)
+            continue
+        out[key] = value
     return out
+
+
+def _items(st: Mapping[str, Any], section: str, r: _Reading,
+           read: Callable[[Any], tuple[K, V]]) -> dict[K, V]:
+    """The readable items of the list section ``section``, by key; the others go to ``r``."""
+    data = st.get(section, [])
+    out: dict[K, V] = {}
+    if not isinstance(data, list):
+        r.whole(section, ValueError("not a list"))
+        return out
+    for item in data:
+        try:
+            key, value = read(item)
+        except Exception as e:
+            r.item(section, item, e)
+            continue
+        out[key] = value
+    return out
+
+
+def _part(r: _Reading, part: str, read: Callable[[], V], fallback: V) -> V:
+    """``read()``, or ``fallback`` when the part does not read (the read is then partial)."""
+    try:
+        return read()
+    except Exception as e:
+        r.whole(part, e)
+        return fallback
 
 
 def _trim(entries: dict[K, V], cap: int, weight: Callable[[V], int]) -> tuple[dict[K, V], int]:
@@ -1028,31 +1231,35 @@ def _no_weight(v: object) -> int:
     return 0
 
 
-def _observed(st: Mapping[str, Any], lim: Limits) -> Observed:
-    """``podOutcomes``, ``waitingPods`` and ``platform`` as ``_observed_json`` wrote them."""
-    pods: dict[str, PodVerdict] = {}
-    waiting: dict[str, PodVerdict] = {}
-    for key, time_key, into in (("podOutcomes", "at", pods), ("waitingPods", "since", waiting)):
-        raw = st.get(key, [])
-        _need(isinstance(raw, list), f"bad {key}")
-        for v in raw:
-            verdict = _verdict(v, time_key, key == "podOutcomes")
-            into[verdict.pod] = verdict
+def _observed(st: Mapping[str, Any], lim: Limits, r: _Reading) -> Observed:
+    """``podOutcomes``, ``waitingPods`` and ``platform`` as ``_observed_json`` wrote them,
+    entry by entry (an unreadable verdict goes to ``r``; an unreadable platform makes the
+    read partial)."""
+    pods = _items(st, "podOutcomes", r, lambda v: _pod_verdict(v, "at", True))
+    waiting = _items(st, "waitingPods", r, lambda v: _pod_verdict(v, "since", False))
     pods, _ = _trim(pods, lim.observed_pods, _no_weight)
     waiting, _ = _trim(waiting, lim.waiting, _no_weight)
-    platform: PlatformOutcome | None = None
-    raw_p = st.get("platform")
-    if raw_p is not None:
-        _need(isinstance(raw_p, Mapping), "bad platform")
-        f = {k: raw_p.get(k, "") for k in ("apiVersion", "kind", "name", "uid", "phase",
-                                          "reason", "message")}
-        _need(all(isinstance(x, str) and len(x) <= 320 for x in f.values())
-              and f["phase"] in (RUNNING, SUCCEEDED, FAILED) and bool(f["name"]),
-              "bad platform")
-        platform = PlatformOutcome(f["apiVersion"], f["kind"], f["name"], f["uid"],
-                                   f["phase"], clean_reason(f["reason"]),
-                                   clean_message(f["message"]), _time(raw_p.get("at")))
+    platform = _part(r, "platform", lambda: _platform(st.get("platform")), None)
     return Observed(pods, waiting, platform)
+
+
+def _platform(raw_p: Any) -> PlatformOutcome | None:
+    if raw_p is None:
+        return None
+    _need(isinstance(raw_p, Mapping), "bad platform")
+    f = {k: raw_p.get(k, "") for k in ("apiVersion", "kind", "name", "uid", "phase",
+                                      "reason", "message")}
+    _need(all(isinstance(x, str) and len(x) <= 320 for x in f.values())
+          and f["phase"] in (RUNNING, SUCCEEDED, FAILED) and bool(f["name"]),
+          "bad platform")
+    return PlatformOutcome(f["apiVersion"], f["kind"], f["name"], f["uid"],
+                           f["phase"], clean_reason(f["reason"]),
+                           clean_message(f["message"]), _time(raw_p.get("at")))
+
+
+def _pod_verdict(v: Any, time_key: str, terminal: bool) -> tuple[str, PodVerdict]:
+    verdict = _verdict(v, time_key, terminal)
+    return verdict.pod, verdict
 
 
 def _verdict(v: Any, time_key: str, terminal: bool) -> PodVerdict:
@@ -1072,37 +1279,57 @@ def _verdict(v: Any, time_key: str, terminal: bool) -> PodVerdict:
                       clean_message(message), code, at, explained)
 
 
-def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState:
-    _need(_int(st.get("schemaVersion")) == STATUS_VERSION, "another status layout")
-    named = {k.section: _named_map(st.get(k.section, {}), k) for k in NAMED_KINDS}
-    spans: dict[str, SpanAgg] = {}
-    raw_spans = st.get("spans", {})
-    _need(isinstance(raw_spans, Mapping), "bad spans")
-    for k, s in raw_spans.items():
-        spans[_name(k)] = _span(s)
-    raw_workers = st.get("workers", [])
-    _need(isinstance(raw_workers, list), "bad workers")
-    workers = dict(_worker(w) for w in raw_workers)
-    pods: dict[tuple[str, str], int] = {}
-    raw_pods = st.get("pods", [])
-    _need(isinstance(raw_pods, list), "bad pods")
-    for p in raw_pods:
-        _need(isinstance(p, Mapping), "bad pod")
-        pods[(_name(p.get("name"), 253), _name(p.get("uid"), 64))] = _int(p.get("events"))
-    unknown: dict[str, int] = {}
-    raw_unknown = st.get("unknownTypes", {})
-    _need(isinstance(raw_unknown, Mapping), "bad unknownTypes")
-    for k, c in raw_unknown.items():
-        unknown[_name(k, TYPE_LIMIT)] = _int(c)
-    raw_counters = st.get("counters", {})
-    _need(isinstance(raw_counters, Mapping), "bad counters")
+def _span(k: Any, s: Any) -> tuple[str, SpanAgg]:
+    _need(isinstance(s, Mapping), "not an object")
+    return _name(k), _span_entry(s)
+
+
+def _pod(p: Any) -> tuple[tuple[str, str], int]:
+    _need(isinstance(p, Mapping), "not an object")
+    return (_name(p.get("name"), 253), _name(p.get("uid"), 64)), _int(p.get("events"))
+
+
+def _unknown_type(k: Any, c: Any) -> tuple[str, int]:
+    return _name(k, TYPE_LIMIT), _int(c)
+
+
+def _counters(raw: Any, r: _Reading) -> tuple[dict[str, int], int]:
     counters = dict.fromkeys(COUNTER_NAMES, 0)
-    for k, v in raw_counters.items():
-        if k in _SNAKE:
-            counters[_SNAKE[k]] = _int(v)
-    warnings = _int(raw_counters.get("warnings", 0))
-    applied, times = VersionVector.parse_text(st.get("applied", ""))
-    wm = _time(st.get("compactedBefore"))
+    warnings = 0
+    if not isinstance(raw, Mapping):
+        r.whole("counters", ValueError("not a map"))
+        return counters, warnings
+    for k, v in raw.items():
+        if k in _SNAKE or k == "warnings":
+            try:
+                n = _int(v)
+            except ValueError as e:
+                r.whole(f"counters.{k}", e)
+                continue
+            if k == "warnings":
+                warnings = n
+            else:
+                counters[_SNAKE[k]] = n
+    return counters, warnings
+
+
+def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits, r: _Reading) -> TaskState:
+    version = st.get("schemaVersion")
+    if type(version) is not int or version != STATUS_VERSION:
+        if not (type(version) is int and 1 <= version < STATUS_VERSION):
+            r.whole("schemaVersion", ValueError(
+                f"layout {str(version)[:20]!r}, not {STATUS_VERSION}"))
+        return new_state(task, lim)  # (an older layout is no longer read: replaced)
+    named = {k.section: _entries(st, k.section, r, _named(k)) for k in NAMED_KINDS}
+    spans = _entries(st, "spans", r, _span)
+    workers = _items(st, "workers", r, _worker)
+    pods = _items(st, "pods", r, _pod)
+    unknown = _entries(st, "unknownTypes", r, _unknown_type)
+    counters, warnings = _counters(st.get("counters", {}), r)
+    no_times: dict[str, int] = {}
+    applied, times = _part(r, "applied", lambda: VersionVector.parse_text(st.get("applied", "")),
+                           (VersionVector(), no_times))
+    wm = _part(r, "compactedBefore", lambda: _time(st.get("compactedBefore")), None)
     watermark = 0 if wm is None else epoch(wm)
 
     for kind in NAMED_KINDS:
@@ -1115,7 +1342,15 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
     pods, c4 = _trim(pods, lim.pods, _ident)
     unknown, c5 = _trim(unknown, lim.unknown_types, _ident)
     workers, c6 = _trim(workers, lim.workers, _worker_weight)
-    roster, c7 = _roster(st.get("roster"), workers, lim)
+    raw_roster = st.get("roster")
+    if raw_roster is None and "workers" in r.items:
+        # The roster these workers imply would miss the unreadable ones.
+        r.whole("roster", ValueError("absent, and a worker is unreadable"))
+    try:
+        roster, c7 = _roster(raw_roster, workers, lim)
+    except Exception as e:
+        r.whole("roster", e)
+        roster, c7 = _roster(None, workers, lim)  # (shown, never written: the read is partial)
     for name, extra in (
         ("spans_capped", c3),
         ("pods_capped", c4),
@@ -1133,13 +1368,15 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits) -> TaskState
         applied=applied,
         instance_times=times,
         watermark=watermark,
-        first_event_time=_time(st.get("firstEventTime")),
-        last_event_time=_time(st.get("lastEventTime")),
+        first_event_time=_part(r, "firstEventTime", lambda: _time(st.get("firstEventTime")),
+                               None),
+        last_event_time=_part(r, "lastEventTime", lambda: _time(st.get("lastEventTime")),
+                              None),
         counters=counters,
         unknown=unknown,
         warnings=warnings,
         roster=roster,
-        observed=_observed(st, lim),
+        observed=_observed(st, lim, r),
         limits=lim,
     )
 
@@ -1153,7 +1390,7 @@ def _agg(s: Any) -> SpanAgg:
                    _int(s.get("errors")), _int(s.get("events")), shift, windows)
 
 
-def _span(s: Any) -> SpanAgg:
+def _span_entry(s: Any) -> SpanAgg:
     """A span name's entry with its lanes (see ``_span_json``)."""
     total = _agg(s)
     unlaned = _int(s.get("unlaned", 0))

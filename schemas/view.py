@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from .contract import FAILED, SUCCEEDED
 from .event import TaskRef
 from .kinds import NAMED_KINDS, Kind, Scalar
-from .payloads import web_link
+from .payloads import non_finite_text, web_link
 from .state import Named, TaskState
 from .times import parse_time
 
@@ -98,6 +98,8 @@ class TaskSummary:
     last_event: datetime | None
     created: datetime | None
     labels: Mapping[str, str]
+    # status.health.summary: the health conditions that hold, or Healthy ("": not judged).
+    health_summary: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -132,6 +134,7 @@ def summarize(obj: Mapping[str, Any]) -> TaskSummary:
         last_event=parse_time(st.get("lastEventTime")),
         created=parse_time(meta.get("creationTimestamp")),
         labels={k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)},
+        health_summary=_str(_map(st.get("health")).get("summary")),
     )
 
 
@@ -202,6 +205,7 @@ class WorkerRow:
     ended: str = ""
     ended_failed: bool = False
     straggler: bool = False
+    stalled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +276,10 @@ class TaskView:
     counters: tuple[tuple[str, int], ...]
     # The watcher's refusals of the task's events, by reason (status.refused).
     refused: tuple[tuple[str, int], ...]
+    # Health (schemas/health.py): the conditions that hold, or "Healthy" ("": not judged,
+    # e.g. a status of a watcher before health), and when silence was judged.
+    health_summary: str = ""
+    judged_at: datetime | None = None
 
     @property
     def health(self) -> tuple[Condition, ...]:
@@ -298,15 +306,20 @@ class TaskView:
     @property
     def shows_workers(self) -> bool:
         """A single healthy worker is the task itself: its table would say nothing more."""
-        return len(self.workers) > 1 or any(w.bad or w.ended for w in self.workers)
+        return len(self.workers) > 1 or any(w.bad or w.ended or w.stalled or w.straggler
+                                            for w in self.workers)
 
 
-def task_view(state: TaskState, status: Mapping[str, Any] | None = None) -> TaskView:
+def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
+              now: datetime | None = None) -> TaskView:
     """The view of a folded state; ``status`` is the TaskFeedback status it was read from
-    (its conditions and refusals are the watcher's word); without one (a local fold) the
-    conditions are what the status of this state would say."""
+    (its conditions, health and refusals are the watcher's word); without one (a local fold)
+    the conditions are what the status of this state would say, its health judged at ``now``
+    with the default thresholds (the watcher's rule)."""
     if status is None:
-        status = state.to_status()
+        status = state.to_status(now=now)
+    said = _map(status.get("health"))
+    stalled, straggling = _names(said.get("stalled")), _names(said.get("straggling"))
     r = state.roster
     agg = state.progress
     phase = state.phase
@@ -331,7 +344,8 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None) -> Task
         last_event=state.last_event_time, tables=tables,
         spans=tuple(SpanRow(name, s.count, s.total_s, s.min_s, s.max_s, s.errors, len(s.lanes))
                     for name, s in sorted(state.spans.items())),
-        workers=tuple(_worker_row(state, pod)
+        workers=tuple(replace(_worker_row(state, pod), stalled=pod in stalled,
+                              straggler=pod in straggling)
                       for pod in sorted(set(state.workers) | set(observed.pods))),
         waiting=tuple(WaitingRow(pod, v.reason, v.message, v.at)
                       for pod, v in sorted(observed.waiting.items())),
@@ -339,7 +353,13 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None) -> Task
         events_applied=state.counters.get("events_applied", 0),
         counters=tuple(sorted(noisy.items())),
         refused=read_refused(status),
+        health_summary=_str(said.get("summary")),
+        judged_at=parse_time(said.get("evaluatedAt")),
     )
+
+
+def _names(v: Any) -> frozenset[str]:
+    return frozenset(x for x in v if isinstance(x, str)) if isinstance(v, list) else frozenset()
 
 
 def _worker_row(state: TaskState, pod: str) -> WorkerRow:
@@ -391,11 +411,12 @@ def _pace(fraction: float, first_fraction: float, at: datetime, first_at: dateti
 
 
 def scalar_text(v: Scalar) -> str:
-    """A register's value as text: floats to six significant digits."""
+    """A register's value as text: floats to six significant digits (NaN, Infinity and
+    -Infinity as the wire spells them)."""
     if v is None:
         return ""
     if isinstance(v, float):
-        return f"{v:.6g}"
+        return non_finite_text(v) or f"{v:.6g}"
     return str(v)
 
 

@@ -89,7 +89,8 @@ def run(o: Options, *, announce: Any = print) -> int:
             return None
         task = TaskRef(ns, name)
         state = c.store.get(task)
-        return None if state is None else status_body(state, c.store.refused(task))
+        return None if state is None else status_body(
+            state, c.store.refused(task), c.store.unread(task), health=c.writer.health)
 
     try:
         http = Endpoints(metrics, ready=ready, task_status=task_status,

@@ -6,17 +6,19 @@ watch loop --(parse, push, add key)--> WorkQueue --(one worker per key)--> sende
 
 from __future__ import annotations
 
+import heapq
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 
+from tidings._compat import UTC
 from tidings.kube import Client, KubeError, paginate
 from tidings.kube.objects import KubeObject
 from tidings.schemas.constants import API_VERSION, KIND
@@ -29,10 +31,11 @@ from tidings.schemas.contract import (
 from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event
 from tidings.schemas.fastpath import fast_watch_line
 from tidings.schemas.folding import fold_checked
+from tidings.schemas.health import next_stall, stalled_since_written
 from tidings.schemas.payloads import PodSpawned, Progress
 from tidings.schemas.platform import PodTask
 from tidings.schemas.rejection import Rejection, RejectReason
-from tidings.schemas.state import Limits
+from tidings.schemas.state import Limits, TaskState
 
 from .coalesce import critical_change
 from .logs import OncePerEvent, event_key, task_fields
@@ -41,7 +44,7 @@ from .platform import PlatformTasks
 from .queue import WorkQueue
 from .reflector import Reflector
 from .senders import Retry, Senders, as_task_fact, kube_getter
-from .settings import Settings, task_keys
+from .settings import Settings, health_settings, task_keys
 from .store import Observations, Store
 from .ttl import TtlSweeper
 from .writer import StatusWriter, controller_of
@@ -139,7 +142,15 @@ class Controller:
                                    budget=settings.write_budget,
                                    priority=settings.write_policy != "fifo",
                                    owner_of=self.platform.owner,
-                                   owner_gone=lambda o: self.platform.verify(o) is False)
+                                   owner_gone=lambda o: self.platform.verify(o) is False,
+                                   health=health_settings(settings))
+        # The health clock: silence makes no event, so a running task is judged again when a
+        # worker's silence passes its limit (one write then, none while nothing changes).
+        # task -> that time (epoch s); the heap holds (time, task), stale entries skipped.
+        self._stall_due: dict[TaskRef, float] = {}
+        self._stall_heap: list[tuple[float, TaskRef]] = []
+        self._stall_lock = threading.Lock()
+        self._stall_wake = threading.Event()
         self.ready = threading.Event()
         self._reflectors: list[Reflector] = []
         self._threads: list[threading.Thread] = []
@@ -193,6 +204,7 @@ class Controller:
         events = [self._reflector(p, [("fieldSelector", BUS_SELECTOR)], EventSource(self))
                   for p in self._paths(events_path)]
         self._thread(lambda: self._monitor(events), "monitor")
+        self._thread(self._health_clock, "health")
         if self.s.ttl_after_finished > 0:
             self._thread(self._ttl_loop, "ttl")
 
@@ -207,10 +219,64 @@ class Controller:
                 for obj in data.get("items") or []:
                     meta = obj.get("metadata") or {}
                     task = TaskRef(meta.get("namespace", ""), meta.get("name", ""))
-                    self.store.load(task, obj.get("status"), rv=meta.get("resourceVersion"),
-                                    uid=meta.get("uid"), owner=controller_of(obj))
+                    status = obj.get("status")
+                    state = self.store.load(task, status, rv=meta.get("resourceVersion"),
+                                            uid=meta.get("uid"), owner=controller_of(obj))
+                    if stalled_since_written(state, status, self.writer.health) \
+                            and self.store.touch(task):
+                        self.writer.changed(task, critical=True)  # silent while we were down
+                    self.schedule_health(task, state)
                     n += 1
         return n
+
+    # --- the health clock -----------------------------------------------------------------
+    def schedule_health(self, task: TaskRef, state: TaskState | None,
+                        now: datetime | None = None) -> None:
+        """Judge ``task`` again when its next running worker's silence passes its limit."""
+        due = None if state is None else next_stall(
+            state, now or datetime.now(UTC), self.writer.health)
+        with self._stall_lock:
+            if due is None:
+                self._stall_due.pop(task, None)
+                return
+            at = due.timestamp()
+            if self._stall_due.get(task) == at:
+                return
+            self._stall_due[task] = at
+            heapq.heappush(self._stall_heap, (at, task))
+            soonest = self._stall_heap[0][0] == at
+        if soonest:
+            self._stall_wake.set()
+
+    def _health_clock(self) -> None:
+        while not self._stopping.is_set():
+            with self._stall_lock:
+                wait = 60.0
+                due: list[tuple[float, TaskRef]] = []
+                now = time.time()
+                while self._stall_heap:
+                    at, task = self._stall_heap[0]
+                    if self._stall_due.get(task) != at:
+                        heapq.heappop(self._stall_heap)  # superseded by a newer schedule
+                    elif at <= now:
+                        heapq.heappop(self._stall_heap)
+                        del self._stall_due[task]
+                        due.append((at, task))
+                    else:
+                        wait = min(wait, at - now)
+                        break
+            for at, task in due:
+                if self.store.touch(task):  # a status write judges it with the time then
+                    self.writer.changed(task, critical=True)
+                    self.schedule_health(task, self.store.get(task),
+                                         datetime.fromtimestamp(at, UTC))
+            self._stall_wake.wait(max(0.01, wait))
+            self._stall_wake.clear()
+
+    def stall_pending(self, task: TaskRef) -> bool:
+        """The health clock will judge ``task`` again (so it stays in memory until then)."""
+        with self._stall_lock:
+            return task in self._stall_due
 
     def _monitor(self, events: list[Reflector]) -> None:
         """Readiness (initial list folded and written), the gauges and idle-task eviction."""
@@ -236,9 +302,7 @@ class Controller:
     def _ttl_loop(self) -> None:
         sweeper = TtlSweeper(self.kube, self._paths(taskfeedback_path),
                              self.s.ttl_after_finished,
-                             on_deleted=lambda task, uid, state: self.store.bury(
-                                 task, uid, frozenset(state.applied.instances)),
-                             pods_of=self.senders.pods_of)
+                             on_deleted=self._deleted, pods_of=self.senders.pods_of)
         while not self._stopping.wait(sweeper.interval):
             if not self.writer.may_write():
                 continue  # fenced: a replica without the lease deletes nothing either
@@ -248,6 +312,11 @@ class Controller:
                 self.metrics.ttl_deleted.inc(sweeper.sweep())
             except Exception as e:  # unreachable, forbidden: the next sweep tries again
                 log.warning("ttl sweep failed: %s", e)
+
+    def _deleted(self, task: TaskRef, uid: str, state: TaskState) -> None:
+        self.store.bury(task, uid, frozenset(state.applied.instances))
+        self.writer.forget(task)
+        self.schedule_health(task, None)
 
     # --- the watch loop's side ----------------------------------------------------------
     def deliver(self, result: ParsedEvent | Rejection | None, raw: Any = None) -> None:
@@ -499,6 +568,8 @@ class Controller:
             self.writer.changed(task, critical=False)
         if applied:
             self.writer.changed(task, critical=critical_change(base, state, applied))
+            if state.workers is not base.workers:  # (a worker reported: paces moved)
+                self.schedule_health(task, self.store.get(task))
         if late_after_ttl:
             self.late_after_ttl.add(task)
         if later:
@@ -544,6 +615,7 @@ class Controller:
             # A phase it moves is written within the write interval; the rest (a retried
             # attempt's end, a pod waiting) with the coalesced changes.
             self.writer.changed(task, critical=before.phase != after.phase)
+            self.schedule_health(task, after)  # (an ended pod's worker is no longer judged)
 
     def _with_job_workers(self, task: TaskRef, events: list[ParsedEvent],
                           later: list[ParsedEvent]) -> list[ParsedEvent]:
@@ -699,8 +771,9 @@ class Controller:
             self.store.load(task, None, exists=False)
             return True
         meta = obj.get("metadata") or {}
-        self.store.load(task, obj.get("status"), rv=meta.get("resourceVersion"),
-                        uid=meta.get("uid"), owner=controller_of(obj))
+        self.schedule_health(task, self.store.load(
+            task, obj.get("status"), rv=meta.get("resourceVersion"), uid=meta.get("uid"),
+            owner=controller_of(obj)))
         return True
 
     def evict_idle(self) -> int:
@@ -708,7 +781,7 @@ class Controller:
         if self.s.evict_after <= 0:
             return 0
         n = self.store.evict_idle(self.s.evict_after, lambda t: self.queue.is_processing(t)
-                                  or self.writer.is_processing(t))
+                                  or self.writer.is_processing(t) or self.stall_pending(t))
         if n:
             self.metrics.tasks_evicted.inc(n)
         return n
@@ -725,6 +798,7 @@ class Controller:
         """Stop at once without flushing (the lease is lost: writing more could overwrite a
         newer leader's state). Workers still busy finish their item, fenced by ``may_write``."""
         self._stopping.set()
+        self._stall_wake.set()
         for r in self._reflectors:
             r.stop()
         self.queue.shutdown()
@@ -743,6 +817,7 @@ class Controller:
             time.sleep(0.02)
         flushed = self.writer.flush(max(0.0, deadline - time.monotonic()))
         self._stopping.set()
+        self._stall_wake.set()
         self.queue.shutdown()
         self.writer.stop()
         return flushed

@@ -104,9 +104,16 @@ class Metrics:
             p + "status_write_cost_seconds",
             "Estimated API-server CPU spent on status writes (the --write-budget's unit).",
             registry=r)
+        self.tasks_unhealthy = Gauge(
+            p + "tasks_unhealthy",
+            "Running tasks whose status, as last written, holds the health condition "
+            "(Stalled, NonFiniteMetrics, Straggling); the task's status names them.",
+            ["condition"], registry=r)
         self.status_lag = Gauge(
             p + "status_lag_seconds",
             "How long the oldest change not yet in its task's status has waited.", registry=r)
+        for condition in ("Stalled", "NonFiniteMetrics", "Straggling"):
+            self.tasks_unhealthy.labels(condition)
         for kind in (CRITICAL, COALESCIBLE):
             self.emit_to_status.labels(kind)
         for reason in REASONS:
@@ -118,8 +125,9 @@ class Metrics:
         for cause in ("not_task", "deleted", "duplicate", "late"):
             self.events_skipped.labels(cause)
         # conflict: refused by the resourceVersion precondition (then re-read and rebased);
-        # fenced: not sent, the lease is not held.
-        for result in ("ok", "error", "conflict", "fenced"):
+        # fenced: not sent, the lease is not held; unreadable: not sent, the status holds a
+        # part that could not be read (never written over).
+        for result in ("ok", "error", "conflict", "fenced", "unreadable"):
             self.status_writes.labels(result)
 
     def saved(self, events: Iterable[ParsedEvent], now: float | None = None) -> None:

@@ -96,6 +96,26 @@ class Settings:
         "trainer.kubeflow.org/trainjob-name, training.kubeflow.org/job-name, "
         "jobset.sigs.k8s.io/jobset-name, workflows.argoproj.io/workflow, "
         "batch.kubernetes.io/job-name.", env="TIDINGS_TASK_LABEL_KEYS")
+    # Health (schemas/health.py's HealthSettings, written out: the CLI's --help must not load
+    # pydantic; a unit test keeps the defaults equal). The watcher judges silence on a clock
+    # and writes a task's status only when a worker's silence passes its limit.
+    stall_factor: float = setting(
+        10.0, "A running worker is Stalled once silent for this many of its own report "
+        "intervals (its first to its latest progress, over the reports between)...",
+        env="TIDINGS_STALL_FACTOR", minimum=1)
+    stall_min: float = setting(
+        60.0, "... and at least this many seconds (a worker reporting every second: "
+        "Stalled after a minute).", env="TIDINGS_STALL_MIN", minimum=1, unit=" s")
+    stall_unpaced: float = setting(
+        600.0, "Seconds of silence after which a worker that has reported only once (no pace "
+        "yet) is Stalled.", env="TIDINGS_STALL_UNPACED", minimum=1, unit=" s")
+    straggle_ratio: float = setting(
+        0.5, "A running worker is Straggling when its pace (progress per second since its "
+        "first report) is below this fraction of the median pace of its task's running "
+        "workers (0: never).", env="TIDINGS_STRAGGLE_RATIO", minimum=0, maximum=1)
+    straggle_min_workers: int = setting(
+        3, "Running workers with a pace a task needs before any is judged Straggling.",
+        env="TIDINGS_STRAGGLE_MIN_WORKERS", minimum=2)
     # A test hook (None: from the environment): extra seconds per status write, by task.
     slow_writes: dict[str, float] | None = setting(None)  # noqa: RUF009 - a field
 
@@ -167,6 +187,15 @@ def problems(o: Options) -> list[str]:
             out.append(f"{where} must not be negative" if low == 0
                        else f"{where} must be at least {low:g}{unit}")
     return out
+
+
+def health_settings(s: Settings) -> Any:
+    """The ``schemas.health.HealthSettings`` these settings name."""
+    from tidings.schemas.health import HealthSettings
+
+    return HealthSettings(stall_factor=s.stall_factor, stall_min_s=s.stall_min,
+                          stall_unpaced_s=s.stall_unpaced, straggle_ratio=s.straggle_ratio,
+                          straggle_min_workers=s.straggle_min_workers)
 
 
 def task_keys(s: Settings) -> tuple[str, ...]:

@@ -36,7 +36,15 @@ from tidings.schemas.event import ObjectRef, ParsedEvent, TaskRef
 from tidings.schemas.folding import fold_checked, observe
 from tidings.schemas.observed import PlatformOutcome, PodVerdict
 from tidings.schemas.rejection import RejectReason
-from tidings.schemas.state import DEFAULT_LIMITS, Limits, TaskState, new_state
+from tidings.schemas.state import (
+    DEFAULT_LIMITS,
+    NOTHING_UNREAD,
+    Limits,
+    TaskState,
+    Unread,
+    new_state,
+    read_status,
+)
 from tidings.schemas.version_vector import VersionVector
 
 
@@ -69,6 +77,12 @@ class Entry:
     buried: frozenset[str] = frozenset()
     # Events refused for this task, by reason (persisted as status.refused).
     refused: dict[str, int] = field(default_factory=dict)
+    # What the object's status held that could not be read: written back as it was (a
+    # partial read is never written over; see schemas/state.py's ``Unread``).
+    unread: Unread = NOTHING_UNREAD
+    # The version the health clock asked to be written (its state did not change, the
+    # time did): a rebase finding the status equal to our state must still write it.
+    judge: int = -1
     # The last observations folded (``Store.observe``), re-applied to a rebuilt state.
     observed: Observations | None = None
     # The controller that owns the TaskFeedback (its ownerReference), when one does.
@@ -183,11 +197,12 @@ class Store:
              ) -> TaskState:
         """Seed ``task`` from a persisted ``.status`` of the object ``uid`` (owned by the
         controller ``owner``) read at resourceVersion ``rv`` (or, with ``exists=False``, as
-        new)."""
-        state = TaskState.from_status(task, status, self.limits)
+        new), entry by entry."""
+        state, unread = read_status(task, status, self.limits)
         with self._lock:
             self._evicted.pop(task, None)
             e = self._entry(task)
+            e.unread = unread if exists else NOTHING_UNREAD
             e.observed, e.owner, e.pods_checked = None, owner if exists else None, False
             if e.packed is not None:
                 e.packed = None
@@ -326,6 +341,23 @@ class Store:
             e.version += 1
             return True
 
+    def touch(self, task: TaskRef) -> bool:
+        """The task's status is due again though its state did not change (its health, a
+        function of the time as well, did). True when the task is held."""
+        with self._lock:
+            e = self._entries.get(task)
+            if e is None or not e.seeded or (e.state is None and e.packed is None):
+                return False
+            e.version += 1
+            e.judge = e.version
+            return True
+
+    def unread(self, task: TaskRef) -> Unread:
+        """What the task's status held that could not be read (``NOTHING_UNREAD``: none)."""
+        with self._lock:
+            e = self._entries.get(task)
+            return NOTHING_UNREAD if e is None else e.unread
+
     def refused(self, task: TaskRef) -> dict[str, int]:
         with self._lock:
             e = self._entries.get(task)
@@ -399,6 +431,7 @@ class Store:
             e.buried = e.buried | instances | frozenset(mine)
             e.state, e.uid, e.rv, e.refused, e.unsaved = new_state(task, self.limits), None, \
                 None, {}, []
+            e.unread = NOTHING_UNREAD
             e.observed, e.owner = None, None
             e.seeded = True
             e.version += 1
@@ -452,11 +485,13 @@ class Store:
         When the object is another one (``uid``: deleted and re-created), our state is not
         its: it starts from the new object's status, and only the unsaved events that name
         no object (or this one) are applied on top."""
-        theirs = TaskState.from_status(task, status, self.limits)
+        theirs, their_unread = read_status(task, status, self.limits)
         their_refused = refused_of(status)
         with self._lock:
             e = self._entry(task)
             e.rv = rv
+            # A state built on a partial read is not trusted to cover anything.
+            was_partial, e.unread = e.unread.partial, their_unread
             e.owner = owner
             if uid and e.uid is not None and uid != e.uid:
                 _remember_stale(e, e.uid)
@@ -470,7 +505,7 @@ class Store:
             else:
                 e.uid = e.uid or uid or None
                 mine = self._hot(task, e)
-                changed = not covers(mine.applied, theirs.applied)
+                changed = was_partial or not covers(mine.applied, theirs.applied)
                 if changed:
                     e.state = _fold_new(theirs, [ev for _, ev in e.unsaved], e.observed)
                     e.version += 1
@@ -480,7 +515,7 @@ class Store:
                     e.refused.update(merged)
                     e.version += 1
             saved: list[ParsedEvent] = []
-            if e.state == theirs and e.refused == their_refused:
+            if e.state == theirs and e.refused == their_refused and e.judge <= e.written:
                 # The status already says all we know (we were behind, or our own write
                 # landed and only its answer was lost): nothing to write.
                 saved = [ev for _, ev in e.unsaved]
@@ -500,6 +535,7 @@ class Store:
                 return
             _remember_stale(e, e.uid)
             e.uid, e.owner, e.observed, e.pods_checked = None, None, None, False
+            e.unread = NOTHING_UNREAD
             keep = [] if new_run else [ev for _, ev in e.unsaved if not ev.regarding_uid]
             e.state, e.refused = _fold_new(new_state(task, self.limits), keep), {}
             e.version += 1

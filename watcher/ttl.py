@@ -36,7 +36,7 @@ from tidings.schemas.contract import (
     taskfeedback_path,
 )
 from tidings.schemas.event import TaskRef
-from tidings.schemas.state import TaskState
+from tidings.schemas.state import TaskState, read_status
 from tidings.schemas.times import from_epoch, parse_time
 
 log = logging.getLogger("tidings.watcher.ttl")
@@ -55,8 +55,8 @@ def expired(obj: TaskFeedback, now: datetime, ttl: float) -> TaskState | None:
     if meta.get("ownerReferences") or meta.get("deletionTimestamp"):
         return None
     task = TaskRef(str(meta.get("namespace", "")), str(meta.get("name", "")))
-    state = TaskState.from_status(task, obj.get("status"))
-    if not finished(state):
+    state, unread = read_status(task, obj.get("status"))
+    if unread.partial or not finished(state):  # (partly unreadable: not known to be over)
         return None
     since = last_fact_received(state, parse_time(meta.get("creationTimestamp")))
     if since is None or (now - since).total_seconds() < ttl:

@@ -22,18 +22,21 @@ import logging
 import os
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import orjson
 
+from tidings._compat import UTC
 from tidings.emitter.task import owner_reference
 from tidings.kube import JSON, METADATA_ONLY, Client, KubeError
 from tidings.kube.flowcontrol import TokenBucket
 from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
 from tidings.schemas.event import ObjectRef, TaskRef
-from tidings.schemas.state import STATUS_BUDGET, TaskState
+from tidings.schemas.health import DEFAULT_HEALTH, HEALTH_CONDITIONS, HealthSettings
+from tidings.schemas.state import NOTHING_UNREAD, STATUS_BUDGET, TaskState, Unread
 
 from .coalesce import Coalescer
 from .logs import task_fields
@@ -104,12 +107,17 @@ def parse_slow_writes(spec: str | None) -> dict[str, float]:
     return out
 
 
-def status_body(state: TaskState, refused: dict[str, int] | None = None) -> dict[str, Any]:
-    """The whole ``.status`` as written: the fold's camelCase status, cut to the byte budget
-    (``STATUS_BUDGET``, dropping detail in ``BUDGET_DROP_ORDER``) so a write never fails for
-    its size, and the events refused for the task by reason (``refused``: a handful of
-    counters, never dropped)."""
-    status = state.to_status(budget=STATUS_BUDGET)
+def status_body(state: TaskState, refused: dict[str, int] | None = None,
+                unread: Unread = NOTHING_UNREAD, *, now: datetime | None = None,
+                health: HealthSettings = DEFAULT_HEALTH) -> dict[str, Any]:
+    """The whole ``.status`` as written: the fold's camelCase status with its health judged
+    at ``now`` (default: the clock now), cut to the byte budget (``STATUS_BUDGET``, dropping
+    detail in ``BUDGET_DROP_ORDER``) so a write never fails for its size, the entries of the
+    status it was read from that could not be read, as they were (``unread``: a status is
+    never written with less than it held), and the events refused for the task by reason
+    (``refused``: a handful of counters, never dropped)."""
+    status = unread.merge_into(state.to_status(
+        budget=STATUS_BUDGET, now=now or datetime.now(UTC), health=health), state)
     counts = refused_status(refused or {})
     if counts:
         status["refused"] = counts
@@ -133,8 +141,14 @@ class StatusWriter:
                  may_write: Callable[[], bool] = lambda: True, max_rate: float = 0.0,
                  budget: float = 0.0, priority: bool = True,
                  owner_of: Callable[[TaskRef], ObjectRef | Retry | None] = lambda task: None,
-                 owner_gone: Callable[[ObjectRef], bool] = lambda owner: False) -> None:
+                 owner_gone: Callable[[ObjectRef], bool] = lambda owner: False,
+                 health: HealthSettings = DEFAULT_HEALTH) -> None:
         self.kube, self.store, self.metrics = kube, store, metrics
+        self.health = health
+        # The health conditions that hold for each running task, as last written (the
+        # tasks_unhealthy gauge counts them: bounded labels, the task is in the status).
+        self._unhealthy: dict[TaskRef, frozenset[str]] = {}
+        self._unhealthy_counts: Counter[str] = Counter()
         # The platform object (Job, JobSet, Workflow, ...) a new TaskFeedback is owned by, and
         # whether a TaskFeedback's owner is known to be gone.
         self.owner_of, self.owner_gone = owner_of, owner_gone
@@ -152,6 +166,7 @@ class StatusWriter:
         self._stopped = False
         self._ends = 0
         self._threads: list[threading.Thread] = []
+        self._unreadable_logged: set[tuple[TaskRef, object]] = set()
         self._phases: OrderedDict[TaskRef, str] = OrderedDict()
         self._phases_lock = threading.Lock()
 
@@ -270,9 +285,15 @@ class StatusWriter:
                 if snap is None:
                     return True
                 state, version, rv = snap
+                unread = self.store.unread(task)
+                if unread.partial:
+                    if not self._readable(task):
+                        return True  # (refused, counted; tried again on the task's next change)
+                    continue  # repaired: write over what it holds now
+                body = status_body(state, self.store.refused(task), unread,
+                                   health=self.health)
                 try:
-                    new_rv, uid, owner = self._persist(
-                        task, status_body(state, self.store.refused(task)), rv)
+                    new_rv, uid, owner = self._persist(task, body, rv)
                 except Conflict as e:
                     self.metrics.status_writes.labels("conflict").inc()
                     log.info("status write %s/%s: %s; re-reading", task.namespace, task.name, e,
@@ -280,6 +301,7 @@ class StatusWriter:
                     self._reread(task)
                     continue
                 self.store.written(task, version, new_rv, uid, owner)
+                self._written_health(task, body)
                 self._log_phase(task, state)
                 self.metrics.write_seconds.observe(time.perf_counter() - t0)
                 self.metrics.status_writes.labels("ok").inc()
@@ -302,6 +324,47 @@ class StatusWriter:
             log.warning("status write %s/%s failed: %s", task.namespace, task.name, e,
                         extra=task_fields(task))
             return False
+
+    def _written_health(self, task: TaskRef, status: dict[str, Any]) -> None:
+        held = frozenset(c["type"] for c in status.get("conditions", ())
+                         if c["type"] in HEALTH_CONDITIONS and c["status"] == "True") \
+            if status.get("phase") == "Running" else frozenset()
+        with self._cond:
+            before = self._unhealthy.pop(task, frozenset())
+            if held:
+                self._unhealthy[task] = held
+            if held != before:
+                self._unhealthy_counts.subtract(before)
+                self._unhealthy_counts.update(held)
+                for condition in HEALTH_CONDITIONS:
+                    self.metrics.tasks_unhealthy.labels(condition).set(
+                        self._unhealthy_counts[condition])
+
+    def forget(self, task: TaskRef) -> None:
+        """The task is gone (deleted): it no longer counts as unhealthy."""
+        self._written_health(task, {})
+
+    def _readable(self, task: TaskRef) -> bool:
+        """The state builds on a status that could not be fully read: read it again (someone
+        may have repaired it); while it stays unreadable, never write over it (that would
+        write less than it holds). False when the write must not happen: counted as
+        ``unreadable``, logged once per object version."""
+        self._reread(task)
+        unread = self.store.unread(task)
+        if not unread.partial:
+            return True
+        self.metrics.status_writes.labels("unreadable").inc()
+        snap = self.store.unwritten(task)
+        key = (task, snap[2] if snap is not None else None)
+        if key not in self._unreadable_logged:
+            if len(self._unreadable_logged) > 10_000:
+                self._unreadable_logged.clear()
+            self._unreadable_logged.add(key)
+            log.warning("status of %s/%s is not fully readable (%s); not writing over it until "
+                        "it is repaired (kubectl edit --subresource=status, or delete the "
+                        "object to start the task's state anew)", task.namespace, task.name,
+                        "; ".join(unread.problems), extra=task_fields(task))
+        return False
 
     def _log_phase(self, task: TaskRef, state: TaskState) -> None:
         """One INFO line when a written task completes or fails (once per phase)."""

@@ -54,9 +54,9 @@ def test_a_training_loops_metrics_reach_the_status_and_the_cli(
         em.metric("loss", round(2.0 / (step + 1), 6), step=step)
         em.metric("learning_rate", 3e-4, step=step)
         em.progress(step / STEPS, f"step {step}")
-    em.metric("loss", math.nan, step=STEPS)  # refused at the call, counted, never sent
+    em.metric("loss", "fast", step=STEPS)  # type: ignore[arg-type]  # no number: refused
     em.metric("eval_accuracy", 0.875)
-    assert not em.flush(15), em.stats()  # the NaN was refused: not all of it delivered
+    assert not em.flush(15), em.stats()  # one was refused: not all of it delivered
     assert em.flush(15), em.stats()  # settled: the rest was delivered, nothing lost since
     stats = em.stats()
     assert stats["invalid"] == 1
@@ -110,7 +110,7 @@ def test_a_training_loops_metrics_reach_the_status_and_the_cli(
     assert any("eval_accuracy=0.875" in line and "loss=0.004" in line for line in p.out), p.out
 
 
-def test_tidings_emit_metric_delivers_and_refuses_what_is_not_a_finite_value(
+def test_tidings_emit_metric_delivers_numbers_and_refuses_what_is_not_one(
         control_plane: ControlPlane, admin: Any, namespace: str) -> None:
     from tests.cluster.test_emitter import parsed_events
     from tests.cluster.test_emitter_cli import env_for, one_line, run
@@ -122,10 +122,15 @@ def test_tidings_emit_metric_delivers_and_refuses_what_is_not_a_finite_value(
     (ev,) = parsed_events(admin, namespace)
     assert isinstance(ev.payload, Window)  # a metric is coalescible: it leaves in a window
     assert ev.payload.metrics == (Metric(name="log_likelihood", value=-0.5, step=3),)
-    for bad, why in ((["loss", "nan"], "finite"), (["loss", "inf"], "finite"),
-                     (["loss", "-inf"], "number"), (["lo\u200bss", "1"], "invisible"),
+    # NaN and infinities are numbers a diverging run reports (issue 25, item 9).
+    nan = run(["metric", "loss", "nan", "--step", "4"], env)
+    assert nan.returncode == 0, nan.stderr
+    sent = [m for e in parsed_events(admin, namespace) if isinstance(e.payload, Window)
+            for m in e.payload.metrics]
+    assert any(m.name == "loss" and math.isnan(m.value) and m.step == 4 for m in sent), sent
+    for bad, why in ((["lo\u200bss", "1"], "invisible"),
                      (["loss", "1", "--step", "-1"], "--step"), (["loss", "fast"], "number")):
         res = run(["metric", *bad], env)
         assert res.returncode == 2, (bad, res.stderr)
         assert why in one_line(res.stderr), res.stderr
-    assert len(parsed_events(admin, namespace)) == 1  # nothing refused was sent
+    assert len(parsed_events(admin, namespace)) == 2  # nothing refused was sent

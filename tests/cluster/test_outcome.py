@@ -133,3 +133,64 @@ def test_run_reports_success_on_a_clean_exit(admin: Any, namespace: str, kubecon
     assert proc.returncode == 0, proc.stderr
     status = eventually(lambda: over(admin, namespace, task), 30, f"{task} over")
     assert status["phase"] == "Succeeded" and status["progress"]["percent"] == 100
+
+
+EXITING = """
+import argparse
+import sys
+import time
+import tidings.emitter as bus
+
+bus.progress(0.5, "half way")
+bus.log_link("ckpt", "https://ckpt.example/step-50")
+how = sys.argv[1]
+if how == "exit1":
+    sys.exit(1)
+elif how == "message":
+    sys.exit("bad config: no data dir")
+elif how == "argparse":
+    parser = argparse.ArgumentParser(prog="train")
+    parser.add_argument("--epochs", type=int, required=True)
+    parser.parse_args([])
+elif how == "sigterm":
+    print("ready", flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize(("how", "code", "message"), [
+    ("exit1", 1, "exit code 1"),
+    ("message", 1, "exit code 1: bad config: no data dir"),
+    ("argparse", 2, "exit code 2"),
+    ("sigterm", -15, "terminated by SIGTERM"),
+])
+def test_a_non_zero_exit_or_sigterm_fails_the_task_with_its_code_or_message(
+        how: str, code: int, message: str, admin: Any, namespace: str, kubeconfig: Path,
+        tmp_path: Path, start_watcher: Callable[..., Any]) -> None:  # noqa: F811
+    """Issue 25, item 2: SystemExit bypasses the excepthook and SIGTERM's default handler
+    skips the exit flush, so these tasks stayed Running 50 % for ever."""
+    start_watcher()
+    task, env = worker(admin, namespace)
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(EXITING))
+    proc = subprocess.Popen([sys.executable, str(script), how], cwd=REPO_ROOT, text=True,
+                            env={**env, "KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        if how == "sigterm":
+            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+            proc.terminate()  # what the kubelet does first on eviction or deletion
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    died = time.monotonic()
+    assert proc.returncode == code
+    status = eventually(lambda: over(admin, namespace, task), 10, f"{task} failed")
+    print(f"{how}: Failed in the status {time.monotonic() - died:.2f}s after the exit")
+    assert status["phase"] == "Failed"
+    assert (status["progress"]["percent"], status["progress"]["message"]) == (50, message)
+    (w,) = status["workers"]
+    assert w["failed"] and w["fraction"] == 0.5
+    assert "ckpt" in status.get("links", {})  # queued beside it, delivered too
+    shown = cli(kubeconfig, "state", task, "-n", namespace)
+    assert shown.returncode == 0 and "Failed" in shown.stdout and message in shown.stdout

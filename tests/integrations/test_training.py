@@ -94,6 +94,34 @@ def test_a_crash_mid_training_shows_the_task_failed_within_seconds(
     print(f"{framework}: Failed in the status {seen_after:.2f}s after the process died")
 
 
+# What a diverging run logs as NaN: Lightning passes the module's own loss on; the HF Trainer
+# filters NaN losses out of its logged loss by default (logging_nan_inf_filter) but its
+# gradient norm, which it logs too, goes NaN with them.
+DIVERGED = {"hf": "grad_norm", "lightning": "train_loss"}
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_diverging_run_reports_its_nan_metrics(
+        framework: str, tmp_path: Path, admin: Any, namespace: str, task_pod: TaskPod,
+        start_watcher: Callable[..., Any]) -> None:
+    """Issue 25, item 9: the callbacks used to drop NaN values, so the most important signal
+    of a diverging run vanished; now the metric's entry says NaN and the task's
+    NonFiniteMetrics condition names it."""
+    start_watcher()
+    task, env = task_pod()
+    proc, _ = run_workload(framework, tmp_path, env, "--steps", "8", "--diverge-at", "3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    name = DIVERGED[framework]
+    status = eventually(lambda: (s := task_status(admin, namespace, task)) and over(s)
+                        and (s.get("metrics") or {}).get(name, {}).get("nonFinite") and s,
+                        30, f"{task} over, {name} NaN")
+    assert status["metrics"][name]["nonFinite"] == "NaN"
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["NonFiniteMetrics"]["status"] == "True"
+    assert f"{name}=NaN" in conditions["NonFiniteMetrics"]["message"]
+
+
 class BlackHole:
     """A TCP port that accepts connections (the kernel's backlog) and never answers."""
 

@@ -2,15 +2,17 @@
 config (nothing downloaded), a few steps on CPU, ``callbacks=[TidingsCallback()]``.
 
     python tests/integrations/workloads.py hf|lightning --out result.json
-        [--steps N] [--crash-at STEP] [--report-to none|wandb|mlflow] [--devices N]
+        [--steps N] [--crash-at STEP] [--diverge-at STEP] [--report-to none|wandb|mlflow]
+        [--devices N]
 
 The identity comes from the environment, as in a pod (POD_NAME, POD_NAMESPACE, POD_UID,
 TIDINGS_TASK, KUBECONFIG). Writes the training time, the slowest callback hook and the
 emitter's counters to ``--out`` (global rank 0; another rank to ``--out`` + ``.rank<N>``);
 ``--crash-at`` raises inside the model's forward at that training step, so the process dies
-of it as a real crash would. Started by a launcher (torchrun, accelerate launch, DeepSpeed's
-launcher, mpirun), each process trains its rank of a data-parallel run on CPU (gloo);
-``--devices`` is Lightning's processes per node.
+of it as a real crash would; ``--diverge-at`` makes the model's output NaN from that step on,
+as a diverging run's is (the run itself goes on). Started by a launcher (torchrun, accelerate
+launch, DeepSpeed's launcher, mpirun), each process trains its rank of a data-parallel run on
+CPU (gloo); ``--devices`` is Lightning's processes per node.
 """
 
 from __future__ import annotations
@@ -66,6 +68,24 @@ def crash_after(model: Any, steps: int) -> None:
     model.register_forward_pre_hook(hook)
 
 
+def diverge_after(model: Any, steps: int) -> None:
+    """The model's training outputs are NaN once ``steps`` training forwards have run."""
+    calls = [0]
+
+    def hook(module: Any, inputs: Any, output: Any) -> Any:
+        if not module.training:
+            return output
+        calls[0] += 1
+        if calls[0] <= steps:
+            return output
+        if hasattr(output, "logits"):  # a transformers ModelOutput
+            output.logits = output.logits * float("nan")
+            return output
+        return output * float("nan")
+
+    model.register_forward_hook(hook)
+
+
 def run_hf(a: argparse.Namespace, slowest: list[float]) -> None:
     import torch
     from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
@@ -79,6 +99,8 @@ def run_hf(a: argparse.Namespace, slowest: list[float]) -> None:
     model = BertForSequenceClassification(config)
     if a.crash_at:
         crash_after(model, a.crash_at - 1)
+    if a.diverge_at:
+        diverge_after(model.classifier, a.diverge_at - 1)
     data = [{"input_ids": torch.randint(0, 64, (8,)), "labels": torch.tensor(i % 2)}
             for i in range(32)]
     args = TrainingArguments(
@@ -122,6 +144,8 @@ def run_lightning(a: argparse.Namespace, slowest: list[float]) -> None:
     model = Regression()
     if a.crash_at:
         crash_after(model.layer, a.crash_at - 1)
+    if a.diverge_at:
+        diverge_after(model.layer, a.diverge_at - 1)
     logger: Any = False
     if a.report_to == "mlflow":
         from lightning.pytorch.loggers import MLFlowLogger
@@ -150,6 +174,7 @@ def main() -> None:
     ap.add_argument("--workdir", default="")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--crash-at", type=int, default=0)
+    ap.add_argument("--diverge-at", type=int, default=0)
     ap.add_argument("--report-to", default="none", choices=["none", "wandb", "mlflow"])
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--local_rank", type=int, default=0)  # DeepSpeed's launcher passes it

@@ -89,7 +89,7 @@ def test_rows_show_missing_values_as_none_and_never_wrap() -> None:
                         "2026-01-01T00:00:00Z"}}
     cells = row(obj, wide=True, namespaced=True, now=datetime(2026, 1, 1, 0, 1, tzinfo=UTC))
     assert cells == ["ns", "t", "<none>", "<none>", "<none>", "<none>", "<none>", "<none>",
-                     "<none>", "60s"]
+                     "<none>", "<none>", "60s"]  # (wide: message, ETA, health)
     long = ["x" * 300, "y"]
     text, widths = table([["A", "B"], long])
     assert text.splitlines()[1] == "x" * 300 + "   y" and widths == [300, 1]

@@ -173,3 +173,30 @@ def test_a_second_value_at_the_same_step_leaves_nothing_to_tell() -> None:
     entry = status_of(rec)["loss"]
     assert entry["value"] == 0.9 and (entry["min"], entry["max"]) == (0.5, 0.9)
     assert entry["history"] == {"shift": 0, "steps": [10, 10], "values": [0.5, 0.9]}
+
+
+def test_a_non_finite_latest_value_is_sent_and_still_carries_the_extremes() -> None:
+    """A diverging run (issue 25 item 9): the window's latest value is NaN or an infinity and
+    is sent as such; the finite values before it still reach the status as the curve's
+    extremes and points, and later finite values extend them (a non-finite value told no
+    extreme)."""
+    import math
+
+    em, rec = make(span_window_s=30.0)
+    em.progress(0.1, "started")
+    for step, v in enumerate([2.0, 0.5, 1.0, -math.inf], start=1):
+        em.metric("loss", v, step=step)
+    assert em.flush(5)
+    entry = status_of(rec)["loss"]
+    assert entry["nonFinite"] == "-Infinity" and "value" not in entry
+    assert (entry["min"], entry["max"]) == (0.5, 2.0)
+    assert entry["history"]["steps"] == [1, 2, 3]
+    em.metric("loss", math.nan, step=5)
+    assert em.flush(5)
+    for step, v in ((6, 0.25), (7, math.inf), (8, 3.0)):  # one window: 0.25 only as its min
+        em.metric("loss", v, step=step)
+    assert em.flush(5)
+    entry = status_of(rec)["loss"]
+    assert (entry["value"], entry["min"], entry["max"]) == (3.0, 0.25, 3.0)
+    assert not em._latest.curves[(Metric, "loss")].pending
+    assert em.stats()["invalid"] == 0

@@ -178,4 +178,185 @@ def test_run_reads_sys_exit_by_its_code(tmp_path: Path, code: str, failed: bool)
     (final,) = finals(payloads)
     assert final.failed is failed
     if failed:
-        assert final.message == "SystemExit: 3"
+        assert final.message == "exit code 3"
+
+
+# --- exits (issue 25, item 2: SystemExit bypasses sys.excepthook) ------------------------
+
+@pytest.mark.parametrize(("body", "code", "message"), [
+    ("sys.exit(3)", 3, "exit code 3"),
+    ("sys.exit('bad config: no data dir')", 1, "exit code 1: bad config: no data dir"),
+    ("exit(5)", 5, "exit code 5"),  # the site builtin
+    ("import argparse\n"
+     "argparse.ArgumentParser().add_argument('--n', required=True) or "
+     "argparse.ArgumentParser(prog='train').parse_args([])", 0, ""),
+    ("import argparse\np = argparse.ArgumentParser(prog='train')\n"
+     "p.add_argument('--n', required=True)\np.parse_args([])", 2, "exit code 2"),
+    ("def main():\n    return 4\nsys.exit(main())", 4, "exit code 4"),
+    ("import contextlib\n@contextlib.contextmanager\ndef wrapped():\n    yield\n"
+     "with wrapped():\n    sys.exit(6)", 6, "exit code 6"),  # a cycle on Python 3.10
+])
+def test_a_non_zero_exit_is_a_failed_final_with_its_code_or_message(
+        tmp_path: Path, body: str, code: int, message: str) -> None:
+    proc, payloads = run_child(tmp_path, "bus.progress(0.5, 'half way')\n" + body)
+    assert proc.returncode == code, proc.stderr
+    if not code:
+        assert finals(payloads) == []  # a clean exit without a final: as before
+        return
+    (final,) = finals(payloads)
+    assert final.failed and final.fraction == 0.5 and final.message == message
+
+
+@pytest.mark.parametrize("body", [
+    "sys.exit(0)",
+    "sys.exit()",
+    # Caught: not the process's exit.
+    "try:\n    sys.exit(1)\nexcept SystemExit:\n    pass",
+    "def f():\n    try:\n        sys.exit(2)\n    except SystemExit as e:\n        return e\n"
+    "kept = f()",
+    # A thread's sys.exit ends the thread only (and prints nothing, as before).
+    "t = threading.Thread(target=sys.exit, args=(7,))\nt.start()\nt.join()",
+])
+def test_an_exit_that_does_not_end_the_process_with_an_error_reports_nothing(
+        tmp_path: Path, body: str) -> None:
+    proc, payloads = run_child(tmp_path, "bus.progress(0.5)\n" + body)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert finals(payloads) == []
+
+
+def test_an_exit_after_the_workers_own_final_adds_nothing(tmp_path: Path) -> None:
+    proc, payloads = run_child(tmp_path, """
+        bus.progress(1.0, "done", final=True)
+        sys.exit(9)
+    """)
+    assert proc.returncode == 9
+    (final,) = finals(payloads)
+    assert not final.failed and final.message == "done"
+
+
+def test_a_tracked_exit_is_a_plain_system_exit(tmp_path: Path) -> None:
+    proc, _ = run_child(tmp_path, """
+        bus.progress(0.1)
+        try:
+            sys.exit(3)
+        except SystemExit as e:
+            assert type(e) is SystemExit and e.code == 3 and e.args == (3,)
+        try:
+            exit("bye")
+        except SystemExit as e:
+            assert type(e) is SystemExit and e.code == "bye"
+        assert repr(exit).startswith("Use exit()")
+    """)
+    assert proc.returncode == 0, proc.stderr
+
+
+# --- SIGTERM ----------------------------------------------------------------------------
+
+SLOW = """
+import time
+class SlowTransport(FileTransport):
+    def post(self, namespace, body):
+        time.sleep(0.3)  # an API server under load: facts are still queued at SIGTERM
+        return super().post(namespace, body)
+em = Emitter(EmitterConfig(retry_initial_s=0.01), identity=em.identity,
+             transport=SlowTransport(sys.argv[1]))
+set_emitter(em)
+"""
+
+
+def sigterm_child(tmp_path: Path, body: str, *, env: dict[str, str] | None = None
+                  ) -> tuple[subprocess.CompletedProcess[str], list[Any]]:
+    """Run ``body`` (which prints "ready" once its facts are emitted), SIGTERM it then."""
+    import os
+    import signal
+
+    out = tmp_path / "events.jsonl"
+    script = PREAMBLE + SLOW + textwrap.dedent(body)
+    proc = subprocess.Popen([sys.executable, "-c", script, str(out)], cwd=REPO_ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n", proc.stderr and proc.stderr.read()
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    from tidings.schemas.event import ParsedEvent, parse_event
+
+    events = [parse_event(json.loads(line)) for line in
+              (out.read_text().splitlines() if out.exists() else [])]
+    assert all(isinstance(e, ParsedEvent) for e in events), events
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    return done, [e.payload for e in events]  # type: ignore[union-attr]
+
+
+def test_sigterm_flushes_what_is_queued_then_dies_of_the_signal(tmp_path: Path) -> None:
+    proc, payloads = sigterm_child(tmp_path, """
+        bus.progress(0.4, "step 40")
+        for i in range(5):
+            bus.log_link(f"ckpt-{i}", f"https://x.example/{i}")
+        print("ready", flush=True)
+        time.sleep(60)
+    """)
+    assert proc.returncode == -15, proc.stderr  # killed by SIGTERM, as without the emitter
+    links = sorted(p.name for p in payloads if type(p).__name__ == "LogLink")
+    assert links == [f"ckpt-{i}" for i in range(5)]  # queued at the signal, all delivered
+    (final,) = finals(payloads)
+    assert final.failed and final.fraction == 0.4 and final.message == "terminated by SIGTERM"
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_sigterm_runs_a_frameworks_own_handler(tmp_path: Path, when: str) -> None:
+    """A framework's handler, installed before the emitter starts (chained) or after it
+    (it replaces ours), still runs and decides: here a graceful exit 0."""
+    install = """
+import signal
+def graceful(signum, frame):
+    print("checkpointed", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, graceful)
+"""
+    body = f"""
+        {install.strip() if when == "before" else ""}
+        bus.progress(0.4, "step 40")
+        bus.log_link("ckpt", "https://x.example/ckpt")
+        {install.strip() if when == "after" else ""}
+        print("ready", flush=True)
+        time.sleep(60)
+    """
+    proc, payloads = sigterm_child(tmp_path, "\n".join(
+        line if not line.startswith(("import", "def", "    print", "    sys", "signal."))
+        else "        " + line for line in body.splitlines()))
+    assert proc.returncode == 0 and "checkpointed" in proc.stdout, proc.stderr
+    assert [p.name for p in payloads if type(p).__name__ == "LogLink"] == ["ckpt"]
+    assert finals(payloads) == []  # the framework exited cleanly: not a failure
+
+
+def test_sigterm_handler_is_not_installed_when_opted_out_ignored_or_off_the_main_thread(
+        tmp_path: Path) -> None:
+    probe = """
+        import signal
+        {setup}
+        {start}
+        print(signal.getsignal(signal.SIGTERM) {cmp}, file=sys.stderr)
+    """
+    cases = [
+        ("", "bus.progress(0.1); em.flush(5)", "is signal.SIG_DFL", {}, "False"),
+        ("", "bus.progress(0.1); em.flush(5)", "is signal.SIG_DFL",
+         {"TIDINGS_EMIT_SIGTERM_FLUSH_S": "0"}, "True"),
+        ("signal.signal(signal.SIGTERM, signal.SIG_IGN)", "bus.progress(0.1); em.flush(5)",
+         "is signal.SIG_IGN", {}, "True"),
+        ("", "t = threading.Thread(target=lambda: (bus.progress(0.1), em.flush(5))); "
+             "t.start(); t.join()", "is signal.SIG_DFL", {}, "True"),
+    ]
+    import os
+
+    for setup, start, cmp, env, expect in cases:
+        script = (PREAMBLE.replace("em = Emitter(EmitterConfig(retry_initial_s=0.01),",
+                                   "em = Emitter(EmitterConfig.from_env(),")
+                  + textwrap.dedent(probe.format(setup=setup, start=start, cmp=cmp)))
+        proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "e.jsonl")],
+                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, **env})
+        assert proc.returncode == 0 and proc.stderr.strip() == expect, (env, start, proc.stderr)

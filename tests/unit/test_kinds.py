@@ -30,6 +30,7 @@ from tidings.schemas.kinds import (
     urgency,
 )
 from tidings.schemas.payloads import (
+    NON_FINITE,
     DeckReady,
     LogLink,
     Metric,
@@ -137,12 +138,17 @@ def test_every_kind_is_in_the_crd_and_the_charts_copy(kind: Kind, crd: Path) -> 
         assert kind.detail_drop in status["budgetDropped"]["properties"]
     if kind.family == "named":
         entry = section["additionalProperties"]
+        # (A value that may not be finite is written under its non_finite key instead.)
         assert set(entry["required"]) == {"at", "events"} | {
-            f.attr for f in kind.values if not f.optional}
+            f.attr for f in kind.values if not f.optional and not f.non_finite}
         for f in kind.values:
             prop = entry["properties"][f.attr]
             assert prop["type"] == {"str": "string", "float": "number", "int": "integer"}[f.type]
             assert prop.get("description")
+            if f.non_finite:
+                alt = entry["properties"][f.non_finite]
+                assert alt["type"] == "string" and alt.get("description")
+                assert set(alt["enum"]) == set(NON_FINITE)
         if kind.report is not None:  # a curve: its extremes and history (issue 26 item 2)
             for field in ("min", "max", "history"):
                 assert entry["properties"][field].get("description"), field

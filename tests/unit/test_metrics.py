@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import random
 from datetime import datetime, timedelta
+from functools import reduce
 from typing import Any
 
 import orjson
@@ -24,10 +25,10 @@ from tidings.emitter import Emitter
 from tidings.schemas import ParsedEvent, PodRef, TaskRef, build_event, parse_event
 from tidings.schemas.constants import NOTE_LIMIT
 from tidings.schemas.folding import fold, fold_all
-from tidings.schemas.note import decode_note
+from tidings.schemas.note import decode_note, encode_note
 from tidings.schemas.payloads import Metric, Metrics
 from tidings.schemas.rejection import Rejection
-from tidings.schemas.state import Limits, TaskState, new_state
+from tidings.schemas.state import Limits, TaskState, new_state, read_status
 
 TASK = TaskRef("ml", "run-7")
 T0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)
@@ -132,27 +133,64 @@ def test_the_cap_keeps_the_smallest_names_and_counts_the_rest() -> None:
         assert st_["metrics"]["alpha"]["events"] == 2
 
 
-@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
-def test_non_finite_values_are_refused_by_the_model(value: float) -> None:
-    with pytest.raises(ValidationError, match="finite"):
-        Metric(name="loss", value=value)
+@pytest.mark.parametrize(("value", "wire"), [(math.nan, "NaN"), (math.inf, "Infinity"),
+                                             (-math.inf, "-Infinity")])
+def test_non_finite_values_are_kept_and_spelt_as_strings_on_the_wire(value: float,
+                                                                    wire: str) -> None:
+    """A diverging loss is a health fact (issue 25, item 9): the model keeps it, the note
+    spells it as protobuf's JSON mapping does (JSON has no NaN), and it reads back."""
+    m = Metric(name="loss", value=value, step=3)
+    note = encode_note(m)
+    assert orjson.loads(note)["value"] == wire
+    back = decode_note(note)
+    assert isinstance(back, Metric) and back == m  # (NaN is one object: states compare)
+    rows = Metrics(metrics=[["loss", value, None], ["lr", 0.1, None]])
+    assert orjson.loads(encode_note(rows))["metrics"][0][1] == wire
+    assert decode_note(encode_note(rows)) == rows
 
 
-@pytest.mark.parametrize("body", [b'"value":null', b'"value":"NaN"', b'"value":1e999'])
-def test_a_note_without_a_finite_value_is_rejected_not_folded(body: bytes) -> None:
+@pytest.mark.parametrize("body", [b'"value":null', b'"value":"nan"', b'"value":"0.5"',
+                                  b'"value":1e999', b'"value":true'])
+def test_a_note_without_a_number_is_rejected_not_folded(body: bytes) -> None:
     note = b'{"v":1,"t":"Metric","name":"loss",' + body + b"}"
     assert isinstance(decode_note(note), Rejection)
 
 
-def test_a_hostile_status_with_a_bad_metric_reads_as_a_fresh_state() -> None:
+def test_a_non_finite_metric_folds_into_its_entry_and_round_trips() -> None:
+    evs = [event(Metric(name="loss", value=0.5, step=1), "a" * 32, 1, 0),
+           event(Metric(name="loss", value=math.nan, step=2), "a" * 32, 2, 1),
+           event(Metrics(metrics=[["grad", -math.inf, 2], ["lr", 0.1, 2]]), "a" * 32, 3, 1)]
+    for order in (evs, evs[::-1]):
+        s = fold_all(TASK, order)
+        st_ = s.to_status()
+        # (the curve is the finite values': the NaN is no point and no extreme of it)
+        assert st_["metrics"]["loss"] == {
+            "nonFinite": "NaN", "step": 2, "at": st_["metrics"]["loss"]["at"], "events": 2,
+            "min": 0.5, "max": 0.5, "history": {"shift": 0, "steps": [1], "values": [0.5]}}
+        assert st_["metrics"]["grad"]["nonFinite"] == "-Infinity"
+        assert {"min", "max", "history"}.isdisjoint(st_["metrics"]["grad"])
+        assert "value" not in st_["metrics"]["grad"] and st_["metrics"]["lr"]["value"] == 0.1
+        assert TaskState.from_status(TASK, orjson.loads(orjson.dumps(st_))) == s
+        assert s == reduce(reference_fold.fold, order, new_state(TASK))
+    # A finite value reported later replaces it (last writer wins, as for any value).
+    healed = fold_all(TASK, [*evs, event(Metric(name="loss", value=0.4), "a" * 32, 4, 2)])
+    assert healed.to_status()["metrics"]["loss"]["value"] == 0.4
+
+
+def test_a_hostile_metric_entry_is_kept_verbatim_and_costs_nothing_else() -> None:
     good = fold(new_state(TASK), event(Metric(name="loss", value=0.5, step=3), "a" * 32, 1, 0))
     st_ = good.to_status()
     assert st_["metrics"]["loss"]["value"] == 0.5 and st_["metrics"]["loss"]["step"] == 3
-    for bad in ("0.5", None, True, [1]):
-        hostile = {**st_, "metrics": {"loss": {**st_["metrics"]["loss"], "value": bad}}}
-        assert TaskState.from_status(TASK, hostile) == new_state(TASK)
-    no_step = {**st_, "metrics": {"loss": {**st_["metrics"]["loss"], "step": -1}}}
-    assert TaskState.from_status(TASK, no_step) == new_state(TASK)
+    bad_entries = [{**st_["metrics"]["loss"], "value": bad} for bad in ("0.5", None, True, [1])]
+    bad_entries.append({**st_["metrics"]["loss"], "step": -1})
+    for bad in bad_entries:
+        hostile = {**st_, "metrics": {"loss": bad}}
+        read = read_status(TASK, hostile)
+        assert "metrics" not in read.state.named and not read.unread.partial
+        assert read.state.phase == good.phase and read.state.applied == good.applied
+        assert read.unread.entries == {"metrics": {"loss": bad}}
+        assert read.unread.merge_into(read.state.to_status(), read.state)["metrics"] == {
+            "loss": bad}
 
 
 def test_metric_names_follow_the_name_rules() -> None:
@@ -202,17 +240,17 @@ def test_a_loop_logging_every_step_sends_the_latest_value_per_name_per_window() 
     assert s["metrics_coalesced"] == 1998 and s["delivered"] == 2 and s["invalid"] == 0
 
 
-def test_non_finite_metrics_are_refused_and_counted_and_never_replace_a_good_value(
-        caplog: pytest.LogCaptureFixture) -> None:
+def test_non_finite_metrics_are_sent_and_no_number_is_counted() -> None:
     em, rec = opened()
     em.metric("loss", 0.25, step=1)
-    em.metric("loss", math.nan, step=2)
-    em.metric("loss", math.inf)
-    em.metric("loss", "oops")  # type: ignore[arg-type]
-    assert not em.flush(5)  # three refused: flush does not report success
-    assert [(m.value, m.step) for m in sent_metrics(rec)] == [(0.25, 1)]
-    assert em.stats()["invalid"] == 3
-    assert sum("not finite" in r.getMessage() for r in caplog.records) == 1
+    em.metric("loss", math.nan, step=2)  # the latest wins: a diverging run says so
+    em.metric("grad_norm", math.inf)
+    em.metric("lr", "oops")  # type: ignore[arg-type]
+    assert not em.flush(5)  # one refused: flush does not report success
+    got = {m.name: (m.value, m.step) for m in sent_metrics(rec)}
+    assert got["loss"][1] == 2 and math.isnan(got["loss"][0])
+    assert got["grad_norm"] == (math.inf, None) and "lr" not in got
+    assert em.stats()["invalid"] == 1
 
 
 def test_pending_metrics_go_out_before_the_final() -> None:
@@ -268,7 +306,7 @@ def test_a_metrics_note_round_trips_and_refuses_duplicate_or_bad_rows() -> None:
     m = Metrics(metrics=[["loss", 0.5, 3], ["lr", 1e-4, None]])
     assert Metrics.model_validate(m.model_dump()) == m
     assert m.model_dump() == {"metrics": [["loss", 0.5, 3], ["lr", 1e-4, None]]}
-    for rows in ([["a", 1.0, None], ["a", 2.0, None]], [["a", float("nan"), None]],
+    for rows in ([["a", 1.0, None], ["a", 2.0, None]], [["a", "nan", None]],
                  [["a", 1.0]], [], [["a\u200b", 1.0, None]]):
         with pytest.raises(ValidationError):
             Metrics(metrics=rows)

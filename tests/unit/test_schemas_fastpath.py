@@ -325,6 +325,9 @@ METRIC_ROWS: list[Any] = [
     ["loss", 0.5, 3, None, None, None], ["loss", 0.5, 3, None, None, {}],
     ["loss", 0.5, 3, None, None, [0, 0.5], 7], ["loss", 0.5], ["lr", 0.5, 3, 0.25],
     ["loss", 1, 3, 0.25], ["loss", 0.5, 3.0, 0.25], ["naïve", 0.5, 3, 0.25], ["", 0.5, 3, 0.1],
+    # a non-finite latest value (issue 25 item 9) beside the finite run's extremes and points
+    ["loss", "NaN", 3, 0.25, 1.0, [0, 1.0]], ["loss", "-Infinity", 3, 0.25],
+    ["loss", "Infinity", None, None, 9.0], ["loss", "NaN", 3, "NaN"], ["loss", "nan", 3, 0.25],
 ]
 
 

@@ -31,7 +31,7 @@ from tidings.schemas.observed import (
     pod_verdict,
 )
 from tidings.schemas.roster import decode_ends, encode_ends, pod_hash
-from tidings.schemas.state import STATUS_BUDGET
+from tidings.schemas.state import STATUS_BUDGET, read_status
 
 SEEN = datetime(2026, 11, 30, 3, 5, tzinfo=UTC)
 T = "2026-11-30T03:02:00Z"
@@ -342,10 +342,18 @@ def test_pod_outcomes_round_trip_and_garbage_is_refused() -> None:
     restored = TaskState.from_status(TASK, json.loads(orjson.dumps(s.to_status())))
     assert restored == s
     assert decode_ends(encode_ends(s.roster.ends)) == s.roster.ends
+    # Read entry by entry (issue 25, item 6): an unreadable pod outcome is kept verbatim
+    # beside the rest; an unreadable roster or platform makes the read partial (shown, never
+    # written over).
+    exploded = {"pod": "x", "phase": "Exploded", "reason": "", "at": T}
+    read = read_status(TASK, {**s.to_status(), "podOutcomes": [
+        *s.to_status()["podOutcomes"], exploded]})
+    assert read.state.observed == s.observed and not read.unread.partial
+    assert read.unread.items == {"podOutcomes": (exploded,)}
     for bad in ({"roster": {**s.to_status()["roster"], "outcomes": "%%%"}},
-                {"podOutcomes": [{"pod": "x", "phase": "Exploded", "reason": "", "at": T}]},
                 {"platform": {"name": "x", "phase": "Sideways"}}):
-        assert TaskState.from_status(TASK, {**s.to_status(), **bad}) == new_state(TASK)
+        partial = read_status(TASK, {**s.to_status(), **bad})
+        assert partial.unread.partial and partial.state.workers == s.workers
 
 
 # --- the platform decides -----------------------------------------------------------------

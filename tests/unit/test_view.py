@@ -250,3 +250,14 @@ def test_a_pods_end_and_a_waiting_pod_are_in_the_one_view() -> None:
     assert [(wp.pod, wp.reason) for wp in view.waiting] == [("worker-2", "ImagePullBackOff")]
     html = pages.task_body(obj(state.to_status()))
     assert "Failed: OOMKilled (exit 137)" in html and "ImagePullBackOff" in html
+
+
+def test_a_lone_stalled_worker_still_gets_its_row() -> None:
+    # One worker is the task itself while healthy; stalled, its row says which one is silent.
+    state = fold_all(TASK, [event_of(Progress(fraction=0.3, message="epoch 1"))])
+    status = state.to_status()
+    assert not task_view(state, status).shows_workers
+    (pod,) = (w["pod"] for w in status["workers"])
+    status["health"] = {"summary": "Stalled", "stalled": [pod]}
+    view = task_view(state, status)
+    assert view.shows_workers and view.workers[0].stalled

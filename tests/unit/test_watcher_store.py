@@ -296,3 +296,21 @@ def test_a_state_never_carries_another_objects_events(names: list[tuple[str, str
     allowed = ("",) if gone else ("", "uid-2")
     for ev in events:
         assert state.applied.contains(ev.instance, ev.seq) == (ev.regarding_uid in allowed)
+
+
+def test_a_health_write_is_not_lost_to_a_rebase_that_finds_the_state_equal() -> None:
+    """The health clock asks for a write although the state did not change (the time did):
+    a conflict's re-read finding the same state must not count it as written."""
+    from tidings.schemas import fold_all
+
+    store = Store()
+    status = fold_all(A, [event(A)]).to_status()
+    store.load(A, status, rv="1", uid="u")
+    assert store.unwritten(A) is None
+    assert store.touch(A) and store.unwritten(A) is not None
+    store.rebase(A, status, rv="2", uid="u")
+    assert store.unwritten(A) is not None, "the judgment still has to be written"
+    _, version, _ = store.unwritten(A) or (None, 0, None)
+    store.written(A, version, rv="3", uid="u")
+    assert store.unwritten(A) is None
+    assert not store.touch(B)  # a task not held: nothing to judge

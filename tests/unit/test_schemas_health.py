@@ -1,0 +1,167 @@
+"""Health from silence and from the numbers (issue 25, item 9), the pure derivation: Stalled
+(a running worker silent far longer than its own pace, judged at a given time), Straggling
+(far behind the median pace) and NonFiniteMetrics (a NaN or infinite latest value), as
+metav1 conditions and as the status's ``health`` lists. Order-insensitive like the fold."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.unit.test_schemas_fold import T0, TASK, make_event
+from tidings.schemas import Metric, ParsedEvent, PodRef, Progress, TaskState, fold_all
+from tidings.schemas.health import (
+    DEFAULT_HEALTH,
+    HealthSettings,
+    evaluate,
+    next_stall,
+    stalled_since_written,
+)
+from tidings.watcher.settings import Settings, health_settings
+
+
+def reports(pod: int, times: Sequence[float], fractions: Sequence[float] | None = None,
+            final: bool = False, seq0: int = 0) -> list[ParsedEvent]:
+    """Progress reports of pod ``w-<pod>`` at T0 + each of ``times`` seconds (seqs from
+    ``seq0``)."""
+    fractions = fractions or [min(1.0, 0.01 * (i + 1)) for i in range(len(times))]
+    out = []
+    for seq, (t, f) in enumerate(zip(times, fractions, strict=True)):
+        last = final and seq == len(times) - 1
+        out.append(make_event(Progress(fraction=1.0 if last else f, message=f"step {seq}",
+                                       final=last),
+                              f"inst-{pod}", seq0 + seq, T0 + timedelta(seconds=t),
+                              pod=PodRef(f"w-{pod}", f"uid-{pod}")))
+    return out
+
+
+def conds(state: TaskState, now: datetime | None,
+          s: HealthSettings = DEFAULT_HEALTH) -> dict[str, dict[str, str]]:
+    return {c["type"]: c for c in state.to_status(now=now, health=s)["conditions"]}
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def test_a_worker_reporting_every_second_is_stalled_within_two_minutes_and_clears() -> None:
+    evs = reports(0, list(range(30))) + reports(1, list(range(30)))
+    s = fold_all(TASK, evs)  # both last reported at t=29
+    assert conds(s, at(29 + 59))["Stalled"]["status"] == "False"
+    c = conds(s, at(29 + 61))["Stalled"]
+    assert c["status"] == "True" and c["reason"] == "NoProgressReports"
+    assert c["message"] == ("w-0 silent for 61s (reports every 1s), "
+                            "w-1 silent for 61s (reports every 1s)")
+    assert c["lastTransitionTime"] == "2026-11-30T03:01:29Z"  # when the silence passed 60 s
+    st_ = s.to_status(now=at(90))
+    assert st_["health"] == {"summary": "Stalled", "evaluatedAt": "2026-11-30T03:01:30Z",
+                             "stalled": ["w-0", "w-1"]}
+    # w-1's next report clears it for w-1; w-0 stays stalled, named alone.
+    s2 = fold_all(TASK, evs + reports(1, [95], [0.5], seq0=100))
+    c2 = conds(s2, at(96))["Stalled"]
+    assert c2["status"] == "True" and c2["message"].startswith("w-0 silent for 67s")
+    assert "w-1" not in c2["message"]
+    s3 = fold_all(TASK, evs + reports(1, [95], [0.5], seq0=100) + reports(0, [96], [0.5], seq0=100))
+    assert conds(s3, at(97))["Stalled"]["status"] == "False"
+
+
+def test_the_limit_follows_the_workers_own_pace() -> None:
+    slow = fold_all(TASK, reports(0, [0, 30, 60, 90]))  # every 30 s: 300 s of silence allowed
+    assert conds(slow, at(90 + 299))["Stalled"]["status"] == "False"
+    assert conds(slow, at(90 + 301))["Stalled"]["status"] == "True"
+    assert next_stall(slow, at(100)) == at(390)
+    once = fold_all(TASK, reports(0, [0]))  # one report: no pace, 600 s
+    assert conds(once, at(599))["Stalled"]["status"] == "False"
+    assert "(one report)" in conds(once, at(601))["Stalled"]["message"]
+    tight = HealthSettings(stall_factor=2, stall_min_s=5, stall_unpaced_s=30)
+    assert conds(slow, at(90 + 61), tight)["Stalled"]["status"] == "True"
+
+
+def test_only_running_workers_of_a_running_task_stall() -> None:
+    done = reports(0, [0, 1, 2], final=True)
+    s = fold_all(TASK, done + reports(1, [0, 1, 2]))
+    assert list(evaluate(s, at(10_000)).stalled) == ["w-1"]  # w-0 is final
+    over = fold_all(TASK, done)
+    c = conds(over, at(10_000))["Stalled"]
+    assert c["status"] == "False" and c["reason"] == "NotRunning"
+    assert next_stall(over, at(0)) is None
+
+
+def test_silence_is_judged_only_when_the_time_is_given() -> None:
+    s = fold_all(TASK, reports(0, [0, 1]))
+    assert "Stalled" not in conds(s, None)
+    assert "evaluatedAt" not in s.to_status()["health"]
+    assert s.to_status()["health"]["summary"] == "Healthy"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.floats(0, 3600), min_size=1, max_size=6), min_size=1,
+                max_size=4), st.floats(0, 20_000), st.randoms(use_true_random=False))
+def test_stalling_is_monotone_in_time_and_next_stall_is_when_it_changes(
+        workers: list[list[float]], now_s: float, rnd: random.Random) -> None:
+    evs = [ev for i, ts in enumerate(workers) for ev in reports(i, sorted(ts))]
+    s = fold_all(TASK, evs)
+    rnd.shuffle(evs)
+    assert fold_all(TASK, evs) == s  # (and so is its health: a function of the state)
+    now = at(now_s)
+    found = set(evaluate(s, now).stalled)
+    nxt = next_stall(s, now)
+    later = set(evaluate(s, now + timedelta(days=30)).stalled)
+    assert found <= later  # silence only grows until a fact comes
+    if nxt is None:
+        assert found == later  # nothing changes any more
+    else:
+        assert nxt > now
+        assert set(evaluate(s, nxt - timedelta(microseconds=1)).stalled) == found
+        assert set(evaluate(s, nxt).stalled) > found
+
+
+def test_a_worker_far_behind_the_median_pace_straggles() -> None:
+    times = [0, 10, 20, 30]
+    evs = (reports(0, times, [0.0, 0.1, 0.2, 0.3]) + reports(1, times, [0.0, 0.1, 0.2, 0.3])
+           + reports(2, times, [0.0, 0.11, 0.22, 0.33]) + reports(3, times, [0.0, 0.03, 0.06,
+                                                                              0.09]))
+    s = fold_all(TASK, evs)
+    c = conds(s, at(31))["Straggling"]
+    assert c["status"] == "True" and c["reason"] == "BehindMedianPace"
+    assert c["message"] == "w-3 at 0.30 of the median pace"
+    assert s.to_status(now=at(31))["health"]["straggling"] == ["w-3"]
+    # Fewer workers with a pace than the minimum: no judgment.
+    assert conds(fold_all(TASK, evs[4:]), at(31))["Straggling"]["status"] == "True"
+    assert conds(fold_all(TASK, evs[8:]), at(31))["Straggling"]["status"] == "False"
+    assert conds(s, at(31), HealthSettings(straggle_ratio=0.2))["Straggling"]["status"] == \
+        "False"
+
+
+def test_a_non_finite_metric_is_a_condition_that_names_it_and_clears() -> None:
+    ok = make_event(Metric(name="lr", value=0.1), "m", 0, T0)
+    bad = [make_event(Metric(name="loss", value=math.nan, step=7), "m", 1, at(5)),
+           make_event(Metric(name="grad_norm", value=math.inf), "m", 2, at(6))]
+    s = fold_all(TASK, [ok, *bad, *reports(0, [0, 1])])
+    c = conds(s, at(7))["NonFiniteMetrics"]
+    assert c["status"] == "True" and c["reason"] == "NonFiniteValue"
+    assert c["message"] == "grad_norm=Infinity, loss=NaN"
+    assert c["lastTransitionTime"] == "2026-11-30T03:00:05Z"
+    assert s.to_status()["health"] == {"summary": "NonFiniteMetrics",
+                                       "nonFinite": ["grad_norm", "loss"]}
+    healed = fold_all(TASK, [ok, *bad, make_event(Metric(name="loss", value=0.3), "m", 3,
+                                                  at(8)),
+                             make_event(Metric(name="grad_norm", value=1.0), "m", 4, at(8))])
+    assert conds(healed, None)["NonFiniteMetrics"]["status"] == "False"
+
+
+def test_a_restarted_watcher_sees_what_went_silent_while_it_was_down() -> None:
+    s = fold_all(TASK, reports(0, list(range(10))))
+    written = s.to_status(now=at(10))  # not stalled then
+    assert not stalled_since_written(s, written, DEFAULT_HEALTH, at(30))
+    assert stalled_since_written(s, written, DEFAULT_HEALTH, at(200))
+    assert not stalled_since_written(s, s.to_status(now=at(200)), DEFAULT_HEALTH, at(300))
+
+
+def test_the_watchers_flags_default_to_the_same_thresholds() -> None:
+    assert health_settings(Settings()) == DEFAULT_HEALTH

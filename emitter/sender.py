@@ -372,6 +372,12 @@ class Sender:
                 target: Target | None) -> None:
         self._n.accept()
         if model is Progress and fields.get("final"):
+            if self._progress_out is not None:
+                # A non-final progress the sender still holds is older than the final, which
+                # supersedes it in the fold: sending it would cost an Event for nothing.
+                self._progress_out = None
+                with self._slot.lock:
+                    self._slot.coalesced += 1
             self._spans_before_final()
         built = self._build(model, fields, t, warning, target)
         if built is not None:
@@ -380,7 +386,7 @@ class Sender:
     def _spans_before_final(self) -> None:
         """Queue every pending span aggregate and metric ahead of a final progress: a reader
         that stops at the task's end must not miss what was recorded before it. (A pending
-        non-final progress stays: the final supersedes it whenever it arrives.)"""
+        non-final progress is not: the final supersedes it, ``_accept``.)"""
         self._merge_window()
         while self.pending or self.latest_out:
             built, carried, _ = self.take_window(with_progress=False)

@@ -20,6 +20,7 @@ budget, as the watcher writes it.
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import statistics
@@ -112,32 +113,38 @@ def plain(bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def watcher_cost(bodies: list[dict[str, Any]], runs: int) -> dict[str, float]:
-    """Median CPU µs per event of the watcher's stages for ``bodies``: the fast parse of each
-    watch line, ``fold_many`` in batches of 256, and one status as written (with the budget)
-    of the folded task, in ms."""
-    lines = [orjson.dumps({"type": "ADDED", "object": b}) for b in bodies]
+def watcher_cost(variants: dict[str, list[dict[str, Any]]], runs: int
+                 ) -> dict[str, dict[str, float]]:
+    """Median CPU µs per event of the watcher's stages for each variant's events: the fast
+    parse of each watch line, ``fold_many`` in batches of 256, and one status as written
+    (with the budget) of the folded task, in ms. The variants' runs alternate."""
     task = TaskRef("bench", TASK)
-    events = parsed(bodies)
-    batches = [events[i:i + 256] for i in range(0, len(events), 256)]
+    inputs = {}
+    for name, bodies in variants.items():
+        events = parsed(bodies)
+        inputs[name] = ([orjson.dumps({"type": "ADDED", "object": b}) for b in bodies],
+                        [events[i:i + 256] for i in range(0, len(events), 256)])
     clock = time.process_time
-    out: dict[str, list[float]] = {"parse": [], "fold": [], "status": []}
-    state = None
+    out: dict[str, dict[str, list[float]]] = {
+        name: {"parse": [], "fold": [], "status": []} for name in variants}
     for _ in range(runs):
-        t0 = clock()
-        for line in lines:
-            fast_watch_line(line)
-        t1 = clock()
-        state = new_state(task)
-        for batch in batches:
-            state = fold_many(state, batch)
-        t2 = clock()
-        state.to_status(budget=STATUS_BUDGET)
-        t3 = clock()
-        out["parse"].append((t1 - t0) / len(lines) * 1e6)
-        out["fold"].append((t2 - t1) / len(lines) * 1e6)
-        out["status"].append((t3 - t2) * 1e3)
-    return {k: statistics.median(v) for k, v in out.items()}
+        for name, (lines, batches) in inputs.items():
+            gc.collect()
+            t0 = clock()
+            for line in lines:
+                fast_watch_line(line)
+            t1 = clock()
+            state = new_state(task)
+            for batch in batches:
+                state = fold_many(state, batch)
+            t2 = clock()
+            state.to_status(budget=STATUS_BUDGET)
+            t3 = clock()
+            o = out[name]
+            o["parse"].append((t1 - t0) / len(lines) * 1e6)
+            o["fold"].append((t2 - t1) / len(lines) * 1e6)
+            o["status"].append((t3 - t2) * 1e3)
+    return {name: {k: statistics.median(v) for k, v in o.items()} for name, o in out.items()}
 
 
 def call_cost(n: int) -> tuple[float, float]:
@@ -202,7 +209,8 @@ def main() -> None:
     base, new = call_cost(calls)
     print(f"\nlatest-slot put per metric call (median of 3 x {calls:,}): without the curve "
           f"{base:.0f} ns, with it {new:.0f} ns ({new / base:.2f}x)")
-    without, with_ = watcher_cost(plain(bodies), a.runs), watcher_cost(bodies, a.runs)
+    cost = watcher_cost({"plain": plain(bodies), "curves": bodies}, a.runs)
+    without, with_ = cost["plain"], cost["curves"]
     print(f"\nthe watcher's cost of these {len(bodies):,} events (CPU, median of {a.runs}), "
           f"plain metric rows vs with the curves:")
     for key, unit in (("parse", "µs/event"), ("fold", "µs/event"), ("status", "ms/write")):

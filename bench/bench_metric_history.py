@@ -33,7 +33,6 @@ from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.items import LatestSlot
 from tidings.schemas import ParsedEvent, TaskRef, fold_all, fold_many, new_state, parse_event
 from tidings.schemas.fastpath import fast_watch_line
-from tidings.schemas.payloads import Metric
 from tidings.schemas.state import STATUS_BUDGET
 
 TASK = "train-1m"
@@ -151,7 +150,7 @@ def call_cost(n: int) -> tuple[float, float]:
     """Median ns of one metric update into the latest slot, with and without its curve."""
     def timed(with_curve: bool) -> float:
         slot = LatestSlot(256)
-        key = (Metric, "loss")
+        key = ("Metric", "loss")
         put = slot.put
         clock = time.perf_counter_ns
         out = []

@@ -36,21 +36,10 @@ from support import (  # bench/support.py
     control_plane,
     cpu_seconds,
     pct,
+    training_status,
 )
 
 from tidings.kube import MERGE_PATCH, Client, ListWatch, WatchLines, connect
-from tidings.schemas import (
-    DeckReady,
-    LogLink,
-    Metric,
-    PodRef,
-    Progress,
-    SpanSummary,
-    TaskRef,
-    build_event,
-    fold_all,
-    parse_event,
-)
 from tidings.schemas.contract import taskfeedback_path
 
 NS = "bench"
@@ -59,26 +48,7 @@ T0 = datetime.now(UTC) - timedelta(minutes=10)
 
 
 def status(name: str, fraction: float, message: str) -> dict[str, Any]:
-    """A training task as the watcher writes it: 2 workers, a link, a deck, 2 metrics, 2 span
-    names."""
-    ref = TaskRef(NS, name)
-    facts = [LogLink(name="dashboard", url=f"https://grafana.example/d/{name}"),
-             DeckReady(name="report", uri=f"s3://bucket/{name}/report.html"),
-             Metric(name="loss", value=0.5, step=100), Metric(name="lr", value=3e-4, step=100),
-             SpanSummary(name="train_step", count=100, total_s=20.0, min_s=0.1, max_s=0.4,
-                         first_start=T0.timestamp(), last_end=T0.timestamp() + 60),
-             SpanSummary(name="evaluate", count=1, total_s=3.0, min_s=3.0, max_s=3.0,
-                         first_start=T0.timestamp() + 30, last_end=T0.timestamp() + 33),
-             Progress(fraction=fraction, message=message),
-             Progress(fraction=fraction * 0.9, message=message)]
-    events = []
-    for n, p in enumerate(facts):
-        pod = n % 2
-        events.append(parse_event(build_event(
-            task=ref, pod=PodRef(f"{name}-{pod}", f"uid-{pod}", NS), payload=p,
-            instance=f"i{pod}", seq=n, time=T0 + timedelta(seconds=n), sender_proof=False)))
-    out: dict[str, Any] = fold_all(ref, events).to_status()  # type: ignore[arg-type]
-    return out
+    return training_status(NS, name, fraction, message, T0)
 
 
 def create_tasks(kube: Client, n: int) -> list[str]:

@@ -1,7 +1,7 @@
 """Pieces the cluster benchmarks share: the control plane they measure (a fresh one, or a
 running one by its state dir), a process's CPU from /proc, percentiles, one event create that
-rides out a busy API server, and the watcher as a subprocess (``tidings watcher run`` with its
-HTTP port read from stdout)."""
+rides out a busy API server, the watcher as a subprocess (``tidings watcher run`` with its
+HTTP port read from stdout), and a training task's status as the watcher writes it."""
 
 from __future__ import annotations
 
@@ -13,10 +13,23 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from tidings.kube import Client, KubeError
+from tidings.schemas import (
+    DeckReady,
+    LogLink,
+    Metric,
+    PodRef,
+    Progress,
+    SpanSummary,
+    TaskRef,
+    build_event,
+    fold_all,
+    parse_event,
+)
 from tidings.schemas.contract import events_path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -124,3 +137,27 @@ class Watcher:
         self.proc.terminate()
         self.proc.wait(30)
         self.log.close()
+
+
+def training_status(namespace: str, name: str, fraction: float, message: str,
+                    t0: datetime) -> dict[str, Any]:
+    """A training task's status as the watcher writes it: 2 workers, a link, a deck, 2
+    metrics, 2 span names, its facts from ``t0`` on."""
+    ref = TaskRef(namespace, name)
+    facts = [LogLink(name="dashboard", url=f"https://grafana.example/d/{name}"),
+             DeckReady(name="report", uri=f"s3://bucket/{name}/report.html"),
+             Metric(name="loss", value=0.5, step=100), Metric(name="lr", value=3e-4, step=100),
+             SpanSummary(name="train_step", count=100, total_s=20.0, min_s=0.1, max_s=0.4,
+                         first_start=t0.timestamp(), last_end=t0.timestamp() + 60),
+             SpanSummary(name="evaluate", count=1, total_s=3.0, min_s=3.0, max_s=3.0,
+                         first_start=t0.timestamp() + 30, last_end=t0.timestamp() + 33),
+             Progress(fraction=fraction, message=message),
+             Progress(fraction=fraction * 0.9, message=message)]
+    events = []
+    for n, p in enumerate(facts):
+        pod = n % 2
+        events.append(parse_event(build_event(
+            task=ref, pod=PodRef(f"{name}-{pod}", f"uid-{pod}", namespace), payload=p,
+            instance=f"i{pod}", seq=n, time=t0 + timedelta(seconds=n), sender_proof=False)))
+    out: dict[str, Any] = fold_all(ref, events).to_status()  # type: ignore[arg-type]
+    return out

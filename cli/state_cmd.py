@@ -184,4 +184,9 @@ class _Raised:
 
 def register(app: typer.Typer) -> None:
     app.command(rich_help_panel="Tasks")(state)
+    # kubectl's `describe taskfeedback` prints the status's fields in alphabetical order, the
+    # fold's bookkeeping among them: this is the same object in the order a person reads.
+    app.command("describe", rich_help_panel="Tasks", help="Alias of state: 'tidings describe "
+                "TASK' as 'kubectl describe taskfeedback TASK', in the order a person reads.")(
+                    state)
     app.command(rich_help_panel="Tasks")(watch)

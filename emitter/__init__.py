@@ -23,15 +23,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar, overload
-
-from tidings.schemas.payloads import Payload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .config import EmitterConfig, Identity
 from .core import Emitter, started_emitters
 from .outcome import install_crash_hooks, install_sigterm_flush, report_failure
 from .spans import Span
 from .spans import traced as _traced
+
+if TYPE_CHECKING:  # the payload models load on the sender thread, never at import
+    from tidings.schemas.payloads import Payload
 
 __all__ = [
     "Emitter",

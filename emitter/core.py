@@ -4,6 +4,10 @@
 Critical facts (links, decks, final progress, lineage) go through a bounded FIFO and wait for
 budget; spans fold into per-window summaries; metrics keep their latest value per name per
 window; non-final progress is one latest-wins slot.
+
+Nothing here loads the payload models (pydantic): the sender (sender.py) is built on its own
+thread, which validates what the workload handed it, so ``import tidings.emitter`` and the
+calls stay light.
 """
 
 from __future__ import annotations
@@ -20,17 +24,18 @@ import weakref
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from tidings.schemas.event import ObjectRef, TaskRef, valid_uid
-from tidings.schemas.payloads import DeckReady, LogLink, Metric, Payload, PodSpawned, Progress
+from tidings.schemas.refs import ObjectRef, TaskRef, valid_uid
 
 from .aggregate import SpanAggregator
 from .config import EmitterConfig, Identity
 from .counters import Counters
-from .items import STOP, WAKE, Flush, Item, LatestSlot, ProgressSlot, QueueItem
+from .items import STOP, WAKE, Flush, FlushGate, Item, LatestSlot, ProgressSlot, QueueItem
 from .outcome import exit_flush_begins, install_crash_hooks, install_sigterm_flush
-from .sender import Sender
 
-if TYPE_CHECKING:  # the transport (the Kubernetes client) loads on the sender thread
+if TYPE_CHECKING:  # the sender, the payload models and the transport load on the sender thread
+    from tidings.schemas.payloads import Payload
+
+    from .sender import Sender
     from .transport import Transport
 
 log = logging.getLogger("tidings.emitter")
@@ -43,8 +48,8 @@ class Emitter:
     Emitter; create one explicitly for other settings, identities or transports.
     """
 
-    #: The sender thread's class (benchmarks swap in a baseline).
-    sender_type: type[Sender] = Sender
+    #: The sender thread's class (None: sender.Sender; benchmarks swap in a baseline).
+    sender_type: type[Sender] | None = None
 
     def __init__(self, config: EmitterConfig | None = None, *, identity: Identity | None = None,
                  transport: Transport | None = None, autostart: bool = True) -> None:
@@ -80,20 +85,18 @@ class Emitter:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._abandon = threading.Event()  # the exit deadline passed: stop retrying
-        self._sender = self.sender_type(
-            cfg, self.identity, self.instance, q=self._q, spans=self._spans,
-            slot=self._progress, latest=self._latest, counters=self._counters,
-            abandon=self._abandon,
-            transport=transport)
+        self._gate = FlushGate()
+        self._transport = transport
+        self._sender: Sender | None = None  # built on its thread (_run_sender)
 
     # ---- the workload side: O(1), never blocks, never raises ----------------------------
     def log_link(self, name: str, url: str) -> None:
         """A named link (W&B run, dashboard, logs). Critical: never dropped for budget."""
-        self._put((LogLink, {"name": name, "url": url}, time.time(), False, None))
+        self._put(("LogLink", {"name": name, "url": url}, time.time(), False, None))
 
     def deck_ready(self, name: str, uri: str) -> None:
         """A report deck is ready at ``uri``. Critical."""
-        self._put((DeckReady, {"name": name, "uri": uri}, time.time(), False, None))
+        self._put(("DeckReady", {"name": name, "uri": uri}, time.time(), False, None))
 
     def progress(self, fraction: float, message: str = "", final: bool = False,
                  failed: bool = False) -> None:
@@ -120,7 +123,7 @@ class Emitter:
                 fields: dict[str, Any] = {"fraction": fraction, "message": message, "final": True}
                 if failed:
                     fields["failed"] = True
-                self._put((Progress, fields, t, bool(failed), None))
+                self._put(("Progress", fields, t, bool(failed), None))
             elif prev is None:
                 self._q.put(WAKE)  # only on empty -> full, so a chatty loop costs no puts
                 if self._thread is None:
@@ -145,8 +148,10 @@ class Emitter:
         worker's progress from now on, unless ``TIDINGS_EMIT_WORKERS`` already declared it."""
         try:
             if count >= 1 and not self.config.workers:
-                self.config = replace(self.config, workers=int(count))
-                self._sender.config = self.config
+                with self._lock:  # (the sender thread reads it when it builds the sender)
+                    self.config = replace(self.config, workers=int(count))
+                    if self._sender is not None:
+                        self._sender.config = self.config
         except Exception:
             pass
 
@@ -162,7 +167,7 @@ class Emitter:
             v = float(value)
             if not (isinstance(name, str) and (step is None or type(step) is int)):
                 raise TypeError("metric name must be a str and step an int or None")
-            self._latest.put((Metric, name),
+            self._latest.put(("Metric", name),
                              ({"name": name, "value": v, "step": step}, time.time()), (v, step))
             if self._thread is None:
                 self._start()
@@ -200,7 +205,7 @@ class Emitter:
             ns = namespace or self.identity.namespace
             regarding = (ObjectRef(app_api_version or "v1", app_kind, app, ns, app_uid)
                          if app_kind else None)
-            self._put((PodSpawned, {"pod_name": pod_name, "pod_uid": pod_uid, "app": app,
+            self._put(("PodSpawned", {"pod_name": pod_name, "pod_uid": pod_uid, "app": app,
                                     "role": role, "attempt": attempt},
                        time.time(), False, (TaskRef(ns, app), regarding)))
         except Exception:
@@ -233,7 +238,8 @@ class Emitter:
         with self._lock:
             if self._thread is not None:
                 return
-            t = threading.Thread(target=self._sender.run, name="tidings-emitter", daemon=True)
+            t = threading.Thread(target=_run_sender, args=(weakref.ref(self),),
+                                 name="tidings-emitter", daemon=True)
             self._thread = t
         _register_atexit()
         install_crash_hooks(started_emitters)
@@ -254,12 +260,12 @@ class Emitter:
                         and self._progress.value is None):
                     return self._nothing_lost()
                 self._start()
-            sender = self._sender
-            if sender.dead or self._thread is None:
+            gate = self._gate
+            if gate.dead or self._thread is None:
                 return False
-            gen = sender.next_flush()
+            gen = gate.ask()
             self._q.put(Flush(gen))
-            settled = sender.wait_flushed(gen, timeout)
+            settled = gate.wait(gen, timeout)
             return self._nothing_lost() and settled
         except Exception:
             return False
@@ -297,9 +303,10 @@ class Emitter:
         out["spans_recorded"] = spans.recorded
         out["dropped_span_names"] = spans.dropped + out.pop("dropped_span_names_pending")
         out["spans_coalesced"] = out["spans_sent"] - out["span_summaries"]
-        out["queued"] = self._sender.queued()
+        sender = self._sender
+        out["queued"] = sender.queued() if sender is not None else self._q.qsize()
         out["instance"] = self.instance
-        transport = self._sender.transport
+        transport = sender.transport if sender is not None else self._transport
         out["sink"] = bool(transport is not None and transport.sink)
         return out
 
@@ -322,6 +329,32 @@ class Emitter:
             s["refused"], s["refused_by_status"] or "", s["undelivered"] + s["queued"],
             s["spans_unsent"], s["dropped_queue_full"], s["dropped_span_names"], s["invalid"],
             s["unaddressable"])
+
+
+def _run_sender(ref: weakref.ref[Emitter]) -> None:
+    """The sender thread: builds the Emitter's sender (sender.py loads the payload models
+    here, off the workload's path), then runs it. It holds the Emitter weakly, as the sender
+    does: an Emitter that nobody holds any more is collected."""
+    em = ref()
+    if em is None:
+        return
+    try:
+        sender_type = em.sender_type
+        if sender_type is None:
+            from .sender import Sender
+
+            sender_type = Sender
+        with em._lock:
+            em._sender = sender = sender_type(
+                em.config, em.identity, em.instance, q=em._q, spans=em._spans,
+                slot=em._progress, latest=em._latest, counters=em._counters,
+                abandon=em._abandon, gate=em._gate, transport=em._transport)
+    except BaseException as e:  # the workload must go on even if the sender cannot
+        log.error("tidings emitter: sender stopped: %s: %s", type(e).__name__, e)
+        em._gate.die()
+        return
+    del em
+    sender.run()
 
 
 # ---- process-wide hooks: exit flush and fork safety --------------------------------------
@@ -353,7 +386,7 @@ def _close_all() -> None:
 
 def _after_fork_in_child() -> None:
     for em in list(_LIVE):
-        em._reset(em._sender.transport)
+        em._reset(em._sender.transport if em._sender is not None else em._transport)
 
 
 if hasattr(os, "register_at_fork"):

@@ -2,18 +2,19 @@
 latest-wins progress slot and the latest-per-name slot of coalescible named facts.
 
 Items stay plain tuples (a put is on the workload's path; a NamedTuple would cost a call);
-the aliases give them precise types.
+the aliases give them precise types. An item names its payload model by its type (``"LogLink"``,
+the model's ``TYPE``): the models (pydantic) load on the sender thread, which validates, never
+on the workload's path.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from pydantic import BaseModel
-
-from tidings.schemas.event import ObjectRef, TaskRef
-from tidings.schemas.payloads import Payload
+if TYPE_CHECKING:
+    from tidings.schemas.payloads import Payload
+    from tidings.schemas.refs import ObjectRef, TaskRef
 
 from .curves import Curve
 
@@ -21,16 +22,16 @@ from .curves import Curve
 # an app that is not a TaskFeedback, the object the event is regarding.
 Target: TypeAlias = "tuple[TaskRef, ObjectRef | None]"
 
-# (payload model and its fields | None and a ready payload, epoch time, warning, target).
+# (payload type and its fields | None and a ready payload, epoch time, warning, target).
 Item: TypeAlias = (
-    "tuple[type[BaseModel], dict[str, Any], float, bool, Target | None]"
+    "tuple[str, dict[str, Any], float, bool, Target | None]"
     " | tuple[None, Payload, float, bool, Target | None]"
 )
 
 # A pending non-final progress: (fraction, message, epoch time).
 ProgressUpdate: TypeAlias = "tuple[float, str, float]"
-# A pending coalescible named fact (a metric): its model and name -> (its fields, epoch time).
-LatestKey: TypeAlias = "tuple[type[BaseModel], str]"
+# A pending coalescible named fact (a metric): its type and name -> (its fields, epoch time).
+LatestKey: TypeAlias = "tuple[str, str]"
 LatestUpdate: TypeAlias = "tuple[dict[str, Any], float]"
 
 
@@ -57,6 +58,40 @@ class Flush:
 
     def __init__(self, gen: int) -> None:
         self.gen = gen
+
+
+class FlushGate:
+    """Flushes between the two sides: the workload numbers them (``ask``) and waits; the
+    sender reports the newest it settled (``settle``), or that it stopped for good
+    (``die``: every waiter wakes, unsettled)."""
+
+    __slots__ = ("_asked", "_cond", "dead", "settled")
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._asked = 0
+        self.settled = 0
+        self.dead = False
+
+    def ask(self) -> int:
+        with self._cond:
+            self._asked += 1
+            return self._asked
+
+    def wait(self, gen: int, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self.settled >= gen or self.dead,
+                                       max(0.0, timeout)) and not self.dead
+
+    def settle(self, gen: int) -> None:
+        with self._cond:
+            self.settled = max(self.settled, gen)
+            self._cond.notify_all()
+
+    def die(self) -> None:
+        with self._cond:
+            self.dead = True
+            self._cond.notify_all()
 
 
 QueueItem: TypeAlias = "Item | Signal | Flush"

@@ -23,8 +23,7 @@ from collections.abc import Callable, Iterable
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from tidings.schemas.payloads import cut_text
-from tidings.schemas.text import sanitize_text
+from tidings.schemas.text import cut_text, sanitize_text
 
 if TYPE_CHECKING:
     from .core import Emitter

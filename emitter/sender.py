@@ -4,8 +4,10 @@ latest progress, the metrics' latest values, the span aggregates) packed into on
 event per window (``span_window_s``), the first as soon as there is something to send.
 
 It alone touches the outbox, the pending span windows and the sequence numbers, so they need
-no lock; what it shares with the workload side is in items.py (the queue, the progress slot)
-and counters.py.
+no lock; what it shares with the workload side is in items.py (the queue, the progress slot,
+the flush gate) and counters.py. The Emitter builds it on its own thread: this module loads
+the payload models (pydantic), which ``import tidings.emitter`` and the workload's calls
+never do.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tidings._compat import UTC
 from tidings.kube.flowcontrol import TokenBucket
 from tidings.schemas.constants import NOTE_LIMIT, SCHEMA_VERSION, SEQ_MAX
 from tidings.schemas.event import ObjectRef, PodRef, TaskRef, build_event
+from tidings.schemas.kinds import KNOWN_PAYLOADS
 from tidings.schemas.names import task_id_error
 from tidings.schemas.payloads import (
     METRIC_POINTS_MAX,
@@ -66,6 +69,7 @@ from .items import (
     STOP,
     WAKE,
     Flush,
+    FlushGate,
     LatestKey,
     LatestSlot,
     LatestUpdate,
@@ -175,7 +179,7 @@ class Sender:
     def __init__(self, config: EmitterConfig, identity: Identity, instance: str, *,
                  q: queue.SimpleQueue[QueueItem], spans: SpanAggregator, slot: ProgressSlot,
                  latest: LatestSlot, counters: Counters, abandon: threading.Event,
-                 transport: Transport | None) -> None:
+                 gate: FlushGate, transport: Transport | None) -> None:
         self.config = config
         self.identity = identity
         self.instance = instance
@@ -186,11 +190,7 @@ class Sender:
         self._latest = latest
         self._n = counters
         self._abandon = abandon  # the exit deadline passed: stop retrying
-        # Flushes: the workload numbers them, the sender reports the newest it settled.
-        self._cond = threading.Condition()
-        self._flush_gen = 0
-        self._flushed = 0
-        self.dead = False
+        self._gate = gate  # flushes: the workload numbers them, the sender settles them
         self._seq = 1
         # The eventTime of the last event built: each later one carries at least it, so this
         # instance's times never go back with its seq (a clock stepped back by NTP, or
@@ -209,16 +209,6 @@ class Sender:
         self._proof = False  # events carry the sender proof (set with the transport)
 
     # ---- what the workload side asks ----------------------------------------------------
-    def next_flush(self) -> int:
-        with self._cond:
-            self._flush_gen += 1
-            return self._flush_gen
-
-    def wait_flushed(self, gen: int, timeout: float) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: self._flushed >= gen or self.dead,
-                                       max(0.0, timeout)) and not self.dead
-
     def queued(self) -> int:
         return self._q.qsize() + len(self.outbox)
 
@@ -227,10 +217,8 @@ class Sender:
         try:
             self._send_loop()
         except BaseException as e:  # the workload must go on even if the sender cannot
-            self.dead = True
             log.error("tidings emitter: sender stopped: %s: %s", type(e).__name__, e)
-            with self._cond:
-                self._cond.notify_all()
+            self._gate.die()
 
     def _send_loop(self) -> None:
         cfg = self.config
@@ -301,11 +289,9 @@ class Sender:
                 else:
                     next_window = now + min(window, _QUIET_CHECK_S)
             self._send(bucket)
-            if self._flush_seen > self._flushed and not (
+            if self._flush_seen > self._gate.settled and not (
                     self.outbox or self._coalescible_waiting()):
-                with self._cond:
-                    self._flushed = self._flush_seen
-                    self._cond.notify_all()
+                self._gate.settle(self._flush_seen)
         # Closing: whatever is still queued will never be sent.
         self._n.lost(self.queued() + len(self.latest_out), sum(c[1] for _, _, c in self.outbox))
 
@@ -368,10 +354,10 @@ class Sender:
                 self._untold(told)
         self._due = False
 
-    def _accept(self, model: type[BaseModel] | None, fields: Any, t: float, warning: bool,
+    def _accept(self, kind: str | None, fields: Any, t: float, warning: bool,
                 target: Target | None) -> None:
         self._n.accept()
-        if model is Progress and fields.get("final"):
+        if kind == Progress.TYPE and fields.get("final"):
             if self._progress_out is not None:
                 # A non-final progress the sender still holds is older than the final, which
                 # supersedes it in the fold: sending it would cost an Event for nothing.
@@ -379,7 +365,7 @@ class Sender:
                 with self._slot.lock:
                     self._slot.coalesced += 1
             self._spans_before_final()
-        built = self._build(model, fields, t, warning, target)
+        built = self._build(KNOWN_PAYLOADS[kind] if kind else None, fields, t, warning, target)
         if built is not None:
             self.outbox.append((*built, (0, 0)))
 
@@ -414,7 +400,7 @@ class Sender:
         """A metrics note was lost: the extremes it told are told again."""
         with self._latest.lock:
             for name in names:
-                curve = self._latest.curves.get((Metric, name))
+                curve = self._latest.curves.get((Metric.TYPE, name))
                 if curve is not None:
                     curve.forget_told()
 
@@ -461,10 +447,11 @@ class Sender:
         curves: list[tuple[list[Any], Curve]] = []
         with slot.lock:
             for key, (values, t) in out.items():
-                if key[0] is not Metric:
+                if key[0] != Metric.TYPE:
                     if progress is None and not metrics:
                         del out[key]
-                        return self._build(key[0], dict(values), t, False, None), (0, 0), []
+                        return self._build(KNOWN_PAYLOADS[key[0]], dict(values), t, False,
+                                           None), (0, 0), []
                     continue
                 curve = slot.curves.get(key)
                 row = _metric_row(values, curve)
@@ -478,7 +465,7 @@ class Sender:
                 if curve is not None:
                     curves.append((row, curve))
         for row in metrics:
-            del out[(Metric, row[0])]
+            del out[(Metric.TYPE, row[0])]
         pending = self.pending
         base = 0
         taken: list[tuple[str, Agg]] = []

@@ -57,10 +57,7 @@ if TYPE_CHECKING:
         URL_LIMIT,
     )
     from .event import (
-        ObjectRef,
         ParsedEvent,
-        PodRef,
-        TaskRef,
         WatchItem,
         build_event,
         event_name,
@@ -85,6 +82,7 @@ if TYPE_CHECKING:
         payload_type,
         span_summaries,
     )
+    from .refs import ObjectRef, PodRef, TaskRef
     from .rejection import Rejection, RejectReason
     from .state import (
         CLOCK_SKEW,
@@ -103,7 +101,8 @@ if TYPE_CHECKING:
     from .version_vector import VersionVector
 
 # Each name loads its own module on first use (PEP 562): `tidings.emitter` imports the
-# payloads and the Event contract, never the fold and the state it does not run.
+# references alone (the payloads and the Event contract load on its sender thread), never
+# the fold and the state it does not run.
 _LAZY = {
     "API_GROUP": "constants",
     "API_VERSION": "constants",
@@ -118,10 +117,10 @@ _LAZY = {
     "SEQ_ANNOTATION": "constants",
     "TASK_LABEL": "constants",
     "URL_LIMIT": "constants",
-    "ObjectRef": "event",
+    "ObjectRef": "refs",
     "ParsedEvent": "event",
-    "PodRef": "event",
-    "TaskRef": "event",
+    "PodRef": "refs",
+    "TaskRef": "refs",
     "WatchItem": "event",
     "build_event": "event",
     "event_name": "event",

@@ -30,6 +30,10 @@ from .constants import (
 from .names import valid_task_id
 from .note import decode_envelope, encode_note, valid_instance, valid_seq
 from .payloads import Payload, PodSpawned, payload_type
+from .refs import ObjectRef as ObjectRef  # (refs.py: no dependency; importable from here too)
+from .refs import PodRef as PodRef
+from .refs import TaskRef as TaskRef
+from .refs import valid_uid as valid_uid
 from .rejection import Rejection, RejectReason
 from .text import sanitize_text
 from .times import format_time, parse_time
@@ -37,41 +41,7 @@ from .times import format_time, parse_time
 _DIGEST_HEX = 16
 _NAME_MAX = 253
 _NON_DNS = re.compile(r"[^a-z0-9.\-]+")
-_UID = re.compile(r"^[A-Za-z0-9\-]{1,64}\Z")
 _POD_NAME = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?\Z")
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class TaskRef:
-    """A task: the TaskFeedback object ``namespace/name`` (for lineage: the app or owner)."""
-
-    namespace: str
-    name: str
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class PodRef:
-    """A pod by name and uid (the sender of an event, or a spawned pod)."""
-
-    name: str
-    uid: str
-    namespace: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectRef:
-    """Any Kubernetes object, used as the ``regarding`` subject of lineage events."""
-
-    api_version: str
-    kind: str
-    name: str
-    namespace: str = ""
-    uid: str = ""
-
-
-def valid_uid(uid: str) -> bool:
-    """True for a string shaped like a Kubernetes object uid (what a reference may carry)."""
-    return bool(_UID.match(uid))
 
 
 @lru_cache(maxsize=4096)  # few distinct task names; this sits on the watcher's hot path
@@ -247,7 +217,7 @@ def _sender(name: str, uid: str, namespace: str) -> PodRef | None:
 
     Callers pass only short strings (no longer than the patterns can match), so the cache's
     size stays bounded."""
-    if not _POD_NAME.match(name) or not _UID.match(uid):
+    if not _POD_NAME.match(name) or not valid_uid(uid):
         return None
     return PodRef(name, uid, namespace)
 

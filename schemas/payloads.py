@@ -27,9 +27,8 @@ from pydantic_core import PydanticCustomError
 
 from .constants import NAME_LIMIT, TYPE_LIMIT, URL_LIMIT, WORKERS_MAX
 from .history import HISTORY_POINTS
-from .text import has_invisible, is_continuation, sanitize_text
-
-ELLIPSIS = "…"
+from .text import cut_text as cut_text  # (its home is text.py; importers here keep working)
+from .text import has_invisible, sanitize_text
 
 _MODEL_CONFIG = ConfigDict(
     strict=True,
@@ -39,22 +38,6 @@ _MODEL_CONFIG = ConfigDict(
     # Pydantic would otherwise copy dicts/lists on validation; the models are frozen anyway.
     revalidate_instances="never",
 )
-
-
-def cut_text(s: str, limit: int) -> str:
-    """Shorten ``s`` to at most ``limit`` characters, ending in ``…`` when cut.
-
-    The cut never separates a base character from its combining marks or joiners.
-    """
-    if len(s) <= limit:
-        return s
-    if limit <= 0:
-        return ""
-    k = limit - 1
-    # s[k] is the first dropped character; a joiner glues it to what precedes it.
-    while k > 0 and (is_continuation(s[k]) or s[k - 1] == "\u200d"):
-        k -= 1
-    return s[:k] + ELLIPSIS
 
 
 def _clean_text(v: Any) -> Any:

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from .constants import TASK_LABEL
 from .event import ObjectRef, valid_uid
-from .names import task_id_error
+from .names import task_id_error, valid_task_id
 
 JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
 JOB_UID_LABELS: Final = ("batch.kubernetes.io/controller-uid", "controller-uid")
@@ -42,13 +42,16 @@ class PodTask:
     key of the list the pod carries), or ``error`` when that label's value is no valid task
     id; the ``owner`` its TaskFeedback gets, when the pod shows that object's uid; ``job``:
     the batch/v1 Job whose ``spec.completions`` is the task's worker count (the task is that
-    Job itself)."""
+    Job itself); ``via``: the Job that controls the pod, when the task is that Job's
+    controller's and the pod shows no uid of it (JobSet before v0.10 labels no uid): the
+    watcher reads the owner through that Job (``watcher/platform.py``)."""
 
     task: str
     key: str
     error: str = ""
     owner: ObjectRef | None = None
     job: str = ""
+    via: ObjectRef | None = None
 
 
 def parse_task_keys(text: str) -> tuple[str, ...]:
@@ -86,9 +89,14 @@ def pod_task(meta: Any, keys: Sequence[str] = DEFAULT_TASK_KEYS) -> PodTask | No
         if bad is not None:
             return PodTask("", key, f"label {key}: {bad}")
         namespace = meta.get("namespace")
-        owner = _owner(key, namespace if isinstance(namespace, str) else "", value, labels,
-                       meta.get("ownerReferences"))
-        return PodTask(value, key, owner=owner, job=value if key == JOB_NAME_LABEL else "")
+        namespace = namespace if isinstance(namespace, str) else ""
+        refs = meta.get("ownerReferences")
+        owner = _owner(key, namespace, value, labels, refs)
+        via = _controlling_job(namespace, refs) if owner is None and key in (
+            JOBSET_NAME_LABEL, TRAINJOB_LABEL) and labels.get(JOBSET_NAME_LABEL) == value \
+            else None
+        return PodTask(value, key, owner=owner, job=value if key == JOB_NAME_LABEL else "",
+                       via=via)
     return None
 
 
@@ -141,3 +149,26 @@ def _owner(key: str, namespace: str, task: str, labels: Mapping[str, Any], refs:
         if isinstance(uid, str) and valid_uid(uid):
             return ObjectRef(*_JOBSET, task, namespace, uid)
     return None
+
+
+def _controlling_job(namespace: str, refs: Any) -> ObjectRef | None:
+    """The batch/v1 Job a pod's controller ownerReference names (a JobSet's Jobs own their
+    pods), with its uid: a claim the watcher verifies, then follows to the Job's own
+    controller."""
+    for ref in refs if isinstance(refs, list) else []:
+        if not isinstance(ref, Mapping) or ref.get("controller") is not True:
+            continue
+        api, kind, name, uid = (ref.get(f) for f in ("apiVersion", "kind", "name", "uid"))
+        if api == _JOB[0] and kind == _JOB[1] and isinstance(name, str) \
+                and valid_task_id(name) and isinstance(uid, str) and valid_uid(uid):
+            return ObjectRef(*_JOB, name, namespace, uid)
+    return None
+
+
+def jobset_of(task: str, namespace: str, controller: ObjectRef | None) -> ObjectRef | None:
+    """The JobSet named ``task`` when a Job's controller reference (``controller``) names it:
+    the owner a JobSet's pod claims through its Job (``PodTask.via``)."""
+    if controller is None or controller.kind != _JOBSET[1] or controller.name != task \
+            or controller.api_version.split("/")[0] != _JOBSET[0].split("/")[0]:
+        return None
+    return ObjectRef(controller.api_version, controller.kind, task, namespace, controller.uid)

@@ -112,3 +112,22 @@ def is_continuation(ch: str) -> bool:
         or "\U000e0020" <= ch <= "\U000e007f"  # emoji tag sequences
         or unicodedata.category(ch) in ("Mn", "Me", "Mc")
     )
+
+
+ELLIPSIS = "…"
+
+
+def cut_text(s: str, limit: int) -> str:
+    """Shorten ``s`` to at most ``limit`` characters, ending in ``…`` when cut.
+
+    The cut never separates a base character from its combining marks or joiners.
+    """
+    if len(s) <= limit:
+        return s
+    if limit <= 0:
+        return ""
+    k = limit - 1
+    # s[k] is the first dropped character; a joiner glues it to what precedes it.
+    while k > 0 and (is_continuation(s[k]) or s[k - 1] == "\u200d"):
+        k -= 1
+    return s[:k] + ELLIPSIS

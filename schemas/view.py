@@ -15,14 +15,15 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .contract import FAILED, SUCCEEDED
-from .event import TaskRef
-from .kinds import NAMED_KINDS, Kind, Scalar
-from .payloads import non_finite_text, web_link
-from .state import Named, TaskState
 from .times import parse_time
+
+if TYPE_CHECKING:  # the page's view loads them (task_view); a list row reads the object alone
+    from .kinds import Kind, Scalar
+    from .refs import TaskRef
+    from .state import Named, TaskState
 
 # The columns of a kind with a curve (metrics): its exact extremes and its history.
 CURVE_HEADERS = ("MIN", "MAX", "HISTORY")
@@ -316,6 +317,8 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
     (its conditions, health and refusals are the watcher's word); without one (a local fold)
     the conditions are what the status of this state would say, its health judged at ``now``
     with the default thresholds (the watcher's rule)."""
+    from .kinds import NAMED_KINDS  # (the payload models: not for `tidings list`'s rows)
+
     if status is None:
         status = state.to_status(now=now)
     said = _map(status.get("health"))
@@ -388,6 +391,8 @@ def _worker_row(state: TaskState, pod: str) -> WorkerRow:
 
 
 def _register_row(kind: Kind, name: str, entry: Named) -> RegisterRow:
+    from .payloads import web_link
+
     raw = entry.value
     values = raw if isinstance(raw, tuple) else (raw,)
     first = values[0]
@@ -416,6 +421,8 @@ def scalar_text(v: Scalar) -> str:
     if v is None:
         return ""
     if isinstance(v, float):
+        from .payloads import non_finite_text  # (loaded already by a task's view)
+
         return non_finite_text(v) or f"{v:.6g}"
     return str(v)
 

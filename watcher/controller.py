@@ -28,7 +28,7 @@ from tidings.schemas.contract import (
     pods_path,
     taskfeedback_path,
 )
-from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event
+from tidings.schemas.event import ObjectRef, ParsedEvent, TaskRef, WatchItem, parse_event
 from tidings.schemas.fastpath import fast_watch_line
 from tidings.schemas.folding import fold_checked
 from tidings.schemas.health import next_stall, stalled_since_written
@@ -674,8 +674,8 @@ class Controller:
         senders = {id(ev.sender): ev for ev in self.store.pending(task)}
         for ev in senders.values():
             info = self._pod_task(task, ev)
-            o = info.owner if info is not None else None
-            if o is not None and (o.kind, o.name) == (kind, name) and o.uid != uid \
+            o = self.platform.claimed(info, ev.sender.name) if info is not None else None
+            if isinstance(o, ObjectRef) and (o.kind, o.name) == (kind, name) and o.uid != uid \
                     and self.platform.verify(o) is True:
                 newer = True
                 break

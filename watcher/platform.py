@@ -4,8 +4,9 @@ namespace (``sources``; a kind whose CRD is not installed, or that the watcher m
 is tried again quietly), so that
 
 - an owner a pod claims (its Job's ``controller-uid``, its controller ownerReference, a
-  JobSet's uid label) is believed only for the live object with that uid (``verify``): a
-  forged uid, or the uid of a deleted object whose name a new one took, is refused;
+  JobSet's uid label, or its Job's controller ownerReference, ``claimed``) is believed only
+  for the live object with that uid (``verify``): a forged uid, or the uid of a deleted object
+  whose name a new one took, is refused;
 - the TaskFeedback is created owned by that verified object (``owner``);
 - the object's own outcome, as its controller reports it, decides the task it owns
   (``outcome``; schemas/observed.py reads it);
@@ -22,7 +23,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from tidings.kube import Client, KubeError
@@ -36,6 +37,7 @@ from tidings.schemas.platform import (
     TRAINJOB_LABEL,
     WORKFLOW_LABEL,
     PodTask,
+    jobset_of,
 )
 from tidings.schemas.rejection import Rejection, RejectReason
 
@@ -84,12 +86,12 @@ _BY_KIND: Final = {k.kind: k for k in PLATFORM_KINDS}
 
 @dataclass(frozen=True, slots=True)
 class Seen:
-    """One platform object as the watcher keeps it: its uid, its controller's uid (a
-    TrainJob's JobSet: the TrainJob), a Job's completions, and its outcome (None: its
-    controller has not reported on it yet)."""
+    """One platform object as the watcher keeps it: its uid, its controller ownerReference
+    (a JobSet's Job: the JobSet; a TrainJob's JobSet: the TrainJob), a Job's completions, and
+    its outcome (None: its controller has not reported on it yet)."""
 
     uid: str
-    controller: str
+    controller: ObjectRef | None
     completions: int | None
     outcome: PlatformOutcome | None
 
@@ -101,12 +103,13 @@ def _seen(kind: PlatformKind, obj: object) -> tuple[tuple[str, str], Seen] | Non
     ns, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
     if not (isinstance(ns, str) and isinstance(name, str) and isinstance(uid, str)):
         return None
-    controller = ""
+    controller = None
     refs = meta.get("ownerReferences")
     for ref in refs if isinstance(refs, list) else []:
-        if isinstance(ref, dict) and ref.get("controller") is True \
-                and isinstance(ref.get("uid"), str):
-            controller = ref["uid"]
+        if isinstance(ref, dict) and ref.get("controller") is True and all(
+                isinstance(ref.get(f), str) for f in ("apiVersion", "kind", "name", "uid")):
+            controller = ObjectRef(ref["apiVersion"][:253], ref["kind"][:63], ref["name"][:253],
+                                   ns, ref["uid"][:64])
     completions = None
     if kind is JOB:
         spec = obj.get("spec") if isinstance(obj, dict) else None
@@ -292,25 +295,48 @@ class PlatformTasks:
                 return f"{group}/{api_version}/namespaces/{namespace}/{res['name']}/{name}"
         return None
 
+    def claimed(self, info: PodTask, pod: str) -> ObjectRef | Rejection | Retry | None:
+        """The owner a pod's labels claim for its task: the one it shows (``info.owner``), or
+        the controller of the Job that controls it (``info.via``: a JobSet that labels no uid
+        on its pods), that Job verified first and read from the Jobs' watch. A Rejection when
+        that Job is no live one (a forged chain); None when there is no claim, or it cannot be
+        read here."""
+        if info.owner is not None or info.via is None:
+            return info.owner
+        job = info.via
+        verified = self.verify(job)
+        if verified is not True:
+            return self._refusal(job, pod) if verified is False else verified
+        seen = self._object(JOB.kind, job.namespace, job.name, JOB.api_version)
+        if not isinstance(seen, Seen) or seen.uid != job.uid:
+            return None  # (deleted since it was verified: the next fact checks again)
+        return jobset_of(info.task, job.namespace, seen.controller)
+
     def check_claim(self, task: TaskRef, info: PodTask | None, pod: str
                     ) -> Rejection | Retry | None:
-        """The owner a pod of ``task`` claims (``info``, its labels) is believed only for the
-        live object with that uid: then it is learned (it owns the TaskFeedback and decides
-        the task); a claim no live object bears is a Rejection (the pod's facts are refused);
-        None when there is no claim, or it cannot be checked here."""
-        if info is None or info.owner is None:
+        """The owner a pod of ``task`` claims (``info``, its labels; ``claimed``) is believed
+        only for the live object with that uid: then it is learned (it owns the TaskFeedback
+        and decides the task); a claim no live object bears is a Rejection (the pod's facts
+        are refused); None when there is no claim, or it cannot be checked here."""
+        if info is None:
             return None
-        o = info.owner
+        o = self.claimed(info, pod)
+        if not isinstance(o, ObjectRef):
+            return o
         verified = self.verify(o)
         if verified is Retry.LATER:
             return Retry.LATER
         if verified is False:
-            return Rejection.of(RejectReason.UNVERIFIED_OWNER,
-                                f"pod {pod} claims {o.kind} {o.name} uid {o.uid}, which no live "
-                                f"{o.kind} has (forged, or a deleted one's)")
+            return self._refusal(o, pod)
         if verified is True:
-            self.learn(task, info)
+            self.learn(task, info if info.owner == o else replace(info, owner=o))
         return None
+
+    @staticmethod
+    def _refusal(o: ObjectRef, pod: str) -> Rejection:
+        return Rejection.of(RejectReason.UNVERIFIED_OWNER,
+                            f"pod {pod} claims {o.kind} {o.name} uid {o.uid}, which no live "
+                            f"{o.kind} has (forged, or a deleted one's)")
 
     def learn(self, task: TaskRef, info: PodTask) -> None:
         """A pod whose claim on ``task``'s owner was verified (``verify``): the TaskFeedback
@@ -354,7 +380,8 @@ class PlatformTasks:
             return owner.outcome
         # A TrainJob's pods show their JobSet's uid; the TrainJob owns that JobSet.
         top = self._object(deciding.kind, task.namespace, task.name, deciding.api_version)
-        if not isinstance(top, Seen) or top.uid != owner.controller:
+        if not isinstance(top, Seen) or owner.controller is None \
+                or top.uid != owner.controller.uid:
             return None
         return top.outcome
 

@@ -222,6 +222,55 @@ def test_kubectl_tidings_plugin(control_plane: ControlPlane, two_tasks: str) -> 
     assert usage.returncode == 2 and "kubectl tidings list --help" in usage.stderr
 
 
+def test_kubectl_describe_keeps_the_bookkeeping_to_one_line_and_tidings_describe_reads_in_order(
+        control_plane: ControlPlane, two_tasks: str) -> None:
+    """What README's "kubectl describe taskfeedback" says, against the real kubectl: its
+    generic describer prints a custom resource's fields sorted by name (a CRD cannot change
+    that), the fold's bookkeeping (the version vector `applied`, the roster's `marks`) is one
+    line each, and `tidings describe` shows the same task in the order a person reads, with
+    no bookkeeping."""
+    ns = two_tasks
+    # A task with many emitter instances (restarts, ranks): its bookkeeping still one line.
+    from tidings.schemas import PodRef, Progress, TaskRef, build_event, fold_all, parse_event
+
+    ref = TaskRef(ns, "wide")
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    events = [parse_event(build_event(
+        task=ref, pod=PodRef(f"wide-{n}", f"uid-{n}", ns), instance=f"rank{n}", seq=0,
+        payload=Progress(fraction=0.5, message="half"), time=when, sender_proof=False))
+        for n in range(40)]
+    _task(control_plane, ns, "wide", {}, fold_all(ref, events).to_status())  # type: ignore[arg-type]
+
+    for name in ("train-a", "wide"):
+        out = control_plane.kubectl_run("describe", "taskfeedback", name, "-n", ns)
+        lines = out.splitlines()
+        status = lines[lines.index("Status:") + 1:]
+        top = [line.split(":")[0].strip() for line in status
+               if line.startswith("  ") and not line.startswith("   ")]
+        obj = json.loads(control_plane.kubectl_run("get", "taskfeedback", name, "-n", ns,
+                                                   "-o", "json"))
+        # Go's sort.Strings, as Python's on ASCII; labels are the keys split at capitals
+        assert [label.replace(" ", "").lower() for label in top] == \
+            [key.lower() for key in sorted(obj["status"])], top
+        assert top[0] == "Applied"  # so the version vector comes first
+        applied = [n for n, line in enumerate(status) if line.startswith("  Applied:")]
+        marks = [n for n, line in enumerate(status) if line.startswith("    Marks:")]
+        assert len(applied) == 1 and len(marks) == 1, out
+        for n in applied + marks:  # one line each: the next line is the next field
+            assert status[n + 1].lstrip().split(":")[0][0].isupper(), out
+            assert len(status[n + 1]) - len(status[n + 1].lstrip()) <= \
+                len(status[n]) - len(status[n].lstrip()), out
+        if name == "wide":
+            assert status[applied[0]].count("rank") == 40 and len(status[applied[0]]) < 1024
+
+    res = invoke(control_plane, "describe", "train-a", "-n", ns)
+    assert res.exit_code == 0, res.output
+    assert res.output == invoke(control_plane, "state", "train-a", "-n", ns).output
+    labels = [line.split()[0] for line in res.stdout.splitlines()[:4]]
+    assert labels == ["Task", "Source", "Progress", "Message"], res.stdout
+    assert "Applied" not in res.stdout and "Marks" not in res.stdout
+
+
 def test_missing_crd_is_named(control_plane: ControlPlane, namespace: str, crd: str) -> None:
     """Without the CRD, list and state say what to install, not 'not found'. (The CRD is
     deleted for this test and installed again before it ends.)"""

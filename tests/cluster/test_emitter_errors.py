@@ -18,7 +18,7 @@ import pytest
 from tests.cluster.test_emitter import bus_events, emitter_for, parsed_events, workload
 from tidings.emitter import Emitter, EmitterConfig
 from tidings.emitter.transport import KubeTransport
-from tidings.kube import Client, ClusterConfig
+from tidings.kube import Client, ClusterConfig, connect
 from tidings.kube.auth import NoAuth, bearer
 from tidings.schemas.payloads import LogLink
 from tools.devcluster import ControlPlane
@@ -156,8 +156,8 @@ class Corrupting(KubeTransport):
 def test_422_is_counted_and_not_retried(control_plane: ControlPlane, admin: Any,
                                         namespace: str) -> None:
     me = workload(admin, namespace)
-    em = emitter_for(control_plane, me)
-    em._sender.transport = Corrupting(em._sender.transport.client)  # type: ignore[union-attr]
+    em = Emitter(EmitterConfig(retry_initial_s=0.05, retry_max_s=1.0), identity=me,
+                 transport=Corrupting(connect(str(control_plane.kubeconfig("admin")))))
     em.log_link("a", "https://example.com/a")
     em.progress(1.0, "done", final=True)
     assert not em.flush(15)  # refused: settled, not delivered

@@ -118,14 +118,13 @@ class Run:
         return dict(client.CustomObjectsApi(self.admin).get_namespaced_custom_object(
             group, version, self.namespace, plural, name))
 
-    def gone_with(self, delete: Callable[[], object], selector: str, task: bool = True) -> None:
-        """Delete the platform's object; the garbage collector takes its pods and (``task``)
-        the task's TaskFeedback."""
+    def gone_with(self, delete: Callable[[], object], selector: str) -> None:
+        """Delete the platform's object; the garbage collector takes its pods and the task's
+        TaskFeedback."""
         delete()
-        eventually(lambda: not self.pods(selector) and (
-            not task or taskfeedback(self.admin, self.namespace, self.task) is None), 120,
-            f"the pods{f' and taskfeedback/{self.task}' if task else ''} deleted with "
-            "their owner")
+        eventually(lambda: not self.pods(selector)
+                   and taskfeedback(self.admin, self.namespace, self.task) is None, 120,
+                   f"the pods and taskfeedback/{self.task} deleted with their owner")
 
 
 def custom(admin: Any, namespace: str, body: dict[str, Any], plural: str) -> dict[str, Any]:
@@ -197,19 +196,19 @@ def test_a_real_jobset_s_pods_report_with_their_tokens_alone(
         "conditions", [])), 120, "the JobSet controller to complete the JobSet")
     eventually(lambda: run.status().get("phase") == "Succeeded", 60,
                f"taskfeedback/llm Succeeded\n{w.tail()}")
-    # (the TaskFeedback's owner: test_..._owns_the_task_without_its_uid_label below)
+    tf = taskfeedback(admin, namespace, "llm") or {}
+    assert [(o["kind"], o["uid"]) for o in tf["metadata"]["ownerReferences"]] == [
+        ("JobSet", js["metadata"]["uid"])]
     run.gone_with(delete_custom(admin, namespace, "jobset.x-k8s.io/v1alpha2", "jobsets",
-                                "llm"), selector, task=False)
+                                "llm"), selector)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "JobSet v0.8.2, the release Kubeflow Trainer v2.0.0 installs, puts no "
-    "jobset.sigs.k8s.io/jobset-uid label on its pods (v0.10 does), and the watcher takes a "
-    "JobSet's (and so a TrainJob's) task owner from that label only: the owner must be read "
-    "through the pod's Job's controller reference (issue 25's verified owners)"))
 def test_a_real_jobset_owns_its_task_without_its_uid_label(
         platforms: Platforms, control_plane: ControlPlane, admin: Any, policy: None,
         namespace: str, tmp_path: Path, start_watcher: Callable[..., WatcherProc]) -> None:
+    """JobSet v0.8.2, the release Trainer v2.0.0 installs, labels no jobset-uid on its pods
+    (v0.10 does): the owner is read through the pod's Job's controller reference, each link
+    verified against the watcher's watches of Jobs and JobSets."""
     platforms.start("jobset")
     grant_workload(admin, namespace)
     js = custom(admin, namespace, {
@@ -222,10 +221,115 @@ def test_a_real_jobset_owns_its_task_without_its_uid_label(
     assert "jobset.sigs.k8s.io/jobset-uid" not in pod.metadata.labels
     w = start_watcher()
     run.report(pod, tmp_path)
-    eventually(lambda: run.status().get("phase") == "Succeeded", 60, w.tail())
-    tf = taskfeedback(admin, namespace, "one") or {}
-    assert [(o["kind"], o["uid"]) for o in tf["metadata"].get("ownerReferences", [])] == [
-        ("JobSet", js["metadata"]["uid"])]
+    tf = eventually(lambda: taskfeedback(admin, namespace, "one"), 60,
+                    f"taskfeedback/one\n{w.tail()}")
+    assert [(o["kind"], o["name"], o["uid"], o.get("controller")) for o in
+            tf["metadata"].get("ownerReferences", [])] == [
+        ("JobSet", "one", js["metadata"]["uid"], True)]
+    # Owned, the JobSet decides: its worker's final is not its end.
+    eventually(lambda: run.status().get("platform", {}).get("kind") == "JobSet", 60,
+               f"the JobSet followed\n{w.tail()}")
+    assert run.status()["phase"] == "Running"
+    run.end(pod)
+    eventually(lambda: run.status().get("phase") == "Succeeded", 120,
+               f"taskfeedback/one Succeeded with its JobSet\n{w.tail()}")
+    run.gone_with(delete_custom(admin, namespace, "jobset.x-k8s.io/v1alpha2", "jobsets",
+                                "one"), selector)
+
+
+def held_pod(admin: Any, namespace: str, name: str, labels: dict[str, str],
+             job: dict[str, str]) -> dict[str, str]:
+    """A bare pod (no node: kwok leaves it alone) whose controller reference names ``job``
+    (name, uid). The garbage collector deletes a pod whose owner is gone, so a finalizer
+    holds it: its labels stay readable for as long as the test needs them."""
+    p = client.CoreV1Api(admin).create_namespaced_pod(namespace, {
+        "metadata": {"name": name, "labels": labels, "finalizers": [HOLD],
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                          "controller": True, **job}]},
+        "spec": {"serviceAccountName": "worker",
+                 "containers": [{"name": "main", "image": "example.com/evil:1"}]}})
+    return {"name": p.metadata.name, "uid": p.metadata.uid}
+
+
+HOLD = "tidings.dev/test-hold"
+
+
+def speak_as(admin: Any, namespace: str, task: str, pod: dict[str, str], seq: int) -> None:
+    """A fact about ``task`` whose related pod is ``pod``, sent by someone who may create
+    events in the namespace (no sender proof: the pod is live, its labels are its word)."""
+    from datetime import UTC, datetime
+
+    from tidings.schemas import LogLink, PodRef, TaskRef, build_event
+
+    client.EventsV1Api(admin).create_namespaced_event(namespace, build_event(
+        task=TaskRef(namespace, task), pod=PodRef(pod["name"], pod["uid"], namespace),
+        payload=LogLink(name="run", url=f"https://evil.example/{pod['name']}"),
+        instance=f"attacker-{pod['name']}", seq=seq, time=datetime.now(UTC),
+        sender_proof=False))
+
+
+def test_a_bare_pod_claiming_a_real_jobset_through_a_fake_job_chain_is_refused(
+        platforms: Platforms, control_plane: ControlPlane, admin: Any, policy: None,
+        namespace: str, tmp_path: Path, start_watcher: Callable[..., WatcherProc]) -> None:
+    """The attacker may create pods, Jobs and events in the namespace: two bare pods labelled
+    for the real JobSet ``victim`` claim it through a Job, one naming the JobSet's real Job
+    with a forged uid, one through a live Job of the attacker's whose controller reference
+    forges the JobSet's uid. Both are refused (``unverified_owner``) and own nothing; the real
+    pod's task is owned by the real JobSet."""
+    platforms.start("jobset")
+    grant_workload(admin, namespace)
+    js = custom(admin, namespace, {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "victim"},
+        "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": {
+            "template": pod_template()}}}]}}, "jobsets")
+    run = Run(control_plane, admin, namespace, "victim")
+    (real,) = run.running_pods("jobset.sigs.k8s.io/jobset-name=victim", 1)
+    forged = "0f0f0f0f-0000-4000-8000-000000000000"
+    labels = {"jobset.sigs.k8s.io/jobset-name": "victim",
+              "jobset.sigs.k8s.io/replicatedjob-name": "w"}
+    # 1. the real Job's name, a forged uid
+    first = held_pod(admin, namespace, "victim-w-0-forged", {
+        **labels, "batch.kubernetes.io/job-name": "victim-w-0"},
+        {"name": "victim-w-0", "uid": forged})
+    # 2. a live Job of the attacker's (inert: managed by no controller here; labelled as the
+    # JobSet controller's own, which lists it among the JobSet's Jobs), claiming the JobSet
+    fake = client.BatchV1Api(admin).create_namespaced_job(namespace, {
+        "metadata": {"name": "victim-fake", "finalizers": [HOLD],
+                     "labels": {"jobset.sigs.k8s.io/restart-attempt": "0"},
+                     "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2",
+                                          "kind": "JobSet", "name": "victim", "uid": forged,
+                                          "controller": True}]},
+        "spec": {"managedBy": "tidings.dev/not-the-job-controller",
+                 "template": pod_template()}})
+    second = held_pod(admin, namespace, "victim-fake-0", {
+        **labels, "batch.kubernetes.io/job-name": "victim-fake"},
+        {"name": "victim-fake", "uid": fake.metadata.uid})
+    try:
+        w = start_watcher()
+        for p in (first, second):
+            speak_as(admin, namespace, "victim", p, 1)
+        eventually(lambda: tt.rejected(w, "unverified_owner") >= 2, 60,
+                   f"both chains refused\n{w.tail()}")
+        assert taskfeedback(admin, namespace, "victim") is None  # they made nothing
+        run.report(real, tmp_path, link="https://wandb.ai/acme/victim")
+        tf = eventually(lambda: taskfeedback(admin, namespace, "victim"), 60,
+                        f"the real pod's task\n{w.tail()}")
+        assert [(o["kind"], o["uid"]) for o in tf["metadata"]["ownerReferences"]] == [
+            ("JobSet", js["metadata"]["uid"])]
+        # They speak again: refused, and counted in the task's status now.
+        for p in (first, second):
+            speak_as(admin, namespace, "victim", p, 2)
+        st = eventually(lambda: (s := run.status()).get("refused", {}).get(
+            "unverifiedOwner", 0) >= 2 and s, 60, f"counted\n{w.tail()}")
+        assert st["links"]["run"]["url"] == "https://wandb.ai/acme/victim"
+        assert "evil" not in str(st["links"])
+    finally:
+        for name in (first["name"], second["name"]):
+            client.CoreV1Api(admin).patch_namespaced_pod(
+                name, namespace, {"metadata": {"finalizers": None}})
+        client.BatchV1Api(admin).patch_namespaced_job(
+            "victim-fake", namespace, {"metadata": {"finalizers": None}})
 
 
 # --- Kubeflow Trainer v2.0.0: TrainJob -> JobSet (Trainer) -> Jobs (JobSet) -> pods (Job) ----
@@ -282,9 +386,15 @@ def test_a_real_trainjob_s_pods_report_into_the_trainjob_s_task(
         run.end(p)
     eventually(lambda: run.status().get("phase") == "Succeeded", 60,
                f"taskfeedback/bert Succeeded\n{w.tail()}")
-    # (its TaskFeedback's owner: the JobSet's, see the xfail test above)
+    # Owned by its JobSet (read through the pods' Jobs), which the TrainJob owns: deleting
+    # the TrainJob takes the JobSet, the Jobs, the pods and the TaskFeedback.
+    tf = taskfeedback(admin, namespace, "bert") or {}
+    (owner,) = tf["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("JobSet", "bert")
+    assert run.get("jobset.x-k8s.io/v1alpha2", "JobSet", "bert")["metadata"]["uid"] == \
+        owner["uid"]
     run.gone_with(delete_custom(admin, namespace, "trainer.kubeflow.org/v1alpha1", "trainjobs",
-                                "bert"), selector, task=False)
+                                "bert"), selector)
     assert tj["metadata"]["uid"]
 
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
+from typer.main import get_command as typer_command
 from typer.testing import CliRunner
 
 from tidings.cli.common import CliError, Output, check_name, dump, parse_duration
@@ -142,6 +143,44 @@ def test_help_imports_nothing_heavy() -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True).stdout
     assert "HEAVY []" in out, out
+
+
+def test_a_command_line_loads_its_own_command_alone(tmp_path: Path) -> None:
+    # `tidings get` (issue 27: <= 2x kubectl's wall time) builds and imports its own command
+    # only, and its flags cost no pydantic (typer >= 0.29 coerces every flag through a
+    # pydantic TypeAdapter: pyproject pins below it).
+    others = [f"tidings.cli.{m}" for m in ("state_cmd", "lineage_cmd", "timeline_cmd",
+                                           "ui_cmd", "dev", "emit", "watcher_cmd",
+                                           "task_cmd", "taskview")]
+    probe = ("import sys\n"
+             "from tidings.cli.main import app\n"
+             f"sys.argv = ['tidings', 'get', 't', '-n', 'ns', '--kubeconfig', "
+             f"{str(tmp_path / 'absent')!r}]\n"
+             "try:\n    app(prog_name='tidings')\n"
+             "except SystemExit as e:\n    print('EXIT', e.code)\n"
+             f"print('LOADED', sorted(m for m in {[*others, 'pydantic', 'rich']!r}"
+             " if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True)
+    assert "EXIT 2" in out.stdout and "does not exist" in out.stderr, out  # it ran
+    assert "LOADED []" in out.stdout, out.stdout
+
+
+def test_every_command_is_listed_and_built_as_its_module_defines_it() -> None:
+    from typer._click import Context
+
+    from tidings.cli.main import COMMANDS, app
+
+    res = CliRunner().invoke(app, ["--help"])
+    listed = [line.split()[0] for line in res.output.split("Commands:")[1].splitlines()
+              if line.strip()]
+    assert listed == list(COMMANDS)
+    root = typer_command(app)
+    ctx = Context(root)
+    for name in COMMANDS:
+        command = root.get_command(ctx, name)
+        assert command is not None and command.name == name
+    assert root.get_command(ctx, "nope") is None
 
 
 def test_log_lines_are_prefixed_coloured_per_pod_and_neutralised() -> None:

@@ -14,7 +14,6 @@ from tidings.emitter.curves import Curve
 from tidings.schemas import TaskRef, fold_all
 from tidings.schemas.constants import NOTE_LIMIT
 from tidings.schemas.history import BUCKETS, HISTORY_POINTS, curve_value, sample
-from tidings.schemas.payloads import Metric
 
 TASK = TaskRef("ml", "run-7")
 
@@ -111,7 +110,7 @@ def test_a_point_that_found_no_room_goes_with_a_later_window() -> None:
     # Everything fits at once here; what it would take is a window with no room, so look at
     # the curve itself: nothing is left to tell after the flush.
     assert em.flush(5)
-    curve = em._latest.curves[(Metric, "loss")]
+    curve = em._latest.curves[("Metric", "loss")]
     assert not curve.pending
     em.metric("loss", 5.0, step=100)  # a new maximum
     assert curve.pending and em.flush(5)
@@ -127,7 +126,7 @@ def test_a_lost_note_tells_its_extremes_again() -> None:
     em.metric("acc", 0.7, step=3)
     rec.fail = [SendError(403, "Forbidden: no")]  # the note with max 0.9 is refused
     assert not em.flush(5)
-    assert em._latest.curves[(Metric, "acc")].pending  # the extremes are still to tell
+    assert em._latest.curves[("Metric", "acc")].pending  # the extremes are still to tell
     em.metric("acc", 0.6, step=4)
     assert em.flush(5)
     assert status_of(rec)["acc"]["max"] == 0.9
@@ -169,7 +168,7 @@ def test_a_second_value_at_the_same_step_leaves_nothing_to_tell() -> None:
     em.metric("loss", 0.5, step=10)
     em.metric("loss", 0.9, step=10)  # the same step again: the latest value, not the first
     assert em.flush(5)
-    assert not em._latest.curves[(Metric, "loss")].pending
+    assert not em._latest.curves[("Metric", "loss")].pending
     entry = status_of(rec)["loss"]
     assert entry["value"] == 0.9 and (entry["min"], entry["max"]) == (0.5, 0.9)
     assert entry["history"] == {"shift": 0, "steps": [10, 10], "values": [0.5, 0.9]}
@@ -198,5 +197,5 @@ def test_a_non_finite_latest_value_is_sent_and_still_carries_the_extremes() -> N
     assert em.flush(5)
     entry = status_of(rec)["loss"]
     assert (entry["value"], entry["min"], entry["max"]) == (3.0, 0.25, 3.0)
-    assert not em._latest.curves[(Metric, "loss")].pending
+    assert not em._latest.curves[("Metric", "loss")].pending
     assert em.stats()["invalid"] == 0

@@ -5,6 +5,7 @@ sender cache holds the pods, so nothing asks the API server)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -79,6 +80,29 @@ def test_a_jobset_pod_names_the_jobset_not_its_child_job() -> None:
     assert got == PodTask("llm", JOBSET_NAME_LABEL, owner=ObjectRef(
         "jobset.x-k8s.io/v1alpha2", "JobSet", "llm", "ml", UID))
     assert got.job == ""  # its completions are the child Job's, not the task's
+
+
+def test_a_jobset_pod_without_its_uid_label_names_the_job_to_read_its_owner_through() -> None:
+    # JobSet v0.8.2 (the release Trainer v2.0.0 installs) labels no jobset-uid: the pod's
+    # controller Job is the way to its JobSet (the watcher verifies both links).
+    job = controller_ref("batch/v1", "Job", "llm-workers-0", UID2)
+    got = pod_task(meta({JOBSET_NAME_LABEL: "llm", JOB_NAME_LABEL: "llm-workers-0"}, [job]))
+    assert got == PodTask("llm", JOBSET_NAME_LABEL, via=ObjectRef(
+        "batch/v1", "Job", "llm-workers-0", "ml", UID2))
+    # The uid label, where there is one, is the claim itself: no detour.
+    got = pod_task(meta({JOBSET_NAME_LABEL: "llm", JOBSET_UID_LABEL: UID}, [job]))
+    assert got is not None and got.via is None and got.owner is not None
+    # Only a batch/v1 Job that controls the pod, with a uid, for a pod of the JobSet that
+    # names the task (a Workflow's pod is owned by its Workflow, never through a Job).
+    for labels, owners in [
+            ({JOBSET_NAME_LABEL: "llm"}, [{**job, "controller": False}]),
+            ({JOBSET_NAME_LABEL: "llm"}, [{**job, "apiVersion": "evil.example/v1"}]),
+            ({JOBSET_NAME_LABEL: "llm"}, [{**job, "uid": "not a uid!"}]),
+            ({JOBSET_NAME_LABEL: "llm"}, [{**job, "name": "../../secrets/x"}]),
+            ({WORKFLOW_LABEL: "llm"}, [job]),
+            ({TRAINJOB_LABEL: "bert", JOBSET_NAME_LABEL: "other"}, [job])]:
+        got = pod_task(meta(labels, owners))
+        assert got is not None and got.via is None, (labels, owners)
 
 
 def test_a_trainjob_pod_names_the_trainjob_owned_through_its_jobset() -> None:
@@ -164,7 +188,7 @@ def test_a_fact_about_a_known_pod_is_folded_into_its_platform_task() -> None:
     task = TaskRef("ml", "train-7")
     # The Job's informer has seen it: the uid the pod shows is the live Job's, so it owns
     # the TaskFeedback (an owner the watcher cannot read is never written: no API here).
-    c.platform.put(JOB, ("ml", "train-7"), Seen(UID, "", 4, None))
+    c.platform.put(JOB, ("ml", "train-7"), Seen(UID, None, 4, None))
     c.deliver_many([pod_fact(pod, LogLink(name="w", url="https://w.ai/"), 1)])
     c.store.load(task, None, exists=False)
     c.fold_task(task)
@@ -176,7 +200,7 @@ def test_a_fact_about_a_known_pod_is_folded_into_its_platform_task() -> None:
 def test_a_pod_claiming_an_owner_no_live_object_is_is_refused() -> None:
     """Issue 25, item 4 (a): a bare pod labelled for the Job with a forged controller-uid."""
     c = Controller(None, Settings(), Metrics())  # type: ignore[arg-type]
-    c.platform.put(JOB, ("ml", "victim"), Seen(UID, "", 1, None))
+    c.platform.put(JOB, ("ml", "victim"), Seen(UID, None, 1, None))
     forged = "0f0f0f0f-0000-4000-8000-000000000000"
     info = pod_task(meta({JOB_NAME_LABEL: "victim", "controller-uid": forged}))
     pod = PodRef("victim-x", "uid-x", "ml")
@@ -305,3 +329,61 @@ def test_pod_ends_are_bounded_but_never_for_a_task_the_watcher_holds() -> None:
         senders.put(key, PodTask(name, TASK_LABEL), gone(key[1], key[2], T0))
     assert len(senders.verdicts(TaskRef("ml", "other"))) == 2
     assert len(senders.verdicts(TaskRef("ml", "held"))) == 2
+
+
+# --- a JobSet's pods without its uid label: the owner through their Job (JobSet v0.8.2) -----
+
+JOBSET_REF = ObjectRef("jobset.x-k8s.io/v1alpha2", "JobSet", "llm", "ml", UID)
+FORGED = "0f0f0f0f-0000-4000-8000-000000000000"
+
+
+def fold_as_jobset_pod(job_ref: dict[str, Any], jobs: dict[str, Seen]) -> Controller:
+    """A pod of JobSet ``llm`` whose controller is ``job_ref`` reports a link, with the live
+    Jobs ``jobs`` and the live JobSet llm (uid UID) in the watcher's caches."""
+    from tidings.watcher.platform import JOBSET
+
+    c = Controller(None, Settings(), Metrics())  # type: ignore[arg-type]
+    for name, seen in jobs.items():
+        c.platform.put(JOB, ("ml", name), seen)
+    c.platform.put(JOBSET, ("ml", "llm"), Seen(UID, None, None, None))
+    pod = PodRef("llm-w-0-0-x", "uid-0", "ml")
+    c.senders.put(("ml", pod.name, pod.uid), pod_task(meta(
+        {JOBSET_NAME_LABEL: "llm", JOB_NAME_LABEL: job_ref["name"]}, [job_ref])))
+    c.deliver_many([pod_fact(pod, LogLink(name="w", url="https://w.ai/"), 1)])
+    c.store.load(TaskRef("ml", "llm"), None, exists=False)
+    c.fold_task(TaskRef("ml", "llm"))
+    return c
+
+
+def test_a_jobset_pod_s_owner_is_read_through_its_verified_job() -> None:
+    job = controller_ref("batch/v1", "Job", "llm-w-0", UID2)
+    c = fold_as_jobset_pod(job, {"llm-w-0": Seen(UID2, JOBSET_REF, 1, None)})
+    task = TaskRef("ml", "llm")
+    state, _ = c.store.take(task)
+    assert state.links == {"w": "https://w.ai/"}
+    assert c.platform.owner(task) == JOBSET_REF
+
+
+@pytest.mark.parametrize("job_ref, jobs, refused", [
+    # A Job of that name, but not the one the pod names (a forged uid): refused.
+    (controller_ref("batch/v1", "Job", "llm-w-0", FORGED),
+     {"llm-w-0": Seen(UID2, JOBSET_REF, 1, None)}, True),
+    # A live Job (the attacker's) whose controller reference forges the JobSet's uid.
+    (controller_ref("batch/v1", "Job", "llm-fake", UID2),
+     {"llm-fake": Seen(UID2, replace(JOBSET_REF, uid=FORGED), 1, None)}, True),
+    # A live Job of another JobSet, or of none: no owner, nothing forged (the pod's label
+    # still names the task, as a hand-labelled pod's does).
+    (controller_ref("batch/v1", "Job", "other-w-0", UID2),
+     {"other-w-0": Seen(UID2, ObjectRef("jobset.x-k8s.io/v1alpha2", "JobSet", "other", "ml",
+                                        UID), 1, None)}, False),
+    (controller_ref("batch/v1", "Job", "plain", UID2), {"plain": Seen(UID2, None, 1, None)},
+     False),
+], ids=["forged-job-uid", "forged-jobset-uid", "another-jobset", "no-jobset"])
+def test_a_jobset_pod_claiming_through_a_fake_job_chain_owns_nothing(
+        job_ref: dict[str, Any], jobs: dict[str, Seen], refused: bool) -> None:
+    c = fold_as_jobset_pod(job_ref, jobs)
+    task = TaskRef("ml", "llm")
+    state, _ = c.store.take(task)
+    assert c.platform.owner(task) is None
+    assert state.links == ({} if refused else {"w": "https://w.ai/"})
+    assert c.metrics.events_rejected.labels("unverified_owner")._value.get() == int(refused)

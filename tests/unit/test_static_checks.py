@@ -121,6 +121,24 @@ def test_the_workload_path_imports_nothing_heavy() -> None:
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
+def test_the_emitter_and_its_calls_load_no_payload_model_on_the_workload_s_path() -> None:
+    """`import tidings.emitter` (issue 27: at most 0.15 s of CPU, bench/bench_cli_startup.py)
+    and the workload's calls load neither pydantic nor the payload models, the sender or the
+    Kubernetes client: the sender thread does, when it starts."""
+    heavy = ("pydantic", "tidings.schemas.payloads", "tidings.schemas.event",
+             "tidings.emitter.sender", "tidings.kube", "tenacity", "urllib3", "yaml", "orjson")
+    code = ("import sys, tidings.emitter as t\n"
+            "from tidings.emitter import Emitter, Identity\n"
+            "em = Emitter(identity=Identity(namespace='ns', pod_name='p', pod_uid='u', "
+            "task='t'), autostart=False)\n"
+            "em.log_link('w', 'https://w.example/'); em.progress(0.5); em.metric('loss', 1.0)\n"
+            "em.record_span('s', 1.0, 2.0); em.progress(1.0, final=True); em.log_link(1, 2)\n"
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
 def test_the_watcher_image_copies_every_package_folder() -> None:
     import tomllib
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import urllib3
 from support import (  # bench/support.py
     Watcher,
     add_control_plane_arg,
@@ -141,7 +142,7 @@ class Tasks:
                         for s in got:
                             self.unseen[task].discard(s)
                             self.seen[(task, s)] = now
-            except KubeError:
+            except (KubeError, urllib3.exceptions.HTTPError):  # (a stream cut as the plane stops)
                 time.sleep(0.2)
 
     def all_seen(self) -> bool:

@@ -22,6 +22,7 @@ from tests.cluster.support_cli import (
     write_status,
 )
 from tidings.schemas import Progress, SpanSummary
+from tidings.schemas.payloads import Window, span_row
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -70,15 +71,17 @@ def test_timeline_draws_the_spans(control_plane: ControlPlane, admin: Any, names
     assert data["spans"][2]["errors"] == 1
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["summaries", "windows"])
 def test_timeline_has_a_lane_per_pod_and_marks_the_slow_one(
         control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
-        crd: str) -> None:
+        crd: str, packed: bool) -> None:
     """Issue 26 item 3: two workers run train_step, one three times slower; under the span
     name each pod has its own lane, in the terminal, the SVG and -o json, the slow one
-    marked, while the name's totals count both."""
+    marked, while the name's totals count both. ``windows``: each summary in a Window
+    event, as the emitter sends a callback's spans: the lane is the Window's sender's."""
     from tests.support import create_kwok_pod
 
-    task = "ddp"
+    task = "ddp-windows" if packed else "ddp"
     pods = [task_pod(admin, namespace, task)]
     made = create_kwok_pod(admin, namespace, f"{task}-worker-1",
                            labels={"tidings.dev/task": task})
@@ -86,10 +89,15 @@ def test_timeline_has_a_lane_per_pod_and_marks_the_slow_one(
     t0 = datetime.now(UTC).timestamp() - 60
     for i, (pod, seconds) in enumerate(zip(pods, (0.2, 0.6), strict=True)):
         for k in range(3):
-            emit(admin, namespace, task, SpanSummary(
+            first, last = t0 + 10 * k, t0 + 10 * k + 10 * seconds
+            payload: Any = SpanSummary(
                 name="train_step", count=10, total_s=10 * seconds, min_s=seconds,
-                max_s=seconds, first_start=t0 + 10 * k, last_end=t0 + 10 * k + 10 * seconds),
-                 k, instance=f"inst-{i}", pod=pod)
+                max_s=seconds, first_start=first, last_end=last)
+            if packed:
+                base = int(first * 1e6)
+                payload = Window.model_validate({"base_us": base, "spans": [span_row(
+                    "train_step", 10, 10 * seconds, seconds, seconds, first, last, 0, base)]})
+            emit(admin, namespace, task, payload, k, instance=f"inst-{i}", pod=pod)
     res = invoke(control_plane, "timeline", task, "-n", namespace, "--width", "30",
                  "--svg", str(tmp_path / "ddp.svg"))
     assert res.exit_code == 0, res.output

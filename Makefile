@@ -15,6 +15,9 @@ debs:
 	@command -v openssl >/dev/null || { apt-get update -qq && apt-get install -y -qq openssl; }
 	@dpkg -s libcairo2 fonts-dejavu-core >/dev/null 2>&1 || { apt-get update -qq && \
 		apt-get install -y -qq libcairo2 fonts-dejavu-core; }
+	@# Open MPI's mpirun and MPICH's Hydra: tests/integrations starts the real Trainers with them.
+	@dpkg -s openmpi-bin mpich >/dev/null 2>&1 || { apt-get update -qq && \
+		apt-get install -y -qq --no-install-recommends openmpi-bin mpich; }
 	@command -v chromium >/dev/null || { apt-get update -qq && \
 		apt-get install -y -qq chromium; }
 

@@ -11,7 +11,9 @@ Each variant runs it for ``--seconds`` with the default budget (burst 20, then 2
                once;
   window 2 s   the span window before this change;
   window 0     every coalescible fact as soon as the budget allows (the budget-bound sender
-               before windows: the baseline).
+               before windows: the baseline);
+  no curves    the default window with no metric curve in the pod (each metric row its latest
+               value only, as before the metric history): what the history costs.
 
 Per variant: Events per pod-minute by reason, their size as the API serves them (JSON) and as
 etcd stores them (the values under the task's ``/registry/events/`` keys, read from etcd's
@@ -41,7 +43,11 @@ from typing import Any
 
 from support import REPO, add_control_plane_arg, control_plane, load_average  # bench/support.py
 
-VARIANTS = {"window 6 s (default)": None, "window 2 s": 2.0, "window 0 (budget-bound)": 0.0}
+VARIANTS = {"window 6 s (default)": None, "window 6 s, no metric curves": None,
+            "window 2 s": 2.0, "window 0 (budget-bound)": 0.0}
+# The variant whose emitter keeps no metric curve (the Window rows before issue 26 item 2:
+# the latest value only, no extremes, no points).
+NO_CURVES = "window 6 s, no metric curves"
 
 
 def frameworks_python() -> str | None:
@@ -71,6 +77,11 @@ def child(a: argparse.Namespace) -> None:
     from tidings.emitter import Emitter, EmitterConfig
     from tidings.integrations.transformers import TidingsCallback
 
+    if a.no_curves:
+        from tidings.emitter.items import LatestSlot
+
+        put = LatestSlot.put
+        LatestSlot.put = lambda self, key, update, point=None: put(self, key, update)  # type: ignore[method-assign]
     cfg = EmitterConfig() if a.window < 0 else EmitterConfig(span_window_s=a.window)
     em = Emitter(cfg)
     waits: list[float] = []
@@ -155,7 +166,8 @@ def run_variant(name: str, window: float | None, a: argparse.Namespace, cp: Any,
     out = subprocess.run(
         [python, __file__, "--child", "--task", task, "--seconds", str(a.seconds),
          "--steps-per-s", str(a.steps_per_s), "--eval-every", str(a.eval_every),
-         "--window", str(-1.0 if window is None else window), "--workdir", str(workdir)],
+         "--window", str(-1.0 if window is None else window), "--workdir", str(workdir),
+         *(["--no-curves"] if name == NO_CURVES else [])],
         env=env, capture_output=True, text=True, timeout=a.seconds * 4 + 300)
     if out.returncode != 0:
         raise SystemExit(f"{name}: the training run failed:\n{out.stderr[-3000:]}")
@@ -187,6 +199,7 @@ def main() -> None:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--task", help=argparse.SUPPRESS)
     ap.add_argument("--window", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--no-curves", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--workdir", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:

@@ -33,7 +33,7 @@ class OneNamePerEventSender(Sender):
             return super().take_window(with_progress)
         name, a = next(iter(self.pending.items()))
         del self.pending[name]
-        return self.build_summary(name, a), (1, int(a[0]))
+        return self.build_summary(name, a), (1, int(a[0])), []
 
 
 class OneNamePerEvent(Emitter):

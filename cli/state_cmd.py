@@ -52,8 +52,8 @@ def state(
     from_events: FromEvents = False,
     conn: Connection = DEFAULT_CONNECTION,
 ) -> None:
-    """Show a task's state: progress and ETA, health, links, decks, metrics, spans and who
-    reported them."""
+    """Show a task's state: progress and ETA, health, links, decks, metrics (latest value, min,
+    max and a sparkline of their history), spans and who reported them."""
     check_task(task)
     from tidings.cli import taskview
 

@@ -52,14 +52,22 @@ from tidings.schemas.contract import (
     taskfeedback_path,
 )
 from tidings.schemas.folding import observe
-from tidings.schemas.kinds import Kind
 from tidings.schemas.observed import PodVerdict, gone, pod_verdict
 from tidings.schemas.payloads import NON_FINITE
 from tidings.schemas.platform import PodTask, pod_task
 from tidings.schemas.rejection import Rejection, RejectReason
 from tidings.schemas.state import NOTHING_UNREAD, Unread, read_status
 from tidings.schemas.times import format_seconds
-from tidings.schemas.view import RegisterRow, TaskView, fmt_seconds, read_refused, task_view
+from tidings.schemas.view import (
+    CURVE_HEADERS,
+    RegisterRow,
+    RegisterTable,
+    TaskView,
+    fmt_seconds,
+    read_refused,
+    scalar_text,
+    task_view,
+)
 
 if TYPE_CHECKING:
     from tidings.watcher.platform import PlatformTasks
@@ -663,6 +671,48 @@ def _until(t: datetime) -> str:
     return "now" if secs == 0 else f"in {fmt_seconds(secs)}"
 
 
+# Cells of a sparkline: one per history point, at most this many.
+SPARK_WIDTH = 32
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+SPARK_ASCII = "_.-~=+*#"  # when the terminal's encoding has no block characters
+
+
+def sparkline(values: list[float], width: int = SPARK_WIDTH, ascii_only: bool = False) -> str:
+    """A one-line curve of ``values`` (oldest first): one cell per value (the points are
+    spread over the run), the lowest value the lowest block; ASCII levels on request."""
+    levels = SPARK_ASCII if ascii_only else SPARK_BLOCKS
+    values = values[-width:] if width > 0 else []
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    top = len(levels) - 1
+    if not hi > lo:  # flat (or one point): the middle level
+        return levels[top // 2] * len(values)
+    return "".join(levels[round((v - lo) / (hi - lo) * top)] for v in values)
+
+
+class Sparkline:
+    """A rich renderable of ``sparkline``: block characters, or ASCII when the console's
+    encoding cannot show them (``LANG=C``, a legacy code page)."""
+
+    def __init__(self, values: list[float]) -> None:
+        self.values = values
+
+    def text(self, ascii_only: bool) -> str:
+        return sparkline(self.values, ascii_only=ascii_only)
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.text import Text
+
+        yield Text(self.text(options.ascii_only), style="green", no_wrap=True)
+
+    def __rich_measure__(self, console: Any, options: Any) -> Any:
+        from rich.measure import Measurement
+
+        n = len(self.text(True))
+        return Measurement(n, n)
+
+
 def progress_bar(fraction: float, width: int = 24) -> str:
     filled = round(max(0.0, min(1.0, fraction)) * width)
     return "█" * filled + "░" * (width - filled)
@@ -742,9 +792,10 @@ def render(snap: Snapshot) -> Any:
 
     for reg in v.tables:  # links, decks, ...: one table each, as the registry says
         kind = reg.kind
-        t = table(reg.title, "NAME", *reg.headers, *(["UPDATED"] if kind.age else []))
+        t = table(reg.title, "NAME", *reg.headers, *(CURVE_HEADERS if reg.curve else ()),
+                  *(["UPDATED"] if kind.age else []))
         for row in reg.rows:
-            t.add_row(*register_cells(kind, row))
+            t.add_row(*register_cells(reg, row))
         parts.append(t)
     if v.spans:
         t = table("Spans", "NAME", "COUNT", "TOTAL", "MIN", "MAX", "ERRORS")
@@ -800,11 +851,16 @@ def render(snap: Snapshot) -> Any:
     return Group(*parts)
 
 
-def register_cells(kind: Kind, row: RegisterRow) -> list[Any]:
-    """The table cells of one register of a named kind: its name, its value fields, and
-    how long ago it was written when the kind shows that."""
+def register_cells(reg: RegisterTable, row: RegisterRow) -> list[Any]:
+    """The table cells of one register of a named kind: its name, its value fields, its
+    extremes and history when the kind keeps a curve, and how long ago it was written when
+    the kind shows that."""
+    kind = reg.kind
     cells = [_t(row.name), *(_t(text, "red" if f.non_finite and text in NON_FINITE else f.style)
                              for f, text in zip(kind.values, row.values, strict=True))]
+    if reg.curve:
+        cells += [_t(scalar_text(row.low)), _t(scalar_text(row.high)),
+                  Sparkline(list(row.points))]
     if kind.age:
         cells.append(_t(_ago(row.at)))
     return cells

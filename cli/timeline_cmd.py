@@ -1,5 +1,6 @@
 """`tidings timeline TASK [--svg FILE]`: a task's span summaries as a Gantt-like chart, in
-the terminal (rich) and, on request, as a self-contained SVG file."""
+the terminal (rich) and, on request, as a self-contained SVG file: a row per span name and
+under it a lane per pod that ran it, so a slow worker stands out."""
 
 from __future__ import annotations
 
@@ -25,30 +26,57 @@ from tidings.cli.common import (
     safe,
 )
 
+# A lane whose mean span is this much above its span name's median lane is marked slow.
+SLOW_RATIO = 1.25
+
 
 def rows(state: Any) -> list[dict[str, Any]]:
-    """One row per span name, oldest first, with offsets from the earliest start."""
+    """One row per span name, oldest first, with offsets from the earliest start; each with
+    ``pods``, one lane row per sender pod (``slow`` when its mean span is ``SLOW_RATIO``
+    above the name's median lane), and ``unlaned``, the summaries of pods beyond the task's
+    lanes."""
     spans = sorted(state.spans.items(), key=lambda kv: (kv[1].first_start, kv[0]))
     if not spans:
         return []
     t0 = min(s.first_start for _, s in spans)
     out = []
     for name, s in spans:
-        out.append({
-            "name": safe(name), "count": s.count, "total_s": s.total_s,
-            "mean_s": s.total_s / s.count if s.count else 0.0,
-            "min_s": s.min_s, "max_s": s.max_s, "errors": s.errors,
-            "first_start": s.first_start, "last_end": s.last_end,
-            "offset_s": s.first_start - t0, "duration_s": s.last_end - s.first_start,
-            # Where the spans actually ran (the folded windows), as offsets from t0. Windows
-            # are stored coarsened (whole microseconds or more), so one may reach past the
-            # name's first start or last end: cut to them, or a 3 µs span's bar would run
-            # past the axis.
-            "windows": [[lo, max(lo, min(b, s.last_end) - t0)]
-                        for a, b in s.busy() for lo in [max(a, s.first_start) - t0]]
-            or [[s.first_start - t0, s.last_end - t0]],
-        })
+        row = _row(name, s, t0)
+        lanes = [_row(pod, lane, t0) for pod, lane in sorted(s.lanes.items())]
+        if len(lanes) > 1:
+            means = sorted(lane["mean_s"] for lane in lanes)
+            mid = len(means) // 2
+            median = means[mid] if len(means) % 2 else (means[mid - 1] + means[mid]) / 2
+            for lane in lanes:
+                lane["slow"] = lane["mean_s"] > SLOW_RATIO * median
+        row["pods"] = lanes
+        row["unlaned"] = s.unlaned
+        out.append(row)
     return out
+
+
+def _row(name: str, s: Any, t0: float) -> dict[str, Any]:
+    return {
+        "name": safe(name), "count": s.count, "total_s": s.total_s,
+        "mean_s": s.total_s / s.count if s.count else 0.0,
+        "min_s": s.min_s, "max_s": s.max_s, "errors": s.errors,
+        "first_start": s.first_start, "last_end": s.last_end,
+        "offset_s": s.first_start - t0, "duration_s": s.last_end - s.first_start,
+        # Where the spans actually ran (the folded windows), as offsets from t0. Windows
+        # are stored coarsened (whole microseconds or more), so one may reach past the
+        # name's first start or last end: cut to them, or a 3 µs span's bar would run
+        # past the axis.
+        "windows": [[lo, max(lo, min(b, s.last_end) - t0)]
+                    for a, b in s.busy() for lo in [max(a, s.first_start) - t0]]
+        or [[s.first_start - t0, s.last_end - t0]],
+    }
+
+
+def lanes_shown(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The lanes a chart draws under a name: none when one pod sent all of it (the name's
+    own row is that pod's lane)."""
+    lanes: list[dict[str, Any]] = row.get("pods", [])
+    return lanes if len(lanes) > 1 or row.get("unlaned") else []
 
 
 def busy_bar(windows: list[list[float]], total: float, width: int) -> str:
@@ -76,23 +104,37 @@ def render(task: str, namespace: str, data: list[dict[str, Any]], width: int) ->
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, title_justify="left",
               title=Text(f"Timeline of {safe(namespace)}/{safe(task)}  ({header(data)} over "
                          f"{fmt_seconds(span_total)})"))
-    t.add_column("SPAN", overflow="fold", min_width=8, max_width=24)
+    t.add_column("SPAN", overflow="fold", min_width=8, max_width=28)
     t.add_column(axis, no_wrap=True, width=width, min_width=width)
-    for col in ("COUNT", "TOTAL", "ERRORS"):
+    for col in ("COUNT", "TOTAL", "MEAN", "ERRORS"):
         t.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     for r in data:
         style = "red" if r["errors"] else "cyan"
         t.add_row(Text(r["name"]), Text(busy_bar(r["windows"], span_total, width), style=style),
-                  str(r["count"]), fmt_seconds(r["total_s"]),
+                  str(r["count"]), fmt_seconds(r["total_s"]), fmt_seconds(r["mean_s"]),
                   Text(str(r["errors"]), style=style if r["errors"] else ""))
+        lanes = lanes_shown(r)
+        for lane in lanes:  # one lane per pod, under its span name
+            lane_style = "red" if lane["errors"] else "yellow" if lane["slow"] else "blue"
+            mean = fmt_seconds(lane["mean_s"]) + (" slow" if lane["slow"] else "")
+            t.add_row(Text(f"  {elide(lane['name'], 26)}", style="dim", no_wrap=True),
+                      Text(busy_bar(lane["windows"], span_total, width), style=lane_style),
+                      str(lane["count"]), fmt_seconds(lane["total_s"]),
+                      Text(mean, style="yellow" if lane["slow"] else ""),
+                      Text(str(lane["errors"]), style="red" if lane["errors"] else ""))
+        if lanes and r["unlaned"]:
+            t.add_row(Text(f"  (other pods: {r['unlaned']:,})", style="dim"), "", "", "", "",
+                      "")
     return t
 
 
 def header(data: list[dict[str, Any]]) -> str:
-    """Names and spans counted apart: "3 names, 1,812 spans"."""
+    """Names, spans and pods counted apart: "3 names, 1,812 spans, 4 pods"."""
     names, spans = len(data), sum(r["count"] for r in data)
+    pods = len({lane["name"] for r in data for lane in r.get("pods", ())})
     return (f"{names} name{'s' if names != 1 else ''}, "
-            f"{spans:,} span{'s' if spans != 1 else ''}")
+            f"{spans:,} span{'s' if spans != 1 else ''}"
+            + (f", {pods} pods" if pods > 1 else ""))
 
 
 def _x(s: object) -> str:
@@ -183,28 +225,49 @@ def _clock(seconds: int) -> str:
     return "".join(f"{n}{u}" for n, u in parts if n) or "0s"
 
 
+def _lines(data: list[dict[str, Any]]) -> list[tuple[dict[str, Any], bool, str]]:
+    """The chart's lines, top to bottom: (row, is a lane, its stats text)."""
+    from tidings.schemas.view import fmt_seconds
+
+    out = []
+    for r in data:
+        noun = "span" if r["count"] == 1 else "spans"
+        out.append((r, False, f'{r["count"]:,} {noun}, total {fmt_seconds(r["total_s"])} '
+                              f'mean {fmt_seconds(r["mean_s"])}'
+                    + (f' errors {r["errors"]:,}' if r["errors"] else "")))
+        for lane in lanes_shown(r):
+            noun = "span" if lane["count"] == 1 else "spans"
+            out.append((lane, True, f'{lane["count"]:,} {noun}, mean '
+                                    f'{fmt_seconds(lane["mean_s"])}'
+                        + (f' errors {lane["errors"]:,}' if lane["errors"] else "")
+                        + (" (slow)" if lane["slow"] else "")))
+        if lanes_shown(r) and r["unlaned"]:
+            out.append(({"windows": []}, True,
+                        f'{r["unlaned"]:,} summaries from pods beyond the lanes'))
+    return out
+
+
 def svg(task: str, namespace: str, data: list[dict[str, Any]]) -> str:
-    """A hand-written SVG Gantt chart. Every text node is sanitised and XML-escaped; names
-    too long for their column are elided, with the whole name in a tooltip (``<title>``);
-    the columns are sized so that no text or bar overlaps another or leaves the picture.
-    Each element carries a class (heading, grid, tick, label, bar, stats) for styling."""
+    """A hand-written SVG Gantt chart: a row per span name and under it a lane per pod (when
+    several pods ran it), a slow lane in orange. Every text node is sanitised and
+    XML-escaped; names too long for their column are elided, with the whole name in a
+    tooltip (``<title>``); the columns are sized so that no text or bar overlaps another or
+    leaves the picture. Each element carries a class (heading, grid, tick, label, bar,
+    stats) for styling."""
     from datetime import datetime
 
     from tidings._compat import UTC
     from tidings.schemas.view import fmt_seconds
 
-    font, big, pad, gap = 12, 15, 10, 8
-    label_w, chart_w, row_h, top = 220, 560, 26, 72
+    font, small, big, pad, gap = 12, 11, 15, 10, 8
+    label_w, chart_w, row_h, lane_h, top = 220, 560, 26, 20, 72
     total = max((r["offset_s"] + r["duration_s"] for r in data), default=0.0)
-    stats = []
-    for r in data:
-        noun = "span" if r["count"] == 1 else "spans"
-        stats.append(f'{r["count"]:,} {noun}, total {fmt_seconds(r["total_s"])} '
-                     f'mean {fmt_seconds(r["mean_s"])}'
-                     + (f' errors {r["errors"]:,}' if r["errors"] else ""))
-    stats_w = max([_px(line, font) for line in stats] + [120.0]) + 2 * gap
+    lines = _lines(data)
+    stats_w = max([_px(text, small if lane else font) for _, lane, text in lines]
+                  + [120.0]) + 2 * gap
     width = round(label_w + chart_w + stats_w + pad)
-    height = top + row_h * max(1, len(data)) + 40
+    rows_h = sum(lane_h if lane else row_h for _, lane, _ in lines)
+    height = top + max(row_h, rows_h) + 40
     fits = int((width - 2 * pad) / (font * _EM_RATIO))  # cells of a full-width line
     heading = f"Timeline of {safe(namespace)}/{safe(task)}"
     out = [
@@ -232,16 +295,28 @@ def svg(task: str, namespace: str, data: list[dict[str, Any]]) -> str:
                    f'y2="{height - 30}" stroke="#e5e5e5"/>')
         out.append(f'<text class="tick" x="{x:.1f}" y="{top - 14}" text-anchor="middle" '
                    f'fill="#666">{_x(label)}</text>')
-    name_cells = int((label_w - pad - gap) / (font * _EM_RATIO))
-    for n, (r, line) in enumerate(zip(data, stats, strict=True)):
-        y = top + n * row_h
-        colour = "#d9534f" if r["errors"] else "#3b82c4"
-        out.append(f'<g class="label"><title>{_x(r["name"])}</title>'
-                   f'<text x="{label_w - gap}" y="{y + 17}" text-anchor="end">'
-                   f'{_x(elide(r["name"], name_cells))}</text></g>')
-        tip = (f'{_x(r["name"])}: {r["count"]} spans, total '
-               f'{_x(fmt_seconds(r["total_s"]))}, max {_x(fmt_seconds(r["max_s"]))}, '
-               f'{r["errors"]} errors')
+    y = top
+    for r, lane, line in lines:
+        h, size = (lane_h, small) if lane else (row_h, font)
+        base = y + (h + size) // 2 - 2  # the text's baseline, centred in its line
+        if lane:
+            colour = "#d9534f" if r.get("errors") else "#e8912d" if r.get("slow") \
+                else "#8fb8de"
+            indent = 2 * small * _EM_RATIO
+            cells = int((label_w - pad - gap - indent) / (small * _EM_RATIO))
+            label_attrs = f'font-size="{small}" fill="#555"'
+        else:
+            colour = "#d9534f" if r["errors"] else "#3b82c4"
+            cells = int((label_w - pad - gap) / (font * _EM_RATIO))
+            label_attrs = ""
+        tip = ""
+        if "count" in r:  # (not the line that counts the pods beyond the lanes)
+            out.append(f'<g class="label"><title>{_x(r["name"])}</title>'
+                       f'<text x="{label_w - gap}" y="{base}" text-anchor="end" {label_attrs}>'
+                       f'{_x(elide(r["name"], cells))}</text></g>')
+            tip = (f'{_x(r["name"])}: {r["count"]} spans, total '
+                   f'{_x(fmt_seconds(r["total_s"]))}, max {_x(fmt_seconds(r["max_s"]))}, '
+                   f'{r["errors"]} errors')
         for a, b in r["windows"]:  # one mark per window where the spans ran
             # A mark is at least 1 px wide, and never past the chart's right edge.
             x = label_w + chart_w * min(max(a, 0.0), end) / end
@@ -249,10 +324,12 @@ def svg(task: str, namespace: str, data: list[dict[str, Any]]) -> str:
             if w < 1.0:
                 x, w = label_w + chart_w - 1.0, 1.0
             out.append(f'<rect class="bar" x="{x:.1f}" y="{y + 4}" width="{w:.1f}" '
-                       f'height="{row_h - 8}" rx="2" fill="{colour}"><title>{tip}</title>'
+                       f'height="{h - 8}" rx="2" fill="{colour}"><title>{tip}</title>'
                        f'</rect>')
-        out.append(f'<text class="stats" x="{label_w + chart_w + gap}" y="{y + 17}" '
-                   f'fill="#333">{_x(line)}</text>')
+        stats_attrs = f'fill="#777" font-size="{small}"' if lane else 'fill="#333"'
+        out.append(f'<text class="stats" x="{label_w + chart_w + gap}" y="{base}" '
+                   f'{stats_attrs}>{_x(line)}</text>')
+        y += h
     out.append("</svg>\n")
     return "\n".join(out)
 
@@ -277,7 +354,9 @@ def timeline(
     ] = False,
     conn: Connection = DEFAULT_CONNECTION,
 ) -> None:
-    """Show a task's spans as a Gantt-like chart (and write an SVG on request)."""
+    """Show a task's spans as a Gantt-like chart: a row per span name where its spans ran and,
+    when several pods ran it, a lane per pod under it (one whose mean span is 25 % above the
+    name's median lane marked slow); and write an SVG on request."""
     check_task(task)
     if svg_file is not None and not svg_file.parent.is_dir():
         invalid(f"--svg {str(svg_file)!r}: directory {str(svg_file.parent)!r} does not exist")

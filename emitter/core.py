@@ -157,15 +157,18 @@ class Emitter:
 
     def metric(self, name: str, value: float, *, step: int | None = None) -> None:
         """The latest value of the scalar metric ``name`` (loss, learning rate, ...), at
-        ``step`` when given. Coalesced: the latest value per name per span window is sent.
-        NaN and infinities are sent as such (a diverging loss is a health fact: the task's
-        ``NonFiniteMetrics`` condition); a value that is no number is counted as invalid."""
+        ``step`` when given. Coalesced: the latest value per name per span window is sent,
+        with the name's exact minimum and maximum and, from its steps, a sample spread over
+        the run (emitter/curves.py), so the task's status has its curve. NaN and infinities
+        are sent as such (a diverging loss is a health fact: the task's ``NonFiniteMetrics``
+        condition) and are no part of the curve; a value that is no number is counted as
+        invalid."""
         try:
             v = float(value)
             if not (isinstance(name, str) and (step is None or type(step) is int)):
                 raise TypeError("metric name must be a str and step an int or None")
             self._latest.put(("Metric", name),
-                             ({"name": name, "value": v, "step": step}, time.time()))
+                             ({"name": name, "value": v, "step": step}, time.time()), (v, step))
             if self._thread is None:
                 self._start()
         except Exception:  # never into user code

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from tidings.schemas.payloads import Payload
     from tidings.schemas.refs import ObjectRef, TaskRef
 
+from .curves import Curve
+
 # Where an item goes: None is the workload's own task; else the task and, for lineage about
 # an app that is not a TaskFeedback, the object the event is regarding.
 Target: TypeAlias = "tuple[TaskRef, ObjectRef | None]"
@@ -99,9 +101,14 @@ class LatestSlot:
     """The latest value of each name of a coalescible named kind (a metric), waiting for the
     sender's next window: a newer value of a name replaces the older one (counted as
     coalesced), so a loop that logs every step costs one event per name per window. At most
-    ``max_names`` names wait; a new name beyond them is dropped and counted."""
+    ``max_names`` names wait; a new name beyond them is dropped and counted.
 
-    __slots__ = ("coalesced", "dropped", "lock", "max_names", "values")
+    A metric's every value also goes into its name's ``Curve`` (curves.py: its extremes and
+    spread sample, which the sender adds to the rows), for at most ``max_names`` names over
+    the run; the curve keeps the name's latest update too, for a window in which only the
+    curve has news."""
+
+    __slots__ = ("coalesced", "curves", "dropped", "lock", "max_names", "values")
 
     def __init__(self, max_names: int) -> None:
         self.lock = threading.Lock()
@@ -109,9 +116,12 @@ class LatestSlot:
         self.max_names = max(1, max_names)
         self.coalesced = 0
         self.dropped = 0
+        self.curves: dict[LatestKey, Curve] = {}
 
-    def put(self, key: LatestKey, update: LatestUpdate) -> bool:
-        """Set ``key``'s latest value; False when it was a new name and none fit."""
+    def put(self, key: LatestKey, update: LatestUpdate,
+            point: tuple[float, int | None] | None = None) -> bool:
+        """Set ``key``'s latest value (and add ``point``, a value and its step, to its
+        curve); False when it was a new name and none fit."""
         with self.lock:
             values = self.values
             if key in values:
@@ -120,12 +130,26 @@ class LatestSlot:
                 self.dropped += 1
                 return False
             values[key] = update
+            if point is not None:
+                curve = self.curves.get(key)
+                if curve is None:
+                    if len(self.curves) >= self.max_names:
+                        return True
+                    curve = self.curves[key] = Curve()
+                curve.add(*point)
+                curve.last = update
             return True
 
     def drain(self) -> dict[LatestKey, LatestUpdate]:
         with self.lock:
             values, self.values = self.values, {}
         return values
+
+    def untold(self) -> dict[LatestKey, LatestUpdate]:
+        """The latest update of each name whose curve still has something to tell (a point
+        that found no room in the notes, an extreme of a lost note)."""
+        with self.lock:
+            return {key: c.last for key, c in self.curves.items() if c.pending}
 
     def __len__(self) -> int:
         return len(self.values)

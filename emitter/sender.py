@@ -34,9 +34,12 @@ from tidings.schemas.event import ObjectRef, PodRef, TaskRef, build_event
 from tidings.schemas.kinds import KNOWN_PAYLOADS
 from tidings.schemas.names import task_id_error
 from tidings.schemas.payloads import (
+    METRIC_POINTS_MAX,
     METRIC_ROWS_MAX,
+    NON_FINITE,
     SPAN_ROWS_MAX,
     Metric,
+    Metrics,
     Payload,
     Progress,
     SpanSummary,
@@ -61,6 +64,7 @@ from .aggregate import (
 )
 from .config import EmitterConfig, Identity
 from .counters import Counters, Problem
+from .curves import Curve
 from .items import (
     STOP,
     WAKE,
@@ -110,6 +114,63 @@ _QUIET_CHECK_S = 0.5
 Built = tuple[str, dict[str, Any]]
 # (span names, spans) an event carries: counted once it is delivered.
 Carried = tuple[int, int]
+
+
+def _metric_row(fields: dict[str, Any], curve: Curve | None) -> list[Any]:
+    """A metric's row, all six fields: name, value, step, then the min and max its curve has
+    to tell (or None) and its points (flat): the sample's first point when it is unsent."""
+    value, step = fields["value"], fields["step"]
+    wire = metric_wire_value(value)  # (NaN and the infinities as their strings)
+    if curve is None:
+        return [fields["name"], wire, step, None, None, []]
+    lo, hi = curve.extremes(value)
+    points: list[Any] = []
+    unsent = curve.unsent(step, value)
+    if unsent and unsent[0][0] == min(curve.firsts.values(), key=lambda p: p[0])[0]:
+        points.extend(Curve.wire(unsent[0]))
+    return [fields["name"], wire, step, lo, hi, points]
+
+
+def _add_points(row: list[Any], curve: Curve, room: int) -> int:
+    """Add the curve's unsent points to ``row`` (oldest first) while they fit in ``room``
+    bytes; returns the bytes they take."""
+    before = len(orjson.dumps(_trimmed(row)))
+    points = row[5]
+    used = 0
+    value = NON_FINITE[row[1]] if isinstance(row[1], str) else row[1]
+    for p in curve.unsent(row[2], value):
+        step, value = Curve.wire(p)
+        if len(points) >= 2 * METRIC_POINTS_MAX:
+            break
+        if step in points[::2]:
+            continue  # (the first point, already in the row)
+        points.extend((step, value))
+        size = len(orjson.dumps(_trimmed(row))) - before
+        if size > room:
+            del points[-2:]
+            break
+        used = size
+    return used
+
+
+def _told(row: list[Any], curve: Curve) -> None:
+    """The row is in a note: its extremes are told and its points (and its own, when that
+    is a bucket's first) are sent."""
+    _, wire, step, lo, hi, points = row
+    value = NON_FINITE[wire] if isinstance(wire, str) else wire
+    curve.told(value, lo, hi)
+    sent = set(zip(points[::2], points[1::2], strict=True))
+    for p in curve.firsts.values():
+        if (p[0] == step and p[1] == value) or Curve.wire(p) in sent:
+            p[2] = True
+
+
+def _trimmed(row: list[Any]) -> list[Any]:
+    """The row as the wire has it: trailing unset fields (None, no points) left out."""
+    out = list(row)
+    while len(out) > 3 and out[-1] in (None, []):
+        out.pop()
+    return out
 
 
 class Sender:
@@ -219,7 +280,8 @@ class Sender:
             # Latest wins, also over an update still waiting for budget.
             self._progress_out = self._slot.take(self._progress_out)
             if flush_now or stop or now >= next_window:
-                self._merge_window()
+                # (Stopping: only what was emitted is left to send, no curve's leftovers.)
+                self._merge_window(retell=not stop)
                 if self._coalescible_waiting():
                     # One Window event (more only if they overflow a note) per window.
                     self._due = True
@@ -284,16 +346,24 @@ class Sender:
         while self._coalescible_waiting():
             if not bucket.try_take():
                 return
-            built, carried = self.take_window()
+            built, carried, told = self.take_window()
             ok = built is not None and self._deliver(*built, critical=False)
             if carried[0]:
                 self._n.span_note(*carried, delivered=ok)
+            if not ok and told:
+                self._untold(told)
         self._due = False
 
     def _accept(self, kind: str | None, fields: Any, t: float, warning: bool,
                 target: Target | None) -> None:
         self._n.accept()
         if kind == Progress.TYPE and fields.get("final"):
+            if self._progress_out is not None:
+                # A non-final progress the sender still holds is older than the final, which
+                # supersedes it in the fold: sending it would cost an Event for nothing.
+                self._progress_out = None
+                with self._slot.lock:
+                    self._slot.coalesced += 1
             self._spans_before_final()
         built = self._build(KNOWN_PAYLOADS[kind] if kind else None, fields, t, warning, target)
         if built is not None:
@@ -302,16 +372,16 @@ class Sender:
     def _spans_before_final(self) -> None:
         """Queue every pending span aggregate and metric ahead of a final progress: a reader
         that stops at the task's end must not miss what was recorded before it. (A pending
-        non-final progress stays: the final supersedes it whenever it arrives.)"""
+        non-final progress is not: the final supersedes it, ``_accept``.)"""
         self._merge_window()
         while self.pending or self.latest_out:
-            built, carried = self.take_window(with_progress=False)
+            built, carried, _ = self.take_window(with_progress=False)
             if built is not None:
                 self.outbox.append((*built, carried))
             elif carried[0]:
                 self._n.span_note(*carried, delivered=False)
 
-    def _merge_window(self) -> None:
+    def _merge_window(self, retell: bool = True) -> None:
         dropped = merge(self.pending, self._spans.drain(), self._spans.max_names)
         if dropped:
             self._n.span_names_dropped(dropped)
@@ -319,26 +389,41 @@ class Sender:
         latest, out = self._latest.drain(), self.latest_out
         replaced = sum(1 for key in latest if key in out)
         out.update(latest)
+        # A name with no new value whose curve has points or extremes still to tell.
+        for key, update in self._latest.untold().items() if retell else ():
+            out.setdefault(key, update)
         if replaced:
             with self._latest.lock:
                 self._latest.coalesced += replaced
 
+    def _untold(self, names: list[str]) -> None:
+        """A metrics note was lost: the extremes it told are told again."""
+        with self._latest.lock:
+            for name in names:
+                curve = self._latest.curves.get((Metric.TYPE, name))
+                if curve is not None:
+                    curve.forget_told()
+
     def _valid_metric(self, row: list[Any]) -> Metric | None:
         try:
-            return Metric(name=row[0], value=row[1], step=row[2])
+            return Metrics.model_validate({"metrics": [row]}).metrics[0]
         except ValidationError as e:
             detail = describe_validation_error(e)
             self._count_once("invalid", ("Metric", detail), "tidings: invalid Metric not sent: %s",
                              detail)
             return None
 
-    def take_window(self, with_progress: bool = True) -> tuple[Built | None, Carried]:
+    def take_window(self, with_progress: bool = True
+                    ) -> tuple[Built | None, Carried, list[str]]:
         """Take as much of the waiting coalescible facts as one note holds: the progress,
-        then the metrics (oldest name first), then the span aggregates (oldest first); build
-        their Window event. Returns the event (None when nothing valid was left: counted)
-        and the (span names, spans) it carries. A progress whose message alone fills a note
-        goes as its own (shrunk) Progress event; a coalescible named fact other than a
-        metric, as its own event."""
+        then the metrics (oldest name first), then the span aggregates (oldest first), then,
+        in the room they leave, the metrics' unsent sample points; build their Window event.
+        Each metric row carries what its curve has to tell (curves.py): the extremes beyond
+        what was told and the sample's first point when unsent. Returns the event (None when
+        nothing valid was left: counted), the (span names, spans) it carries and the metric
+        names whose extremes it tells. A progress whose message alone fills a note goes as
+        its own (shrunk) Progress event; a coalescible named fact other than a metric, as
+        its own event."""
         # The note's envelope with the longest seq there can be; each part's key and
         # brackets are charged when the part is started.
         room = NOTE_LIMIT - len(orjson.dumps({
@@ -353,25 +438,32 @@ class Sender:
                 progress["workers"] = int(self.config.workers)
             size = len(orjson.dumps(progress)) + len(',"progress":')
             if size > room:  # a long message: its own note, shrunk by the note codec
-                return self._build(Progress, progress, t, False, None), (0, 0)
+                return self._build(Progress, progress, t, False, None), (0, 0), []
             room -= size
             times.append(t)
         out = self.latest_out
+        slot = self._latest
         metrics: list[list[Any]] = []
-        for key, (values, t) in out.items():
-            if key[0] != Metric.TYPE:
-                if progress is None and not metrics:
-                    del out[key]
-                    return self._build(KNOWN_PAYLOADS[key[0]], dict(values), t, False,
-                                       None), (0, 0)
-                continue
-            row = [values["name"], metric_wire_value(values["value"]), values["step"]]
-            size = len(orjson.dumps(row)) + (1 if metrics else len(',"metrics":[]'))
-            if size > room or len(metrics) >= METRIC_ROWS_MAX:
-                break
-            room -= size
-            metrics.append(row)
-            times.append(t)
+        curves: list[tuple[list[Any], Curve]] = []
+        with slot.lock:
+            for key, (values, t) in out.items():
+                if key[0] != Metric.TYPE:
+                    if progress is None and not metrics:
+                        del out[key]
+                        return self._build(KNOWN_PAYLOADS[key[0]], dict(values), t, False,
+                                           None), (0, 0), []
+                    continue
+                curve = slot.curves.get(key)
+                row = _metric_row(values, curve)
+                size = (len(orjson.dumps(_trimmed(row)))
+                        + (1 if metrics else len(',"metrics":[]')))
+                if size > room or len(metrics) >= METRIC_ROWS_MAX:
+                    break
+                room -= size
+                metrics.append(row)
+                times.append(t)
+                if curve is not None:
+                    curves.append((row, curve))
         for row in metrics:
             del out[(Metric.TYPE, row[0])]
         pending = self.pending
@@ -392,6 +484,13 @@ class Sender:
                 rows.append(row)
             for name, _ in taken:
                 del pending[name]
+        with slot.lock:
+            for row, curve in curves:
+                if room > 0:
+                    room -= _add_points(row, curve, room)
+                _told(row, curve)
+        told = [row[0] for row, _ in curves]
+        metrics = [_trimmed(row) for row in metrics]
         carried = (len(taken), sum(int(a[COUNT]) for _, a in taken))
         fields: dict[str, Any] = {"progress": progress, "metrics": metrics, "base_us": base,
                                   "spans": rows}
@@ -416,8 +515,9 @@ class Sender:
                     self._count_once("invalid", ("Window", str(e)[:80]),
                                      "tidings: invalid window not sent: %s",
                                      describe_validation_error(e))
-                return None, carried
-        return self._build(None, payload, max(times, default=time.time()), False, None), carried
+                return None, carried, told
+        return (self._build(None, payload, max(times, default=time.time()), False, None),
+                carried, told)
 
     def _valid(self, model: type[BaseModel], fields: dict[str, Any]) -> bool:
         try:

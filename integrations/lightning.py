@@ -17,7 +17,7 @@ from lightning.pytorch import (  # type: ignore[import-not-found, unused-ignore]
 
 from tidings.emitter import Emitter
 
-from .report import RunReporter, guarded, mlflow_run_url, wandb_run_url
+from .report import EVAL_SPAN, STEP_SPAN, RunReporter, guarded, mlflow_run_url, wandb_run_url
 
 __all__ = ["TidingsCallback"]
 
@@ -26,7 +26,9 @@ class TidingsCallback(Callback):  # type: ignore[misc, unused-ignore]
     """Reports a Lightning ``fit`` over the bus.
 
     Every pod's progress (global step over the estimated stepping batches), the task's
-    worker count (``num_nodes``: one pod per node), the logged metrics as Metric facts at the
+    worker count (``num_nodes``: one pod per node), each training batch and each validation
+    run as spans (``train_step``, ``evaluation``: the pod's lanes in ``tidings timeline``),
+    the logged metrics as Metric facts at the
     Trainer's logging interval and after each validation, the W&B or MLflow logger's run
     page as a LogLink (both from global rank 0), the end of ``fit`` as the worker's final,
     and an exception inside ``fit`` as a failed final naming it, at once. No hook raises into
@@ -50,8 +52,14 @@ class TidingsCallback(Callback):  # type: ignore[misc, unused-ignore]
         self._links(trainer)
 
     @guarded
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        self.reporter.begin_span(STEP_SPAN)
+
+    @guarded
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
+        self.reporter.end_span(STEP_SPAN)
         step = int(trainer.global_step)
         self.reporter.step(step, self._max_steps)
         every = int(getattr(trainer, "log_every_n_steps", 0) or 0)
@@ -60,7 +68,14 @@ class TidingsCallback(Callback):  # type: ignore[misc, unused-ignore]
             self.reporter.metrics(trainer.logged_metrics, step)
 
     @guarded
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # (The sanity check's validation runs before on_train_start has set the ranks.)
+        self.reporter.local_rank = int(trainer.local_rank)
+        self.reporter.begin_span(EVAL_SPAN)
+
+    @guarded
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.reporter.end_span(EVAL_SPAN)
         if not trainer.sanity_checking:
             self.reporter.metrics(trainer.callback_metrics, int(trainer.global_step))
 

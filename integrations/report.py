@@ -16,12 +16,19 @@ from urllib.parse import quote
 from tidings.emitter import Emitter, get_emitter
 from tidings.emitter.core import started_emitters
 from tidings.emitter.outcome import install_crash_hooks, report_failure
+from tidings.emitter.spans import Span
 
 log = logging.getLogger("tidings.integrations")
 
 #: The MLflow UI's address as people reach it, when the tracking URI the workload uses is an
 #: in-cluster one (``http://mlflow.mlflow.svc:5000``); its run page is built on this instead.
 MLFLOW_PUBLIC_URL_ENV = "TIDINGS_MLFLOW_URL"
+
+#: The spans every framework callback records (one lane per pod in the task's timeline): a
+#: training step (Hugging Face: an optimizer step with its accumulated micro-batches;
+#: Lightning: a training batch) and an evaluation (a validation run).
+STEP_SPAN = "train_step"
+EVAL_SPAN = "evaluation"
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -63,6 +70,7 @@ class RunReporter:
         self.world_size = 1
         self._linked: set[str] = set()
         self._ended = False
+        self._open: dict[str, Span] = {}  # spans begun and not yet ended, by name
 
     @property
     def emitter(self) -> Emitter:
@@ -90,6 +98,22 @@ class RunReporter:
     def step(self, step: int, max_steps: int) -> None:
         if self.reports_progress and max_steps > 0:
             self.emitter.progress(min(1.0, step / max_steps), f"step {step}/{max_steps}")
+
+    def begin_span(self, name: str) -> None:
+        """A span of this pod's work starts (local rank 0: the pod's lane in the timeline);
+        O(1), never blocking: the emitter folds it into its span window."""
+        if self.reports_progress:
+            self._open[name] = Span(self.emitter, name)
+
+    def end_span(self, name: str, error: bool = False) -> None:
+        span = self._open.pop(name, None)
+        if span is not None:
+            span.end(error)
+
+    def span(self, name: str, start: float, end: float) -> None:
+        """A span measured by the framework itself (local rank 0)."""
+        if self.reports_progress:
+            self.emitter.record_span(name, start, end)
 
     def metrics(self, values: Mapping[str, Any], step: int | None) -> None:
         """Send every scalar of ``values`` as a Metric (rank 0 only), NaN and infinities
@@ -119,8 +143,10 @@ class RunReporter:
 
     def crashed(self, exc: BaseException) -> None:
         """A failed final naming ``exc`` (every rank; once per exception), keeping the
-        progress made."""
+        progress made; the spans it interrupted end as errors."""
         self._ended = True
+        for name in list(self._open):
+            self.end_span(name, error=True)
         report_failure(exc, self.emitter)
 
 
@@ -180,9 +206,29 @@ def mlflow_active_run_url() -> str | None:
     return mlflow_run_url(mlflow.get_tracking_uri(), run.info.experiment_id, run.info.run_id)
 
 
-def local_world_size(default: int = 1) -> int:
-    """Processes in this pod, as torchrun and accelerate say (``LOCAL_WORLD_SIZE``)."""
-    try:
-        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", default)))
-    except ValueError:
-        return default
+# How many processes this pod runs, as each launcher says it, the first set (and sane) wins:
+# - DeepSpeed's launcher sets LOCAL_SIZE and no LOCAL_WORLD_SIZE (deepspeed/launcher/launch.py:
+#   ``current_env["LOCAL_SIZE"] = str(num_local_procs)``, beside RANK, LOCAL_RANK, WORLD_SIZE);
+# - Open MPI's mpirun sets OMPI_COMM_WORLD_LOCAL_SIZE (with OMPI_COMM_WORLD_{RANK,SIZE,
+#   LOCAL_RANK});
+# - MPICH's and Intel MPI's Hydra (mpiexec) set MPI_LOCALNRANKS (with PMI_RANK, PMI_SIZE,
+#   MPI_LOCALRANKID); MVAPICH2 sets MV2_COMM_WORLD_LOCAL_SIZE;
+# - torchrun (and accelerate launch, which runs it) sets LOCAL_WORLD_SIZE.
+# The launchers' own names come first: on CPU, accelerate writes LOCAL_WORLD_SIZE itself from a
+# list that lacks LOCAL_SIZE, so under DeepSpeed's launcher it says 1 (accelerate/state.py,
+# get_cpu_distributed_information).
+LOCAL_SIZE_ENV = ("LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                  "MV2_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE")
+
+
+def local_world_size(world_size: int = 0, default: int = 1) -> int:
+    """Processes in this pod, as its launcher says (``LOCAL_SIZE_ENV``): the first value that
+    is a positive integer and, with ``world_size``, divides it; else ``default``."""
+    for name in LOCAL_SIZE_ENV:
+        try:
+            n = int(os.environ.get(name, ""))
+        except ValueError:
+            continue
+        if n >= 1 and (world_size <= 0 or world_size % n == 0):
+            return n
+    return default

@@ -4,6 +4,7 @@ whole change. Imports transformers (and so torch); nothing else in tidings does.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 # The frameworks are not in make lint's venv: their names are Any there (hence the ignores).
@@ -16,7 +17,15 @@ from transformers import (  # type: ignore[import-not-found, unused-ignore]
 
 from tidings.emitter import Emitter
 
-from .report import RunReporter, guarded, local_world_size, mlflow_active_run_url, wandb_run_url
+from .report import (
+    EVAL_SPAN,
+    STEP_SPAN,
+    RunReporter,
+    guarded,
+    local_world_size,
+    mlflow_active_run_url,
+    wandb_run_url,
+)
 
 __all__ = ["TidingsCallback"]
 
@@ -25,10 +34,12 @@ class TidingsCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]
     """Reports a ``Trainer`` run over the bus.
 
     Every pod's progress (global step over max steps), the task's worker count (the world
-    size, in pods), the logged training and evaluation metrics as Metric facts and the W&B
-    or MLflow run page as a LogLink (both from global rank 0), and the end of training as
-    the worker's final. A crash inside ``train()`` leaves the process through the emitter's
-    excepthook as a failed final. Every call is O(1) and none raises into the loop.
+    size, in pods), each optimizer step and each evaluation as spans (``train_step``,
+    ``evaluation``: the pod's lanes in ``tidings timeline``), the logged training and
+    evaluation metrics as Metric facts and the W&B or MLflow run page as a LogLink (both from
+    global rank 0), and the end of training as the worker's final. A crash inside
+    ``train()`` leaves the process through the emitter's excepthook as a failed final. Every
+    call is O(1) and none raises into the loop.
     """
 
     def __init__(self, emitter: Emitter | None = None) -> None:
@@ -40,12 +51,18 @@ class TidingsCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]
         world = max(1, int(args.world_size))
         self.reporter.begin(global_rank=int(args.process_index),
                             local_rank=int(args.local_process_index), world_size=world,
-                            local_world_size=min(world, local_world_size()))
+                            local_world_size=local_world_size(world))
         self._links()
+
+    @guarded
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState,
+                      control: TrainerControl, **kwargs: Any) -> None:
+        self.reporter.begin_span(STEP_SPAN)
 
     @guarded
     def on_step_end(self, args: TrainingArguments, state: TrainerState,
                     control: TrainerControl, **kwargs: Any) -> None:
+        self.reporter.end_span(STEP_SPAN)
         self.reporter.step(int(state.global_step), int(state.max_steps or 0))
 
     @guarded
@@ -63,6 +80,13 @@ class TidingsCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]
         # (latest wins) and covers evaluate() called outside train().
         if metrics:
             self.reporter.metrics(metrics, int(state.global_step))
+            # The Trainer times the evaluation itself ("<prefix>_runtime", seconds) and
+            # calls this hook as it ends; there is no hook at its start.
+            runtime = next((v for k, v in metrics.items() if k.endswith("_runtime")), None)
+            if isinstance(runtime, int | float) and 0 <= runtime < 1e7:
+                end = time.time()
+                self.reporter.local_rank = int(args.local_process_index)
+                self.reporter.span(EVAL_SPAN, end - float(runtime), end)
 
     @guarded
     def on_train_end(self, args: TrainingArguments, state: TrainerState,

@@ -12,9 +12,11 @@ every field, and empty maps, zero counters and absent values are left out)::
     linkCount:  int;  deck: latest deck name               # printer columns
     links:      {name: {url, at, events}}                  # LWW per name by ``at``
     decks:      {name: {uri, at, events}}
-    metrics:    {name: {value, step?, at, events}}            # LWW per name by ``at``
+    metrics:    {name: {value, step?, at, events,            # LWW per name by ``at``
+                        min, max, history?: {shift, steps, values}}}  # joins (history.py)
     spans:      {name: {count, totalNs, minS, maxS, firstStart, lastEnd, errors, events,
-                        windows}}                  # windows: "<shift> lo-hi,..." (timelines)
+                        windows,                   # windows: "<shift> lo-hi,..." (timelines)
+                        pod? | pods?: {pod: {count, ..., windows}}, unlaned?}}  # lanes
     workers:    [{pod, fraction, message?, final?, failed?, workers?, at, events,
                   firstAt?, firstFraction?}]          # the 64 smallest pod names, in detail
     roster:     {reporting, final, failed?, declared?, firstFailure?: {pod, at, message},
@@ -29,8 +31,8 @@ every field, and empty maps, zero counters and absent values are left out)::
     firstEventTime, lastEventTime: RFC 3339
     applied:    "inst=lo-hi,seq@created inst2=..."         # the version vector, one string
     compactedBefore: RFC 3339                              # dedup compaction watermark
-    budgetDropped: {pods?, podOutcomes?, unknownTypes?, workerMessages?, metrics?, spans?,
-                    decks?, links?}
+    budgetDropped: {pods?, podOutcomes?, unknownTypes?, workerMessages?, spanLanes?,
+                    metricHistory?, metrics?, spans?, decks?, links?}
 
 ``at`` is the order key ``"<eventTime> <instance> <seq>"``. ``events`` counts the events that
 targeted an entry.

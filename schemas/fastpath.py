@@ -19,6 +19,7 @@ msgspec is a dependency of ``tidings[watcher]`` only: nothing else in schemas/ i
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime
 from functools import lru_cache
@@ -56,6 +57,7 @@ from .event import (
 )
 from .note import _good_instance
 from .payloads import (
+    METRIC_POINTS_MAX,
     METRIC_ROWS_MAX,
     SPAN_ROWS_MAX,
     DeckReady,
@@ -210,9 +212,14 @@ class _WindowProgress(Struct, kw_only=True, forbid_unknown_fields=True):
     workers: int | UnsetType = UNSET
 
 
+# A metric row: [name, value, step], optionally followed by min, max and points (a flat
+# list of step, value pairs); its fields' types are checked one by one (``_metric_row``).
+_MetricRow = list[str | int | float | list[int | float] | None]
+
+
 class _WindowNote(_Note, tag="Window"):
     progress: _WindowProgress | UnsetType = UNSET
-    metrics: list[tuple[str, int | float, int | None]] | UnsetType = UNSET
+    metrics: list[_MetricRow] | UnsetType = UNSET
     base_us: int | UnsetType = UNSET
     spans: list[tuple[str, int, int, int, int, int, int, int]] | UnsetType = UNSET
 
@@ -286,6 +293,53 @@ def _spans_note(n: _SpansNote) -> Any:
     return _model(SpanSummaries, {"base_us": base, "spans": spans}, {"base_us", "spans"})
 
 
+_METRIC_BASE = frozenset({"name", "value", "step"})
+
+
+def _metric_row(row: _MetricRow) -> Any:
+    """The Metric the reference validates from a Window's metric row, or None when it may
+    not (or when this path leaves the row to it: an int where a float goes)."""
+    if not 3 <= len(row) <= 6:
+        return None
+    name, value, step = row[0], row[1], row[2]
+    if type(name) is not str or type(value) is not float or not (
+            step is None or (type(step) is int and 0 <= step <= 2**53)):
+        return None
+    clean = _name(name)
+    if clean is None:
+        return None
+    if len(row) == 3:  # the common row
+        return _model(Metric, {"name": clean, "value": value, "step": step, "min": None,
+                               "max": None, "points": ()}, set(_METRIC_BASE))
+    given = set(_METRIC_BASE)
+    lo = row[3]
+    hi = row[4] if len(row) > 4 else None
+    if lo is not None:
+        if type(lo) is not float or not math.isfinite(lo) or lo > value:
+            return None
+        given.add("min")
+    if hi is not None:
+        if type(hi) is not float or not math.isfinite(hi) or hi < value:
+            return None
+        given.add("max")
+    points: tuple[tuple[int, float], ...] = ()
+    if len(row) == 6:
+        flat = row[5]
+        if type(flat) is not list or len(flat) % 2 or len(flat) > 2 * METRIC_POINTS_MAX:
+            return None
+        pairs = []
+        for i in range(0, len(flat), 2):
+            at, v = flat[i], flat[i + 1]
+            if type(at) is not int or not 0 <= at <= 2**53 or type(v) not in (int, float) \
+                    or not math.isfinite(v):
+                return None
+            pairs.append((at, float(v)))
+        points = tuple(pairs)
+        given.add("points")
+    return _model(Metric, {"name": clean, "value": value, "step": step, "min": lo, "max": hi,
+                           "points": points}, given)
+
+
 def _window_note(n: _WindowNote) -> Any:
     given: set[str] = set()
     progress = None
@@ -300,13 +354,11 @@ def _window_note(n: _WindowNote) -> Any:
         if len(rows) > METRIC_ROWS_MAX:
             return None
         out = []
-        for name, value, step in rows:
-            clean = _name(name)
-            if clean is None or type(value) is not float or not (
-                    step is None or 0 <= step <= 2**53):
+        for row in rows:
+            metric = _metric_row(row)
+            if metric is None:
                 return None
-            out.append(_model(Metric, {"name": clean, "value": value, "step": step},
-                              {"name", "value", "step"}))
+            out.append(metric)
         if len({m.name for m in out}) != len(out):
             return None
         metrics = tuple(out)

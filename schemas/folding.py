@@ -25,6 +25,11 @@ the sender lose. Order keys are (time, instance, seq), a total order, so registe
 order-insensitive; within one emitter instance its seq orders its facts because the emitter
 never lets its eventTimes go back and the server's bound only grows with its seq.
 
+Spans are kept per name and, beside each name's totals, per (name, sender pod): a lane, the
+same merge of that pod's summaries, for the ``span_lanes`` smallest pairs of the kept names
+(a pair beyond them adds its summaries to its name's ``unlaned``), so the lanes, like the
+names, are a function of the set of events.
+
 Many workers, one task: progress is kept per reporting pod (its own last-writer-wins, a
 final beating any non-final) in detail for the ``workers`` smallest pod names, and every
 pod is in the roster (schemas/roster.py: its final and failed flags OR-ed, its largest
@@ -68,7 +73,8 @@ from typing import NamedTuple, cast
 from tidings._compat import UTC
 
 from .event import ParsedEvent, TaskRef
-from .kinds import KINDS, Kind
+from .history import merge as merge_report
+from .kinds import KINDS, Kind, Report
 from .observed import Observed, PlatformOutcome, PodVerdict
 from .payloads import (
     Metric,
@@ -99,6 +105,7 @@ from .state import (
     _INT_MAX,
     DEFAULT_LIMITS,
     MESSAGE_LIMIT,
+    NO_LANES,
     K,
     Limits,
     Named,
@@ -145,14 +152,18 @@ def _insert_capped(
 
 
 def _set_named(entries: dict[str, Named], name: str, value: NamedValue, at: OrderKey,
-               cap: int) -> int:
+               cap: int, report: Report | None = None) -> int:
+    """Write ``value`` to the register ``name`` if ``at`` is later than its own, and join
+    ``report`` (a kind with a curve) into its series whatever the order."""
     cur = entries.get(name)
     if cur is None:
-        return _insert_capped(entries, name, Named(value, at, 1), cap, _named_weight)
+        series = None if report is None else merge_report(None, *report)
+        return _insert_capped(entries, name, Named(value, at, 1, series), cap, _named_weight)
+    series = cur.series if report is None else merge_report(cur.series, *report)
     if at > cur.at:
-        entries[name] = Named(value, at, cur.events + 1)
+        entries[name] = Named(value, at, cur.events + 1, series)
     else:
-        entries[name] = Named(cur.value, cur.at, cur.events + 1)
+        entries[name] = Named(cur.value, cur.at, cur.events + 1, series)
     return 0
 
 
@@ -254,8 +265,8 @@ def _shift_for(first_start: float, last_end: float) -> int:
 
 
 class _SpanAcc:
-    """A span name's aggregate while a run folds into it: sums kept in place, each window kept
-    as raw microseconds, and one ``SpanAgg`` made at the end of the run.
+    """A span name's (or a lane's) aggregate while a run folds into it: sums kept in place,
+    each window kept as raw microseconds, and one ``SpanAgg`` made at the end of the run.
 
     Why that equals merging window by window: regridding rounds outward at a power-of-two
     grid (``lo >> d``, ``ceil(hi / 2**d)``), and two such roundings compose into one, and
@@ -268,12 +279,15 @@ class _SpanAcc:
         "errors",
         "events",
         "first_start",
+        "lanes",
         "last_end",
         "max_s",
         "min_s",
         "raw",
         "shift",
+        "solo",
         "total_ns",
+        "unlaned",
         "windows",
     )
 
@@ -287,6 +301,11 @@ class _SpanAcc:
             self.shift = 0
             self.windows: tuple[tuple[int, int], ...] = ()
             self.raw: list[tuple[int, int]] = [(_us(p.first_start), _us(p.last_end))]
+            self.lanes: dict[str, _SpanEntry] = {}
+            self.unlaned = 0
+            # The pod that sent every summary, whose lane is these totals themselves (the
+            # common case, one pod, costs no second merge); None: the lanes are in ``lanes``.
+            self.solo: str | None = None
         else:
             self.count, self.total_ns = base.count, base.total_ns
             self.min_s, self.max_s = base.min_s, base.max_s
@@ -294,6 +313,49 @@ class _SpanAcc:
             self.errors, self.events = base.errors, base.events
             self.shift, self.windows = base.shift, base.windows
             self.raw = []
+            self.unlaned = base.unlaned
+            self.solo = None
+            lanes = base.lanes
+            if len(lanes) == 1 and not base.unlaned:
+                ((pod, lane),) = lanes.items()
+                if lane.events == base.events:  # every summary from it: its lane is the totals
+                    self.solo, lanes = pod, NO_LANES
+            self.lanes = dict(lanes)
+
+    def split(self, pod: str) -> None:
+        """A summary from ``pod``, not the solo pod: the solo lane becomes a lane of its own
+        (a copy of the totals so far, before the summary is merged)."""
+        solo = self.solo
+        if solo is not None:
+            lane = _SpanAcc.__new__(_SpanAcc)
+            lane.count, lane.total_ns, lane.errors = self.count, self.total_ns, self.errors
+            lane.min_s, lane.max_s = self.min_s, self.max_s
+            lane.first_start, lane.last_end, lane.events = self.first_start, self.last_end, \
+                self.events
+            lane.shift, lane.windows, lane.raw = self.shift, self.windows, list(self.raw)
+            lane.lanes, lane.unlaned, lane.solo = {}, 0, None
+            self.lanes[solo] = lane
+            self.solo = None
+
+    def add(self, p: SpanSummary, total_ns: int) -> None:
+        """Merge ``p`` in place: the hottest merge of the fold, with the same comparisons, in
+        the same order, as merging two SpanAggs would make."""
+        self.count += p.count
+        self.total_ns += total_ns
+        self.errors += p.errors
+        v = p.min_s
+        if not self.min_s <= v:
+            self.min_s = v
+        v = p.max_s
+        if not self.max_s >= v:
+            self.max_s = v
+        start, end = p.first_start, p.last_end
+        if not self.first_start <= start:
+            self.first_start = start
+        if not self.last_end >= end:
+            self.last_end = end
+        self.events += 1
+        self.raw.append((round(start * 1e6), round(end * 1e6)))  # _us, inline
 
     def agg(self) -> SpanAgg:
         shift = _shift_for(self.first_start, self.last_end)
@@ -309,10 +371,16 @@ class _SpanAcc:
             else:
                 out.append((lo, hi))
         m = _INT_MAX
-        return _new_span_agg(
-            self.count if self.count <= m else m, self.total_ns if self.total_ns <= m else m,
-            self.min_s, self.max_s, self.first_start, self.last_end,
-            self.errors if self.errors <= m else m, self.events, shift, tuple(out))
+        lanes: Mapping[str, SpanAgg] = {
+            pod: lane.agg() if type(lane) is _SpanAcc else lane  # type: ignore[misc]
+            for pod, lane in self.lanes.items()} if self.lanes else NO_LANES
+        fields = (self.count if self.count <= m else m,
+                  self.total_ns if self.total_ns <= m else m, self.min_s, self.max_s,
+                  self.first_start, self.last_end, self.errors if self.errors <= m else m,
+                  self.events, shift, tuple(out))
+        if self.solo is not None:
+            lanes = {self.solo: _new_span_agg(*fields, NO_LANES, 0)}
+        return _new_span_agg(*fields, lanes, self.unlaned)
 
 
 _SpanEntry = SpanAgg | _SpanAcc
@@ -334,27 +402,72 @@ def _apply_span(w: _Work, ev: ParsedEvent, p: SpanSummary, t: datetime) -> None:
             capped = _insert_capped(spans, name, acc, w.lim.spans, _span_weight)  # type: ignore[arg-type]
             if capped:
                 w.bump("spans_capped", capped)
+                w.lane_count = None  # (a name went, with its lanes: counted again)
+            if spans.get(name) is acc:
+                _add_lane(w, spans, acc, name, ev.sender.name, p, total_ns)
             return
         cur = spans[name] = _SpanAcc(cur, p, total_ns)  # type: ignore[arg-type]
         w.accs.append((name, cur))
-    # The hottest merge of the fold, in place; the same comparisons, in the same order, as
-    # merging two SpanAggs would make.
-    cur.count += p.count
-    cur.total_ns += total_ns
-    cur.errors += p.errors
-    v = p.min_s
-    if not cur.min_s <= v:
-        cur.min_s = v
-    v = p.max_s
-    if not cur.max_s >= v:
-        cur.max_s = v
-    start, end = p.first_start, p.last_end
-    if not cur.first_start <= start:
-        cur.first_start = start
-    if not cur.last_end >= end:
-        cur.last_end = end
-    cur.events += 1
-    cur.raw.append((round(start * 1e6), round(end * 1e6)))  # _us, inline
+    pod = ev.sender.name
+    if cur.solo is not None:
+        if cur.solo == pod:  # the name's one pod: its lane is the totals
+            cur.add(p, total_ns)
+            return
+        cur.split(pod)
+    cur.add(p, total_ns)
+    _add_lane(w, spans, cur, name, pod, p, total_ns)
+
+
+def _add_lane(w: _Work, spans: dict[str, _SpanEntry], acc: _SpanAcc, name: str, pod: str,
+              p: SpanSummary, total_ns: int) -> None:
+    """Merge ``p`` into the lane of its sender ``pod`` under span ``name``: the task keeps
+    the ``span_lanes`` smallest (name, pod) pairs of its kept names (the others' summaries
+    count in their name's ``unlaned``), so the kept lanes are the same for any order. A
+    name's first lane is the name's totals themselves (``solo``) until another pod speaks."""
+    lanes = acc.lanes
+    lane = lanes.get(pod)
+    if type(lane) is _SpanAcc:
+        lane.add(p, total_ns)
+        return
+    if lane is not None:
+        lanes[pod] = new = _SpanAcc(lane, p, total_ns)  # type: ignore[arg-type]
+        new.add(p, total_ns)
+        return
+    count = w.lane_count
+    if count is None:
+        count = sum(len(s.lanes) + (getattr(s, "solo", None) is not None)
+                    for s in spans.values())
+    cap = w.lim.span_lanes
+    if count >= cap:
+        largest = max(((n, q) for n, s in spans.items() for q in _pods(s)), default=None)
+        if largest is None or (name, pod) > largest:
+            acc.unlaned += 1
+            w.lane_count = count
+            return
+        victim = spans[largest[0]]
+        if type(victim) is not _SpanAcc:
+            victim = spans[largest[0]] = _SpanAcc(victim, p, 0)  # type: ignore[arg-type]
+            w.accs.append((largest[0], victim))
+        if victim.solo == largest[1]:
+            victim.solo = None
+            # Every summary of the name so far was the solo pod's (this one's not yet, when
+            # the victim is this very name).
+            victim.unlaned += victim.events - (victim is acc)
+        else:
+            gone = victim.lanes.pop(largest[1])
+            victim.unlaned += gone.events
+        count -= 1
+    if not lanes and not acc.unlaned and acc.events == 1:
+        acc.solo = pod  # the name's first summary: its lane is the totals
+    else:
+        lanes[pod] = _SpanAcc(None, p, total_ns)
+    w.lane_count = count + 1
+
+
+def _pods(s: _SpanEntry) -> list[str]:
+    """The pods with a lane under a span name's entry."""
+    solo = getattr(s, "solo", None)
+    return [*s.lanes, solo] if solo is not None else list(s.lanes)
 
 
 # --- the apply table: what each payload type does to a run's state ------------------------
@@ -371,6 +484,7 @@ class _Work:
         "failures",
         "finals",
         "first_failure",
+        "lane_count",
         "last_final",
         "lim",
         "marks_w",
@@ -390,6 +504,7 @@ class _Work:
         self.workers_w: dict[str, ProgressState] | None = None
         self.unknown_w: dict[str, int] | None = None
         self.accs: list[tuple[str, _SpanAcc]] = []
+        self.lane_count: int | None = None  # lanes of the run's spans (counted when needed)
         self.marks_w: dict[int, Mark] | None = None  # (the roster's tallies: begin_roster)
 
     def bump(self, name: str, n: int = 1) -> None:
@@ -462,7 +577,7 @@ def _named_apply(kind: Kind, model: type) -> Apply:
     """The apply of a named kind's ``model`` (schemas/kinds.py): the payload's ``key`` names
     a last-writer-wins register holding its value fields (one: the value; several: a tuple).
     A batch model's rows are each merged as one event of their name would be."""
-    section, cap, counter = kind.section, attrgetter(kind.cap), kind.capped
+    section, cap, counter, report = kind.section, attrgetter(kind.cap), kind.capped, kind.report
     key = attrgetter(kind.key)
     value = attrgetter(*(f.attr for f in kind.values))
     rows = attrgetter(kind.batch) if kind.batch in getattr(model, "model_fields", {}) \
@@ -477,7 +592,8 @@ def _named_apply(kind: Kind, model: type) -> Apply:
             entries = named[section] = dict(w.state.named.get(section, {}))
         at, limit = (t, ev.instance, ev.seq), cap(w.lim)
         for row in (p,) if rows is None else rows(p):
-            capped = _set_named(entries, key(row), value(row), at, limit)
+            capped = _set_named(entries, key(row), value(row), at, limit,
+                                None if report is None else report(row))
             if capped:
                 w.bump(counter, capped)
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel
 
 from . import payloads
-from .payloads import Payload, Progress
+from .payloads import Metric, Payload, Progress
 
 Urgency = Literal["critical", "coalescible"]
 # Critical: written within the watcher's write interval. Coalescible: a newer fact of the
@@ -32,6 +32,8 @@ COALESCIBLE: Final = "coalescible"
 Family = Literal["named", "spans", "progress", "window", "lineage", "unknown"]
 # One scalar of a named register's value; None is an optional field left out.
 Scalar = str | int | float | None
+# What one report adds to a curve: value, step, the sender's min and max, earlier points.
+Report = tuple[float, int | None, float | None, float | None, tuple[tuple[int, float], ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +56,8 @@ class Kind:
     """One kind of fact. ``section`` is the status key (camelCase) and also the name of the
     CRD property; ``cap`` the ``Limits`` field that bounds it; ``capped`` the counter of the
     events beyond that cap; ``drop_rank`` orders the sections the status budget gives up
-    (lowest first; None: never dropped)."""
+    (lowest first; None: never dropped); ``detail_rank`` orders, among them, when it gives
+    up the ``detail`` field of the section's entries (counted as ``detail_drop``)."""
 
     name: str  # the kind's own name (registry key, docs)
     models: tuple[type[BaseModel], ...]
@@ -66,8 +69,12 @@ class Kind:
     cap: str = ""
     capped: str = ""
     counters: tuple[str, ...] = ()  # further counters of this kind (snake_case)
-    drop: str = ""  # what the budget drops of it (default: the section)
     drop_rank: int | None = None
+    # A field of each entry the budget gives up first (from the last entry on), its name in
+    # ``budgetDropped``, and its place in the drop order.
+    detail: str = ""
+    detail_drop: str = ""
+    detail_rank: int | None = None
     # Text fields the note codec may cut, in this order (never a name: names are kept whole
     # or refused, so two cannot collapse into one).
     shrink: tuple[str, ...] = ()
@@ -77,6 +84,9 @@ class Kind:
     key: str = "name"
     values: tuple[ValueField, ...] = ()
     batch: str = ""
+    # Named kinds with a curve: a payload's report (value, step, min, max, points), joined
+    # into the register's extremes and history (schemas/history.py) whatever its order.
+    report: Callable[[Any], Report] | None = None
     # CLI: the table title; ``age`` adds a column with how long ago each entry was written;
     # ``inline``: the one-line view (``watch`` piped) shows the registers as name=value.
     title: str = ""
@@ -90,11 +100,15 @@ class Kind:
 
     @property
     def budget_section(self) -> str:
-        return self.drop or self.section
+        return self.section
 
 
 def _final(p: Payload) -> bool:
     return isinstance(p, Progress) and p.final
+
+
+def _metric_report(m: Metric) -> Report:
+    return m.value, m.step, m.min, m.max, m.points
 
 
 KINDS: tuple[Kind, ...] = (
@@ -106,16 +120,16 @@ KINDS: tuple[Kind, ...] = (
          values=(ValueField("uri", "str", "URI", style="cyan"),), title="Decks"),
     Kind("metrics", (payloads.Metric, payloads.Metrics), "named", COALESCIBLE,
          section="metrics", cap="metrics", capped="metrics_capped", batch="metrics",
-         drop_rank=35,
+         drop_rank=35, detail="history", detail_drop="metricHistory", detail_rank=30,
          values=(ValueField("value", "float", "VALUE", non_finite="nonFinite"),
                  ValueField("step", "int", "STEP", optional=True)),
-         title="Metrics", age=True, inline=True),
+         report=_metric_report, title="Metrics", age=True, inline=True),
     Kind("spans", (payloads.SpanSummary, payloads.SpanSummaries), "spans", COALESCIBLE,
-         section="spans", cap="spans", capped="spans_capped", drop_rank=40,
-         title="Spans"),
+         section="spans", cap="spans", capped="spans_capped", drop_rank=40, detail="pods",
+         detail_drop="spanLanes", detail_rank=25, title="Spans"),
     Kind("progress", (Progress,), "progress", COALESCIBLE, critical_if=_final,
-         section="workers", cap="workers", capped="workers_capped", drop="workerMessages",
-         drop_rank=20, shrink=("message",), title="Workers"),
+         section="workers", cap="workers", capped="workers_capped", detail="message",
+         detail_drop="workerMessages", detail_rank=20, shrink=("message",), title="Workers"),
     # A worker's window of coalescible facts (progress, metrics, spans) in one note: each part
     # is folded, capped and shown as its own kind's (no section of its own).
     Kind("window", (payloads.Window,), "window", COALESCIBLE),
@@ -124,6 +138,16 @@ KINDS: tuple[Kind, ...] = (
          cap="unknown_types", capped="unknown_capped", counters=("unknown_payloads",),
          drop_rank=10),
 )
+
+# What the status budget gives up, in this order (after the sender pods): each kind's
+# section (``drop_rank``) or its entries' detail (``detail_rank``), as (budgetDropped key,
+# section, the entries' field or "" for whole entries).
+BUDGET_STEPS: tuple[tuple[str, str, str], ...] = tuple(
+    step for _, step in sorted(
+        [(k.drop_rank, (k.budget_section, k.section, "")) for k in KINDS
+         if k.drop_rank is not None]
+        + [(k.detail_rank, (k.detail_drop, k.section, k.detail)) for k in KINDS
+           if k.detail_rank is not None]))
 
 # Each payload model -> its kind.
 KIND_OF_MODEL: dict[type[BaseModel], Kind] = {m: k for k in KINDS for m in k.models}

@@ -2,7 +2,7 @@
 
 Wire format (keys are fixed; payload fields keep their model names, defaults are omitted)::
 
-    {"v": <schema version>, "t": <payload type = Event reason>,
+    {"v": <schema version: the oldest that reads this note>, "t": <payload type = Event reason>,
      "i": <emitter instance id>, "s": <seq>,          # optional envelope: the dedup key
      ...payload fields}
 
@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from .constants import INSTANCE_LIMIT, NOTE_LIMIT, SCHEMA_VERSION, SEQ_MAX
 from .kinds import KNOWN_PAYLOADS, SHRINKABLE
-from .payloads import Payload, UnknownPayload, cut_text, payload_type
+from .payloads import Payload, UnknownPayload, cut_text, payload_type, payload_version
 from .rejection import Rejection, RejectReason, describe_validation_error, validation_reason
 
 # Text fields that must keep at least one character (the "…" marker) when cut.
@@ -58,8 +58,7 @@ def _fields(p: Payload) -> dict[str, Any]:
 
 
 def _head(p: Payload, instance: str | None, seq: int | None) -> dict[str, Any]:
-    version = p.version if isinstance(p, UnknownPayload) else SCHEMA_VERSION
-    head: dict[str, Any] = {"v": version, "t": payload_type(p)}
+    head: dict[str, Any] = {"v": payload_version(p), "t": payload_type(p)}
     if instance is not None:
         head["i"] = instance
     if seq is not None:

@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     ValidationInfo,
+    field_serializer,
     field_validator,
     model_serializer,
     model_validator,
@@ -25,6 +26,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from .constants import NAME_LIMIT, TYPE_LIMIT, URL_LIMIT, WORKERS_MAX
+from .history import HISTORY_POINTS
 from .text import cut_text as cut_text  # (its home is text.py; importers here keep working)
 from .text import has_invisible, sanitize_text
 
@@ -384,11 +386,47 @@ MetricValue = Annotated[float, Field(allow_inf_nan=True), BeforeValidator(_metri
                         AfterValidator(_one_nan), PlainSerializer(metric_wire_value)]
 
 
+# Points one metric report may carry (its sender's spread sample is no larger).
+METRIC_POINTS_MAX = HISTORY_POINTS
+
+
+def _points(v: Any) -> Any:
+    """(step, value) pairs from the wire's flat list, or from pairs (built in Python)."""
+    if not isinstance(v, list | tuple):
+        return v  # strict validation explains what is wrong
+    if v and all(isinstance(p, list | tuple) for p in v):
+        pairs = [tuple(p) for p in v]
+    elif len(v) % 2:
+        raise PydanticCustomError("metric_points", "points is a flat [step, value, ...] list")
+    else:
+        pairs = list(zip(v[::2], v[1::2], strict=True))
+    if len(pairs) > METRIC_POINTS_MAX:
+        raise PydanticCustomError("metric_points",
+                                  f"at most {METRIC_POINTS_MAX} points per metric")
+    out: list[tuple[int, float]] = []
+    for p in pairs:
+        if len(p) != 2:
+            raise PydanticCustomError("metric_points", "a point is a step and a value")
+        step, value = p
+        if type(step) is not int or not 0 <= step <= 2**53:
+            raise PydanticCustomError("metric_points", "a point's step is an int in [0, 2**53]")
+        if type(value) not in (int, float) or not math.isfinite(value):
+            raise PydanticCustomError("metric_points", "a point's value is a finite number")
+        out.append((step, float(value)))
+    return tuple(out)
+
+
 class Metric(BaseModel):
     """The latest value of the named scalar metric ``name`` (loss, learning rate, eval
     accuracy, samples/s), optionally at training ``step``. A value that is not finite (NaN,
     an infinity) is kept: on the wire it is the string ``"NaN"``, ``"Infinity"`` or
-    ``"-Infinity"`` (``NON_FINITE``)."""
+    ``"-Infinity"`` (``NON_FINITE``).
+
+    What a window's latest value alone would lose, the sender adds (schemas/history.py):
+    ``min``/``max``, the extremes of every finite value it saw of the name when they lie
+    beyond what it sent before, and ``points``, earlier (step, value) pairs of its own spread
+    sample of the run (on the wire a flat ``[step, value, step, value, ...]`` list); the
+    extremes and points are finite."""
 
     model_config = _MODEL_CONFIG
     TYPE: ClassVar[str] = "Metric"
@@ -396,10 +434,45 @@ class Metric(BaseModel):
     name: Name
     value: MetricValue
     step: Annotated[int, Field(ge=0, le=2**53)] | None = None
+    min: float | None = None
+    max: float | None = None
+    points: Annotated[tuple[tuple[int, float], ...], BeforeValidator(_points)] = ()
+
+    @model_validator(mode="after")
+    def _extremes(self) -> Metric:
+        # (A value that is not finite is no part of the extremes: any finite ones may come.)
+        if not math.isfinite(self.value):
+            return self
+        if self.min is not None and self.min > self.value:
+            raise PydanticCustomError("metric_extremes", "min must not exceed value")
+        if self.max is not None and self.max < self.value:
+            raise PydanticCustomError("metric_extremes", "max must not be below value")
+        return self
+
+    @field_serializer("points")
+    def _flat(self, points: tuple[tuple[int, float], ...]) -> list[float | int]:
+        return [x for p in points for x in p]
+
+    @property
+    def wire_version(self) -> int:
+        """The note schema version a reader needs for this metric: 2 with extremes or
+        points (a reader of version 1 keeps such a note as an unknown payload, counted)."""
+        return 2 if self.min is not None or self.max is not None or self.points else 1
+
+    def row(self) -> list[Any]:
+        """The compact row of a Metrics note: [name, value, step, min, max, points], the
+        trailing fields left out while they are unset."""
+        out: list[Any] = [self.name, metric_wire_value(self.value), self.step, self.min,
+                          self.max, self._flat(self.points)]
+        while len(out) > 3 and out[-1] in (None, []):
+            out.pop()
+        return out
 
 
 # Rows per Metrics note: far more than fit in NOTE_LIMIT bytes; bounds the work per note.
 METRIC_ROWS_MAX = 64
+# A metric row's fields: [name, value, step], then optionally min, max and points.
+_METRIC_ROW_KEYS = ("name", "value", "step", "min", "max", "points")
 
 
 def _metric_rows(v: Any) -> Any:
@@ -410,10 +483,13 @@ def _metric_rows(v: Any) -> Any:
         if isinstance(row, Metric):
             out.append(row)
             continue
-        if not isinstance(row, list | tuple) or len(row) != 3:
-            raise PydanticCustomError("metric_row", "a metric row is [name, value, step or null]")
-        # Metric validates each row (name rules, the value, the step's bounds).
-        out.append(Metric(name=row[0], value=row[1], step=row[2]))
+        if not isinstance(row, list | tuple) or not 3 <= len(row) <= len(_METRIC_ROW_KEYS):
+            raise PydanticCustomError(
+                "metric_row", "a metric row is [name, value, step or null, min, max, points]"
+                " (the last three optional)")
+        # Metric validates each row (name rules, the value, the step's bounds, the extremes).
+        out.append(Metric(**{k: x for k, x in zip(_METRIC_ROW_KEYS, row, strict=False)
+                             if x is not None or k == "step"}))
     if len({m.name for m in out}) != len(out):
         raise PydanticCustomError("metric_row", "the names of one note's metrics must differ")
     return tuple(out)
@@ -421,8 +497,9 @@ def _metric_rows(v: Any) -> Any:
 
 class Metrics(BaseModel):
     """Several metrics' latest values in one note (one API call per window for a dozen
-    names). On the wire ``metrics`` is a list of ``[name, value, step or null]`` rows; in
-    memory one validated Metric per row, each folded as one Metric event would be."""
+    names). On the wire ``metrics`` is a list of ``[name, value, step or null]`` rows, each
+    optionally followed by its min, max and points (see ``Metric``); in memory one
+    validated Metric per row, each folded as one Metric event would be."""
 
     model_config = _MODEL_CONFIG
     TYPE: ClassVar[str] = "Metrics"
@@ -433,8 +510,11 @@ class Metrics(BaseModel):
 
     @model_serializer(mode="plain")
     def _wire(self) -> dict[str, Any]:
-        return {"metrics": [[m.name, metric_wire_value(m.value), m.step]
-                            for m in self.metrics]}
+        return {"metrics": [m.row() for m in self.metrics]}
+
+    @property
+    def wire_version(self) -> int:
+        return max(m.wire_version for m in self.metrics)
 
 
 def _window_progress(v: Any) -> Any:
@@ -447,9 +527,9 @@ class Window(BaseModel):
     """A worker's coalescible facts of one reporting window in one note: its latest
     non-final progress, its metrics' latest values and its span aggregates (the emitter's
     one event per window instead of one per kind). On the wire ``progress`` is a Progress's
-    fields, ``metrics`` Metrics' rows and ``base_us``/``spans`` SpanSummaries'; each part is
-    folded as its own event would be, so packing changes nothing in the state. At least one
-    part is present."""
+    fields, ``metrics`` Metrics' rows (with a metric's extremes and points) and
+    ``base_us``/``spans`` SpanSummaries'; each part is folded as its own event would be, so
+    packing changes nothing in the state. At least one part is present."""
 
     model_config = _MODEL_CONFIG
     TYPE: ClassVar[str] = "Window"
@@ -474,12 +554,16 @@ class Window(BaseModel):
         if self.progress is not None:
             out["progress"] = self.progress.model_dump(exclude_defaults=True)
         if self.metrics:
-            out["metrics"] = [[m.name, metric_wire_value(m.value), m.step]
-                              for m in self.metrics]
+            out["metrics"] = [m.row() for m in self.metrics]
         if self.spans:
             out["base_us"] = self.base_us
             out["spans"] = _wire_rows(self.spans, self.base_us)
         return out
+
+    @property
+    def wire_version(self) -> int:
+        """2 when a metric row carries extremes or points (see ``Metric``), else 1."""
+        return max((m.wire_version for m in self.metrics), default=1)
 
 
 class PodSpawned(BaseModel):
@@ -546,6 +630,14 @@ def span_summaries(p: Payload) -> tuple[SpanSummary, ...]:
     if isinstance(p, SpanSummaries | Window):
         return p.spans
     return (p,) if isinstance(p, SpanSummary) else ()
+
+
+def payload_version(p: Payload) -> int:
+    """The note schema version ``p`` is written with: the oldest that can read it (a
+    reader keeps a note of a newer version as an unknown payload)."""
+    if isinstance(p, UnknownPayload):
+        return p.version
+    return int(getattr(p, "wire_version", 1))
 
 
 def payload_type(p: Payload) -> str:

@@ -12,17 +12,20 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
+from . import history
 from ._fast import slot_constructor
 from .constants import NAME_LIMIT, TYPE_LIMIT, WORKERS_MAX
 from .contract import FAILED, PENDING, RUNNING, SUCCEEDED
 from .event import ParsedEvent, TaskRef
 from .health import DEFAULT_HEALTH, HealthSettings, evaluate, health_json
 from .health import conditions as health_conditions
-from .kinds import KINDS, NAMED_KINDS, Kind, Scalar, ValueField
+from .history import Series
+from .kinds import BUDGET_STEPS, KINDS, NAMED_KINDS, Kind, Scalar, ValueField
 from .note import valid_instance, valid_seq
 from .observed import (
     EMPTY_OBSERVED,
@@ -68,13 +71,14 @@ MESSAGE_LIMIT = 256
 # bench/bench_status_write.py), so this also bounds the cost of a write at every cap.
 STATUS_BUDGET = 64 * 1024
 # What ``to_status(budget=...)`` gives up, in this order, while the status is over budget:
-# the sender pods first, then each kind's section by its ``drop_rank`` (schemas/kinds.py).
-# Dedup data, phase, conditions, progress, workers, the roster and counters are never dropped.
-# Entries go from the end of a section (the largest names first), a section at a time;
-# ``workerMessages`` empties the workers' messages (their progress stays).
-BUDGET_DROP_ORDER: tuple[str, ...] = ("pods", "podOutcomes", *(
-    k.budget_section for k in sorted(KINDS, key=lambda k: k.drop_rank or 0)
-    if k.drop_rank is not None))
+# the sender pods and the pods' outcomes first, then each kind's section by its
+# ``drop_rank``, or the detail of its entries by its ``detail_rank`` (schemas/kinds.py,
+# ``BUDGET_STEPS``). Dedup data, phase, conditions, progress, workers, the roster and counters
+# are never dropped. Entries go from the end of a section (the largest names first), a
+# section at a time; ``workerMessages`` empties the workers' messages (their progress stays),
+# ``metricHistory`` the metrics' histories (their values and extremes stay).
+BUDGET_DROP_ORDER: tuple[str, ...] = ("pods", "podOutcomes",
+                                      *(drop for drop, _, _ in BUDGET_STEPS))
 # How far past the API server's creationTimestamp a sender's eventTime may order its event
 # (watcher --clock-skew). Node clocks are NTP-synced (milliseconds apart) and
 # creationTimestamp has whole seconds, so an honest eventTime is less than 1 s past it; 2 s
@@ -111,6 +115,8 @@ class Limits:
     decks: int = 32
     metrics: int = 64
     spans: int = 128
+    # (span name, pod) lanes of the task, the smallest pairs of the kept names (timelines).
+    span_lanes: int = 256
     pods: int = 128
     unknown_types: int = 32
     workers: int = 64  # pods whose detailed progress record is kept (display, ETA)
@@ -139,11 +145,17 @@ NamedValue = Scalar | tuple[Scalar, ...]
 
 class Named(NamedTuple):
     """A last-writer-wins register: ``value`` written by the event with order key ``at``;
-    ``events`` counts the events that targeted this name (needed to count them when capped)."""
+    ``events`` counts the events that targeted this name (needed to count them when capped).
+    A kind with a curve (metrics) also joins every report into ``series``: the name's
+    extremes and history (schemas/history.py)."""
 
     value: NamedValue
     at: OrderKey
     events: int
+    series: Series | None = None
+
+
+NO_LANES: Mapping[str, SpanAgg] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +177,20 @@ class SpanAgg:
     # result the same for any arrival order, and it never holds more than ~33 intervals.
     shift: int = 0
     windows: tuple[tuple[int, int], ...] = ()
+    # One lane per sender pod: the same aggregate of the summaries that pod sent (a lane's
+    # own lanes are empty), for the ``span_lanes`` smallest (name, pod) pairs of the task;
+    # ``unlaned`` counts this name's summaries whose pod has no lane (beyond that cap).
+    lanes: Mapping[str, SpanAgg] = field(default_factory=lambda: NO_LANES)
+    unlaned: int = 0
+
+    @property
+    def totals(self) -> SpanAgg:
+        """This aggregate without its lanes (what each lane is made of, for one pod)."""
+        if not self.lanes and not self.unlaned:
+            return self
+        return _new_span_agg(self.count, self.total_ns, self.min_s, self.max_s,
+                             self.first_start, self.last_end, self.errors, self.events,
+                             self.shift, self.windows, NO_LANES, 0)
 
     @property
     def total_s(self) -> float:
@@ -322,21 +348,10 @@ class TaskState:
             return st
         size = len(orjson.dumps(st)) + _DROPPED_RESERVE
         dropped: dict[str, int] = {}
-        for section in BUDGET_DROP_ORDER:
+        for drop, section, detail in (("pods", "pods", ""), ("podOutcomes", "podOutcomes", ""),
+                                      *BUDGET_STEPS):
             if size <= budget:
                 break
-            if section == "workerMessages":
-                n = 0
-                for w in reversed(st.get("workers", [])):
-                    if size <= budget:
-                        break
-                    if "message" in w:
-                        size -= len(orjson.dumps(w["message"])) + len('"message":,')
-                        del w["message"]
-                        n += 1
-                if n:
-                    dropped[section] = n
-                continue
             entries = st.get(section)
             if not entries:
                 continue
@@ -345,13 +360,20 @@ class TaskState:
             for key in reversed(keys):
                 if size <= budget:
                     break
+                if detail:  # a field of each entry, the entries stay
+                    entry = entries[key]
+                    if detail in entry:
+                        size -= len(orjson.dumps(entry.pop(detail))) + len(detail) + 4
+                        n += 1
+                    continue
                 value = entries.pop(key)
                 size -= len(orjson.dumps(value)) + (
                     1 if isinstance(entries, list) else len(orjson.dumps(key)) + 2)
                 n += 1
             if not entries:
                 del st[section]
-            dropped[section] = n
+            if n:
+                dropped[drop] = n
         if dropped:
             st["budgetDropped"] = dropped
         return st
@@ -377,20 +399,7 @@ class TaskState:
             if entries:
                 st[kind.section] = {k: _named_json(kind, v) for k, v in sorted(entries.items())}
         if self.spans:
-            st["spans"] = {
-                k: {
-                    "count": s.count,
-                    "totalNs": s.total_ns,
-                    "minS": s.min_s,
-                    "maxS": s.max_s,
-                    "firstStart": s.first_start,
-                    "lastEnd": s.last_end,
-                    "errors": s.errors,
-                    "events": s.events,
-                    "windows": _windows_text(s),
-                }
-                for k, s in sorted(self.spans.items())
-            }
+            st["spans"] = {k: _span_json(s) for k, s in sorted(self.spans.items())}
         if self.workers:
             st["workers"] = [_worker_json(k, w) for k, w in sorted(self.workers.items())]
         if self.roster.marks or self.roster.ends:
@@ -469,6 +478,28 @@ def _windows_text(s: SpanAgg) -> str:
     return f"{s.shift} " + ",".join(f"{lo - base}-{hi - base}" for lo, hi in s.windows)
 
 
+def _span_json(s: SpanAgg) -> dict[str, Any]:
+    """A span name's entry: its aggregate, then its lanes: ``pods`` by pod name, or, when
+    one pod sent every summary of the name, ``pod`` alone (its lane is the entry itself)."""
+    out = _agg_json(s)
+    if s.unlaned:
+        out["unlaned"] = s.unlaned
+    if len(s.lanes) == 1 and not s.unlaned:
+        ((pod, lane),) = s.lanes.items()
+        if lane == s.totals:
+            out["pod"] = pod
+            return out
+    if s.lanes:
+        out["pods"] = {pod: _agg_json(lane) for pod, lane in sorted(s.lanes.items())}
+    return out
+
+
+def _agg_json(s: SpanAgg) -> dict[str, Any]:
+    return {"count": s.count, "totalNs": s.total_ns, "minS": s.min_s, "maxS": s.max_s,
+            "firstStart": s.first_start, "lastEnd": s.last_end, "errors": s.errors,
+            "events": s.events, "windows": _windows_text(s)}
+
+
 def _named_json(kind: Kind, v: Named) -> dict[str, Any]:
     """A register's status entry: its value fields (an absent optional one left out), then
     ``at`` and ``events``."""
@@ -485,6 +516,8 @@ def _named_json(kind: Kind, v: Named) -> dict[str, Any]:
             out[f.non_finite] = text
     out["at"] = _key_text(v.at)
     out["events"] = v.events
+    if v.series is not None:
+        out.update(history.to_status(v.series))
     return out
 
 
@@ -1069,7 +1102,8 @@ def _named(kind: Kind) -> Callable[[Any, Any], tuple[str, Named]]:
         _need(isinstance(v, Mapping), "not an object")
         values = tuple(_field_value(v, f) for f in fields)
         return _name(k), Named(values[0] if len(values) == 1 else values, _key(v.get("at")),
-                               _int(v.get("events")))
+                               _int(v.get("events")),
+                               None if kind.report is None else history.from_status(v))
     return read
 
 
@@ -1125,6 +1159,23 @@ def _trim(entries: dict[K, V], cap: int, weight: Callable[[V], int]) -> tuple[di
     keys = sorted(entries)  # type: ignore[type-var]
     dropped = sum(weight(entries[k]) for k in keys[cap:])
     return {k: entries[k] for k in keys[:cap]}, dropped
+
+
+def _trim_lanes(spans: dict[str, SpanAgg], cap: int) -> dict[str, SpanAgg]:
+    """Lanes beyond ``cap`` (a status written under a larger one) cut by the fold's rule:
+    the smallest (name, pod) pairs stay; the others' summaries count in ``unlaned``."""
+    pairs = sorted((name, pod) for name, s in spans.items() for pod in s.lanes)
+    if len(pairs) <= cap:
+        return spans
+    out = dict(spans)
+    for name, pod in pairs[max(cap, 0):]:
+        s = out[name]
+        lanes = dict(s.lanes)
+        gone = lanes.pop(pod)
+        out[name] = _new_span_agg(s.count, s.total_ns, s.min_s, s.max_s, s.first_start,
+                                  s.last_end, s.errors, s.events, s.shift, s.windows, lanes,
+                                  s.unlaned + gone.events)
+    return out
 
 
 def _worker(w: Any) -> tuple[str, ProgressState]:
@@ -1230,20 +1281,7 @@ def _verdict(v: Any, time_key: str, terminal: bool) -> PodVerdict:
 
 def _span(k: Any, s: Any) -> tuple[str, SpanAgg]:
     _need(isinstance(s, Mapping), "not an object")
-    first_start = _float(s.get("firstStart"))
-    shift, windows = _parse_windows(s.get("windows", "0 "), first_start)
-    return _name(k), SpanAgg(
-        _int(s.get("count")),
-        _int(s.get("totalNs")),
-        _float(s.get("minS")),
-        _float(s.get("maxS")),
-        first_start,
-        _float(s.get("lastEnd")),
-        _int(s.get("errors")),
-        _int(s.get("events")),
-        shift,
-        windows,
-    )
+    return _name(k), _span_entry(s)
 
 
 def _pod(p: Any) -> tuple[tuple[str, str], int]:
@@ -1300,6 +1338,7 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits, r: _Reading)
             named[kind.section] = entries
         counters[kind.capped] += extra
     spans, c3 = _trim(spans, lim.spans, _span_weight)
+    spans = _trim_lanes(spans, lim.span_lanes)
     pods, c4 = _trim(pods, lim.pods, _ident)
     unknown, c5 = _trim(unknown, lim.unknown_types, _ident)
     workers, c6 = _trim(workers, lim.workers, _worker_weight)
@@ -1340,6 +1379,34 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits, r: _Reading)
         observed=_observed(st, lim, r),
         limits=lim,
     )
+
+
+def _agg(s: Any) -> SpanAgg:
+    _need(isinstance(s, Mapping), "bad span")
+    first_start = _float(s.get("firstStart"))
+    shift, windows = _parse_windows(s.get("windows", "0 "), first_start)
+    return SpanAgg(_int(s.get("count")), _int(s.get("totalNs")), _float(s.get("minS")),
+                   _float(s.get("maxS")), first_start, _float(s.get("lastEnd")),
+                   _int(s.get("errors")), _int(s.get("events")), shift, windows)
+
+
+def _span_entry(s: Any) -> SpanAgg:
+    """A span name's entry with its lanes (see ``_span_json``)."""
+    total = _agg(s)
+    unlaned = _int(s.get("unlaned", 0))
+    pod = s.get("pod")
+    if pod is not None:
+        _need(not unlaned and "pods" not in s, "bad span lanes")
+        lanes: dict[str, SpanAgg] = {_name(pod, 253): total}
+    else:
+        raw = s.get("pods", {})
+        _need(isinstance(raw, Mapping), "bad span lanes")
+        lanes = {_name(p, 253): _agg(lane) for p, lane in raw.items()}
+    if not lanes and not unlaned:
+        return total
+    return _new_span_agg(total.count, total.total_ns, total.min_s, total.max_s,
+                         total.first_start, total.last_end, total.errors, total.events,
+                         total.shift, total.windows, lanes, unlaned)
 
 
 def _parse_windows(text: Any, first_start: float) -> tuple[int, tuple[tuple[int, int], ...]]:

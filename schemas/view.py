@@ -25,6 +25,8 @@ if TYPE_CHECKING:  # the page's view loads them (task_view); a list row reads th
     from .refs import TaskRef
     from .state import Named, TaskState
 
+# The columns of a kind with a curve (metrics): its exact extremes and its history.
+CURVE_HEADERS = ("MIN", "MAX", "HISTORY")
 # The conditions the phase already says.
 COMPLETED = "Completed"
 PHASE_CONDITIONS = frozenset({COMPLETED, FAILED})
@@ -178,6 +180,12 @@ class RegisterTable:
     def headers(self) -> tuple[str, ...]:
         return tuple(f.header for f in self.kind.values)
 
+    @property
+    def curve(self) -> bool:
+        """The kind keeps a curve (metrics): each row has its extremes and history, shown
+        under ``CURVE_HEADERS``."""
+        return self.kind.report is not None
+
 
 @dataclass(frozen=True, slots=True)
 class WorkerRow:
@@ -203,12 +211,16 @@ class WorkerRow:
 
 @dataclass(frozen=True, slots=True)
 class SpanRow:
+    """A span name's totals; ``pods``: how many pods have a lane of their own under it (the
+    timeline draws one each)."""
+
     name: str
     count: int
     total_s: float
     min_s: float
     max_s: float
     errors: int
+    pods: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,7 +345,7 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
         conditions=read_conditions(status),
         warnings=state.warnings, first_event=state.first_event_time,
         last_event=state.last_event_time, tables=tables,
-        spans=tuple(SpanRow(name, s.count, s.total_s, s.min_s, s.max_s, s.errors)
+        spans=tuple(SpanRow(name, s.count, s.total_s, s.min_s, s.max_s, s.errors, len(s.lanes))
                     for name, s in sorted(state.spans.items())),
         workers=tuple(replace(_worker_row(state, pod), stalled=pod in stalled,
                               straggler=pod in straggling)
@@ -385,9 +397,11 @@ def _register_row(kind: Kind, name: str, entry: Named) -> RegisterRow:
     values = raw if isinstance(raw, tuple) else (raw,)
     first = values[0]
     is_url = kind.values[0].attr in ("url", "uri")
+    series = entry.series if kind.report is not None else None
     return RegisterRow(name, tuple(scalar_text(v) for v in values),
                        web_link(first) if is_url and isinstance(first, str) else None,
-                       entry.at[0] if kind.age else None)
+                       entry.at[0] if kind.age else None,
+                       *(() if series is None else (tuple(series.values), series.lo, series.hi)))
 
 
 def _pace(fraction: float, first_fraction: float, at: datetime, first_at: datetime | None
@@ -491,6 +505,7 @@ def _count(v: Any) -> int | None:
 
 __all__ = [
     "COMPLETED",
+    "CURVE_HEADERS",
     "Condition",
     "PlatformView",
     "PodRow",

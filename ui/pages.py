@@ -150,7 +150,7 @@ def view_of(obj: KubeObject) -> TaskView:
 
 def spans_digest(view: TaskView) -> str:
     """Changes when the timeline would: the page reloads the image only then."""
-    text = repr([(s.name, s.count, s.total_s, s.errors) for s in view.spans])
+    text = repr([(s.name, s.count, s.total_s, s.errors, s.pods) for s in view.spans])
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 

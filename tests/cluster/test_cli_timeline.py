@@ -18,9 +18,11 @@ from tests.cluster.support_cli import (
     emit,
     install_crd,
     invoke,
+    task_pod,
     write_status,
 )
 from tidings.schemas import Progress, SpanSummary
+from tidings.schemas.payloads import Window, span_row
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -52,7 +54,7 @@ def test_timeline_draws_the_spans(control_plane: ControlPlane, admin: Any, names
     assert list(rows) == ["load", "epoch", "eval"]  # ordered by first start
     assert rows["load"].index("█") < rows["epoch"].index("█") < rows["eval"].index("█")
     assert " 5 " in rows["epoch"]  # the two windows of "epoch" are one aggregate row ...
-    bars = rows["epoch"].split()[1:-3]
+    bars = rows["epoch"].split()[1:-4]
     assert len(bars) == 2, rows["epoch"]  # ... drawn where they ran: two marks, a gap between
     assert "wrote" in res.stderr
 
@@ -67,6 +69,64 @@ def test_timeline_draws_the_spans(control_plane: ControlPlane, admin: Any, names
     epoch = data["spans"][1]
     assert epoch["count"] == 5 and epoch["duration_s"] == pytest.approx(85, abs=0.01)
     assert data["spans"][2]["errors"] == 1
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["summaries", "windows"])
+def test_timeline_has_a_lane_per_pod_and_marks_the_slow_one(
+        control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
+        crd: str, packed: bool) -> None:
+    """Issue 26 item 3: two workers run train_step, one three times slower; under the span
+    name each pod has its own lane, in the terminal, the SVG and -o json, the slow one
+    marked, while the name's totals count both. ``windows``: each summary in a Window
+    event, as the emitter sends a callback's spans: the lane is the Window's sender's."""
+    from tests.support import create_kwok_pod
+
+    task = "ddp-windows" if packed else "ddp"
+    pods = [task_pod(admin, namespace, task)]
+    made = create_kwok_pod(admin, namespace, f"{task}-worker-1",
+                           labels={"tidings.dev/task": task})
+    pods.append((made["name"], made["uid"]))
+    t0 = datetime.now(UTC).timestamp() - 60
+    for i, (pod, seconds) in enumerate(zip(pods, (0.2, 0.6), strict=True)):
+        for k in range(3):
+            first, last = t0 + 10 * k, t0 + 10 * k + 10 * seconds
+            payload: Any = SpanSummary(
+                name="train_step", count=10, total_s=10 * seconds, min_s=seconds,
+                max_s=seconds, first_start=first, last_end=last)
+            if packed:
+                base = int(first * 1e6)
+                payload = Window.model_validate({"base_us": base, "spans": [span_row(
+                    "train_step", 10, 10 * seconds, seconds, seconds, first, last, 0, base)]})
+            emit(admin, namespace, task, payload, k, instance=f"inst-{i}", pod=pod)
+    res = invoke(control_plane, "timeline", task, "-n", namespace, "--width", "30",
+                 "--svg", str(tmp_path / "ddp.svg"))
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert "1 name, 60 spans, 2 pods" in lines[0], lines[0]
+    lanes = [ln for ln in lines if ln.split()[:1] in ([pods[0][0]], [pods[1][0]])]
+    assert [ln.split()[0] for ln in lanes] == [pods[0][0], pods[1][0]], res.stdout
+    assert "slow" in lanes[1] and "slow" not in lanes[0]
+    assert " 30 " in lanes[0] and " 30 " in lanes[1]
+    svg_text = (tmp_path / "ddp.svg").read_text()
+    assert pods[1][0] in svg_text and "#e8912d" in svg_text and "(slow)" in svg_text
+    xml.dom.minidom.parseString(svg_text)
+    (span,) = json.loads(invoke(control_plane, "timeline", task, "-n", namespace,
+                                "-o", "json").stdout)["spans"]
+    assert span["count"] == 60 and [p["name"] for p in span["pods"]] == [p for p, _ in pods]
+    assert [p["slow"] for p in span["pods"]] == [False, True]
+    assert span["pods"][1]["mean_s"] == pytest.approx(0.6)
+    # As a watcher writes it: the lanes survive the CRD's structural schema (nothing of them
+    # pruned), and the timeline read from the status shows them the same.
+    status = json.loads(invoke(control_plane, "state", task, "-n", namespace, "--from-events",
+                               "-o", "json").stdout)["status"]
+    assert sorted(status["spans"]["train_step"]["pods"]) == [p for p, _ in pods]
+    write_status(control_plane, namespace, task, status)
+    stored = json.loads(control_plane.kubectl_run(
+        "get", "taskfeedback", task, "-n", namespace, "-o", "json"))["status"]
+    assert stored["spans"] == status["spans"]
+    again = json.loads(invoke(control_plane, "timeline", task, "-n", namespace,
+                              "-o", "json").stdout)["spans"]
+    assert again[0]["pods"] == span["pods"]
 
 
 def test_timeline_hostile_names_and_no_spans(control_plane: ControlPlane, admin: Any,

@@ -16,8 +16,10 @@ import pytest
 from tests.cluster.support_cli import install_crd, invoke, proc_pool
 from tests.cluster.support_watcher import WatcherProc, task_status
 from tests.support import create_kwok_pod, eventually
+from tidings.cli.taskview import SPARK_BLOCKS
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.transport import KubeTransport, connect
+from tidings.schemas.history import HISTORY_POINTS
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -75,15 +77,31 @@ def test_a_training_loops_metrics_reach_the_status_and_the_cli(
     assert got["learning_rate"] == {**got["learning_rate"], "value": 3e-4, "step": STEPS - 1}
     assert got["eval_accuracy"]["value"] == 0.875 and "step" not in got["eval_accuracy"]
     assert all(e["events"] >= 1 for e in got.values())
+    # The curve (issue 26 item 2): exact extremes of every value logged, though only a few
+    # were sent as latest values, and a history from step 0 to the last, kept by the API
+    # server (the CRD's schema would prune fields it does not document).
+    loss = got["loss"]
+    assert loss["max"] == 2.0 and loss["min"] == round(2.0 / STEPS, 6)
+    history = loss["history"]
+    assert history["steps"][0] == 0 and history["steps"][-1] == STEPS - 1
+    assert 2 <= len(history["steps"]) == len(history["values"]) <= HISTORY_POINTS
+    assert history["values"][0] == 2.0 and history["values"] == sorted(history["values"])[::-1]
+    assert got["learning_rate"]["min"] == got["learning_rate"]["max"] == 3e-4
+    assert "history" not in got["eval_accuracy"]  # no step, no point
 
     res = invoke(control_plane, "state", TASK, "-n", namespace)
     assert res.exit_code == 0, res.output
     assert "TaskFeedback status" in res.output
     for text in ("Metrics", "loss", "0.004", str(STEPS - 1), "learning_rate", "0.0003",
-                 "eval_accuracy", "0.875"):
+                 "eval_accuracy", "0.875", "HISTORY", "█"):
         assert text in res.output, (text, res.output)
+    # The loss falls: its sparkline starts at the top block and ends at the bottom one.
+    (line,) = [ln for ln in res.output.splitlines() if ln.split()[:1] == ["loss"]]
+    spark = next(w for w in line.split() if set(w) <= set(SPARK_BLOCKS))
+    assert spark[0] == "█" and spark[-1] == "▁" and len(spark) == len(history["steps"]), line
     as_json = invoke(control_plane, "state", TASK, "-n", namespace, "-o", "json")
-    assert json.loads(as_json.output)["status"]["metrics"]["loss"]["step"] == STEPS - 1
+    in_json = json.loads(as_json.output)["status"]["metrics"]["loss"]
+    assert in_json["step"] == STEPS - 1 and in_json["history"] == history
 
     em.progress(1.0, "done", final=True)
     assert em.flush(15)

@@ -264,6 +264,42 @@ def test_a_task_page_shows_workers_metrics_links_timeline_lineage_and_logs(
     assert page.errors == []
 
 
+def test_a_task_page_draws_each_metrics_curve_and_a_lane_per_pod(
+        serve: Callable[..., UiServer], page: Any, admin: Any, namespace: str) -> None:
+    """Issue 26 items 2 and 3 on the page: a metric's sparkline with its exact min and max,
+    from the one view model, and the timeline (`tidings timeline`'s SVG) with a lane per pod
+    under a span name, the slow one marked."""
+    now = time.time()
+    write_task(admin, namespace, "curves", a_status(namespace, "curves", [
+        # pod 0: the latest loss with the extremes and earlier points its emitter kept
+        Metric(name="loss", value=0.42, step=200, min=0.3, max=2.5,
+               points=((0, 2.5), (50, 1.1), (100, 0.3))),
+        # pod 1, then pod 0 three times slower a step
+        SpanSummary(name="train_step", count=100, total_s=10.0, min_s=0.05, max_s=0.2,
+                    first_start=now - 60, last_end=now - 20),
+        SpanSummary(name="train_step", count=100, total_s=30.0, min_s=0.2, max_s=0.5,
+                    first_start=now - 60, last_end=now - 15),
+        Progress(fraction=0.5, message="half way"),
+    ], pods=2))
+    server = serve("-n", namespace)
+    page.goto(f"{server.url}tasks/{namespace}/curves")
+    row = page.locator("#task-body tr", has_text="loss")
+    eventually(lambda: row.count() == 1, what="the metric's row")
+    assert "0.42" in row.inner_text() and "min 0.3 max 2.5" in row.inner_text()
+    spark = row.locator("svg.spark polyline")
+    ys = [float(p.split(",")[1]) for p in str(spark.get_attribute("points")).split()]
+    assert len(ys) == 4 and ys[0] == min(ys) and ys[2] == max(ys)  # 2.5, 1.1, 0.3, 0.42
+    box = row.locator("svg.spark").bounding_box()
+    assert box is not None and box["width"] > 0 and box["height"] > 0  # drawn, not hidden
+    timeline = page.locator("img.timeline")
+    eventually(lambda: timeline.evaluate("i => i.complete && i.naturalWidth > 0"),
+               what="the timeline image to load")
+    svg = page.request.get(timeline.evaluate("i => i.src")).text()
+    assert "train_step" in svg and ">curves-0<" in svg and ">curves-1<" in svg  # two lanes
+    assert "#e8912d" in svg and "(slow)" in svg  # pod 0's lane, in orange
+    assert page.errors == []
+
+
 def test_a_status_write_reaches_the_page_within_2s(
         serve: Callable[..., UiServer], browser: Any, page: Any, admin: Any,
         namespace: str) -> None:

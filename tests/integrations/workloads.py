@@ -3,12 +3,16 @@ config (nothing downloaded), a few steps on CPU, ``callbacks=[TidingsCallback()]
 
     python tests/integrations/workloads.py hf|lightning --out result.json
         [--steps N] [--crash-at STEP] [--diverge-at STEP] [--report-to none|wandb|mlflow]
+        [--devices N]
 
 The identity comes from the environment, as in a pod (POD_NAME, POD_NAMESPACE, POD_UID,
 TIDINGS_TASK, KUBECONFIG). Writes the training time, the slowest callback hook and the
-emitter's counters to ``--out``; ``--crash-at`` raises inside the model's forward at that
-training step, so the process dies of it as a real crash would; ``--diverge-at`` makes the
-model's output NaN from that step on, as a diverging run's is (the run itself goes on).
+emitter's counters to ``--out`` (global rank 0; another rank to ``--out`` + ``.rank<N>``);
+``--crash-at`` raises inside the model's forward at that training step, so the process dies
+of it as a real crash would; ``--diverge-at`` makes the model's output NaN from that step on,
+as a diverging run's is (the run itself goes on). Started by a launcher (torchrun, accelerate
+launch, DeepSpeed's launcher, mpirun), each process trains its rank of a data-parallel run on
+CPU (gloo); ``--devices`` is Lightning's processes per node.
 """
 
 from __future__ import annotations
@@ -21,12 +25,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-HOOKS = ("on_train_begin", "on_train_start", "on_step_end", "on_train_batch_end", "on_log",
-         "on_evaluate", "on_validation_end", "on_train_end", "on_exception")
+HOOKS = ("on_train_begin", "on_train_start", "on_step_begin", "on_step_end",
+         "on_train_batch_start", "on_train_batch_end", "on_log", "on_evaluate",
+         "on_validation_start", "on_validation_end", "on_train_end", "on_exception")
 
 
 class SimulatedOOM(RuntimeError):
     pass
+
+
+seen: dict[str, Any] = {}  # what the framework said of the run (its world size)
 
 
 def timed_hooks(callback: Any, slowest: list[float]) -> Any:
@@ -102,6 +110,7 @@ def run_hf(a: argparse.Namespace, slowest: list[float]) -> None:
         disable_tqdm=True, run_name="tidings-it")
     trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:8],
                       callbacks=[timed_hooks(TidingsCallback(), slowest)])
+    seen["world_size"] = int(trainer.args.world_size)
     trainer.train()
 
 
@@ -147,12 +156,14 @@ def run_lightning(a: argparse.Namespace, slowest: list[float]) -> None:
         from lightning.pytorch.loggers import WandbLogger
 
         logger = WandbLogger(project="tidings-it", save_dir=a.workdir)
-    trainer = pl.Trainer(max_steps=a.steps, accelerator="cpu", devices=1, logger=logger,
+    trainer = pl.Trainer(max_steps=a.steps, accelerator="cpu", devices=a.devices,
+                         strategy="ddp" if a.devices > 1 else "auto", logger=logger,
                          enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, log_every_n_steps=2,
                          val_check_interval=3, limit_val_batches=2, num_sanity_val_steps=0,
                          default_root_dir=a.workdir,
                          callbacks=[timed_hooks(TidingsCallback(), slowest)])
+    seen["world_size"] = int(trainer.world_size)
     trainer.fit(model, DataLoader(data, batch_size=4), DataLoader(data, batch_size=8))
 
 
@@ -165,6 +176,8 @@ def main() -> None:
     ap.add_argument("--crash-at", type=int, default=0)
     ap.add_argument("--diverge-at", type=int, default=0)
     ap.add_argument("--report-to", default="none", choices=["none", "wandb", "mlflow"])
+    ap.add_argument("--devices", type=int, default=1)
+    ap.add_argument("--local_rank", type=int, default=0)  # DeepSpeed's launcher passes it
     a = ap.parse_args()
     a.workdir = a.workdir or str(Path(a.out).parent / "work")
     slowest = [0.0]
@@ -176,10 +189,13 @@ def main() -> None:
 
     # The counters once what training emitted had its chance to go (a few steps take well
     # under a second, less than the sender's first transport set-up on a loaded machine).
-    tidings.emitter.flush(5)
+    flushed = tidings.emitter.flush(5)
 
-    Path(a.out).write_text(json.dumps({"train_seconds": took, "slowest_hook_seconds": slowest[0],
-                                       "stats": tidings.emitter.stats()}))
+    rank = next((os.environ[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+                 if k in os.environ), "0")
+    out = Path(a.out if rank == "0" else f"{a.out}.rank{rank}")
+    out.write_text(json.dumps({"train_seconds": took, "slowest_hook_seconds": slowest[0],
+                               "stats": tidings.emitter.stats(), "flushed": flushed, **seen}))
 
 
 if __name__ == "__main__":

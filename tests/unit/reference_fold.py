@@ -90,17 +90,15 @@ def _windows(
     return tuple(out)
 
 
-def _merge_span(entries: dict[str, SpanAgg], p: SpanSummary, cap: int) -> int:
+def _merged(cur: SpanAgg | None, p: SpanSummary) -> SpanAgg:
+    """``cur`` (None: nothing yet) with ``p`` merged in, lanes left as they are."""
     total_ns = min(round(p.total_s * 1e9), _INT_MAX)
-    name = p.name
-    cur = entries.get(name)
     if cur is None:
         shift = _shift_for(p.first_start, p.last_end)
-        new = SpanAgg(
+        return SpanAgg(
             p.count, total_ns, p.min_s, p.max_s, p.first_start, p.last_end, p.errors, 1,
             shift, _windows((), shift, shift, p.first_start, p.last_end),
         )
-        return _insert_capped(entries, name, new, cap, _span_weight)
     # Saturating sums (of non-negatives, so still associative and commutative), inline:
     # this is the hottest merge of the fold.
     count = cur.count + p.count
@@ -109,7 +107,7 @@ def _merge_span(entries: dict[str, SpanAgg], p: SpanSummary, cap: int) -> int:
     first = cur.first_start if cur.first_start <= p.first_start else p.first_start
     last = cur.last_end if cur.last_end >= p.last_end else p.last_end
     shift = _shift_for(first, last)
-    entries[name] = SpanAgg(
+    return SpanAgg(
         count if count <= _INT_MAX else _INT_MAX,
         total if total <= _INT_MAX else _INT_MAX,
         cur.min_s if cur.min_s <= p.min_s else p.min_s,
@@ -120,17 +118,56 @@ def _merge_span(entries: dict[str, SpanAgg], p: SpanSummary, cap: int) -> int:
         cur.events + 1,
         shift,
         _windows(cur.windows, cur.shift, shift, p.first_start, p.last_end),
+        cur.lanes,
+        cur.unlaned,
     )
-    return 0
 
 
-def _merge_spans(entries: dict[str, SpanAgg], p: SpanSummaries, cap: int) -> int:
+def _with_lanes(s: SpanAgg, lanes: dict[str, SpanAgg], unlaned: int) -> SpanAgg:
+    return SpanAgg(s.count, s.total_ns, s.min_s, s.max_s, s.first_start, s.last_end,
+                   s.errors, s.events, s.shift, s.windows, lanes, unlaned)
+
+
+def _merge_span(entries: dict[str, SpanAgg], p: SpanSummary, cap: int, pod: str,
+                lane_cap: int) -> int:
+    """Merge ``p`` into its name and into its pod's lane under that name; the task keeps the
+    ``lane_cap`` smallest (name, pod) lanes, the summaries of the others counted in their
+    name's ``unlaned``."""
+    name = p.name
+    cur = entries.get(name)
+    capped = 0
+    if cur is None:
+        capped = _insert_capped(entries, name, _merged(None, p), cap, _span_weight)
+        if name not in entries:
+            return capped
+    else:
+        entries[name] = _merged(cur, p)
+    s = entries[name]
+    lanes = dict(s.lanes)
+    if pod in lanes:
+        lanes[pod] = _merged(lanes[pod], p)
+        entries[name] = _with_lanes(s, lanes, s.unlaned)
+        return capped
+    lanes[pod] = _merged(None, p)
+    entries[name] = _with_lanes(s, lanes, s.unlaned)
+    pairs = sorted((n, q) for n, e in entries.items() for q in e.lanes)
+    if len(pairs) > lane_cap:
+        n, q = pairs[-1]
+        e = entries[n]
+        rest = dict(e.lanes)
+        gone = rest.pop(q)
+        entries[n] = _with_lanes(e, rest, e.unlaned + gone.events)
+    return capped
+
+
+def _merge_spans(entries: dict[str, SpanAgg], p: SpanSummaries | Window, cap: int, pod: str,
+                 lane_cap: int) -> int:
     """A SpanSummaries note is its rows, each merged as one SpanSummary would be (each row
     counts as one event of its name), so packing names into one note changes nothing in
     the state: the per-name merges commute, whatever notes carry them."""
     capped = 0
     for row in p.spans:
-        capped += _merge_span(entries, row, cap)
+        capped += _merge_span(entries, row, cap, pod, lane_cap)
     return capped
 
 
@@ -223,12 +260,12 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
     if tp is SpanSummary:
         assert isinstance(p, SpanSummary)
         spans = dict(spans)
-        capped = _merge_span(spans, p, lim.spans)
+        capped = _merge_span(spans, p, lim.spans, sender.name, lim.span_lanes)
         capped_name = "spans_capped"
     elif tp is SpanSummaries:
         assert isinstance(p, SpanSummaries)
         spans = dict(spans)
-        capped = _merge_spans(spans, p, lim.spans)
+        capped = _merge_spans(spans, p, lim.spans, sender.name, lim.span_lanes)
         capped_name = "spans_capped"
     elif tp is Progress:
         assert isinstance(p, Progress)
@@ -256,7 +293,8 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
     elif tp is Metric:
         assert isinstance(p, Metric)
         metrics = dict(state.named.get("metrics", {}))
-        capped = _set_named(metrics, p.name, (p.value, p.step), (t, instance, seq), lim.metrics)
+        capped = _set_named(metrics, p.name, (p.value, p.step), (t, instance, seq), lim.metrics,
+                            (p.value, p.step, p.min, p.max, p.points))
         capped_name = "metrics_capped"
         if metrics:
             named = {**named, "metrics": metrics}
@@ -265,7 +303,7 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         metrics = dict(state.named.get("metrics", {}))
         for row in p.metrics:
             capped += _set_named(metrics, row.name, (row.value, row.step), (t, instance, seq),
-                                 lim.metrics)
+                                 lim.metrics, (row.value, row.step, row.min, row.max, row.points))
         capped_name = "metrics_capped"
         if metrics:
             named = {**named, "metrics": metrics}
@@ -282,13 +320,15 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         if p.metrics:
             metrics = dict(state.named.get("metrics", {}))
             extra["metrics_capped"] = sum(
-                _set_named(metrics, row.name, (row.value, row.step), key, lim.metrics)
+                _set_named(metrics, row.name, (row.value, row.step), key, lim.metrics,
+                           (row.value, row.step, row.min, row.max, row.points))
                 for row in p.metrics)
             if metrics:
                 named = {**named, "metrics": metrics}
         if p.spans:
             spans = dict(spans)
-            extra["spans_capped"] = sum(_merge_span(spans, row, lim.spans) for row in p.spans)
+            extra["spans_capped"] = _merge_spans(spans, p, lim.spans, sender.name,
+                                                 lim.span_lanes)
         for name, n in extra.items():
             if n:
                 counters[name] = counters.get(name, 0) + n

@@ -251,6 +251,45 @@ def test_refusals_are_grouped_bounded_and_all_counted(refusals: list[tuple[str, 
     assert [n for _, _, n, _ in rows] == sorted((n for _, _, n, _ in rows), reverse=True)
 
 
+def test_a_sparkline_has_one_cell_per_point_from_the_lowest_to_the_highest_block() -> None:
+    from tidings.cli.taskview import SPARK_ASCII, SPARK_BLOCKS, sparkline
+
+    assert sparkline([3.0, 2.0, 1.0, 0.0]) == "█▆▃▁"
+    assert sparkline([0.0, 1.0], ascii_only=True) == SPARK_ASCII[0] + SPARK_ASCII[-1]
+    assert sparkline([5.0]) == sparkline([2.0, 2.0])[:1] == SPARK_BLOCKS[3]  # flat: middle
+    assert sparkline([]) == "" and len(sparkline(list(map(float, range(100))))) == 32
+    assert set(sparkline([1e-300, 1e300, -1e300])) <= set(SPARK_BLOCKS)
+
+
+@pytest.mark.parametrize(("encoding", "blocks"), [("utf-8", True), ("ascii", False),
+                                                  ("latin-1", False)])
+def test_state_draws_each_metrics_curve_in_blocks_or_ascii(encoding: str, blocks: bool) -> None:
+    """``tidings state``: MIN, MAX and a HISTORY sparkline per metric; a terminal whose
+    encoding has no block characters gets ASCII levels instead of mojibake."""
+    import io
+
+    from rich.console import Console
+
+    from tidings.cli.taskview import SOURCE_CR, SPARK_ASCII, SPARK_BLOCKS, Snapshot, render
+    from tidings.schemas import TaskRef, TaskState
+
+    status = {"schemaVersion": 2, "phase": "Running", "metrics": {"loss": {
+        "value": 0.25, "step": 30, "at": "2026-11-30T03:00:00.000000Z " + "a" * 32 + " 3",
+        "events": 3, "min": 0.125, "max": 2.0,
+        "history": {"shift": 0, "steps": [0, 10, 20, 30], "values": [2.0, 1.0, 0.125, 0.25]}}}}
+    state = TaskState.from_status(TaskRef("ml", "run-7"), status)
+
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding=encoding)  # strict: a block would raise here
+    Console(file=out, width=120, color_system=None).print(render(Snapshot(state, SOURCE_CR)))
+    out.flush()
+    text = raw.getvalue().decode(encoding)
+    (row,) = [ln.replace("|", " ") for ln in text.splitlines() if "loss" in ln]
+    spark = "█▄▁▁" if blocks else SPARK_ASCII[-1] + SPARK_ASCII[3] + SPARK_ASCII[0] * 2
+    assert row.split()[:6] == ["loss", "0.25", "30", "0.125", "2", spark], row
+    assert any(c in row for c in SPARK_BLOCKS) is blocks
+
+
 @pytest.mark.parametrize(("given", "hoisted"), [
     (["-n", "ml", "list"], ["list", "-n", "ml"]),
     (["--kubeconfig", "F", "get", "T"], ["get", "T", "--kubeconfig", "F"]),

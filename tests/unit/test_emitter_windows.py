@@ -102,3 +102,23 @@ def test_the_default_window_keeps_a_pod_within_twelve_events_a_minute() -> None:
     # critical facts of a run (its links at the start, its final at the end).
     per_minute = 60 / EmitterConfig().span_window_s
     assert per_minute + 2 <= 12
+
+
+def test_a_final_supersedes_the_progress_the_sender_holds_for_its_window() -> None:
+    """The last window's non-final progress, still held when the final comes, is not sent
+    after it: the fold keeps the final anyway, so it would cost an Event for nothing (issue
+    28's Events per pod-minute)."""
+    em, rec = make(span_window_s=3600.0)
+    em.progress(0.1, "started")
+    eventually(lambda: len(rec.bodies) == 1, 5, "the first window sent at once")
+    em.metric("loss", 0.5, step=10)
+    em.progress(0.9, "step 90/100")
+    time.sleep(0.5)  # the sender takes the progress and holds it for the window
+    em.progress(1.0, "done", final=True)
+    assert em.flush(5)
+    parsed = rec.parsed()
+    kinds = [type(p.payload).__name__ for p in parsed]
+    assert kinds == ["Window", "Window", "Progress"], kinds  # the first, the metric, the final
+    assert parsed[1].payload.progress is None and parsed[1].payload.metrics  # type: ignore
+    assert parsed[2].payload.final  # type: ignore[union-attr]
+    assert em.stats()["progress_coalesced"] >= 1

@@ -146,3 +146,56 @@ def test_a_declared_worker_count_from_the_environment_wins_over_the_world_size()
     r.begin(global_rank=0, local_rank=0, world_size=8, local_world_size=4)
     r.end()
     assert {p.workers for p in sent(em, rec) if isinstance(p, Progress)} == {3}
+
+
+# What each launcher puts in the environment of the processes it starts, one pod running two
+# of them (issue 25 item 7; the launchers' sources are cited in integrations/report.py).
+LAUNCHERS: dict[str, dict[str, str]] = {
+    "torchrun": {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+                 "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"},
+    # deepspeed/launcher/launch.py, and what accelerate then writes on CPU (LOCAL_WORLD_SIZE
+    # from its own list, which lacks LOCAL_SIZE).
+    "deepspeed": {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_SIZE": "2",
+                  "CROSS_RANK": "0", "CROSS_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                  "MASTER_PORT": "29500", "LOCAL_WORLD_SIZE": "1"},
+    "openmpi": {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+                "OMPI_COMM_WORLD_NODE_RANK": "1"},
+    "mpich": {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"},
+    "mvapich2": {"MV2_COMM_WORLD_RANK": "1", "MV2_COMM_WORLD_SIZE": "2",
+                 "MV2_COMM_WORLD_LOCAL_RANK": "1", "MV2_COMM_WORLD_LOCAL_SIZE": "2"},
+}
+
+
+@pytest.mark.parametrize("launcher", list(LAUNCHERS))
+def test_every_launcher_says_how_many_processes_the_pod_runs(
+        launcher: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidings.integrations.report import LOCAL_SIZE_ENV, local_world_size
+
+    for name in LOCAL_SIZE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in LAUNCHERS[launcher].items():
+        monkeypatch.setenv(name, value)
+    assert local_world_size(2) == 2
+    # Two processes in one pod are one worker: local rank 0 reports, and it is all there is.
+    em, rec = make()
+    r = RunReporter(em)
+    r.begin(global_rank=0, local_rank=0, world_size=2, local_world_size=local_world_size(2))
+    r.end()
+    assert em.flush(5)
+    (final,) = [ev.payload for ev in rec.parsed()
+                if isinstance(ev.payload, Progress) and ev.payload.final]
+    assert final.workers == 1
+
+
+def test_a_local_size_that_cannot_be_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidings.integrations.report import LOCAL_SIZE_ENV, local_world_size
+
+    for name in LOCAL_SIZE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    assert local_world_size(8) == 1  # no launcher: one process per pod
+    monkeypatch.setenv("LOCAL_SIZE", "3")  # does not divide 8 processes: not this launch's
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert local_world_size(8) == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "many")
+    assert local_world_size(8) == 1

@@ -59,7 +59,8 @@ T0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)
 EXAMPLES: dict[type[BaseModel], tuple[Payload, str]] = {
     LogLink: (LogLink(name="wandb-ex", url="https://wandb.example/run"), "wandb-ex"),
     DeckReady: (DeckReady(name="deck-ex", uri="s3://bucket/deck.html"), "deck-ex"),
-    Metric: (Metric(name="loss-ex", value=-0.25, step=7), "loss-ex"),
+    Metric: (Metric(name="loss-ex", value=-0.25, step=7, min=-0.5, max=0.25,
+                    points=[(1, 0.125), (4, -0.5)]), "loss-ex"),
     Metrics: (Metrics(metrics=[["lr-ex", 3e-4, 7], ["acc-ex", 0.5, None]]), "acc-ex"),
     SpanSummary: (SpanSummary(name="span-ex", count=2, total_s=3.0, min_s=1.0, max_s=2.0,
                               first_start=1.7e9, last_end=1.7e9 + 5), "span-ex"),
@@ -133,6 +134,8 @@ def test_every_kind_is_in_the_crd_and_the_charts_copy(kind: Kind, crd: Path) -> 
     assert section.get("description"), f"{crd.name}: status.{kind.section} has no description"
     if kind.drop_rank is not None:
         assert kind.budget_section in status["budgetDropped"]["properties"]
+    if kind.detail_rank is not None:
+        assert kind.detail_drop in status["budgetDropped"]["properties"]
     if kind.family == "named":
         entry = section["additionalProperties"]
         # (A value that may not be finite is written under its non_finite key instead.)
@@ -146,6 +149,10 @@ def test_every_kind_is_in_the_crd_and_the_charts_copy(kind: Kind, crd: Path) -> 
                 alt = entry["properties"][f.non_finite]
                 assert alt["type"] == "string" and alt.get("description")
                 assert set(alt["enum"]) == set(NON_FINITE)
+        if kind.report is not None:  # a curve: its extremes and history (issue 26 item 2)
+            for field in ("min", "max", "history"):
+                assert entry["properties"][field].get("description"), field
+            assert kind.detail == "history"
 
 
 @pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))
@@ -199,6 +206,10 @@ def test_budget_order_and_counters_come_from_the_registry() -> None:
     for kind in KINDS:
         if kind.drop_rank is not None:
             assert kind.budget_section in BUDGET_DROP_ORDER
+        if kind.detail_rank is not None:
+            # A detail goes before its entries themselves.
+            assert kind.detail_drop in BUDGET_DROP_ORDER
+            assert kind.drop_rank is None or kind.detail_rank < kind.drop_rank
         for name in (kind.capped, *kind.counters):
             if name:
                 assert name in COUNTER_NAMES

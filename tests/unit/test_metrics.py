@@ -45,9 +45,24 @@ def event(p: Metric | Metrics, instance: str, seq: int, dt: float, pod: PodRef =
 
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
-metric = st.builds(Metric, name=st.sampled_from(["loss", "lr", "acc", "samples_per_s"]),
-                   value=finite, step=st.none() | st.integers(0, 2**53))
-batch = st.lists(metric, min_size=1, max_size=4, unique_by=lambda m: m.name).map(
+
+
+@st.composite
+def metric(draw: st.DrawFn) -> Metric:
+    """A report as the emitter sends it: a value at a step, sometimes with the extremes it
+    saw (around the value) and earlier points of its sample (issue 26 item 2)."""
+    value = draw(finite)
+    lo, hi = draw(st.none() | finite), draw(st.none() | finite)
+    small = draw(st.booleans())  # small steps share buckets and steps: where order could leak
+    step = st.integers(0, 300) if small else st.integers(0, 2**53)
+    return Metric(name=draw(st.sampled_from(["loss", "lr", "acc", "samples_per_s"])),
+                  value=value, step=draw(st.none() | step),
+                  min=None if lo is None else min(lo, value),
+                  max=None if hi is None else max(hi, value),
+                  points=draw(st.lists(st.tuples(step, finite), max_size=4)))
+
+
+batch = st.lists(metric(), min_size=1, max_size=4, unique_by=lambda m: m.name).map(
     lambda ms: Metrics(metrics=ms))
 
 
@@ -65,7 +80,7 @@ def metric_events(draw: st.DrawFn) -> list[ParsedEvent]:
         inst = draw(st.sampled_from(["a" * 32, "b" * 32]))
         # Equal times on purpose: the order key's instance and seq break the tie.
         dt = draw(st.sampled_from([0.0, 1.0, 2.5]))
-        out.append(event(draw(st.one_of(metric, batch)), inst, k + 1, dt,
+        out.append(event(draw(st.one_of(metric(), batch)), inst, k + 1, dt,
                          draw(st.sampled_from(PODS))))
     return out
 
@@ -101,6 +116,9 @@ def test_each_name_holds_the_value_of_its_latest_report(events: list[ParsedEvent
         _, last = max(mine, key=lambda em: (em[0].event_time, em[0].instance, em[0].seq))
         assert entry["value"] == last.value and entry.get("step") == last.step
         assert entry["events"] == len(mine)  # a row of a Metrics note counts as one event
+        # The extremes of every value and of what the senders saw, exact.
+        assert entry["min"] == min(x for _, m in mine for x in (m.value, m.min) if x is not None)
+        assert entry["max"] == max(x for _, m in mine for x in (m.value, m.max) if x is not None)
     assert set(metrics) == {m.name for ev in events for m in rows(ev)}
 
 
@@ -145,9 +163,12 @@ def test_a_non_finite_metric_folds_into_its_entry_and_round_trips() -> None:
     for order in (evs, evs[::-1]):
         s = fold_all(TASK, order)
         st_ = s.to_status()
-        assert st_["metrics"]["loss"] == {"nonFinite": "NaN", "step": 2,
-                                          "at": st_["metrics"]["loss"]["at"], "events": 2}
+        # (the curve is the finite values': the NaN is no point and no extreme of it)
+        assert st_["metrics"]["loss"] == {
+            "nonFinite": "NaN", "step": 2, "at": st_["metrics"]["loss"]["at"], "events": 2,
+            "min": 0.5, "max": 0.5, "history": {"shift": 0, "steps": [1], "values": [0.5]}}
         assert st_["metrics"]["grad"]["nonFinite"] == "-Infinity"
+        assert {"min", "max", "history"}.isdisjoint(st_["metrics"]["grad"])
         assert "value" not in st_["metrics"]["grad"] and st_["metrics"]["lr"]["value"] == 0.1
         assert TaskState.from_status(TASK, orjson.loads(orjson.dumps(st_))) == s
         assert s == reduce(reference_fold.fold, order, new_state(TASK))
@@ -289,3 +310,29 @@ def test_a_metrics_note_round_trips_and_refuses_duplicate_or_bad_rows() -> None:
                  [["a", 1.0]], [], [["a\u200b", 1.0, None]]):
         with pytest.raises(ValidationError):
             Metrics(metrics=rows)
+
+
+def test_the_budget_gives_up_histories_before_metric_names() -> None:
+    """Issue 26 item 2: over budget, the metrics keep their names, values and extremes; the
+    histories go first (budgetDropped.metricHistory), from the largest names on."""
+    from tidings.schemas.state import BUDGET_DROP_ORDER
+
+    assert BUDGET_DROP_ORDER.index("metricHistory") < BUDGET_DROP_ORDER.index("metrics")
+    evs = []
+    for k in range(64):
+        name = f"{k:02d}" + "m" * 62
+        points = [(s, 1.0 / (s + 1) + k * 1e-7) for s in range(0, 3100, 100)]
+        evs.append(event(Metric(name=name, value=0.123456789, step=3100, min=1e-9, max=9.0,
+                                points=points), "a" * 32, k + 1, 0.0))
+    state = fold_all(TASK, evs)
+    full = state.to_status()
+    assert all(len(e["history"]["steps"]) >= 16 for e in full["metrics"].values())
+    written = state.to_status(budget=64 * 1024 - 30_000)
+    dropped = written["budgetDropped"]
+    assert list(dropped) == ["pods", "metricHistory"], dropped  # (the sender pods go first)
+    kept = written["metrics"]
+    assert sorted(kept) == sorted(full["metrics"])  # every name, value and extremes stay
+    assert all({"value", "min", "max"} <= set(e) for e in kept.values())
+    with_history = [n for n in sorted(kept) if "history" in kept[n]]
+    assert with_history == sorted(kept)[: len(with_history)]  # the largest names went first
+    assert len(kept) - len(with_history) == dropped["metricHistory"]

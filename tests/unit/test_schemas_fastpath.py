@@ -57,14 +57,17 @@ fast_payloads: st.SearchStrategy[Payload] = st.one_of(
         for j in range(k)]), st.sampled_from(["s", "eval", "naïve", "with space"]),
         st.sampled_from([0, 1_700_000_000_000_000]),
         st.integers(1, 3)),
-    st.builds(lambda msg, base, k, m: Window.model_validate({
+    st.builds(lambda msg, base, k, m, curve: Window.model_validate({
         "progress": {"fraction": 0.25, "message": msg, "workers": 2},
-        "metrics": [[f"m{j}", 0.5 * j, None if j % 2 else j] for j in range(m)],
+        "metrics": [[f"m{j}", 0.5 * j, None if j % 2 else j, *curve] for j in range(m)],
         "base_us": base, "spans": [
             span_row(f"s{j}", 2, 1.0, 0.5, 0.5, base / 1e6, base / 1e6 + 2, 0, base)
             for j in range(k)]}),
         st.sampled_from(["", "naïve", "step 3/10"]), st.sampled_from([0, 1_700_000_000_000_000]),
-        st.integers(0, 2), st.integers(0, 2)),
+        st.integers(0, 2), st.integers(0, 2),
+        # A metric's extremes and sample points (issue 26 item 2), as many as the row takes.
+        st.sampled_from([[], [None, None, []], [-1.5, 7.0, [0, 2.0, 8, 1.0]],
+                         [None, 9.25, [3, 0.5]], [-0.0, None]])),
     st.builds(SpanSummary, name=st.sampled_from(["s", "eval"]), count=st.just(1),
               total_s=st.just(0.5), min_s=st.just(0.5), max_s=st.just(0.5),
               first_start=st.just(1.7e9), last_end=st.sampled_from([1.7e9 + 0.5, 1.7e9 + 1])),
@@ -305,6 +308,40 @@ def test_every_event_field_is_judged_alike() -> None:
                 assert_same(parse_watch_line(line), fast_watch_line(line))
 
 
+# A Window's metric row beside a good one: a metric's extremes and points (issue 26 item 2)
+# at and past their bounds, of other JSON types, in other shapes.
+METRIC_ROWS: list[Any] = [
+    ["loss", 0.5, 3, 0.25], ["loss", 0.5, 3, 0.25, 1.0], ["loss", 0.5, 3, None, 1.0],
+    ["loss", 0.5, 3, None, None, []], ["loss", 0.5, 3, 0.25, 1.0, [0, 1.0, 2, 0.75]],
+    ["loss", 0.5, None, 0.25, 0.75, [0, 0.5]], ["loss", 0.5, 3, -0.0, 0.5, [0, -0.0]],
+    ["loss", 0.5, 3, 0.5, 0.5], ["loss", 0.5, 3, 0.75], ["loss", 0.5, 3, None, 0.25],
+    ["loss", 0.5, 3, 0, 1], ["loss", 0.5, 3, True], ["loss", 0.5, 3, "x"],
+    ["loss", 0.5, 3, [0.1]], ["loss", 0.5, 3, -1e308, 1e308, [0, 1e308, 2**53, -1e308]],
+    ["loss", 0.5, 3, None, None, [1, 2]], ["loss", 0.5, 3, None, None, [1]],
+    ["loss", 0.5, 3, None, None, [-1, 0.5]], ["loss", 0.5, 3, None, None, [2**53 + 1, 0.5]],
+    ["loss", 0.5, 3, None, None, [1.5, 0.5]], ["loss", 0.5, 3, None, None, [1, True]],
+    ["loss", 0.5, 3, None, None, [1, "x"]], ["loss", 0.5, 3, None, None, [[0, 0.5]]],
+    ["loss", 0.5, 3, None, None, [0, 0.5] * 32], ["loss", 0.5, 3, None, None, [0, 0.5] * 33],
+    ["loss", 0.5, 3, None, None, None], ["loss", 0.5, 3, None, None, {}],
+    ["loss", 0.5, 3, None, None, [0, 0.5], 7], ["loss", 0.5], ["lr", 0.5, 3, 0.25],
+    ["loss", 1, 3, 0.25], ["loss", 0.5, 3.0, 0.25], ["naïve", 0.5, 3, 0.25], ["", 0.5, 3, 0.1],
+    # a non-finite latest value (issue 25 item 9) beside the finite run's extremes and points
+    ["loss", "NaN", 3, 0.25, 1.0, [0, 1.0]], ["loss", "-Infinity", 3, 0.25],
+    ["loss", "Infinity", None, None, 9.0], ["loss", "NaN", 3, "NaN"], ["loss", "nan", 3, 0.25],
+]
+
+
+def test_every_metric_row_shape_is_judged_alike() -> None:
+    ev = _raw(BASES[-1], 1, 0, False)
+    note = orjson.loads(ev["note"])
+    for row in METRIC_ROWS:
+        for rows in ([row], [["lr", 1e-4, 3], row]):
+            e = copy.deepcopy(ev)
+            e["note"] = orjson.dumps({**note, "v": 2, "metrics": rows}).decode()
+            line = orjson.dumps({"type": "ADDED", "object": e})
+            assert_same(parse_watch_line(line), fast_watch_line(line))
+
+
 def test_the_common_line_takes_the_fast_path() -> None:
     # Guards the speed claim: a plain event must not quietly fall back to the reference.
     for payload in (LogLink(name="w", url="https://x.y/"), DeckReady(name="d", uri="s3://b/k"),
@@ -314,7 +351,9 @@ def test_the_common_line_takes_the_fast_path() -> None:
                                  1_700_000_000_000_000)]),
                     SpanSummary(name="s", count=2, total_s=1.0, min_s=0.5, max_s=0.5,
                                 first_start=1.7e9, last_end=1.7e9 + 2),
-                    BASES[-1], Window(progress=Progress(fraction=0.5))):
+                    BASES[-1], Window(progress=Progress(fraction=0.5)),
+                    Window.model_validate({"metrics": [["loss", 0.5, 3, 0.25, 1.0, [0, 1.0]],
+                                                       ["lr", 1e-4, 3, None, 2e-4]]})):
         line = orjson.dumps({"type": "ADDED", "object": _raw(payload, 1, 0, False)})
         item = fastpath._fast(line)
         assert item is not None, payload

@@ -49,7 +49,7 @@ from tidings.schemas.state import BUDGET_DROP_ORDER, STATUS_BUDGET
 TASK = TaskRef("team-a", "train-42")
 T0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)
 PODS = [PodRef(f"worker-{i}", f"uid-{i}") for i in range(5)]
-SMALL = Limits(links=3, decks=2, spans=4, pods=3, unknown_types=2)
+SMALL = Limits(links=3, decks=2, spans=4, pods=3, unknown_types=2, span_lanes=3)
 
 
 def make_event(

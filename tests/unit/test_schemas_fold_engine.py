@@ -39,11 +39,12 @@ from tidings.schemas.folding import fold_checked
 from tidings.schemas.payloads import span_row
 
 OTHER = TaskRef("team-b", "other")
-TINY = Limits(links=2, decks=1, spans=2, pods=2, unknown_types=1, workers=2,
+TINY = Limits(links=2, decks=1, spans=2, span_lanes=2, pods=2, unknown_types=1, workers=2,
               clock_skew=timedelta(seconds=5), event_ttl=timedelta(seconds=60),
               ttl_margin=timedelta(seconds=10), max_instances=3)
 LIMITS = st.sampled_from([TINY, Limits(), Limits(links=0, decks=0, spans=0, pods=0,
-                                                 unknown_types=0, workers=0, max_instances=1)])
+                                                 unknown_types=0, workers=0, max_instances=1),
+                          Limits(spans=3, span_lanes=0), Limits(spans=2, span_lanes=3)])
 
 span_batches: st.SearchStrategy[Payload] = st.builds(
     lambda rows, base: SpanSummaries(base_us=base, spans=[

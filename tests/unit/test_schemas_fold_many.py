@@ -133,7 +133,7 @@ def test_slot_constructors_build_equal_objects() -> None:
     fast = slot_constructor(ParsedEvent)(*values)
     assert type(fast) is ParsedEvent and fast == ParsedEvent(*values) and fast == ev
     assert hash(fast) == hash(ParsedEvent(*values))
-    agg = slot_constructor(SpanAgg)(1, 2, 0.5, 0.5, 1.0, 2.0, 0, 1, 0, ((1, 2),))
+    agg = slot_constructor(SpanAgg)(1, 2, 0.5, 0.5, 1.0, 2.0, 0, 1, 0, ((1, 2),), {}, 0)
     assert agg == SpanAgg(1, 2, 0.5, 0.5, 1.0, 2.0, 0, 1, 0, ((1, 2),))
     try:
         agg.count = 5  # type: ignore[misc]

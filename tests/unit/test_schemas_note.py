@@ -12,9 +12,12 @@ from hypothesis import strategies as st
 from tidings.schemas import (
     NAME_LIMIT,
     NOTE_LIMIT,
+    SCHEMA_VERSION,
     URL_LIMIT,
     DeckReady,
     LogLink,
+    Metric,
+    Metrics,
     Payload,
     PodSpawned,
     Progress,
@@ -168,8 +171,25 @@ def test_longest_url_fits_with_a_full_ascii_name_and_a_heavier_name_is_refused_w
 def test_unknown_type_and_newer_version_are_kept() -> None:
     u = decode_note('{"v":1,"t":"Checkpoint","step":3}')
     assert u == UnknownPayload(type="Checkpoint", version=1, raw={"step": 3})
-    newer = decode_note('{"v":2,"t":"LogLink","name":"a","url":"https://x.y/","color":"red"}')
-    assert isinstance(newer, UnknownPayload) and newer.type == "LogLink" and newer.version == 2
+    newer = decode_note(f'{{"v":{SCHEMA_VERSION + 1},"t":"LogLink","name":"a",'
+                        '"url":"https://x.y/","color":"red"}')
+    assert isinstance(newer, UnknownPayload) and newer.type == "LogLink"
+    assert newer.version == SCHEMA_VERSION + 1
+
+
+def test_a_note_carries_the_oldest_version_that_reads_it() -> None:
+    """Only a metric report with extremes or points needs version 2: a watcher of version 1
+    keeps such a note as an unknown payload (counted), and reads every other note as before."""
+    plain = Metrics(metrics=[Metric(name="loss", value=0.5, step=3)])
+    assert orjson.loads(encode_note(plain))["v"] == 1
+    assert orjson.loads(encode_note(LogLink(name="a", url="https://x.y/")))["v"] == 1
+    rich = Metrics(metrics=[Metric(name="loss", value=0.5, step=3),
+                            Metric(name="lr", value=0.1, step=3, max=0.2)])
+    note = encode_note(rich)
+    assert orjson.loads(note)["v"] == 2 and decode_note(note) == rich
+    old_reader = orjson.loads(note)
+    old_reader["v"] = SCHEMA_VERSION + 1  # what a version-1 reader sees in a version-2 note
+    assert isinstance(decode_note(orjson.dumps(old_reader)), UnknownPayload)
 
 
 def _reason(note: object) -> RejectReason:

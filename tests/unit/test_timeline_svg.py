@@ -28,6 +28,19 @@ def agg(start: float, end: float, count: int = 1, errors: int = 0, shift: int = 
                    shift=shift, windows=((lo, hi),))
 
 
+def laned(lanes: dict[str, SpanAgg], unlaned: int = 0) -> SpanAgg:
+    """A span name folded from several pods: its totals, and a lane per pod."""
+    first = min(a.first_start for a in lanes.values())
+    last = max(a.last_end for a in lanes.values())
+    count = sum(a.count for a in lanes.values()) + unlaned
+    total = agg(first, last, count=count, errors=sum(a.errors for a in lanes.values()))
+    return SpanAgg(count=count, total_ns=sum(a.total_ns for a in lanes.values()),
+                   min_s=min(a.min_s for a in lanes.values()),
+                   max_s=max(a.max_s for a in lanes.values()), first_start=first,
+                   last_end=last, errors=total.errors, events=len(lanes) + unlaned,
+                   windows=total.windows, lanes=lanes, unlaned=unlaned)
+
+
 def chart(spans: dict[str, SpanAgg], task: str = "fit", namespace: str = "ml") -> str:
     return svg(task, namespace, rows(types.SimpleNamespace(spans=spans)))
 
@@ -41,6 +54,11 @@ CASES = {
     "coarse window": {"step": agg(T0 + 1e-6, T0 + 4e-6, shift=3)},
     "wide characters": {"進捗" * 100: agg(T0, T0 + 2), "e\u0301" * 300: agg(T0 + 1, T0 + 5)},
     "hours": {"train": agg(T0, T0 + 7 * 3600, count=10**6, errors=10**5)},
+    # Issue 26 item 3: a lane per pod under each name, one slow, names at the API's limit.
+    "pods": {"train_step": laned({f"trainer-{i}": agg(T0, T0 + 60, count=300 - 200 * (i == 2))
+                                  for i in range(4)}),
+             "evaluation": laned({"trainer-0-" + "p" * 243: agg(T0 + 60, T0 + 70),
+                                  "trainer-1": agg(T0 + 60, T0 + 75, errors=1)}, unlaned=7)},
 }
 LAYERS = ("heading", "tick", "label", "bar", "stats", "grid")
 
@@ -174,3 +192,29 @@ def test_any_names_make_a_well_formed_svg(names: list[str], task: str,
         name: agg(T0 + i, T0 + i + 1) for i, name in enumerate(names)}))
     text = svg(task, namespace, data)
     ET.fromstring(text.encode("utf-8"))  # expat refuses anything XML 1.0 forbids
+
+
+def test_a_slow_pod_has_its_own_lane_in_orange() -> None:
+    """Issue 26 item 3: under each span name, one lane per pod; the pod whose mean span is
+    well above its peers' is marked slow (orange in the SVG, "slow" in the terminal)."""
+    data = rows(types.SimpleNamespace(spans=CASES["pods"]))
+    step = next(r for r in data if r["name"] == "train_step")
+    assert [lane["name"] for lane in step["pods"]] == [f"trainer-{i}" for i in range(4)]
+    assert [lane["slow"] for lane in step["pods"]] == [False, False, True, False]
+    root = ET.fromstring(chart(CASES["pods"]))
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    labels = [g.findtext("s:title", namespaces=ns) for g in root.findall("s:g[@class='label']", ns)]
+    assert labels[:5] == ["train_step", "trainer-0", "trainer-1", "trainer-2", "trainer-3"]
+    bars = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("class") == "bar"]
+    assert [b.get("fill") for b in bars[:5]] == ["#3b82c4", "#8fb8de", "#8fb8de", "#e8912d",
+                                                 "#8fb8de"]
+    stats = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")
+             if t.get("class") == "stats"]
+    assert stats[3].endswith("(slow)") and "7 summaries from pods beyond the lanes" in stats
+
+
+def test_one_pod_draws_no_lane_under_its_name() -> None:
+    data = rows(types.SimpleNamespace(spans={"epoch": laned({"trainer-0": agg(T0, T0 + 9)})}))
+    assert [lane["name"] for lane in data[0]["pods"]] == ["trainer-0"]  # in -o json
+    root = ET.fromstring(svg("fit", "ml", data))
+    assert len(root.findall("{http://www.w3.org/2000/svg}g[@class='label']")) == 1

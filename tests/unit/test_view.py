@@ -170,6 +170,38 @@ def test_a_metric_history_draws_a_sparkline() -> None:
     assert re.fullmatch(r"[0-9., -]*", line)
 
 
+def test_a_metrics_curve_comes_from_the_view_to_the_page_and_the_terminal() -> None:
+    """Issue 26 item 2: a metric's extremes and history are the view model's (RegisterRow
+    points, low, high), which `tidings state` and the page both draw."""
+    import io
+
+    from rich.console import Console
+
+    from tidings.cli.taskview import SOURCE_CR, Snapshot, render, sparkline
+    from tidings.schemas.payloads import Metric
+
+    status = a_status(Metric(name="loss", value=2.0, step=0),
+                      Metric(name="loss", value=0.25, step=30, min=0.125, max=2.5,
+                             points=((10, 1.0), (20, 0.125))),
+                      LogLink(name="w", url="https://x.example/"))
+    state = TaskState.from_status(TASK, status)
+    v = task_view(state, status)
+    (metrics,) = [t for t in v.tables if t.kind.section == "metrics"]
+    (links,) = [t for t in v.tables if t.kind.section == "links"]
+    assert metrics.curve and not links.curve
+    (row,) = metrics.rows
+    assert row.points == (2.0, 1.0, 0.125, 0.25) and (row.low, row.high) == (0.125, 2.5)
+    assert links.rows[0].points == () and links.rows[0].low is None
+    html = pages.task_body(obj(status))
+    assert "min 0.125 max 2.5" in html
+    (svg,) = [a for t, a in tags(html) if t == "polyline"]
+    assert svg["points"] == pages.spark(row.points)
+    out = io.StringIO()
+    Console(file=out, width=160, color_system=None).print(render(Snapshot(state, SOURCE_CR)))
+    (line,) = [ln for ln in out.getvalue().splitlines() if "loss" in ln]
+    assert line.split()[:6] == ["loss", "0.25", "30", "0.125", "2.5", sparkline(list(row.points))]
+
+
 def test_times_as_kubectl_says_them() -> None:
     assert age(NOW - timedelta(minutes=3, seconds=20), NOW) == "3m20s"
     assert eta_text(NOW + timedelta(seconds=90), NOW) == "in 90s"

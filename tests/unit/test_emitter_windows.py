@@ -113,7 +113,10 @@ def test_a_final_supersedes_the_progress_the_sender_holds_for_its_window() -> No
     eventually(lambda: len(rec.bodies) == 1, 5, "the first window sent at once")
     em.metric("loss", 0.5, step=10)
     em.progress(0.9, "step 90/100")
-    time.sleep(0.5)  # the sender takes the progress and holds it for the window
+    # The sender takes the progress and holds it for the window (the case the fix is for; a
+    # progress still in the slot would be superseded there, proving nothing).
+    eventually(lambda: em._sender is not None and em._sender._progress_out is not None, 5,
+               "the sender holding the progress")
     em.progress(1.0, "done", final=True)
     assert em.flush(5)
     parsed = rec.parsed()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from functools import lru_cache
 from typing import NamedTuple
@@ -189,32 +189,46 @@ def _read_varint(data: bytes, i: int) -> tuple[int, int]:
             return value, i
 
 
-def encode_marks(marks: Mapping[int, Mark]) -> str:
+def _pack(records: Iterable[tuple[int, int, int]], flag_bytes: int) -> str:
+    """(hash, flags, number) records, sorted by hash: each the hash, the flags in
+    ``flag_bytes`` and the number as a varint; all of it base64."""
     out = bytearray()
-    for h in sorted(marks):
-        m = marks[h]
+    for h, flags, number in sorted(records):
         out += h.to_bytes(_HASH_BYTES, "big")
-        out += m.bits.to_bytes(2, "big")
-        _varint(out, m.events)
+        out += flags.to_bytes(flag_bytes, "big")
+        _varint(out, number)
     return base64.b64encode(bytes(out)).decode("ascii")
+
+
+def _unpack(text: str, flag_bytes: int, truncated: str, bad: str
+            ) -> Iterator[tuple[int, int, int]]:
+    """The inverse of ``_pack``: ValueError(``truncated``) on a cut record, ValueError(``bad``)
+    on hashes out of order; each format checks its own fields."""
+    data = base64.b64decode(text.encode("ascii"), validate=True)
+    i, n, last = 0, len(data), -1
+    while i < n:
+        if i + _HASH_BYTES + flag_bytes + 1 > n:
+            raise ValueError(truncated)
+        h = int.from_bytes(data[i:i + _HASH_BYTES], "big")
+        flags = int.from_bytes(data[i + _HASH_BYTES:i + _HASH_BYTES + flag_bytes], "big")
+        number, i = _read_varint(data, i + _HASH_BYTES + flag_bytes)
+        if h <= last:
+            raise ValueError(bad)
+        last = h
+        yield h, flags, number
+
+
+def encode_marks(marks: Mapping[int, Mark]) -> str:
+    return _pack(((h, m.bits, m.events) for h, m in marks.items()), 2)
 
 
 def decode_marks(text: str) -> dict[int, Mark]:
     """The inverse of ``encode_marks``; ValueError on anything it could not have written."""
-    data = base64.b64decode(text.encode("ascii"), validate=True)
     out: dict[int, Mark] = {}
-    i, n, last = 0, len(data), -1
-    while i < n:
-        if i + _HASH_BYTES + 3 > n:
-            raise ValueError("truncated roster")
-        h = int.from_bytes(data[i:i + _HASH_BYTES], "big")
-        bits = int.from_bytes(data[i + _HASH_BYTES:i + _HASH_BYTES + 2], "big")
-        events, i = _read_varint(data, i + _HASH_BYTES + 2)
-        if h <= last or (bits & FRACTION_MASK) > FRACTION_SCALE or events < 1:
+    for h, bits, events in _unpack(text, 2, "truncated roster", "bad roster entry"):
+        if (bits & FRACTION_MASK) > FRACTION_SCALE or events < 1 \
+                or (bits & FAILED and not bits & FINAL):
             raise ValueError("bad roster entry")
-        if bits & FAILED and not bits & FINAL:
-            raise ValueError("bad roster entry")
-        last = h
         out[h] = Mark(bits, events)
     return out
 
@@ -226,29 +240,16 @@ _END_EXPLAINED, _END_FAILED = 1, 2
 
 
 def encode_ends(ends: Mapping[int, PodEnd]) -> str:
-    out = bytearray()
-    for h in sorted(ends):
-        e = ends[h]
-        out += h.to_bytes(_HASH_BYTES, "big")
-        out.append((_END_EXPLAINED if e.explained else 0) | (_END_FAILED if e.failed else 0))
-        _varint(out, e.at)
-    return base64.b64encode(bytes(out)).decode("ascii")
+    return _pack(((h, (_END_EXPLAINED if e.explained else 0) | (_END_FAILED if e.failed else 0),
+                   e.at) for h, e in ends.items()), 1)
 
 
 def decode_ends(text: str) -> dict[int, PodEnd]:
     """The inverse of ``encode_ends``; ValueError on anything it could not have written."""
-    data = base64.b64decode(text.encode("ascii"), validate=True)
     out: dict[int, PodEnd] = {}
-    i, n, last = 0, len(data), -1
-    while i < n:
-        if i + _HASH_BYTES + 2 > n:
-            raise ValueError("truncated pod ends")
-        h = int.from_bytes(data[i:i + _HASH_BYTES], "big")
-        flags = data[i + _HASH_BYTES]
-        at, i = _read_varint(data, i + _HASH_BYTES + 1)
-        if h <= last or flags > 3 or at > 2**40:
+    for h, flags, at in _unpack(text, 1, "truncated pod ends", "bad pod end"):
+        if flags > 3 or at > 2**40:
             raise ValueError("bad pod end")
-        last = h
         out[h] = PodEnd(bool(flags & _END_EXPLAINED), at, bool(flags & _END_FAILED))
     return out
 

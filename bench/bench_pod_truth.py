@@ -209,20 +209,11 @@ def main() -> None:
     a = ap.parse_args()
     if a.smoke:
         a.tasks, a.pods, a.events, a.threads, a.repeats = 2, 1, 3, 2, 1
-    tmp = Path(tempfile.mkdtemp(prefix="bench-pod-truth-"))
-    cp = None
-    if a.kubeconfig:
-        kubeconfig = a.kubeconfig
-    else:
-        from tidings.cli.dev import devcluster
+    from tidings.cli.dev import devcluster  # the checkout's tools/devcluster.py
 
-        cp = devcluster().ControlPlane(state_dir=tmp / "cp").start()
-        kubeconfig = str(cp.kubeconfig("admin"))
-    try:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-pod-truth-"))
+    with devcluster().admin_kubeconfig(a.kubeconfig, "bench-pod-truth-cp-") as kubeconfig:
         run(a, kubeconfig, tmp)
-    finally:
-        if cp is not None:
-            cp.stop()
 
 
 def run(a: argparse.Namespace, kubeconfig: str, tmp: Path) -> None:

@@ -257,22 +257,11 @@ def main() -> None:
         a.backlog, a.tasks, a.live_seconds, a.rate, a.rate_seconds = 60, 3, 1.0, 20.0, 1.0
         a.hot_rate, a.hot_seconds, a.threads, a.procs = 40.0, 1.0, 4, 1
 
+    from tidings.cli.dev import devcluster  # the checkout's tools/devcluster.py
+
     tmp = Path(tempfile.mkdtemp(prefix="bench-watcher-"))
-    cp = None
-    if a.kubeconfig:
-        kubeconfig = a.kubeconfig
-    else:
-        from tidings.cli.dev import devcluster
-
-        ControlPlane = devcluster().ControlPlane  # the checkout's tools/devcluster.py
-
-        cp = ControlPlane(state_dir=tmp / "cp").start()
-        kubeconfig = str(cp.kubeconfig("admin"))
-    try:
+    with devcluster().admin_kubeconfig(a.kubeconfig, "bench-watcher-cp-") as kubeconfig:
         run(a, kubeconfig, tmp)
-    finally:
-        if cp is not None:
-            cp.stop()
 
 
 def run(a: argparse.Namespace, kubeconfig: str, tmp: Path) -> None:

@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from statistics import median
 
-from support import training_status  # bench/support.py
+from support import load_averages, training_status  # bench/support.py
 
 from tidings.cli.dev import devcluster
 
@@ -91,10 +91,6 @@ def setup(kubectl: str, kubeconfig: str, ns: str) -> None:
       "-p", json.dumps({"status": status}))
 
 
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
@@ -106,7 +102,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.smoke:
         a.runs = 1
-    load_before = load_average()
+    load_before = load_averages()
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     with tempfile.TemporaryDirectory(prefix="tidings-bench-pycache-") as cache:
         os.environ["PYTHONPYCACHEPREFIX"] = cache
@@ -147,7 +143,7 @@ def measure(a: argparse.Namespace, load_before: str) -> None:
                 subprocess.run(argv, env=env, capture_output=True, check=True)
                 samples[name].append(time.perf_counter() - t0)
     base = median(samples["kubectl get taskfeedback bench-1"])
-    print(f"load average before: {load_before}, after: {load_average()}; {a.runs} runs each")
+    print(f"load average before: {load_before}, after: {load_averages()}; {a.runs} runs each")
     print(f"{'import tidings.emitter (CPU s)':<40}{cpus[0]:>10.3f}   goal <= 0.150")
     if before is not None:
         print(f"{'before: import tidings.emitter':<40}{cpus[1]:>10.3f}")

@@ -22,12 +22,12 @@ from __future__ import annotations
 import argparse
 import gc
 import math
-import os
 import statistics
 import time
 from typing import Any
 
 import orjson
+from support import load_averages  # bench/support.py
 
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.items import LatestSlot
@@ -183,7 +183,7 @@ def main() -> None:
     calls = 200_000
     if a.smoke:
         a.steps, a.metrics, calls, a.runs = 20_000, 8, 2_000, 1
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average before: {load_averages()}")
     bodies, notes, took = run(a.steps, a.metrics, a.window_steps, a.pods)
     events = parsed(bodies)
     state = fold_all(TaskRef("bench", TASK), events)
@@ -215,7 +215,7 @@ def main() -> None:
     for key, unit in (("parse", "µs/event"), ("fold", "µs/event"), ("status", "ms/write")):
         print(f"  {key + ' (' + unit + ')':24}{without[key]:>9.1f}{with_[key]:>9.1f}"
               f"{with_[key] / without[key]:>8.2f}x")
-    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average after: {load_averages()}")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ Run: ``TIDINGS_BIN_DIR=... .venv/bin/python bench/bench_pod_truth.py --baseline
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import threading
@@ -41,7 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from support import Watcher, cpu_seconds, post_event  # bench/support.py
+from support import Watcher, cpu_seconds, load_averages, post_event  # bench/support.py
 
 from tidings.kube import Client, KubeError, connect
 from tidings.schemas.event import ObjectRef, PodRef, TaskRef, build_event
@@ -53,10 +52,6 @@ NODE = "kwok-node-0"
 PLATFORM_CRDS = (("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
                  ("argoproj.io", "v1alpha1", "Workflow", "workflows"),
                  ("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs"))
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def now() -> str:
@@ -254,7 +249,7 @@ def run(a: argparse.Namespace, kubeconfig: str, tmp: Path) -> None:
         subprocess.run([kubectl, f"--kubeconfig={kubeconfig}", "wait",
                         "--for=condition=Established", f"crd/{plural}.{group}",
                         "--timeout=60s"], check=True, capture_output=True)
-    load_before = load_average()
+    load_before = load_averages()
     sides = [("baseline", a.baseline), ("this", None)] if a.baseline else [("this", None)]
     results: dict[str, list[tuple[float, dict[str, float], dict[str, float], float]]] = {
         s: [] for s, _ in sides}
@@ -270,7 +265,7 @@ def run(a: argparse.Namespace, kubeconfig: str, tmp: Path) -> None:
     print(f"\nworkload: {a.tasks} Jobs x {a.pods} pods x {a.events} bus events, "
           f"~{extra / (a.tasks * a.pods * a.events):.2f} pod/Job watch events per bus event; "
           f"{a.repeats} runs each, medians")
-    print(f"load average before: {load_before}, after: {load_average()}\n")
+    print(f"load average before: {load_before}, after: {load_averages()}\n")
     base = statistics.median(x[0] for x in results["baseline"]) if a.baseline else None
     print(f"{'watcher':<10} {'cpu ms/event':>13} {'ratio':>7} {'writes':>7} {'watches/ns':>11}"
           "  by resource")

@@ -76,6 +76,11 @@ def load_average() -> str:
     return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
 
 
+def load_averages() -> str:
+    """The 1, 5 and 15-minute load averages, for a bench's before and after lines."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU seconds (user + system) the process has used."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

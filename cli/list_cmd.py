@@ -47,8 +47,8 @@ OutputFormat = Annotated[str, typer.Option(
 def age(t: str | None, now: datetime | None = None) -> str:
     """kubectl's age of an RFC 3339 time (5s, 3m20s, 4h, 12d, 2y30d); '<unknown>' if none."""
     from tidings._compat import UTC
+    from tidings.schemas.summary import age as age_of
     from tidings.schemas.times import parse_time
-    from tidings.schemas.view import age as age_of
 
     return age_of(parse_time(t), now or datetime.now(UTC))
 
@@ -57,8 +57,8 @@ def eta(t: Any, now: datetime | None = None) -> str:
     """The estimated completion as kubectl would say an age: 'in 3m20s' ('now', then
     'overdue 5s' once passed while the task runs); '<none>' when the status has none."""
     from tidings._compat import UTC
+    from tidings.schemas.summary import eta_text
     from tidings.schemas.times import parse_time
-    from tidings.schemas.view import eta_text
 
     return eta_text(parse_time(t) if isinstance(t, str) else None, now or datetime.now(UTC))
 
@@ -67,8 +67,8 @@ def row(obj: KubeObject, wide: bool, namespaced: bool,
         now: datetime | None = None) -> list[str]:
     """One table row: the CRD's printer columns, from the task's summary (the page's row)."""
     from tidings._compat import UTC
-    from tidings.schemas.view import age as age_of
-    from tidings.schemas.view import eta_text, summarize
+    from tidings.schemas.summary import age as age_of
+    from tidings.schemas.summary import eta_text, summarize
 
     def text(value: Any) -> str:
         return "<none>" if value is None or value == "" else safe(value)

@@ -350,8 +350,9 @@ def main() -> None:
         cases[("create", "event")] = (lambda: creates.write(""), creates.size, a.writes)
         targets = {}
         for k, f in statuses.items():
+            status = f(TaskRef(ns, k))
             for m in methods:
-                t = targets[(k, m)] = Target(kube, ns, f"{k}-{m}", f(TaskRef(ns, k)))
+                t = targets[(k, m)] = Target(kube, ns, f"{k}-{m}", status)
                 cases[(k, m)] = ((lambda t=t, m=m: t.write(m)), len(orjson.dumps(t.status)),
                                  a.writes // 3 if k == "capped" else a.writes)
                 values[(k, m)] = json_values(t.status)

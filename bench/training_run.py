@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from support import KeepEvents  # bench/support.py
+
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.schemas import ParsedEvent, TaskRef, fold_all, parse_event
 from tidings.schemas.state import TaskState
@@ -68,19 +70,6 @@ class _Clock:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
-
-
-class _Recorder:
-    """A transport that keeps each event it is given (delivered at once)."""
-
-    sink = False
-
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-
-    def post(self, namespace: str, body: dict[str, Any]) -> bool:
-        self.bodies.append(body)
-        return True
 
 
 def _callback_class() -> type:
@@ -138,7 +127,7 @@ def hf_run_events(namespace: str, task: str, run: Run, t_end: float | None = Non
         "tidings.integrations.transformers")]
     for m in modules:
         m.time = clock  # type: ignore[attr-defined]
-    recorders = [_Recorder() for _ in range(run.pods)]
+    recorders = [KeepEvents() for _ in range(run.pods)]
     emitters = [Emitter(EmitterConfig(span_window_s=3600, rate=1e6, burst=1e6),
                         identity=Identity(namespace, f"{task}-worker-{i}",
                                           f"{i:08x}-5b1e-4c6f-9a7e-0123456789ab", task),

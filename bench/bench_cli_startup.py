@@ -13,10 +13,12 @@ Commands are timed round-robin (one of each, N times, after one untimed round), 
 comes and goes hits them alike; each runs with its bytecode cached as an installed package has
 it (PYTHONDONTWRITEBYTECODE, if set, would have every edited module compiled on every run: the
 cache goes to a temporary PYTHONPYCACHEPREFIX, so no checkout is written to); the table gives
-medians, the ratios to kubectl and to the floor measured in the same run, and the load average
-before and after. The "floor" row is a Python process that only reads the kubeconfig, makes
-the same GET with the one Kubernetes client (urllib3 over TLS) and prints the phase: no
-command of ours can be faster. Goals: the emitter imports in <= 0.15 s of CPU (issue 27);
+medians of the wall time, its ratios to kubectl and to the floor measured in the same run, the
+median CPU time (user + system) of each process and its ratio to the floor's (steadier than the
+wall time when other work shares the cores), and the load average before and after. The
+"floor" row is a Python process that only reads the kubeconfig, makes the same GET with the
+one Kubernetes client (urllib3 over TLS) and prints the phase: no command of ours can be
+faster. Goals: the emitter imports in <= 0.15 s of CPU (issue 27);
 get, list and state take <= 1.3x the floor's wall time (issue 35).
 """
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -64,6 +67,13 @@ def import_cpu(runs: int, pythons: list[str]) -> tuple[list[float], float]:
         subprocess.run([pythons[0], "-c", "pass"], check=True)
         floor.append(time.perf_counter() - t0)
     return [median(e) for e in emitter], median(floor)
+
+
+def children_cpu() -> float:
+    """CPU seconds (user + system) of the finished child processes so far: beside the wall
+    time, what a command costs when other work shares the cores."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def setup(kubectl: str, kubeconfig: str, ns: str) -> None:
@@ -139,24 +149,28 @@ def measure(a: argparse.Namespace, load_before: str) -> None:
                              for name, argv in list(commands.items())
                              if name.startswith("tidings ")})
         samples: dict[str, list[float]] = {name: [] for name in commands}
+        cpu: dict[str, list[float]] = {name: [] for name in commands}
         for argv in commands.values():  # (the untimed round)
             subprocess.run(argv, env=env, capture_output=True, check=True)
         for _ in range(a.runs):
             for name, argv in commands.items():
-                t0 = time.perf_counter()
+                c0, t0 = children_cpu(), time.perf_counter()
                 subprocess.run(argv, env=env, capture_output=True, check=True)
                 samples[name].append(time.perf_counter() - t0)
+                cpu[name].append(children_cpu() - c0)
     base = median(samples["kubectl get taskfeedback bench-1"])
-    floor_s = median(samples[floor_name])
+    floor_s, floor_cpu = median(samples[floor_name]), median(cpu[floor_name])
     print(f"load average before: {load_before}, after: {load_averages()}; {a.runs} runs each")
     print(f"{'import tidings.emitter (CPU s)':<40}{cpus[0]:>10.3f}   goal <= 0.150")
     if before is not None:
         print(f"{'before: import tidings.emitter':<40}{cpus[1]:>10.3f}")
     print(f"{'python -c pass (wall s)':<40}{floor:>10.3f}")
-    print(f"\n{'command':<40}{'median s':>10}{'x kubectl':>11}{'x floor':>9}")
+    print(f"\n{'command':<40}{'median s':>10}{'x kubectl':>11}{'x floor':>9}"
+          f"{'CPU s':>9}{'x floor':>9}")
     for name, values in samples.items():
-        m = median(values)
-        print(f"{name:<40}{m:>10.3f}{m / base:>11.2f}{m / floor_s:>9.2f}")
+        m, c = median(values), median(cpu[name])
+        print(f"{name:<40}{m:>10.3f}{m / base:>11.2f}{m / floor_s:>9.2f}"
+              f"{c:>9.3f}{c / floor_cpu:>9.2f}")
     print("\ngoal: get, list and state <= 1.30x the floor")
 
 

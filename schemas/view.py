@@ -2,11 +2,12 @@
 every renderer (the CLI's tables in cli/taskview.py and cli/list_cmd.py, the web page in ui/),
 so the terminal and the page can never tell a status apart differently.
 
-``summarize`` makes a row of the task list from a TaskFeedback object, reading its status
-entry by entry (an entry it cannot read is left out, never an error); ``task_view`` makes the
-page of one task from its folded state. Strings are kept as the cluster gave them: each
-renderer neutralises them for its medium (a terminal: ``sanitize_text``; HTML: escaping), and
-a link is offered as a target (``href``) only when it is an http(s) URL.
+``summarize`` (its own light module, schemas/summary.py, re-exported here) makes a row of the
+task list from a TaskFeedback object, reading its status entry by entry (an entry it cannot
+read is left out, never an error); ``task_view`` makes the page of one task from its folded
+state. Strings are kept as the cluster gave them: each renderer neutralises them for its
+medium (a terminal: ``sanitize_text``; HTML: escaping), and a link is offered as a target
+(``href``) only when it is an http(s) URL.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ side with `kubectl get taskfeedback` and a bare Python GET (wall time) against o
 control plane, in one run.
 
 Run: .venv/bin/python bench/bench_cli_startup.py [--runs N] [--kubeconfig FILE]
-     [--before VENV]
+     [--before VENV] [--instructions]
 (without --kubeconfig it starts a control plane of its own: needs the built binaries). The
 `tidings` measured is the one beside the Python that runs this script; ``--before`` measures
 another checkout's venv (e.g. ../main/.venv) in the same run, round-robin with the rest, as
@@ -15,11 +15,12 @@ it (PYTHONDONTWRITEBYTECODE, if set, would have every edited module compiled on 
 cache goes to a temporary PYTHONPYCACHEPREFIX, so no checkout is written to); the table gives
 medians of the wall time, its ratios to kubectl and to the floor measured in the same run, the
 median CPU time (user + system) of each process and its ratio to the floor's (steadier than the
-wall time when other work shares the cores), and the load average before and after. The
-"floor" row is a Python process that only reads the kubeconfig, makes the same GET with the
-one Kubernetes client (urllib3 over TLS) and prints the phase: no command of ours can be
-faster. Goals: the emitter imports in <= 0.15 s of CPU (issue 27);
-get, list and state take <= 1.3x the floor's wall time (issue 35).
+wall time when other work shares the cores), and the load average before and after;
+``--instructions`` adds each Python command's instruction count (valgrind), which no load
+moves. The "floor" row is a Python process that only reads the kubeconfig, makes the same GET
+with the one Kubernetes client (urllib3 over TLS) and prints the phase: no command of ours can
+be faster. Goals: the emitter imports in <= 0.15 s of CPU (issue 27); get, list and state take
+<= 1.3x the floor's wall time (issue 35).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -76,6 +78,17 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def instructions(argv: list[str], env: dict[str, str]) -> int:
+    """The instructions a run of ``argv`` executes, counted by valgrind: a figure the load of
+    a shared machine does not move (its interpreter's work, not the server's answer time)."""
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                           *argv], env=env, capture_output=True, text=True, check=True)
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count from valgrind: {done.stderr[-500:]}")
+    return int(found.group(1))
+
+
 def setup(kubectl: str, kubeconfig: str, ns: str) -> None:
     def k(*args: str, stdin: str | None = None) -> None:
         subprocess.run([kubectl, f"--kubeconfig={kubeconfig}", *args], input=stdin, text=True,
@@ -112,6 +125,10 @@ def main() -> None:
                     help="one run of each, to check that the bench runs (no figures)")
     ap.add_argument("--before", metavar="VENV",
                     help="another checkout's venv, measured in the same run (the 'before')")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count each command's instructions once under valgrind "
+                    "(callgrind; needs the valgrind command): the same on a busy machine "
+                    "as on a quiet one")
     a = ap.parse_args()
     if a.smoke:
         a.runs = 1
@@ -158,6 +175,8 @@ def measure(a: argparse.Namespace, load_before: str) -> None:
                 subprocess.run(argv, env=env, capture_output=True, check=True)
                 samples[name].append(time.perf_counter() - t0)
                 cpu[name].append(children_cpu() - c0)
+        counted = {name: instructions(argv, env) for name, argv in commands.items()
+                   if not name.startswith("kubectl")} if a.instructions else {}
     base = median(samples["kubectl get taskfeedback bench-1"])
     floor_s, floor_cpu = median(samples[floor_name]), median(cpu[floor_name])
     print(f"load average before: {load_before}, after: {load_averages()}; {a.runs} runs each")
@@ -171,6 +190,10 @@ def measure(a: argparse.Namespace, load_before: str) -> None:
         m, c = median(values), median(cpu[name])
         print(f"{name:<40}{m:>10.3f}{m / base:>11.2f}{m / floor_s:>9.2f}"
               f"{c:>9.3f}{c / floor_cpu:>9.2f}")
+    if counted:
+        print(f"\n{'command (valgrind --tool=callgrind)':<40}{'M instr':>10}{'x floor':>9}")
+        for name, n in counted.items():
+            print(f"{name:<40}{n / 1e6:>10.1f}{n / counted[floor_name]:>9.2f}")
     print("\ngoal: get, list and state <= 1.30x the floor")
 
 

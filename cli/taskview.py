@@ -284,7 +284,7 @@ def refusal(kube: Kube, ref: TaskRef, p: object, uid: str | None = None
         return p.reason.value, p.message
     if not (isinstance(p, ParsedEvent) and p.task == ref and p.regarding_kind == KIND):
         return NOT_A_TASK_FACT, "regarding another kind of object than a TaskFeedback"
-    from tidings.watcher.senders import Retry
+    from tidings.schemas.admission import Retry
 
     verdict = senders(kube).check(p)
     if verdict is Retry.LATER:
@@ -342,7 +342,7 @@ def _pod_facts(kube: Kube, ref: TaskRef) -> list[ParsedEvent]:
 def _as_task_fact(kube: Kube, ref: TaskRef, p: object) -> ParsedEvent | None:
     """A pod's fact about itself as a fact of task ``ref`` when the pod's labels name it
     (as the watcher retargets it); None when it is another task's, or no pod fact."""
-    from tidings.watcher.senders import Retry, as_task_fact
+    from tidings.schemas.admission import Retry, as_task_fact
 
     if not (isinstance(p, ParsedEvent) and p.regarding_kind == "Pod"):
         return None
@@ -388,7 +388,7 @@ def _observed(kube: Kube, ref: TaskRef, state: TaskState) -> TaskState:
     missing here: how a pod that is gone ended (it shows as deleted), and a wait that is
     over."""
     from tidings.cli.lineage import list_labelled, task_keys
-    from tidings.watcher.senders import Retry
+    from tidings.schemas.admission import Retry
 
     now = datetime.now(UTC)
     verdicts: list[PodVerdict] = []

@@ -77,8 +77,8 @@ def watcher_admits(raws: list[dict[str, Any]], uid: str | None, stale: set[str]
                       pod_task(meta, DEFAULT_TASK_KEYS))
     c.store.load(TASK, None, rv="7" if uid else None, uid=uid, exists=uid is not None)
     c.store.stale(TASK, stale)
-    c.deliver_many([parse_event(r) for r in raws], raws)
-    c.fold_task(TASK)
+    c.delivery.deliver_many([parse_event(r) for r in raws], raws)
+    c.folder.fold_task(TASK)
     state = c.store.get(TASK)
     assert state is not None
     return {(ev.instance, ev.seq) for r in raws

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from tidings.kube.objects import KubeObject
@@ -28,22 +29,21 @@ from .store import Store
 log = logging.getLogger("tidings.watcher")
 
 
+@dataclass
 class Delivery:
     """Hands parsed events to their tasks: ``deliver_many`` on the watch loop, the resolver's
     workers (``run_resolver``) for pods the cache does not know yet."""
 
-    def __init__(self, store: Store, queue: WorkQueue[TaskRef], senders: Senders,
-                 metrics: Metrics, rejections: RejectionLog, retry_after: float) -> None:
-        self.store = store
-        self.queue = queue
-        self.senders = senders
-        self.metrics = metrics
-        self.rejections = rejections
-        self.retry_after = retry_after
-        # Facts about pods the cache does not know yet, by pod, until the resolver reads it.
-        self._unresolved: dict[PodKey, list[ParsedEvent]] = {}
-        self._lock = threading.Lock()
-        self._resolve: WorkQueue[PodKey] = WorkQueue()
+    store: Store
+    queue: WorkQueue[TaskRef]
+    senders: Senders
+    metrics: Metrics
+    rejections: RejectionLog
+    retry_after: float  # seconds before a pod the API could not answer for is read again
+    # Facts about pods the cache does not know yet, by pod, until the resolver reads it.
+    _unresolved: dict[PodKey, list[ParsedEvent]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _resolve: WorkQueue[PodKey] = field(default_factory=WorkQueue)
 
     def deliver_many(self, results: Sequence[ParsedEvent | Rejection | None],
                      raws: Sequence[Any] = ()) -> None:

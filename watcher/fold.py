@@ -77,25 +77,23 @@ class Admitted:
             m.events_applied.inc(sum(self.accepted.values()))
 
 
+@dataclass
 class Folder:
     """What the fold workers share; ``run`` is a worker's loop."""
 
-    def __init__(self, store: Store, queue: WorkQueue[TaskRef], writer: StatusWriter,
-                 metrics: Metrics, senders: Senders, platform: PlatformTasks, runs: Runs,
-                 health: HealthClock, rejections: RejectionLog, retry_after: float) -> None:
-        self.store = store
-        self.queue = queue
-        self.writer = writer
-        self.metrics = metrics
-        self.senders = senders
-        self.platform = platform
-        self.runs = runs
-        self.health = health
-        self.rejections = rejections
-        self.retry_after = retry_after
-        # Tasks the TTL deleted that got a late fact since: the next sweep deletes the bus
-        # events of each again, so a restart's relist cannot bring the task back either.
-        self.late_after_ttl: set[TaskRef] = set()
+    store: Store
+    queue: WorkQueue[TaskRef]
+    writer: StatusWriter
+    metrics: Metrics
+    senders: Senders
+    platform: PlatformTasks
+    runs: Runs
+    health: HealthClock
+    rejections: RejectionLog
+    retry_after: float  # seconds before a fold the API could not answer for is tried again
+    # Tasks the TTL deleted that got a late fact since: the next sweep deletes the bus
+    # events of each again, so a restart's relist cannot bring the task back either.
+    late_after_ttl: set[TaskRef] = field(default_factory=set)
 
     def run(self) -> None:
         self.queue.serve(self.fold_task, lambda task: log.exception(

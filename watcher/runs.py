@@ -45,21 +45,28 @@ class Runs:
         # since when their new run's facts wait for the garbage collector to delete it.
         self._replaced: dict[TaskRef, float] = {}
 
-    def _read(self, task: TaskRef) -> Any:
+    def _read(self, task: TaskRef, doing: str = "") -> tuple[bool, Any]:
+        """(True, the TaskFeedback, or None when there is none), or (False, None) when the
+        API could not tell (logged as what we were ``doing``, if said)."""
         assert self.kube is not None
-        return self.kube.request("GET", taskfeedback_path(task.namespace, task.name),
-                                 timeout=(5, 30))
+        try:
+            return True, self.kube.request(
+                "GET", taskfeedback_path(task.namespace, task.name), timeout=(5, 30))
+        except KubeError as e:
+            if e.not_found:
+                return True, None
+            if doing:
+                log.warning("cannot %s %s/%s: %s", doing, task.namespace, task.name, e,
+                            extra=task_fields(task))
+            return False, None
 
     def seed(self, task: TaskRef) -> bool:
         """Load a task that is new to this watcher (or was evicted) from its TaskFeedback, so
         its fold continues the persisted state."""
-        try:
-            obj = self._read(task)
-        except KubeError as e:
-            if not e.not_found:
-                log.warning("cannot load %s/%s: %s", task.namespace, task.name, e,
-                            extra=task_fields(task))
-                return False
+        told, obj = self._read(task, "load")
+        if not told:
+            return False
+        if obj is None:
             self.store.load(task, None, exists=False)
             return True
         meta = _meta(obj)
@@ -73,14 +80,9 @@ class Runs:
         once. A re-created one (another uid) replaces the state, which starts from its status;
         every claimed uid that is not the object's is stale from then on (uids are never
         reused)."""
-        try:
-            obj = self._read(task)
-        except KubeError as e:
-            if not e.not_found:
-                log.warning("cannot read %s/%s: %s", task.namespace, task.name, e,
-                            extra=task_fields(task))
-                return False
-            obj = None
+        told, obj = self._read(task, "read")
+        if not told:
+            return False
         meta = _meta(obj)
         now = str(meta.get("uid") or "") or None
         uid, _, _ = self.store.identity(task)
@@ -113,11 +115,10 @@ class Runs:
             self._replaced.pop(task, None)
             return True
         kind, name, uid = owner.kind, owner.name, owner.uid
-        try:
-            obj = self._read(task)
-        except KubeError as e:
-            if not e.not_found:
-                return False
+        told, obj = self._read(task)
+        if not told:
+            return False
+        if obj is None:
             log.info("taskfeedback %s/%s of the replaced %s %s is gone: a new run", task.namespace,
                      task.name, kind, name, extra=task_fields(task))
             self.store.absent(task, new_run=True)

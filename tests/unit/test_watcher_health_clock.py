@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 from tests.support import eventually
@@ -27,18 +29,28 @@ def reporting(last: datetime, seq0: int = 0) -> TaskState:
                            for i in range(3)])
 
 
-def running(store: Store, state: TaskState) -> None:
-    store.load(TASK, None, exists=False)
-    store.put(TASK, state)
+def running(store: Store, state: TaskState, task: TaskRef = TASK) -> None:
+    store.load(task, None, exists=False)
+    store.put(task, state)
 
 
-def test_a_silent_worker_is_judged_once_when_its_limit_passes() -> None:
+@contextmanager
+def ticking() -> Iterator[tuple[Store, HealthClock, list[tuple[TaskRef, float]]]]:
+    """A store, its health clock running on its thread, and what it judged (task, when)."""
     store = Store()
-    judged: list[float] = []
-    clock = HealthClock(store, FAST, due=lambda task: judged.append(time.time()))
+    judged: list[tuple[TaskRef, float]] = []
+    clock = HealthClock(store, FAST, due=lambda task: judged.append((task, time.time())))
     worker = threading.Thread(target=clock.run, daemon=True)
     worker.start()
     try:
+        yield store, clock, judged
+    finally:
+        clock.stop()
+        worker.join(5)
+
+
+def test_a_silent_worker_is_judged_once_when_its_limit_passes() -> None:
+    with ticking() as (store, clock, judged):
         state = reporting(datetime.now(UTC))
         running(store, state)
         due = next_stall(state, datetime.now(UTC), FAST)
@@ -46,22 +58,14 @@ def test_a_silent_worker_is_judged_once_when_its_limit_passes() -> None:
         clock.schedule(TASK, state)
         assert clock.pending(TASK)
         eventually(lambda: judged, 10, "the task judged once its worker stalled")
-        assert judged[0] >= due.timestamp()
+        assert judged[0][1] >= due.timestamp()
         # Judged: nothing more is due (the worker stays silent, already stalled).
         eventually(lambda: not clock.pending(TASK), 5, "the clock done with the task")
         assert len(judged) == 1
-    finally:
-        clock.stop()
-        worker.join(5)
 
 
 def test_a_worker_that_reported_since_is_judged_at_its_new_limit_not_the_old_one() -> None:
-    store = Store()
-    judged: list[float] = []
-    clock = HealthClock(store, FAST, due=lambda task: judged.append(time.time()))
-    worker = threading.Thread(target=clock.run, daemon=True)
-    worker.start()
-    try:
+    with ticking() as (store, clock, judged):
         now = datetime.now(UTC)
         first = reporting(now)
         running(store, first)
@@ -72,33 +76,20 @@ def test_a_worker_that_reported_since_is_judged_at_its_new_limit_not_the_old_one
         new_due = next_stall(later, now, FAST)
         assert new_due is not None
         eventually(lambda: judged, 10, "the task judged")
-        assert judged[0] >= new_due.timestamp(), "judged at the old limit"
+        assert judged[0][1] >= new_due.timestamp(), "judged at the old limit"
         assert len(judged) == 1
-    finally:
-        clock.stop()
-        worker.join(5)
 
 
 def test_a_task_that_stops_running_is_not_judged() -> None:
-    store = Store()
-    judged: list[TaskRef] = []
-    clock = HealthClock(store, FAST, due=judged.append)
-    worker = threading.Thread(target=clock.run, daemon=True)
-    worker.start()
     other = TaskRef(TASK.namespace, "other")
-    try:
+    with ticking() as (store, clock, judged):
         now = datetime.now(UTC)
-        state = reporting(now)
-        running(store, state)
-        clock.schedule(TASK, state)  # due in 1 s ...
+        running(store, reporting(now))
+        clock.schedule(TASK, store.get(TASK))  # due in 1 s ...
         clock.schedule(TASK, None)  # ... but it finished (or the TTL deleted it)
         assert not clock.pending(TASK)
         later = reporting(now + timedelta(seconds=0.5))
-        store.load(other, None, exists=False)
-        store.put(other, later)
+        running(store, later, other)
         clock.schedule(other, later)  # due after TASK's time
         eventually(lambda: judged, 10, "the other task judged")
-        assert judged == [other]
-    finally:
-        clock.stop()
-        worker.join(5)
+        assert [task for task, _ in judged] == [other]

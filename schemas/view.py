@@ -1,5 +1,5 @@
 """The view model of a task: what a person is shown of a TaskFeedback, pure and shared by
-every renderer (the CLI's tables in cli/taskview.py and cli/list_cmd.py, the web page in ui/),
+every renderer (the CLI's tables in cli/taskrender.py and cli/list_cmd.py, the web page in ui/),
 so the terminal and the page can never tell a status apart differently.
 
 ``summarize`` makes a row of the task list from a TaskFeedback object, reading its status

@@ -33,6 +33,7 @@ from tidings._compat import UTC
 from tidings.emitter.task import owner_reference
 from tidings.kube import JSON, METADATA_ONLY, Client, KubeError
 from tidings.kube.flowcontrol import TokenBucket
+from tidings.schemas.admission import Retry
 from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
 from tidings.schemas.event import ObjectRef, TaskRef
 from tidings.schemas.health import DEFAULT_HEALTH, HEALTH_CONDITIONS, HealthSettings
@@ -41,7 +42,6 @@ from tidings.schemas.state import NOTHING_UNREAD, STATUS_BUDGET, TaskState, Unre
 from .coalesce import Coalescer
 from .logs import task_fields
 from .metrics import Metrics
-from .senders import Retry
 from .store import Owner, Store, refused_status
 
 log = logging.getLogger("tidings.watcher.writer")

@@ -17,7 +17,8 @@ from pydantic import BaseModel
 
 from tests.unit import reference_fold
 from tidings._compat import UTC
-from tidings.cli.taskview import SOURCE_CR, Snapshot, render
+from tidings.cli.snapshot import SOURCE_CR, Snapshot
+from tidings.cli.taskrender import render
 from tidings.schemas import ParsedEvent, PodRef, TaskRef, build_event, parse_event
 from tidings.schemas.folding import APPLY, fold_all
 from tidings.schemas.kinds import (

@@ -37,7 +37,8 @@ def render_text(state: TaskState) -> str:
     """What `tidings state` prints for the state (the CLI's renderer, to a string)."""
     from rich.console import Console
 
-    from tidings.cli.taskview import SOURCE_EVENTS, Snapshot, one_line, render
+    from tidings.cli.snapshot import SOURCE_EVENTS, Snapshot
+    from tidings.cli.taskrender import one_line, render
 
     out = io.StringIO()
     Console(file=out, width=120).print(render(Snapshot(state, SOURCE_EVENTS)))

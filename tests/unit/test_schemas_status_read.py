@@ -198,9 +198,10 @@ def shown(status: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """What `tidings state` prints for a TaskFeedback with this status, and its -o json."""
     from rich.console import Console
 
-    from tidings.cli.taskview import _cr_snapshot, render
+    from tidings.cli.snapshot import cr_snapshot
+    from tidings.cli.taskrender import render
 
-    snap = _cr_snapshot(TASK, status, "7")
+    snap = cr_snapshot(TASK, status, "7")
     out = io.StringIO()
     Console(file=out, width=150).print(render(snap))
     return out.getvalue(), snap.to_data()

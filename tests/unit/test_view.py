@@ -177,7 +177,8 @@ def test_a_metrics_curve_comes_from_the_view_to_the_page_and_the_terminal() -> N
 
     from rich.console import Console
 
-    from tidings.cli.taskview import SOURCE_CR, Snapshot, render, sparkline
+    from tidings.cli.snapshot import SOURCE_CR, Snapshot
+    from tidings.cli.taskrender import render, sparkline
     from tidings.schemas.payloads import Metric
 
     status = a_status(Metric(name="loss", value=2.0, step=0),

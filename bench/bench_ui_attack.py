@@ -8,10 +8,12 @@ checkout's, in the same run on the same plane.
            them (Origin https://evil.example, Sec-Fetch-Site cross-site) and held open for
            the window: how many the server served (200) or refused, its figures at the end,
            its API requests (LIST and GET of events, pods, taskfeedbacks) over the window
-  drained  the same figures and requests a window after the streams closed
-  flood    one stream of a task whose pod printed a tqdm bar redrawn 20,000 times and 30
-           lines of 2 MB (kwok serves the log file): the largest message the stream sent,
-           all it sent, and the server's memory once the last line arrived
+  drained  the same figures, ``--drain`` seconds (60) after the streams closed, and the
+           requests of the window that ends then
+  flood    one stream of a task whose pod, once the stream follows it, prints a tqdm bar
+           redrawn 20,000 times and 30 lines of 2 MB (kwok follows the log file, as a
+           kubelet): the largest message the stream sent, all it sent, and the server's
+           memory once the last line arrived
 
 Run: ``TIDINGS_BIN_DIR=... .venv/bin/python bench/bench_ui_attack.py [--before VENV]``
 (``--window S``, 20 by default; ``--smoke``: a few streams, the figures meaningless).
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import os
 import subprocess
 import tempfile
 import time
@@ -39,7 +42,7 @@ from support import (  # bench/support.py
 from tidings.kube import MERGE_PATCH, Client, connect
 from tidings.schemas.contract import pods_path, taskfeedback_path
 
-NS = "bench-attack"
+NS = f"bench-attack-{os.getpid()}"  # (a plane of `tidings dev up` may be measured twice)
 EVIL = {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site",
         "Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"}
 COUNTED = ('resource="events"', 'resource="pods"', 'resource="taskfeedbacks"')
@@ -107,8 +110,30 @@ def api_requests(admin: Client) -> int:
     return total
 
 
-def measure(exe: str, kubeconfig: str, admin: Client, streams: int, window: float
-            ) -> dict[str, Any]:
+def flood_lines(count: int) -> str:
+    bar = "".join(f"\r{p / 200:5.1f}%|{'#' * (p // 2000):10s}| {p}/20000" for p in range(20001))
+    return (log_line(bar) + "".join(log_line(f"dump {i} " + "x" * 2_000_000)
+                                    for i in range(count))
+            + log_line("step 2 after the flood"))
+
+
+def read_until(resp: http.client.HTTPResponse, text: bytes) -> tuple[int, int]:
+    """Read an event stream up to the line holding ``text``: (largest line, bytes read)."""
+    largest = sent = 0
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        line = resp.fp.readline()
+        if not line:
+            break
+        sent += len(line)
+        largest = max(largest, len(line))
+        if text in line:
+            break
+    return largest, sent
+
+
+def measure(exe: str, kubeconfig: str, admin: Client, streams: int, window: float,
+            drain: float, flood: tuple[str, Path, int]) -> dict[str, Any]:
     server = Server(exe, kubeconfig)
     out: dict[str, Any] = {}
     try:
@@ -128,20 +153,16 @@ def measure(exe: str, kubeconfig: str, admin: Client, streams: int, window: floa
                          "served": served}
         for conn in held:
             conn.close()
+        time.sleep(max(0.0, drain - window))
         r0 = api_requests(admin)
         time.sleep(window)
         out["drained"] = {**server.figures(), "requests": api_requests(admin) - r0}
-        conn, resp = server.open(f"/tasks/{NS}/flood/events", {})
-        largest = sent = 0
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            line = resp.fp.readline()
-            if not line:
-                break
-            sent += len(line)
-            largest = max(largest, len(line))
-            if b"step 2 after the flood" in line:
-                break
+        task, log, lines = flood
+        conn, resp = server.open(f"/tasks/{NS}/{task}/events", {})
+        read_until(resp, b"step 1")
+        with log.open("a") as f:
+            f.write(flood_lines(lines))
+        largest, sent = read_until(resp, b"step 2 after the flood")
         conn.close()
         out["flood"] = {**server.figures(), "largest": largest, "sent": sent}
     finally:
@@ -154,22 +175,23 @@ def main() -> None:
     add_control_plane_arg(ap)
     ap.add_argument("--before", metavar="VENV", help="another checkout's venv, measured too")
     ap.add_argument("--window", type=float, default=20.0, help="seconds of each window")
+    ap.add_argument("--drain", type=float, default=60.0,
+                    help="seconds after the attack's streams closed for the drained figures")
     args = ap.parse_args()
-    streams, window = (10, 2.0) if args.smoke else (200, args.window)
+    streams, window, drain = (10, 2.0, 2.0) if args.smoke else (200, args.window, args.drain)
     print(f"load before: {load_averages()}")
     with control_plane(args.control_plane, prefix="bench-attack-") as cp:
         kubeconfig = str(cp.kubeconfig("admin"))
         admin = connect(kubeconfig)
         admin.request("POST", "/api/v1/namespaces", body={"metadata": {"name": NS}})
+        # (no controller manager here makes a namespace's default ServiceAccount)
+        admin.request("POST", f"/api/v1/namespaces/{NS}/serviceaccounts",
+                      body={"metadata": {"name": "default"}})
         logs = Path(tempfile.mkdtemp(prefix="bench-attack-"))
-        bar = "".join(f"\r{p / 200:5.1f}%|{'#' * (p // 2000):10s}| {p}/20000"
-                      for p in range(20001))
-        (logs / "flood.log").write_text(
-            log_line("step 1") + log_line(bar)
-            + "".join(log_line(f"dump {i} " + "x" * 2_000_000) for i in range(30))
-            + log_line("step 2 after the flood"))
-        (logs / "train.log").write_text(log_line("step 1"))
-        for name in ("train", "flood"):
+        names = ("train", "flood-0", "flood-1")
+        for name in names:
+            (logs / f"{name}.log").write_text(log_line("step 1"))
+        for name in names:
             admin.request("POST", taskfeedback_path(NS), body={
                 "apiVersion": "tidings.dev/v1alpha1", "kind": "TaskFeedback",
                 "metadata": {"name": name, "namespace": NS}, "spec": {"task": name}})
@@ -180,9 +202,11 @@ def main() -> None:
         runs = [("after", str(REPO / ".venv" / "bin" / "tidings"))]
         if args.before:
             runs.insert(0, ("before", str(Path(args.before) / "bin" / "tidings")))
-        results = {label: measure(exe, kubeconfig, admin, streams, window)
-                   for label, exe in runs}
-    print(f"load after: {load_averages()}; {streams} cross-site streams, {window:g} s windows")
+        results = {label: measure(exe, kubeconfig, admin, streams, window, drain,
+                                  (f"flood-{i}", logs / f"flood-{i}.log", 3 if args.smoke else 30))
+                   for i, (label, exe) in enumerate(runs)}
+    print(f"load after: {load_averages()}; {streams} cross-site streams, {window:g} s "
+          f"windows, drained {drain:g} s after")
     head = f"{'':8s}{'':9s}" + "".join(f"{label:>14s}" for label, _ in runs)
     print(head)
     rows = [("idle", "threads"), ("idle", "fds"), ("idle", "rss_mib"), ("idle", "requests"),

@@ -225,6 +225,15 @@ def text_of(tab: Any, selector: str) -> str:
     return str(tab.locator(selector).inner_text())
 
 
+def train_with_a_pod(admin: Any, ns: str, tmp_path: Path, lines: list[str]) -> Path:
+    """The task ``train`` as a watcher writes it, and its kwok pod ``train-0`` whose log
+    holds ``lines`` (the file kwok follows, returned)."""
+    write_task(admin, ns, "train", training(ns, "train"))
+    log = write_cri_log(tmp_path / "train-0.log", lines)
+    create_kwok_pod(admin, ns, "train-0", labels={"tidings.dev/task": "train"}, log_file=log)
+    return log
+
+
 # --- the tests --------------------------------------------------------------------------------
 
 
@@ -276,10 +285,7 @@ def test_a_label_selector_narrows_the_list(
 def test_a_task_page_shows_workers_metrics_links_timeline_lineage_and_logs(
         serve: Callable[..., UiServer], page: Any, admin: Any, namespace: str,
         tmp_path: Path) -> None:
-    write_task(admin, namespace, "train", training(namespace, "train"))
-    log = write_cri_log(tmp_path / "train-0.log", ["step 1 loss 0.9", "step 2 loss 0.7"])
-    create_kwok_pod(admin, namespace, "train-0", labels={"tidings.dev/task": "train"},
-                    log_file=log)
+    train_with_a_pod(admin, namespace, tmp_path, ["step 1 loss 0.9", "step 2 loss 0.7"])
     server = serve("-n", namespace)
     page.goto(f"{server.url}tasks/{namespace}/train")
     body = page.locator("#task-body")
@@ -544,10 +550,7 @@ def test_cross_site_requests_are_refused_and_open_nothing(
     cross-site to /tasks/NS/NAME/events each got 200 and a log session (803 threads, 757
     fds, 115 MB). Now each is refused before any route runs: no thread, no descriptor, and a
     task that does not exist never gets a session, even from the page's own origin."""
-    write_task(admin, namespace, "train", training(namespace, "train"))
-    log = write_cri_log(tmp_path / "train-0.log", ["step 1"])
-    create_kwok_pod(admin, namespace, "train-0", labels={"tidings.dev/task": "train"},
-                    log_file=log)
+    train_with_a_pod(admin, namespace, tmp_path, ["step 1"])
     server = serve("-n", namespace)
     before = idle(server)
     for i in range(200):
@@ -624,10 +627,7 @@ def test_a_hostile_page_in_a_real_browser_gets_nothing(
     """A page the user merely visits, in Chromium: 60 event streams, fetches and images
     aimed at the server's task streams (a task that exists, with a pod's logs, and tasks that
     do not). Chromium sends its own Origin and Sec-Fetch-Site; the server opens nothing."""
-    write_task(admin, namespace, "train", training(namespace, "train"))
-    log = write_cri_log(tmp_path / "train-0.log", ["step 1"])
-    create_kwok_pod(admin, namespace, "train-0", labels={"tidings.dev/task": "train"},
-                    log_file=log)
+    train_with_a_pod(admin, namespace, tmp_path, ["step 1"])
     server = serve("-n", namespace)
     before = idle(server)
     hostile = _HostileSite(server.url, namespace, 60)
@@ -724,10 +724,7 @@ def test_megabyte_log_lines_are_cut_and_bounded(
 
     bar = "".join(f"\r{p / 200:5.1f}%|{'#' * (p // 2000):10s}| {p}/20000 [00:{p % 60:02d}]"
                   for p in range(20001))
-    log = write_cri_log(tmp_path / "train-0.log", ["step 1"])
-    write_task(admin, namespace, "train", training(namespace, "train"))
-    create_kwok_pod(admin, namespace, "train-0", labels={"tidings.dev/task": "train"},
-                    log_file=log)
+    log = train_with_a_pod(admin, namespace, tmp_path, ["step 1"])
     server = serve("-n", namespace)
     page.goto(f"{server.url}tasks/{namespace}/train")
     logs = page.locator("#logs")

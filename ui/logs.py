@@ -39,9 +39,8 @@ def shown_line(text: str) -> str:
     """What the page shows of a log line: what a terminal would leave of it (text after a
     carriage return overwrites what came before: a progress bar's last drawing), at most
     LINE_LIMIT characters, cut with a marker that says how much was left out."""
-    if "\r" in text:
-        drawings = [d for d in text.split("\r") if d.strip()]
-        text = drawings[-1] if drawings else ""
+    if "\r" in text:  # (a CRLF line's \r, and blank drawings after the last, are whitespace)
+        text = text.rstrip().rpartition("\r")[2]
     if len(text) <= LINE_LIMIT:
         return text
     cut = len(text) - LINE_LIMIT

@@ -158,3 +158,10 @@ def test_sessions_are_bounded_per_server_and_an_idle_one_makes_room(
         assert stopped == [last.key] and len(sessions.open_sessions) == MAX_SESSIONS
 
     asyncio.run(scenario())
+
+
+@given(st.text(alphabet=st.sampled_from("ab \r\n\t…é"), max_size=3 * LINE_LIMIT))
+def test_any_line_is_shown_bounded(text: str) -> None:
+    shown = shown_line(text)
+    assert len(shown) <= LINE_LIMIT + len(" … [line cut: 99,999,999 more characters]")
+    assert "\r" not in shown

@@ -180,6 +180,11 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def __dir__() -> list[str]:
+    # dir(), help() and editors' completion see the names __getattr__ loads, without loading.
+    return sorted({*globals(), *__all__})
+
+
 __all__ = [
     "API_GROUP",
     "API_VERSION",

@@ -1,6 +1,8 @@
 """Typed, versioned payloads carried in an Event note.
 
 Strict, frozen pydantic models; every text field is sanitised and every URL vetted on the way in.
+Text that was not valid UTF-8 (a lone surrogate) is made valid (U+FFFD) in every text field,
+names and URLs included, before any other rule reads it (``schemas.text.valid_text``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pydantic_core import PydanticCustomError
 from .constants import NAME_LIMIT, TYPE_LIMIT, URL_LIMIT, WORKERS_MAX
 from .history import HISTORY_POINTS
 from .text import cut_text as cut_text  # (its home is text.py; importers here keep working)
-from .text import has_invisible, sanitize_text
+from .text import has_invisible, sanitize_text, valid_text
 
 _MODEL_CONFIG = ConfigDict(
     strict=True,
@@ -67,6 +69,7 @@ def name_error(v: str) -> tuple[str, str] | None:
 def _clean_name(v: Any) -> Any:
     if not isinstance(v, str):
         return v
+    v = valid_text(v)
     why = name_error(v)
     if why is not None:
         raise PydanticCustomError(*why)
@@ -82,7 +85,7 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*\Z")
 # Browsers silently drop tabs/newlines inside URLs ("java\tscript:"), so rejecting them outright
 # is the only safe answer; '\\' is rejected because browsers read it as '/'.
 _URL_FORBIDDEN = re.compile(
-    r"[\x00-\x20\x7f-\x9f\"<>\\`\u00a0\u1680\u2000-\u200f\u2028-\u202f\u205f-\u206f\u3000\ufeff\ud800-\udfff]"
+    r"[\x00-\x20\x7f-\x9f\"<>\\`\u00a0\u1680\u2000-\u200f\u2028-\u202f\u205f-\u206f\u3000\ufeff]"
 )
 # Where a deck can live: object stores, HDFS and the web. An allow-list, since a deny-list
 # always misses one (file:, ms-msdt:, blob:, ...). No file: a path on the pod's disk means
@@ -97,7 +100,7 @@ _URL_SAFE = "!#$%&'()*+,-./:;=?@[]^_{|}~"
 def _normalise_url(v: Any, *, web_only: bool) -> Any:
     if not isinstance(v, str):
         return v
-    v = v.strip(" ")
+    v = valid_text(v).strip(" ")
     if _URL_FORBIDDEN.search(v):
         raise ValueError("URL contains whitespace, control or forbidden characters")
     if not v.isascii():

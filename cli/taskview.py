@@ -51,12 +51,13 @@ from tidings.schemas.contract import (
     task_selector,
     taskfeedback_path,
 )
-from tidings.schemas.folding import observe
 from tidings.schemas.observed import PodVerdict, gone, pod_verdict
+from tidings.schemas.observing import observe
 from tidings.schemas.payloads import NON_FINITE
 from tidings.schemas.platform import PodTask, pod_task
 from tidings.schemas.rejection import Rejection, RejectReason
-from tidings.schemas.state import NOTHING_UNREAD, Unread, read_status
+from tidings.schemas.status_decoder import NOTHING_UNREAD, Unread, read_status
+from tidings.schemas.status_encoder import to_status
 from tidings.schemas.times import format_seconds
 from tidings.schemas.view import (
     CURVE_HEADERS,
@@ -193,7 +194,7 @@ class Snapshot:
         if self.status is not None:  # what the status says, as the watcher wrote it
             status = dict(self.status)
         else:
-            status = self.state.to_status(now=datetime.now(UTC))
+            status = to_status(self.state, now=datetime.now(UTC))
             if self.refused:
                 status["refused"] = dict(self.refused)
         data["status"] = status

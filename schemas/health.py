@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidings._compat import UTC
 
-from .payloads import non_finite_text
+from .constants import non_finite_text
+from .contract import condition
 from .roster import pod_hash
 from .times import format_seconds, parse_time
 
@@ -199,12 +200,6 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-def _condition(ctype: str, true: bool, reason: str, message: str, at: datetime
-               ) -> dict[str, Any]:
-    return {"type": ctype, "status": "True" if true else "False", "reason": reason,
-            "message": message, "lastTransitionTime": format_seconds(at)}
-
-
 def conditions(state: TaskState, health: Health) -> list[dict[str, Any]]:
     """``Stalled`` (only when silence was judged), ``NonFiniteMetrics`` and ``Straggling``,
     metav1.Condition style. lastTransitionTime is that of the deciding report (the moment
@@ -223,32 +218,32 @@ def conditions(state: TaskState, health: Health) -> list[dict[str, Any]]:
                        + (f" (reports every {_duration(x.interval)})"
                           if x.interval is not None else " (one report)")
                        for pod, x in health.stalled.items())
-            out.append(_condition(STALLED, True, "NoProgressReports",
+            out.append(condition(STALLED, True, "NoProgressReports",
                                   _names(details, len(health.stalled)),
                                   first.since + timedelta(seconds=first.limit)))
         elif state.phase == "Running":
-            out.append(_condition(STALLED, False, "Reporting",
+            out.append(condition(STALLED, False, "Reporting",
                                   "every running worker reported within its pace", start))
         else:
-            out.append(_condition(STALLED, False, "NotRunning", "the task is not running",
+            out.append(condition(STALLED, False, "NotRunning", "the task is not running",
                                   start))
     if health.non_finite:
         metrics = state.named["metrics"]
         at = min(metrics[name].at[0] for name in health.non_finite)
-        out.append(_condition(NON_FINITE_METRICS, True, "NonFiniteValue", _names(
+        out.append(condition(NON_FINITE_METRICS, True, "NonFiniteValue", _names(
             (f"{name}={text}" for name, text in health.non_finite.items()),
             len(health.non_finite)), at))
     else:
-        out.append(_condition(NON_FINITE_METRICS, False, "AllFinite",
+        out.append(condition(NON_FINITE_METRICS, False, "AllFinite",
                               "every metric's latest value is finite", start))
     if health.straggling:
         at = max(w.at[0] for _, w in _running(state))
-        out.append(_condition(STRAGGLING, True, "BehindMedianPace", _names(
+        out.append(condition(STRAGGLING, True, "BehindMedianPace", _names(
             (f"{pod} at {ratio:.2f} of the median pace"
              for pod, ratio in sorted(health.straggling.items())), len(health.straggling)),
             at))
     else:
-        out.append(_condition(STRAGGLING, False, "NoStraggler",
+        out.append(condition(STRAGGLING, False, "NoStraggler",
                               "no running worker far behind the median pace", start))
     return out
 

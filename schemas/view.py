@@ -318,9 +318,10 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
     the conditions are what the status of this state would say, its health judged at ``now``
     with the default thresholds (the watcher's rule)."""
     from .kinds import NAMED_KINDS  # (the payload models: not for `tidings list`'s rows)
+    from .status_encoder import to_status
 
     if status is None:
-        status = state.to_status(now=now)
+        status = to_status(state, now=now)
     said = _map(status.get("health"))
     stalled, straggling = _names(said.get("stalled")), _names(said.get("straggling"))
     r = state.roster

@@ -33,18 +33,13 @@ from dataclasses import dataclass, field
 import orjson
 
 from tidings.schemas.event import ObjectRef, ParsedEvent, TaskRef
-from tidings.schemas.folding import fold_checked, observe
+from tidings.schemas.folding import fold_checked
 from tidings.schemas.observed import PlatformOutcome, PodVerdict
+from tidings.schemas.observing import observe
 from tidings.schemas.rejection import RejectReason
-from tidings.schemas.state import (
-    DEFAULT_LIMITS,
-    NOTHING_UNREAD,
-    Limits,
-    TaskState,
-    Unread,
-    new_state,
-    read_status,
-)
+from tidings.schemas.state import DEFAULT_LIMITS, Limits, TaskState, new_state
+from tidings.schemas.status_decoder import NOTHING_UNREAD, Unread, decode_status, read_status
+from tidings.schemas.status_encoder import to_status
 from tidings.schemas.version_vector import VersionVector
 
 
@@ -154,11 +149,11 @@ _ZLIB_LEVEL = 1
 
 def pack_state(state: TaskState) -> bytes:
     """The compact form of a state: its full (unbudgeted) status, as compressed JSON."""
-    return zlib.compress(orjson.dumps(state.to_status()), _ZLIB_LEVEL)
+    return zlib.compress(orjson.dumps(to_status(state)), _ZLIB_LEVEL)
 
 
 def unpack_state(task: TaskRef, packed: bytes, limits: Limits) -> TaskState:
-    return TaskState.from_status(task, orjson.loads(zlib.decompress(packed)), limits)
+    return decode_status(task, orjson.loads(zlib.decompress(packed)), limits)
 
 
 class Store:

@@ -13,15 +13,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import TypeVar
 
+from tidings.schemas.apply import _count, _merge_progress, _set_named
+from tidings.schemas.constants import MESSAGE_LIMIT
 from tidings.schemas.event import ParsedEvent
-from tidings.schemas.folding import (
-    WINDOW_BUCKETS,
-    _compact,
-    _count,
-    _insert_capped,
-    _merge_progress,
-    _set_named,
-)
+from tidings.schemas.folding import _compact
 from tidings.schemas.payloads import (
     DeckReady,
     LogLink,
@@ -45,12 +40,8 @@ from tidings.schemas.roster import (
     Roster,
     pod_hash,
 )
-from tidings.schemas.state import (
-    MESSAGE_LIMIT,
-    SpanAgg,
-    TaskState,
-    _span_weight,
-)
+from tidings.schemas.spans import WINDOW_BUCKETS
+from tidings.schemas.state import SpanAgg, TaskState, events_of, insert_capped
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -137,7 +128,7 @@ def _merge_span(entries: dict[str, SpanAgg], p: SpanSummary, cap: int, pod: str,
     cur = entries.get(name)
     capped = 0
     if cur is None:
-        capped = _insert_capped(entries, name, _merged(None, p), cap, _span_weight)
+        capped = insert_capped(entries, name, _merged(None, p), cap, events_of)
         if name not in entries:
             return capped
     else:

@@ -22,6 +22,7 @@ from tidings.schemas.health import (
     next_stall,
     stalled_since_written,
 )
+from tidings.schemas.status_encoder import to_status
 from tidings.watcher.settings import Settings, health_settings
 
 
@@ -42,7 +43,7 @@ def reports(pod: int, times: Sequence[float], fractions: Sequence[float] | None 
 
 def conds(state: TaskState, now: datetime | None,
           s: HealthSettings = DEFAULT_HEALTH) -> dict[str, dict[str, str]]:
-    return {c["type"]: c for c in state.to_status(now=now, health=s)["conditions"]}
+    return {c["type"]: c for c in to_status(state, now=now, health=s)["conditions"]}
 
 
 def at(seconds: float) -> datetime:
@@ -58,7 +59,7 @@ def test_a_worker_reporting_every_second_is_stalled_within_two_minutes_and_clear
     assert c["message"] == ("w-0 silent for 61s (reports every 1s), "
                             "w-1 silent for 61s (reports every 1s)")
     assert c["lastTransitionTime"] == "2026-11-30T03:01:29Z"  # when the silence passed 60 s
-    st_ = s.to_status(now=at(90))
+    st_ = to_status(s, now=at(90))
     assert st_["health"] == {"summary": "Stalled", "evaluatedAt": "2026-11-30T03:01:30Z",
                              "stalled": ["w-0", "w-1"]}
     # w-1's next report clears it for w-1; w-0 stays stalled, named alone.
@@ -95,8 +96,8 @@ def test_only_running_workers_of_a_running_task_stall() -> None:
 def test_silence_is_judged_only_when_the_time_is_given() -> None:
     s = fold_all(TASK, reports(0, [0, 1]))
     assert "Stalled" not in conds(s, None)
-    assert "evaluatedAt" not in s.to_status()["health"]
-    assert s.to_status()["health"]["summary"] == "Healthy"
+    assert "evaluatedAt" not in to_status(s)["health"]
+    assert to_status(s)["health"]["summary"] == "Healthy"
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -130,7 +131,7 @@ def test_a_worker_far_behind_the_median_pace_straggles() -> None:
     c = conds(s, at(31))["Straggling"]
     assert c["status"] == "True" and c["reason"] == "BehindMedianPace"
     assert c["message"] == "w-3 at 0.30 of the median pace"
-    assert s.to_status(now=at(31))["health"]["straggling"] == ["w-3"]
+    assert to_status(s, now=at(31))["health"]["straggling"] == ["w-3"]
     # Fewer workers with a pace than the minimum: no judgment.
     assert conds(fold_all(TASK, evs[4:]), at(31))["Straggling"]["status"] == "True"
     assert conds(fold_all(TASK, evs[8:]), at(31))["Straggling"]["status"] == "False"
@@ -147,7 +148,7 @@ def test_a_non_finite_metric_is_a_condition_that_names_it_and_clears() -> None:
     assert c["status"] == "True" and c["reason"] == "NonFiniteValue"
     assert c["message"] == "grad_norm=Infinity, loss=NaN"
     assert c["lastTransitionTime"] == "2026-11-30T03:00:05Z"
-    assert s.to_status()["health"] == {"summary": "NonFiniteMetrics",
+    assert to_status(s)["health"] == {"summary": "NonFiniteMetrics",
                                        "nonFinite": ["grad_norm", "loss"]}
     healed = fold_all(TASK, [ok, *bad, make_event(Metric(name="loss", value=0.3), "m", 3,
                                                   at(8)),
@@ -157,10 +158,10 @@ def test_a_non_finite_metric_is_a_condition_that_names_it_and_clears() -> None:
 
 def test_a_restarted_watcher_sees_what_went_silent_while_it_was_down() -> None:
     s = fold_all(TASK, reports(0, list(range(10))))
-    written = s.to_status(now=at(10))  # not stalled then
+    written = to_status(s, now=at(10))  # not stalled then
     assert not stalled_since_written(s, written, DEFAULT_HEALTH, at(30))
     assert stalled_since_written(s, written, DEFAULT_HEALTH, at(200))
-    assert not stalled_since_written(s, s.to_status(now=at(200)), DEFAULT_HEALTH, at(300))
+    assert not stalled_since_written(s, to_status(s, now=at(200)), DEFAULT_HEALTH, at(300))
 
 
 def test_the_watchers_flags_default_to_the_same_thresholds() -> None:

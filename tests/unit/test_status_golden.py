@@ -55,10 +55,12 @@ from tidings.schemas import (
     fold_all,
     parse_event,
 )
-from tidings.schemas.folding import fold_many, observe
+from tidings.schemas.folding import fold_many
 from tidings.schemas.health import HealthSettings, next_stall, stalled_since_written
 from tidings.schemas.observed import PlatformOutcome, PodVerdict
-from tidings.schemas.state import read_status
+from tidings.schemas.observing import observe
+from tidings.schemas.status_decoder import read_status
+from tidings.schemas.status_encoder import to_status
 from tidings.watcher.writer import status_body
 
 GOLDEN = Path(__file__).parent / "data" / "status_golden.json"
@@ -260,18 +262,18 @@ def encodings(seed: int) -> list[bytes]:
     state, now, thresholds, budget = random_state(seed)
     rnd = random.Random(seed ^ 0x5EED)
     settings = HealthSettings(**thresholds)  # type: ignore[arg-type]
-    plain = state.to_status()
-    judged = state.to_status(budget=budget, now=now, health=settings)
+    plain = to_status(state)
+    judged = to_status(state, budget=budget, now=now, health=settings)
     written = status_body(state, {"unknown_sender": 2} if rnd.random() < 0.3 else None,
                           now=now or T0, health=settings)
     back = read_status(TASK, orjson.loads(orjson.dumps(plain)), state.limits)
     damaged = read_status(TASK, _damaged(rnd, judged), state.limits)
-    again = damaged.unread.merge_into(damaged.state.to_status(now=now, health=settings),
+    again = damaged.unread.merge_into(to_status(damaged.state, now=now, health=settings),
                                       damaged.state)
     clock = "" if now is None else str(next_stall(state, now, settings))
     since = now is not None and stalled_since_written(state, plain, settings, now)
     return [orjson.dumps(plain), orjson.dumps(judged), orjson.dumps(written),
-            orjson.dumps(back.state.to_status()) + repr(back.unread).encode(),
+            orjson.dumps(to_status(back.state)) + repr(back.unread).encode(),
             orjson.dumps(again) + repr(damaged.unread.problems).encode()
             + str(damaged.unread.partial).encode(),
             f"{clock} {since}".encode()]
@@ -294,7 +296,7 @@ def test_the_generator_reaches_every_part_of_the_status() -> None:
     seen: dict[str, int] = {}
     for seed in SEEDS[::4]:
         state, now, thresholds, budget = random_state(seed)
-        st = state.to_status(budget=budget, now=now,
+        st = to_status(state, budget=budget, now=now,
                              health=HealthSettings(**thresholds))  # type: ignore[arg-type]
         parts = set(st) | {f"dropped:{k}" for k in st.get("budgetDropped", {})}
         parts |= {c["type"] for c in st.get("conditions", []) if c["status"] == "True"}

@@ -51,6 +51,7 @@ from tidings.schemas.contract import (
     task_selector,
     taskfeedback_path,
 )
+from tidings.schemas.health import judge
 from tidings.schemas.observed import PodVerdict, gone, pod_verdict
 from tidings.schemas.observing import observe
 from tidings.schemas.payloads import NON_FINITE
@@ -194,7 +195,7 @@ class Snapshot:
         if self.status is not None:  # what the status says, as the watcher wrote it
             status = dict(self.status)
         else:
-            status = to_status(self.state, now=datetime.now(UTC))
+            status = to_status(self.state, health=judge(self.state, datetime.now(UTC)))
             if self.refused:
                 status["refused"] = dict(self.refused)
         data["status"] = status
@@ -810,7 +811,7 @@ def render(snap: Snapshot) -> Any:
         t = table("Workers", "POD", "PROGRESS", "STATE", "HEALTH", "MESSAGE",
                   *(("POD ENDED",) if ends else ()))
         for w in v.workers:
-            flag = "stalled" if w.stalled else "straggling" if w.straggler else ""
+            flag = ", ".join(w.flags)
             cells = [_t(w.pod), _t("-" if w.fraction is None else f"{w.fraction * 100:.1f}%"),
                      _t(w.state, "red" if w.bad else ""), _t(flag, "red"), _t(w.message)]
             if ends:

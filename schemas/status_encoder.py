@@ -1,27 +1,30 @@
 """The ``.status`` encoder: a folded state as the camelCase, structural status deploy/crd.yaml
 documents (``to_status``), cut to a byte budget by giving up detail in ``BUDGET_DROP_ORDER``.
 
-Empty maps, zero counters and absent values are left out. The inverse is
-schemas/status_decoder.py; the layout is summed up in ``tidings.schemas``'s docstring.
+Empty maps, zero counters and absent values are left out. Health is not judged here: who
+writes or shows a status judges it (schemas/health.py's ``judge``, at a time) and hands the
+judgment in; encoding a state to keep it (the watcher's compacted tasks) judges nothing. The
+inverse is schemas/status_decoder.py; the layout is summed up in ``tidings.schemas``'s
+docstring.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
 from . import history
 from .completion import TaskProgress, aggregate, outcome_conditions, percent
-from .health import DEFAULT_HEALTH, HealthSettings, evaluate, health_json
-from .health import conditions as health_conditions
 from .kinds import BUDGET_STEPS, NAMED_KINDS, Kind
 from .observed import Observed, PodVerdict
 from .payloads import non_finite_text
 from .roster import OrderKey, Roster, encode_ends, encode_marks
 from .state import COUNTER_NAMES, Named, ProgressState, SpanAgg, TaskState, us
 from .times import format_seconds, format_time, from_epoch
+
+if TYPE_CHECKING:
+    from .health import Judgment
 
 # The layout version of ``.status`` (1 was the snake_case layout, which is no longer read).
 STATUS_VERSION = 2
@@ -63,19 +66,20 @@ def _camel(name: str) -> str:
 COUNTER_KEYS: dict[str, str] = {k: _camel(k) for k in COUNTER_NAMES}
 
 
-def to_status(state: TaskState, budget: int | None = None, *, now: datetime | None = None,
-              health: HealthSettings = DEFAULT_HEALTH) -> dict[str, Any]:
+def to_status(state: TaskState, budget: int | None = None, *,
+              health: Judgment | None = None) -> dict[str, Any]:
     """The JSON-safe ``.status`` dict: camelCase, structural (deploy/crd.yaml documents
-    every field); empty maps, zero counters and absent values are left out. Its health
-    (``schemas/health.py``: conditions and ``health``) is judged with ``health``'s
-    thresholds, and silence (``Stalled``) only when ``now`` says when it is judged.
+    every field); empty maps, zero counters and absent values are left out. ``health``, the
+    state's health as ``health.judge`` made it, goes after the outcome's conditions and in
+    ``status.health`` (None: the status says nothing of health). A status with no condition
+    (nothing folded or observed yet) has no health either.
 
     With ``budget`` (bytes), entries are dropped in ``BUDGET_DROP_ORDER`` (from the end of
     each section, the largest names first) while the encoded status is larger, and
     ``budgetDropped`` counts what went per section (the in-memory state keeps it all; only
     the written copy is cut). Phase, conditions, progress, the workers' progress, counters,
     the roster and the version vector are never dropped."""
-    st = _status(state, now, health)
+    st = _status(state, health)
     if budget is None:
         return st
     size = len(orjson.dumps(st)) + _DROPPED_RESERVE
@@ -111,15 +115,16 @@ def to_status(state: TaskState, budget: int | None = None, *, now: datetime | No
     return st
 
 
-def _status(state: TaskState, now: datetime | None, settings: HealthSettings
-            ) -> dict[str, Any]:
+def _status(state: TaskState, health: Judgment | None) -> dict[str, Any]:
     phase = state.phase
     st: dict[str, Any] = {"schemaVersion": STATUS_VERSION, "phase": phase}
     conditions = outcome_conditions(state, phase)
     if conditions:
-        health = evaluate(state, now, settings)
-        st["conditions"] = conditions + health_conditions(state, health)
-        st["health"] = health_json(health)
+        if health is None:
+            st["conditions"] = conditions
+        else:
+            st["conditions"] = conditions + health.conditions
+            st["health"] = dict(health.health)
     agg = aggregate(state, phase)
     if agg is not None:
         st["progress"] = _progress_json(agg, phase)

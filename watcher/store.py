@@ -5,11 +5,11 @@ newly elected watcher resumes exactly where the last written state left off. Eac
 keeps the resourceVersion its state builds on and the events folded since, so that a status
 write refused as stale can be rebased on whatever the object holds now. Idle, fully
 written tasks are first *compacted* (kept as the zlib-compressed JSON of their full
-status, rebuilt losslessly by ``TaskState.from_status`` on their next use: about a quarter
+status, rebuilt losslessly by ``decode_status`` on their next use: about a quarter
 of the live objects' size), then, after longer, evicted; an evicted task comes back
 unseeded, and is seeded again from its status before its next fold.
 
-What the task's pods' objects and its platform object say (``folding.observe``) is folded
+What the task's pods' objects and its platform object say (``observing.observe``) is folded
 through ``observe``; the entry keeps the last such view, so a state rebuilt on another base (a
 rebase) has it again before it is written.
 
@@ -62,7 +62,7 @@ class Entry:
     # unseeded entry must be seeded before it is folded, or its fold would start from zero.
     seeded: bool = False
     touched: float = field(default_factory=time.monotonic)
-    packed: bytes | None = None  # zlib(orjson(state.to_status())) of a compacted entry
+    packed: bytes | None = None  # zlib(orjson(to_status(state))) of a compacted entry
     # uid of the TaskFeedback the state belongs to (None: no object known yet).
     uid: str | None = None
     # uids known not to be this task's object (deleted or replaced runs), so their events
@@ -73,7 +73,7 @@ class Entry:
     # Events refused for this task, by reason (persisted as status.refused).
     refused: dict[str, int] = field(default_factory=dict)
     # What the object's status held that could not be read: written back as it was (a
-    # partial read is never written over; see schemas/state.py's ``Unread``).
+    # partial read is never written over; see schemas/status_decoder.py's ``Unread``).
     unread: Unread = NOTHING_UNREAD
     # The version the health clock asked to be written (its state did not change, the
     # time did): a rebase finding the status equal to our state must still write it.
@@ -88,7 +88,7 @@ class Entry:
 
 @dataclass(frozen=True, slots=True)
 class Observations:
-    """What the objects said of a task (``folding.observe``'s inputs): pods that ended, the
+    """What the objects said of a task (``observing.observe``'s inputs): pods that ended, the
     pods waiting now, the platform object's outcome."""
 
     ended: tuple[PodVerdict, ...] = ()

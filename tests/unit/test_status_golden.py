@@ -56,7 +56,13 @@ from tidings.schemas import (
     parse_event,
 )
 from tidings.schemas.folding import fold_many
-from tidings.schemas.health import HealthSettings, next_stall, stalled_since_written
+from tidings.schemas.health import (
+    DEFAULT_HEALTH,
+    HealthSettings,
+    judge,
+    next_stall,
+    stalled_since_written,
+)
 from tidings.schemas.observed import PlatformOutcome, PodVerdict
 from tidings.schemas.observing import observe
 from tidings.schemas.status_decoder import read_status
@@ -257,23 +263,33 @@ def _damaged(rnd: random.Random, status: dict[str, Any]) -> dict[str, Any]:
 # --- what is encoded (update the calls when the code moves; never the generator) --------------
 
 
+def _settings(thresholds: dict[str, float]) -> HealthSettings:
+    # (the generator's names are those HealthSettings had when the digests were recorded)
+    return HealthSettings(**{k.removesuffix("_s"): v for k, v in thresholds.items()})
+
+
+def _status(state: TaskState, now: datetime | None, settings: HealthSettings,
+            budget: int | None = None) -> dict[str, Any]:
+    """What a reader is shown and the watcher writes: the status with its health judged."""
+    return to_status(state, budget, health=judge(state, now, settings))
+
+
 def encodings(seed: int) -> list[bytes]:
     """The bytes whose digests are recorded for ``seed``."""
     state, now, thresholds, budget = random_state(seed)
     rnd = random.Random(seed ^ 0x5EED)
-    settings = HealthSettings(**thresholds)  # type: ignore[arg-type]
-    plain = to_status(state)
-    judged = to_status(state, budget=budget, now=now, health=settings)
+    settings = _settings(thresholds)
+    plain = _status(state, None, DEFAULT_HEALTH)
+    judged = _status(state, now, settings, budget)
     written = status_body(state, {"unknown_sender": 2} if rnd.random() < 0.3 else None,
                           now=now or T0, health=settings)
     back = read_status(TASK, orjson.loads(orjson.dumps(plain)), state.limits)
     damaged = read_status(TASK, _damaged(rnd, judged), state.limits)
-    again = damaged.unread.merge_into(to_status(damaged.state, now=now, health=settings),
-                                      damaged.state)
+    again = damaged.unread.merge_into(_status(damaged.state, now, settings), damaged.state)
     clock = "" if now is None else str(next_stall(state, now, settings))
     since = now is not None and stalled_since_written(state, plain, settings, now)
     return [orjson.dumps(plain), orjson.dumps(judged), orjson.dumps(written),
-            orjson.dumps(to_status(back.state)) + repr(back.unread).encode(),
+            orjson.dumps(_status(back.state, None, DEFAULT_HEALTH)) + repr(back.unread).encode(),
             orjson.dumps(again) + repr(damaged.unread.problems).encode()
             + str(damaged.unread.partial).encode(),
             f"{clock} {since}".encode()]
@@ -296,8 +312,7 @@ def test_the_generator_reaches_every_part_of_the_status() -> None:
     seen: dict[str, int] = {}
     for seed in SEEDS[::4]:
         state, now, thresholds, budget = random_state(seed)
-        st = to_status(state, budget=budget, now=now,
-                             health=HealthSettings(**thresholds))  # type: ignore[arg-type]
+        st = _status(state, now, _settings(thresholds), budget)
         parts = set(st) | {f"dropped:{k}" for k in st.get("budgetDropped", {})}
         parts |= {c["type"] for c in st.get("conditions", []) if c["status"] == "True"}
         parts |= {f"phase:{st['phase']}"}

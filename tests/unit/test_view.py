@@ -262,4 +262,4 @@ def test_a_lone_stalled_worker_still_gets_its_row() -> None:
     (pod,) = (w["pod"] for w in status["workers"])
     status["health"] = {"summary": "Stalled", "stalled": [pod]}
     view = task_view(state, status)
-    assert view.shows_workers and view.workers[0].stalled
+    assert view.shows_workers and view.workers[0].flags == ("stalled",)

@@ -91,7 +91,6 @@ if TYPE_CHECKING:
         DEFAULT_LIMITS,
         Limits,
         Named,
-        ProgressState,
         SpanAgg,
         TaskState,
         new_state,
@@ -99,6 +98,7 @@ if TYPE_CHECKING:
     from .text import sanitize_text
     from .times import format_time, parse_time
     from .version_vector import VersionVector
+    from .workers import ProgressState
 
 # Each name loads its own module on first use (PEP 562): `tidings.emitter` imports the
 # references alone (the payloads and the Event contract load on its sender thread), never
@@ -157,7 +157,7 @@ _LAZY = {
     "DEFAULT_LIMITS": "state",
     "Limits": "state",
     "Named": "state",
-    "ProgressState": "state",
+    "ProgressState": "workers",
     "SpanAgg": "state",
     "TaskProgress": "completion",
     "TaskState": "state",

@@ -17,6 +17,7 @@ from datetime import datetime
 from operator import attrgetter
 from typing import cast
 
+from .caps import K, events_of, insert_capped, one_each
 from .constants import MESSAGE_LIMIT
 from .event import ParsedEvent
 from .history import merge as merge_report
@@ -44,17 +45,9 @@ from .roster import (
     with_ends,
 )
 from .spans import SpanRun
-from .state import (
-    K,
-    Named,
-    NamedValue,
-    ProgressState,
-    TaskState,
-    events_of,
-    insert_capped,
-    one_each,
-)
+from .state import Named, NamedValue, TaskState
 from .text import cut_text
+from .workers import ProgressState, merge_progress
 
 # --- per-entry merges, in place on a map the run owns ------------------------------------
 
@@ -72,38 +65,6 @@ def _set_named(entries: dict[str, Named], name: str, value: NamedValue, at: Orde
         entries[name] = Named(value, at, cur.events + 1, series)
     else:
         entries[name] = Named(cur.value, cur.at, cur.events + 1, series)
-    return 0
-
-
-def _merge_progress(
-    entries: dict[str, ProgressState], pod: str, p: Progress, key: OrderKey, cap: int
-) -> int:
-    """Merge ``p`` into its worker's register: a final beats a non-final, then latest wins;
-    the earliest Progress (by order key) is kept beside it as the start of the worker's pace."""
-    cur = entries.get(pod)
-    if cur is None:
-        msg = cut_text(p.message, MESSAGE_LIMIT)
-        new = ProgressState(p.fraction, msg, p.final, key, p.failed, p.workers, 1)
-        return insert_capped(entries, pod, new, cap, events_of)
-    first_at: OrderKey | None = cur.first_at
-    if first_at is None:
-        first_at, first_fraction = cur.at, cur.fraction
-    else:
-        first_fraction = cur.first_fraction
-    if key < first_at:
-        first_at, first_fraction = key, p.fraction
-    # (first_at None: the winning Progress is the earliest too, so nothing more to keep.)
-    if (p.final, key) > (cur.final, cur.at):
-        if first_at == key:
-            first_at, first_fraction = None, 0.0
-        entries[pod] = ProgressState(p.fraction, cut_text(p.message, MESSAGE_LIMIT), p.final,
-                                     key, p.failed, p.workers, cur.events + 1, first_at,
-                                     first_fraction)
-    else:
-        if first_at == cur.at:
-            first_at, first_fraction = None, 0.0
-        entries[pod] = ProgressState(cur.fraction, cur.message, cur.final, cur.at, cur.failed,
-                                     cur.workers, cur.events + 1, first_at, first_fraction)
     return 0
 
 
@@ -264,7 +225,7 @@ def _apply_progress(w: Work, ev: ParsedEvent, p: Progress, t: datetime) -> None:
     if workers is None:
         workers = w.workers_w = dict(w.state.workers)
     key = (t, ev.instance, ev.seq)
-    capped = _merge_progress(workers, ev.sender.name, p, key, w.lim.workers)
+    capped = merge_progress(workers, ev.sender.name, p, key, w.lim.workers)
     if capped:
         w.bump("workers_capped", capped)
     _merge_roster(w, ev.sender.name, p, key)

@@ -2,7 +2,8 @@
 and the outcome conditions (``Completed``, ``Failed``, ``PodsWaiting``) its status carries.
 
 It reads a folded state through ``Folded``, the parts of ``TaskState`` (schemas/state.py) it
-needs, so the state can ask it for its own phase without this module importing the state.
+needs, so the state can ask it for its own phase without this module importing the state;
+each worker's record is schemas/workers.py's.
 
 The rule reads the roster (every reporting pod), never the capped detailed records, so no
 failed or final report is lost to a cap and a task of up to WORKERS_MAX declared workers
@@ -29,9 +30,10 @@ from .contract import FAILED, PENDING, RUNNING, SUCCEEDED, condition
 from .observed import WAITING, Observed, PlatformOutcome
 from .roster import FAILED as FAILED_BIT
 from .roster import FINAL as FINAL_BIT
-from .roster import FRACTION_MASK, FRACTION_SCALE, OrderKey, Roster, pod_hash
+from .roster import FRACTION_MASK, FRACTION_SCALE, Roster, pod_hash
 from .text import cut_text
 from .times import from_epoch
+from .workers import ProgressState
 
 # The farthest past a worker's latest report its pace may put the task's estimated
 # completion time; beyond it the estimate is left out (see ``estimated_completion``).
@@ -39,23 +41,6 @@ ETA_HORIZON = timedelta(days=365)
 _ETA_HORIZON_S = ETA_HORIZON.total_seconds()
 # Waiting pods a PodsWaiting condition names (the status lists them all).
 _WAITING_NAMED = 3
-
-
-class Worker(Protocol):
-    """What the rule reads of a detailed worker record (``state.ProgressState``)."""
-
-    @property
-    def fraction(self) -> float: ...
-    @property
-    def message(self) -> str: ...
-    @property
-    def final(self) -> bool: ...
-    @property
-    def at(self) -> OrderKey: ...
-    @property
-    def first_at(self) -> OrderKey | None: ...
-    @property
-    def first_fraction(self) -> float: ...
 
 
 class Folded(Protocol):
@@ -66,7 +51,7 @@ class Folded(Protocol):
     @property
     def observed(self) -> Observed: ...
     @property
-    def workers(self) -> Mapping[str, Worker]: ...
+    def workers(self) -> Mapping[str, ProgressState]: ...
     @property
     def counters(self) -> Mapping[str, int]: ...
     @property

@@ -75,18 +75,9 @@ from typing import NamedTuple
 from tidings._compat import UTC
 
 from .apply import APPLY, Work
+from .caps import insert_capped, one_each
 from .event import ParsedEvent, TaskRef
-from .state import (
-    DEFAULT_LIMITS,
-    Limits,
-    Named,
-    TaskState,
-    insert_capped,
-    new_state,
-    new_task_state,
-    one_each,
-    with_counter,
-)
+from .state import DEFAULT_LIMITS, Limits, Named, TaskState, new_state, new_task_state, with_counter
 from .times import epoch
 from .version_vector import VersionVector
 

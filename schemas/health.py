@@ -40,7 +40,8 @@ from .roster import pod_hash
 from .times import format_seconds
 
 if TYPE_CHECKING:  # (the model loads pydantic: only its types are needed here)
-    from .state import ProgressState, TaskState
+    from .state import TaskState
+    from .workers import ProgressState
 
 # Names a condition's message lists (the rest are counted; ``health`` lists them all).
 NAMES_SHOWN = 5
@@ -105,13 +106,21 @@ class Found(NamedTuple):
     next_change: datetime | None = None
 
 
+class Said(NamedTuple):
+    """What a condition says: its reason and message, and the time of the report that
+    decided it (None: the task's first event, the time of a condition that does not hold)."""
+
+    reason: str
+    message: str
+    at: datetime | None = None
+
+
 # judge(state, now, settings) -> what holds, or None when it was not judged (silence without
 # a time to judge it at).
 Judge = Callable[["TaskState", datetime | None, HealthSettings], Found | None]
-# describe(state, named, start, now) -> the condition (True or False), metav1 style; ``start``
-# is the task's first event (the time of a False one), ``now`` when it was judged.
-Describe = Callable[["TaskState", Mapping[str, Any], datetime, datetime | None],
-                    dict[str, Any]]
+# says(state, named, now) -> what the condition says: why it holds, from what it names (not
+# empty), else why not; ``now``: when it was judged.
+Says = Callable[["TaskState", Mapping[str, Any], datetime | None], Said]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +134,7 @@ class HealthCondition:
     subject: Literal["worker", "metric"]
     flag: str
     judge: Judge
-    describe: Describe
+    says: Says
     thresholds: tuple[Threshold, ...] = ()
 
 
@@ -194,20 +203,19 @@ def _stalled(state: TaskState, now: datetime | None, s: HealthSettings) -> Found
     return Found(stalled, next_change)
 
 
-def _stalled_condition(state: TaskState, stalled: Mapping[str, Silence], start: datetime,
-                       now: datetime | None) -> dict[str, Any]:
+def _stalled_says(state: TaskState, stalled: Mapping[str, Silence], now: datetime | None
+                  ) -> Said:
     if stalled and now is not None:
         first = min(stalled.values(), key=lambda x: x.since + timedelta(seconds=x.limit))
         details = (f"{pod} silent for {_duration((now - x.since).total_seconds())}"
                    + (f" (reports every {_duration(x.interval)})"
                       if x.interval is not None else " (one report)")
                    for pod, x in stalled.items())
-        return condition("Stalled", True, "NoProgressReports", _names(details, len(stalled)),
-                         first.since + timedelta(seconds=first.limit))
+        return Said("NoProgressReports", _names(details, len(stalled)),
+                    first.since + timedelta(seconds=first.limit))
     if state.phase == RUNNING:
-        return condition("Stalled", False, "Reporting",
-                         "every running worker reported within its pace", start)
-    return condition("Stalled", False, "NotRunning", "the task is not running", start)
+        return Said("Reporting", "every running worker reported within its pace")
+    return Said("NotRunning", "the task is not running")
 
 
 def _non_finite(state: TaskState, now: datetime | None, s: HealthSettings) -> Found:
@@ -221,15 +229,12 @@ def _non_finite(state: TaskState, now: datetime | None, s: HealthSettings) -> Fo
     return Found(found)
 
 
-def _non_finite_condition(state: TaskState, found: Mapping[str, str], start: datetime,
-                          now: datetime | None) -> dict[str, Any]:
+def _non_finite_says(state: TaskState, found: Mapping[str, str], now: datetime | None
+                     ) -> Said:
     if not found:
-        return condition("NonFiniteMetrics", False, "AllFinite",
-                         "every metric's latest value is finite", start)
-    metrics = state.named["metrics"]
-    return condition("NonFiniteMetrics", True, "NonFiniteValue", _names(
-        (f"{name}={text}" for name, text in found.items()), len(found)),
-        min(metrics[name].at[0] for name in found))
+        return Said("AllFinite", "every metric's latest value is finite")
+    text = _names((f"{name}={text}" for name, text in found.items()), len(found))
+    return Said("NonFiniteValue", text, min(state.named["metrics"][n].at[0] for n in found))
 
 
 def _straggling(state: TaskState, now: datetime | None, s: HealthSettings) -> Found:
@@ -244,19 +249,18 @@ def _straggling(state: TaskState, now: datetime | None, s: HealthSettings) -> Fo
     return Found(straggling)
 
 
-def _straggling_condition(state: TaskState, found: Mapping[str, float], start: datetime,
-                          now: datetime | None) -> dict[str, Any]:
+def _straggling_says(state: TaskState, found: Mapping[str, float], now: datetime | None
+                     ) -> Said:
     if not found:
-        return condition("Straggling", False, "NoStraggler",
-                         "no running worker far behind the median pace", start)
-    return condition("Straggling", True, "BehindMedianPace", _names(
-        (f"{pod} at {ratio:.2f} of the median pace" for pod, ratio in sorted(found.items())),
-        len(found)), max(w.at[0] for _, w in _running(state)))
+        return Said("NoStraggler", "no running worker far behind the median pace")
+    paces = (f"{pod} at {ratio:.2f} of the median pace" for pod, ratio in sorted(found.items()))
+    return Said("BehindMedianPace", _names(paces, len(found)),
+                max(w.at[0] for _, w in _running(state)))
 
 
 HEALTH: tuple[HealthCondition, ...] = (
     # lastTransitionTime: the moment the first stalled worker's silence passed its limit.
-    HealthCondition("Stalled", "stalled", "worker", "stalled", _stalled, _stalled_condition, (
+    HealthCondition("Stalled", "stalled", "worker", "stalled", _stalled, _stalled_says, (
         Threshold("stall_factor", 10.0, "A running worker is Stalled once silent for this "
                   "many of its own report intervals (its first to its latest progress, over "
                   "the reports between)...", minimum=1),
@@ -266,10 +270,10 @@ HEALTH: tuple[HealthCondition, ...] = (
                   "reported only once (no pace yet) is Stalled.", minimum=1, unit=" s"))),
     # lastTransitionTime: the earliest non-finite value.
     HealthCondition("NonFiniteMetrics", "nonFinite", "metric", "", _non_finite,
-                    _non_finite_condition),
+                    _non_finite_says),
     # lastTransitionTime: the newest report the paces rest on.
     HealthCondition("Straggling", "straggling", "worker", "straggling", _straggling,
-                    _straggling_condition, (
+                    _straggling_says, (
         Threshold("straggle_ratio", 0.5, "A running worker is Straggling when its pace "
                   "(progress per second since its first report) is below this fraction of "
                   "the median pace of its task's running workers (0: never).", minimum=0,
@@ -331,8 +335,14 @@ def conditions(state: TaskState, health: Health) -> list[dict[str, Any]]:
     start = state.first_event_time
     if start is None:
         return []
-    return [c.describe(state, health.found[c.type], start, health.evaluated_at)
-            for c in HEALTH if c.type in health.found]
+    out = []
+    for c in HEALTH:
+        named = health.found.get(c.type)
+        if named is not None:
+            said = c.says(state, named, health.evaluated_at)
+            out.append(condition(c.type, bool(named), said.reason, said.message,
+                                 start if said.at is None else said.at))
+    return out
 
 
 def health_json(health: Health) -> dict[str, Any]:

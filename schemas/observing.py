@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
+from .caps import insert_capped, no_events
 from .observed import Observed, PlatformOutcome, PodVerdict
 from .roster import PodEnd, insert_end, pod_hash, with_ends
-from .state import TaskState, insert_capped, no_events, with_counter
+from .state import TaskState, with_counter
 from .times import epoch
 
 

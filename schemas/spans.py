@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .caps import events_of, insert_capped
 from .constants import INT64_MAX
 from .payloads import SpanSummary
-from .state import NO_LANES, Limits, SpanAgg, events_of, insert_capped, new_span_agg, us
+from .state import NO_LANES, Limits, SpanAgg, new_span_agg, us
 
 # Buckets across a span name's whole extent (so the busy intervals stay ~WINDOW_BUCKETS / 2).
 WINDOW_BUCKETS = 64

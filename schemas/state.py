@@ -5,17 +5,17 @@ schemas/observing.py with what the pods' and the platform's objects say); the st
 writes it (schemas/status_encoder.py) and the decoder reads it back
 (schemas/status_decoder.py). Its phase and aggregate progress are the completion rule's
 (schemas/completion.py). The rules that give each field its meaning (order keys, caps, the
-roster, dedup compaction) are in schemas/folding.py's docstring; the cap rule itself (the
-smallest keys are kept) is here, ``insert_capped`` and ``trim``.
+roster, dedup compaction) are in schemas/folding.py's docstring; the cap rule itself is
+schemas/caps.py, a worker's register schemas/workers.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import NamedTuple, Protocol, TypeVar
+from typing import NamedTuple
 
 from ._fast import slot_constructor
 from .completion import TaskProgress, aggregate, phase_of
@@ -29,6 +29,7 @@ from .refs import TaskRef
 from .roster import EMPTY_ROSTER, OrderKey, Roster
 from .times import epoch
 from .version_vector import VersionVector
+from .workers import ProgressState
 
 # How far past the API server's creationTimestamp a sender's eventTime may order its event
 # (watcher --clock-skew). Node clocks are NTP-synced (milliseconds apart) and
@@ -158,23 +159,6 @@ class SpanAgg:
 def us(t: float) -> int:
     """Unix seconds as whole microseconds: the unit of a span aggregate's window buckets."""
     return round(t * 1e6)
-
-
-class ProgressState(NamedTuple):
-    """One worker's winning Progress: a final beats any non-final, then the latest wins.
-    ``events`` counts that worker's Progress events (to count them when capped);
-    ``first_at``/``first_fraction`` are its earliest Progress (by order key), the start of
-    the rate the estimated completion time extrapolates (None: the winning one itself)."""
-
-    fraction: float
-    message: str
-    final: bool
-    at: OrderKey
-    failed: bool = False
-    workers: int = 0
-    events: int = 1
-    first_at: OrderKey | None = None
-    first_fraction: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,60 +297,3 @@ _NO_REGISTERS: Mapping[str, Named] = {}
 # with the same (type-checked) parameters, for the fold's hot path.
 new_task_state = slot_constructor(TaskState)
 new_span_agg = slot_constructor(SpanAgg)
-
-
-# --- the cap rule: the smallest keys are kept, what goes is counted ------------------------
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class _Counted(Protocol):
-    @property
-    def events(self) -> int: ...
-
-
-def events_of(entry: _Counted) -> int:
-    """How many events an entry stands for: what a cap counts when it evicts the entry."""
-    return entry.events
-
-
-def one_each(count: int) -> int:
-    """The weight of a count entry (a pod's or an unknown type's events): the count."""
-    return count
-
-
-def no_events(entry: object) -> int:
-    """The weight of an observation (a pod's end): it stands for no event."""
-    return 0
-
-
-def insert_capped(entries: dict[K, V], key: K, value: V, cap: int,
-                  weight: Callable[[V], int]) -> int:
-    """Insert a new ``key``, keeping only the ``cap`` smallest keys.
-
-    Returns how many events fell beyond the cap (the event itself, or those of an evicted
-    key). The kept set is always the cap smallest keys ever seen, and each event is counted
-    exactly once, so both results are independent of arrival order.
-    """
-    if len(entries) < cap:
-        entries[key] = value
-        return 0
-    if cap <= 0:
-        return 1
-    largest = max(entries)  # type: ignore[type-var]
-    if key > largest:  # type: ignore[operator]
-        return 1
-    evicted = entries.pop(largest)
-    entries[key] = value
-    return weight(evicted)
-
-
-def trim(entries: dict[K, V], cap: int, weight: Callable[[V], int]) -> tuple[dict[K, V], int]:
-    """``entries`` cut to the ``cap`` smallest keys (a status written under larger limits),
-    and the events of those that went."""
-    if len(entries) <= cap:
-        return entries, 0
-    keys = sorted(entries)  # type: ignore[type-var]
-    dropped = sum(weight(entries[k]) for k in keys[cap:])
-    return {k: entries[k] for k in keys[:cap]}, dropped

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 from . import history
+from .caps import events_of, no_events, one_each, trim
 from .constants import INT64_MAX, MESSAGE_LIMIT, NAME_LIMIT, NON_FINITE, TYPE_LIMIT, WORKERS_MAX
 from .contract import FAILED, RUNNING, SUCCEEDED
 from .event import TaskRef
@@ -46,25 +47,12 @@ from .roster import (
     roster_of,
     with_ends,
 )
-from .state import (
-    COUNTER_NAMES,
-    DEFAULT_LIMITS,
-    Limits,
-    Named,
-    ProgressState,
-    SpanAgg,
-    TaskState,
-    events_of,
-    new_state,
-    no_events,
-    one_each,
-    trim,
-    us,
-)
+from .state import DEFAULT_LIMITS, Limits, Named, SpanAgg, TaskState, new_state, us
 from .status_encoder import COUNTER_KEYS, STATUS_VERSION
 from .text import cut_text, sanitize_text
 from .times import epoch, parse_time
 from .version_vector import VersionVector
+from .workers import ProgressState
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -448,7 +436,7 @@ def _unknown_type(k: Any, c: Any) -> tuple[str, int]:
 
 
 def _counters(raw: Any, r: _Reading) -> tuple[dict[str, int], int]:
-    counters = dict.fromkeys(COUNTER_NAMES, 0)
+    counters = dict.fromkeys(COUNTER_KEYS, 0)
     warnings = 0
     if not isinstance(raw, Mapping):
         r.whole("counters", ValueError("not a map"))

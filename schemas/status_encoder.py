@@ -20,8 +20,9 @@ from .kinds import BUDGET_STEPS, NAMED_KINDS, Kind
 from .observed import Observed, PodVerdict
 from .payloads import non_finite_text
 from .roster import OrderKey, Roster, encode_ends, encode_marks
-from .state import COUNTER_NAMES, Named, ProgressState, SpanAgg, TaskState, us
+from .state import COUNTER_NAMES, Named, SpanAgg, TaskState, us
 from .times import format_seconds, format_time, from_epoch
+from .workers import ProgressState
 
 if TYPE_CHECKING:
     from .health import Judgment

@@ -5,6 +5,7 @@ metav1 conditions and as the status's ``health`` lists. Order-insensitive like t
 
 from __future__ import annotations
 
+import ast
 import math
 import random
 import subprocess
@@ -191,18 +192,20 @@ def test_a_status_encoded_without_a_judgment_says_nothing_of_health() -> None:
         {k: v for k, v in plain.items() if k != "conditions"}
 
 
-def test_the_status_encoder_does_not_load_health() -> None:
-    code = ("import sys, tidings.schemas.status_encoder, tidings.schemas.folding\n"
-            "print('tidings.schemas.health' in sys.modules)")
+def loaded(imports: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter has loaded after ``import <imports>``."""
+    code = f"import sys, {imports}\nprint(sorted(m for m in {modules!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
-    assert out.strip() == "False"
+    return list(ast.literal_eval(out))
+
+
+def test_the_status_encoder_does_not_load_health() -> None:
+    assert loaded("tidings.schemas.status_encoder, tidings.schemas.folding",
+                  ("tidings.schemas.health",)) == []
 
 
 def test_health_and_the_watchers_settings_load_no_pydantic() -> None:
     # `tidings watcher run --help` builds its flags from the registry's thresholds.
-    code = ("import sys, tidings.schemas.health, tidings.watcher.settings\n"
-            "print(sorted(m for m in ('pydantic', 'tidings.schemas.state') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
-    assert out.strip() == "[]"
+    assert loaded("tidings.schemas.health, tidings.watcher.settings",
+                  ("pydantic", "tidings.schemas.state")) == []

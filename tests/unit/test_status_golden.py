@@ -36,26 +36,16 @@ import orjson
 
 from tidings._compat import UTC
 from tidings.schemas import (
-    DeckReady,
     Limits,
-    LogLink,
-    Metric,
-    Metrics,
     ParsedEvent,
-    Payload,
     PodRef,
-    PodSpawned,
-    Progress,
-    SpanSummary,
     TaskRef,
     TaskState,
-    UnknownPayload,
-    Window,
     build_event,
-    fold_all,
     parse_event,
 )
-from tidings.schemas.folding import fold_many
+from tidings.schemas import payloads as pay
+from tidings.schemas.folding import fold_all, fold_many
 from tidings.schemas.health import (
     DEFAULT_HEALTH,
     HealthSettings,
@@ -96,7 +86,7 @@ class _Worker:
     t: float  # seconds after T0 of its latest report
 
 
-def _event(rnd: random.Random, payload: Payload, instance: str, seq: int, t: datetime,
+def _event(rnd: random.Random, payload: pay.Payload, instance: str, seq: int, t: datetime,
            pod: PodRef) -> ParsedEvent:
     raw = build_event(task=TASK, pod=pod, payload=payload, instance=instance, seq=seq, time=t,
                       warning=rnd.random() < 0.1)
@@ -119,23 +109,23 @@ def _value(rnd: random.Random) -> float:
     return round(rnd.uniform(-5, 5), rnd.choice([1, 3, 9]))
 
 
-def _metric(rnd: random.Random, step: int) -> Metric:
+def _metric(rnd: random.Random, step: int) -> pay.Metric:
     value = _value(rnd)
     finite = math.isfinite(value)
     lo = value - rnd.random() if finite and rnd.random() < 0.3 else None
     hi = value + rnd.random() if finite and rnd.random() < 0.3 else None
     points = tuple((max(0, step - k * 7), round(rnd.uniform(-5, 5), 2))
                    for k in range(rnd.choice([0, 0, 1, 3])))
-    return Metric(name=rnd.choice(NAMES), value=value,
+    return pay.Metric(name=rnd.choice(NAMES), value=value,
                   step=step if rnd.random() < 0.8 else None, min=lo, max=hi, points=points)
 
 
-def _span(rnd: random.Random, t: datetime) -> SpanSummary:
+def _span(rnd: random.Random, t: datetime) -> pay.SpanSummary:
     count = rnd.randint(1, 50)
     lo = round(rnd.uniform(0.001, 0.5), 4)
     hi = lo if count == 1 else round(lo + rnd.uniform(0, 2), 4)
     start = t.timestamp() - rnd.uniform(0, 30)
-    return SpanSummary(name=rnd.choice(("train_step", "eval", "io", "ckpt")), count=count,
+    return pay.SpanSummary(name=rnd.choice(("train_step", "eval", "io", "ckpt")), count=count,
                        total_s=hi + lo * (count - 1), min_s=lo, max_s=hi,
                        first_start=round(start, 6),
                        last_end=round(start + rnd.uniform(hi, hi + 60), 6),
@@ -143,36 +133,37 @@ def _span(rnd: random.Random, t: datetime) -> SpanSummary:
 
 
 def _payload(rnd: random.Random, worker: _Worker, t: datetime, step: int,
-             declared: int) -> Payload:
+             declared: int) -> pay.Payload:
     roll = rnd.random()
     if roll < 0.42:
         worker.fraction = min(1.0, worker.fraction + rnd.uniform(0, worker.pace))
         final = rnd.random() < 0.04
         failed = final and rnd.random() < 0.3
         message = rnd.choice(["", f"step {step}", "x" * rnd.choice([10, 300]), "déjà vu ✓"])
-        return Progress(fraction=1.0 if final and not failed else worker.fraction,
+        return pay.Progress(fraction=1.0 if final and not failed else worker.fraction,
                         message=message, final=final, failed=failed,
                         workers=declared if rnd.random() < 0.5 else 0)
     if roll < 0.6:
         return _metric(rnd, step)
     if roll < 0.66:
         rows = {m.name: m for m in (_metric(rnd, step) for _ in range(rnd.randint(1, 3)))}
-        return Metrics(metrics=list(rows.values()))
+        return pay.Metrics(metrics=list(rows.values()))
     if roll < 0.76:
         return _span(rnd, t)
     if roll < 0.84:
         worker.fraction = min(1.0, worker.fraction + rnd.uniform(0, worker.pace))
-        return Window(progress=Progress(fraction=worker.fraction, message=f"w {step}"),
+        return pay.Window(progress=pay.Progress(fraction=worker.fraction, message=f"w {step}"),
                       metrics=(_metric(rnd, step),))
     if roll < 0.89:
         n = rnd.randint(0, 5)
-        return LogLink(name=f"link-{n}", url=f"https://runs.example/{n}/{rnd.randint(0, 3)}")
+        return pay.LogLink(name=f"link-{n}", url=f"https://runs.example/{n}/{rnd.randint(0, 3)}")
     if roll < 0.93:
-        return DeckReady(name=f"deck-{rnd.randint(0, 3)}", uri=f"s3://decks/{rnd.randint(0, 9)}")
+        return pay.DeckReady(name=f"deck-{rnd.randint(0, 3)}",
+                             uri=f"s3://decks/{rnd.randint(0, 9)}")
     if roll < 0.96:
-        return PodSpawned(pod_name=f"spawned-{rnd.randint(0, 4)}", pod_uid=f"u{rnd.randint(0, 9)}",
-                          app="app")
-    return UnknownPayload(type=rnd.choice(("FutureThing", "Other", "Third")), version=2,
+        return pay.PodSpawned(pod_name=f"spawned-{rnd.randint(0, 4)}",
+                              pod_uid=f"u{rnd.randint(0, 9)}", app="app")
+    return pay.UnknownPayload(type=rnd.choice(("FutureThing", "Other", "Third")), version=2,
                           raw={"k": rnd.randint(0, 3)})
 
 

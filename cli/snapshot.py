@@ -13,7 +13,10 @@ from typing import Any
 from tidings._compat import UTC
 from tidings.cli.common import safe
 from tidings.schemas.event import TaskRef
-from tidings.schemas.state import NOTHING_UNREAD, TaskState, Unread, read_status
+from tidings.schemas.health import judge
+from tidings.schemas.state import TaskState
+from tidings.schemas.status_decoder import NOTHING_UNREAD, Unread, read_status
+from tidings.schemas.status_encoder import to_status
 from tidings.schemas.view import read_refused
 
 SOURCE_CR = "TaskFeedback"
@@ -84,7 +87,7 @@ class Snapshot:
         if self.status is not None:  # what the status says, as the watcher wrote it
             status = dict(self.status)
         else:
-            status = self.state.to_status(now=datetime.now(UTC))
+            status = to_status(self.state, health=judge(self.state, datetime.now(UTC)))
             if self.refused:
                 status["refused"] = dict(self.refused)
         data["status"] = status

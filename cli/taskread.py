@@ -30,8 +30,8 @@ from tidings.schemas.contract import (
     task_selector,
     taskfeedback_path,
 )
-from tidings.schemas.folding import observe
 from tidings.schemas.observed import PodVerdict, gone, pod_verdict
+from tidings.schemas.observing import observe
 from tidings.schemas.platform import pod_task
 from tidings.schemas.rejection import Rejection
 

@@ -185,7 +185,7 @@ def render(snap: Snapshot) -> Any:
         t = table("Workers", "POD", "PROGRESS", "STATE", "HEALTH", "MESSAGE",
                   *(("POD ENDED",) if ends else ()))
         for w in v.workers:
-            flag = "stalled" if w.stalled else "straggling" if w.straggler else ""
+            flag = ", ".join(w.flags)
             cells = [_t(w.pod), _t("-" if w.fraction is None else f"{w.fraction * 100:.1f}%"),
                      _t(w.state, "red" if w.bad else ""), _t(flag, "red"), _t(w.message)]
             if ends:

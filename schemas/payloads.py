@@ -28,6 +28,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from .constants import NAME_LIMIT, TYPE_LIMIT, URL_LIMIT, WORKERS_MAX
+from .constants import NON_FINITE as NON_FINITE  # (their home is constants.py)
+from .constants import non_finite_text as non_finite_text
 from .history import HISTORY_POINTS
 from .text import cut_text as cut_text  # (its home is text.py; importers here keep working)
 from .text import has_invisible, sanitize_text, valid_text
@@ -350,22 +352,6 @@ class Progress(BaseModel):
         if self.failed and not self.final:
             raise ValueError("failed=True needs final=True (a failure ends the worker)")
         return self
-
-
-# A metric value that is not finite is a health fact (a diverging loss), so it is carried,
-# not refused. JSON has no spelling for it: on the wire (a note, the status) it is one of
-# these strings, as in protobuf's JSON mapping; in memory the float (NaN as ``math.nan``,
-# one object, so that states holding it compare equal).
-NON_FINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-
-def non_finite_text(v: float) -> str | None:
-    """``v``'s wire spelling when it is not finite (NaN, Infinity, -Infinity), else None."""
-    if v != v:
-        return "NaN"
-    if v in (math.inf, -math.inf):
-        return "Infinity" if v > 0 else "-Infinity"
-    return None
 
 
 def _metric_value_in(v: Any) -> Any:

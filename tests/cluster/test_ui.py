@@ -40,6 +40,7 @@ from tidings.schemas import (
     fold_all,
     parse_event,
 )
+from tidings.schemas.status_encoder import to_status
 from tools import chromium
 from tools.devcluster import ControlPlane
 
@@ -179,7 +180,7 @@ def a_status(ns: str, task: str, payloads: list[Any], pods: int = 1,
                            instance=f"i{pod}", seq=n, time=when + timedelta(seconds=n),
                            sender_proof=False)
         events.append(parse_event(body))
-    status: dict[str, Any] = fold_all(ref, events).to_status()  # type: ignore[arg-type]
+    status: dict[str, Any] = to_status(fold_all(ref, events))  # type: ignore[arg-type]
     return status
 
 

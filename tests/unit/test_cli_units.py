@@ -20,6 +20,7 @@ from tidings.cli.common import CliError, Output, check_name, dump, parse_duratio
 from tidings.cli.logstream import Dedup, since_time, ts_key
 from tidings.cli.main import app
 from tidings.cli.timeline_cmd import busy_bar, svg
+from tidings.schemas.status_decoder import decode_status
 
 HOSTILE = "ok\x1b[31mred\x1b]0;pwned\x07\x9b2J\x08\r\x00end\u202e"
 
@@ -273,13 +274,13 @@ def test_state_draws_each_metrics_curve_in_blocks_or_ascii(encoding: str, blocks
 
     from tidings.cli.snapshot import SOURCE_CR, Snapshot
     from tidings.cli.taskrender import SPARK_ASCII, SPARK_BLOCKS, render
-    from tidings.schemas import TaskRef, TaskState
+    from tidings.schemas import TaskRef
 
     status = {"schemaVersion": 2, "phase": "Running", "metrics": {"loss": {
         "value": 0.25, "step": 30, "at": "2026-11-30T03:00:00.000000Z " + "a" * 32 + " 3",
         "events": 3, "min": 0.125, "max": 2.0,
         "history": {"shift": 0, "steps": [0, 10, 20, 30], "values": [2.0, 1.0, 0.125, 0.25]}}}}
-    state = TaskState.from_status(TaskRef("ml", "run-7"), status)
+    state = decode_status(TaskRef("ml", "run-7"), status)
 
     raw = io.BytesIO()
     out = io.TextIOWrapper(raw, encoding=encoding)  # strict: a block would raise here

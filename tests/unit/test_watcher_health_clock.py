@@ -18,7 +18,7 @@ from tidings.watcher.health_clock import HealthClock
 from tidings.watcher.store import Store
 
 # One report a tenth of a second: stalled after 1 s of silence (10 intervals, 0.5 s at least).
-FAST = HealthSettings(stall_factor=10, stall_min_s=0.5)
+FAST = HealthSettings(stall_factor=10, stall_min=0.5)
 
 
 def reporting(last: datetime, seq0: int = 0) -> TaskState:

@@ -122,9 +122,11 @@ def hf_run_events(namespace: str, task: str, run: Run, t_end: float | None = Non
     evals = run.steps // run.eval_steps if run.eval_steps else 0
     duration = run.steps * run.step_s * (1 + 0.04 * (run.pods - 1)) + evals * run.eval_s
     clock = _Clock((t_end if t_end is not None else time.time()) - duration)
-    modules = [importlib.import_module(m) for m in (
-        "tidings.emitter.core", "tidings.emitter.spans", "tidings.emitter.sender",
-        "tidings.integrations.transformers")]
+    importlib.import_module("tidings.emitter.sender")  # (with the modules it builds with)
+    # Every module of the emitter and the callback that reads the clock, however they split.
+    modules = [m for name, m in list(sys.modules.items())
+               if name.startswith(("tidings.emitter.", "tidings.integrations."))
+               and getattr(m, "time", None) is time]
     for m in modules:
         m.time = clock  # type: ignore[attr-defined]
     recorders = [KeepEvents() for _ in range(run.pods)]

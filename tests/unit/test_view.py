@@ -335,7 +335,8 @@ def four_places(status: dict[str, Any]) -> dict[str, str]:
     state_line = [ln for ln in terminal(decode_status(TASK, status), status).splitlines()
                   if ln.startswith("Workers")]
     return {"row": page_text(page_row.group(1)), "wide": cells["WORKERS"],
-            "page": page_text(page.group(1)), "state": state_line[0].removeprefix("Workers").strip()}
+            "page": page_text(page.group(1)),
+            "state": state_line[0].removeprefix("Workers").strip()}
 
 
 @pytest.mark.parametrize("platform, short, long", [

@@ -177,11 +177,13 @@ def test_every_kind_folds_as_the_reference_fold_and_round_trips(
     assert decode_status(TASK, status) == engine
 
 
-@pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))
+def capped(with_cap: bool) -> list[tuple[Kind, type[BaseModel]]]:
+    return [(k, m) for k, m in models() if bool(k.cap) == with_cap]
+
+
+@pytest.mark.parametrize("kind, model", capped(True), ids=lambda x: getattr(x, "__name__", ""))
 def test_every_kind_is_capped_and_counted_like_the_reference(
         kind: Kind, model: type[BaseModel]) -> None:
-    if not kind.cap:
-        return
     payload, _ = EXAMPLES[model]
     lim = Limits(**{kind.cap: 0})
     ev = event_of(payload)
@@ -190,6 +192,37 @@ def test_every_kind_is_capped_and_counted_like_the_reference(
     assert to_status(engine) == to_status(reference)
     assert kind.section not in to_status(engine)
     assert engine.counters[kind.capped] >= 1
+
+
+@pytest.mark.parametrize("kind, model", capped(False), ids=lambda x: getattr(x, "__name__", ""))
+def test_a_kind_without_a_cap_is_bounded_by_its_parts_caps_or_keeps_only_a_count(
+        kind: Kind, model: type[BaseModel]) -> None:
+    """No cap of its own is no bound missing: a window's rows are each its part's kind
+    (progress, metrics, spans), every one of them capped by that kind's cap and counted; a
+    lineage record leaves a count in the status, nothing that grows with the records."""
+    payload, _ = EXAMPLES[model]
+    ev = event_of(payload)
+    if kind.family == "window":
+        filled = [k for k in KINDS if k.cap and k.section in to_status(fold_all(TASK, [ev]))]
+        assert {k.name for k in filled} == {"progress", "metrics", "spans"}
+        lim = Limits(**{k.cap: 0 for k in KINDS if k.cap})
+        engine = fold_all(TASK, [ev], lim)
+        reference = reference_fold.fold(decode_status(TASK, {}, lim), ev)
+        assert to_status(engine) == to_status(reference)
+        for k in filled:
+            assert k.section not in to_status(engine), k.name
+            assert engine.counters[k.capped] >= 1, k.capped
+    elif kind.family == "lineage":
+        one = to_status(fold_all(TASK, [ev]))
+        events = [event_of(PodSpawned(pod_name=f"p-{n}", pod_uid=f"u-{n}", app=TASK.name),
+                           seq=n + 1) for n in range(200)]
+        many = to_status(fold_all(TASK, events))
+        assert many["counters"][camel(kind.counters[0])] == 200
+        # The same parts, a few bytes more: the counts' digits.
+        assert set(many) == set(one)
+        assert len(orjson.dumps(many)) - len(orjson.dumps(one)) <= 16
+    else:
+        pytest.fail(f"kind {kind.name!r} has no cap, and no rule here says what bounds it")
 
 
 @pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))

@@ -253,6 +253,41 @@ def test_budget_order_and_counters_come_from_the_registry() -> None:
     assert len(set(COUNTER_NAMES)) == len(COUNTER_NAMES)
 
 
+# The payloads the watcher's fast parse (schemas/fastpath.py) leaves to the reference parse,
+# each with why that costs nothing worth its code. Every other kind must take the fast path:
+# a kind added to the registry without a decoder there fails the test below (it would parse
+# several times slower, silently), until it gets one or a reason here.
+REFERENCE_PARSE_ONLY: dict[type[BaseModel], str] = {
+    Metric: "the emitter sends its metrics in Windows; a lone Metric is `tidings emit metric`",
+    Metrics: "as Metric: the emitter packs metric rows into Windows",
+    PodSpawned: "lineage: one record per pod spawned, not per step",
+    UnknownPayload: "a type this version does not know is the reference's to keep and count",
+}
+
+
+@pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))
+def test_every_kind_takes_the_watchers_fast_parse_or_says_why_not(
+        kind: Kind, model: type[BaseModel]) -> None:
+    pytest.importorskip("msgspec", reason="the watcher extra (tidings[watcher]) is not installed")
+    from tidings.schemas import fastpath
+    from tidings.schemas.event import parse_watch_line
+
+    payload, _ = EXAMPLES[model]
+    raw = build_event(task=TASK, pod=POD, payload=payload, instance="i" * 32, seq=1, time=T0)
+    line = orjson.dumps({"type": "ADDED", "object": raw})
+    try:
+        fast = fastpath._fast(line)
+    except Exception:  # (what the fast path cannot decode, fast_watch_line hands on)
+        fast = None
+    assert fastpath.fast_watch_line(line) == parse_watch_line(line)
+    if model in REFERENCE_PARSE_ONLY:
+        assert fast is None, f"{model.__name__} takes the fast path: drop it from the list"
+    else:
+        assert fast == parse_watch_line(line), (
+            f"{model.__name__} takes the reference parse: give it a decoder in "
+            "schemas/fastpath.py, or a reason in REFERENCE_PARSE_ONLY")
+
+
 @pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))
 def test_every_kind_has_its_declared_urgency(kind: Kind, model: type[BaseModel]) -> None:
     payload, _ = EXAMPLES[model]

@@ -213,12 +213,11 @@ def render(snap: Snapshot) -> Any:
     return Group(*parts)
 
 
-def worker_text(counts: WorkerCounts, short: bool = False) -> Any:
+def worker_text(counts: WorkerCounts) -> Any:
     """The count of a task's workers as rich text, its bad news in red."""
     from rich.text import Text
 
-    return Text.assemble(*((safe(text), "red" if bad else "")
-                           for text, bad in counts.words(short)))
+    return Text.assemble(*((safe(text), "red" if bad else "") for text, bad in counts.words()))
 
 
 def register_cells(reg: RegisterTable, row: RegisterRow) -> list[Any]:

@@ -314,7 +314,6 @@ def test_the_cli_and_the_page_read_one_view(monkeypatch: pytest.MonkeyPatch) -> 
         assert text in cli, text
         assert text in page, text
     assert "7 of 9 final, 2 failed (1 by their pod's end)" in cli
-    assert "Decided-Elsewhere" in page
 
 
 # --- one count of workers: the list's row, `list -o wide`, the page and `state` ---------------

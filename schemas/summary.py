@@ -1,7 +1,7 @@
 """A task's row in the task list, from its TaskFeedback object alone: what `tidings list`
-and `get` print and the page's list shows (part of the view model of schemas/view.py, which
-re-exports it). Light on purpose: a list row needs none of the page's model, so `tidings get`
-loads this module only.
+and `get` print and the page's list shows, with the one count of a task's workers and the one
+age (part of the view model of schemas/view.py, which re-exports it). Light on purpose: a list
+row needs none of the page's model, so `tidings get` loads this module only.
 """
 
 from __future__ import annotations
@@ -48,6 +48,58 @@ def read_conditions(status: Mapping[str, Any] | None) -> tuple[Condition, ...]:
     return tuple(out)
 
 
+# --- how a task's workers stand ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerCounts:
+    """How a task's workers stand: the one count the list's row, `tidings list -o wide`, the
+    task's page and `tidings state` show. ``total``: the reporting pods, or the workers
+    declared when more. ``final``: final by their own final report or by their pod's end
+    (``ended`` of them by their pod's end alone: a worker OOM-killed says nothing). Of the
+    final, those that failed are ``failed``, the task's news; or ``retried`` while a platform
+    that decides the outcome (a Job, a JobSet) has not failed the task: it ran them again."""
+
+    final: int
+    total: int
+    failed: int = 0
+    retried: int = 0
+    ended: int = 0
+
+    def words(self, short: bool = False) -> tuple[tuple[str, bool], ...]:
+        """The count as text, in pieces each renderer styles (True: bad news): '3 of 4
+        final, 1 failed (1 by their pod's end)'; ``short`` (a row, a column): '3/4 1 failed'."""
+        out: list[tuple[str, bool]] = [
+            (f"{self.final}/{self.total}" if short else f"{self.final} of {self.total} final",
+             False)]
+        for n, word, bad in ((self.failed, "failed", True), (self.retried, "retried", False)):
+            if n:
+                out += [(" " if short else ", ", False), (f"{n} {word}", bad)]
+        if self.ended and not short:
+            out.append((f" ({self.ended} by their pod's end)", False))
+        return tuple(out)
+
+    def text(self, short: bool = False) -> str:
+        return "".join(text for text, _ in self.words(short))
+
+
+def retries(platform_decides: bool, phase: str) -> bool:
+    """Whether a failed worker is an attempt its platform ran again (shown "retried") rather
+    than the outcome: under a platform object that decides the task's outcome, until that
+    object failed the task (a Job that gave up retried nothing more)."""
+    return platform_decides and phase != FAILED
+
+
+def count_workers(*, final: int, failed: int, ended_final: int, ended_failed: int,
+                  total: int, platform_decides: bool, phase: str) -> WorkerCounts:
+    """The count of ``total`` workers, ``final`` and ``failed`` of them by a final report of
+    their own, ``ended_final`` and ``ended_failed`` by their pod's end without one (the
+    roster's tallies: ``Roster.pod_finals``, the status's ``roster.podFinal``)."""
+    failures = failed + ended_failed
+    retried = failures if retries(platform_decides, phase) else 0
+    return WorkerCounts(final + ended_final, total, failures - retried, retried, ended_final)
+
+
 def health(conditions: tuple[Condition, ...]) -> tuple[Condition, ...]:
     """The conditions that say something the phase does not: every True one but Completed
     and Failed (the derived health conditions, such as Stalled or Straggling)."""
@@ -69,9 +121,7 @@ class TaskSummary:
     percent: int | None
     message: str
     eta: datetime | None
-    workers_final: int | None
-    workers_total: int | None
-    workers_failed: int
+    worker_counts: WorkerCounts | None  # None: the status has no roster
     conditions: tuple[Condition, ...]
     link_count: int | None
     deck: str
@@ -97,17 +147,22 @@ def summarize(obj: Mapping[str, Any]) -> TaskSummary:
     progress = json_map(st.get("progress"))
     roster = json_map(st.get("roster"))
     reporting, declared = json_count(roster.get("reporting")), json_count(roster.get("declared"))
+    phase = json_str(st.get("phase"))
     labels = json_map(meta.get("labels"))
     return TaskSummary(
         namespace=json_str(meta.get("namespace")), name=json_str(meta.get("name")),
         uid=json_str(meta.get("uid")), resource_version=json_str(meta.get("resourceVersion")),
-        phase=json_str(st.get("phase")),
+        phase=phase,
         percent=json_count(progress.get("percent")),
         message=json_str(progress.get("message")),
         eta=parse_time(progress.get("estimatedCompletionTime")),
-        workers_final=json_count(roster.get("final")),
-        workers_total=None if reporting is None else max(reporting, declared or 0),
-        workers_failed=json_count(roster.get("failed")) or 0,
+        worker_counts=None if reporting is None else count_workers(
+            final=json_count(roster.get("final")) or 0,
+            failed=json_count(roster.get("failed")) or 0,
+            ended_final=json_count(roster.get("podFinal")) or 0,
+            ended_failed=json_count(roster.get("podFailed")) or 0,
+            total=max(reporting, declared or 0),
+            platform_decides=bool(json_map(st.get("platform"))), phase=phase),
         conditions=read_conditions(st),
         link_count=json_count(st.get("linkCount")),
         deck=json_str(st.get("deck")),
@@ -116,6 +171,9 @@ def summarize(obj: Mapping[str, Any]) -> TaskSummary:
         labels={k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)},
         health_summary=json_str(json_map(st.get("health")).get("summary")),
     )
+
+
+# --- ages ---------------------------------------------------------------------------------
 
 
 def age(when: datetime | None, now: datetime) -> str:
@@ -143,6 +201,11 @@ def age(when: datetime | None, now: datetime) -> str:
         return f"{d}d"
     y = d // 365
     return f"{y}y{d % 365}d" if y < 8 and d % 365 else f"{y}y"
+
+
+def ago(when: datetime | None, now: datetime) -> str:
+    """How long ago ``when`` was, by ``age``: '3m20s ago'; 'never' if none."""
+    return "never" if when is None else f"{age(when, now)} ago"
 
 
 def eta_text(when: datetime | None, now: datetime) -> str:

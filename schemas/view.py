@@ -23,13 +23,17 @@ from .summary import (
     COMPLETED,
     Condition,
     TaskSummary,
+    WorkerCounts,
     age,
+    ago,
+    count_workers,
     eta_text,
     health,
     json_count,
     json_map,
     json_str,
     read_conditions,
+    retries,
     summarize,
 )
 from .times import parse_time
@@ -170,10 +174,7 @@ class TaskView:
     task: TaskRef
     phase: str
     progress: ProgressView | None
-    workers_final: int  # by their own final report or their pod's end
-    workers_total: int
-    workers_failed: int
-    workers_ended: int  # of the final ones, those final by their pod's end alone
+    worker_counts: WorkerCounts
     platform: PlatformView | None
     conditions: tuple[Condition, ...]
     warnings: int
@@ -202,11 +203,6 @@ class TaskView:
     def notable(self) -> tuple[Condition, ...]:
         """The conditions worth a line of their own: a failure, and what health says."""
         return tuple(c for c in self.conditions if c.true and c.type != COMPLETED)
-
-    @property
-    def failed_word(self) -> str:
-        """A failed attempt under a platform that decides is a retry, not the outcome."""
-        return "retried" if self.platform is not None else "failed"
 
     @property
     def has_pod_ends(self) -> bool:
@@ -257,8 +253,10 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
     noisy.update({f"unknown:{k}": v for k, v in state.unknown.items()})
     return TaskView(
         task=state.task, phase=phase, progress=progress,
-        workers_final=r.finals + r.pod_finals, workers_total=max(len(r.marks), r.declared),
-        workers_failed=r.failures + r.pod_failures, workers_ended=r.pod_finals,
+        worker_counts=count_workers(
+            final=r.finals, failed=r.failures, ended_final=r.pod_finals,
+            ended_failed=r.pod_failures, total=max(len(r.marks), r.declared),
+            platform_decides=platform is not None, phase=phase),
         platform=None if platform is None else PlatformView(
             platform.kind, platform.name, platform.phase, platform.reason),
         conditions=read_conditions(status),
@@ -301,7 +299,7 @@ def _worker_row(state: TaskState, pod: str) -> WorkerRow:
     else:
         return WorkerRow(pod, w.fraction, "running", w.message, pace, False, ended,
                          ended_failed)
-    if failed and state.observed.platform is not None and state.phase != FAILED:
+    if failed and retries(state.observed.platform is not None, state.phase):
         return WorkerRow(pod, w.fraction, "retried" + how, w.message, pace, False, ended,
                          ended_failed)
     return WorkerRow(pod, w.fraction, ("failed" if failed else "final") + how, w.message, pace,
@@ -380,14 +378,18 @@ __all__ = [
     "TaskSummary",
     "TaskView",
     "WaitingRow",
+    "WorkerCounts",
     "WorkerRow",
     "age",
+    "ago",
+    "count_workers",
     "eta_text",
     "fmt_seconds",
     "health",
     "pace_text",
     "read_conditions",
     "read_refused",
+    "retries",
     "scalar_text",
     "summarize",
     "task_view",

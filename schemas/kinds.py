@@ -70,11 +70,14 @@ class Kind:
     capped: str = ""
     counters: tuple[str, ...] = ()  # further counters of this kind (snake_case)
     drop_rank: int | None = None
-    # A field of each entry the budget gives up first (from the last entry on), its name in
-    # ``budgetDropped``, and its place in the drop order.
+    # A field of each entry the budget gives up first (from the last entry on; the last field
+    # of the entry's record), its name in ``budgetDropped``, and its place in the drop order;
+    # or, with ``detail_section``, the detail is that section's entries, one per name (a span
+    # name's lanes), given up whole.
     detail: str = ""
     detail_drop: str = ""
     detail_rank: int | None = None
+    detail_section: str = ""
     # Text fields the note codec may cut, in this order (never a name: names are kept whole
     # or refused, so two cannot collapse into one).
     shrink: tuple[str, ...] = ()
@@ -125,8 +128,8 @@ KINDS: tuple[Kind, ...] = (
                  ValueField("step", "int", "STEP", optional=True)),
          report=_metric_report, title="Metrics", age=True, inline=True),
     Kind("spans", (payloads.SpanSummary, payloads.SpanSummaries), "spans", COALESCIBLE,
-         section="spans", cap="spans", capped="spans_capped", drop_rank=40, detail="pods",
-         detail_drop="spanLanes", detail_rank=25, title="Spans"),
+         section="spans", cap="spans", capped="spans_capped", drop_rank=40,
+         detail_section="spanLanes", detail_drop="spanLanes", detail_rank=25, title="Spans"),
     Kind("progress", (Progress,), "progress", COALESCIBLE, critical_if=_final,
          section="workers", cap="workers", capped="workers_capped", detail="message",
          detail_drop="workerMessages", detail_rank=20, shrink=("message",), title="Workers"),
@@ -146,8 +149,8 @@ BUDGET_STEPS: tuple[tuple[str, str, str], ...] = tuple(
     step for _, step in sorted(
         [(k.drop_rank, (k.budget_section, k.section, "")) for k in KINDS
          if k.drop_rank is not None]
-        + [(k.detail_rank, (k.detail_drop, k.section, k.detail)) for k in KINDS
-           if k.detail_rank is not None]))
+        + [(k.detail_rank, (k.detail_drop, k.detail_section or k.section, k.detail))
+           for k in KINDS if k.detail_rank is not None]))
 
 # Each payload model -> its kind.
 KIND_OF_MODEL: dict[type[BaseModel], Kind] = {m: k for k in KINDS for m in k.models}

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from tools.devnode import RealNode, unmount_under
+from tools.devnode import NODE_CONTROLLERS, RealNode, unmount_under
 from tools.devpki import make_pki
 from tools.devprocess import BinariesMissing, ControlPlaneError, Process, wait_for
 
@@ -48,7 +48,8 @@ CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 # The controllers the local plane can run, and the bootstrap ClusterRole (system:controller:<role>)
 # that holds each one's rights. It runs the first three (DEFAULT_CONTROLLERS), and a real node
 # adds the rest (its pods need a namespace's `default` ServiceAccount and `kube-root-ca.crt`,
-# and Deployments make pods). No scheduler runs without a real node: a pod template sets
+# Deployments make pods, and a kubelet's node is tainted not-ready until the node lifecycle
+# controller sees it Ready). No scheduler runs without a real node: a pod template sets
 # `nodeName: kwok-node-0` (NODE_NAME) for its pods to run.
 CONTROLLER_ROLES = {"job-controller": "job-controller",
                     "garbage-collector-controller": "generic-garbage-collector",
@@ -56,7 +57,8 @@ CONTROLLER_ROLES = {"job-controller": "job-controller",
                     "serviceaccount-controller": "service-account-controller",
                     "root-ca-certificate-publisher-controller": "root-ca-cert-publisher",
                     "deployment-controller": "deployment-controller",
-                    "replicaset-controller": "replicaset-controller"}
+                    "replicaset-controller": "replicaset-controller",
+                    "node-lifecycle-controller": "node-controller"}
 DEFAULT_CONTROLLERS = ("job-controller", "garbage-collector-controller",
                        "clusterrole-aggregation-controller")
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -356,6 +358,8 @@ class ControlPlane:
         """Join a real node (tools/devnode.py) to this plane, once: a kubelet and containerd
         whose pods run as containers, and a scheduler for the pods that name no node."""
         if self.node is None:
+            # Its pods need the plane's controllers (Jobs, garbage collection) and its own.
+            self.start_controller_manager(controllers=(*DEFAULT_CONTROLLERS, *NODE_CONTROLLERS))
             self.node = RealNode(plane=self, say=self.say)
             try:
                 self.node.start(timeout)

@@ -49,10 +49,13 @@ CNI_DIR = Path("/usr/lib/cni")
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
 SERVICE_IP = "10.96.0.1"  # the first address of the API server's --service-cluster-ip-range
 CGROUP_FS = Path("/sys/fs/cgroup")
-# The controllers a real node's pods need besides the plane's: a namespace's `default`
-# ServiceAccount and `kube-root-ca.crt` (both mounted into every pod), Deployments.
+# The controllers a real node's pods need besides the plane's (its plane runs them before the
+# node starts): a namespace's `default` ServiceAccount and `kube-root-ca.crt` (both mounted
+# into every pod), Deployments, and the node lifecycle controller (the kubelet registers its
+# node tainted not-ready; only that controller lifts the taint).
 NODE_CONTROLLERS = ("serviceaccount-controller", "root-ca-certificate-publisher-controller",
-                    "deployment-controller", "replicaset-controller")
+                    "deployment-controller", "replicaset-controller",
+                    "node-lifecycle-controller")
 NODE_BUILD_HINT = ("build them with tools/node/build.sh from a tidings checkout (`make node`) and "
                    "set TIDINGS_NODE_BIN_DIR to the folder it prints")
 
@@ -139,8 +142,6 @@ class Plane(Protocol):
     def kubectl_run(self, *args: str, user: str = "admin", input_text: str | None = None,
                     check: bool = True) -> str: ...
 
-    def start_controller_manager(self, timeout: float = 60.0,
-                                 controllers: tuple[str, ...] = ()) -> None: ...
 
 
 @dataclass
@@ -221,7 +222,6 @@ class RealNode:
             self._start_kube_proxy()
             self._start_kubelet()
             self._start_scheduler()
-            self.plane.start_controller_manager(controllers=NODE_CONTROLLERS)
             self.say(f"real node: waiting for {REAL_NODE_NAME} to be Ready")
             wait_for(self._ready, timeout, f"node {REAL_NODE_NAME} Ready",
                      self.processes["kubelet"])
@@ -446,10 +446,15 @@ class RealNode:
                    inside=False)
 
     def _ready(self) -> bool:
-        out = self.plane.kubectl_run(
-            "get", "node", REAL_NODE_NAME, "-o",
-            "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False)
-        return out.strip() == "True"
+        """Ready, and schedulable: the node lifecycle controller lifted the not-ready taint
+        the kubelet registered it with."""
+        out = self.plane.kubectl_run("get", "node", REAL_NODE_NAME, "-o", "json", check=False)
+        node = json.loads(out or "{}")
+        ready = [c.get("status") for c in node.get("status", {}).get("conditions", [])
+                 if c.get("type") == "Ready"]
+        tainted = [t for t in node.get("spec", {}).get("taints", [])
+                   if t.get("key") == "node.kubernetes.io/not-ready"]
+        return ready == ["True"] and not tainted
 
     # ---- stop -------------------------------------------------------------------------
     def stop(self) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.support import eventually
 from tools.devcluster import REPO_ROOT, ControlPlane
@@ -50,9 +51,10 @@ class WatcherInstall:
                     "HELM_CONFIG_HOME": str(helm_home / "config"),
                     "HELM_DATA_HOME": str(helm_home / "data")}
 
-    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(self, *argv: str, check: bool = True,
+            input_text: str | None = None) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(argv, capture_output=True, text=True, timeout=300,
-                                env=self.env)
+                                env=self.env, input=input_text)
         if check:
             assert result.returncode == 0, f"{' '.join(argv)}: {result.stdout}{result.stderr}"
         return result
@@ -97,8 +99,12 @@ class WatcherInstall:
         if self.current == "chart":
             self.helm("uninstall", "tidings", "-n", NS, "--wait", "--timeout", "120s")
         elif self.current == "kustomize":
-            self.kubectl("delete", "-k", str(REPO_ROOT / "deploy"), "--wait=true",
-                         "--ignore-not-found")
+            # All but the namespace: no namespace controller runs here to finalise its
+            # deletion, and the chart installs into it again.
+            base = self.kubectl("kustomize", str(REPO_ROOT / "deploy")).stdout
+            kept = [d for d in yaml.safe_load_all(base) if d and d["kind"] != "Namespace"]
+            self.run(str(self.plane.kubectl), "delete", "--ignore-not-found", "-f", "-",
+                     input_text=yaml.safe_dump_all(kept))
         if self.current:
             eventually(lambda: not self.pods(), 120, "the watcher's pods gone")
         self.current = ""

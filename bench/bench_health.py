@@ -30,8 +30,9 @@ from tidings.schemas import (
     parse_event,
 )
 from tidings.schemas.event import ParsedEvent
-from tidings.schemas.health import evaluate, next_stall
+from tidings.schemas.health import evaluate, judge, next_stall
 from tidings.schemas.state import TaskState
+from tidings.schemas.status_encoder import to_status
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -115,10 +116,10 @@ def main() -> None:
     rows = [
         ("fold one event (baseline)", per_call(lambda: fold(state, nxt), 2000 // scale)),
         ("next_stall after a fold", per_call(lambda: next_stall(state, now), 20000 // scale)),
-        ("to_status, silence not judged (baseline)",
-         per_call(lambda: state.to_status(), 500 // scale)),
-        ("to_status, health judged at now",
-         per_call(lambda: state.to_status(now=now), 500 // scale)),
+        ("to_status, no health (baseline)",
+         per_call(lambda: to_status(state), 500 // scale)),
+        ("to_status with health judged at now",
+         per_call(lambda: to_status(state, health=judge(state, now)), 500 // scale)),
         ("evaluate() alone", per_call(lambda: evaluate(state, now), 5000 // scale)),
     ]
     print(f"one task: {a.workers} workers x {a.reports} reports, 16 metrics; "

@@ -33,7 +33,7 @@ from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.items import LatestSlot
 from tidings.schemas import ParsedEvent, TaskRef, fold_all, fold_many, new_state, parse_event
 from tidings.schemas.fastpath import fast_watch_line
-from tidings.schemas.state import STATUS_BUDGET
+from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
 
 TASK = "train-1m"
 
@@ -137,7 +137,7 @@ def watcher_cost(variants: dict[str, list[dict[str, Any]]], runs: int
             for batch in batches:
                 state = fold_many(state, batch)
             t2 = clock()
-            state.to_status(budget=STATUS_BUDGET)
+            to_status(state, budget=STATUS_BUDGET)
             t3 = clock()
             o = out[name]
             o["parse"].append((t1 - t0) / len(lines) * 1e6)
@@ -187,8 +187,8 @@ def main() -> None:
     bodies, notes, took = run(a.steps, a.metrics, a.window_steps, a.pods)
     events = parsed(bodies)
     state = fold_all(TaskRef("bench", TASK), events)
-    full = state.to_status()
-    written = state.to_status(budget=STATUS_BUDGET)
+    full = to_status(state)
+    written = to_status(state, budget=STATUS_BUDGET)
     metrics = full["metrics"]
     history = sum(len(orjson.dumps(e.get("history", {}))) for e in metrics.values())
     points = [len(e.get("history", {}).get("steps", ())) for e in metrics.values()]

@@ -44,6 +44,7 @@ from tidings.schemas import (
     fold_all,
     parse_event,
 )
+from tidings.schemas.status_encoder import to_status
 from tidings.watcher.store import Store
 
 T0 = datetime(2026, 12, 1, 9, 0, 0, tzinfo=timezone.utc)
@@ -93,7 +94,7 @@ def fill(store: Store, n: int, offset: int = 0) -> list[int]:
         state = fold_all(task, evs)
         store.written(task, store.put(task, state, base=base, events=evs), str(k))
         if len(sizes) < 2000:
-            sizes.append(len(orjson.dumps(state.to_status())))
+            sizes.append(len(orjson.dumps(to_status(state))))
     return sizes
 
 
@@ -179,7 +180,7 @@ def main() -> None:
     assert compacted == a.sample and store.not_compactable == 0
     st = store.get(TaskRef("team-0", "train-000000"))
     assert st is not None
-    packed = len(zlib.compress(orjson.dumps(st.to_status()), 1))
+    packed = len(zlib.compress(orjson.dumps(to_status(st)), 1))
     m = min(1000, a.sample)
     for k in range(m):
         store.take(TaskRef(f"team-{k % 50}", f"train-{k:06d}"))  # hot again

@@ -31,6 +31,7 @@ from tidings.schemas import (
     parse_event,
 )
 from tidings.schemas.contract import events_path
+from tidings.schemas.status_encoder import to_status
 
 REPO = Path(__file__).resolve().parents[1]
 TICK = os.sysconf("SC_CLK_TCK")
@@ -164,5 +165,5 @@ def training_status(namespace: str, name: str, fraction: float, message: str,
         events.append(parse_event(build_event(
             task=ref, pod=PodRef(f"{name}-{pod}", f"uid-{pod}", namespace), payload=p,
             instance=f"i{pod}", seq=n, time=t0 + timedelta(seconds=n), sender_proof=False)))
-    out: dict[str, Any] = fold_all(ref, events).to_status()  # type: ignore[arg-type]
+    out: dict[str, Any] = to_status(fold_all(ref, events))  # type: ignore[arg-type]
     return out

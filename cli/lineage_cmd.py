@@ -70,10 +70,10 @@ def lineage(
     """Show the pods of an app or task, as a tree, with where each was found and its fate."""
     check_name(app, "app")
     from tidings.cli import lineage as lin
-    from tidings.cli import taskview
+    from tidings.cli.namespace import open_app
     from tidings.schemas.constants import TASK_LABEL
 
-    k, ns = taskview.open_app(app, namespace, all_namespaces, conn)
+    k, ns = open_app(app, namespace, all_namespaces, conn)
     found = lin.discover(k, ns, app)
     items = lin.fates(k, found)
     disowned = [f for f in items if f.state == "disowned"]
@@ -156,9 +156,9 @@ def logs(
         invalid("--previous cannot be used with --follow (a previous instance has ended)")
     includes, excludes = _patterns(include, "--include"), _patterns(exclude, "--exclude")
     from tidings.cli import lineage as lin
-    from tidings.cli import taskview
+    from tidings.cli.namespace import open_app
 
-    k, ns = taskview.open_app(app, namespace, all_namespaces, conn)
+    k, ns = open_app(app, namespace, all_namespaces, conn)
     use_color = color is Color.always or (
         color is Color.auto and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
     printer = logstream.Printer(color=use_color, timestamps=timestamps, prefix=not no_prefix,

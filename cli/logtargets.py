@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tidings.cli.common import EXIT_NOT_FOUND, CliError
 from tidings.cli.kube import ApiError, Kube
@@ -25,8 +25,21 @@ from tidings.schemas import TASK_LABEL, LineageEntry
 from tidings.schemas.contract import TERMINAL_PHASES
 from tidings.schemas.platform import task_selector
 
-if TYPE_CHECKING:
-    from tidings.cli.logtail import Options, Printer
+
+class Wanted(Protocol):
+    """What ``targets`` reads of the logs options (logtail.py's ``Options``)."""
+
+    @property
+    def follow(self) -> bool: ...
+
+    @property
+    def container(self) -> str | None: ...
+
+
+class Notes(Protocol):
+    """Where ``targets`` says why a pod has no logs (logtail.py's ``Printer``)."""
+
+    def note(self, message: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -38,7 +51,7 @@ class Target:
     container: str
 
 
-def targets(kube: Kube, ns: str, entry: LineageEntry, opt: Options, printer: Printer,
+def targets(kube: Kube, ns: str, entry: LineageEntry, opt: Wanted, printer: Notes,
             stopped: threading.Event) -> list[Target]:
     """The containers of the entry's pod when that pod is there under the recorded uid and
     carries the app's label (with -f, a pod not visible yet is waited for, 30 s at most);

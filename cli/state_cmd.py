@@ -55,12 +55,14 @@ def state(
     """Show a task's state: progress and ETA, health, links, decks, metrics (latest value, min,
     max and a sparkline of their history), spans and who reported them."""
     check_task(task)
-    from tidings.cli import taskview
+    from tidings.cli.namespace import open_task
+    from tidings.cli.taskread import TaskReader
+    from tidings.cli.taskrender import render
 
-    k, ref = taskview.open_task(task, namespace, all_namespaces, conn, from_events)
-    snap = taskview.load(k, ref, use_events=from_events)
+    k, ref = open_task(task, namespace, all_namespaces, conn, from_events)
+    snap = TaskReader(k, ref).load(use_events=from_events)
     if output is Output.table:
-        console().print(taskview.render(snap))
+        console().print(render(snap))
     else:
         typer.echo(dump(snap.to_data(), output), nl=False)
 
@@ -91,16 +93,19 @@ def watch(
         invalid(f"--output {output!r}: use table or jsonl")
     from rich.live import Live
 
-    from tidings.cli import taskview
+    from tidings.cli.namespace import open_task
+    from tidings.cli.snapshot import Snapshot
+    from tidings.cli.taskfollow import follow
+    from tidings.cli.taskrender import one_line, render
 
-    k, ref = taskview.open_task(task, namespace, all_namespaces, conn, from_events)
-    snapshots = _Pump(taskview.follow(k, ref, use_events=from_events, must_exist=not wait))
+    k, ref = open_task(task, namespace, all_namespaces, conn, from_events)
+    snapshots = _Pump(follow(k, ref, use_events=from_events, must_exist=not wait))
     snap = snapshots.next(None)
     assert snap is not None
     out = console()
     ended: float | None = None  # when the status first said the task is over
 
-    def done(s: taskview.Snapshot) -> bool:
+    def done(s: Snapshot) -> bool:
         # Over, and no span window its workers sent before their finals still missing
         # (or the grace is up: a window may have been lost or dropped by the budget).
         nonlocal ended
@@ -109,7 +114,7 @@ def watch(
         ended = ended or time.monotonic()
         return s.state.settled or time.monotonic() - ended >= grace
 
-    def step(s: taskview.Snapshot) -> taskview.Snapshot | None:
+    def step(s: Snapshot) -> Snapshot | None:
         left = None if ended is None else max(0.0, grace - (time.monotonic() - ended))
         return snapshots.next(left)
 
@@ -118,7 +123,7 @@ def watch(
         import json
         import sys
 
-        def emit_line(s: taskview.Snapshot) -> None:
+        def emit_line(s: Snapshot) -> None:
             sys.stdout.write(json.dumps(safe_data(s.to_data()), ensure_ascii=False,
                                         separators=(",", ":")) + "\n")
             sys.stdout.flush()
@@ -132,22 +137,22 @@ def watch(
             emit_line(snap)
     elif not out.is_terminal:
         # Piped (CI logs, scripts): one line per change, then the full view at the end.
-        typer.echo(taskview.one_line(snap))
+        typer.echo(one_line(snap))
         while not done(snap):
             nxt = step(snap)
             if nxt is None:
                 break
             snap = nxt
-            typer.echo(taskview.one_line(snap))
-        out.print(taskview.render(snap))
+            typer.echo(one_line(snap))
+        out.print(render(snap))
     else:
-        with Live(taskview.render(snap), console=out, refresh_per_second=8) as live:
+        with Live(render(snap), console=out, refresh_per_second=8) as live:
             while not done(snap):
                 nxt = step(snap)
                 if nxt is None:
                     break
                 snap = nxt
-                live.update(taskview.render(snap), refresh=True)
+                live.update(render(snap), refresh=True)
     if snap.state.failed:
         raise typer.Exit(EXIT_FAILED)
 

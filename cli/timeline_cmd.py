@@ -360,10 +360,11 @@ def timeline(
     check_task(task)
     if svg_file is not None and not svg_file.parent.is_dir():
         invalid(f"--svg {str(svg_file)!r}: directory {str(svg_file.parent)!r} does not exist")
-    from tidings.cli import taskview
+    from tidings.cli.namespace import open_task
+    from tidings.cli.taskread import TaskReader
 
-    k, ref = taskview.open_task(task, namespace, all_namespaces, conn, from_events)
-    snap = taskview.load(k, ref, use_events=from_events)
+    k, ref = open_task(task, namespace, all_namespaces, conn, from_events)
+    snap = TaskReader(k, ref).load(use_events=from_events)
     data = rows(snap.state)
     if svg_file is not None:
         try:

@@ -48,6 +48,11 @@ def ui(
     selector: Annotated[str | None, typer.Option(
         "--selector", "-l", metavar="SELECTOR", show_default=False,
         help="Only tasks with these labels, kubectl's (app=train,team!=ml).")] = None,
+    allowed_host: Annotated[list[str] | None, typer.Option(
+        "--allowed-host", metavar="NAME", show_default=False,
+        help="Another name requests may give this server in their Host header (repeatable), "
+        "beside the loopback names, the address served and, off loopback, this host's "
+        "names; any other is refused (DNS rebinding).")] = None,
     conn: Connection = DEFAULT_CONNECTION,
 ) -> None:
     """Serve a live web page of the tasks (read-only, with your own credentials)."""
@@ -56,12 +61,17 @@ def ui(
     if namespace is not None and all_namespaces:
         invalid("-n and --all-namespaces cannot be used together")
     try:
-        from tidings.ui.server import Settings, Ui, is_loopback, listen, serve
+        from tidings.ui.guard import host_of, is_loopback
+        from tidings.ui.server import Settings, Ui, listen, serve
     except ModuleNotFoundError as e:
         if (e.name or "").split(".")[0] not in _UI_DEPENDENCIES:
             raise
         raise CliError(f"tidings ui needs the ui extra ({e.name} is missing): "
                        "pip install 'tidings[ui]'", EXIT_ERROR) from None
+    extra_hosts = tuple(allowed_host or ())
+    for name in extra_hosts:
+        if host_of(name) is None or name.strip() in ("", "*"):
+            invalid(f"--allowed-host {safe(name)!r} is not a host name or address")
     from tidings import __version__
     from tidings.cli.kube import connect_with
     from tidings.ui.hub import Hub
@@ -77,10 +87,11 @@ def ui(
     url = f"http://{shown}:{bound}/"
     if not is_loopback(address):
         typer.echo(f"warning: serving on {safe(address)}, not a loopback address: anyone who "
-                   "can reach it reads the cluster with your credentials", err=True)
+                   "can reach it reads the cluster with your credentials (requests must name "
+                   "it by this address, this host's names or --allowed-host)", err=True)
     hub = Hub(k, namespace, selector, fallback=None if namespace else k.namespace)
     where = k.client.config.source or k.server
-    app = Ui(k, hub, Settings(address, where, __version__)).app()
+    app = Ui(k, hub, Settings(address, where, __version__, extra_hosts)).app()
     scope = f"namespace {namespace}" if namespace else "all namespaces"
     typer.echo(f"tidings ui: serving {url} ({scope}, {safe(where)}); Ctrl-C stops")
     sys.stdout.flush()

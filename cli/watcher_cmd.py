@@ -8,8 +8,9 @@ from typing import Annotated, Any, get_type_hints
 import typer
 
 from tidings.cli.common import option_group
+from tidings.schemas.health import THRESHOLDS
 from tidings.watcher.logs import LogFormat, LogLevel
-from tidings.watcher.settings import Options, flag_names
+from tidings.watcher.settings import Options, flag_names, options
 
 app = typer.Typer(help="The watcher: fold bus events into durable TaskFeedback state.",
                   no_args_is_help=True, rich_markup_mode=None)
@@ -21,12 +22,17 @@ DEFAULT_OPTIONS = Options()
 
 def _flags() -> dict[str, tuple[Any, Any]]:
     """The flags of `watcher run`, one per setting declared with a help text: how to connect
-    first, then what the controller runs with, then serving and leader election."""
+    first, then what the controller runs with (the health conditions' thresholds in place of
+    ``health``), then serving and leader election."""
     hints = get_type_hints(Options)
     out: dict[str, tuple[Any, Any]] = {}
     first = ("kubeconfig", "context")
     for f in sorted(fields(Options), key=lambda f: f.name not in first):
         meta = f.metadata
+        if f.name == "health":
+            for t in THRESHOLDS.values():
+                out[t.name] = (Annotated[int if t.integer else float, typer.Option(
+                    t.flag, envvar=t.env, help=t.help)], t.default)
         if not meta.get("help"):
             continue
         default = None if f.default is MISSING else f.default  # a list: none given
@@ -37,7 +43,7 @@ def _flags() -> dict[str, tuple[Any, Any]]:
 
 
 @app.command()
-@option_group("opts", Options, _flags())
+@option_group("opts", options, _flags())
 def run(
     opts: Options = DEFAULT_OPTIONS,
     log_level: Annotated[LogLevel, typer.Option(

@@ -155,6 +155,29 @@ class Identity:
         return [k for k, v in need.items() if not v]
 
 
+def learned_identity(identity: Identity, transport: object) -> tuple[Identity, bool]:
+    """What the environment did not say about this pod, from the pod the transport's token is
+    bound to; and whether events carry the sender proof: as the transport says, else when
+    the token is bound to the very pod the events speak for."""
+    bound = getattr(transport, "bound_pod", None)
+    identity = identity.completed_by(bound)
+    forced = getattr(transport, "pod_bound", None)
+    return identity, bool(forced) if forced is not None else identity.bound_to(bound)
+
+
+def token_says(transport: object) -> str:
+    """What the transport's token says of the pod, for the one line that says why events
+    cannot be sent."""
+    if transport is None or getattr(transport, "sink", False):
+        return "no cluster is configured"
+    if not hasattr(transport, "bound_pod"):
+        return "the transport names no token"
+    bound = transport.bound_pod
+    if bound is None:
+        return "the service-account token is bound to no pod"
+    return f"the service-account token is bound to another pod ({bound.name})"
+
+
 def task_from_labels(path: str) -> str:
     """The ``tidings.dev/task`` value from a downward-API labels file, or "" when absent."""
     try:

@@ -5,6 +5,10 @@ Critical facts (links, decks, final progress, lineage) go through a bounded FIFO
 budget; spans fold into per-window summaries; metrics keep their latest value per name per
 window; non-final progress is one latest-wins slot.
 
+Text enters here and is made valid at once (``valid_text``: a lone surrogate, what Python
+makes of invalid UTF-8 in ``argv``, becomes U+FFFD), so no text the workload hands over can
+fail later on the sender thread, where the fact would be lost.
+
 Nothing here loads the payload models (pydantic): the sender (sender.py) is built on its own
 thread, which validates what the workload handed it, so ``import tidings.emitter`` and the
 calls stay light.
@@ -25,6 +29,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tidings.schemas.refs import ObjectRef, TaskRef, valid_uid
+from tidings.schemas.text import valid_text
 
 from .aggregate import SpanAggregator
 from .config import EmitterConfig, Identity
@@ -92,11 +97,13 @@ class Emitter:
     # ---- the workload side: O(1), never blocks, never raises ----------------------------
     def log_link(self, name: str, url: str) -> None:
         """A named link (W&B run, dashboard, logs). Critical: never dropped for budget."""
-        self._put(("LogLink", {"name": name, "url": url}, time.time(), False, None))
+        self._put(("LogLink", {"name": _valid(name), "url": _valid(url)}, time.time(), False,
+                   None))
 
     def deck_ready(self, name: str, uri: str) -> None:
         """A report deck is ready at ``uri``. Critical."""
-        self._put(("DeckReady", {"name": name, "uri": uri}, time.time(), False, None))
+        self._put(("DeckReady", {"name": _valid(name), "uri": _valid(uri)}, time.time(), False,
+                   None))
 
     def progress(self, fraction: float, message: str = "", final: bool = False,
                  failed: bool = False) -> None:
@@ -106,6 +113,8 @@ class Emitter:
         before a final, so the task's last view has them."""
         t = time.time()
         try:
+            if type(message) is str and not message.isascii():  # (inline: a chatty loop's path)
+                message = valid_text(message)
             # An invalid fraction (refused when sent) is never what a failure keeps. A bare
             # try: contextlib.suppress costs ~0.5 us here, more than the rest of the call.
             try:
@@ -167,6 +176,8 @@ class Emitter:
             v = float(value)
             if not (isinstance(name, str) and (step is None or type(step) is int)):
                 raise TypeError("metric name must be a str and step an int or None")
+            if not name.isascii():
+                name = valid_text(name)
             self._latest.put(("Metric", name),
                              ({"name": name, "value": v, "step": step}, time.time()), (v, step))
             if self._thread is None:
@@ -177,6 +188,8 @@ class Emitter:
     def record_span(self, name: str, start: float, end: float, error: bool = False) -> None:
         """One finished span, ``start``/``end`` in epoch seconds. Coalesced per window."""
         try:
+            if type(name) is str and not name.isascii():
+                name = valid_text(name)
             self._spans.record(name, start, end - start, error)
             if self._thread is None:
                 self._start()
@@ -186,6 +199,8 @@ class Emitter:
     def _record(self, name: str, start: float, duration: float, error: bool) -> None:
         # The Span objects' path: they measure the duration with perf_counter.
         try:
+            if type(name) is str and not name.isascii():
+                name = valid_text(name)
             self._spans.record(name, start, duration, error)
             if self._thread is None:
                 self._start()
@@ -202,6 +217,9 @@ class Emitter:
         this pod's); ``related`` is this (the controller's) pod. Critical.
         """
         try:
+            pod_name, pod_uid, app, role, app_kind, app_api_version, app_uid, namespace = map(
+                _valid, (pod_name, pod_uid, app, role, app_kind, app_api_version, app_uid,
+                         namespace))
             ns = namespace or self.identity.namespace
             regarding = (ObjectRef(app_api_version or "v1", app_kind, app, ns, app_uid)
                          if app_kind else None)
@@ -329,6 +347,12 @@ class Emitter:
             s["refused"], s["refused_by_status"] or "", s["undelivered"] + s["queued"],
             s["spans_unsent"], s["dropped_queue_full"], s["dropped_span_names"], s["invalid"],
             s["unaddressable"])
+
+
+def _valid(v: Any) -> Any:
+    """Text made valid (``valid_text``); anything else as it is, for the payload's own check
+    to refuse with its reason."""
+    return valid_text(v) if type(v) is str else v
 
 
 def _run_sender(ref: weakref.ref[Emitter]) -> None:

@@ -8,11 +8,15 @@ has to know which numbers move together; a lock per update is ~50 ns, off the ho
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Hashable
 from typing import Any, Literal
 
-# What _count_once may count: the refusals of the Emitter's own checks, each logged once.
+# What ``Problems.note`` may count: the refusals of the Emitter's own checks.
 Problem = Literal["invalid", "unaddressable", "undelivered", "internal_errors"]
+
+log = logging.getLogger("tidings.emitter")
 
 
 class Counters:
@@ -128,3 +132,26 @@ class Counters:
             out["refused_by_status"] = dict(self.refused_by_status)
             out["delivered_by_reason"] = dict(self.delivered_by_reason)
         return out
+
+
+class Problems:
+    """The sender's own refusals (an invalid payload, an unaddressable event, a refused
+    send): each counted, and logged once per key, so a workload that emits one bad fact a
+    second does not flood its own log. Used on the sender thread only."""
+
+    def __init__(self, counters: Counters) -> None:
+        self.counters = counters
+        self._logged: set[Hashable] = set()
+
+    def first(self, key: Hashable) -> bool:
+        """True the first time ``key`` is seen."""
+        if key in self._logged:
+            return False
+        self._logged.add(key)
+        return True
+
+    def note(self, counter: Problem, key: Hashable, msg: str, *args: Any) -> None:
+        """Count one ``counter``; log ``msg`` the first time ``key`` is noted."""
+        self.counters.problem(counter)
+        if self.first(key):
+            log.warning(msg, *args)

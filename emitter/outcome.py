@@ -5,7 +5,8 @@ worker already sent a final of its own. ``with tidings.run():`` (the package's `
 builds on the same report. On SIGTERM the queued facts are flushed within a deadline before
 the previous handler runs (the default one: the process still dies of the signal). This
 module knows no Emitter registry: whoever installs the hooks says which Emitters a crash
-reports through.
+reports through, each one a ``Reporter`` (the Emitter of core.py is one; this module does
+not import it).
 """
 
 from __future__ import annotations
@@ -21,12 +22,29 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from tidings.schemas.text import cut_text, sanitize_text
 
-if TYPE_CHECKING:
-    from .core import Emitter
+
+class _FlushSettings(Protocol):
+    @property
+    def sigterm_flush_s(self) -> float: ...
+
+
+class Reporter(Protocol):
+    """What a crash is reported through (core.py's Emitter)."""
+
+    @property
+    def config(self) -> _FlushSettings: ...
+
+    @property
+    def final_sent(self) -> bool: ...
+
+    def fail(self, message: str = "") -> None: ...
+
+    def flush(self, timeout: float = 5.0) -> bool: ...
+
 
 #: A crash message's bound: the type and the start of its text say what happened; the
 #: traceback belongs in the logs.
@@ -39,7 +57,7 @@ _REPORTED = "_tidings_reported"
 _install_lock = threading.Lock()
 _installed = False
 # The Emitters a crash reports through when no one Emitter is named: set by the first install.
-_started: Callable[[], Iterable[Emitter]] = list
+_started: Callable[[], Iterable[Reporter]] = list
 
 
 def exit_message(code: object) -> str | None:
@@ -75,7 +93,7 @@ def crash_message(exc: BaseException) -> str:
                     CRASH_MESSAGE_LIMIT)
 
 
-def report_failure(exc: BaseException, emitter: Emitter | None = None, *,
+def report_failure(exc: BaseException, emitter: Reporter | None = None, *,
                    where: str = "") -> None:
     """Send a failed final naming ``exc`` from ``emitter`` (default: every started Emitter of
     this process, as the hooks' installer listed them), once per exception. Never raises."""
@@ -94,7 +112,7 @@ def report_failure(exc: BaseException, emitter: Emitter | None = None, *,
         pass
 
 
-def install_crash_hooks(started: Callable[[], Iterable[Emitter]]) -> None:
+def install_crash_hooks(started: Callable[[], Iterable[Reporter]]) -> None:
     """Chain ``sys.excepthook`` and ``threading.excepthook`` and track ``sys.exit`` (once per
     process; the Emitter calls this when it is first used), reporting through the Emitters
     ``started()`` lists. The hooks that were there are called after ours, with the same
@@ -261,7 +279,7 @@ _sigterm_lock = threading.Lock()
 _sigterm_installed = False
 
 
-def install_sigterm_flush(started: Callable[[], Iterable[Emitter]], deadline_s: float) -> bool:
+def install_sigterm_flush(started: Callable[[], Iterable[Reporter]], deadline_s: float) -> bool:
     """On SIGTERM (eviction, preemption, the pod's deletion) flush every started Emitter
     within ``deadline_s`` seconds, then run the handler that was there: the default one (the
     process dies of SIGTERM, after each worker without a final reported "terminated by

@@ -84,6 +84,11 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def __dir__() -> list[str]:
+    # dir(), help() and editors' completion see the names __getattr__ loads, without loading.
+    return sorted({*globals(), *__all__})
+
+
 def connect(kubeconfig: str | None = None, context: str | None = None, *,
             namespace: str | None = None, impersonate: Impersonation | None = None,
             maxsize: int = 10, user_agent: str = "tidings") -> Client:

@@ -2,11 +2,11 @@
 
 Payload models, the note codec, the Event contract, and the fold of events into task state.
 
-Status layout (``TaskState.to_status()``; camelCase, structural; deploy/crd.yaml documents
-every field, and empty maps, zero counters and absent values are left out)::
+Status layout (``status_encoder.to_status(state)``; camelCase, structural; deploy/crd.yaml
+documents every field, and empty maps, zero counters and absent values are left out)::
 
     schemaVersion: 2
-    phase:      Pending | Running | Succeeded | Failed      # the completion rule (folding.py)
+    phase:      Pending | Running | Succeeded | Failed      # the completion rule (completion.py)
     conditions: [Completed, Failed, PodsWaiting?]          # metav1.Condition
     progress:   {percent, percentText, message, estimatedCompletionTime?}  # the aggregate
     linkCount:  int;  deck: latest deck name               # printer columns
@@ -41,6 +41,7 @@ targeted an entry.
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .completion import TaskProgress
     from .constants import (
         API_GROUP,
         API_VERSION,
@@ -90,15 +91,14 @@ if TYPE_CHECKING:
         DEFAULT_LIMITS,
         Limits,
         Named,
-        ProgressState,
         SpanAgg,
-        TaskProgress,
         TaskState,
         new_state,
     )
     from .text import sanitize_text
     from .times import format_time, parse_time
     from .version_vector import VersionVector
+    from .workers import ProgressState
 
 # Each name loads its own module on first use (PEP 562): `tidings.emitter` imports the
 # references alone (the payloads and the Event contract load on its sender thread), never
@@ -157,9 +157,9 @@ _LAZY = {
     "DEFAULT_LIMITS": "state",
     "Limits": "state",
     "Named": "state",
-    "ProgressState": "state",
+    "ProgressState": "workers",
     "SpanAgg": "state",
-    "TaskProgress": "state",
+    "TaskProgress": "completion",
     "TaskState": "state",
     "new_state": "state",
     "sanitize_text": "text",
@@ -178,6 +178,11 @@ def __getattr__(name: str) -> Any:
     value = getattr(import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    # dir(), help() and editors' completion see the names __getattr__ loads, without loading.
+    return sorted({*globals(), *__all__})
 
 
 __all__ = [

@@ -5,6 +5,7 @@ Everything here is shared by the emitter, the watcher and the CLI; change nothin
 
 from __future__ import annotations
 
+import math
 from typing import Final
 
 BUS_CONTROLLER: Final = "tidings.dev/bus"
@@ -31,6 +32,8 @@ SCHEMA_VERSION: Final = 2
 URL_LIMIT: Final = 800
 INSTANCE_LIMIT: Final = 64
 SEQ_MAX: Final = 2**63 - 1
+# Status numbers are int64 in the API server: sums saturate there, a reader refuses more.
+INT64_MAX: Final = 2**63 - 1
 # Names are map keys in the persisted status; bounding them bounds the status size.
 NAME_LIMIT: Final = 64
 TYPE_LIMIT: Final = 128
@@ -42,6 +45,27 @@ TASK_ID_MAX: Final = 63
 # The sender proof: the emitting pod's uid, admitted only from that pod's bound token
 # (deploy/admission-policy.yaml), so it outlives the pod.
 SENDER_UID_ANNOTATION: Final = "tidings.dev/sender-uid"
+
+# Characters of a worker's progress message kept in the status (the note allows ~1000 bytes;
+# a status line needs far less, and 64 workers' messages must stay small).
+MESSAGE_LIMIT: Final = 256
+
+# A metric value that is not finite is a health fact (a diverging loss), so it is carried,
+# not refused. JSON has no spelling for it: on the wire (a note, the status) it is one of
+# these strings, as in protobuf's JSON mapping; in memory the float (NaN as ``math.nan``,
+# one object, so that states holding it compare equal).
+NON_FINITE: Final[dict[str, float]] = {"NaN": math.nan, "Infinity": math.inf,
+                                       "-Infinity": -math.inf}
+
+
+def non_finite_text(v: float) -> str | None:
+    """``v``'s wire spelling when it is not finite (NaN, Infinity, -Infinity), else None."""
+    if v != v:
+        return "NaN"
+    if v in (math.inf, -math.inf):
+        return "Infinity" if v > 0 else "-Infinity"
+    return None
+
 
 # The API paths, selectors and phase names built from these are in contract.py.
 

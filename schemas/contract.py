@@ -8,10 +8,12 @@ A path, selector or TaskFeedback body built anywhere else is a second copy of th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Final
 
 from .constants import API_GROUP, API_VERSION, BUS_CONTROLLER, EVENTS_API_VERSION, KIND, PLURAL
 from .constants import TASK_LABEL as TASK_LABEL
+from .times import format_seconds
 
 # ---- API paths -----------------------------------------------------------------------------
 EVENTS_GROUP_PATH: Final = f"/apis/{EVENTS_API_VERSION}"
@@ -121,10 +123,18 @@ def pod_selector(task: str) -> str:
     return f"{TASK_LABEL}={task}"
 
 
-# ---- phases --------------------------------------------------------------------------------
-# A TaskFeedback's status.phase (the completion rule in state.py); a Pod's ends the same way.
+# ---- phases and conditions -----------------------------------------------------------------
+# A TaskFeedback's status.phase (the completion rule, completion.py); a Pod's ends the same way.
 PENDING: Final = "Pending"
 RUNNING: Final = "Running"
 SUCCEEDED: Final = "Succeeded"
 FAILED: Final = "Failed"
 TERMINAL_PHASES: Final = frozenset({SUCCEEDED, FAILED})
+
+
+def condition(ctype: str, true: bool, reason: str, message: str, at: datetime
+              ) -> dict[str, Any]:
+    """One entry of a TaskFeedback's ``status.conditions``, metav1.Condition style: the
+    outcome's (completion.py) and health's (health.py) alike."""
+    return {"type": ctype, "status": "True" if true else "False", "reason": reason,
+            "message": message, "lastTransitionTime": format_seconds(at)}

@@ -511,7 +511,8 @@ def _fast(line: bytes | str) -> WatchItem | None:
     if refs is None:
         refs = _refs(ns, reg, rel)
     task, sender, prefix, reg_uid = refs
-    if sender is None or name != prefix + _name_digest(instance, seq):  # event_name's
+    # (task and sender are None together; the name is event_name's)
+    if task is None or sender is None or name != prefix + _name_digest(instance, seq):
         return None
     ann = meta.annotations
     uid = sender.uid

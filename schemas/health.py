@@ -3,58 +3,142 @@
 latest value is NaN or infinite) and ``Straggling`` (a running worker far behind the median
 pace of its task), as metav1 conditions and as lists a reader can use.
 
-Pure. Silence depends on *when* it is judged, so the time of evaluation is an input (``now``)
-and the status says when it was (``health.evaluatedAt``); everything else is a function of
-the folded state. The thresholds are ``HealthSettings`` (the watcher's ``--stall-*`` and
-``--straggle-*`` flags; ``tidings state --from-events`` uses the defaults). Only the detailed
-worker records (the 64 smallest pod names) carry a pace, so only they are judged.
+The conditions are a registry, ``HEALTH``, as kinds of fact are (schemas/kinds.py): an entry
+says the condition's type, the ``status.health`` list of what it names (pods or metrics), the
+flag a named worker gets in the view, its thresholds (``Threshold``: the watcher's flags and
+environment variables, the chart's ``watcher.health`` values) and how it judges a state. The
+watcher's settings and metrics, the view (the terminal and the page render it) and the alert
+read the registry; ARCHITECTURE.md ("Adding a health condition") lists the steps.
+
+Health sits beside the status, not inside it: ``judge`` makes its part of a status (the
+conditions and ``status.health``), which the watcher's writer and the view hand to the status
+encoder (schemas/status_encoder.py). Compacting an idle task encodes it without a judgment.
+
+Pure, and only the standard library underneath (the watcher's settings read the registry to
+build `tidings watcher run --help`). Silence depends on *when* it is judged, so the time of
+evaluation is an input (``now``) and the status says when it was (``health.evaluatedAt``);
+everything else is a function of the folded state. ``tidings state --from-events`` judges
+with the defaults. Only the detailed worker records (the 64 smallest pod names) carry a pace,
+so only they are judged.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice
-from typing import TYPE_CHECKING, Any, NamedTuple
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from tidings._compat import UTC
 
-from .payloads import non_finite_text
+from .constants import non_finite_text
+from .contract import RUNNING, condition
 from .roster import pod_hash
-from .times import format_seconds, parse_time
+from .times import format_seconds
 
-if TYPE_CHECKING:
-    from .state import ProgressState, TaskState
+if TYPE_CHECKING:  # (the model loads pydantic: only its types are needed here)
+    from .state import TaskState
+    from .workers import ProgressState
 
-STALLED = "Stalled"
-NON_FINITE_METRICS = "NonFiniteMetrics"
-STRAGGLING = "Straggling"
-HEALTH_CONDITIONS = (STALLED, NON_FINITE_METRICS, STRAGGLING)
 # Names a condition's message lists (the rest are counted; ``health`` lists them all).
 NAMES_SHOWN = 5
 
 
 @dataclass(frozen=True, slots=True)
+class Threshold:
+    """A setting of a condition. ``name`` is its key in ``HealthSettings`` and names it
+    everywhere else: the flag ``--name-with-dashes`` of `tidings watcher run`, the variable
+    ``TIDINGS_NAME``, the chart value ``watcher.health.nameInCamelCase``."""
+
+    name: str
+    default: float
+    help: str
+    minimum: float
+    maximum: float | None = None
+    unit: str = ""
+    integer: bool = False  # a count (the flag takes an int)
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return "TIDINGS_" + self.name.upper()
+
+
 class HealthSettings:
-    """When a worker counts as stalled or straggling (the watcher's flags of the same names).
+    """The conditions' thresholds, by ``Threshold.name``; one not given keeps its default.
 
-    A worker is *stalled* once silent for ``stall_factor`` times its own report interval (its
-    first to its latest progress, over the reports between), and at least ``stall_min_s``;
-    one that has reported once (no pace yet) after ``stall_unpaced_s``. A worker is
-    *straggling* when its pace (progress per second since its first report) is below
-    ``straggle_ratio`` of the median pace of its task's running workers, judged once at
-    least ``straggle_min_workers`` of them have a pace."""
+    ``HealthSettings(stall_factor=3)``; ``settings["stall_factor"]`` reads one."""
 
-    stall_factor: float = 10.0
-    stall_min_s: float = 60.0
-    stall_unpaced_s: float = 600.0
-    straggle_ratio: float = 0.5
-    straggle_min_workers: int = 3
+    __slots__ = ("values",)
+
+    def __init__(self, **values: float) -> None:
+        unknown = sorted(set(values) - set(THRESHOLDS))
+        if unknown:
+            raise TypeError(f"no health threshold is named {', '.join(unknown)}")
+        self.values: Mapping[str, float] = MappingProxyType(
+            {name: float(values.get(name, t.default)) for name, t in THRESHOLDS.items()})
+
+    def __getitem__(self, name: str) -> float:
+        return self.values[name]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HealthSettings) and dict(self.values) == dict(other.values)
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.values.items())))
+
+    def __repr__(self) -> str:
+        return f"HealthSettings({', '.join(f'{k}={v:g}' for k, v in self.values.items())})"
 
 
-DEFAULT_HEALTH = HealthSettings()
+class Found(NamedTuple):
+    """What one condition found in a state: the pods or metrics it holds for, each with its
+    detail (what its message says of it), and the next time it would change by itself (the
+    health clock's: silence grows), if any."""
+
+    named: Mapping[str, Any]
+    next_change: datetime | None = None
+
+
+class Said(NamedTuple):
+    """What a condition says: its reason and message, and the time of the report that
+    decided it (None: the task's first event, the time of a condition that does not hold)."""
+
+    reason: str
+    message: str
+    at: datetime | None = None
+
+
+# judge(state, now, settings) -> what holds, or None when it was not judged (silence without
+# a time to judge it at).
+Judge = Callable[["TaskState", datetime | None, HealthSettings], Found | None]
+# says(state, named, now) -> what the condition says: why it holds, from what it names (not
+# empty), else why not; ``now``: when it was judged.
+Says = Callable[["TaskState", Mapping[str, Any], datetime | None], Said]
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCondition:
+    """One health condition. ``names`` is its list in ``status.health`` (sorted names of the
+    ``subject``s it holds for: pods, or metrics); a worker it names shows ``flag`` in the
+    view (the terminal's HEALTH column, the page's row; "" for a condition of metrics)."""
+
+    type: str  # the condition type: `kubectl wait --for=condition=<type>`
+    names: str
+    subject: Literal["worker", "metric"]
+    flag: str
+    judge: Judge
+    says: Says
+    thresholds: tuple[Threshold, ...] = ()
+
+
+# --- the conditions -------------------------------------------------------------------------
 
 
 class Silence(NamedTuple):
@@ -64,25 +148,6 @@ class Silence(NamedTuple):
     since: datetime
     limit: float
     interval: float | None
-
-
-class Health(NamedTuple):
-    """What ``evaluate`` found: the stalled and straggling workers (pod -> detail), the
-    non-finite metrics (name -> "NaN", "Infinity" or "-Infinity"), when silence was judged
-    (None: it was not) and the next time a running worker would become stalled."""
-
-    stalled: Mapping[str, Silence]
-    straggling: Mapping[str, float]  # pod -> its pace over the median pace
-    non_finite: Mapping[str, str]
-    evaluated_at: datetime | None
-    next_change: datetime | None
-
-    @property
-    def summary(self) -> str:
-        """The conditions that hold, comma-separated, or ``Healthy``."""
-        held = [c for c, on in ((STALLED, self.stalled), (NON_FINITE_METRICS, self.non_finite),
-                                (STRAGGLING, self.straggling)) if on]
-        return ",".join(held) or "Healthy"
 
 
 def _interval(w: ProgressState) -> float | None:
@@ -106,8 +171,8 @@ def stall_limit(w: ProgressState, s: HealthSettings) -> tuple[float, float | Non
     """(seconds of silence allowed, the worker's report interval or None)."""
     interval = _interval(w)
     if interval is None:
-        return s.stall_unpaced_s, None
-    return max(s.stall_min_s, s.stall_factor * interval), interval
+        return s["stall_unpaced"], None
+    return max(s["stall_min"], s["stall_factor"] * interval), interval
 
 
 def _running(state: TaskState) -> Iterable[tuple[str, ProgressState]]:
@@ -118,39 +183,198 @@ def _running(state: TaskState) -> Iterable[tuple[str, ProgressState]]:
             if not w.final and not (r.pod_finals and r.end_of(pod_hash(pod)) is not None))
 
 
-def evaluate(state: TaskState, now: datetime | None,
-             settings: HealthSettings = DEFAULT_HEALTH) -> Health:
-    """The task's health at ``now`` (None: silence is not judged). Only a running task has
-    stalled or straggling workers; a non-finite metric counts whatever the phase."""
-    non_finite = {}
+def _stalled(state: TaskState, now: datetime | None, s: HealthSettings) -> Found | None:
+    if now is None:
+        return None  # silence is judged at a time, or not at all
+    stalled: dict[str, Silence] = {}
+    next_change: datetime | None = None
+    if state.phase == RUNNING:
+        for pod, w in _running(state):
+            limit, interval = stall_limit(w, s)
+            since = w.at[0]
+            try:
+                onset = since + timedelta(seconds=limit)
+            except OverflowError:  # (a report within the limit of year 9999's end)
+                continue
+            if now >= onset:
+                stalled[pod] = Silence(since, limit, interval)
+            elif next_change is None or onset < next_change:
+                next_change = onset
+    return Found(stalled, next_change)
+
+
+def _stalled_says(state: TaskState, stalled: Mapping[str, Silence], now: datetime | None
+                  ) -> Said:
+    if stalled and now is not None:
+        first = min(stalled.values(), key=lambda x: x.since + timedelta(seconds=x.limit))
+        details = (f"{pod} silent for {_duration((now - x.since).total_seconds())}"
+                   + (f" (reports every {_duration(x.interval)})"
+                      if x.interval is not None else " (one report)")
+                   for pod, x in stalled.items())
+        return Said("NoProgressReports", _names(details, len(stalled)),
+                    first.since + timedelta(seconds=first.limit))
+    if state.phase == RUNNING:
+        return Said("Reporting", "every running worker reported within its pace")
+    return Said("NotRunning", "the task is not running")
+
+
+def _non_finite(state: TaskState, now: datetime | None, s: HealthSettings) -> Found:
+    """A metric's latest value that is NaN or infinite counts whatever the phase."""
+    found = {}
     for name, reg in sorted(state.named.get("metrics", {}).items()):
         value = reg.value[0] if isinstance(reg.value, tuple) else reg.value
         text = non_finite_text(value) if type(value) is float else None
         if text is not None:
-            non_finite[name] = text
-    stalled: dict[str, Silence] = {}
-    straggling: dict[str, float] = {}
-    next_change: datetime | None = None
-    if state.phase == "Running":
-        if now is not None:
-            for pod, w in _running(state):
-                limit, interval = stall_limit(w, settings)
-                since = w.at[0]
-                try:
-                    onset = since + timedelta(seconds=limit)
-                except OverflowError:  # (a report within the limit of year 9999's end)
-                    continue
-                if now >= onset:
-                    stalled[pod] = Silence(since, limit, interval)
-                elif next_change is None or onset < next_change:
-                    next_change = onset
+            found[name] = text
+    return Found(found)
+
+
+def _non_finite_says(state: TaskState, found: Mapping[str, str], now: datetime | None
+                     ) -> Said:
+    if not found:
+        return Said("AllFinite", "every metric's latest value is finite")
+    text = _names((f"{name}={text}" for name, text in found.items()), len(found))
+    return Said("NonFiniteValue", text, min(state.named["metrics"][n].at[0] for n in found))
+
+
+def _straggling(state: TaskState, now: datetime | None, s: HealthSettings) -> Found:
+    straggling: dict[str, float] = {}  # pod -> its pace over the median pace
+    if state.phase == RUNNING:
         paces = {pod: p for pod, w in _running(state) if (p := _pace(w)) is not None}
-        if len(paces) >= max(2, settings.straggle_min_workers):
+        if len(paces) >= max(2, s["straggle_min_workers"]):
             median = statistics.median(paces.values())
             if median > 0:
                 straggling = {pod: p / median for pod, p in paces.items()
-                              if p < settings.straggle_ratio * median}
-    return Health(stalled, straggling, non_finite, now, next_change)
+                              if p < s["straggle_ratio"] * median}
+    return Found(straggling)
+
+
+def _straggling_says(state: TaskState, found: Mapping[str, float], now: datetime | None
+                     ) -> Said:
+    if not found:
+        return Said("NoStraggler", "no running worker far behind the median pace")
+    paces = (f"{pod} at {ratio:.2f} of the median pace" for pod, ratio in sorted(found.items()))
+    return Said("BehindMedianPace", _names(paces, len(found)),
+                max(w.at[0] for _, w in _running(state)))
+
+
+HEALTH: tuple[HealthCondition, ...] = (
+    # lastTransitionTime: the moment the first stalled worker's silence passed its limit.
+    HealthCondition("Stalled", "stalled", "worker", "stalled", _stalled, _stalled_says, (
+        Threshold("stall_factor", 10.0, "A running worker is Stalled once silent for this "
+                  "many of its own report intervals (its first to its latest progress, over "
+                  "the reports between)...", minimum=1),
+        Threshold("stall_min", 60.0, "... and at least this many seconds (a worker reporting "
+                  "every second: Stalled after a minute).", minimum=1, unit=" s"),
+        Threshold("stall_unpaced", 600.0, "Seconds of silence after which a worker that has "
+                  "reported only once (no pace yet) is Stalled.", minimum=1, unit=" s"))),
+    # lastTransitionTime: the earliest non-finite value.
+    HealthCondition("NonFiniteMetrics", "nonFinite", "metric", "", _non_finite,
+                    _non_finite_says),
+    # lastTransitionTime: the newest report the paces rest on.
+    HealthCondition("Straggling", "straggling", "worker", "straggling", _straggling,
+                    _straggling_says, (
+        Threshold("straggle_ratio", 0.5, "A running worker is Straggling when its pace "
+                  "(progress per second since its first report) is below this fraction of "
+                  "the median pace of its task's running workers (0: never).", minimum=0,
+                  maximum=1),
+        Threshold("straggle_min_workers", 3, "Running workers with a pace a task needs before "
+                  "any is judged Straggling.", minimum=2, integer=True))),
+)
+HEALTH_CONDITIONS: tuple[str, ...] = tuple(c.type for c in HEALTH)
+THRESHOLDS: Mapping[str, Threshold] = {t.name: t for c in HEALTH for t in c.thresholds}
+DEFAULT_HEALTH = HealthSettings()
+_STALLED = HEALTH[0]
+
+
+# --- judging a state ------------------------------------------------------------------------
+
+
+class Health(NamedTuple):
+    """What ``evaluate`` found: per condition type, the names it holds for with their detail
+    (a type absent: not judged), when it was evaluated (None: silence was not judged) and the
+    next time a running worker would become stalled."""
+
+    found: Mapping[str, Mapping[str, Any]]
+    evaluated_at: datetime | None
+    next_change: datetime | None
+
+    def named(self, ctype: str) -> Mapping[str, Any]:
+        return self.found.get(ctype, {})
+
+    @property
+    def stalled(self) -> Mapping[str, Silence]:
+        return self.named(_STALLED.type)
+
+    @property
+    def summary(self) -> str:
+        """The conditions that hold, comma-separated (registry order), or ``Healthy``."""
+        return ",".join(c.type for c in HEALTH if self.found.get(c.type)) or "Healthy"
+
+
+def evaluate(state: TaskState, now: datetime | None,
+             settings: HealthSettings = DEFAULT_HEALTH) -> Health:
+    """The task's health at ``now`` (None: silence is not judged). Only a running task has
+    stalled or straggling workers; a non-finite metric counts whatever the phase."""
+    found: dict[str, Mapping[str, Any]] = {}
+    next_change: datetime | None = None
+    for c in HEALTH:
+        f = c.judge(state, now, settings)
+        if f is None:
+            continue
+        found[c.type] = f.named
+        if f.next_change is not None and (next_change is None or f.next_change < next_change):
+            next_change = f.next_change
+    return Health(found, now, next_change)
+
+
+def conditions(state: TaskState, health: Health) -> list[dict[str, Any]]:
+    """Each condition judged, metav1.Condition style, in registry order. lastTransitionTime
+    is that of the deciding report (each entry says which), else the task's first event, as
+    for ``Completed``; none before a first event."""
+    start = state.first_event_time
+    if start is None:
+        return []
+    out = []
+    for c in HEALTH:
+        named = health.found.get(c.type)
+        if named is not None:
+            said = c.says(state, named, health.evaluated_at)
+            out.append(condition(c.type, bool(named), said.reason, said.message,
+                                 start if said.at is None else said.at))
+    return out
+
+
+def health_json(health: Health) -> dict[str, Any]:
+    """``status.health``: the summary (a printer column), when it was evaluated, and what
+    each condition names, sorted: the lists of pods first, then those of metrics."""
+    out: dict[str, Any] = {"summary": health.summary}
+    if health.evaluated_at is not None:
+        out["evaluatedAt"] = format_seconds(health.evaluated_at)
+    for c in sorted(HEALTH, key=lambda c: c.subject != "worker"):
+        named = health.found.get(c.type)
+        if named:
+            out[c.names] = sorted(named)
+    return out
+
+
+class Judgment(NamedTuple):
+    """A state's health as its status says it: the conditions (after the outcome's) and
+    ``status.health``. The status encoder places them (``to_status(state, health=...)``)."""
+
+    conditions: list[dict[str, Any]]
+    health: dict[str, Any]
+
+
+def judge(state: TaskState, now: datetime | None,
+          settings: HealthSettings = DEFAULT_HEALTH) -> Judgment:
+    """The health of ``state`` judged at ``now`` (None: silence is not judged), as its status
+    carries it."""
+    found = evaluate(state, now, settings)
+    return Judgment(conditions(state, found), health_json(found))
+
+
+# --- the health clock (Stalled: silence grows without an event) ----------------------------
 
 
 def next_stall(state: TaskState, now: datetime,
@@ -158,7 +382,7 @@ def next_stall(state: TaskState, now: datetime,
     """The next time after ``now`` a running worker's silence passes its limit (None: none
     will, unless a fact comes): when the watcher must judge the task again. O(workers): the
     watcher asks after every fold."""
-    if state.phase != "Running":
+    if state.phase != RUNNING:
         return None
     soonest: datetime | None = None
     for _, w in _running(state):
@@ -175,12 +399,15 @@ def stalled_since_written(state: TaskState, status: Any, settings: HealthSetting
                           now: datetime | None = None) -> bool:
     """Whether the workers stalled at ``now`` (default: the clock now) differ from those the
     written ``status`` names: a watcher that was down judges its tasks again at start."""
-    if state.phase != "Running":
+    if state.phase != RUNNING:
         return False
     said = status.get("health") if isinstance(status, Mapping) else None
-    named = _strings(said.get("stalled")) if isinstance(said, Mapping) else ()
-    found = evaluate(state, now or datetime.now(UTC), settings).stalled
-    return set(found) != set(named)
+    named = _strings(said.get(_STALLED.names)) if isinstance(said, Mapping) else ()
+    found = _stalled(state, now or datetime.now(UTC), settings)
+    return set(found.named if found is not None else ()) != set(named)
+
+
+# --- text -----------------------------------------------------------------------------------
 
 
 def _names(items: Iterable[str], count: int | None = None) -> str:
@@ -199,99 +426,5 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-def _condition(ctype: str, true: bool, reason: str, message: str, at: datetime
-               ) -> dict[str, Any]:
-    return {"type": ctype, "status": "True" if true else "False", "reason": reason,
-            "message": message, "lastTransitionTime": format_seconds(at)}
-
-
-def conditions(state: TaskState, health: Health) -> list[dict[str, Any]]:
-    """``Stalled`` (only when silence was judged), ``NonFiniteMetrics`` and ``Straggling``,
-    metav1.Condition style. lastTransitionTime is that of the deciding report (the moment
-    the first stalled worker's silence passed its limit; the earliest non-finite value; the
-    newest report the paces rest on), else the task's first event, as for ``Completed``."""
-    start = state.first_event_time
-    if start is None:
-        return []
-    out = []
-    now = health.evaluated_at
-    if now is not None:
-        if health.stalled:
-            first = min(health.stalled.values(), key=lambda x: x.since + timedelta(
-                seconds=x.limit))
-            details = (f"{pod} silent for {_duration((now - x.since).total_seconds())}"
-                       + (f" (reports every {_duration(x.interval)})"
-                          if x.interval is not None else " (one report)")
-                       for pod, x in health.stalled.items())
-            out.append(_condition(STALLED, True, "NoProgressReports",
-                                  _names(details, len(health.stalled)),
-                                  first.since + timedelta(seconds=first.limit)))
-        elif state.phase == "Running":
-            out.append(_condition(STALLED, False, "Reporting",
-                                  "every running worker reported within its pace", start))
-        else:
-            out.append(_condition(STALLED, False, "NotRunning", "the task is not running",
-                                  start))
-    if health.non_finite:
-        metrics = state.named["metrics"]
-        at = min(metrics[name].at[0] for name in health.non_finite)
-        out.append(_condition(NON_FINITE_METRICS, True, "NonFiniteValue", _names(
-            (f"{name}={text}" for name, text in health.non_finite.items()),
-            len(health.non_finite)), at))
-    else:
-        out.append(_condition(NON_FINITE_METRICS, False, "AllFinite",
-                              "every metric's latest value is finite", start))
-    if health.straggling:
-        at = max(w.at[0] for _, w in _running(state))
-        out.append(_condition(STRAGGLING, True, "BehindMedianPace", _names(
-            (f"{pod} at {ratio:.2f} of the median pace"
-             for pod, ratio in sorted(health.straggling.items())), len(health.straggling)),
-            at))
-    else:
-        out.append(_condition(STRAGGLING, False, "NoStraggler",
-                              "no running worker far behind the median pace", start))
-    return out
-
-
-def health_json(health: Health) -> dict[str, Any]:
-    """``status.health``: the summary (a printer column), when it was evaluated, and the
-    workers and metrics each condition names (sorted)."""
-    out: dict[str, Any] = {"summary": health.summary}
-    if health.evaluated_at is not None:
-        out["evaluatedAt"] = format_seconds(health.evaluated_at)
-    if health.stalled:
-        out["stalled"] = sorted(health.stalled)
-    if health.straggling:
-        out["straggling"] = sorted(health.straggling)
-    if health.non_finite:
-        out["nonFinite"] = sorted(health.non_finite)
-    return out
-
-
-class Written(NamedTuple):
-    """The health a status says (as the watcher wrote it): for readers of a TaskFeedback."""
-
-    summary: str
-    evaluated_at: datetime | None
-    stalled: tuple[str, ...]
-    straggling: tuple[str, ...]
-    non_finite: tuple[str, ...]
-    conditions: tuple[dict[str, Any], ...]
-
-
 def _strings(v: Any) -> tuple[str, ...]:
     return tuple(x for x in v if isinstance(x, str)) if isinstance(v, list) else ()
-
-
-def written(status: Mapping[str, Any]) -> Written | None:
-    """The health ``status`` holds (None: it holds none, e.g. a watcher before health).
-    Tolerant: what does not read is left out."""
-    raw = status.get("health")
-    if not isinstance(raw, Mapping):
-        return None
-    conds = tuple(c for c in status.get("conditions") or ()
-                  if isinstance(c, Mapping) and c.get("type") in HEALTH_CONDITIONS)
-    summary = raw.get("summary")
-    return Written(summary if isinstance(summary, str) else "", parse_time(
-        raw.get("evaluatedAt")), _strings(raw.get("stalled")), _strings(raw.get("straggling")),
-        _strings(raw.get("nonFinite")), tuple(dict(c) for c in conds))

@@ -8,7 +8,7 @@ the status codec, the write scheduler and the CLI read this table instead of nam
 
 A *named* kind (links, decks, metrics) is a map of last-writer-wins registers, one per name;
 its entry alone makes the fold, the status codec and the CLI handle it. The other families
-(spans, progress, window, lineage, unknown) have their own merge in schemas/folding.py.
+(spans, progress, window, lineage, unknown) have their own merge in schemas/apply.py.
 ARCHITECTURE.md ("Adding a kind of fact") lists the steps.
 """
 

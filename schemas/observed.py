@@ -5,7 +5,7 @@ that owns the task (a Job, JobSet, Workflow or TrainJob) as its controller repor
 
 Pure: reads API objects (dicts as the API returns them) into small typed values, sanitised
 and bounded, and never raises. The fold merges them into a task state
-(``folding.observe``); what they decide is the completion rule's (``state.py``).
+(``observing.observe``); what they decide is the completion rule's (``completion.py``).
 
 The readings follow the objects' upstream definitions: the Pod's phase, reason, conditions
 (``DisruptionTarget``, ``PodScheduled``) and container states (k8s.io/api v0.37.2

@@ -1,6 +1,8 @@
 """Typed, versioned payloads carried in an Event note.
 
 Strict, frozen pydantic models; every text field is sanitised and every URL vetted on the way in.
+Text that was not valid UTF-8 (a lone surrogate) is made valid (U+FFFD) in every text field,
+names and URLs included, before any other rule reads it (``schemas.text.valid_text``).
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from .constants import NAME_LIMIT, TYPE_LIMIT, URL_LIMIT, WORKERS_MAX
+from .constants import NON_FINITE as NON_FINITE  # (their home is constants.py)
+from .constants import non_finite_text as non_finite_text
 from .history import HISTORY_POINTS
 from .text import cut_text as cut_text  # (its home is text.py; importers here keep working)
-from .text import has_invisible, sanitize_text
+from .text import has_invisible, sanitize_text, valid_text
 
 _MODEL_CONFIG = ConfigDict(
     strict=True,
@@ -67,6 +71,7 @@ def name_error(v: str) -> tuple[str, str] | None:
 def _clean_name(v: Any) -> Any:
     if not isinstance(v, str):
         return v
+    v = valid_text(v)
     why = name_error(v)
     if why is not None:
         raise PydanticCustomError(*why)
@@ -82,7 +87,7 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*\Z")
 # Browsers silently drop tabs/newlines inside URLs ("java\tscript:"), so rejecting them outright
 # is the only safe answer; '\\' is rejected because browsers read it as '/'.
 _URL_FORBIDDEN = re.compile(
-    r"[\x00-\x20\x7f-\x9f\"<>\\`\u00a0\u1680\u2000-\u200f\u2028-\u202f\u205f-\u206f\u3000\ufeff\ud800-\udfff]"
+    r"[\x00-\x20\x7f-\x9f\"<>\\`\u00a0\u1680\u2000-\u200f\u2028-\u202f\u205f-\u206f\u3000\ufeff]"
 )
 # Where a deck can live: object stores, HDFS and the web. An allow-list, since a deny-list
 # always misses one (file:, ms-msdt:, blob:, ...). No file: a path on the pod's disk means
@@ -97,7 +102,7 @@ _URL_SAFE = "!#$%&'()*+,-./:;=?@[]^_{|}~"
 def _normalise_url(v: Any, *, web_only: bool) -> Any:
     if not isinstance(v, str):
         return v
-    v = v.strip(" ")
+    v = valid_text(v).strip(" ")
     if _URL_FORBIDDEN.search(v):
         raise ValueError("URL contains whitespace, control or forbidden characters")
     if not v.isascii():
@@ -347,22 +352,6 @@ class Progress(BaseModel):
         if self.failed and not self.final:
             raise ValueError("failed=True needs final=True (a failure ends the worker)")
         return self
-
-
-# A metric value that is not finite is a health fact (a diverging loss), so it is carried,
-# not refused. JSON has no spelling for it: on the wire (a note, the status) it is one of
-# these strings, as in protobuf's JSON mapping; in memory the float (NaN as ``math.nan``,
-# one object, so that states holding it compare equal).
-NON_FINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-
-def non_finite_text(v: float) -> str | None:
-    """``v``'s wire spelling when it is not finite (NaN, Infinity, -Infinity), else None."""
-    if v != v:
-        return "NaN"
-    if v in (math.inf, -math.inf):
-        return "Infinity" if v > 0 else "-Infinity"
-    return None
 
 
 def _metric_value_in(v: Any) -> Any:

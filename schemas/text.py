@@ -1,11 +1,15 @@
 """Neutralise text before it can reach a terminal or a web UI.
 
-Strips ANSI/ECMA-48 escape sequences, C0/C1 controls, bidi controls, lone surrogates, the
+Strips ANSI/ECMA-48 escape sequences, C0/C1 controls, bidi controls, the
 66 Unicode noncharacters (U+FDD0-U+FDEF and U+xFFFE/U+xFFFF of every plane; XML forbids
 U+FFFE/U+FFFF, so one would make an SVG or XML file unreadable) and every other invisible
 format character (Unicode category Cf: zero-width space and joiners,
 U+2060-U+2064, U+FEFF, U+061C, U+00AD, tag characters U+E0000-U+E007F, ...), so two strings
 that differ only by what cannot be seen never look identical on a screen.
+
+Text that was not valid UTF-8 is made valid first (``valid_text``): each lone surrogate, what
+Python makes of an invalid byte in ``argv`` or a file read with ``errors="surrogateescape"``,
+becomes U+FFFD, as the API server's own JSON decoder does with invalid UTF-8.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ _ESC_SEQ = re.compile(
 )
 # Whitespace controls become a space so words stay apart; the rest simply disappear.
 _SPACE_LIKE = re.compile(r"[\t\n\r\x0b\x0c\x85\u2028\u2029]")
-# C0, DEL, C1, bidi embeddings/overrides/isolates ("Trojan Source"), lone surrogates, and
+# C0, DEL, C1, bidi embeddings/overrides/isolates ("Trojan Source") and
 # the format characters (category Cf) of this Python's Unicode database, so the set is
 # complete for its Unicode version, not a hand-kept list. Walking all 1.1 million code points
 # at import costs a quarter of a second, so the ranges of the Unicode versions we know are
@@ -71,15 +75,28 @@ _LONE_ZWJ = f"(?<![{_EMOJI}\ufe0f])\u200d|\u200d(?![{_EMOJI}])"
 _NONCHARACTERS = "\ufdd0-\ufdef" + "".join(
     re.escape(chr(plane | 0xFFFE)) + re.escape(chr(plane | 0xFFFF))
     for plane in range(0, 0x110000, 0x10000))
-_DROP = re.compile(
-    f"[\\x00-\\x1f\\x7f-\\x9f\\ud800-\\udfff{_NONCHARACTERS}{_FORMAT}]|{_LONE_ZWJ}")
-_ANY_BAD = _DROP
+_DROP = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_NONCHARACTERS}{_FORMAT}]|{_LONE_ZWJ}")
+_SURROGATE = re.compile("[\\ud800-\\udfff]")
+_ANY_BAD = re.compile(f"{_DROP.pattern}|{_SURROGATE.pattern}")
+REPLACEMENT = "\ufffd"
+
+
+def valid_text(s: str) -> str:
+    """``s`` as valid Unicode text: each lone surrogate (U+D800-U+DFFF, never a character:
+    UTF-8 cannot encode it, so no JSON encoder takes it) becomes U+FFFD, one per surrogate,
+    the rest unchanged. The one rule for text that was not valid UTF-8, at every entry
+    (the emitter's calls, every text field of the payloads, ``sanitize_text``): made
+    valid, never refused, so a fact is not lost for a stray byte."""
+    if s.isascii():  # the fast path: almost all text, one C loop
+        return s
+    return _SURROGATE.sub(REPLACEMENT, s)
 
 
 def sanitize_text(s: str) -> str:
     """Return ``s`` with control characters and escape sequences removed.
 
-    Newlines, tabs and other line/paragraph separators become a single space each.
+    Newlines, tabs and other line/paragraph separators become a single space each, and each
+    lone surrogate U+FFFD (``valid_text``).
     Idempotent: ``sanitize_text(sanitize_text(s)) == sanitize_text(s)``.
     """
     # Fast paths: the overwhelming majority of text has nothing to strip. Every character
@@ -91,7 +108,7 @@ def sanitize_text(s: str) -> str:
         return s
     s = _ESC_SEQ.sub("", s)
     s = _SPACE_LIKE.sub(" ", s)
-    return _DROP.sub("", s)
+    return valid_text(_DROP.sub("", s))
 
 
 _INVISIBLE = re.compile(f"[{_FORMAT}]|{_LONE_ZWJ}")

@@ -78,7 +78,7 @@ class VersionVector:
         out._r = {**self._r, instance: new}
         return out
 
-    def _with_seqs(self, added: Mapping[str, set[int]]) -> VersionVector:
+    def with_seqs(self, added: Mapping[str, set[int]]) -> VersionVector:
         """A vector that also contains every ``(instance, seq)`` in ``added`` (batch ``add``).
 
         The result is the same canonical vector that adding the pairs one by one gives.
@@ -132,6 +132,12 @@ class VersionVector:
     def ranges(self, instance: str) -> tuple[Range, ...]:
         """The applied ranges of ``instance`` (empty when unknown)."""
         return self._r.get(instance, ())
+
+    @property
+    def by_instance(self) -> Mapping[str, tuple[Range, ...]]:
+        """Every instance's ranges, read-only: the fold's loop asks ``.get`` of it per event
+        (a bound dict method, no Python call: ``ranges`` would cost one per event)."""
+        return self._r
 
     @property
     def instances(self) -> list[str]:

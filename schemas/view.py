@@ -1,5 +1,5 @@
 """The view model of a task: what a person is shown of a TaskFeedback, pure and shared by
-every renderer (the CLI's tables in cli/taskview.py and cli/list_cmd.py, the web page in ui/),
+every renderer (the CLI's tables in cli/taskrender.py and cli/list_cmd.py, the web page in ui/),
 so the terminal and the page can never tell a status apart differently.
 
 ``summarize`` makes a row of the task list from a TaskFeedback object, reading its status
@@ -195,7 +195,8 @@ class WorkerRow:
     (final, failed), else what its pod says (``(pod)``: it ended without a final report), a
     failed attempt under a platform that decides (retried), or running; ``bad`` says it is
     bad news. ``ended``: how its pod ended, as the kubelet says (``Failed: OOMKilled (exit
-    137)``), when it did."""
+    137)``), when it did. ``flags``: the health conditions that name it, each by its word
+    (schemas/health.py's registry: ``stalled``, ``straggling``)."""
 
     pod: str
     fraction: float | None
@@ -205,8 +206,7 @@ class WorkerRow:
     bad: bool = False
     ended: str = ""
     ended_failed: bool = False
-    straggler: bool = False
-    stalled: bool = False
+    flags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,8 +307,7 @@ class TaskView:
     @property
     def shows_workers(self) -> bool:
         """A single healthy worker is the task itself: its table would say nothing more."""
-        return len(self.workers) > 1 or any(w.bad or w.ended or w.stalled or w.straggler
-                                            for w in self.workers)
+        return len(self.workers) > 1 or any(w.bad or w.ended or w.flags for w in self.workers)
 
 
 def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
@@ -317,12 +316,20 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
     (its conditions, health and refusals are the watcher's word); without one (a local fold)
     the conditions are what the status of this state would say, its health judged at ``now``
     with the default thresholds (the watcher's rule)."""
+    from .health import HEALTH
     from .kinds import NAMED_KINDS  # (the payload models: not for `tidings list`'s rows)
 
     if status is None:
-        status = state.to_status(now=now)
+        from .health import judge
+        from .status_encoder import to_status
+
+        status = to_status(state, health=judge(state, now))
     said = _map(status.get("health"))
-    stalled, straggling = _names(said.get("stalled")), _names(said.get("straggling"))
+    flags: dict[str, tuple[str, ...]] = {}
+    for c in HEALTH:
+        if c.subject == "worker":
+            for pod in _names(said.get(c.names)):
+                flags[pod] = (*flags.get(pod, ()), c.flag)
     r = state.roster
     agg = state.progress
     phase = state.phase
@@ -347,8 +354,7 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
         last_event=state.last_event_time, tables=tables,
         spans=tuple(SpanRow(name, s.count, s.total_s, s.min_s, s.max_s, s.errors, len(s.lanes))
                     for name, s in sorted(state.spans.items())),
-        workers=tuple(replace(_worker_row(state, pod), stalled=pod in stalled,
-                              straggler=pod in straggling)
+        workers=tuple(replace(_worker_row(state, pod), flags=flags.get(pod, ()))
                       for pod in sorted(set(state.workers) | set(observed.pods))),
         waiting=tuple(WaitingRow(pod, v.reason, v.message, v.at)
                       for pod, v in sorted(observed.waiting.items())),

@@ -32,9 +32,14 @@ def eventually(probe: Callable[[], T | None], timeout: float = 30.0, what: str =
         f"timed out after {timeout}s waiting for {what} (last error: {last_error})")
 
 
-def cri_log_line(text: str, when: datetime | None = None, stream: str = "stdout") -> str:
+def cri_log_line(text: str, when: datetime | None = None, stream: str = "stdout",
+                 chunk: int = 16 * 1024) -> str:
+    """One log line as a container runtime writes it: a long one as partial entries (P) of
+    ``chunk`` characters, then the last (F), which the kubelet (and kwok) join again."""
     stamp = (when or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return f"{stamp} {stream} F {text}\n"
+    parts = [text[i:i + chunk] for i in range(0, len(text), chunk)] or [""]
+    return "".join(f"{stamp} {stream} {'F' if i == len(parts) - 1 else 'P'} {part}\n"
+                   for i, part in enumerate(parts))
 
 
 def write_cri_log(path: Path, lines: list[str]) -> Path:

@@ -34,3 +34,8 @@ def __getattr__(name: str) -> Any:
 
         return run
     raise AttributeError(f"module 'tidings' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # dir() and completion see the lazy names (__getattr__) without loading them.
+    return sorted({*globals(), "__version__", "run"})

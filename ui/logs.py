@@ -1,7 +1,12 @@
 """The live parts of a task's page that are not its status: the lineage tree and the log tail
 of its pods, found and streamed exactly as `tidings lineage` and `tidings logs -f` do
 (cli/lineage.py; the targets, tails and mux of cli/logstream.py), once per task however many
-tabs show it, and stopped a little after the last of them closes."""
+tabs show it, and stopped a little after the last of them closes.
+
+Bounded: at most MAX_SESSIONS sessions per server; a session keeps at most LOG_LINES lines and
+LOG_CHARS characters, and a line is shown as a terminal would show it (a progress bar redrawn
+with carriage returns as its last drawing) and cut at LINE_LIMIT characters, with a visible
+marker, so one pod printing megabyte lines costs neither the server nor a tab more."""
 
 from __future__ import annotations
 
@@ -21,10 +26,25 @@ from tidings.ui.hub import Key, Subscriber
 # started again never mistakes the new lines for ones it saw.
 _LINE_NUMBERS = itertools.count(1)
 LOG_LINES = 1000  # lines kept for a tab that opens later (the page keeps as many)
+LOG_CHARS = 512 * 1024  # ... and at most this many characters of them
+LINE_LIMIT = 4096  # characters of one line shown (a tab's SSE message is about as large)
+MAX_SESSIONS = 16  # tasks whose logs one server follows at once (a thread and streams each)
 TAIL = 100  # each container's last lines, as `tidings logs --tail 100 -f`
 MAX_STREAMS = 16
 LINEAGE_EVERY = 10.0  # seconds between two reads of the lineage while a tab is open
 IDLE_GRACE = 30.0  # a reload must not restart the streams
+
+
+def shown_line(text: str) -> str:
+    """What the page shows of a log line: what a terminal would leave of it (text after a
+    carriage return overwrites what came before: a progress bar's last drawing), at most
+    LINE_LIMIT characters, cut with a marker that says how much was left out."""
+    if "\r" in text:  # (a CRLF line's \r, and blank drawings after the last, are whitespace)
+        text = text.rstrip().rpartition("\r")[2]
+    if len(text) <= LINE_LIMIT:
+        return text
+    cut = len(text) - LINE_LIMIT
+    return f"{text[:LINE_LIMIT]} … [line cut: {cut:,} more characters]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +62,7 @@ class _PagePrinter(Printer):
         self.session = session
 
     def line(self, pod: str, container: str, stamp: str, text: str) -> None:
-        self.session.add_line(f"[{pod}/{container}] {text}", note=False)
+        self.session.add_line(f"[{pod}/{container}] {shown_line(text)}", note=False)
 
     def note(self, message: str) -> None:
         self.session.add_line(message, note=True)
@@ -54,6 +74,7 @@ class TaskSession:
     def __init__(self, kube: Kube, key: Key, loop: asyncio.AbstractEventLoop) -> None:
         self.kube, self.key, self.loop = kube, key, loop
         self.lines: deque[LogLine] = deque(maxlen=LOG_LINES)
+        self.chars = 0  # the characters of the lines kept
         self.log_seq = 0
         self.fates: list[lin.PodFate] | None = None  # None: not read yet
         self.lineage_error = ""
@@ -78,9 +99,16 @@ class TaskSession:
             return [line for line in self.lines if line.seq > seq]
 
     def add_line(self, text: str, note: bool) -> None:
+        line_text = safe(text[:LINE_LIMIT * 2])  # (a note is short; a log line is cut already)
         with self._lock:
             self.log_seq = next(_LINE_NUMBERS)
-            self.lines.append(LogLine(self.log_seq, safe(text), note))
+            lines = self.lines
+            if len(lines) == lines.maxlen:
+                self.chars -= len(lines[0].text)
+            lines.append(LogLine(self.log_seq, line_text, note))
+            self.chars += len(line_text)
+            while self.chars > LOG_CHARS and len(lines) > 1:
+                self.chars -= len(lines.popleft().text)
         self._wake()
 
     def _wake(self) -> None:
@@ -141,9 +169,17 @@ class Sessions:
         self.kube = kube
         self.open_sessions: dict[Key, TaskSession] = {}
 
-    def open(self, key: Key) -> TaskSession:
+    def open(self, key: Key) -> TaskSession | None:
+        """The task's session, started when it has none; None when MAX_SESSIONS are open
+        and every one of them has a tab (an idle one, kept for a reload, makes room)."""
         session = self.open_sessions.get(key)
         if session is None:
+            if len(self.open_sessions) >= MAX_SESSIONS:
+                idle = next((s for s in self.open_sessions.values() if s.users <= 0), None)
+                if idle is None:
+                    return None
+                del self.open_sessions[idle.key]
+                idle.stop()
             session = TaskSession(self.kube, key, asyncio.get_running_loop())
             self.open_sessions[key] = session
             session.start()

@@ -24,6 +24,7 @@ from tidings.cli.timeline_cmd import rows as timeline_rows
 from tidings.kube.objects import KubeObject
 from tidings.schemas import TaskRef, TaskState
 from tidings.schemas.contract import FAILED, PENDING, RUNNING, SUCCEEDED
+from tidings.schemas.status_decoder import decode_status
 from tidings.schemas.text import sanitize_text
 from tidings.schemas.times import format_seconds
 from tidings.schemas.view import (
@@ -140,7 +141,7 @@ def state_of(obj: KubeObject) -> tuple[TaskState, Mapping[str, Any]]:
     s = summarize(obj)
     status = obj.get("status")
     status = status if isinstance(status, Mapping) else {}
-    return TaskState.from_status(TaskRef(s.namespace, s.name), status), status
+    return decode_status(TaskRef(s.namespace, s.name), status), status
 
 
 def view_of(obj: KubeObject) -> TaskView:

@@ -3,20 +3,21 @@ list of tasks, a page per task, and their live updates, read with the user's own
 (the `kubectl proxy` model: nothing is granted that the user does not have).
 
 Read-only: every route is a GET. Every page carries a Content-Security-Policy that allows
-only this server's own script and style (no inline script, no other origin), and the Host
-header must name the address served (a page elsewhere cannot rebind a name to this server and
-read the cluster through it).
+only this server's own script and style (no inline script, no other origin); every request
+must name this server in its Host header and come from its own pages (ui/guard.py: no DNS
+rebinding, no cross-site request). Bounded: at most MAX_STREAMS open event streams (a 503
+past it) and ui/logs.py's MAX_SESSIONS log sessions, opened only for a task that exists.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import re
 import secrets
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+import time
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,21 +27,28 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from tidings.cli.kube import Kube
+from tidings.cli.common import CliError
+from tidings.cli.kube import Action, Kube
+from tidings.schemas.contract import TASKFEEDBACK_RESOURCE, taskfeedback_path
 from tidings.ui import pages
+from tidings.ui.guard import ASGIApp, Guard, allowed_hosts, is_loopback
 from tidings.ui.hub import Hub, Key
-from tidings.ui.logs import Sessions
+from tidings.ui.logs import MAX_SESSIONS, Sessions
 
 STATIC = Path(__file__).resolve().parent / "static"
 PING_S = 15.0
 # A tab that has not taken an update for this long is gone (a sleeping laptop): drop it.
 SEND_TIMEOUT_S = 30.0
+# Open event streams (one per tab) per server; past it a stream is refused with a 503.
+MAX_STREAMS = 64
+# How long the answer to "may the user list this namespace's tasks?" is kept, and for how
+# many namespaces.
+MAY_LIST_TTL_S, MAY_LIST_KEPT = 60.0, 256
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
@@ -53,10 +61,6 @@ SECURITY_HEADERS = [
 ]
 
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?\Z")
-LOOPBACK_HOSTS = ["localhost", "127.0.0.1", "::1", "[::1]"]
-
-ASGIApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Any]],
-                    Callable[[MutableMapping[str, Any]], Awaitable[None]]], Awaitable[None]]
 
 
 class SecurityHeaders:
@@ -78,15 +82,6 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
-def is_loopback(address: str) -> bool:
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 @dataclass
 class Settings:
     """What the page is told about the server itself."""
@@ -94,6 +89,7 @@ class Settings:
     address: str
     scope: str
     version: str
+    allowed_hosts: tuple[str, ...] = ()  # --allowed-host: more names a request may use
 
 
 class Ui:
@@ -105,6 +101,8 @@ class Ui:
         self.cache = pages.Cache()
         # Update numbers are this process's: a tab that saw another's starts afresh.
         self.epoch = secrets.token_hex(4)
+        self.streams = 0  # open event streams (MAX_STREAMS)
+        self._may_list: dict[str, tuple[bool, float]] = {}
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -134,20 +132,56 @@ class Ui:
         return Markup(pages.render("banner.html", error=hub.error, notice=hub.notice,
                                          synced=hub.synced))
 
-    def _missing(self, key: Key) -> str:
-        """What the page says for a task the hub does not have, in the CLI's words."""
+    async def _missing(self, key: Key) -> str:
+        """What the page says for a task the hub does not have, in the CLI's words. A
+        namespace is suggested only when the user may list its tasks."""
         hub = self.hub
         ns, name = key
         if not hub.covers(ns):
-            return pages.message(f"namespace {ns} is outside this server's scope "
-                                 f"(namespace {hub.namespace}): restart tidings ui with "
-                                 f"-n {ns} to see it")
+            where = f"namespace {ns} is outside this server's scope (namespace {hub.namespace})"
+            if await self.may_list(ns):
+                return pages.message(f"{where}: restart tidings ui with -n {ns} to see it")
+            return pages.message(where)
         if hub.error:
             return pages.message(hub.error)
         if not hub.synced:
             return pages.message("listing tasks…", "loading")
         return pages.message(f"not found: task {name!r} in namespace {ns} (no TaskFeedback"
                              f"{' with labels ' + hub.selector if hub.selector else ''})")
+
+    async def may_list(self, namespace: str) -> bool:
+        """Whether the user may list the TaskFeedbacks of ``namespace`` (what ``-n`` needs),
+        as the API server answers a list of one; kept MAY_LIST_TTL_S."""
+        now = time.monotonic()
+        known = self._may_list.get(namespace)
+        if known is not None and now - known[1] < MAY_LIST_TTL_S:
+            return known[0]
+
+        def ask() -> bool:
+            try:
+                self.kube.get_json(taskfeedback_path(namespace), {"limit": 1}, action=Action(
+                    "list", TASKFEEDBACK_RESOURCE, namespace))
+                return True
+            except CliError:
+                return False
+
+        allowed = await asyncio.to_thread(ask)
+        cache = self._may_list
+        cache.pop(namespace, None)
+        while len(cache) >= MAY_LIST_KEPT:
+            del cache[next(iter(cache))]
+        cache[namespace] = (allowed, now)
+        return allowed
+
+    def _events(self, stream: Callable[[], AsyncIterator[ServerSentEvent]]) -> Response:
+        """An event stream, or a 503 past MAX_STREAMS: the slot is taken here and given
+        back when the response ends, however it ends."""
+        if self.streams >= MAX_STREAMS:
+            return PlainTextResponse(
+                f"too many open event streams on this server ({MAX_STREAMS}): close some of "
+                "its tabs\n", 503, headers={"retry-after": "30", "cache-control": "no-store"})
+        self.streams += 1
+        return _Events(stream(), self)
 
     # -- routes ---------------------------------------------------------------------------
 
@@ -160,11 +194,12 @@ class Ui:
     async def list_events(self, request: Request) -> Response:
         hub = self.hub
         since = self._since(request)
-        sub = hub.subscribe(None, since)
-        if since is None and _asked(request):  # another server's numbers: start afresh
-            sub.reload = True
+        asked = _asked(request)
 
         async def stream() -> AsyncIterator[ServerSentEvent]:
+            sub = hub.subscribe(None, since)
+            if since is None and asked:  # another server's numbers: start afresh
+                sub.reload = True
             try:
                 while True:
                     if sub.reload:
@@ -186,7 +221,7 @@ class Ui:
             finally:
                 hub.unsubscribe(sub)
 
-        return _events(stream())
+        return self._events(stream)
 
     def _task_key(self, request: Request) -> Key:
         ns, name = request.path_params["namespace"], request.path_params["name"]
@@ -197,7 +232,7 @@ class Ui:
     async def task_page(self, request: Request) -> Response:
         key = self._task_key(request)
         obj = self.hub.objects.get(key)
-        body = self.cache.body(obj) if obj is not None else self._missing(key)
+        body = self.cache.body(obj) if obj is not None else await self._missing(key)
         session = self.sessions.open_sessions.get(key)
         lineage = pages.lineage(*key, session.fates if session else None,
                                 session.lineage_error if session else "")
@@ -209,15 +244,16 @@ class Ui:
     async def task_events(self, request: Request) -> Response:
         key = self._task_key(request)
         hub = self.hub
-        sub = hub.subscribe(key, None)
-        session = self.sessions.open(key) if hub.covers(key[0]) else None
-        if session is not None:
-            session.subscribers.add(sub)
         log_seen = self._since(request) or 0
 
         async def stream() -> AsyncIterator[ServerSentEvent]:
             nonlocal log_seen
             lineage_seen = -1
+            sub = hub.subscribe(key, None)
+            # The lineage and logs are followed once the task exists: a page of a task that
+            # does not exist (or not yet) costs the cluster nothing but the shared watch.
+            session = None
+            told_full = False
             try:
                 while True:
                     if sub.banner:
@@ -225,8 +261,18 @@ class Ui:
                         yield ServerSentEvent(event="banner", data=str(self.banner()))
                     if sub.take():
                         obj = hub.objects.get(key)
-                        body = self.cache.body(obj) if obj is not None else self._missing(key)
+                        body = self.cache.body(obj) if obj is not None \
+                            else await self._missing(key)
                         yield ServerSentEvent(event="task", data=body)
+                    if session is None and key in hub.objects:
+                        session = self.sessions.open(key)
+                        if session is not None:
+                            session.subscribers.add(sub)
+                        elif not told_full:
+                            told_full = True
+                            yield ServerSentEvent(event="note", data=(
+                                f"logs not followed: this server follows {MAX_SESSIONS} "
+                                "tasks' logs already; close another task's page and reload"))
                     if session is not None:
                         if session.lineage_seq != lineage_seen and session.fates is not None:
                             lineage_seen = session.lineage_seq
@@ -244,7 +290,7 @@ class Ui:
                     session.subscribers.discard(sub)
                     self.sessions.close(session)
 
-        return _events(stream())
+        return self._events(stream)
 
     async def timeline(self, request: Request) -> Response:
         key = self._task_key(request)
@@ -268,8 +314,7 @@ class Ui:
     # -- the application ------------------------------------------------------------------
 
     def app(self) -> Starlette:
-        hosts = [*LOOPBACK_HOSTS, self.settings.address] \
-            if is_loopback(self.settings.address) else ["*"]
+        hosts = allowed_hosts(self.settings.address, self.settings.allowed_hosts)
 
         @contextlib.asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -290,8 +335,7 @@ class Ui:
                       methods=["GET"]),
                 Mount("/static", StaticFiles(directory=STATIC), name="static"),
             ],
-            middleware=[Middleware(SecurityHeaders),
-                        Middleware(TrustedHostMiddleware, allowed_hosts=hosts)],
+            middleware=[Middleware(SecurityHeaders), Middleware(Guard, allowed=hosts)],
             exception_handlers={HTTPException: self.not_found},
             lifespan=lifespan,
         )
@@ -301,9 +345,19 @@ def _asked(request: Request) -> bool:
     return bool(request.headers.get("last-event-id") or request.query_params.get("since"))
 
 
-def _events(stream: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
-    return EventSourceResponse(stream, ping=PING_S, send_timeout=SEND_TIMEOUT_S,
-                               headers={"cache-control": "no-store"})
+class _Events(EventSourceResponse):
+    """An event stream that gives its slot back to the server when it ends."""
+
+    def __init__(self, stream: AsyncIterator[ServerSentEvent], ui: Ui) -> None:
+        super().__init__(stream, ping=PING_S, send_timeout=SEND_TIMEOUT_S,
+                         headers={"cache-control": "no-store"})
+        self.ui = ui
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.ui.streams -= 1
 
 
 def listen(address: str, port: int) -> socket.socket:

@@ -15,7 +15,10 @@ from typing import IO, TYPE_CHECKING
 from tidings._compat import StrEnum
 
 if TYPE_CHECKING:
-    from tidings.schemas.event import TaskRef
+    from tidings.schemas.event import ParsedEvent, TaskRef
+    from tidings.schemas.rejection import Rejection
+
+log = logging.getLogger("tidings.watcher")
 
 
 class LogLevel(StrEnum):
@@ -118,3 +121,40 @@ def event_key(obj: object) -> tuple[str, str, str] | None:
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
         return None
     return (str(meta.get("namespace") or ""), meta["name"], str(meta.get("resourceVersion") or ""))
+
+
+class RejectionLog:
+    """The watcher's word on a refused event: counted each time (``count``, the metric by
+    reason), logged once per event (a relist delivers every event again)."""
+
+    def __init__(self, count: Callable[[str], None]) -> None:
+        self.count = count
+        self.logged = OncePerEvent()
+
+    def refused(self, task: TaskRef, ev: ParsedEvent, rejection: Rejection) -> bool:
+        """Count and log a refused fact of ``task``; True the first time this event is
+        refused (the task's status counts it once)."""
+        self.count(rejection.reason.value)
+        if not self.logged.first((task.namespace, ev.name, ev.resource_version)):
+            return False
+        log.info("rejected %s/%s: %s", task.namespace, ev.name, rejection.message,
+                 extra={**task_fields(task), "event": ev.name, "reason": rejection.reason.value})
+        return True
+
+    def unparsed(self, rejection: Rejection, raw: object) -> None:
+        """An event that did not parse, counted per delivery (as documented); logged once
+        when it can be named (``raw``: the Event object or its watch line), while a nameless
+        one is counted only, its reason being all there is to say."""
+        self.count(rejection.reason.value)
+        if isinstance(raw, bytes | str):
+            import orjson
+
+            try:
+                raw = orjson.loads(raw).get("object")
+            except Exception:  # not JSON, or not a watch event: nameless
+                raw = None
+        key = event_key(raw)
+        if key is not None and self.logged.first(key):
+            log.info("rejected %s/%s: %s: %s", key[0], key[1], rejection.reason.value,
+                     rejection.message, extra={"namespace": key[0], "event": key[1],
+                                               "reason": rejection.reason.value})

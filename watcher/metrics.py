@@ -19,6 +19,7 @@ from prometheus_client import (
 )
 
 from tidings.schemas.event import ParsedEvent
+from tidings.schemas.health import HEALTH_CONDITIONS
 from tidings.schemas.rejection import RejectReason
 
 from .auth import REASONS
@@ -107,12 +108,12 @@ class Metrics:
         self.tasks_unhealthy = Gauge(
             p + "tasks_unhealthy",
             "Running tasks whose status, as last written, holds the health condition "
-            "(Stalled, NonFiniteMetrics, Straggling); the task's status names them.",
+            f"({', '.join(HEALTH_CONDITIONS)}); the task's status names them.",
             ["condition"], registry=r)
         self.status_lag = Gauge(
             p + "status_lag_seconds",
             "How long the oldest change not yet in its task's status has waited.", registry=r)
-        for condition in ("Stalled", "NonFiniteMetrics", "Straggling"):
+        for condition in HEALTH_CONDITIONS:
             self.tasks_unhealthy.labels(condition)
         for kind in (CRITICAL, COALESCIBLE):
             self.emit_to_status.labels(kind)

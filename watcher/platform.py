@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from tidings.kube import Client, KubeError
 from tidings.kube.objects import KubeObject
+from tidings.schemas.admission import Retry
 from tidings.schemas.constants import WORKERS_MAX
 from tidings.schemas.event import ObjectRef, TaskRef, WatchItem
 from tidings.schemas.observed import PlatformOutcome, platform_outcome
@@ -42,7 +43,6 @@ from tidings.schemas.platform import (
 from tidings.schemas.rejection import Rejection, RejectReason
 
 from .reflector import object_line
-from .senders import Retry
 
 log = logging.getLogger("tidings.watcher.platform")
 

@@ -2,7 +2,8 @@
 
 A key is handed to at most one worker at a time; adding a key that is already waiting is a
 no-op, and a key added while it is being processed is queued again when the worker calls
-``done``. ``add_after`` delays an add (used to space status writes). Pure threading, no I/O.
+``done``. ``add_after`` delays an add, keeping the earliest time of a key that already waits
+(client-go's delaying queue): the fold's retries, the health clock. Pure threading, no I/O.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class WorkQueue(Generic[K]):
         self._order: deque[K] = deque()
         self._dirty: set[K] = set()
         self._processing: set[K] = set()
-        self._delayed: list[tuple[float, int, K]] = []
+        self._delayed: list[tuple[float, int, K]] = []  # a heap; superseded entries skipped
+        self._waiting: dict[K, float] = {}  # key -> when its delayed add is due
         self._tie = itertools.count()
         self._shutdown = False
         self._clock = clock
@@ -60,14 +62,20 @@ class WorkQueue(Generic[K]):
         return True
 
     def add_after(self, key: K, delay: float) -> None:
-        """``add(key)`` once ``delay`` seconds have passed (immediately when delay <= 0)."""
+        """``add(key)`` once ``delay`` seconds have passed (immediately when delay <= 0). A key
+        already waiting keeps the earlier of its two times: one delayed add per key, so a
+        key rescheduled at every change never piles up entries."""
         if delay <= 0:
             self.add(key)
             return
         with self._cond:
             if self._shutdown:
                 return
-            heapq.heappush(self._delayed, (self._clock() + delay, next(self._tie), key))
+            at = self._clock() + delay
+            if self._waiting.get(key, at) < at:
+                return
+            self._waiting[key] = at
+            heapq.heappush(self._delayed, (at, next(self._tie), key))
             self._cond.notify_all()  # a waiting getter may need to wake earlier
 
     # --- consumers ---------------------------------------------------------------
@@ -107,8 +115,10 @@ class WorkQueue(Generic[K]):
     def _promote_due_locked(self) -> None:
         now = self._clock()
         while self._delayed and self._delayed[0][0] <= now:
-            _, _, key = heapq.heappop(self._delayed)
-            self._add_locked(key)
+            at, _, key = heapq.heappop(self._delayed)
+            if self._waiting.get(key) == at:
+                del self._waiting[key]
+                self._add_locked(key)
 
     def serve(self, handle: Callable[[K], None], on_error: Callable[[K], None]) -> None:
         """A worker's loop: handle keys one at a time until shutdown, always marking done.
@@ -136,6 +146,7 @@ class WorkQueue(Generic[K]):
         with self._cond:
             self._shutdown = True
             self._delayed.clear()
+            self._waiting.clear()
             self._cond.notify_all()
 
     def __len__(self) -> int:
@@ -146,7 +157,7 @@ class WorkQueue(Generic[K]):
     def pending(self) -> int:
         """Keys waiting, delayed or being processed: 0 means fully idle."""
         with self._cond:
-            return len(self._order) + len(self._processing) + len(self._delayed)
+            return len(self._order) + len(self._processing) + len(self._waiting)
 
     def is_processing(self, key: K) -> bool:
         with self._cond:

@@ -35,20 +35,19 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import datetime
-from enum import Enum
 from typing import Any
 
 from tidings._compat import UTC
 from tidings.kube import Client, KubeError
 from tidings.kube.objects import KubeObject
-from tidings.schemas.constants import API_VERSION, KIND, TASK_LABEL
+from tidings.schemas.admission import Retry
+from tidings.schemas.constants import TASK_LABEL
 from tidings.schemas.contract import SENDER_POLICY as POLICY
 from tidings.schemas.contract import SENDER_POLICY_BINDING_PATH as BINDING_PATH
 from tidings.schemas.contract import SENDER_POLICY_PATH as POLICY_PATH
 from tidings.schemas.contract import pods_path
-from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem
+from tidings.schemas.event import ParsedEvent, PodRef, TaskRef, WatchItem
 from tidings.schemas.observed import PodVerdict, gone, pod_verdict
 from tidings.schemas.payloads import PodSpawned
 from tidings.schemas.platform import DEFAULT_TASK_KEYS, PodTask, other_keys, pod_task
@@ -59,12 +58,6 @@ from .reflector import object_line
 log = logging.getLogger("tidings.watcher.senders")
 
 PodKey = tuple[str, str, str]  # namespace, name, uid
-
-
-class Retry(Enum):
-    """The sender could not be verified right now (API unreachable): try the event later."""
-
-    LATER = "later"
 
 
 class SenderLookupError(Exception):
@@ -155,14 +148,6 @@ class ProofPolicy:
             log.warning("admission policy %s with a Deny binding is not installed: sender "
                         "proofs not trusted (kubectl apply -k deploy/)", POLICY)
         return ok
-
-
-def as_task_fact(ev: ParsedEvent, task: str) -> ParsedEvent:
-    """A fact about its sender's own pod, as a fact about ``task`` (the one the pod's labels
-    name: ``Senders.task_of``): the same event, regarding that task's TaskFeedback (no uid:
-    the pod's is not the TaskFeedback's). The sender check still runs on it."""
-    return replace(ev, task=TaskRef(ev.task.namespace, task), regarding_kind=KIND,
-                   regarding_api_version=API_VERSION, regarding_uid="")
 
 
 class PodSource:
@@ -356,6 +341,13 @@ class Senders:
             if neg is not None and neg[0] > time.monotonic():
                 return True, neg[1]
             return False, None
+
+    def pod_task(self, task: TaskRef, sender: PodRef) -> PodTask | None:
+        """What the sender pod's labels say of ``task`` (from the cache alone), when they
+        name it: its owner claim, its Job."""
+        known, got = self.lookup((sender.namespace or task.namespace, sender.name, sender.uid))
+        return got if known and isinstance(got, PodTask) and not got.error \
+            and got.task == task.name else None
 
     def label(self, key: PodKey) -> tuple[object, str] | Retry:
         """(PodTask | None (no task key, or unreadable) | _ABSENT, how) for the pod ``key``."""

@@ -1,8 +1,10 @@
 """The watcher's settings, declared once: each one's default, flag help, environment variable
-and bounds. `tidings watcher run` builds its flags from these fields, the process (``app``)
-checks them and the controller reads them.
+and bounds. `tidings watcher run` builds its flags from these fields and from the health
+conditions' thresholds (schemas/health.py's registry, ``THRESHOLDS``), the process
+(``app``) checks them and the controller reads them.
 
-Only the standard library is imported: the CLI reads these fields to build its --help.
+Only the standard library is imported, and schemas/health.py, which imports nothing more:
+the CLI reads these declarations to build its --help.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+from tidings.schemas.health import THRESHOLDS, HealthSettings
 
 
 def setting(default: Any, help: str | None = None, *, env: str | None = None,
@@ -21,8 +25,8 @@ def setting(default: Any, help: str | None = None, *, env: str | None = None,
     it may come from); ``minimum``/``maximum``/``choices`` are checked by ``problems``."""
     meta = {"help": help, "env": env, "flag": flag, "minimum": minimum, "maximum": maximum,
             "unit": unit, "choices": choices}
-    if isinstance(default, list):
-        return field(default_factory=list, metadata=meta)
+    if isinstance(default, list | dict):
+        return field(default_factory=type(default), metadata=meta)
     return field(default=default, metadata=meta)
 
 
@@ -96,26 +100,10 @@ class Settings:
         "trainer.kubeflow.org/trainjob-name, training.kubeflow.org/job-name, "
         "jobset.sigs.k8s.io/jobset-name, workflows.argoproj.io/workflow, "
         "batch.kubernetes.io/job-name.", env="TIDINGS_TASK_LABEL_KEYS")
-    # Health (schemas/health.py's HealthSettings, written out: the CLI's --help must not load
-    # pydantic; a unit test keeps the defaults equal). The watcher judges silence on a clock
-    # and writes a task's status only when a worker's silence passes its limit.
-    stall_factor: float = setting(
-        10.0, "A running worker is Stalled once silent for this many of its own report "
-        "intervals (its first to its latest progress, over the reports between)...",
-        env="TIDINGS_STALL_FACTOR", minimum=1)
-    stall_min: float = setting(
-        60.0, "... and at least this many seconds (a worker reporting every second: "
-        "Stalled after a minute).", env="TIDINGS_STALL_MIN", minimum=1, unit=" s")
-    stall_unpaced: float = setting(
-        600.0, "Seconds of silence after which a worker that has reported only once (no pace "
-        "yet) is Stalled.", env="TIDINGS_STALL_UNPACED", minimum=1, unit=" s")
-    straggle_ratio: float = setting(
-        0.5, "A running worker is Straggling when its pace (progress per second since its "
-        "first report) is below this fraction of the median pace of its task's running "
-        "workers (0: never).", env="TIDINGS_STRAGGLE_RATIO", minimum=0, maximum=1)
-    straggle_min_workers: int = setting(
-        3, "Running workers with a pace a task needs before any is judged Straggling.",
-        env="TIDINGS_STRAGGLE_MIN_WORKERS", minimum=2)
+    # Health: each condition's thresholds by name (schemas/health.py's registry declares them
+    # with their flags; absent: the default). The watcher judges silence on a clock and
+    # writes a task's status only when a worker's silence passes its limit.
+    health: dict[str, float] = setting({})  # noqa: RUF009 - setting() is a dataclasses.field
     # A test hook (None: from the environment): extra seconds per status write, by task.
     slow_writes: dict[str, float] | None = setting(None)  # noqa: RUF009 - a field
 
@@ -175,27 +163,38 @@ def problems(o: Options) -> list[str]:
     out = []
     for f in fields(o):
         value, meta = getattr(o, f.name), f.metadata
-        low, high, unit = meta.get("minimum"), meta.get("maximum"), meta.get("unit", "")
         where = flag_names(f.name)[0].split("/")[0]
         if meta.get("choices") and value not in meta["choices"]:
             out.append(f"{where} must be {' or '.join(meta['choices'])}")
-        elif value is None or (low is None and high is None):
-            continue
-        elif high is not None and not low <= value <= high:
-            out.append(f"{where} must be {low:g}..{high:g}{unit}")
-        elif high is None and value < low:
-            out.append(f"{where} must not be negative" if low == 0
-                       else f"{where} must be at least {low:g}{unit}")
+        elif value is not None and meta.get("minimum") is not None:
+            out += _out_of_bounds(where, value, meta["minimum"], meta["maximum"],
+                                  meta.get("unit", ""))
+    for t in THRESHOLDS.values():
+        out += _out_of_bounds(t.flag, o.health.get(t.name, t.default), t.minimum, t.maximum,
+                              t.unit)
     return out
 
 
-def health_settings(s: Settings) -> Any:
-    """The ``schemas.health.HealthSettings`` these settings name."""
-    from tidings.schemas.health import HealthSettings
+def _out_of_bounds(where: str, value: float, low: float, high: float | None,
+                   unit: str) -> list[str]:
+    if high is not None and not low <= value <= high:
+        return [f"{where} must be {low:g}..{high:g}{unit}"]
+    if high is None and value < low:
+        return [f"{where} must not be negative" if low == 0
+                else f"{where} must be at least {low:g}{unit}"]
+    return []
 
-    return HealthSettings(stall_factor=s.stall_factor, stall_min_s=s.stall_min,
-                          stall_unpaced_s=s.stall_unpaced, straggle_ratio=s.straggle_ratio,
-                          straggle_min_workers=s.straggle_min_workers)
+
+def options(**flags: Any) -> Options:
+    """The ``Options`` a command line gives: each health threshold's flag (schemas/health.py
+    declares them: ``Threshold.flag``, ``Threshold.env``) goes into ``health``."""
+    health = {name: flags.pop(name) for name in THRESHOLDS if name in flags}
+    return Options(**flags, health=health)
+
+
+def health_settings(s: Settings) -> HealthSettings:
+    """The ``schemas.health.HealthSettings`` these settings name."""
+    return HealthSettings(**s.health)
 
 
 def task_keys(s: Settings) -> tuple[str, ...]:

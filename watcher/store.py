@@ -5,11 +5,11 @@ newly elected watcher resumes exactly where the last written state left off. Eac
 keeps the resourceVersion its state builds on and the events folded since, so that a status
 write refused as stale can be rebased on whatever the object holds now. Idle, fully
 written tasks are first *compacted* (kept as the zlib-compressed JSON of their full
-status, rebuilt losslessly by ``TaskState.from_status`` on their next use: about a quarter
+status, rebuilt losslessly by ``decode_status`` on their next use: about a quarter
 of the live objects' size), then, after longer, evicted; an evicted task comes back
 unseeded, and is seeded again from its status before its next fold.
 
-What the task's pods' objects and its platform object say (``folding.observe``) is folded
+What the task's pods' objects and its platform object say (``observing.observe``) is folded
 through ``observe``; the entry keeps the last such view, so a state rebuilt on another base (a
 rebase) has it again before it is written.
 
@@ -33,18 +33,13 @@ from dataclasses import dataclass, field
 import orjson
 
 from tidings.schemas.event import ObjectRef, ParsedEvent, TaskRef
-from tidings.schemas.folding import fold_checked, observe
+from tidings.schemas.folding import fold_checked
 from tidings.schemas.observed import PlatformOutcome, PodVerdict
+from tidings.schemas.observing import observe
 from tidings.schemas.rejection import RejectReason
-from tidings.schemas.state import (
-    DEFAULT_LIMITS,
-    NOTHING_UNREAD,
-    Limits,
-    TaskState,
-    Unread,
-    new_state,
-    read_status,
-)
+from tidings.schemas.state import DEFAULT_LIMITS, Limits, TaskState, new_state
+from tidings.schemas.status_decoder import NOTHING_UNREAD, Unread, decode_status, read_status
+from tidings.schemas.status_encoder import to_status
 from tidings.schemas.version_vector import VersionVector
 
 
@@ -67,7 +62,7 @@ class Entry:
     # unseeded entry must be seeded before it is folded, or its fold would start from zero.
     seeded: bool = False
     touched: float = field(default_factory=time.monotonic)
-    packed: bytes | None = None  # zlib(orjson(state.to_status())) of a compacted entry
+    packed: bytes | None = None  # zlib(orjson(to_status(state))) of a compacted entry
     # uid of the TaskFeedback the state belongs to (None: no object known yet).
     uid: str | None = None
     # uids known not to be this task's object (deleted or replaced runs), so their events
@@ -78,7 +73,7 @@ class Entry:
     # Events refused for this task, by reason (persisted as status.refused).
     refused: dict[str, int] = field(default_factory=dict)
     # What the object's status held that could not be read: written back as it was (a
-    # partial read is never written over; see schemas/state.py's ``Unread``).
+    # partial read is never written over; see schemas/status_decoder.py's ``Unread``).
     unread: Unread = NOTHING_UNREAD
     # The version the health clock asked to be written (its state did not change, the
     # time did): a rebase finding the status equal to our state must still write it.
@@ -93,7 +88,7 @@ class Entry:
 
 @dataclass(frozen=True, slots=True)
 class Observations:
-    """What the objects said of a task (``folding.observe``'s inputs): pods that ended, the
+    """What the objects said of a task (``observing.observe``'s inputs): pods that ended, the
     pods waiting now, the platform object's outcome."""
 
     ended: tuple[PodVerdict, ...] = ()
@@ -154,11 +149,11 @@ _ZLIB_LEVEL = 1
 
 def pack_state(state: TaskState) -> bytes:
     """The compact form of a state: its full (unbudgeted) status, as compressed JSON."""
-    return zlib.compress(orjson.dumps(state.to_status()), _ZLIB_LEVEL)
+    return zlib.compress(orjson.dumps(to_status(state)), _ZLIB_LEVEL)
 
 
 def unpack_state(task: TaskRef, packed: bytes, limits: Limits) -> TaskState:
-    return TaskState.from_status(task, orjson.loads(zlib.decompress(packed)), limits)
+    return decode_status(task, orjson.loads(zlib.decompress(packed)), limits)
 
 
 class Store:

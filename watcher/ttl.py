@@ -36,7 +36,8 @@ from tidings.schemas.contract import (
     taskfeedback_path,
 )
 from tidings.schemas.event import TaskRef
-from tidings.schemas.state import TaskState, read_status
+from tidings.schemas.state import TaskState
+from tidings.schemas.status_decoder import decode_status, read_status
 from tidings.schemas.times import from_epoch, parse_time
 
 log = logging.getLogger("tidings.watcher.ttl")
@@ -108,7 +109,7 @@ class TtlSweeper:
         ns, name = meta["namespace"], meta["name"]
         task = TaskRef(ns, name)
         if state is None:
-            state = TaskState.from_status(task, obj.get("status"))
+            state = decode_status(task, obj.get("status"))
         # Its events first (see the module docstring): a transient failure leaves both for
         # the next sweep; a lasting one (no right to delete events) is logged and the object
         # goes anyway, as the TTL promises.

@@ -33,15 +33,17 @@ from tidings._compat import UTC
 from tidings.emitter.task import owner_reference
 from tidings.kube import JSON, METADATA_ONLY, Client, KubeError
 from tidings.kube.flowcontrol import TokenBucket
+from tidings.schemas.admission import Retry
 from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
 from tidings.schemas.event import ObjectRef, TaskRef
-from tidings.schemas.health import DEFAULT_HEALTH, HEALTH_CONDITIONS, HealthSettings
-from tidings.schemas.state import NOTHING_UNREAD, STATUS_BUDGET, TaskState, Unread
+from tidings.schemas.health import DEFAULT_HEALTH, HEALTH_CONDITIONS, HealthSettings, judge
+from tidings.schemas.state import TaskState
+from tidings.schemas.status_decoder import NOTHING_UNREAD, Unread
+from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
 
 from .coalesce import Coalescer
 from .logs import task_fields
 from .metrics import Metrics
-from .senders import Retry
 from .store import Owner, Store, refused_status
 
 log = logging.getLogger("tidings.watcher.writer")
@@ -116,8 +118,8 @@ def status_body(state: TaskState, refused: dict[str, int] | None = None,
     status it was read from that could not be read, as they were (``unread``: a status is
     never written with less than it held), and the events refused for the task by reason
     (``refused``: a handful of counters, never dropped)."""
-    status = unread.merge_into(state.to_status(
-        budget=STATUS_BUDGET, now=now or datetime.now(UTC), health=health), state)
+    judged = judge(state, now or datetime.now(UTC), health)
+    status = unread.merge_into(to_status(state, budget=STATUS_BUDGET, health=judged), state)
     counts = refused_status(refused or {})
     if counts:
         status["refused"] = counts

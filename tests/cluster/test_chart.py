@@ -170,6 +170,31 @@ def test_task_label_keys_become_the_watcher_flag(helm_env: dict[str, str]) -> No
     assert "--task-label-keys" not in default["command"]  # the watcher's own default list
 
 
+def test_health_thresholds_become_the_watchers_flags(helm_env: dict[str, str]) -> None:
+    """``watcher.health`` names each threshold as its flag in camelCase (the thresholds are
+    schemas/health.py's registry: none is listed in the chart); the watcher takes each one
+    rendered, and refuses a name it does not know with a one-line error."""
+    tidings = str(Path(sys.executable).parent / "tidings")
+    docs = render(helm_env, "watcher.health.stallFactor=20", "watcher.health.stallMin=90",
+                  "watcher.health.straggleMinWorkers=4")
+    (container,) = by_kind(docs)[("Deployment", "tidings-watcher")]["spec"]["template"][
+        "spec"]["containers"]
+    cmd = container["command"]
+    flags = {"--stall-factor": "20", "--stall-min": "90", "--straggle-min-workers": "4"}
+    for flag, value in flags.items():
+        assert cmd[cmd.index(flag) + 1] == value
+    taken = subprocess.run([tidings, "watcher", "run", *(x for kv in flags.items() for x in kv),
+                            "--kubeconfig", "/nonexistent.yaml"],
+                           capture_output=True, text=True, timeout=60)
+    assert taken.returncode != 0 and "--st" not in taken.stderr, taken.stderr
+    (default,) = by_kind(render(helm_env))[("Deployment", "tidings-watcher")]["spec"][
+        "template"]["spec"]["containers"]
+    assert not any(a.startswith(("--stall", "--straggle")) for a in default["command"])
+    misspelt = subprocess.run([tidings, "watcher", "run", "--stall-facter", "3"],
+                              capture_output=True, text=True, timeout=60)
+    assert misspelt.returncode == 2 and "--stall-facter" in misspelt.stderr
+
+
 @pytest.mark.parametrize(("value", "message"), [
     ("replicas=two", "/replicas"),
     ("watcher.namespaces={Bad_NS}", "/watcher/namespaces/0"),
@@ -179,6 +204,8 @@ def test_task_label_keys_become_the_watcher_flag(helm_env: dict[str, str]) -> No
     ("watcher.logLevel=critical", "/watcher/logLevel"),  # not a level the watcher takes
     ("watcher.wrtieInterval=1", "wrtieInterval"),  # a misspelt key is refused, not ignored
     ("replica=3", "replica"),
+    ("watcher.health.stallFactor=-1", "/watcher/health/stallFactor"),
+    ("watcher.health.stall_factor=2", "stall_factor"),
 ])
 def test_bad_values_are_refused_by_the_schema(helm_env: dict[str, str], value: str,
                                               message: str) -> None:

@@ -22,6 +22,7 @@ from tests.cluster.support_cli import (
     invoke,
     proc_pool,
 )
+from tidings.schemas.status_encoder import to_status
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -55,7 +56,7 @@ def _status(ns: str, task: str, fraction: float, message: str, final: bool = Fal
               for n, p in enumerate(payloads)]
     for b in bodies:
         b["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
-    status: dict[str, Any] = fold_all(ref, [parse_event(b) for b in bodies]).to_status()
+    status: dict[str, Any] = to_status(fold_all(ref, [parse_event(b) for b in bodies]))
     return status
 
 
@@ -239,7 +240,7 @@ def test_kubectl_describe_keeps_the_bookkeeping_to_one_line_and_tidings_describe
         task=ref, pod=PodRef(f"wide-{n}", f"uid-{n}", ns), instance=f"rank{n}", seq=0,
         payload=Progress(fraction=0.5, message="half"), time=when, sender_proof=False))
         for n in range(40)]
-    _task(control_plane, ns, "wide", {}, fold_all(ref, events).to_status())  # type: ignore[arg-type]
+    _task(control_plane, ns, "wide", {}, to_status(fold_all(ref, events)))  # type: ignore[arg-type]
 
     for name in ("train-a", "wide"):
         out = control_plane.kubectl_run("describe", "taskfeedback", name, "-n", ns)

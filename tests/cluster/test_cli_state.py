@@ -33,6 +33,7 @@ from tidings.schemas import (
     fold_all,
     parse_event,
 )
+from tidings.schemas.status_encoder import to_status
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -82,7 +83,7 @@ def test_state_prefers_the_taskfeedback_status(control_plane: ControlPlane, admi
     ref = TaskRef(namespace, "train-2")
     # The watcher would write exactly the fold of those events, plus one more link.
     state = fold_all(ref, [parse_event(b) for b in bodies])  # type: ignore[misc]
-    status = state.to_status()
+    status = to_status(state)
     status["links"]["from-watcher"] = {"url": "https://example.com/w", "at":
                                        status["links"]["wandb"]["at"], "events": 1}
     write_status(control_plane, namespace, "train-2", status)
@@ -99,7 +100,7 @@ def test_state_prefers_the_taskfeedback_status(control_plane: ControlPlane, admi
                            "--from-events").stdout)
     assert ev["source"] == "events"
     assert set(ev["status"]["links"]) == {"wandb"}
-    assert ev["status"]["spans"] == state.to_status()["spans"]
+    assert ev["status"]["spans"] == to_status(state)["spans"]
 
 
 def test_state_finds_the_namespace_with_A(control_plane: ControlPlane, admin: Any,
@@ -249,7 +250,7 @@ def test_watch_follows_the_taskfeedback_status(control_plane: ControlPlane, admi
     ts = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
     def status(fraction: float, message: str, final: bool) -> dict[str, Any]:
-        st = fold_all(ref, []).to_status()
+        st = to_status(fold_all(ref, []))
         st["workers"] = [{"pod": "w-0", "fraction": fraction, "message": message,
                           "final": final, "at": f"{ts} inst-1 {int(fraction * 10)}",
                           "events": 1}]

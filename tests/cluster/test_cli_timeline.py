@@ -23,6 +23,7 @@ from tests.cluster.support_cli import (
 )
 from tidings.schemas import Progress, SpanSummary
 from tidings.schemas.payloads import Window, span_row
+from tidings.schemas.status_encoder import to_status
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -205,7 +206,7 @@ def test_span_names_xml_forbids_still_make_a_readable_svg(
                                               max_s=1, first_start=t - 1, last_end=t),
                           instance="i", seq=i, time=datetime.now(UTC), sender_proof=False)
               for i in range(len(NONCHARACTER_NAMES))]
-    status = fold_all(ref, [parse_event(b) for b in bodies]).to_status()
+    status = to_status(fold_all(ref, [parse_event(b) for b in bodies]))
     status["spans"] = {raw: status["spans"][f"n{i}"]
                        for i, raw in enumerate(NONCHARACTER_NAMES)}
     write_status(control_plane, namespace, "odd-status", status)

@@ -20,6 +20,7 @@ from kubernetes.client.rest import ApiException
 from tests.cluster.test_controlplane import bound_token, client_with_token
 from tests.support import create_kwok_pod, eventually, pod_phase, write_cri_log
 from tidings.schemas import COUNTER_NAMES, TaskRef, fold_all
+from tidings.schemas.status_encoder import to_status
 from tools.devcluster import REPO_ROOT, ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -273,7 +274,7 @@ def test_the_status_is_structural_documented_pruned_and_typed(
     """The CRD documents every field the fold writes; the API server prunes unknown fields
     and refuses mistyped ones (the attack from the issue: progres / counters "x" / links 42)."""
     explained = kubectl(control_plane, "explain", "taskfeedback.status").stdout
-    st = fold_all(TaskRef(namespace, "t"), _every_kind_of_event(namespace)).to_status()
+    st = to_status(fold_all(TaskRef(namespace, "t"), _every_kind_of_event(namespace)))
     st["budgetDropped"] = {"pods": 1}  # what a write over budget adds
     st["compactedBefore"] = now()[:19] + "Z"  # what dedup compaction adds
     from tidings.watcher.store import REFUSAL_REASONS, refused_status

@@ -112,6 +112,41 @@ def test_subprocess_exit_codes(control_plane: ControlPlane, admin: Any, namespac
     assert [p.reason for p in events] == ["LogLink"]  # only the delivered one
 
 
+def test_invalid_utf8_in_argv_is_delivered_made_valid(control_plane: ControlPlane, admin: Any,
+                                                      namespace: str) -> None:
+    """Issue 34 item 4: `tidings emit progress 0.5 --message "$(printf '\\xc3 step')"` was
+    "not delivered within 15s: timed out" (the sender thread failed on the lone surrogate
+    Python makes of the byte). Every text argument is made valid (U+FFFD) and delivered."""
+    env = env_for(control_plane, admin, namespace)
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("KUBECONFIG", "POD_NAME", "POD_UID", "POD_NAMESPACE", "TIDINGS_TASK")}
+
+    def emit(*args: str | bytes) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([TIDINGS, "emit", *args], env={**base, **env},
+                              capture_output=True, text=True, timeout=60)
+
+    for args in (("progress", "0.5", "--message", b"\xc3 step"),
+                 ("metric", b"loss\xff", "0.25", "--step", "3"),
+                 ("log-link", "--name", b"w\xc3andb", "--url", b"https://wandb.example/r\xe9"),
+                 ("span", b"load\xc3", "--start", "1796011200", "--end", "1796011201"),
+                 ("fail", "--message", b"disk \xff\xfe full", "--fraction", "0.5")):
+        done = emit(*args)
+        assert done.returncode == 0, (args, done.stderr)
+        assert done.stderr == ""
+    # A name still refused for what it is (a control character) says so in one line.
+    bad = emit("log-link", "--name", b"a\x01\xc3", "--url", "https://x.example")
+    assert bad.returncode == 2 and "name holds control" in one_line(bad.stderr)
+    facts = [f for ev in parsed_events(admin, namespace)
+             for f in ((*([ev.payload.progress] if ev.payload.progress else []),
+                        *ev.payload.metrics, *ev.payload.spans)
+                       if isinstance(ev.payload, Window) else (ev.payload,))]
+    texts = {getattr(f, "message", None) or getattr(f, "name", None) for f in facts}
+    assert {"\ufffd step", "loss\ufffd", "w\ufffdandb", "load\ufffd",
+            "disk \ufffd\ufffd full"} <= texts, texts
+    (link,) = [f for f in facts if isinstance(f, LogLink)]
+    assert link.url == "https://wandb.example/r%EF%BF%BD"
+
+
 @pytest.mark.parametrize("module", ["tidings.cli.emit", "tidings.cli.main"])
 def test_the_cli_module_imports_no_heavy_dependencies(module: str) -> None:
     code = (f"import sys, {module}; "

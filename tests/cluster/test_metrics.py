@@ -16,7 +16,7 @@ import pytest
 from tests.cluster.support_cli import install_crd, invoke, proc_pool
 from tests.cluster.support_watcher import WatcherProc, task_status
 from tests.support import create_kwok_pod, eventually
-from tidings.cli.taskview import SPARK_BLOCKS
+from tidings.cli.taskrender import SPARK_BLOCKS
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.transport import KubeTransport, connect
 from tidings.schemas.history import HISTORY_POINTS

@@ -31,7 +31,7 @@ from tidings.schemas import (
     build_event,
     format_time,
 )
-from tidings.schemas.state import STATUS_BUDGET
+from tidings.schemas.status_encoder import STATUS_BUDGET
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster

@@ -33,6 +33,7 @@ from tidings.schemas import (
     build_event,
 )
 from tidings.schemas.payloads import DeckReady, LogLink, Progress, SpanSummary
+from tidings.schemas.status_decoder import decode_status
 from tools.devcluster import REPO_ROOT, ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -149,7 +150,7 @@ def denied(api: client.ApiClient, namespace: str, body: dict[str, Any]) -> str:
 
 def state_of(admin: Any, namespace: str, task: str) -> TaskState | None:
     status = task_status(admin, namespace, task)
-    return TaskState.from_status(TaskRef(namespace, task), status) if status else None
+    return decode_status(TaskRef(namespace, task), status) if status else None
 
 
 def finished(state: TaskState | None) -> bool:
@@ -368,7 +369,7 @@ def test_state_from_events_agrees_with_the_watcher_on_a_forged_sender(
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["source"] == "events" and data["rejected_events"] == 1
-    local = TaskState.from_status(TaskRef(namespace, "agree"), data["status"])
+    local = decode_status(TaskRef(namespace, "agree"), data["status"])
     assert local.progress is not None and local.progress.fraction == 0.9
     assert local == from_watcher
 

@@ -26,6 +26,7 @@ from tests.support import create_kwok_pod, eventually
 from tidings.emitter import Identity
 from tidings.schemas import TaskState
 from tidings.schemas.payloads import LogLink, Progress
+from tidings.schemas.status_encoder import to_status
 from tidings.schemas.times import parse_time
 from tools.devcluster import ControlPlane
 
@@ -76,7 +77,7 @@ def test_66_workers_a_failure_beyond_the_detailed_64_fails_and_66_finals_complet
                     "66 finals folded")
     assert s.phase == "Failed" and len(s.workers) == 64 and "fails-65" not in s.workers
     assert s.roster.first_failure is not None and s.roster.first_failure.pod == "fails-65"
-    assert s.to_status()["conditions"][0]["message"] == "CUDA out of memory"
+    assert to_status(s)["conditions"][0]["message"] == "CUDA out of memory"
     # 66 declared workers, 66 finals: completes.
     done = pods(admin, namespace, "done", 66)
     for i, pod in enumerate(done):
@@ -85,12 +86,12 @@ def test_66_workers_a_failure_beyond_the_detailed_64_fails_and_66_finals_complet
                                              pod=pod, instance=f"d-{i}"))
     s = status_when(admin, namespace, "done", lambda s: len(s.roster.marks) == 66,
                     "66 workers reporting")
-    assert s.phase == "Running" and s.to_status()["progress"]["percent"] == 50
+    assert s.phase == "Running" and to_status(s)["progress"]["percent"] == 50
     for i, pod in enumerate(done):
         tt.create(admin, namespace, tt.event(namespace, "done", Progress(
             fraction=1.0, final=True, workers=66), 2, pod=pod, instance=f"d-{i}"))
     s = status_when(admin, namespace, "done", lambda s: s.finished, "the task to complete")
-    assert s.phase == "Succeeded" and s.to_status()["progress"]["percent"] == 100
+    assert s.phase == "Succeeded" and to_status(s)["progress"]["percent"] == 100
     assert s.counters["workers_capped"] == 4  # 2 pods' details left out, not their outcome
     assert tt.rejected(w, "spoofed_sender") == 0
 

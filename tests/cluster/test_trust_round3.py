@@ -28,9 +28,10 @@ from tests.cluster.test_trust import (  # noqa: F401 - fixtures
     workload,
 )
 from tests.support import eventually
-from tidings.schemas import PodRef, PodSpawned, TaskRef, TaskState, build_event
+from tidings.schemas import PodRef, PodSpawned, TaskRef, build_event
 from tidings.schemas.constants import BUS_CONTROLLER
 from tidings.schemas.payloads import LogLink, Progress, SpanSummary
+from tidings.schemas.status_decoder import decode_status
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -180,7 +181,7 @@ def test_a_re_created_taskfeedback_starts_clean_and_the_deleted_runs_events_stay
     assert [(r["reason"], r["sender"], r["events"]) for r in data["rejections"]] == [
         ("other_object", f"{namespace}/rerun-a", 3)]
     ref = TaskRef(namespace, "rerun")
-    assert TaskState.from_status(ref, data["status"]) == TaskState.from_status(ref, status)
+    assert decode_status(ref, data["status"]) == decode_status(ref, status)
 
     # Restarted: the relist delivers all five events again; run 1's three stay out.
     w.kill()

@@ -6,6 +6,8 @@ outside this server."""
 
 from __future__ import annotations
 
+import http.client
+import http.server
 import io
 import json
 import os
@@ -25,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.support_cli import TIDINGS, grant, install_crd, invoke
-from tests.support import create_kwok_pod, eventually, write_cri_log
+from tests.support import create_kwok_pod, cri_log_line, eventually, write_cri_log
 from tidings.schemas import (
     DeckReady,
     LogLink,
@@ -38,6 +40,7 @@ from tidings.schemas import (
     fold_all,
     parse_event,
 )
+from tidings.schemas.status_encoder import to_status
 from tools import chromium
 from tools.devcluster import ControlPlane
 
@@ -69,8 +72,42 @@ class UiServer:
         except queue.Empty:
             self.stop()
             raise AssertionError(f"tidings ui printed no address; stderr={self.err}") from None
-        assert first.startswith("tidings ui: serving http://127.0.0.1:"), first
+        assert first.startswith("tidings ui: serving http://"), first
         self.url = first.split()[3]
+        self.host = self.url.removeprefix("http://").rstrip("/")
+
+    def figures(self) -> dict[str, int]:
+        """The server process's threads, open file descriptors and resident memory (KiB)."""
+        pid = self.proc.pid
+        rss = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                   if line.startswith("VmRSS:"))
+        return {"threads": len(os.listdir(f"/proc/{pid}/task")),
+                "fds": len(os.listdir(f"/proc/{pid}/fd")), "rss_kib": int(rss.split()[1])}
+
+    def ask(self, path: str, headers: dict[str, str] | None = None, until: str = "task"
+            ) -> tuple[int, str, dict[str, str]]:
+        """One GET with these headers; for an event stream, the status and what the server
+        said up to its first ``until`` event (then the connection is closed)."""
+        conn = http.client.HTTPConnection(self.host, timeout=30)
+        try:
+            headers = headers or {}
+            conn.putrequest("GET", "/" + path, skip_host="Host" in headers)
+            for name, value in headers.items():
+                conn.putheader(name, value)
+            conn.endheaders()
+            resp = conn.getresponse()
+            if resp.getheader("content-type", "").startswith("text/event-stream"):
+                text = ""
+                while f"event: {until}" not in text:
+                    line = resp.fp.readline().decode()
+                    assert line, text
+                    text += line
+                text += resp.fp.readline().decode()  # the task event's data
+            else:
+                text = resp.read().decode()
+            return resp.status, text, dict(resp.getheaders())
+        finally:
+            conn.close()
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -143,7 +180,7 @@ def a_status(ns: str, task: str, payloads: list[Any], pods: int = 1,
                            instance=f"i{pod}", seq=n, time=when + timedelta(seconds=n),
                            sender_proof=False)
         events.append(parse_event(body))
-    status: dict[str, Any] = fold_all(ref, events).to_status()  # type: ignore[arg-type]
+    status: dict[str, Any] = to_status(fold_all(ref, events))  # type: ignore[arg-type]
     return status
 
 
@@ -187,6 +224,15 @@ def training(ns: str, task: str, fraction: float = 0.4, message: str = "epoch 2 
 
 def text_of(tab: Any, selector: str) -> str:
     return str(tab.locator(selector).inner_text())
+
+
+def train_with_a_pod(admin: Any, ns: str, tmp_path: Path, lines: list[str]) -> Path:
+    """The task ``train`` as a watcher writes it, and its kwok pod ``train-0`` whose log
+    holds ``lines`` (the file kwok follows, returned)."""
+    write_task(admin, ns, "train", training(ns, "train"))
+    log = write_cri_log(tmp_path / "train-0.log", lines)
+    create_kwok_pod(admin, ns, "train-0", labels={"tidings.dev/task": "train"}, log_file=log)
+    return log
 
 
 # --- the tests --------------------------------------------------------------------------------
@@ -240,10 +286,7 @@ def test_a_label_selector_narrows_the_list(
 def test_a_task_page_shows_workers_metrics_links_timeline_lineage_and_logs(
         serve: Callable[..., UiServer], page: Any, admin: Any, namespace: str,
         tmp_path: Path) -> None:
-    write_task(admin, namespace, "train", training(namespace, "train"))
-    log = write_cri_log(tmp_path / "train-0.log", ["step 1 loss 0.9", "step 2 loss 0.7"])
-    create_kwok_pod(admin, namespace, "train-0", labels={"tidings.dev/task": "train"},
-                    log_file=log)
+    train_with_a_pod(admin, namespace, tmp_path, ["step 1 loss 0.9", "step 2 loss 0.7"])
     server = serve("-n", namespace)
     page.goto(f"{server.url}tasks/{namespace}/train")
     body = page.locator("#task-body")
@@ -479,3 +522,234 @@ def test_a_screenshot_of_a_task_page_is_not_blank(
     assert image.width >= 1000 and image.height >= 600
     assert drawn / len(pixels) > 0.03, "the screenshot is (nearly) blank"
     assert len(set(pixels)) > 50  # text, bars, badges: not one flat colour
+
+
+# --- issue 34 items 5 and 6: the page cross-site, exposed, and bounded ----------------------
+
+EVIL = {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site",
+        "Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"}
+
+
+def idle(server: UiServer) -> dict[str, int]:
+    """The server's figures once it has listed the tasks and settled."""
+    eventually(lambda: server.ask("")[0] == 200, what="the server to answer")
+    eventually(lambda: len(set(_three(server))) == 1, what="the server's threads to settle")
+    return server.figures()
+
+
+def _three(server: UiServer) -> list[int]:
+    out = []
+    for _ in range(3):
+        out.append(server.figures()["threads"])
+        time.sleep(0.2)  # (three readings a little apart: nothing is starting)
+    return out
+
+
+def test_cross_site_requests_are_refused_and_open_nothing(
+        serve: Callable[..., UiServer], admin: Any, namespace: str, tmp_path: Path) -> None:
+    """The issue's attack: 200 requests with Origin evil.example and Sec-Fetch-Site
+    cross-site to /tasks/NS/NAME/events each got 200 and a log session (803 threads, 757
+    fds, 115 MB). Now each is refused before any route runs: no thread, no descriptor, and a
+    task that does not exist never gets a session, even from the page's own origin."""
+    train_with_a_pod(admin, namespace, tmp_path, ["step 1"])
+    server = serve("-n", namespace)
+    before = idle(server)
+    for i in range(200):
+        name = "train" if i % 2 else f"ghost-{i}"  # a task that exists, and one that does not
+        status, text, _ = server.ask(f"tasks/{namespace}/{name}/events", EVIL)
+        assert status == 403 and text.startswith("cross-site request refused"), (status, text)
+    # The same from curl (no browser's headers: served) to tasks that do not exist: each a
+    # stream that says so, and no session.
+    for i in range(200):
+        status, text, _ = server.ask(f"tasks/{namespace}/ghost-{i}/events")
+        assert status == 200 and f"not found: task &#39;ghost-{i}&#39;" in text, text
+    after = server.figures()
+    assert after["threads"] == before["threads"], (before, after)
+    assert after["fds"] <= before["fds"] + 2, (before, after)
+    # Every route, every page and asset: refused the same way.
+    for path in ("", "events", f"tasks/{namespace}/train", f"tasks/{namespace}/train/"
+                 "timeline.svg", "static/app.js"):
+        assert server.ask(path, EVIL)[0] == 403, path
+    # A task that exists, asked by its own page's origin, does get its session (the control).
+    status, _, _ = server.ask(f"tasks/{namespace}/train/events",
+                              {"Sec-Fetch-Site": "same-origin"})
+    assert status == 200
+    eventually(lambda: server.figures()["threads"] > before["threads"],
+               what="the task's log session to start")
+
+
+class _HostileSite:
+    """A page on another origin of this host (127.0.0.1, another port: same-site, another
+    origin), whose script attacks the tidings server from the visitor's browser."""
+
+    def __init__(self, target: str, namespace: str, count: int) -> None:
+        page = f"""<!doctype html><meta charset=utf-8><body><script>
+        const target = {json.dumps(target)}, ns = {json.dumps(namespace)};
+        window.settled = 0;
+        for (let i = 0; i < {count}; i++) {{
+          const task = i % 2 ? "train" : "ghost-" + i;
+          const url = target + "tasks/" + ns + "/" + task + "/events";
+          if (i % 3 === 0) {{
+            const es = new EventSource(url);
+            es.onerror = () => {{ if (es.readyState === 2) window.settled++; }};
+          }} else if (i % 3 === 1) {{
+            fetch(url, {{mode: "no-cors"}}).then(() => window.settled++,
+                                               () => window.settled++);
+          }} else {{
+            const img = new Image();
+            img.onload = img.onerror = () => window.settled++;
+            img.src = url;
+          }}
+        }}
+        </script>""".encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/html")
+                self.end_headers()
+                self.wfile.write(page)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_hostile_page_in_a_real_browser_gets_nothing(
+        serve: Callable[..., UiServer], page: Any, admin: Any, namespace: str,
+        tmp_path: Path) -> None:
+    """A page the user merely visits, in Chromium: 60 event streams, fetches and images
+    aimed at the server's task streams (a task that exists, with a pod's logs, and tasks that
+    do not). Chromium sends its own Origin and Sec-Fetch-Site; the server opens nothing."""
+    train_with_a_pod(admin, namespace, tmp_path, ["step 1"])
+    server = serve("-n", namespace)
+    before = idle(server)
+    hostile = _HostileSite(server.url, namespace, 60)
+    try:
+        page.goto(hostile.url)
+        eventually(lambda: page.evaluate("window.settled") == 60,
+                   what="every hostile request to settle (refused)")
+    finally:
+        hostile.close()
+    after = server.figures()
+    assert after["threads"] == before["threads"], (before, after)
+    # The server's own page in the same browser still works (and then follows the logs).
+    page.goto(f"{server.url}tasks/{namespace}/train")
+    eventually(lambda: "[train-0/main] step 1" in text_of(page, "#logs"), what="the log tail")
+    assert page.errors == []
+
+
+def test_event_streams_are_bounded_with_a_clear_503(
+        serve: Callable[..., UiServer], page: Any, namespace: str) -> None:
+    from tidings.ui.server import MAX_STREAMS
+
+    server = serve("-n", namespace)
+    idle(server)
+    held = []
+    try:
+        for _ in range(MAX_STREAMS):
+            conn = http.client.HTTPConnection(server.host, timeout=30)
+            conn.request("GET", "/events")
+            assert conn.getresponse().status == 200
+            held.append(conn)
+        status, text, headers = server.ask("events", until="banner")
+        assert status == 503, (status, text)
+        assert text.strip() == (f"too many open event streams on this server ({MAX_STREAMS}): "
+                                "close some of its tabs")
+        assert headers.get("retry-after") == "30"
+        # A page still loads (only streams are bounded), and says its stream was refused.
+        page.goto(server.url)
+        eventually(lambda: "live updates refused by the server" in text_of(page, "#conn"),
+                   what="the page to say so")
+    finally:
+        for conn in held:
+            conn.close()
+    # The closed tabs give their streams back.
+    eventually(lambda: server.ask("events", until="banner")[0] == 200,
+               what="a stream once the others closed")
+
+
+def test_the_host_check_holds_off_the_default_address(
+        serve: Callable[..., UiServer], namespace: str) -> None:
+    """DNS rebinding where it matters: served on another address (here another loopback
+    address, 127.0.0.2; tests never listen beyond loopback), a Host that is not the address,
+    a loopback name or an --allowed-host is refused; those are served."""
+    server = serve("-n", namespace, "--address", "127.0.0.2", "--allowed-host",
+                   "ui.lab.example")
+    assert server.url.startswith("http://127.0.0.2:")
+    port = server.host.rsplit(":", 1)[1]
+    for host, code in ((server.host, 200), (f"ui.lab.example:{port}", 200),
+                       (f"localhost:{port}", 200), (f"attacker.example:{port}", 400),
+                       (f"ui.lab.example.attacker.example:{port}", 400), ("", 400)):
+        status, text, _ = server.ask("", {"Host": host})
+        assert status == code, (host, status, text)
+        if code == 400:
+            assert "--allowed-host" in text
+    bad = invoke_ui("--allowed-host", "a b")
+    assert bad.returncode == 2 and "--allowed-host" in bad.stderr, bad.stderr
+
+
+def invoke_ui(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([TIDINGS, "ui", "--no-browser", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_a_namespace_is_suggested_only_when_the_user_may_list_it(
+        serve: Callable[..., UiServer], control_plane: ControlPlane, namespace: str) -> None:
+    grant(control_plane, namespace, "alice", [{"apiGroups": [GROUP], "resources": [PLURAL],
+                                               "verbs": ["get", "list", "watch"]}])
+    alice = serve("-n", namespace, user="alice")
+    _, text, _ = alice.ask("tasks/kube-system/secret")
+    assert "namespace kube-system is outside this server&#39;s scope" in text, text
+    assert "restart tidings ui" not in text and "-n kube-system" not in text
+    admin = serve("-n", namespace)
+    _, text, _ = admin.ask("tasks/kube-system/secret")
+    assert "restart tidings ui with -n kube-system to see it" in text, text
+
+
+def test_megabyte_log_lines_are_cut_and_bounded(
+        serve: Callable[..., UiServer], page: Any, admin: Any, namespace: str,
+        tmp_path: Path) -> None:
+    """Item 6, with a real log stream from the control plane (kwok serves the file): a tqdm
+    bar redrawn with \\r 20,000 times is one line of ~2 MB, and so is a line of 2 MB of
+    text. The page shows the bar's last drawing and the text cut with its marker; no tab's
+    message and no session holds megabytes."""
+    from tidings.ui.logs import LINE_LIMIT
+
+    bar = "".join(f"\r{p / 200:5.1f}%|{'#' * (p // 2000):10s}| {p}/20000 [00:{p % 60:02d}]"
+                  for p in range(20001))
+    log = train_with_a_pod(admin, namespace, tmp_path, ["step 1"])
+    server = serve("-n", namespace)
+    page.goto(f"{server.url}tasks/{namespace}/train")
+    logs = page.locator("#logs")
+    eventually(lambda: "step 1" in logs.inner_text(), what="the first line")
+    before = server.figures()
+    # The pod prints while the tab is open (kwok follows the file, as a kubelet its log).
+    with log.open("a") as out:
+        out.write(cri_log_line(bar))
+        for i in range(30):
+            out.write(cri_log_line(f"dump {i} " + "x" * 2_000_000))
+        out.write(cri_log_line("step 2 after the flood"))
+    eventually(lambda: "step 2 after the flood" in logs.inner_text(), timeout=120,
+               what="the lines after the flood")
+    lines = page.locator("#logs .line").all_inner_texts()
+    assert "[train-0/main] 100.0%|##########| 20000/20000 [00:20]" in lines, lines[:3]
+    cut = [line for line in lines if line.startswith("[train-0/main] dump ")]
+    assert len(cut) == 30
+    for line in cut:
+        head = f"dump {line.split()[2]} "
+        more = len(head) + 2_000_000 - LINE_LIMIT
+        assert line.endswith(f" … [line cut: {more:,} more characters]"), line[-80:]
+    assert max(len(line) for line in lines) < LINE_LIMIT + 200
+    # 62 MB went through; what stays is bounded (a session keeps LOG_CHARS characters). The
+    # growth measured was 12 MiB, the reading of one line at a time (60 MB before the bound).
+    grew = server.figures()["rss_kib"] - before["rss_kib"]
+    assert grew < 40 * 1024, (before, grew)
+    assert page.errors == []

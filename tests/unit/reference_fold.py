@@ -13,15 +13,11 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import TypeVar
 
+from tidings.schemas.apply import _count, _set_named
+from tidings.schemas.caps import events_of, insert_capped
+from tidings.schemas.constants import MESSAGE_LIMIT
 from tidings.schemas.event import ParsedEvent
-from tidings.schemas.folding import (
-    WINDOW_BUCKETS,
-    _compact,
-    _count,
-    _insert_capped,
-    _merge_progress,
-    _set_named,
-)
+from tidings.schemas.folding import _compact
 from tidings.schemas.payloads import (
     DeckReady,
     LogLink,
@@ -45,12 +41,9 @@ from tidings.schemas.roster import (
     Roster,
     pod_hash,
 )
-from tidings.schemas.state import (
-    MESSAGE_LIMIT,
-    SpanAgg,
-    TaskState,
-    _span_weight,
-)
+from tidings.schemas.spans import WINDOW_BUCKETS
+from tidings.schemas.state import SpanAgg, TaskState
+from tidings.schemas.workers import merge_progress
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -137,7 +130,7 @@ def _merge_span(entries: dict[str, SpanAgg], p: SpanSummary, cap: int, pod: str,
     cur = entries.get(name)
     capped = 0
     if cur is None:
-        capped = _insert_capped(entries, name, _merged(None, p), cap, _span_weight)
+        capped = insert_capped(entries, name, _merged(None, p), cap, events_of)
         if name not in entries:
             return capped
     else:
@@ -270,7 +263,7 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
     elif tp is Progress:
         assert isinstance(p, Progress)
         workers = dict(workers)
-        capped = _merge_progress(workers, sender.name, p, (t, instance, seq), lim.workers)
+        capped = merge_progress(workers, sender.name, p, (t, instance, seq), lim.workers)
         capped_name = "workers_capped"
         roster, roster_capped = _roster(roster, sender.name, p, (t, instance, seq),
                                         lim.roster)
@@ -313,7 +306,7 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         extra: dict[str, int] = {}
         if p.progress is not None:
             workers = dict(workers)
-            extra["workers_capped"] = _merge_progress(workers, sender.name, p.progress, key,
+            extra["workers_capped"] = merge_progress(workers, sender.name, p.progress, key,
                                                       lim.workers)
             roster, extra["roster_capped"] = _roster(roster, sender.name, p.progress, key,
                                                      lim.roster)

@@ -20,6 +20,7 @@ from tidings.cli.common import CliError, Output, check_name, dump, parse_duratio
 from tidings.cli.logstream import Dedup, since_time, ts_key
 from tidings.cli.main import app
 from tidings.cli.timeline_cmd import busy_bar, svg
+from tidings.schemas.status_decoder import decode_status
 
 HOSTILE = "ok\x1b[31mred\x1b]0;pwned\x07\x9b2J\x08\r\x00end\u202e"
 
@@ -151,7 +152,8 @@ def test_a_command_line_loads_its_own_command_alone(tmp_path: Path) -> None:
     # pydantic TypeAdapter: pyproject pins below it).
     others = [f"tidings.cli.{m}" for m in ("state_cmd", "lineage_cmd", "timeline_cmd",
                                            "ui_cmd", "dev", "emit", "watcher_cmd",
-                                           "task_cmd", "taskview")]
+                                           "task_cmd", "taskread", "taskfollow",
+                                           "taskrender", "snapshot", "namespace")]
     probe = ("import sys\n"
              "from tidings.cli.main import app\n"
              f"sys.argv = ['tidings', 'get', 't', '-n', 'ns', '--kubeconfig', "
@@ -237,7 +239,7 @@ def test_include_and_exclude_filters_select_lines_like_stern() -> None:
 @given(st.lists(st.tuples(st.sampled_from(["spoofed_sender", "other_object", "bad_name"]),
                           st.integers(min_value=0, max_value=60)), max_size=400))
 def test_refusals_are_grouped_bounded_and_all_counted(refusals: list[tuple[str, int]]) -> None:
-    from tidings.cli.taskview import MAX_REFUSAL_GROUPS, OTHER_SENDERS, Refusals
+    from tidings.cli.snapshot import MAX_REFUSAL_GROUPS, OTHER_SENDERS, Refusals
 
     r = Refusals()
     for reason, pod in refusals:
@@ -252,7 +254,7 @@ def test_refusals_are_grouped_bounded_and_all_counted(refusals: list[tuple[str, 
 
 
 def test_a_sparkline_has_one_cell_per_point_from_the_lowest_to_the_highest_block() -> None:
-    from tidings.cli.taskview import SPARK_ASCII, SPARK_BLOCKS, sparkline
+    from tidings.cli.taskrender import SPARK_ASCII, SPARK_BLOCKS, sparkline
 
     assert sparkline([3.0, 2.0, 1.0, 0.0]) == "█▆▃▁"
     assert sparkline([0.0, 1.0], ascii_only=True) == SPARK_ASCII[0] + SPARK_ASCII[-1]
@@ -270,14 +272,15 @@ def test_state_draws_each_metrics_curve_in_blocks_or_ascii(encoding: str, blocks
 
     from rich.console import Console
 
-    from tidings.cli.taskview import SOURCE_CR, SPARK_ASCII, SPARK_BLOCKS, Snapshot, render
-    from tidings.schemas import TaskRef, TaskState
+    from tidings.cli.snapshot import SOURCE_CR, Snapshot
+    from tidings.cli.taskrender import SPARK_ASCII, SPARK_BLOCKS, render
+    from tidings.schemas import TaskRef
 
     status = {"schemaVersion": 2, "phase": "Running", "metrics": {"loss": {
         "value": 0.25, "step": 30, "at": "2026-11-30T03:00:00.000000Z " + "a" * 32 + " 3",
         "events": 3, "min": 0.125, "max": 2.0,
         "history": {"shift": 0, "steps": [0, 10, 20, 30], "values": [2.0, 1.0, 0.125, 0.25]}}}}
-    state = TaskState.from_status(TaskRef("ml", "run-7"), status)
+    state = decode_status(TaskRef("ml", "run-7"), status)
 
     raw = io.BytesIO()
     out = io.TextIOWrapper(raw, encoding=encoding)  # strict: a block would raise here

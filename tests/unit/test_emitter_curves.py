@@ -14,6 +14,7 @@ from tidings.emitter.curves import Curve
 from tidings.schemas import TaskRef, fold_all
 from tidings.schemas.constants import NOTE_LIMIT
 from tidings.schemas.history import BUCKETS, HISTORY_POINTS, curve_value, sample
+from tidings.schemas.status_encoder import to_status
 
 TASK = TaskRef("ml", "run-7")
 
@@ -24,7 +25,7 @@ def loss(step: int) -> float:
 
 def status_of(*recs: Recorder) -> dict[str, dict[str, object]]:
     events = [ev for rec in recs for ev in rec.parsed()]
-    out: dict[str, dict[str, object]] = fold_all(TASK, events).to_status()["metrics"]
+    out: dict[str, dict[str, object]] = to_status(fold_all(TASK, events))["metrics"]
     return out
 
 

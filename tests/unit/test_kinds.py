@@ -17,9 +17,11 @@ from pydantic import BaseModel
 
 from tests.unit import reference_fold
 from tidings._compat import UTC
-from tidings.cli.taskview import SOURCE_CR, Snapshot, render
+from tidings.cli.snapshot import SOURCE_CR, Snapshot
+from tidings.cli.taskrender import render
 from tidings.schemas import ParsedEvent, PodRef, TaskRef, build_event, parse_event
-from tidings.schemas.folding import APPLY, fold_all
+from tidings.schemas.apply import APPLY
+from tidings.schemas.folding import fold_all
 from tidings.schemas.kinds import (
     COALESCIBLE,
     CRITICAL,
@@ -44,7 +46,9 @@ from tidings.schemas.payloads import (
     Window,
     span_row,
 )
-from tidings.schemas.state import BUDGET_DROP_ORDER, COUNTER_NAMES, Limits, TaskState
+from tidings.schemas.state import COUNTER_NAMES, Limits
+from tidings.schemas.status_decoder import decode_status
+from tidings.schemas.status_encoder import BUDGET_DROP_ORDER, to_status
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = [ROOT / "deploy" / "crd.yaml", ROOT / "deploy" / "chart" / "crds" /
@@ -161,16 +165,16 @@ def test_every_kind_folds_as_the_reference_fold_and_round_trips(
     payload, _ = EXAMPLES[model]
     ev = event_of(payload)
     engine = fold_all(TASK, [ev])
-    reference = reference_fold.fold(TaskState.from_status(TASK, {}), ev)
-    assert engine.to_status() == reference.to_status()
+    reference = reference_fold.fold(decode_status(TASK, {}), ev)
+    assert to_status(engine) == to_status(reference)
     assert engine == reference
-    status = engine.to_status()
+    status = to_status(engine)
     if kind.section:
         assert kind.section in status, f"{model.__name__} left no status.{kind.section}"
     for name in kind.counters:
         if name != "pods_spawned" or kind.family == "lineage":
             assert status["counters"].get(camel(name)), name
-    assert TaskState.from_status(TASK, status) == engine
+    assert decode_status(TASK, status) == engine
 
 
 @pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))
@@ -182,9 +186,9 @@ def test_every_kind_is_capped_and_counted_like_the_reference(
     lim = Limits(**{kind.cap: 0})
     ev = event_of(payload)
     engine = fold_all(TASK, [ev], lim)
-    reference = reference_fold.fold(TaskState.from_status(TASK, {}, lim), ev)
-    assert engine.to_status() == reference.to_status()
-    assert kind.section not in engine.to_status()
+    reference = reference_fold.fold(decode_status(TASK, {}, lim), ev)
+    assert to_status(engine) == to_status(reference)
+    assert kind.section not in to_status(engine)
     assert engine.counters[kind.capped] >= 1
 
 
@@ -196,7 +200,7 @@ def test_the_cli_shows_every_kind(kind: Kind, model: type[BaseModel]) -> None:
     # Two workers: the table view lists workers (and their messages) from two on.
     other = event_of(Progress(fraction=0.1, message="other"), seq=2,
                      pod=PodRef("worker-1", "uid-1"))
-    state = TaskState.from_status(TASK, fold_all(TASK, [event_of(payload), other]).to_status())
+    state = decode_status(TASK, to_status(fold_all(TASK, [event_of(payload), other])))
     out = io.StringIO()
     Console(file=out, width=200, color_system=None).print(render(Snapshot(state, SOURCE_CR)))
     assert marker in out.getvalue(), f"the CLI does not show {model.__name__}"
@@ -248,7 +252,7 @@ def test_state_says_what_its_warnings_are() -> None:
 
     failed = event_of(Progress(fraction=0.3, message="oom", final=True, failed=True),
                       warning=True)
-    state = TaskState.from_status(TASK, fold_all(TASK, [failed]).to_status())
+    state = decode_status(TASK, to_status(fold_all(TASK, [failed])))
     assert state.warnings == 1
     out = io.StringIO()
     Console(file=out, width=200, color_system=None).print(render(Snapshot(state, SOURCE_CR)))

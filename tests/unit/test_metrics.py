@@ -28,7 +28,9 @@ from tidings.schemas.folding import fold, fold_all
 from tidings.schemas.note import decode_note, encode_note
 from tidings.schemas.payloads import Metric, Metrics
 from tidings.schemas.rejection import Rejection
-from tidings.schemas.state import Limits, TaskState, new_state, read_status
+from tidings.schemas.state import Limits, new_state
+from tidings.schemas.status_decoder import decode_status, read_status
+from tidings.schemas.status_encoder import to_status
 
 TASK = TaskRef("ml", "run-7")
 T0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)
@@ -96,21 +98,21 @@ def test_the_fold_of_metrics_is_order_insensitive_idempotent_and_the_references(
     for ev in events:
         ref = reference_fold.fold(ref, ev)
     state = fold_all(TASK, events, lim)
-    assert state.to_status() == ref.to_status() and state == ref
+    assert to_status(state) == to_status(ref) and state == ref
     shuffled = list(events)
     rnd.shuffle(shuffled)
     again = fold_all(TASK, shuffled + shuffled[: len(shuffled) // 2], lim)
-    a, b = state.to_status(), again.to_status()
+    a, b = to_status(state), to_status(again)
     a.get("counters", {}).pop("duplicates", None)
     b.get("counters", {}).pop("duplicates", None)
     assert a == b  # any order, any re-deliveries: the same status but for the duplicates
-    assert TaskState.from_status(TASK, state.to_status(), lim) == state
+    assert decode_status(TASK, to_status(state), lim) == state
 
 
 @settings(max_examples=100, deadline=None)
 @given(metric_events())
 def test_each_name_holds_the_value_of_its_latest_report(events: list[ParsedEvent]) -> None:
-    metrics = fold_all(TASK, events).to_status().get("metrics", {})
+    metrics = to_status(fold_all(TASK, events)).get("metrics", {})
     for name, entry in metrics.items():
         mine = [(ev, m) for ev in events for m in rows(ev) if m.name == name]
         _, last = max(mine, key=lambda em: (em[0].event_time, em[0].instance, em[0].seq))
@@ -127,7 +129,7 @@ def test_the_cap_keeps_the_smallest_names_and_counts_the_rest() -> None:
     evs = [event(Metric(name=n, value=float(i)), "a" * 32, i + 1, 0.0)
            for i, n in enumerate(["zeta", "alpha", "mid", "alpha", "beta"])]
     for order in (evs, evs[::-1]):
-        st_ = fold_all(TASK, order, lim).to_status()
+        st_ = to_status(fold_all(TASK, order, lim))
         assert sorted(st_["metrics"]) == ["alpha", "beta"]
         assert st_["counters"]["metricsCapped"] == 2  # zeta and mid, one event each
         assert st_["metrics"]["alpha"]["events"] == 2
@@ -162,7 +164,7 @@ def test_a_non_finite_metric_folds_into_its_entry_and_round_trips() -> None:
            event(Metrics(metrics=[["grad", -math.inf, 2], ["lr", 0.1, 2]]), "a" * 32, 3, 1)]
     for order in (evs, evs[::-1]):
         s = fold_all(TASK, order)
-        st_ = s.to_status()
+        st_ = to_status(s)
         # (the curve is the finite values': the NaN is no point and no extreme of it)
         assert st_["metrics"]["loss"] == {
             "nonFinite": "NaN", "step": 2, "at": st_["metrics"]["loss"]["at"], "events": 2,
@@ -170,16 +172,16 @@ def test_a_non_finite_metric_folds_into_its_entry_and_round_trips() -> None:
         assert st_["metrics"]["grad"]["nonFinite"] == "-Infinity"
         assert {"min", "max", "history"}.isdisjoint(st_["metrics"]["grad"])
         assert "value" not in st_["metrics"]["grad"] and st_["metrics"]["lr"]["value"] == 0.1
-        assert TaskState.from_status(TASK, orjson.loads(orjson.dumps(st_))) == s
+        assert decode_status(TASK, orjson.loads(orjson.dumps(st_))) == s
         assert s == reduce(reference_fold.fold, order, new_state(TASK))
     # A finite value reported later replaces it (last writer wins, as for any value).
     healed = fold_all(TASK, [*evs, event(Metric(name="loss", value=0.4), "a" * 32, 4, 2)])
-    assert healed.to_status()["metrics"]["loss"]["value"] == 0.4
+    assert to_status(healed)["metrics"]["loss"]["value"] == 0.4
 
 
 def test_a_hostile_metric_entry_is_kept_verbatim_and_costs_nothing_else() -> None:
     good = fold(new_state(TASK), event(Metric(name="loss", value=0.5, step=3), "a" * 32, 1, 0))
-    st_ = good.to_status()
+    st_ = to_status(good)
     assert st_["metrics"]["loss"]["value"] == 0.5 and st_["metrics"]["loss"]["step"] == 3
     bad_entries = [{**st_["metrics"]["loss"], "value": bad} for bad in ("0.5", None, True, [1])]
     bad_entries.append({**st_["metrics"]["loss"], "step": -1})
@@ -189,7 +191,7 @@ def test_a_hostile_metric_entry_is_kept_verbatim_and_costs_nothing_else() -> Non
         assert "metrics" not in read.state.named and not read.unread.partial
         assert read.state.phase == good.phase and read.state.applied == good.applied
         assert read.unread.entries == {"metrics": {"loss": bad}}
-        assert read.unread.merge_into(read.state.to_status(), read.state)["metrics"] == {
+        assert read.unread.merge_into(to_status(read.state), read.state)["metrics"] == {
             "loss": bad}
 
 
@@ -315,7 +317,7 @@ def test_a_metrics_note_round_trips_and_refuses_duplicate_or_bad_rows() -> None:
 def test_the_budget_gives_up_histories_before_metric_names() -> None:
     """Issue 26 item 2: over budget, the metrics keep their names, values and extremes; the
     histories go first (budgetDropped.metricHistory), from the largest names on."""
-    from tidings.schemas.state import BUDGET_DROP_ORDER
+    from tidings.schemas.status_encoder import BUDGET_DROP_ORDER
 
     assert BUDGET_DROP_ORDER.index("metricHistory") < BUDGET_DROP_ORDER.index("metrics")
     evs = []
@@ -325,9 +327,9 @@ def test_the_budget_gives_up_histories_before_metric_names() -> None:
         evs.append(event(Metric(name=name, value=0.123456789, step=3100, min=1e-9, max=9.0,
                                 points=points), "a" * 32, k + 1, 0.0))
     state = fold_all(TASK, evs)
-    full = state.to_status()
+    full = to_status(state)
     assert all(len(e["history"]["steps"]) >= 16 for e in full["metrics"].values())
-    written = state.to_status(budget=64 * 1024 - 30_000)
+    written = to_status(state, budget=64 * 1024 - 30_000)
     dropped = written["budgetDropped"]
     assert list(dropped) == ["pods", "metricHistory"], dropped  # (the sender pods go first)
     kept = written["metrics"]

@@ -19,6 +19,7 @@ from tests.unit.test_schemas_fold import T0, TASK, make_event
 from tidings._compat import UTC
 from tidings.schemas import LogLink, ParsedEvent, PodRef, fold_all
 from tidings.schemas.state import CLOCK_SKEW
+from tidings.schemas.status_encoder import to_status
 from tidings.watcher.app import Options
 from tidings.watcher.controller import Settings
 
@@ -90,7 +91,7 @@ def test_no_claimed_time_orders_beyond_its_creation_plus_the_skew(
     base = fold_all(TASK, evs)
     shuffled = evs[:]
     rnd.shuffle(shuffled)
-    assert fold_all(TASK, shuffled).to_status() == base.to_status()
+    assert to_status(fold_all(TASK, shuffled)) == to_status(base)
     latest = max(c for _, _, c in sends)
     last = link("https://x.y/honest", "i-late", 0,
                 T0 + timedelta(seconds=latest + 3), T0 + timedelta(seconds=latest + 3))

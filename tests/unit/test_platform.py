@@ -189,9 +189,9 @@ def test_a_fact_about_a_known_pod_is_folded_into_its_platform_task() -> None:
     # The Job's informer has seen it: the uid the pod shows is the live Job's, so it owns
     # the TaskFeedback (an owner the watcher cannot read is never written: no API here).
     c.platform.put(JOB, ("ml", "train-7"), Seen(UID, None, 4, None))
-    c.deliver_many([pod_fact(pod, LogLink(name="w", url="https://w.ai/"), 1)])
+    c.delivery.deliver_many([pod_fact(pod, LogLink(name="w", url="https://w.ai/"), 1)])
     c.store.load(task, None, exists=False)
-    c.fold_task(task)
+    c.folder.fold_task(task)
     state, _ = c.store.take(task)
     assert state.links == {"w": "https://w.ai/"}
     assert c.platform.owner(task) == ObjectRef("batch/v1", "Job", "train-7", "ml", UID)
@@ -206,9 +206,9 @@ def test_a_pod_claiming_an_owner_no_live_object_is_is_refused() -> None:
     pod = PodRef("victim-x", "uid-x", "ml")
     c.senders.put(("ml", pod.name, pod.uid), info)
     task = TaskRef("ml", "victim")
-    c.deliver_many([pod_fact(pod, LogLink(name="w", url="https://evil.example/"), 1)])
+    c.delivery.deliver_many([pod_fact(pod, LogLink(name="w", url="https://evil.example/"), 1)])
     c.store.load(task, None, exists=False)
-    c.fold_task(task)
+    c.folder.fold_task(task)
     state, _ = c.store.take(task)
     assert state.links == {} and c.platform.owner(task) is None
     assert c.metrics.events_rejected.labels("unverified_owner")._value.get() == 1
@@ -349,9 +349,9 @@ def fold_as_jobset_pod(job_ref: dict[str, Any], jobs: dict[str, Seen]) -> Contro
     pod = PodRef("llm-w-0-0-x", "uid-0", "ml")
     c.senders.put(("ml", pod.name, pod.uid), pod_task(meta(
         {JOBSET_NAME_LABEL: "llm", JOB_NAME_LABEL: job_ref["name"]}, [job_ref])))
-    c.deliver_many([pod_fact(pod, LogLink(name="w", url="https://w.ai/"), 1)])
+    c.delivery.deliver_many([pod_fact(pod, LogLink(name="w", url="https://w.ai/"), 1)])
     c.store.load(TaskRef("ml", "llm"), None, exists=False)
-    c.fold_task(TaskRef("ml", "llm"))
+    c.folder.fold_task(TaskRef("ml", "llm"))
     return c
 
 

@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from tests.unit.test_schemas_fold import T0, TASK, make_event
 from tidings._compat import UTC
 from tidings.schemas import ParsedEvent, PodRef, Progress, TaskState, fold_all
-from tidings.schemas.state import ETA_HORIZON, STATUS_BUDGET
+from tidings.schemas.completion import ETA_HORIZON
+from tidings.schemas.status_decoder import decode_status
+from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
 from tidings.schemas.times import parse_time
 
 # Every eventTime and creationTimestamp the contract accepts (RFC 3339, years 1..9999).
@@ -37,7 +39,8 @@ def render_text(state: TaskState) -> str:
     """What `tidings state` prints for the state (the CLI's renderer, to a string)."""
     from rich.console import Console
 
-    from tidings.cli.taskview import SOURCE_EVENTS, Snapshot, one_line, render
+    from tidings.cli.snapshot import SOURCE_EVENTS, Snapshot
+    from tidings.cli.taskrender import one_line, render
 
     out = io.StringIO()
     Console(file=out, width=120).print(render(Snapshot(state, SOURCE_EVENTS)))
@@ -53,10 +56,10 @@ def test_an_old_event_time_gives_no_eta_and_every_write_still_happens() -> None:
                                                         created=T0 + timedelta(seconds=9))]
     s = fold_all(TASK, evs)
     assert s.progress is not None and s.progress.eta is None
-    st_ = s.to_status(budget=STATUS_BUDGET)
+    st_ = to_status(s, budget=STATUS_BUDGET)
     assert "estimatedCompletionTime" not in st_["progress"]
     assert [w["fraction"] for w in st_["workers"]] == [0.0001, 0.6]
-    assert TaskState.from_status(TASK, orjson.loads(orjson.dumps(st_))) == s
+    assert decode_status(TASK, orjson.loads(orjson.dumps(st_))) == s
     assert "w1 0.6" in render_text(s)
 
 
@@ -79,12 +82,12 @@ def test_no_accepted_time_or_fraction_stops_a_write_or_a_reader(
            for seq, (w, f, t, created, final) in enumerate(reports)]
     s = fold_all(TASK, evs)
     assert s.counters.get("fold_errors", 0) == 0
-    status = s.to_status(budget=STATUS_BUDGET)  # what the watcher writes: it must not raise
+    status = to_status(s, budget=STATUS_BUDGET)  # what the watcher writes: it must not raise
     data = orjson.loads(orjson.dumps(status))
     eta = data.get("progress", {}).get("estimatedCompletionTime")
     if eta is not None:
         t = parse_time(eta)
         latest = max(w.at[0] for w in s.workers.values() if not w.final)
         assert t is not None and latest - timedelta(seconds=1) <= t <= latest + ETA_HORIZON
-    assert TaskState.from_status(TASK, data) == s
+    assert decode_status(TASK, data) == s
     render_text(s)  # what `tidings state --from-events` prints

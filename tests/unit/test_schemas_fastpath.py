@@ -37,6 +37,7 @@ from tidings.schemas import (
 )
 from tidings.schemas.fastpath import fast_watch_line
 from tidings.schemas.payloads import span_row
+from tidings.schemas.status_encoder import to_status
 
 # Payloads the fast path handles, with the text and number shapes that make it hesitate.
 texts = st.sampled_from(["a", "train_step", " padded ", "x" * 80, "naïve", "emoji 👩‍💻", "a\u200bb",
@@ -212,7 +213,7 @@ def test_the_watchers_path_folds_to_the_references_statuses(stream: list[bytes],
                                                       ev)
             elif isinstance(ev, Rejection):
                 refused.append((ev.reason.value, ev.message))
-        return {t: orjson.dumps(s.to_status()) for t, s in states.items()}, refused
+        return {t: orjson.dumps(to_status(s)) for t, s in states.items()}, refused
 
     def watcher() -> tuple[dict[TaskRef, bytes], list[tuple[str, str]]]:
         states: dict[TaskRef, TaskState] = {}
@@ -230,7 +231,7 @@ def test_the_watchers_path_folds_to_the_references_statuses(stream: list[bytes],
                     refused.append((ev.reason.value, ev.message))
             for task, evs in groups.items():
                 states[task] = fold_many(states.get(task) or new_state(task), evs)
-        return {t: orjson.dumps(s.to_status()) for t, s in states.items()}, refused
+        return {t: orjson.dumps(to_status(s)) for t, s in states.items()}, refused
 
     assert watcher() == reference()
 

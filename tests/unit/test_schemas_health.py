@@ -5,10 +5,14 @@ metav1 conditions and as the status's ``health`` lists. Order-insensitive like t
 
 from __future__ import annotations
 
+import ast
 import math
 import random
+import subprocess
+import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,9 +23,11 @@ from tidings.schemas.health import (
     DEFAULT_HEALTH,
     HealthSettings,
     evaluate,
+    judge,
     next_stall,
     stalled_since_written,
 )
+from tidings.schemas.status_encoder import to_status
 from tidings.watcher.settings import Settings, health_settings
 
 
@@ -40,9 +46,15 @@ def reports(pod: int, times: Sequence[float], fractions: Sequence[float] | None 
     return out
 
 
+def status_of(state: TaskState, now: datetime | None,
+              s: HealthSettings = DEFAULT_HEALTH) -> dict[str, Any]:
+    """The status as the watcher writes it: encoded, with its health judged at ``now``."""
+    return to_status(state, health=judge(state, now, s))
+
+
 def conds(state: TaskState, now: datetime | None,
           s: HealthSettings = DEFAULT_HEALTH) -> dict[str, dict[str, str]]:
-    return {c["type"]: c for c in state.to_status(now=now, health=s)["conditions"]}
+    return {c["type"]: c for c in status_of(state, now, s)["conditions"]}
 
 
 def at(seconds: float) -> datetime:
@@ -58,7 +70,7 @@ def test_a_worker_reporting_every_second_is_stalled_within_two_minutes_and_clear
     assert c["message"] == ("w-0 silent for 61s (reports every 1s), "
                             "w-1 silent for 61s (reports every 1s)")
     assert c["lastTransitionTime"] == "2026-11-30T03:01:29Z"  # when the silence passed 60 s
-    st_ = s.to_status(now=at(90))
+    st_ = status_of(s, at(90))
     assert st_["health"] == {"summary": "Stalled", "evaluatedAt": "2026-11-30T03:01:30Z",
                              "stalled": ["w-0", "w-1"]}
     # w-1's next report clears it for w-1; w-0 stays stalled, named alone.
@@ -78,7 +90,7 @@ def test_the_limit_follows_the_workers_own_pace() -> None:
     once = fold_all(TASK, reports(0, [0]))  # one report: no pace, 600 s
     assert conds(once, at(599))["Stalled"]["status"] == "False"
     assert "(one report)" in conds(once, at(601))["Stalled"]["message"]
-    tight = HealthSettings(stall_factor=2, stall_min_s=5, stall_unpaced_s=30)
+    tight = HealthSettings(stall_factor=2, stall_min=5, stall_unpaced=30)
     assert conds(slow, at(90 + 61), tight)["Stalled"]["status"] == "True"
 
 
@@ -95,8 +107,8 @@ def test_only_running_workers_of_a_running_task_stall() -> None:
 def test_silence_is_judged_only_when_the_time_is_given() -> None:
     s = fold_all(TASK, reports(0, [0, 1]))
     assert "Stalled" not in conds(s, None)
-    assert "evaluatedAt" not in s.to_status()["health"]
-    assert s.to_status()["health"]["summary"] == "Healthy"
+    assert "evaluatedAt" not in status_of(s, None)["health"]
+    assert status_of(s, None)["health"]["summary"] == "Healthy"
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -130,7 +142,7 @@ def test_a_worker_far_behind_the_median_pace_straggles() -> None:
     c = conds(s, at(31))["Straggling"]
     assert c["status"] == "True" and c["reason"] == "BehindMedianPace"
     assert c["message"] == "w-3 at 0.30 of the median pace"
-    assert s.to_status(now=at(31))["health"]["straggling"] == ["w-3"]
+    assert status_of(s, at(31))["health"]["straggling"] == ["w-3"]
     # Fewer workers with a pace than the minimum: no judgment.
     assert conds(fold_all(TASK, evs[4:]), at(31))["Straggling"]["status"] == "True"
     assert conds(fold_all(TASK, evs[8:]), at(31))["Straggling"]["status"] == "False"
@@ -147,7 +159,7 @@ def test_a_non_finite_metric_is_a_condition_that_names_it_and_clears() -> None:
     assert c["status"] == "True" and c["reason"] == "NonFiniteValue"
     assert c["message"] == "grad_norm=Infinity, loss=NaN"
     assert c["lastTransitionTime"] == "2026-11-30T03:00:05Z"
-    assert s.to_status()["health"] == {"summary": "NonFiniteMetrics",
+    assert status_of(s, None)["health"] == {"summary": "NonFiniteMetrics",
                                        "nonFinite": ["grad_norm", "loss"]}
     healed = fold_all(TASK, [ok, *bad, make_event(Metric(name="loss", value=0.3), "m", 3,
                                                   at(8)),
@@ -157,11 +169,43 @@ def test_a_non_finite_metric_is_a_condition_that_names_it_and_clears() -> None:
 
 def test_a_restarted_watcher_sees_what_went_silent_while_it_was_down() -> None:
     s = fold_all(TASK, reports(0, list(range(10))))
-    written = s.to_status(now=at(10))  # not stalled then
+    written = status_of(s, at(10))  # not stalled then
     assert not stalled_since_written(s, written, DEFAULT_HEALTH, at(30))
     assert stalled_since_written(s, written, DEFAULT_HEALTH, at(200))
-    assert not stalled_since_written(s, s.to_status(now=at(200)), DEFAULT_HEALTH, at(300))
+    assert not stalled_since_written(s, status_of(s, at(200)), DEFAULT_HEALTH, at(300))
 
 
 def test_the_watchers_flags_default_to_the_same_thresholds() -> None:
     assert health_settings(Settings()) == DEFAULT_HEALTH
+
+
+def test_a_status_encoded_without_a_judgment_says_nothing_of_health() -> None:
+    """Health sits beside the status: encoding a state (to keep it compact, say) judges
+    nothing, and its outcome's conditions are the same as in the judged status."""
+    s = fold_all(TASK, reports(0, [0, 1]) + reports(1, [0, 1]) + [
+        make_event(Metric(name="loss", value=math.nan), "m", 0, at(2))])
+    plain, judged = to_status(s), status_of(s, at(10_000))
+    assert "health" not in plain and "health" in judged
+    assert [c["type"] for c in plain["conditions"]] == ["Completed", "Failed"]
+    assert judged["conditions"][:2] == plain["conditions"]
+    assert {k: v for k, v in judged.items() if k not in ("conditions", "health")} == \
+        {k: v for k, v in plain.items() if k != "conditions"}
+
+
+def loaded(imports: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter has loaded after ``import <imports>``."""
+    code = f"import sys, {imports}\nprint(sorted(m for m in {modules!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    return list(ast.literal_eval(out))
+
+
+def test_the_status_encoder_does_not_load_health() -> None:
+    assert loaded("tidings.schemas.status_encoder, tidings.schemas.folding",
+                  ("tidings.schemas.health",)) == []
+
+
+def test_health_and_the_watchers_settings_load_no_pydantic() -> None:
+    # `tidings watcher run --help` builds its flags from the registry's thresholds.
+    assert loaded("tidings.schemas.health, tidings.watcher.settings",
+                  ("pydantic", "tidings.schemas.state")) == []

@@ -20,7 +20,7 @@ from tests.unit.test_schemas_fold import T0, TASK, without_duplicates
 from tests.unit.test_schemas_roster import report
 from tidings._compat import UTC
 from tidings.schemas import Limits, ParsedEvent, TaskState, fold_all, new_state
-from tidings.schemas.folding import fold_many, observe
+from tidings.schemas.folding import fold_many
 from tidings.schemas.observed import (
     MESSAGE_LIMIT,
     REASON_LIMIT,
@@ -30,8 +30,10 @@ from tidings.schemas.observed import (
     platform_outcome,
     pod_verdict,
 )
+from tidings.schemas.observing import observe
 from tidings.schemas.roster import decode_ends, encode_ends, pod_hash
-from tidings.schemas.state import STATUS_BUDGET, read_status
+from tidings.schemas.status_decoder import decode_status, read_status
+from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
 
 SEEN = datetime(2026, 11, 30, 3, 5, tzinfo=UTC)
 T = "2026-11-30T03:02:00Z"
@@ -236,7 +238,7 @@ def ended(i: int, *, failed: bool = True, secs: int = 30, explained: bool = True
 
 
 def conditions(s: TaskState) -> dict[str, dict[str, Any]]:
-    return {c["type"]: c for c in s.to_status()["conditions"]}
+    return {c["type"]: c for c in to_status(s)["conditions"]}
 
 
 def test_a_worker_killed_without_a_word_fails_the_task_with_the_kubelet_s_reason() -> None:
@@ -247,7 +249,7 @@ def test_a_worker_killed_without_a_word_fails_the_task_with_the_kubelet_s_reason
     assert c["Failed"]["message"] == ("pod w-01 ended without a final report: OOMKilled: "
                                       "container main: OOMKilled, exit code 137 (SIGKILL)")
     assert c["Failed"]["lastTransitionTime"] == "2026-11-30T03:00:30Z"
-    st_ = s.to_status()
+    st_ = to_status(s)
     assert st_["podOutcomes"] == [{"pod": "w-01", "uid": "uid-1", "phase": "Failed",
                                    "reason": "OOMKilled", "message": OOM.message,
                                    "exitCode": 137, "at": "2026-11-30T03:00:30Z"}]
@@ -263,7 +265,7 @@ def test_a_pod_s_own_final_decides_whenever_it_arrives() -> None:
     for s in (fold_many(first, [late_final]),
               observe(fold_all(TASK, [report(1, 0, 0.5), late_final]), [OOM])):
         assert s.phase == "Succeeded"
-        assert s.to_status()["podOutcomes"][0]["reason"] == "OOMKilled"  # still shown
+        assert to_status(s)["podOutcomes"][0]["reason"] == "OOMKilled"  # still shown
 
 
 def test_a_pod_that_succeeded_without_a_final_is_a_successful_final_at_100_percent() -> None:
@@ -271,7 +273,7 @@ def test_a_pod_that_succeeded_without_a_final_is_a_successful_final_at_100_perce
                                                                       workers=2)]),
                 [ended(1, failed=False, secs=50)])
     assert s.phase == "Succeeded"
-    st_ = s.to_status()
+    st_ = to_status(s)
     assert st_["progress"]["percent"] == 100
     assert conditions(s)["Completed"]["message"] == (
         "2 workers final (1 by their pod's end, without a final report)")
@@ -281,7 +283,7 @@ def test_a_pod_that_succeeded_without_a_final_is_a_successful_final_at_100_perce
 def test_a_pod_that_never_reported_does_not_become_a_worker() -> None:
     s = observe(fold_all(TASK, [report(1, 0, 1.0, final=True)]), [ended(7)])
     assert s.phase == "Succeeded" and len(s.roster.marks) == 1
-    assert [o["pod"] for o in s.to_status()["podOutcomes"]] == ["w-07"]
+    assert [o["pod"] for o in to_status(s)["podOutcomes"]] == ["w-07"]
     # ... until it does: then its end decides it.
     assert fold_many(s, [report(7, 0, 0.2)]).phase == "Failed"
 
@@ -303,7 +305,7 @@ def test_waiting_pods_show_why_until_they_run_or_end() -> None:
     c = conditions(s)["PodsWaiting"]
     assert (c["status"], c["reason"]) == ("True", "ImagePullBackOff")
     assert c["message"] == f"pod w-02: {pull.message}"
-    assert s.to_status()["waitingPods"][0]["since"] == "2026-11-30T03:00:05Z"
+    assert to_status(s)["waitingPods"][0]["since"] == "2026-11-30T03:00:05Z"
     assert s.phase == "Running"
     assert "PodsWaiting" not in conditions(observe(s, waiting=[]))
     # A waiting pod that ends is no longer waiting, whichever was seen first.
@@ -328,7 +330,7 @@ def test_observations_are_bounded() -> None:
     # (roster.outcomes, conditions) never.
     big = observe(base, [ended(i, reason="X" * 60)._replace(message="m" * 256)
                          for i in range(8)])
-    written = big.to_status(budget=1500)
+    written = to_status(big, budget=1500)
     assert "podOutcomes" not in written and written["budgetDropped"]["podOutcomes"] >= 1
     assert written["phase"] == "Failed" and written["roster"]["outcomes"]
 
@@ -339,20 +341,20 @@ def test_pod_outcomes_round_trip_and_garbage_is_refused() -> None:
                 waiting=[ended(5)._replace(phase="Waiting")],
                 platform=PlatformOutcome("batch/v1", "Job", "train", "u", "Running", "", "",
                                          None))
-    restored = TaskState.from_status(TASK, json.loads(orjson.dumps(s.to_status())))
+    restored = decode_status(TASK, json.loads(orjson.dumps(to_status(s))))
     assert restored == s
     assert decode_ends(encode_ends(s.roster.ends)) == s.roster.ends
     # Read entry by entry (issue 25, item 6): an unreadable pod outcome is kept verbatim
     # beside the rest; an unreadable roster or platform makes the read partial (shown, never
     # written over).
     exploded = {"pod": "x", "phase": "Exploded", "reason": "", "at": T}
-    read = read_status(TASK, {**s.to_status(), "podOutcomes": [
-        *s.to_status()["podOutcomes"], exploded]})
+    read = read_status(TASK, {**to_status(s), "podOutcomes": [
+        *to_status(s)["podOutcomes"], exploded]})
     assert read.state.observed == s.observed and not read.unread.partial
     assert read.unread.items == {"podOutcomes": (exploded,)}
-    for bad in ({"roster": {**s.to_status()["roster"], "outcomes": "%%%"}},
+    for bad in ({"roster": {**to_status(s)["roster"], "outcomes": "%%%"}},
                 {"platform": {"name": "x", "phase": "Sideways"}}):
-        partial = read_status(TASK, {**s.to_status(), **bad})
+        partial = read_status(TASK, {**to_status(s), **bad})
         assert partial.unread.partial and partial.state.workers == s.workers
 
 
@@ -378,9 +380,9 @@ def test_a_retried_attempt_is_not_the_task_s_failure_nor_a_missing_25_percent() 
         assert retrying.phase == "Running"  # the Job may retry: it decides
         second = fold_many(retrying, [report(2, 0, 1.0, final=True, workers=1, secs=60)])
         assert second.phase == "Running"  # all final, but the Job has not said so yet
-        assert second.to_status()["progress"]["percent"] == 99
+        assert to_status(second)["progress"]["percent"] == 99
         done = observe(second, platform=COMPLETE)
-        st_ = done.to_status()
+        st_ = to_status(done)
         assert (st_["phase"], st_["progress"]["percent"]) == ("Succeeded", 100)
         c = conditions(done)
         assert c["Completed"]["message"] == ("Job train succeeded: CompletionsReached: "
@@ -443,8 +445,8 @@ def test_observations_and_facts_fold_the_same_in_any_order_and_twice(
     again = new_state(TASK, limits)
     for item in shuffled:
         again = apply(again, item)
-    assert without_duplicates(again.to_status()) == without_duplicates(base.to_status())
-    restored = TaskState.from_status(TASK, json.loads(orjson.dumps(base.to_status())), limits)
+    assert without_duplicates(to_status(again)) == without_duplicates(to_status(base))
+    restored = decode_status(TASK, json.loads(orjson.dumps(to_status(base))), limits)
     assert restored == base
     # The rule, recomputed plainly from what the state holds.
     r = base.roster
@@ -462,7 +464,7 @@ def test_observations_and_facts_fold_the_same_in_any_order_and_twice(
     assert len(base.observed.pods) <= limits.observed_pods
     if limits == Limits():  # (under tiny caps the two cuts may keep different pods)
         assert all(pod_hash(p_) in r.ends for p_ in base.observed.pods)
-    assert len(orjson.dumps(base.to_status(budget=STATUS_BUDGET))) <= STATUS_BUDGET
+    assert len(orjson.dumps(to_status(base, budget=STATUS_BUDGET))) <= STATUS_BUDGET
 
 
 def test_every_field_an_observed_status_holds_is_in_the_crd() -> None:
@@ -478,7 +480,7 @@ def test_every_field_an_observed_status_holds_is_in_the_crd() -> None:
                 [OOM, gone("w-02", "uid-2", SEEN)],
                 waiting=[OOM._replace(pod="w-03", phase="Waiting", reason="ErrImagePull")],
                 platform=BACKOFF)
-    status = s.to_status(budget=400)  # budgetDropped too
+    status = to_status(s, budget=400)  # budgetDropped too
 
     def walk(value: Any, sch: dict[str, Any], path: str) -> None:
         kind = {dict: "object", list: "array", str: "string", bool: "boolean",

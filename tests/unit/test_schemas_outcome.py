@@ -23,14 +23,14 @@ from tidings.schemas import (
     PodRef,
     Progress,
     SpanSummary,
-    TaskState,
     VersionVector,
     fold,
     fold_all,
     fold_many,
     new_state,
 )
-from tidings.schemas.state import STATUS_BUDGET
+from tidings.schemas.status_decoder import decode_status
+from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
 
 A, B = PodRef("worker-a", "uid-a"), PodRef("worker-b", "uid-b")
 
@@ -44,7 +44,7 @@ def progress(pod: PodRef, seq: int, fraction: float, *, final: bool = False,
 
 def test_one_worker_final_succeeds_with_deterministic_conditions() -> None:
     s = fold_all(TASK, [progress(A, 0, 0.5, secs=1), progress(A, 1, 1.0, final=True, secs=7)])
-    st = s.to_status()
+    st = to_status(s)
     assert s.finished and st["phase"] == "Succeeded" and st["progress"]["percent"] == 100
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["Completed"]["status"] == "True" and conds["Failed"]["status"] == "False"
@@ -53,7 +53,7 @@ def test_one_worker_final_succeeds_with_deterministic_conditions() -> None:
 
 
 def test_empty_task_is_pending_without_conditions() -> None:
-    st = new_state(TASK).to_status()
+    st = to_status(new_state(TASK))
     assert st["phase"] == "Pending" and "conditions" not in st and "progress" not in st
     assert not new_state(TASK).finished
 
@@ -64,7 +64,7 @@ def test_a_failed_final_fails_the_task_whatever_else_happens() -> None:
            progress(B, 1, 0.9, secs=9)]  # a late non-final cannot undo the failure
     for order in (evs, evs[::-1], [evs[1], evs[0], evs[2]]):
         s = fold_all(TASK, order)
-        st = s.to_status()
+        st = to_status(s)
         assert s.failed and s.finished and st["phase"] == "Failed"
         conds = {c["type"]: c for c in st["conditions"]}
         assert conds["Failed"]["message"] == "worker-b 0.2"
@@ -103,7 +103,7 @@ def test_two_workers_never_show_100_until_both_are_final_in_any_order(
     shown: list[int] = []
     for ev in evs:
         s = fold(s, ev)
-        st = s.to_status()
+        st = to_status(s)
         done = s.applied.contains(b_final.instance, b_final.seq) and \
             s.applied.contains(a_final.instance, a_final.seq)
         assert (st["phase"] == "Succeeded") == done
@@ -115,7 +115,7 @@ def test_two_workers_never_show_100_until_both_are_final_in_any_order(
 
 def test_undeclared_workers_complete_when_every_reporting_worker_is_final() -> None:
     s = fold_all(TASK, [progress(A, 0, 1.0, final=True), progress(B, 0, 0.6)])
-    assert s.phase == "Running" and s.to_status()["progress"]["percent"] == 80
+    assert s.phase == "Running" and to_status(s)["progress"]["percent"] == 80
     s = fold(s, progress(B, 1, 1.0, final=True, secs=2))
     assert s.phase == "Succeeded"
 
@@ -127,8 +127,8 @@ def test_worker_progress_is_per_pod_and_bounded() -> None:
     s = fold_all(TASK, evs)
     assert sorted(s.workers) == [f"w-{i:03d}" for i in range(64)]
     assert s.counters["workers_capped"] == 6
-    restored = TaskState.from_status(TASK, s.to_status())
-    assert restored == s and restored.to_status() == s.to_status()
+    restored = decode_status(TASK, to_status(s))
+    assert restored == s and to_status(restored) == to_status(s)
 
 
 def test_event_time_is_bounded_by_the_servers_creation_time() -> None:
@@ -194,7 +194,7 @@ def test_fold_many_equals_fold_while_compacting(keys: list[tuple[str, int, int]]
     rnd.shuffle(delivered)
     expected = reduce(fold, delivered, new_state(TASK, COMPACT))
     got = fold_many(new_state(TASK, COMPACT), delivered)
-    assert got == expected and got.to_status() == expected.to_status()
+    assert got == expected and to_status(got) == to_status(expected)
     times = got.instance_times.values()
     # Bounded: beyond the cap, only the instances of the newest second are kept.
     assert sum(t < max(times) for t in times) <= COMPACT.max_instances
@@ -202,7 +202,7 @@ def test_fold_many_equals_fold_while_compacting(keys: list[tuple[str, int, int]]
     c = got.counters
     assert c["events_applied"] + c["late_skipped"] + c["duplicates"] == len(delivered)
     assert c["events_applied"] <= len(evs)
-    restored = TaskState.from_status(TASK, got.to_status(), COMPACT)
+    restored = decode_status(TASK, to_status(got), COMPACT)
     assert restored == got
 
 
@@ -212,7 +212,7 @@ def test_events_older_than_the_ttl_horizon_are_compacted_and_skipped() -> None:
     assert s.counters["instances_compacted"] == 1 and "old" not in s.applied.instances
     again = fold(s, created_event("old", 0, 0))  # a relist of the expired event: skipped
     assert again.counters["late_skipped"] == 1 and again.counters["events_applied"] == 2
-    assert s.to_status()["compactedBefore"] == "2026-11-30T03:00:30Z"
+    assert to_status(s)["compactedBefore"] == "2026-11-30T03:00:30Z"
 
 
 def test_22000_instances_on_one_task_stay_under_budget_and_complete() -> None:
@@ -225,7 +225,7 @@ def test_22000_instances_on_one_task_stay_under_budget_and_complete() -> None:
     evs.append(created_event("f" * 32, 0, 56, Progress(fraction=1.0, message="done",
                                                         final=True)))
     s = fold_many(new_state(TASK), evs)
-    st = s.to_status(budget=STATUS_BUDGET)
+    st = to_status(s, budget=STATUS_BUDGET)
     size = len(orjson.dumps(st))
     print(f"\n22,001 events / instances: status {size} B, "
           f"{len(s.instance_times)} instances kept, counters {st['counters']}")

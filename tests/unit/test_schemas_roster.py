@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 
 from tests.unit import reference_fold as ref
 from tests.unit.test_schemas_fold import T0, TASK, make_event, without_duplicates
-from tidings.schemas import Limits, ParsedEvent, PodRef, Progress, TaskState, fold_all, new_state
+from tidings.schemas import Limits, ParsedEvent, PodRef, Progress, fold_all, new_state
 from tidings.schemas.constants import WORKERS_MAX
 from tidings.schemas.roster import decode_marks, encode_marks
-from tidings.schemas.state import STATUS_BUDGET, read_status
+from tidings.schemas.status_decoder import decode_status, read_status
+from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
 
 
 def report(i: int, seq: int, fraction: float, *, final: bool = False, failed: bool = False,
@@ -38,7 +39,7 @@ def test_a_failed_final_beyond_the_detailed_workers_fails_the_task() -> None:
     for seed in range(3):
         random.Random(seed).shuffle(evs)
         s = fold_all(TASK, evs)
-        st = s.to_status()
+        st = to_status(s)
         assert st["phase"] == "Failed" and s.failed
         assert "w-65" not in s.workers and len(s.workers) == 64
         conds = {c["type"]: c for c in st["conditions"]}
@@ -51,17 +52,17 @@ def test_66_declared_workers_with_66_finals_succeed() -> None:
     evs = [report(i, 0, 0.5, workers=66, secs=i) for i in range(66)]
     running = fold_all(TASK, evs)
     assert running.phase == "Running"
-    assert running.to_status()["progress"]["percent"] == 50
+    assert to_status(running)["progress"]["percent"] == 50
     evs += [report(i, 1, 1.0, final=True, workers=66, secs=100 + i) for i in range(66)]
     s = fold_all(TASK, evs)
-    st = s.to_status()
+    st = to_status(s)
     assert st["phase"] == "Succeeded" and st["progress"]["percent"] == 100
     assert st["roster"]["reporting"] == 66 and st["roster"]["final"] == 66
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["Completed"]["lastTransitionTime"] == "2026-11-30T03:02:45Z"  # w-65's final
     # 65 finals of 66 declared: still running, at 98 % (a pod beyond the detailed 64 counts).
     s65 = fold_all(TASK, [e for e in evs if not (e.instance == "inst-0" and e.seq == 1)])
-    assert s65.phase == "Running" and s65.to_status()["progress"]["percent"] == 99
+    assert s65.phase == "Running" and to_status(s65)["progress"]["percent"] == 99
 
 
 def test_a_pod_beyond_the_detailed_workers_that_never_finishes_blocks_success() -> None:
@@ -69,7 +70,7 @@ def test_a_pod_beyond_the_detailed_workers_that_never_finishes_blocks_success() 
     evs.append(report(99, 0, 0.3, secs=80))  # undeclared, not final, not detailed
     s = fold_all(TASK, evs)
     assert s.phase == "Running" and "w-99" not in s.workers
-    assert s.to_status()["progress"]["percent"] == round((64 + 0.3) / 65 * 100)
+    assert to_status(s)["progress"]["percent"] == round((64 + 0.3) / 65 * 100)
 
 
 def test_the_largest_declared_task_completes_and_round_trips() -> None:
@@ -77,14 +78,14 @@ def test_the_largest_declared_task_completes_and_round_trips() -> None:
     evs = [report(i, 0, 1.0, final=True, workers=n, width=5) for i in range(n)]
     s = fold_all(TASK, evs)
     assert s.phase == "Succeeded"
-    st = s.to_status(budget=STATUS_BUDGET)
+    st = to_status(s, budget=STATUS_BUDGET)
     size = len(orjson.dumps(st))
-    restored = TaskState.from_status(TASK, json.loads(json.dumps(st)))
+    restored = decode_status(TASK, json.loads(json.dumps(st)))
     assert restored.phase == "Succeeded" and restored.roster == s.roster
     print(f"{n} workers: status {size} bytes, roster marks {len(st['roster']['marks'])} chars")
     short = fold_all(TASK, evs[:-1])
     assert short.phase == "Running"
-    assert short.to_status()["conditions"][0]["message"] == f"{n - 1} of {n} workers final"
+    assert to_status(short)["conditions"][0]["message"] == f"{n - 1} of {n} workers final"
 
 
 def test_a_second_final_of_the_same_pod_counts_once() -> None:
@@ -102,7 +103,7 @@ def test_marks_round_trip_and_refuse_garbage() -> None:
                         for i in range(10)] + [report(3, 1, 0.05, secs=20)])
     assert decode_marks(encode_marks(s.roster.marks)) == s.roster.marks
     for bad in ["x", "AAAA", encode_marks(s.roster.marks)[:-4]]:
-        st = s.to_status()
+        st = to_status(s)
         st["roster"]["marks"] = bad
         # The rest reads; the roster is what its workers imply, and the read is partial (the
         # watcher never writes over it: that roster could hold pods beyond the workers).
@@ -113,9 +114,9 @@ def test_marks_round_trip_and_refuse_garbage() -> None:
 
 def test_a_status_from_before_the_roster_is_read_from_its_workers() -> None:
     s = fold_all(TASK, [report(i, 0, 1.0, final=True, workers=3) for i in range(3)])
-    st = s.to_status()
+    st = to_status(s)
     del st["roster"]
-    restored = TaskState.from_status(TASK, st)
+    restored = decode_status(TASK, st)
     assert restored.phase == "Succeeded" and restored.roster == s.roster
 
 
@@ -147,8 +148,8 @@ def test_the_roster_is_order_insensitive_idempotent_and_the_reference(
     rnd.shuffle(shuffled)
     dups = [rnd.choice(events) for _ in range(rnd.randint(0, 6))] if events else []
     again = fold_all(TASK, shuffled + dups, limits)
-    assert without_duplicates(again.to_status()) == without_duplicates(base.to_status())
-    restored = TaskState.from_status(TASK, json.loads(json.dumps(base.to_status())), limits)
+    assert without_duplicates(to_status(again)) == without_duplicates(to_status(base))
+    restored = decode_status(TASK, json.loads(json.dumps(to_status(base))), limits)
     assert restored == base
     # Beyond the roster cap, each event is counted once, whatever the order.
     if limits is SMALL_ROSTER:
@@ -166,14 +167,14 @@ def test_eta_extrapolates_each_workers_pace_and_takes_the_latest() -> None:
         s = fold_all(TASK, order)
         # w-0: 0.2 in 20 s, 0.7 to go: 70 s after t=20; w-1: 0.5 in 10 s: 10 s after t=10.
         assert s.progress is not None and s.progress.eta == T0 + timedelta(seconds=90)
-        assert s.to_status()["progress"]["estimatedCompletionTime"] == "2026-11-30T03:01:30Z"
-        assert TaskState.from_status(TASK, s.to_status()) == s
+        assert to_status(s)["progress"]["estimatedCompletionTime"] == "2026-11-30T03:01:30Z"
+        assert decode_status(TASK, to_status(s)) == s
 
 
 def test_eta_is_absent_when_it_cannot_be_estimated() -> None:
     def eta(*evs: ParsedEvent) -> object:
         s = fold_all(TASK, list(evs))
-        return "estimatedCompletionTime" in s.to_status().get("progress", {})
+        return "estimatedCompletionTime" in to_status(s).get("progress", {})
 
     assert not eta(report(0, 0, 0.1))  # one report: no pace yet
     assert not eta(report(0, 0, 0.5), report(0, 1, 0.3, secs=5))  # backwards

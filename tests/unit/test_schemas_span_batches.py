@@ -30,6 +30,7 @@ from tidings.schemas.constants import NOTE_LIMIT
 from tidings.schemas.note import decode_obj, encode_note_bytes
 from tidings.schemas.payloads import SPAN_ROWS_MAX, span_row
 from tidings.schemas.rejection import Rejection, RejectReason
+from tidings.schemas.status_encoder import to_status
 
 TASK = TaskRef("team-a", "train-42")
 POD = PodRef("worker-0", "uid-0")
@@ -160,7 +161,7 @@ def test_packing_names_into_notes_never_changes_the_folded_state(
     evs = [_event(p, s) for s, p in enumerate(packed)]
     rnd.shuffle(evs)
     together = fold_all(TASK, evs, limits)
-    a, b = one_by_one.to_status(), together.to_status()
+    a, b = to_status(one_by_one), to_status(together)
     assert a.get("spans") == b.get("spans")
     assert a.get("counters", {}).get("spansCapped") == b.get("counters", {}).get("spansCapped")
     assert sum(len(span_summaries(p)) for p in packed) == len(rows)

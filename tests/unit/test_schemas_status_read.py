@@ -27,7 +27,8 @@ from tidings.schemas import (
     UnknownPayload,
     fold_all,
 )
-from tidings.schemas.state import NOTHING_UNREAD, StatusRead, read_status
+from tidings.schemas.status_decoder import NOTHING_UNREAD, StatusRead, read_status
+from tidings.schemas.status_encoder import to_status
 
 MAP_SECTIONS = ("links", "decks", "metrics", "spans", "unknownTypes")
 LIST_SECTIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
@@ -58,17 +59,17 @@ def running_state() -> TaskState:
                 make_event(UnknownPayload(type=f"Future{i}", version=2), f"i-{i}", 6, t,
                            pod=pod)]
     s = fold_all(TASK, evs)
-    assert s.phase == "Running" and s.to_status()["progress"]["percent"] == 60
+    assert s.phase == "Running" and to_status(s)["progress"]["percent"] == 60
     return s
 
 
 BASE = running_state()
-STATUS = orjson.loads(orjson.dumps(BASE.to_status()))
+STATUS = orjson.loads(orjson.dumps(to_status(BASE)))
 
 
 def written(read: StatusRead) -> dict[str, Any]:
     """What the watcher would write for this read (nothing folded since)."""
-    return read.unread.merge_into(read.state.to_status(), read.state)
+    return read.unread.merge_into(to_status(read.state), read.state)
 
 
 def test_a_status_the_fold_wrote_reads_whole() -> None:
@@ -83,7 +84,7 @@ def test_the_admins_hand_edited_link_blanks_nothing() -> None:
                                   "events": 1}
     read = read_status(TASK, edited)
     s = read.state
-    assert s.phase == "Running" and s.to_status()["progress"]["percent"] == 60
+    assert s.phase == "Running" and to_status(s)["progress"]["percent"] == 60
     assert s.named == BASE.named and s.workers == BASE.workers and s.roster == BASE.roster
     assert read.unread.entries == {"links": {"runbook": edited["links"]["runbook"]}}
     assert not read.unread.partial
@@ -93,7 +94,7 @@ def test_the_admins_hand_edited_link_blanks_nothing() -> None:
     # A fact about that name replaces the hand-made entry.
     fact = make_event(LogLink(name="runbook", url="https://x.y/rb"), "i-9", 0, T0, pod=PODS[0])
     later = fold_all(TASK, [fact])
-    merged = read.unread.merge_into(later.to_status(), later)
+    merged = read.unread.merge_into(to_status(later), later)
     assert merged["links"]["runbook"]["url"] == "https://x.y/rb"
 
 
@@ -198,9 +199,10 @@ def shown(status: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """What `tidings state` prints for a TaskFeedback with this status, and its -o json."""
     from rich.console import Console
 
-    from tidings.cli.taskview import _cr_snapshot, render
+    from tidings.cli.snapshot import cr_snapshot
+    from tidings.cli.taskrender import render
 
-    snap = _cr_snapshot(TASK, status, "7")
+    snap = cr_snapshot(TASK, status, "7")
     out = io.StringIO()
     Console(file=out, width=150).print(render(snap))
     return out.getvalue(), snap.to_data()

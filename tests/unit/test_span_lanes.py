@@ -20,14 +20,14 @@ from tidings.schemas import (
     PodRef,
     SpanSummary,
     TaskRef,
-    TaskState,
     build_event,
     fold_all,
     new_state,
     parse_event,
 )
 from tidings.schemas.payloads import SpanSummaries, span_row
-from tidings.schemas.state import BUDGET_DROP_ORDER
+from tidings.schemas.status_decoder import decode_status
+from tidings.schemas.status_encoder import BUDGET_DROP_ORDER, to_status
 
 TASK = TaskRef("ml", "bert-7")
 T0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)
@@ -57,18 +57,18 @@ def test_each_pod_has_its_lane_and_the_totals_stay_exact() -> None:
     fast, slow = s.lanes["trainer-0"], s.lanes["trainer-1"]
     assert (fast.count, fast.max_s, slow.count, slow.min_s) == (5, 0.2, 5, 0.9)
     assert fast.total_ns + slow.total_ns == s.total_ns  # the lanes add up to the totals
-    status = state.to_status()
+    status = to_status(state)
     assert sorted(status["spans"]["train_step"]["pods"]) == ["trainer-0", "trainer-1"]
-    assert TaskState.from_status(TASK, status) == state
+    assert decode_status(TASK, status) == state
 
 
 def test_a_name_one_pod_sent_names_the_pod_instead_of_repeating_its_aggregate() -> None:
     events = [event(step("evaluation", 1.7e9 + 10 * i, 3.0), PODS[2], i + 1) for i in range(3)]
     state = fold_all(TASK, events)
-    entry = state.to_status()["spans"]["evaluation"]
+    entry = to_status(state)["spans"]["evaluation"]
     assert entry["pod"] == "trainer-2" and "pods" not in entry
     assert state.spans["evaluation"].lanes["trainer-2"] == state.spans["evaluation"].totals
-    assert TaskState.from_status(TASK, state.to_status()) == state
+    assert decode_status(TASK, to_status(state)) == state
 
 
 def test_rows_of_one_note_each_go_to_the_senders_lane() -> None:
@@ -101,7 +101,7 @@ def test_lanes_are_the_smallest_pairs_of_the_kept_names_in_any_order(
     state = fold_all(TASK, events, lim)
     shuffled = list(events)
     rnd.shuffle(shuffled)
-    assert fold_all(TASK, shuffled, lim).to_status() == state.to_status()
+    assert to_status(fold_all(TASK, shuffled, lim)) == to_status(state)
     ref = new_state(TASK, lim)
     for ev in events:
         ref = reference_fold.fold(ref, ev)
@@ -113,14 +113,14 @@ def test_lanes_are_the_smallest_pairs_of_the_kept_names_in_any_order(
     for s in state.spans.values():  # every summary of a kept name: in a lane, or unlaned
         assert sum(lane.events for lane in s.lanes.values()) + s.unlaned == s.events
         assert sum(lane.count for lane in s.lanes.values()) <= s.count
-    assert TaskState.from_status(TASK, state.to_status(), lim) == state
+    assert decode_status(TASK, to_status(state), lim) == state
 
 
 def test_a_status_read_under_a_smaller_lanes_cap_keeps_the_smallest_pairs() -> None:
     events = [event(step(n, 1.7e9, 1.0), pod, k + 1)
               for k, (n, pod) in enumerate((n, p) for n in "ab" for p in PODS)]
-    status = fold_all(TASK, events).to_status()
-    small = TaskState.from_status(TASK, status, Limits(span_lanes=3))
+    status = to_status(fold_all(TASK, events))
+    small = decode_status(TASK, status, Limits(span_lanes=3))
     assert [(n, q) for n, s in sorted(small.spans.items()) for q in sorted(s.lanes)] == [
         ("a", "trainer-0"), ("a", "trainer-1"), ("a", "trainer-2")]
     assert small.spans["a"].unlaned == 1 and small.spans["b"].unlaned == 4
@@ -134,8 +134,8 @@ def test_the_budget_gives_up_lanes_first_and_keeps_every_totals() -> None:
     events = [event(step(f"span-{n}", 1.7e9 + i, 0.1 * (i + 1)), pod, n + 1)
               for i, pod in enumerate(pods) for n in range(4)]
     state = fold_all(TASK, events)
-    full = state.to_status()
-    written = state.to_status(budget=64 * 1024)
+    full = to_status(state)
+    written = to_status(state, budget=64 * 1024)
     assert len(orjson.dumps(full)) > 64 * 1024 >= len(orjson.dumps(written))
     dropped = written["budgetDropped"]
     assert set(dropped) <= {"pods", "spanLanes"} and dropped["spanLanes"] >= 1

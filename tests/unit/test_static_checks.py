@@ -66,12 +66,14 @@ def test_the_emitter_imports_nothing_of_the_watcher_or_the_cli() -> None:
 
 
 def test_the_page_imports_nothing_of_the_watcher() -> None:
-    # tidings.ui reads with the CLI's readers; cli/taskview.py's --from-events fold checks
-    # senders with the watcher's code, so the page reads the status alone, never through it.
-    assert imports_of("ui", "tidings.watcher", "tidings.cli.taskview") == []
+    # tidings.ui reads with the CLI's readers; the CLI's --from-events fold (cli/taskread.py,
+    # followed by cli/taskfollow.py) checks senders with the watcher's code, so the page reads
+    # the status alone, never through it.
+    local_fold = ("tidings.cli.taskread", "tidings.cli.taskfollow")
+    assert imports_of("ui", "tidings.watcher", *local_fold) == []
     code = ("import sys, tidings.ui.server, tidings.ui.pages, tidings.ui.logs\n"
             "print(sorted(m for m in sys.modules if m.startswith('tidings.watcher')\n"
-            "             or m == 'tidings.cli.taskview'))")
+            f"             or m in {local_fold!r}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -17,13 +17,15 @@ from pydantic import BaseModel
 
 from tests.unit.test_kinds import EXAMPLES, TASK, event_of, models
 from tidings._compat import UTC
-from tidings.schemas import PodRef, TaskState, build_event, parse_event
+from tidings.schemas import PodRef, build_event, parse_event
 from tidings.schemas.folding import fold_all
 from tidings.schemas.kinds import Kind
 from tidings.schemas.payloads import LogLink, Progress
 from tidings.schemas.view import age, eta_text, pace_text, summarize, task_view
 
 pytest.importorskip("jinja2", reason="the ui extra (tidings[ui]) is not installed")
+from tidings.schemas.status_decoder import decode_status
+from tidings.schemas.status_encoder import to_status
 from tidings.ui import pages
 
 HOSTILE = '<img src=x onerror="window.pwned=1">'
@@ -32,7 +34,7 @@ NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 def a_status(*payloads: Any) -> dict[str, Any]:
     events = [event_of(p, seq=n + 1) for n, p in enumerate(payloads)]
-    status: dict[str, Any] = fold_all(TASK, events).to_status()
+    status: dict[str, Any] = to_status(fold_all(TASK, events))
     return status
 
 
@@ -110,7 +112,7 @@ def test_the_page_shows_every_kind(kind: Kind, model: type[BaseModel]) -> None:
     payload, marker = EXAMPLES[model]
     other = event_of(Progress(fraction=0.1, message="other"), seq=2,
                      pod=PodRef("worker-1", "uid-1"))
-    status = fold_all(TASK, [event_of(payload), other]).to_status()
+    status = to_status(fold_all(TASK, [event_of(payload), other]))
     assert marker in pages.task_body(obj(status)), f"the page does not show {model.__name__}"
 
 
@@ -177,14 +179,15 @@ def test_a_metrics_curve_comes_from_the_view_to_the_page_and_the_terminal() -> N
 
     from rich.console import Console
 
-    from tidings.cli.taskview import SOURCE_CR, Snapshot, render, sparkline
+    from tidings.cli.snapshot import SOURCE_CR, Snapshot
+    from tidings.cli.taskrender import render, sparkline
     from tidings.schemas.payloads import Metric
 
     status = a_status(Metric(name="loss", value=2.0, step=0),
                       Metric(name="loss", value=0.25, step=30, min=0.125, max=2.5,
                              points=((10, 1.0), (20, 0.125))),
                       LogLink(name="w", url="https://x.example/"))
-    state = TaskState.from_status(TASK, status)
+    state = decode_status(TASK, status)
     v = task_view(state, status)
     (metrics,) = [t for t in v.tables if t.kind.section == "metrics"]
     (links,) = [t for t in v.tables if t.kind.section == "links"]
@@ -211,7 +214,7 @@ def test_times_as_kubectl_says_them() -> None:
 
 
 def test_the_cli_and_the_page_read_one_view() -> None:
-    state = TaskState.from_status(TASK, a_status(Progress(fraction=0.25, message="q")))
+    state = decode_status(TASK, a_status(Progress(fraction=0.25, message="q")))
     v = task_view(state)
     assert v.progress is not None and v.progress.percent == 25
     assert v.workers_total == 1 and v.phase == "Running"
@@ -232,8 +235,8 @@ def test_a_server_on_another_address_than_loopback_says_so() -> None:
 def test_a_pods_end_and_a_waiting_pod_are_in_the_one_view() -> None:
     # What the kubelet says of a worker's death is shown beside what its process said, in
     # the terminal and on the page alike (both render task_view).
-    from tidings.schemas.folding import observe
     from tidings.schemas.observed import PodVerdict
+    from tidings.schemas.observing import observe
 
     t = datetime(2026, 11, 30, 3, 5, tzinfo=UTC)
     state = fold_all(TASK, [event_of(Progress(fraction=0.3, message="epoch 1")),
@@ -248,16 +251,16 @@ def test_a_pods_end_and_a_waiting_pod_are_in_the_one_view() -> None:
     assert (w1.pod, w1.state, w1.bad) == ("worker-1", "failed (pod)", True)
     assert w1.ended == "Failed: OOMKilled (exit 137)" and w1.ended_failed
     assert [(wp.pod, wp.reason) for wp in view.waiting] == [("worker-2", "ImagePullBackOff")]
-    html = pages.task_body(obj(state.to_status()))
+    html = pages.task_body(obj(to_status(state)))
     assert "Failed: OOMKilled (exit 137)" in html and "ImagePullBackOff" in html
 
 
 def test_a_lone_stalled_worker_still_gets_its_row() -> None:
     # One worker is the task itself while healthy; stalled, its row says which one is silent.
     state = fold_all(TASK, [event_of(Progress(fraction=0.3, message="epoch 1"))])
-    status = state.to_status()
+    status = to_status(state)
     assert not task_view(state, status).shows_workers
     (pod,) = (w["pod"] for w in status["workers"])
     status["health"] = {"summary": "Stalled", "stalled": [pod]}
     view = task_view(state, status)
-    assert view.shows_workers and view.workers[0].stalled
+    assert view.shows_workers and view.workers[0].flags == ("stalled",)

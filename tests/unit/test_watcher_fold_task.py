@@ -1,7 +1,7 @@
-"""The watcher's fold of a task's pending events (Controller.fold_task): the sender check's
-verdict is kept per (sender, proof) within one fold, and the metrics are added once per fold;
-neither may change what is applied or how it is counted. Pure: the pods are in the sender
-cache, so nothing asks the API server (the controller is built without a client)."""
+"""The watcher's fold of a task's pending events (``Folder.fold_task``, watcher/fold.py): the
+sender check's verdict is kept per (sender, proof) within one fold, and the metrics are added
+once per fold; neither may change what is applied or how it is counted. Pure: the pods are in
+the sender cache, so nothing asks the API server (the controller is built without a client)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def test_a_kept_verdict_never_answers_for_lineage_or_another_namespace() -> None
         _event(worker, LogLink(name="v", url="https://x.y/v"), 4),
     ]
     c.store.push_many(events)
-    c.fold_task(TASK)
+    c.folder.fold_task(TASK)
     state, _ = c.store.take(TASK)
     assert state.applied.count() == 3  # seqs 0, 2, 4
     assert sorted(state.links) == ["v", "w"]
@@ -80,7 +80,7 @@ def test_a_name_only_refused_events_claim_leaves_nothing_and_asks_nothing() -> N
     c.store.push_many([_other(n, 1) for n in names])
     assert len(c.store) == 500  # buffered until its fold: the only cost, and a passing one
     for n in names:
-        c.fold_task(TaskRef("team-a", n))
+        c.folder.fold_task(TaskRef("team-a", n))
     assert len(c.store) == 0
     assert _value(c.metrics, "tidings_watcher_events_rejected_total",
                   reason="spoofed_sender") == 500
@@ -97,7 +97,7 @@ def test_an_event_naming_another_objects_uid_is_refused_and_counted() -> None:
     new = _other("train-1", 1, instance="run-2", uid="uid-2", sender=worker)
     plain = _other("train-1", 2, instance="run-2", sender=worker)  # no uid: follows the name
     c.store.push_many([old, new, plain])
-    c.fold_task(TASK)
+    c.folder.fold_task(TASK)
     state, _ = c.store.take(TASK)
     assert state.applied.instances == ["run-2"] and state.applied.count() == 2
     assert c.store.refused(TASK) == {"other_object": 1}
@@ -105,7 +105,7 @@ def test_an_event_naming_another_objects_uid_is_refused_and_counted() -> None:
                   reason="other_object") == 1
     # A relist delivers the refused event again: the task counts it once.
     c.store.push(old)
-    c.fold_task(TASK)
+    c.folder.fold_task(TASK)
     assert c.store.refused(TASK) == {"other_object": 1}
 
 
@@ -118,19 +118,19 @@ def test_after_the_ttl_deleted_a_run_its_late_facts_are_refused_and_a_new_run_st
     worker = PodRef("train-1-0", "uid-w", "team-a")
     c.store.load(TASK, None, rv="3", uid="uid-1")
     c.store.push(_other("train-1", 1, instance="run-1", sender=worker))
-    c.fold_task(TASK)
+    c.folder.fold_task(TASK)
     c.store.written(TASK, 1, "4")
     c.store.bury(TASK, "uid-1", frozenset())
     late = _other("train-1", 2, instance="run-1", sender=worker)
     fresh = _other("train-1", 1, instance="run-2", sender=worker)
     c.store.push(late)
-    c.fold_task(TASK)
+    c.folder.fold_task(TASK)
     # Refused, and nothing to write: a refusal count alone never re-creates the object.
     assert c.store.unwritten(TASK) is None and c.store.refused(TASK) == {}
     c.store.push(fresh)
-    c.fold_task(TASK)
+    c.folder.fold_task(TASK)
     state, _ = c.store.take(TASK)
     assert state.applied.instances == ["run-2"]
     assert _value(c.metrics, "tidings_watcher_events_rejected_total",
                   reason="deleted_task") == 1
-    assert c.late_after_ttl == {TASK}
+    assert c.folder.late_after_ttl == {TASK}

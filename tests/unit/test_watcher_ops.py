@@ -27,6 +27,7 @@ from tidings.schemas import (
 )
 from tidings.schemas.event import ParsedEvent
 from tidings.schemas.folding import fold
+from tidings.schemas.status_encoder import to_status
 from tidings.watcher.coalesce import fact_kind
 from tidings.watcher.logs import LogFormat, OncePerEvent, announcer, configure, level_number
 from tidings.watcher.metrics import Metrics
@@ -220,5 +221,5 @@ def test_each_written_event_is_reported_once_at_the_write_that_first_holds_it() 
     state = store.get(TASK)
     assert state is not None
     # The write of e3 landed but its answer was lost; the re-read shows it: reported then.
-    store.rebase(TASK, state.to_status(), rv="6")
+    store.rebase(TASK, to_status(state), rv="6")
     assert saved == [[1, 2], [3]]

@@ -63,17 +63,33 @@ def test_other_keys_flow_while_one_key_is_busy() -> None:
     assert q.get(0) is None
 
 
-def test_add_after_delays_and_collapses() -> None:
+def test_add_after_delays_and_keeps_the_earliest_time_of_a_key() -> None:
+    """As client-go's delaying queue: a key waits once, at the earliest time asked."""
     clock = FakeClock()
     q: WorkQueue[str] = WorkQueue(clock=clock)
-    q.add_after("a", 1.0)
     q.add_after("a", 2.0)
+    q.add_after("a", 1.0)  # earlier: replaces
+    q.add_after("a", 3.0)  # later: the earlier stands
     assert q.get(0) is None
-    assert q.pending() == 2
+    assert q.pending() == 1
     clock.now = 1.0
     assert q.get(0) == "a"
-    clock.now = 2.0
-    assert q.get(0) is None, "the second add collapses: key is processing, it goes dirty"
+    q.done("a")
+    clock.now = 3.0
+    assert q.get(0) is None and q.pending() == 0, "one delayed add per key, not three"
+    q.add_after("a", 1.0)  # (once due, a key may wait again)
+    clock.now = 4.0
+    assert q.get(0) == "a"
+
+
+def test_add_after_while_processing_goes_dirty() -> None:
+    clock = FakeClock()
+    q: WorkQueue[str] = WorkQueue(clock=clock)
+    q.add("a")
+    assert q.get(0) == "a"
+    q.add_after("a", 1.0)
+    clock.now = 1.0
+    assert q.get(0) is None, "the key is processing: the due add marks it dirty"
     q.done("a")
     assert q.get(0) == "a"
 

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tidings.cli.main import app
+from tidings.schemas.health import THRESHOLDS
 from tidings.watcher.settings import Options, Settings, problems
 
 
@@ -22,6 +23,9 @@ def test_every_declared_flag_is_a_flag_of_watcher_run_with_its_help_and_env() ->
         assert " ".join(f.metadata["help"].split()) in shown, f.name
         if f.metadata["env"]:
             assert f.metadata["env"] in shown, f.name
+    # The health conditions' thresholds are flags too, declared by schemas/health.py.
+    for t in THRESHOLDS.values():
+        assert " ".join(t.help.split()) in shown and t.flag in shown and t.env in shown
     # Internal knobs are settings but never flags.
     assert "--page-size" not in shown and "--slow-writes" not in shown
 
@@ -36,6 +40,8 @@ def test_every_declared_flag_is_a_flag_of_watcher_run_with_its_help_and_env() ->
     ({"metrics_port": 65536}, "--metrics-port must be 0..65535"),
     ({"lease_duration": 0.5}, "--lease-duration must be at least 1 s"),
     ({"write_policy": "random"}, "--write-policy must be priority or fifo"),
+    ({"health": {"stall_factor": 0.5}}, "--stall-factor must be at least 1"),
+    ({"health": {"straggle_ratio": 1.5}}, "--straggle-ratio must be 0..1"),
 ])
 def test_each_bound_is_named_in_one_message(changes: dict[str, Any], message: str) -> None:
     assert problems(Options()) == []
@@ -45,6 +51,7 @@ def test_each_bound_is_named_in_one_message(changes: dict[str, Any], message: st
 @pytest.mark.parametrize("args,env", [
     (["--ttl-after-finished", "-1"], {}),
     ([], {"TIDINGS_MAX_INSTANCES": "3"}),
+    ([], {"TIDINGS_STRAGGLE_MIN_WORKERS": "1"}),
     (["--metrics-port", "70000"], {}),
 ])
 def test_an_out_of_bounds_flag_or_variable_is_one_line_exit_2_before_connecting(

@@ -7,6 +7,7 @@ from datetime import datetime
 from tidings._compat import UTC
 from tidings.schemas import LogLink, PodRef, TaskRef, build_event, parse_event
 from tidings.schemas.event import ParsedEvent
+from tidings.schemas.status_encoder import to_status
 from tidings.watcher.store import Store
 
 A, B, C, D = (TaskRef("ns", name) for name in ("a", "b", "c", "d"))
@@ -53,7 +54,7 @@ from tidings.schemas import fold_all  # noqa: E402
 
 
 def _status(events: list[ParsedEvent]) -> dict[str, object]:
-    return fold_all(TASK, events).to_status()
+    return to_status(fold_all(TASK, events))
 
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
@@ -79,7 +80,7 @@ def test_rebase_on_a_newer_status_loses_nothing_and_counts_nothing_twice(
     union = base + ours + [e for e in theirs if e not in ours]
     now = store.get(TASK)
     assert now is not None
-    assert now.to_status() == _status(union)
+    assert to_status(now) == _status(union)
     ours_keys = {(e.instance, e.seq) for e in ours}
     theirs_keys = {(e.instance, e.seq) for e in theirs}
     assert changed == (not theirs_keys <= ours_keys)
@@ -102,10 +103,10 @@ def test_a_fold_racing_a_rebase_lands_on_the_rebased_state() -> None:
                                     instance="i2", seq=7, time=datetime.now(UTC)))
     assert isinstance(other, ParsedEvent)
     # Meanwhile a conflict rebased the task on a status holding another writer's event.
-    assert store.rebase(A, fold_all(A, [other]).to_status(), rv="9")
+    assert store.rebase(A, to_status(fold_all(A, [other])), rv="9")
     store.put(A, fold_all(A, ev), base=base, events=ev)  # folded onto the stale base
     now = store.get(A)
-    assert now is not None and now.to_status() == fold_all(A, [other, *ev]).to_status()
+    assert now is not None and to_status(now) == to_status(fold_all(A, [other, *ev]))
 
 
 # --- compact idle tasks: the compressed status, rebuilt exactly -------------------------
@@ -142,13 +143,13 @@ def test_the_compact_form_rebuilds_a_written_state_exactly(
     cut = rnd.randint(0, len(events))
     state = fold_all(TASK, events[:cut], limits)
     back = unpack_state(TASK, pack_state(state), limits)
-    assert back == state and back.to_status() == state.to_status()
-    assert back.to_status(budget=2048) == state.to_status(budget=2048)
+    assert back == state and to_status(back) == to_status(state)
+    assert to_status(back, budget=2048) == to_status(state, budget=2048)
     # And it folds on exactly as the live state would (same skips, same caps, same counters).
     a, b = state, back
     for ev in events[cut:] + events[:cut]:
         a, b = fold(a, ev), fold(b, ev)
-    assert a == b and a.to_status() == b.to_status()
+    assert a == b and to_status(a) == to_status(b)
 
 
 def _written(store: Store, task: TaskRef, events: list[ParsedEvent]) -> TaskState:
@@ -182,7 +183,7 @@ def test_a_compact_task_rebases_and_evicts_like_a_live_one() -> None:
                                     payload=LogLink(name="m", url="https://example.com/m"),
                                     instance="i2", seq=7, time=datetime.now(UTC)))
     assert isinstance(other, ParsedEvent)
-    assert store.rebase(A, fold(mine, other).to_status(), rv="9")
+    assert store.rebase(A, to_status(fold(mine, other)), rv="9")
     assert store.get(A) == fold(mine, other) and store.compacted == 0
     assert store.compact_idle(0.0, busy=lambda t: False) == 1
     assert store.evict_idle(0.0, busy=lambda t: False) == 1 and store.compacted == 0
@@ -218,13 +219,13 @@ def test_a_rebase_onto_a_re_created_object_starts_from_its_status() -> None:
 
     failed = ev(1, "uid-1", Progress(fraction=0.3, final=True, failed=True))
     store = Store()
-    store.load(A, fold_all(A, [failed]).to_status(), rv="5", uid="uid-1")
+    store.load(A, to_status(fold_all(A, [failed])), rv="5", uid="uid-1")
     late_run1 = ev(2, "uid-1", Progress(fraction=0.4))
     nameless = ev(1, "", Progress(fraction=0.6), inst="i2")
     base, _ = store.take(A)
     store.put(A, fold_all(A, [failed, late_run1, nameless]), base=base,
               events=[late_run1, nameless])
-    assert store.rebase(A, new_state(A).to_status(), rv="9", uid="uid-2")
+    assert store.rebase(A, to_status(new_state(A)), rv="9", uid="uid-2")
     snap = store.unwritten(A)
     assert snap is not None
     state, _, rv = snap
@@ -247,7 +248,7 @@ def test_a_deleted_objects_state_does_not_move_onto_the_next_object() -> None:
 
     written, named, nameless = ev(1, "uid-1", "i1"), ev(2, "uid-1", "i1"), ev(1, "", "i2")
     store = Store()
-    store.load(A, fold_all(A, [written]).to_status(), rv="5", uid="uid-1")
+    store.load(A, to_status(fold_all(A, [written])), rv="5", uid="uid-1")
     base, _ = store.take(A)
     store.put(A, fold_all(A, [written, named, nameless]), base=base, events=[named, nameless])
     store.absent(A)
@@ -258,7 +259,7 @@ def test_a_deleted_objects_state_does_not_move_onto_the_next_object() -> None:
     assert store.identity(A)[:2] == (None, frozenset({"uid-1"}))
     # Nothing unsaved names no object: nothing is left to write, no object is re-created.
     store2 = Store()
-    store2.load(A, fold_all(A, [written]).to_status(), rv="5", uid="uid-1")
+    store2.load(A, to_status(fold_all(A, [written])), rv="5", uid="uid-1")
     base, _ = store2.take(A)
     store2.put(A, fold_all(A, [written, named]), base=base, events=[named])
     store2.absent(A)
@@ -290,7 +291,7 @@ def test_a_state_never_carries_another_objects_events(names: list[tuple[str, str
     if gone:
         store.absent(A)
     else:
-        store.rebase(A, new_state(A).to_status(), rv="2", uid="uid-2")
+        store.rebase(A, to_status(new_state(A)), rv="2", uid="uid-2")
     state = store.get(A)
     assert state is not None
     allowed = ("",) if gone else ("", "uid-2")
@@ -304,7 +305,7 @@ def test_a_health_write_is_not_lost_to_a_rebase_that_finds_the_state_equal() -> 
     from tidings.schemas import fold_all
 
     store = Store()
-    status = fold_all(A, [event(A)]).to_status()
+    status = to_status(fold_all(A, [event(A)]))
     store.load(A, status, rv="1", uid="u")
     assert store.unwritten(A) is None
     assert store.touch(A) and store.unwritten(A) is not None

@@ -142,7 +142,14 @@
   const conn = document.getElementById("conn");
   const events = new EventSource(body.dataset.events);
   events.addEventListener("open", () => { conn.hidden = true; });
-  events.addEventListener("error", () => { conn.hidden = false; });
+  events.addEventListener("error", () => {
+    // Closed, not reconnecting: the server answered with an error (too many open tabs, a
+    // request it refused), and a browser never retries that by itself.
+    conn.textContent = events.readyState === EventSource.CLOSED
+      ? "live updates refused by the server (too many open tabs?): reload to try again"
+      : "lost the server: reconnecting…";
+    conn.hidden = false;
+  });
   events.addEventListener("banner", (e) => replaceContent("banner", e.data));
   events.addEventListener("reload", () => window.location.reload());
   if (page === "list") {

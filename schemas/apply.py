@@ -1,0 +1,290 @@
+"""The apply table: what each kind of payload does to the state a run of the fold builds.
+
+``Work`` is that state under construction: the input state, and each map the run writes,
+copied on its first write and then changed in place, so a batch costs one copy per map.
+``APPLY`` maps each payload model of the kind registry (schemas/kinds.py) to its merge: a named
+kind's is generic (a last-writer-wins register per name), the other families have their own
+(progress into the workers and the roster, span summaries into schemas/spans.py's
+accumulators, a window into its parts, lineage and unknown types into counters). Every merge
+is a join or a register with a total order, so the order of events cannot matter
+(schemas/folding.py's docstring).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from operator import attrgetter
+from typing import cast
+
+from .caps import K, events_of, insert_capped, one_each
+from .constants import MESSAGE_LIMIT
+from .event import ParsedEvent
+from .history import merge as merge_report
+from .kinds import KINDS, Kind, Report
+from .payloads import (
+    Metric,
+    Payload,
+    PodSpawned,
+    Progress,
+    SpanSummaries,
+    SpanSummary,
+    UnknownPayload,
+    Window,
+)
+from .roster import (
+    FAILED,
+    FINAL,
+    FRACTION_MASK,
+    Failure,
+    Mark,
+    OrderKey,
+    Roster,
+    mark_bits,
+    pod_hash,
+    with_ends,
+)
+from .spans import SpanRun
+from .state import Named, NamedValue, TaskState
+from .text import cut_text
+from .workers import ProgressState, merge_progress
+
+# --- per-entry merges, in place on a map the run owns ------------------------------------
+
+
+def _set_named(entries: dict[str, Named], name: str, value: NamedValue, at: OrderKey,
+               cap: int, report: Report | None = None) -> int:
+    """Write ``value`` to the register ``name`` if ``at`` is later than its own, and join
+    ``report`` (a kind with a curve) into its series whatever the order."""
+    cur = entries.get(name)
+    if cur is None:
+        series = None if report is None else merge_report(None, *report)
+        return insert_capped(entries, name, Named(value, at, 1, series), cap, events_of)
+    series = cur.series if report is None else merge_report(cur.series, *report)
+    if at > cur.at:
+        entries[name] = Named(value, at, cur.events + 1, series)
+    else:
+        entries[name] = Named(cur.value, cur.at, cur.events + 1, series)
+    return 0
+
+
+def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
+    """Merge ``p`` into the roster: its pod's mark (joined), the declared count, the first
+    failure and the latest final. Each is a join, so the order of events cannot matter; the
+    registers take every Progress, also of a pod beyond the roster's cap."""
+    marks = w.marks_w
+    if marks is None:
+        marks = w.begin_roster()
+    h = pod_hash(pod)
+    bits = mark_bits(p.fraction, p.final, p.failed)
+    cur = marks.get(h)
+    if cur is not None:
+        # join_bits and the tallies, inline: a worker's every Progress passes here.
+        old = cur.bits
+        fo, fn = old & FRACTION_MASK, bits & FRACTION_MASK
+        new = ((old | bits) & _FLAGS) | (fo if fo >= fn else fn)
+        marks[h] = _new_mark(Mark, (new, cur.events + 1))
+        if new != old:
+            w.permyriads += (new & FRACTION_MASK) - fo
+            gained = new & ~old
+            if gained & FINAL:
+                w.finals += 1
+            if gained & FAILED:
+                w.failures += 1
+    elif len(marks) < w.lim.roster:
+        marks[h] = Mark(bits, 1)
+        w.marked(bits, 1)
+    elif h > max(marks, default=-1):
+        w.bump("roster_capped")
+    else:
+        gone = marks.pop(max(marks))
+        w.bump("roster_capped", gone.events)
+        w.marked(gone.bits, -1)
+        marks[h] = Mark(bits, 1)
+        w.marked(bits, 1)
+    if p.workers > w.declared:
+        w.declared = p.workers
+    if p.final:
+        if w.last_final is None or key > w.last_final:
+            w.last_final = key
+        if p.failed and (w.first_failure is None or key < w.first_failure.at):
+            w.first_failure = Failure(key, pod, cut_text(p.message, MESSAGE_LIMIT))
+
+
+_FLAGS = FINAL | FAILED
+_new_mark = tuple.__new__  # Mark's own __new__ is a Python call; the tuple is the same
+
+
+def _count(entries: dict[K, int], key: K, cap: int) -> int:
+    cur = entries.get(key)
+    if cur is None:
+        return insert_capped(entries, key, 1, cap, one_each)
+    entries[key] = cur + 1
+    return 0
+
+
+# --- the run's state and the table ------------------------------------------------------
+
+
+class Work:
+    """One run's state under construction: the input state, and the maps the run has
+    written (each a copy of the input's, made on the first write, then changed in place)."""
+
+    __slots__ = (
+        "counters",
+        "declared",
+        "failures",
+        "finals",
+        "first_failure",
+        "last_final",
+        "lim",
+        "marks_w",
+        "named_w",
+        "permyriads",
+        "spans_w",
+        "state",
+        "unknown_w",
+        "workers_w",
+    )
+
+    def __init__(self, state: TaskState) -> None:
+        self.state, self.lim = state, state.limits
+        self.counters = dict(state.counters)
+        self.named_w: dict[str, dict[str, Named]] | None = None
+        self.spans_w: SpanRun | None = None
+        self.workers_w: dict[str, ProgressState] | None = None
+        self.unknown_w: dict[str, int] | None = None
+        self.marks_w: dict[int, Mark] | None = None  # (the roster's tallies: begin_roster)
+
+    def bump(self, name: str, n: int = 1) -> None:
+        c = self.counters
+        c[name] = c.get(name, 0) + n
+
+    def marked(self, bits: int, n: int) -> None:
+        """Count a mark's bits in (n=1) or out (n=-1) of the roster's sums."""
+        if bits & FINAL:
+            self.finals += n
+        if bits & FAILED:
+            self.failures += n
+        self.permyriads += n * (bits & FRACTION_MASK)
+
+    def begin_roster(self) -> dict[int, Mark]:
+        """The run's copy of the roster's marks, and its tallies (on the run's first
+        Progress: a run without one costs nothing here)."""
+        r = self.state.roster
+        self.declared, self.finals, self.failures = r.declared, r.finals, r.failures
+        self.permyriads = r.permyriads
+        self.first_failure, self.last_final = r.first_failure, r.last_final
+        self.marks_w = dict(r.marks)
+        return self.marks_w
+
+    def roster(self) -> Roster:
+        if self.marks_w is None:
+            return self.state.roster
+        r = self.state.roster
+        out = Roster(self.marks_w, self.declared, self.finals, self.failures,
+                     self.permyriads, self.first_failure, self.last_final, r.ends)
+        # The pods' ends count only for pods without a final of their own: a new mark or
+        # final moves those tallies (rarely: only a task with an ended pod has ends).
+        return with_ends(out) if r.ends else out
+
+
+Apply = Callable[[Work, ParsedEvent, Payload, datetime], None]
+
+
+def _apply_span(w: Work, ev: ParsedEvent, p: SpanSummary, t: datetime) -> None:
+    spans = w.spans_w
+    if spans is None:
+        spans = w.spans_w = SpanRun(w.state.spans, w.lim)
+    capped = spans.add(ev.sender.name, p)
+    if capped:
+        w.bump("spans_capped", capped)
+
+
+def _apply_spans(w: Work, ev: ParsedEvent, p: SpanSummaries, t: datetime) -> None:
+    # A SpanSummaries note is its rows, each merged as one SpanSummary would be (each row
+    # counts as one event of its name), so packing names into one note changes nothing in
+    # the state: the per-name merges commute, whatever notes carry them.
+    for row in p.spans:
+        _apply_span(w, ev, row, t)
+
+
+def _apply_window(w: Work, ev: ParsedEvent, p: Window, t: datetime) -> None:
+    # Each part as its own event would be (the same order key): packing a worker's window
+    # into one note changes nothing in the state.
+    if p.progress is not None:
+        APPLY[Progress](w, ev, p.progress, t)
+    for metric in p.metrics:
+        APPLY[Metric](w, ev, metric, t)
+    for span in p.spans:
+        APPLY[SpanSummary](w, ev, span, t)
+
+
+def _apply_progress(w: Work, ev: ParsedEvent, p: Progress, t: datetime) -> None:
+    workers = w.workers_w
+    if workers is None:
+        workers = w.workers_w = dict(w.state.workers)
+    key = (t, ev.instance, ev.seq)
+    capped = merge_progress(workers, ev.sender.name, p, key, w.lim.workers)
+    if capped:
+        w.bump("workers_capped", capped)
+    _merge_roster(w, ev.sender.name, p, key)
+
+
+def _named_apply(kind: Kind, model: type) -> Apply:
+    """The apply of a named kind's ``model`` (schemas/kinds.py): the payload's ``key`` names
+    a last-writer-wins register holding its value fields (one: the value; several: a tuple).
+    A batch model's rows are each merged as one event of their name would be."""
+    section, cap, counter, report = kind.section, attrgetter(kind.cap), kind.capped, kind.report
+    key = attrgetter(kind.key)
+    value = attrgetter(*(f.attr for f in kind.values))
+    rows = attrgetter(kind.batch) if kind.batch in getattr(model, "model_fields", {}) \
+        else None
+
+    def apply(w: Work, ev: ParsedEvent, p: Payload, t: datetime) -> None:
+        named = w.named_w
+        if named is None:
+            named = w.named_w = {}
+        entries = named.get(section)
+        if entries is None:
+            entries = named[section] = dict(w.state.named.get(section, {}))
+        at, limit = (t, ev.instance, ev.seq), cap(w.lim)
+        for row in (p,) if rows is None else rows(p):
+            capped = _set_named(entries, key(row), value(row), at, limit,
+                                None if report is None else report(row))
+            if capped:
+                w.bump(counter, capped)
+
+    return apply
+
+
+def _apply_pod_spawned(w: Work, ev: ParsedEvent, p: PodSpawned, t: datetime) -> None:
+    w.bump("pods_spawned")
+
+
+def _apply_unknown(w: Work, ev: ParsedEvent, p: UnknownPayload, t: datetime) -> None:
+    unknown = w.unknown_w
+    if unknown is None:
+        unknown = w.unknown_w = dict(w.state.unknown)
+    capped = _count(unknown, p.type, w.lim.unknown_types)
+    w.bump("unknown_payloads")
+    if capped:
+        w.bump("unknown_capped", capped)
+
+
+# What the payload models of each family (schemas/kinds.py) do; named kinds are generic.
+# (Each function takes its own type; the table is keyed by exactly that type.)
+_FAMILY_APPLY: dict[type, Apply] = {
+    SpanSummary: cast(Apply, _apply_span),
+    SpanSummaries: cast(Apply, _apply_spans),
+    Progress: cast(Apply, _apply_progress),
+    Window: cast(Apply, _apply_window),
+    PodSpawned: cast(Apply, _apply_pod_spawned),
+    UnknownPayload: cast(Apply, _apply_unknown),
+}
+# What each payload type does, for every kind of the registry. ``t`` is the event's order
+# time (eventTime bounded by the server's clock); every applied event also counts its
+# sender pod, its time and warning.
+APPLY: dict[type, Apply] = {
+    m: _named_apply(k, m) if k.family == "named" else _FAMILY_APPLY[m]
+    for k in KINDS for m in k.models}

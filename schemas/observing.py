@@ -1,0 +1,91 @@
+"""The fold of observations: what the objects of a task's pods and of the platform object
+that owns it say (schemas/observed.py reads them: how a pod ended, why it waits, the
+platform's outcome), merged into the task's state beside the facts (``observe``).
+
+Each observation is a join, and what it decides is read from the joined state, so
+observations commute with each other and with the events (schemas/folding.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from .caps import insert_capped, no_events
+from .observed import Observed, PlatformOutcome, PodVerdict
+from .roster import PodEnd, insert_end, pod_hash, with_ends
+from .state import TaskState, with_counter
+from .times import epoch
+
+
+def observe(state: TaskState, pods: Iterable[PodVerdict] = (), *,
+            waiting: Iterable[PodVerdict] | None = None,
+            platform: PlatformOutcome | None = None) -> TaskState:
+    """Merge what the task's pods' objects and its platform's object say
+    (schemas/observed.py) into ``state``. Pure and total like ``fold``; idempotent, and
+    order-insensitive among observations and with the facts: each is a join, and what it
+    decides is read from the joined state (a pod's own final, whenever it arrives, decides
+    over its pod's end: ``Roster.end_of``).
+
+    - ``pods``: pods that ended (a Waiting verdict is ignored here). Each pod's end joins the
+      one known (``PodVerdict.order``: explained over merely gone, then the later): in the
+      roster for every pod (the ``roster`` cap of smallest hashes, as its marks) and in
+      detail for the ``observed_pods`` smallest names.
+    - ``waiting``: the task's pods waiting now, one complete view (None: unchanged); it
+      replaces the one kept, less pods that have ended, the ``waiting`` smallest names.
+    - ``platform``: the outcome of the platform object owning the task, joined with the one
+      known (terminal over running, then the later).
+
+    Returns ``state`` itself when nothing changed."""
+    try:
+        return _observe(state, pods, waiting, platform)
+    except Exception:  # totality, as in fold: the counter makes the bug visible
+        return with_counter(state, "fold_errors")
+
+
+def _observe(state: TaskState, pods: Iterable[PodVerdict], waiting: Iterable[PodVerdict] | None,
+             platform: PlatformOutcome | None) -> TaskState:
+    lim, r, o = state.limits, state.roster, state.observed
+    ends: dict[int, PodEnd] | None = None
+    detail: dict[str, PodVerdict] | None = None
+    for v in pods:
+        if not v.terminal:
+            continue
+        h = pod_hash(v.pod)
+        end = PodEnd(v.explained, epoch(v.at), v.failed)
+        known = (r.ends if ends is None else ends).get(h)
+        if known is None or end > known:
+            if ends is None:
+                ends = dict(r.ends)
+            insert_end(ends, h, end, lim.roster)
+        kept = (o.pods if detail is None else detail).get(v.pod)
+        if kept is None or v.order() > kept.order():
+            if detail is None:
+                detail = dict(o.pods)
+            if kept is None:
+                insert_capped(detail, v.pod, v, lim.observed_pods, no_events)
+            else:
+                detail[v.pod] = v
+    ended = r.ends if ends is None else ends
+    now_waiting = o.waiting
+    if waiting is not None:
+        view: dict[str, PodVerdict] = {}
+        for v in waiting:
+            kept = view.get(v.pod)
+            if not v.terminal and (kept is None or v.order() > kept.order()):
+                view[v.pod] = v
+        now_waiting = dict(sorted(view.items())[:lim.waiting])
+    if ends is not None or waiting is not None:
+        now_waiting = {p: v for p, v in now_waiting.items() if pod_hash(p) not in ended}
+        if now_waiting == o.waiting:
+            now_waiting = o.waiting
+    now_platform = o.platform
+    if platform is not None and (now_platform is None
+                                 or platform.order() > now_platform.order()):
+        now_platform = platform
+    if ends is None and detail is None and now_waiting is o.waiting \
+            and now_platform is o.platform:
+        return state
+    return replace(state, roster=r if ends is None else with_ends(r, ends),
+                   observed=Observed(o.pods if detail is None else detail, now_waiting,
+                                     now_platform))

@@ -1,0 +1,563 @@
+"""The ``.status`` decoder: what a TaskFeedback's status holds, read back into a ``TaskState``
+entry by entry (``read_status``), the inverse of schemas/status_encoder.py's ``to_status``.
+
+For every status the fold wrote, reading gives the state back. Anything else (a hand-edited or
+hostile status) is read entry by entry: every entry of a map or list section (a link, deck,
+metric, span, worker, pod, pod outcome or unknown type) that reads is kept, one that does not
+is kept verbatim beside the state (``Unread``) and written back as it was, unless a readable
+entry of the same key replaces it. A part that is not an entry (the layout version, the
+roster, the version vector, counters, times, the platform) and does not read makes the read
+*partial*: its readers show what they can, and the watcher never writes over such a status (it
+would write less than it holds). A status written under larger limits is cut by the same
+smallest-keys rule the fold uses (``state.trim``), and what is cut is counted in
+``*_capped``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NamedTuple, TypeVar
+
+from . import history
+from .caps import events_of, no_events, one_each, trim
+from .constants import INT64_MAX, MESSAGE_LIMIT, NAME_LIMIT, NON_FINITE, TYPE_LIMIT, WORKERS_MAX
+from .contract import FAILED, RUNNING, SUCCEEDED
+from .event import TaskRef
+from .kinds import NAMED_KINDS, Kind, Scalar, ValueField
+from .note import valid_instance, valid_seq
+from .observed import (
+    WAITING,
+    Observed,
+    PlatformOutcome,
+    PodVerdict,
+    clean_message,
+    clean_reason,
+    exit_code_of,
+)
+from .roster import (
+    Failure,
+    OrderKey,
+    Roster,
+    counts,
+    decode_ends,
+    decode_marks,
+    roster_of,
+    with_ends,
+)
+from .state import DEFAULT_LIMITS, Limits, Named, SpanAgg, TaskState, new_state, us
+from .status_encoder import COUNTER_KEYS, STATUS_VERSION
+from .text import cut_text, sanitize_text
+from .times import epoch, parse_time
+from .version_vector import VersionVector
+from .workers import ProgressState
+
+K = TypeVar("K")
+V = TypeVar("V")
+# ``status.counters``'s keys -> the counters they hold.
+_COUNTER_NAMES: dict[str, str] = {v: k for k, v in COUNTER_KEYS.items()}
+
+# Problems an ``Unread`` describes one by one (the rest are counted).
+PROBLEMS_SHOWN = 20
+# The list sections' keys: a verbatim item is written back unless the state holds its key.
+def _worker_key(w: Any) -> str | None:
+    pod = w.get("pod") if isinstance(w, Mapping) else None
+    return pod if isinstance(pod, str) else None
+
+
+def _pod_key(p: Any) -> tuple[str, str] | None:
+    name, uid = (p.get("name"), p.get("uid")) if isinstance(p, Mapping) else (None, None)
+    return (name, uid) if isinstance(name, str) and isinstance(uid, str) else None
+
+
+def _verdict_key(v: Any) -> str | None:
+    pod = v.get("pod") if isinstance(v, Mapping) else None
+    return pod if isinstance(pod, str) else None
+
+
+_ITEM_KEYS: dict[str, Callable[[Any], Any]] = {
+    "workers": _worker_key, "pods": _pod_key, "podOutcomes": _verdict_key,
+    "waitingPods": _verdict_key}
+
+
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """What a ``.status`` held that could not be read: the unreadable entries of its map
+    sections (section -> key -> the entry as written) and items of its list sections
+    (``workers``, ``pods``, ``podOutcomes``, ``waitingPods``), each kept verbatim; why, in a
+    few lines; and whether a part that is not an entry could not be read (``partial``: never
+    written over)."""
+
+    entries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    items: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+    partial: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.entries or self.items or self.problems or self.partial)
+
+    def merge_into(self, status: dict[str, Any], state: TaskState) -> dict[str, Any]:
+        """``status`` (``to_status(state)``) with the unreadable entries written back as
+        they were, except where ``state`` holds an entry of the same key (a fact since
+        replaced it, or the byte budget left it out). Returns ``status``."""
+        held: dict[str, Any] = {k.section: state.registers(k) for k in NAMED_KINDS}
+        held.update(spans=state.spans, unknownTypes=state.unknown, workers=state.workers,
+                    pods=state.pod_events, podOutcomes=state.observed.pods,
+                    waitingPods=state.observed.waiting)
+        for section, raw in self.entries.items():
+            kept = {k: v for k, v in raw.items() if k not in held.get(section, ())}
+            if kept:
+                status[section] = {**status.get(section, {}), **kept}
+        for section, items in self.items.items():
+            key = _ITEM_KEYS[section]
+            kept_items = [v for v in items if key(v) not in held.get(section, ())]
+            if kept_items:
+                status[section] = [*status.get(section, []), *kept_items]
+        if "links" in self.entries and "links" in status:
+            status["linkCount"] = len(status["links"])
+        return status
+
+
+NOTHING_UNREAD = Unread()
+
+
+class StatusRead(NamedTuple):
+    """A ``.status`` read entry by entry: the state of what could be read, and the rest."""
+
+    state: TaskState
+    unread: Unread
+
+
+class _Reading:
+    """Collects what a read could not use (see ``Unread``)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.items: dict[str, list[Any]] = {}
+        self.problems: list[str] = []
+        self.count = 0
+        self.partial = False
+
+    def problem(self, where: str, error: Exception) -> None:
+        self.count += 1
+        if len(self.problems) < PROBLEMS_SHOWN:
+            why = str(error) if isinstance(error, ValueError) else type(error).__name__
+            self.problems.append(f"{cut_text(sanitize_text(where), 120)}: {why}")
+
+    def entry(self, section: str, key: Any, raw: Any, error: Exception) -> None:
+        self.entries.setdefault(section, {})[str(key)] = raw
+        self.problem(f"{section}/{key}", error)
+
+    def item(self, section: str, raw: Any, error: Exception) -> None:
+        self.items.setdefault(section, []).append(raw)
+        key = _ITEM_KEYS[section](raw)
+        self.problem(f"{section}/{key if isinstance(key, str) else key[0] if key else '?'}",
+                     error)
+
+    def whole(self, part: str, error: Exception) -> None:
+        self.partial = True
+        self.problem(part, error)
+
+    def result(self) -> Unread:
+        if not (self.entries or self.items or self.count or self.partial):
+            return NOTHING_UNREAD
+        problems = self.problems
+        if self.count > len(problems):
+            problems = [*problems, f"and {self.count - len(problems)} more"]
+        return Unread({k: dict(v) for k, v in self.entries.items()},
+                      {k: tuple(v) for k, v in self.items.items()}, tuple(problems),
+                      self.partial)
+
+
+def read_status(task: TaskRef, status: Any, limits: Limits = DEFAULT_LIMITS) -> StatusRead:
+    """The state a ``.status`` dict holds, read entry by entry, and what could not be read
+    (see ``Unread``). Never raises. An empty status, or one of an older layout (version 1:
+    no longer read, replaced by the next write), reads as a fresh state with nothing unread;
+    another layout (a newer watcher's) as a fresh state that is ``partial``."""
+    if not isinstance(status, Mapping) or not status:
+        return StatusRead(new_state(task, limits), NOTHING_UNREAD)
+    r = _Reading()
+    try:
+        state = _from_status(task, status, limits, r)
+    except Exception as e:  # (a reader bug: nothing of it is trusted, nothing written over)
+        r.whole("status", e)
+        state = new_state(task, limits)
+    return StatusRead(state, r.result())
+
+
+def decode_status(task: TaskRef, status: Any, limits: Limits = DEFAULT_LIMITS) -> TaskState:
+    """The state of what a ``.status`` dict holds that can be read
+    (``read_status`` says what could not); never raises."""
+    return read_status(task, status, limits).state
+
+
+def _need(cond: bool, what: str) -> None:
+    if not cond:
+        raise ValueError(what)
+
+
+def _int(v: Any) -> int:
+    _need(type(v) is int and 0 <= v <= INT64_MAX, "bad int")
+    return int(v)
+
+
+def _float(v: Any) -> float:
+    _need(type(v) in (int, float) and math.isfinite(v) and v >= 0, "bad float")
+    return float(v)
+
+
+def _name(v: Any, limit: int = NAME_LIMIT) -> str:
+    _need(isinstance(v, str) and 0 < len(v) <= limit, "bad name")
+    return str(v)
+
+
+def _key(v: Any) -> OrderKey:
+    _need(isinstance(v, str), "bad order key")
+    parts = v.split(" ")
+    _need(len(parts) == 3 and parts[2].isascii() and parts[2].isdigit(), "bad order key")
+    t = parse_time(parts[0])
+    seq = int(parts[2])
+    _need(t is not None and valid_instance(parts[1]) and valid_seq(seq), "bad order key")
+    assert t is not None
+    return (t, parts[1], seq)
+
+
+def _time(v: Any) -> datetime | None:
+    t = None if v is None else parse_time(v)
+    _need(v is None or t is not None, "bad time")
+    return t
+
+
+def _scalar(v: Any, kind: str, optional: bool) -> Scalar:
+    if v is None:
+        _need(optional, "missing value")
+        return None
+    if kind == "str":
+        _need(isinstance(v, str), "bad value")
+        return str(v)
+    if kind == "int":
+        return _int(v)
+    _need(type(v) in (int, float) and math.isfinite(v), "bad value")
+    return float(v)
+
+
+def _field_value(entry: Mapping[str, Any], f: ValueField) -> Scalar:
+    if f.non_finite and f.non_finite in entry:
+        token = entry[f.non_finite]
+        _need(f.attr not in entry and isinstance(token, str) and token in NON_FINITE,
+              "bad nonFinite value")
+        return NON_FINITE[token]
+    return _scalar(entry.get(f.attr), f.type, f.optional)
+
+
+def _named(kind: Kind) -> Callable[[Any, Any], tuple[str, Named]]:
+    fields = kind.values
+
+    def read(k: Any, v: Any) -> tuple[str, Named]:
+        _need(isinstance(v, Mapping), "not an object")
+        values = tuple(_field_value(v, f) for f in fields)
+        return _name(k), Named(values[0] if len(values) == 1 else values, _key(v.get("at")),
+                               _int(v.get("events")),
+                               None if kind.report is None else history.from_status(v))
+    return read
+
+
+def _entries(st: Mapping[str, Any], section: str, r: _Reading,
+             read: Callable[[Any, Any], tuple[K, V]]) -> dict[K, V]:
+    """The readable entries of the map section ``section``; the others go to ``r``."""
+    data = st.get(section, {})
+    out: dict[K, V] = {}
+    if not isinstance(data, Mapping):
+        r.whole(section, ValueError("not a map"))
+        return out
+    for k, v in data.items():
+        try:
+            key, value = read(k, v)
+        except Exception as e:
+            r.entry(section, k, v, e)
+            continue
+        out[key] = value
+    return out
+
+
+def _items(st: Mapping[str, Any], section: str, r: _Reading,
+           read: Callable[[Any], tuple[K, V]]) -> dict[K, V]:
+    """The readable items of the list section ``section``, by key; the others go to ``r``."""
+    data = st.get(section, [])
+    out: dict[K, V] = {}
+    if not isinstance(data, list):
+        r.whole(section, ValueError("not a list"))
+        return out
+    for item in data:
+        try:
+            key, value = read(item)
+        except Exception as e:
+            r.item(section, item, e)
+            continue
+        out[key] = value
+    return out
+
+
+def _part(r: _Reading, part: str, read: Callable[[], V], fallback: V) -> V:
+    """``read()``, or ``fallback`` when the part does not read (the read is then partial)."""
+    try:
+        return read()
+    except Exception as e:
+        r.whole(part, e)
+        return fallback
+
+
+def _trim_lanes(spans: dict[str, SpanAgg], cap: int) -> dict[str, SpanAgg]:
+    """Lanes beyond ``cap`` (a status written under a larger one) cut by the fold's rule:
+    the smallest (name, pod) pairs stay; the others' summaries count in ``unlaned``."""
+    pairs = sorted((name, pod) for name, s in spans.items() for pod in s.lanes)
+    if len(pairs) <= cap:
+        return spans
+    out = dict(spans)
+    for name, pod in pairs[max(cap, 0):]:
+        s = out[name]
+        lanes = dict(s.lanes)
+        gone = lanes.pop(pod)
+        out[name] = s.with_lanes(lanes, s.unlaned + gone.events)
+    return out
+
+
+def _worker(w: Any) -> tuple[str, ProgressState]:
+    _need(isinstance(w, Mapping), "bad worker")
+    frac = _float(w.get("fraction"))
+    msg = w.get("message", "")
+    final, failed = w.get("final", False), w.get("failed", False)
+    _need(frac <= 1.0 and isinstance(msg, str) and len(msg) <= MESSAGE_LIMIT, "bad worker")
+    _need(type(final) is bool and type(failed) is bool and (final or not failed), "bad worker")
+    first_at = w.get("firstAt")
+    first_fraction = 0.0
+    if first_at is not None:
+        first_fraction = _float(w.get("firstFraction"))
+        _need(first_fraction <= 1.0, "bad worker")
+    return _name(w.get("pod"), 253), ProgressState(
+        frac, msg, final, _key(w.get("at")), failed, _int(w.get("workers", 0)),
+        _int(w.get("events")), None if first_at is None else _key(first_at), first_fraction
+    )
+
+
+def _roster(data: Any, workers: Mapping[str, ProgressState], lim: Limits
+            ) -> tuple[Roster, int]:
+    """The roster a status holds (or, in a status from before it, the one its detailed
+    workers imply), cut to the roster cap; and how many events the cut gave up."""
+    if data is None:
+        return roster_of((pod, w.fraction, w.final, w.failed, w.workers, w.at, w.message,
+                          w.events) for pod, w in workers.items()), 0
+    _need(isinstance(data, Mapping), "bad roster")
+    raw = data.get("marks")
+    _need(isinstance(raw, str), "bad roster")
+    marks, cut = trim(decode_marks(raw), lim.roster, events_of)
+    declared = _int(data.get("declared", 0))
+    _need(declared <= WORKERS_MAX, "bad roster")
+    first: Failure | None = None
+    raw_first = data.get("firstFailure")
+    if raw_first is not None:
+        _need(isinstance(raw_first, Mapping), "bad roster")
+        message = raw_first.get("message", "")
+        _need(isinstance(message, str) and len(message) <= MESSAGE_LIMIT, "bad roster")
+        first = Failure(_key(raw_first.get("at")), _name(raw_first.get("pod"), 253), message)
+    last = data.get("lastFinal")
+    finals, failures, permyriads = counts(marks)
+    _need((first is not None or not failures) and (last is not None or not finals),
+          "bad roster")
+    raw_ends = data.get("outcomes", "")
+    _need(isinstance(raw_ends, str), "bad roster")
+    ends, _ = trim(decode_ends(raw_ends), lim.roster, no_events)
+    return with_ends(Roster(marks, declared, finals, failures, permyriads, first,
+                            None if last is None else _key(last)), ends), cut
+
+
+def _observed(st: Mapping[str, Any], lim: Limits, r: _Reading) -> Observed:
+    """``podOutcomes``, ``waitingPods`` and ``platform`` as ``_observed_json`` wrote them,
+    entry by entry (an unreadable verdict goes to ``r``; an unreadable platform makes the
+    read partial)."""
+    pods = _items(st, "podOutcomes", r, lambda v: _pod_verdict(v, "at", True))
+    waiting = _items(st, "waitingPods", r, lambda v: _pod_verdict(v, "since", False))
+    pods, _ = trim(pods, lim.observed_pods, no_events)
+    waiting, _ = trim(waiting, lim.waiting, no_events)
+    platform = _part(r, "platform", lambda: _platform(st.get("platform")), None)
+    return Observed(pods, waiting, platform)
+
+
+def _platform(raw_p: Any) -> PlatformOutcome | None:
+    if raw_p is None:
+        return None
+    _need(isinstance(raw_p, Mapping), "bad platform")
+    f = {k: raw_p.get(k, "") for k in ("apiVersion", "kind", "name", "uid", "phase",
+                                      "reason", "message")}
+    _need(all(isinstance(x, str) and len(x) <= 320 for x in f.values())
+          and f["phase"] in (RUNNING, SUCCEEDED, FAILED) and bool(f["name"]),
+          "bad platform")
+    return PlatformOutcome(f["apiVersion"], f["kind"], f["name"], f["uid"],
+                           f["phase"], clean_reason(f["reason"]),
+                           clean_message(f["message"]), _time(raw_p.get("at")))
+
+
+def _pod_verdict(v: Any, time_key: str, terminal: bool) -> tuple[str, PodVerdict]:
+    verdict = _verdict(v, time_key, terminal)
+    return verdict.pod, verdict
+
+
+def _verdict(v: Any, time_key: str, terminal: bool) -> PodVerdict:
+    _need(isinstance(v, Mapping), "bad pod outcome")
+    phase = v.get("phase", WAITING) if terminal else WAITING
+    _need(phase in ((SUCCEEDED, FAILED) if terminal else (WAITING,)), "bad pod outcome")
+    uid, reason, message = v.get("uid", ""), v.get("reason", ""), v.get("message", "")
+    explained = v.get("explained", True)
+    _need(isinstance(uid, str) and len(uid) <= 64 and type(explained) is bool
+          and isinstance(reason, str) and isinstance(message, str), "bad pod outcome")
+    code = v.get("exitCode")
+    _need(code is None or exit_code_of(code) is not None, "bad pod outcome")
+    at = _time(v.get(time_key))
+    _need(at is not None, "bad pod outcome")
+    assert at is not None
+    return PodVerdict(_name(v.get("pod"), 253), uid, phase, clean_reason(reason),
+                      clean_message(message), code, at, explained)
+
+
+def _span(k: Any, s: Any) -> tuple[str, SpanAgg]:
+    _need(isinstance(s, Mapping), "not an object")
+    return _name(k), _span_entry(s)
+
+
+def _pod(p: Any) -> tuple[tuple[str, str], int]:
+    _need(isinstance(p, Mapping), "not an object")
+    return (_name(p.get("name"), 253), _name(p.get("uid"), 64)), _int(p.get("events"))
+
+
+def _unknown_type(k: Any, c: Any) -> tuple[str, int]:
+    return _name(k, TYPE_LIMIT), _int(c)
+
+
+def _counters(raw: Any, r: _Reading) -> tuple[dict[str, int], int]:
+    counters = dict.fromkeys(COUNTER_KEYS, 0)
+    warnings = 0
+    if not isinstance(raw, Mapping):
+        r.whole("counters", ValueError("not a map"))
+        return counters, warnings
+    for k, v in raw.items():
+        if k in _COUNTER_NAMES or k == "warnings":
+            try:
+                n = _int(v)
+            except ValueError as e:
+                r.whole(f"counters.{k}", e)
+                continue
+            if k == "warnings":
+                warnings = n
+            else:
+                counters[_COUNTER_NAMES[k]] = n
+    return counters, warnings
+
+
+def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits, r: _Reading) -> TaskState:
+    version = st.get("schemaVersion")
+    if type(version) is not int or version != STATUS_VERSION:
+        if not (type(version) is int and 1 <= version < STATUS_VERSION):
+            r.whole("schemaVersion", ValueError(
+                f"layout {str(version)[:20]!r}, not {STATUS_VERSION}"))
+        return new_state(task, lim)  # (an older layout is no longer read: replaced)
+    named = {k.section: _entries(st, k.section, r, _named(k)) for k in NAMED_KINDS}
+    spans = _entries(st, "spans", r, _span)
+    workers = _items(st, "workers", r, _worker)
+    pods = _items(st, "pods", r, _pod)
+    unknown = _entries(st, "unknownTypes", r, _unknown_type)
+    counters, warnings = _counters(st.get("counters", {}), r)
+    no_times: dict[str, int] = {}
+    applied, times = _part(r, "applied", lambda: VersionVector.parse_text(st.get("applied", "")),
+                           (VersionVector(), no_times))
+    wm = _part(r, "compactedBefore", lambda: _time(st.get("compactedBefore")), None)
+    watermark = 0 if wm is None else epoch(wm)
+
+    for kind in NAMED_KINDS:
+        entries, extra = trim(named.pop(kind.section), getattr(lim, kind.cap), events_of)
+        if entries:
+            named[kind.section] = entries
+        counters[kind.capped] += extra
+    spans, c3 = trim(spans, lim.spans, events_of)
+    spans = _trim_lanes(spans, lim.span_lanes)
+    pods, c4 = trim(pods, lim.pods, one_each)
+    unknown, c5 = trim(unknown, lim.unknown_types, one_each)
+    workers, c6 = trim(workers, lim.workers, events_of)
+    raw_roster = st.get("roster")
+    if raw_roster is None and "workers" in r.items:
+        # The roster these workers imply would miss the unreadable ones.
+        r.whole("roster", ValueError("absent, and a worker is unreadable"))
+    try:
+        roster, c7 = _roster(raw_roster, workers, lim)
+    except Exception as e:
+        r.whole("roster", e)
+        roster, c7 = _roster(None, workers, lim)  # (shown, never written: the read is partial)
+    for name, extra in (
+        ("spans_capped", c3),
+        ("pods_capped", c4),
+        ("unknown_capped", c5),
+        ("workers_capped", c6),
+        ("roster_capped", c7),
+    ):
+        counters[name] += extra
+    return TaskState(
+        task=task,
+        named=named,
+        spans=spans,
+        workers=workers,
+        pod_events=pods,
+        applied=applied,
+        instance_times=times,
+        watermark=watermark,
+        first_event_time=_part(r, "firstEventTime", lambda: _time(st.get("firstEventTime")),
+                               None),
+        last_event_time=_part(r, "lastEventTime", lambda: _time(st.get("lastEventTime")),
+                              None),
+        counters=counters,
+        unknown=unknown,
+        warnings=warnings,
+        roster=roster,
+        observed=_observed(st, lim, r),
+        limits=lim,
+    )
+
+
+def _agg(s: Any) -> SpanAgg:
+    _need(isinstance(s, Mapping), "bad span")
+    first_start = _float(s.get("firstStart"))
+    shift, windows = _parse_windows(s.get("windows", "0 "), first_start)
+    return SpanAgg(_int(s.get("count")), _int(s.get("totalNs")), _float(s.get("minS")),
+                   _float(s.get("maxS")), first_start, _float(s.get("lastEnd")),
+                   _int(s.get("errors")), _int(s.get("events")), shift, windows)
+
+
+def _span_entry(s: Any) -> SpanAgg:
+    """A span name's entry with its lanes (see ``_span_json``)."""
+    total = _agg(s)
+    unlaned = _int(s.get("unlaned", 0))
+    pod = s.get("pod")
+    if pod is not None:
+        _need(not unlaned and "pods" not in s, "bad span lanes")
+        lanes: dict[str, SpanAgg] = {_name(pod, 253): total}
+    else:
+        raw = s.get("pods", {})
+        _need(isinstance(raw, Mapping), "bad span lanes")
+        lanes = {_name(p, 253): _agg(lane) for p, lane in raw.items()}
+    if not lanes and not unlaned:
+        return total
+    return total.with_lanes(lanes, unlaned)
+
+
+def _parse_windows(text: Any, first_start: float) -> tuple[int, tuple[tuple[int, int], ...]]:
+    _need(isinstance(text, str), "bad windows")
+    head, _, body = text.partition(" ")
+    _need(head.isascii() and head.isdigit() and len(head) <= 2, "bad windows")
+    shift = int(head)
+    base = us(first_start) >> shift
+    out: list[tuple[int, int]] = []
+    for part in body.split(",") if body else []:
+        lo, _, hi = part.partition("-")
+        _need(lo.isdigit() and hi.isdigit() and len(lo) <= 6 and len(hi) <= 6, "bad windows")
+        out.append((base + int(lo), base + int(hi)))
+    return shift, tuple(out)

@@ -1,0 +1,300 @@
+"""The ``.status`` encoder: a folded state as the camelCase, structural status deploy/crd.yaml
+documents (``to_status``), cut to a byte budget by giving up detail in ``BUDGET_DROP_ORDER``.
+
+Empty maps, zero counters and absent values are left out. Health is not judged here: who
+writes or shows a status judges it (schemas/health.py's ``judge``, at a time) and hands the
+judgment in; encoding a state to keep it (the watcher's compacted tasks) judges nothing. The
+inverse is schemas/status_decoder.py; the layout is summed up in ``tidings.schemas``'s
+docstring.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import orjson
+
+from . import history
+from .completion import TaskProgress, aggregate, outcome_conditions, percent
+from .kinds import BUDGET_STEPS, NAMED_KINDS, Kind
+from .observed import Observed, PodVerdict
+from .payloads import non_finite_text
+from .roster import OrderKey, Roster, encode_ends, encode_marks
+from .state import COUNTER_NAMES, Named, SpanAgg, TaskState, us
+from .times import format_seconds, format_time, from_epoch
+from .workers import ProgressState
+
+if TYPE_CHECKING:
+    from .health import Judgment
+
+# The layout version of ``.status`` (1 was the snake_case layout, which is no longer read).
+STATUS_VERSION = 2
+# The hard byte budget of a written status (JSON, UTF-8), far below etcd's 1.5 MB request limit.
+# 64 KiB: the API server's CPU per status write grows with its bytes (about 0.2 ms/KB in
+# bench/bench_status_write.py), so this also bounds the cost of a write at every cap.
+STATUS_BUDGET = 64 * 1024
+
+
+class Drop(NamedTuple):
+    """One step of the budget: what ``budgetDropped`` counts it as, the status section it
+    cuts, and the field of each entry it gives up ("": the entries themselves)."""
+
+    name: str
+    section: str
+    detail: str = ""
+
+
+# What ``to_status(budget=...)`` gives up, in this order, while the status is over budget:
+# the sender pods and the pods' outcomes first, then each kind's section by its
+# ``drop_rank``, or the detail of its entries by its ``detail_rank`` (schemas/kinds.py,
+# ``BUDGET_STEPS``). Dedup data, phase, conditions, progress, workers, the roster and counters
+# are never dropped. Entries go from the end of a section (the largest names first), a
+# section at a time; ``workerMessages`` empties the workers' messages (their progress stays),
+# ``metricHistory`` the metrics' histories (their values and extremes stay).
+BUDGET_DROPS: tuple[Drop, ...] = (Drop("pods", "pods"), Drop("podOutcomes", "podOutcomes"),
+                                  *(Drop(*step) for step in BUDGET_STEPS))
+BUDGET_DROP_ORDER: tuple[str, ...] = tuple(d.name for d in BUDGET_DROPS)
+# Room for the budgetDropped field itself.
+_DROPPED_RESERVE = 160
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+# Each counter's key in ``status.counters``.
+COUNTER_KEYS: dict[str, str] = {k: _camel(k) for k in COUNTER_NAMES}
+
+
+def to_status(state: TaskState, budget: int | None = None, *,
+              health: Judgment | None = None) -> dict[str, Any]:
+    """The JSON-safe ``.status`` dict: camelCase, structural (deploy/crd.yaml documents
+    every field); empty maps, zero counters and absent values are left out. ``health``, the
+    state's health as ``health.judge`` made it, goes after the outcome's conditions and in
+    ``status.health`` (None: the status says nothing of health). A status with no condition
+    (nothing folded or observed yet) has no health either.
+
+    With ``budget`` (bytes), entries are dropped in ``BUDGET_DROP_ORDER`` (from the end of
+    each section, the largest names first) while the encoded status is larger, and
+    ``budgetDropped`` counts what went per section (the in-memory state keeps it all; only
+    the written copy is cut). Phase, conditions, progress, the workers' progress, counters,
+    the roster and the version vector are never dropped."""
+    st = _status(state, health)
+    if budget is None:
+        return st
+    size = len(orjson.dumps(st)) + _DROPPED_RESERVE
+    dropped: dict[str, int] = {}
+    for drop in BUDGET_DROPS:
+        if size <= budget:
+            break
+        section, detail = drop.section, drop.detail
+        entries = st.get(section)
+        if not entries:
+            continue
+        n = 0
+        keys = list(range(len(entries))) if isinstance(entries, list) else list(entries)
+        for key in reversed(keys):
+            if size <= budget:
+                break
+            if detail:  # a field of each entry, the entries stay
+                entry = entries[key]
+                if detail in entry:
+                    size -= len(orjson.dumps(entry.pop(detail))) + len(detail) + 4
+                    n += 1
+                continue
+            value = entries.pop(key)
+            size -= len(orjson.dumps(value)) + (
+                1 if isinstance(entries, list) else len(orjson.dumps(key)) + 2)
+            n += 1
+        if not entries:
+            del st[section]
+        if n:
+            dropped[drop.name] = n
+    if dropped:
+        st["budgetDropped"] = dropped
+    return st
+
+
+def _status(state: TaskState, health: Judgment | None) -> dict[str, Any]:
+    phase = state.phase
+    st: dict[str, Any] = {"schemaVersion": STATUS_VERSION, "phase": phase}
+    conditions = outcome_conditions(state, phase)
+    if conditions:
+        if health is None:
+            st["conditions"] = conditions
+        else:
+            st["conditions"] = conditions + health.conditions
+            st["health"] = dict(health.health)
+    agg = aggregate(state, phase)
+    if agg is not None:
+        st["progress"] = _progress_json(agg, phase)
+    st["linkCount"] = len(state.link_entries)
+    deck = state.latest_deck
+    if deck is not None:
+        st["deck"] = deck
+    named = state.named
+    for kind in NAMED_KINDS:
+        entries = named.get(kind.section)
+        if entries:
+            st[kind.section] = {k: _named_json(kind, v) for k, v in sorted(entries.items())}
+    if state.spans:
+        st["spans"] = {k: _span_json(s) for k, s in sorted(state.spans.items())}
+    if state.workers:
+        st["workers"] = [_worker_json(k, w) for k, w in sorted(state.workers.items())]
+    if state.roster.marks or state.roster.ends:
+        st["roster"] = _roster_json(state.roster)
+    _observed_json(state.observed, st)
+    if state.pod_events:
+        st["pods"] = [
+            {"name": n, "uid": u, "events": c} for (n, u), c in sorted(state.pod_events.items())
+        ]
+    if state.unknown:
+        st["unknownTypes"] = dict(sorted(state.unknown.items()))
+    counters = {COUNTER_KEYS[k]: v for k in COUNTER_NAMES if (v := state.counters.get(k, 0))}
+    if state.warnings:
+        counters["warnings"] = state.warnings
+    if counters:
+        st["counters"] = counters
+    if state.first_event_time is not None:
+        st["firstEventTime"] = format_time(state.first_event_time)
+    if state.last_event_time is not None:
+        st["lastEventTime"] = format_time(state.last_event_time)
+    applied = state.applied.to_text(state.instance_times)
+    if applied:
+        st["applied"] = applied
+    if state.watermark:
+        st["compactedBefore"] = format_seconds(from_epoch(state.watermark))
+    return st
+
+
+def _windows_text(s: SpanAgg) -> str:
+    """``"<shift> lo-hi,lo-hi"`` with bucket numbers relative to the first start's bucket."""
+    base = us(s.first_start) >> s.shift
+    return f"{s.shift} " + ",".join(f"{lo - base}-{hi - base}" for lo, hi in s.windows)
+
+
+def _span_json(s: SpanAgg) -> dict[str, Any]:
+    """A span name's entry: its aggregate, then its lanes: ``pods`` by pod name, or, when
+    one pod sent every summary of the name, ``pod`` alone (its lane is the entry itself)."""
+    out = _agg_json(s)
+    if s.unlaned:
+        out["unlaned"] = s.unlaned
+    if len(s.lanes) == 1 and not s.unlaned:
+        ((pod, lane),) = s.lanes.items()
+        if lane == s.totals:
+            out["pod"] = pod
+            return out
+    if s.lanes:
+        out["pods"] = {pod: _agg_json(lane) for pod, lane in sorted(s.lanes.items())}
+    return out
+
+
+def _agg_json(s: SpanAgg) -> dict[str, Any]:
+    return {"count": s.count, "totalNs": s.total_ns, "minS": s.min_s, "maxS": s.max_s,
+            "firstStart": s.first_start, "lastEnd": s.last_end, "errors": s.errors,
+            "events": s.events, "windows": _windows_text(s)}
+
+
+def _named_json(kind: Kind, v: Named) -> dict[str, Any]:
+    """A register's status entry: its value fields (an absent optional one left out), then
+    ``at`` and ``events``."""
+    fields = kind.values
+    out: dict[str, Any] = {}
+    values = v.value if isinstance(v.value, tuple) else (v.value,)
+    for f, x in zip(fields, values, strict=True):
+        if x is None:
+            continue
+        text = non_finite_text(x) if f.non_finite and type(x) is float else None
+        if text is None:
+            out[f.attr] = x
+        else:
+            out[f.non_finite] = text
+    out["at"] = key_text(v.at)
+    out["events"] = v.events
+    if v.series is not None:
+        out.update(history.to_status(v.series))
+    return out
+
+
+def key_text(k: OrderKey) -> str:
+    """The order key as one string: ``<eventTime> <instance> <seq>``."""
+    return f"{format_time(k[0])} {k[1]} {k[2]}"
+
+
+def _worker_json(pod: str, w: ProgressState) -> dict[str, Any]:
+    out: dict[str, Any] = {"pod": pod, "fraction": w.fraction}
+    if w.message:
+        out["message"] = w.message
+    if w.final:
+        out["final"] = True
+    if w.failed:
+        out["failed"] = True
+    if w.workers:
+        out["workers"] = w.workers
+    out["at"] = key_text(w.at)
+    out["events"] = w.events
+    if w.first_at is not None:
+        out["firstAt"] = key_text(w.first_at)
+        out["firstFraction"] = w.first_fraction
+    return out
+
+
+def _roster_json(r: Roster) -> dict[str, Any]:
+    out: dict[str, Any] = {"reporting": len(r.marks), "final": r.finals}
+    if r.failures:
+        out["failed"] = r.failures
+    if r.declared:
+        out["declared"] = r.declared
+    if r.first_failure is not None:
+        f = r.first_failure
+        out["firstFailure"] = {"pod": f.pod, "at": key_text(f.at), "message": f.message}
+    if r.last_final is not None:
+        out["lastFinal"] = key_text(r.last_final)
+    out["marks"] = encode_marks(r.marks)
+    if r.ends:
+        out["outcomes"] = encode_ends(r.ends)
+    return out
+
+
+def _observed_json(o: Observed, st: dict[str, Any]) -> None:
+    """``podOutcomes``, ``waitingPods`` and ``platform``: what the objects said, in ``st``."""
+    if o.pods:
+        st["podOutcomes"] = [_verdict_json(v, "at") for _, v in sorted(o.pods.items())]
+    if o.waiting:
+        st["waitingPods"] = [_verdict_json(v, "since") for _, v in sorted(o.waiting.items())]
+    p = o.platform
+    if p is not None:
+        out: dict[str, Any] = {"apiVersion": p.api_version, "kind": p.kind, "name": p.name,
+                               "uid": p.uid, "phase": p.phase}
+        if p.reason:
+            out["reason"] = p.reason
+        if p.message:
+            out["message"] = p.message
+        if p.at is not None:
+            out["at"] = format_seconds(p.at)
+        st["platform"] = out
+
+
+def _verdict_json(v: PodVerdict, time_key: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"pod": v.pod, "uid": v.uid}
+    if v.terminal:
+        out["phase"] = v.phase
+    out["reason"] = v.reason
+    if v.message:
+        out["message"] = v.message
+    if v.exit_code is not None:
+        out["exitCode"] = v.exit_code
+    out[time_key] = format_seconds(v.at)
+    if not v.explained:
+        out["explained"] = False
+    return out
+
+
+def _progress_json(agg: TaskProgress, phase: str) -> dict[str, Any]:
+    pct = percent(agg.fraction, phase)
+    # percentText is what the Progress printer column shows ("35%"; kubectl cannot format).
+    out: dict[str, Any] = {"percent": pct, "percentText": f"{pct}%", "message": agg.message}
+    if agg.eta is not None:
+        out["estimatedCompletionTime"] = format_seconds(agg.eta)
+    return out

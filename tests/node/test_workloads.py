@@ -11,13 +11,12 @@ import os
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 
+from tests.cluster.test_ui import UiServer
 from tests.node.conftest import WatcherInstall
 from tests.node.support import (
     conditions,
@@ -26,7 +25,6 @@ from tests.node.support import (
     run_job,
     run_pod,
     task_status,
-    wait_phase,
     workload_account,
 )
 from tests.support import eventually
@@ -146,9 +144,11 @@ def test_a_pod_deleted_mid_run_flushes_on_sigterm_and_fails_its_worker(
                     == "Failed" and s, 90, "the deleted pod to fail its worker")
     (worker,) = st["workers"]
     assert worker["fraction"] == 0.6, worker  # flushed by the SIGTERM handler
+    assert worker["failed"] and "SIGTERM" in worker["message"], worker
+    st = eventually(lambda: (s := task_status(admin, namespace, "held")).get("podOutcomes")
+                    and s, 60, "the pod's end beside what the process said")
     (outcome,) = st["podOutcomes"]
-    assert outcome["phase"] == "Failed"
-    assert outcome["reason"] in ("Error", "Deleted"), outcome
+    assert outcome["phase"] == "Failed", outcome
 
 
 CHATTY = """
@@ -163,13 +163,23 @@ time.sleep(3600)
 def test_logs_follow_streams_exactly_the_containers_output(
         chart_watcher: WatcherInstall, control_plane: ControlPlane, admin: Any,
         namespace: str) -> None:
+    expected = [f"step {i} of 5" for i in range(1, 6)]
     run_pod(admin, namespace, "chatty-0", CHATTY, labels={"tidings.dev/task": "chatty"})
     run_pod(admin, namespace, "other", CHATTY, labels={"tidings.dev/task": "other"})
-    wait_phase(admin, namespace, "chatty-0", ("Running",))
-    proc = subprocess.Popen(
-        [str(TIDINGS), "logs", "chatty", "-n", namespace, "-f", "--kubeconfig",
-         str(control_plane.kubeconfig("admin"))], stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env={**os.environ, "NO_COLOR": "1"})
+    for name in ("chatty-0", "other"):
+        eventually(lambda n=name: logs(admin, namespace, n).splitlines() == expected, 120,
+                   f"{name} to print its lines")
+    kubeconfig = str(control_plane.kubeconfig("admin"))
+    env = {**os.environ, "NO_COLOR": "1"}
+    # All of it: exactly the task's container's lines, in order, none of the other task's.
+    shown = subprocess.run([str(TIDINGS), "logs", "chatty", "-n", namespace, "--kubeconfig",
+                            kubeconfig], capture_output=True, text=True, timeout=60, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == [f"[chatty-0/main] {text}" for text in expected]
+    # Followed: the same lines stream, and the command keeps following the running pod.
+    proc = subprocess.Popen([str(TIDINGS), "logs", "chatty", "-n", namespace, "-f",
+                             "--kubeconfig", kubeconfig], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
     lines: list[str] = []
 
     def read() -> None:
@@ -177,20 +187,14 @@ def test_logs_follow_streams_exactly_the_containers_output(
         for line in proc.stdout:
             lines.append(line.rstrip("\n"))
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    threading.Thread(target=read, daemon=True).start()
     try:
-        eventually(lambda: sum("step" in line for line in lines) >= 5, 60,
-                   f"five lines streamed: {lines}")
+        eventually(lambda: len(lines) >= 5, 60, f"five lines streamed: {lines}")
+        assert lines[:5] == [f"[chatty-0/main] {text}" for text in expected]
+        assert proc.poll() is None  # still following
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-    real = logs(admin, namespace, "chatty-0").splitlines()
-    assert real == [f"step {i} of 5" for i in range(1, 6)]
-    streamed = [line for line in lines if "step" in line]
-    assert [line.split(" ", 1)[-1] if "chatty-0" in line else line for line in streamed] == [
-        f"step {i} of 5" for i in range(1, 6)] or all("chatty-0" in line for line in streamed)
-    assert all("other" not in line for line in lines), lines
 
 
 def test_the_page_shows_a_run_on_the_real_node(
@@ -200,21 +204,11 @@ def test_the_page_shows_a_run_on_the_real_node(
     run_job(admin, namespace, "shown", OOM, service_account=account, memory="160Mi")
     eventually(lambda: task_status(admin, namespace, "shown").get("podOutcomes"), 120,
                "the OOM kill in the status")
-    ui = subprocess.Popen([str(TIDINGS), "ui", "--port", "0", "--no-browser", "--kubeconfig",
-                           str(control_plane.kubeconfig("admin"))], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+    (pod,) = job_pods(admin, namespace, "shown")
+    ui = UiServer(control_plane.kubeconfig("admin"))
     try:
-        assert ui.stderr is not None
-        first = ui.stderr.readline()
-        address = first.split("serving ", 1)[1].split()[0]
-        deadline = time.monotonic() + 60
-        page = ""
-        while "OOMKilled" not in page and time.monotonic() < deadline:
-            with urllib.request.urlopen(f"{address}tasks/{namespace}/shown", timeout=10) as r:
-                page = r.read().decode()
-        assert "OOMKilled" in page
-        (pod,) = job_pods(admin, namespace, "shown")
+        page = eventually(lambda: "OOMKilled" in (p := ui.ask(f"tasks/{namespace}/shown")[1])
+                          and p, 60, "the page to show the OOM kill")
         assert pod.metadata.name in page
     finally:
-        ui.terminate()
-        ui.wait(timeout=10)
+        ui.stop()

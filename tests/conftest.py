@@ -61,7 +61,16 @@ def admin(api_client: Callable[[str], object]) -> object:
 
 @pytest.fixture
 def namespace(control_plane: ControlPlane, admin: object) -> Iterator[str]:
-    """A fresh namespace with its `default` ServiceAccount (made here unless the ServiceAccount
+    """A fresh namespace with its `default` ServiceAccount."""
+    from kubernetes import client
+
+    name = new_namespace(admin)
+    yield name
+    client.CoreV1Api(admin).delete_namespace(name)
+
+
+def new_namespace(admin: object) -> str:
+    """A namespace with its `default` ServiceAccount (made here unless the ServiceAccount
     controller, which a real node's tests start, made it first)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
@@ -74,8 +83,7 @@ def namespace(control_plane: ControlPlane, admin: object) -> Iterator[str]:
     except ApiException as err:
         if err.status != 409:
             raise
-    yield name
-    core.delete_namespace(name)
+    return name
 
 
 @pytest.fixture

@@ -335,24 +335,14 @@ class ControlPlane:
                              proc.log.read_text(errors="replace") for c in controllers),
                  timeout, "kube-controller-manager to start its controllers", proc)
 
-    def end_pod(self, namespace: str, name: str, exit_code: int = 0) -> None:
-        """End a pod's containers as a kubelet reports it (kwok runs none): every container
-        terminated with ``exit_code``, the pod Succeeded on 0 and Failed otherwise, so the Job
-        controller counts a completion or a failure (and retries it)."""
+    def end_pod(self, namespace: str, name: str, exit_code: int = 0,
+                reason: str | None = None) -> None:
+        """End a pod's containers as a kubelet reports it (kwok runs none): what
+        ``kubelet_end_status`` says, so the Job controller counts a completion or a failure
+        (and retries it)."""
         pod = json.loads(self.kubectl_run("get", "pod", name, "-n", namespace, "-o", "json"))
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        terminated = {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
-                      "startedAt": pod["status"].get("startTime", now), "finishedAt": now}
-        status = {"phase": "Succeeded" if exit_code == 0 else "Failed",
-                  "conditions": [{"type": t, "status": "False", "lastTransitionTime": now,
-                                  "reason": "PodCompleted" if exit_code == 0 else "PodFailed"}
-                                 for t in ("Ready", "ContainersReady")],
-                  "containerStatuses": [{"name": c["name"], "image": c["image"],
-                                         "imageID": "", "ready": False, "restartCount": 0,
-                                         "started": False, "state": {"terminated": terminated}}
-                                        for c in pod["spec"]["containers"]]}
         self.kubectl_run("patch", "pod", name, "-n", namespace, "--subresource=status",
-                         "-p", json.dumps({"status": status}))
+                         "-p", json.dumps({"status": kubelet_end_status(pod, exit_code, reason)}))
 
     def add_real_node(self, timeout: float = 120.0) -> RealNode:
         """Join a real node (tools/devnode.py) to this plane, once: a kubelet and containerd
@@ -483,6 +473,43 @@ class ControlPlane:
         return {"KUBECONFIG": str(self.kubeconfig("admin")),
                 "PATH": f"{self.bin_dir}:{Path(sys.executable).parent}:"
                         f"{os.environ.get('PATH', '')}"}
+
+
+def kubelet_end_status(pod: dict[str, Any], exit_code: int = 0,
+                       reason: str | None = None) -> dict[str, Any]:
+    """The status a real kubelet (v1.37.2 with containerd, tests/node) writes when every
+    container of ``pod`` has exited with ``exit_code``: Succeeded on 0, else Failed; each
+    container terminated with its containerd id and ``reason`` (Completed, Error, or OOMKilled
+    for a kill by the memory limit); no pod-level reason (a container's end is only said in its
+    own state); the sandbox gone (PodReadyToStartContainers False)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    ok = exit_code == 0
+    why = reason or ("Completed" if ok else "Error")
+    status = pod.get("status", {})
+
+    def condition(ctype: str, state: str, cause: str | None = None,
+                  message: str | None = None) -> dict[str, Any]:
+        c = {"type": ctype, "status": state, "lastTransitionTime": now}
+        return {**c, **({"reason": cause} if cause else {}),
+                **({"message": message} if message else {})}
+
+    def ended(container: dict[str, Any]) -> dict[str, Any]:
+        cid = "containerd://" + secrets.token_hex(32)
+        return {"name": container["name"], "image": container["image"], "imageID": "",
+                "containerID": cid, "ready": False, "restartCount": 0, "started": False,
+                "state": {"terminated": {
+                    "containerID": cid, "exitCode": exit_code, "reason": why,
+                    "startedAt": status.get("startTime", now), "finishedAt": now}}}
+
+    done = "PodCompleted" if ok else "PodFailed"
+    return {"phase": "Succeeded" if ok else "Failed",
+            "conditions": [
+                condition("PodReadyToStartContainers", "False", "PodSandboxNotReady",
+                          "pod sandbox is not ready"),
+                condition("Initialized", "True", "PodCompleted" if ok else None),
+                condition("Ready", "False", done), condition("ContainersReady", "False", done),
+                condition("PodScheduled", "True")],
+            "containerStatuses": [ended(c) for c in pod["spec"]["containers"]]}
 
 
 def _http_get(url: str, context: ssl.SSLContext | None = None, token: str | None = None) -> bytes:

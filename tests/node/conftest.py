@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +138,18 @@ def chart_watcher(watcher_install: WatcherInstall) -> WatcherInstall:
     return watcher_install
 
 
-Workload = Callable[..., dict[str, Any]]
+@pytest.fixture
+def namespace(control_plane: ControlPlane, admin: Any) -> Iterator[str]:
+    """The suite's fresh namespace, whose pods are deleted at the end: no namespace controller
+    runs to do it, and a real node's containers would otherwise go on running."""
+    from kubernetes import client
+
+    from tests.conftest import new_namespace
+
+    name = new_namespace(admin)
+    yield name
+    client.CoreV1Api(admin).delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    client.CoreV1Api(admin).delete_namespace(name)
 
 
 @pytest.hookimpl(wrapper=True)

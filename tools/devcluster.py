@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from tools.devnode import NODE_CONTROLLERS, RealNode, unmount_under
+from tools.devnode import preflight as node_preflight
 from tools.devpki import make_pki
 from tools.devprocess import BinariesMissing, ControlPlaneError, Process, wait_for
 
@@ -149,6 +150,8 @@ class ControlPlane:
     def start(self, timeout: float = 90.0) -> ControlPlane:
         for name in BINARIES:
             self._need_binary(name)
+        if self.real_node:
+            node_preflight()  # nothing starts on a host that cannot run the node
         if self.apiserver_port:
             ensure_port_free(self.apiserver_port, "kube-apiserver")
         self._claim_state_dir()

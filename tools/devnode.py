@@ -108,6 +108,21 @@ def _free_index() -> int:
     raise ControlPlaneError("no free 10.201.N.0/30 for a real node's link (256 in use)")
 
 
+def preflight() -> None:
+    """Whether this host can run a real node, before anything starts: root, and the tools and
+    CNI plugins it takes from Debian; raises ControlPlaneError saying what is missing."""
+    if os.geteuid() != 0:
+        raise ControlPlaneError(
+            "a real node needs root (network namespaces, cgroups, mounts); run as root")
+    missing = [t for t in HOST_TOOLS if shutil.which(t) is None]
+    missing += [f"{CNI_DIR}/{p}" for p in CNI_PLUGINS if not (CNI_DIR / p).is_file()]
+    if missing:
+        raise ControlPlaneError(
+            f"a real node needs {', '.join(missing)}: `make node-debs` installs them")
+    find_node_bin_dir()
+    find_images()
+
+
 def unmount_under(folder: Path) -> None:
     """Detach every mount under ``folder`` (a node's container roots, volumes and network
     namespaces' bind mounts), deepest first."""
@@ -204,7 +219,7 @@ class RealNode:
 
     # ---- lifecycle ------------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> RealNode:
-        self._preflight()
+        preflight()
         self.stop()  # what a node of this state dir left behind if its launcher was killed
         self.index = _free_index()
         self.root.mkdir(parents=True, exist_ok=True)
@@ -229,17 +244,6 @@ class RealNode:
             self.stop()
             raise
         return self
-
-    def _preflight(self) -> None:
-        if os.geteuid() != 0:
-            raise ControlPlaneError(
-                "a real node needs root (network namespaces, cgroups, mounts); run as root")
-        missing = [t for t in HOST_TOOLS if shutil.which(t) is None]
-        missing += [f"{CNI_DIR}/{p}" for p in CNI_PLUGINS if not (CNI_DIR / p).is_file()]
-        if missing:
-            raise ControlPlaneError(
-                f"a real node needs {', '.join(missing)}: install them with tools/node/debs.sh "
-                "(`make node`)")
 
     def _make_cgroup(self) -> None:
         for hierarchy in _cgroup_hierarchies():

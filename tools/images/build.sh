@@ -91,5 +91,8 @@ images=(tidings-watcher:dev tidings-workload:dev "localhost/tidings/pause:$pause
 printf '%s\n' "${images[@]}" >"$out/names"
 echo "localhost/tidings/pause:$pause_tag" >"$out/sandbox-image"
 touch "$out/.complete"
+# Older builds' archives are of no use any more (the layer cache in docker/ keeps what they share).
+find "$cache" -mindepth 1 -maxdepth 1 -type d -regextype egrep -regex '.*/[0-9a-f]{12}' \
+  ! -path "$out" -exec rm -rf {} +
 echo "built the images in $(( $(date +%s) - start ))s" >&2
 echo "$out"

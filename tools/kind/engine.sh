@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The Docker engine the kind cluster runs on (deploy/kind/e2e.sh, tools/kind/build-node-image.sh):
+# Debian's dockerd in a network namespace of its own, so kind's bridge network, its iptables
+# rules and the nodes' traffic never touch the host's network: the namespace has a loopback
+# and the bridges dockerd makes, no route out, no link to the host. Its data (images, the node
+# image) stays in .cache/kind/docker between runs; its socket and state are under /tmp.
+#   tools/kind/engine.sh start   start it (or find it running); print DOCKER_HOST=, KIND_NETNS=,
+#                                KIND_DOCKER_BIN= lines for `eval`
+#   tools/kind/engine.sh stop    stop it and every container it runs; remove the namespace
+# Commands that must reach what runs inside (kubectl to the cluster's published API port, kind
+# itself) run through `ip netns exec $KIND_NETNS ...`.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cache="${TIDINGS_KIND_CACHE:-$root/.cache/kind}"
+# One engine per checkout: its name and paths carry a hash of the checkout's path.
+ident=$(echo "$root" | sha256sum | cut -c1-6)
+netns="tidings-kind-$ident"
+run="/tmp/tidings-kind-$ident"
+sock="$run/docker.sock"
+
+say_env() {
+  echo "DOCKER_HOST=unix://$sock"
+  echo "KIND_NETNS=$netns"
+  # Debian's client, matching the engine (a newer one on PATH may want plugins it lacks).
+  echo "KIND_DOCKER_BIN=$run/bin"
+}
+
+running() { [ -S "$sock" ] && /usr/bin/docker --host "unix://$sock" version >/dev/null 2>&1; }
+
+start() {
+  if running; then say_env; return; fi
+  command -v dockerd >/dev/null || { echo "dockerd is missing: \`make node-debs\` installs docker.io" >&2; exit 1; }
+  [ "$(id -u)" = 0 ] || { echo "the kind engine needs root (a network namespace, dockerd)" >&2; exit 1; }
+  stop >/dev/null 2>&1 || true  # what a killed run left behind
+  mkdir -p "$cache" "$run/bin"
+  ln -sf /usr/bin/docker "$run/bin/docker"
+  # kind binds /lib/modules into its nodes; Docker creates the host folder if it is missing.
+  # Remember that, so stop removes what this engine made.
+  [ -e /lib/modules ] || touch "$run/made-lib-modules"
+  ip netns add "$netns"
+  ip -n "$netns" link set lo up
+  # A mount namespace of its own too (receiving the host's mounts, never giving back): the
+  # mounts of its containers vanish with it even if it is killed. Not `ip netns exec`: it
+  # remounts /sys, hiding the cgroup hierarchies.
+  setsid nsenter --net="/run/netns/$netns" unshare --mount --propagation slave dockerd --data-root "$cache/docker" --exec-root "$run/exec" \
+    --host "unix://$sock" --pidfile "$run/docker.pid" \
+    --add-runtime "tidings-runc=$here/runc-caps.sh" --default-runtime tidings-runc \
+    >"$cache/dockerd.log" 2>&1 < /dev/null &
+  dockerd_pid=$!
+  for _ in $(seq 120); do running && break; kill -0 "$dockerd_pid" 2>/dev/null || break; sleep 0.5; done
+  running || { echo "dockerd did not start: $(tail -3 "$cache/dockerd.log")" >&2; stop; exit 1; }
+  say_env
+}
+
+stop() {
+  if [ -f "$run/docker.pid" ]; then
+    pid=$(cat "$run/docker.pid")
+    # dockerd stops its containers (kind's nodes: systemd halts on SIGRTMIN+3) before exiting.
+    if kill "$pid" 2>/dev/null; then
+      for _ in $(seq 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+  fi
+  # Anything left in the namespace (a shim whose dockerd was killed) goes with it.
+  if ip netns pids "$netns" >/dev/null 2>&1; then
+    for pid in $(ip netns pids "$netns"); do kill -9 "$pid" 2>/dev/null || true; done
+    ip netns del "$netns"
+  fi
+  if [ -f "$run/made-lib-modules" ]; then rmdir /lib/modules 2>/dev/null || true; fi
+  rm -rf "$run"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+esac

@@ -7,6 +7,7 @@
 #   tools/kind/engine.sh start   start it (or find it running); print DOCKER_HOST=, KIND_NETNS=,
 #                                KIND_DOCKER_BIN= lines for `eval`
 #   tools/kind/engine.sh stop    stop it and every container it runs; remove the namespace
+#   tools/kind/engine.sh usage   CPU seconds and peak memory of the engine and its containers
 # Commands that must reach what runs inside (kubectl to the cluster's published API port, kind
 # itself) run through `ip netns exec $KIND_NETNS ...`.
 set -euo pipefail
@@ -43,7 +44,10 @@ start() {
   # A mount namespace of its own too (receiving the host's mounts, never giving back): the
   # mounts of its containers vanish with it even if it is killed. Not `ip netns exec`: it
   # remounts /sys, hiding the cgroup hierarchies.
-  setsid nsenter --net="/run/netns/$netns" unshare --mount --propagation slave dockerd --data-root "$cache/docker" --exec-root "$run/exec" \
+  make_cgroup
+  setsid nsenter --net="/run/netns/$netns" unshare --mount --propagation slave \
+    "$here/engine.sh" exec-in-cgroup dockerd --data-root "$cache/docker" --exec-root "$run/exec" \
+    --cgroup-parent "/$netns" \
     --host "unix://$sock" --pidfile "$run/docker.pid" \
     --add-runtime "tidings-runc=$here/runc-caps.sh" --default-runtime tidings-runc \
     >"$cache/dockerd.log" 2>&1 < /dev/null &
@@ -51,6 +55,35 @@ start() {
   for _ in $(seq 120); do running && break; kill -0 "$dockerd_pid" 2>/dev/null || break; sleep 0.5; done
   running || { echo "dockerd did not start: $(tail -3 "$cache/dockerd.log")" >&2; stop; exit 1; }
   say_env
+}
+
+# The engine and every container it runs (--cgroup-parent) live under one cgroup, /$netns:
+# `usage` reads their CPU time and peak memory from it, and stop finds every process there.
+cgroups() {
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then echo "/sys/fs/cgroup/$netns"
+  else for h in /sys/fs/cgroup/*/; do [ -f "$h/cgroup.procs" ] && echo "$h$netns"; done; fi
+}
+make_cgroup() {
+  for g in $(cgroups); do
+    mkdir -p "$g"
+    # A new cpuset cgroup has no CPUs and no memory nodes until they are copied from its parent.
+    for knob in cpuset.cpus cpuset.mems; do
+      [ -f "$g/$knob" ] && cat "$(dirname "$g")/$knob" >"$g/$knob"
+    done
+  done
+  return 0
+}
+
+usage() {  # the engine's and its containers' CPU seconds and peak memory, since it started
+  local cpu="" mem=""
+  if [ -f "/sys/fs/cgroup/cpuacct/$netns/cpuacct.usage" ]; then
+    cpu=$(awk '{printf "%.0f", $1 / 1e9}' "/sys/fs/cgroup/cpuacct/$netns/cpuacct.usage")
+    mem=$(numfmt --to=iec "$(cat "/sys/fs/cgroup/memory/$netns/memory.max_usage_in_bytes")")
+  elif [ -f "/sys/fs/cgroup/$netns/cpu.stat" ]; then
+    cpu=$(awk '$1 == "usage_usec" {printf "%.0f", $2 / 1e6}' "/sys/fs/cgroup/$netns/cpu.stat")
+    mem=$(numfmt --to=iec "$(cat "/sys/fs/cgroup/$netns/memory.peak" 2>/dev/null || echo 0)")
+  fi
+  echo "engine and cluster: ${cpu:-?} CPU seconds, peak memory ${mem:-?}"
 }
 
 stop() {
@@ -67,6 +100,11 @@ stop() {
     for pid in $(ip netns pids "$netns"); do kill -9 "$pid" 2>/dev/null || true; done
     ip netns del "$netns"
   fi
+  for g in $(cgroups); do
+    [ -d "$g" ] || continue
+    for pid in $(find "$g" -name cgroup.procs -exec cat {} + 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+    find "$g" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
   if [ -f "$run/made-lib-modules" ]; then rmdir /lib/modules 2>/dev/null || true; fi
   rm -rf "$run"
 }
@@ -74,5 +112,8 @@ stop() {
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
-  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+  usage) usage ;;
+  # Internal: how start puts dockerd into the engine's cgroup before it forks anything.
+  exec-in-cgroup) shift; for g in $(cgroups); do echo $$ >"$g/cgroup.procs"; done; exec "$@" ;;
+  *) echo "usage: $0 start|stop|usage" >&2; exit 2 ;;
 esac

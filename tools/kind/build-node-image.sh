@@ -150,6 +150,11 @@ log "building the node image $image ..."
 "${docker[@]}" build --quiet -f "$here/node.Dockerfile" -t "$image" \
   --build-arg "BASE=localhost/tidings/kind-debian:$NODE_SUITE" --build-arg "PAUSE_IMAGE=$pause_image" \
   --build-arg "KUBE_VERSION=$KUBERNETES_VERSION" "$context" >/dev/null
+# Only the node image stays in the engine's store: what it was built from is in it, or cached
+# (the Debian roots' archives, the binaries), and would double its size on disk.
+"${docker[@]}" rmi "${kubeadm_images[@]}" "$TOOLS_IMAGE" "localhost/tidings/kind-debian:$NODE_SUITE" \
+  $(cat "$images_dir/names") >/dev/null
+"${docker[@]}" builder prune --all --force >/dev/null
 echo "$image" >"$out/image"
 touch "$out/.complete"
 log "built the node image in $(( $(date +%s) - start ))s ($("${docker[@]}" image inspect -f '{{.Size}}' "$image" | numfmt --to=iec))"

@@ -74,16 +74,19 @@ make_cgroup() {
   return 0
 }
 
-usage() {  # the engine's and its containers' CPU seconds and peak memory, since it started
-  local cpu="" mem=""
+usage() {  # CPU seconds since the engine started; resident memory now; peak with page cache
+  local cpu="" rss="" peak=""
   if [ -f "/sys/fs/cgroup/cpuacct/$netns/cpuacct.usage" ]; then
     cpu=$(awk '{printf "%.0f", $1 / 1e9}' "/sys/fs/cgroup/cpuacct/$netns/cpuacct.usage")
-    mem=$(numfmt --to=iec "$(cat "/sys/fs/cgroup/memory/$netns/memory.max_usage_in_bytes")")
+    rss=$(awk '$1 == "total_rss" {print $2}' "/sys/fs/cgroup/memory/$netns/memory.stat")
+    peak=$(cat "/sys/fs/cgroup/memory/$netns/memory.max_usage_in_bytes")
   elif [ -f "/sys/fs/cgroup/$netns/cpu.stat" ]; then
     cpu=$(awk '$1 == "usage_usec" {printf "%.0f", $2 / 1e6}' "/sys/fs/cgroup/$netns/cpu.stat")
-    mem=$(numfmt --to=iec "$(cat "/sys/fs/cgroup/$netns/memory.peak" 2>/dev/null || echo 0)")
+    rss=$(awk '$1 == "anon" {print $2}' "/sys/fs/cgroup/$netns/memory.stat")
+    peak=$(cat "/sys/fs/cgroup/$netns/memory.peak" 2>/dev/null || echo 0)
   fi
-  echo "engine and cluster: ${cpu:-?} CPU seconds, peak memory ${mem:-?}"
+  echo "engine and cluster: ${cpu:-?} CPU seconds; resident memory $(numfmt --to=iec "${rss:-0}")," \
+    "peak with page cache $(numfmt --to=iec "${peak:-0}")"
 }
 
 stop() {

@@ -35,6 +35,7 @@ bin_dir=${TIDINGS_BIN_DIR:-$("$root/tools/controlplane/build.sh")}
 node_bin_dir=${TIDINGS_NODE_BIN_DIR:-$("$root/tools/node/build.sh")}
 images_dir=${TIDINGS_IMAGES_DIR:-$("$root/tools/images/build.sh")}
 mkdir -p "$cache"
+grep -q "image: $TOOLS_IMAGE$" "$here/default-cni.yaml" || { log "default-cni.yaml must run $TOOLS_IMAGE"; exit 1; }
 
 # ---- Go binaries the other builds do not make: kubeadm, crictl, then CoreDNS ---------------
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -trimpath"

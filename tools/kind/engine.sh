@@ -6,7 +6,8 @@
 # image) stays in .cache/kind/docker between runs; its socket and state are under /tmp.
 #   tools/kind/engine.sh start   start it (or find it running); print DOCKER_HOST=, KIND_NETNS=,
 #                                KIND_DOCKER_BIN= lines for `eval`
-#   tools/kind/engine.sh stop    stop it and every container it runs; remove the namespace
+#   tools/kind/engine.sh stop    stop it, remove every container it ran (a kept cluster too)
+#                                and the namespace
 #   tools/kind/engine.sh usage   CPU seconds and peak memory of the engine and its containers
 # Commands that must reach what runs inside (kubectl to the cluster's published API port, kind
 # itself) run through `ip netns exec $KIND_NETNS ...`.
@@ -90,9 +91,14 @@ usage() {  # CPU seconds since the engine started; resident memory now; peak wit
 }
 
 stop() {
+  # Its containers go with it, volumes included (a kind node keeps /var in one): a cluster
+  # outlives neither the engine nor its namespace. The images stay, in the data root.
+  if running; then
+    ids=$(/usr/bin/docker --host "unix://$sock" ps -aq)
+    [ -z "$ids" ] || /usr/bin/docker --host "unix://$sock" rm -f -v $ids >/dev/null || true
+  fi
   if [ -f "$run/docker.pid" ]; then
     pid=$(cat "$run/docker.pid")
-    # dockerd stops its containers (kind's nodes: systemd halts on SIGRTMIN+3) before exiting.
     if kill "$pid" 2>/dev/null; then
       for _ in $(seq 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
       kill -9 "$pid" 2>/dev/null || true

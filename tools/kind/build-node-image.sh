@@ -156,6 +156,11 @@ log "building the node image $image ..."
 "${docker[@]}" rmi "${kubeadm_images[@]}" "$TOOLS_IMAGE" "localhost/tidings/kind-debian:$NODE_SUITE" \
   $(cat "$images_dir/names") >/dev/null
 "${docker[@]}" builder prune --all --force >/dev/null
+# And one node image: the ones of earlier inputs go (unless a kept cluster still runs one).
+for old in $("${docker[@]}" images --format '{{.Repository}}:{{.Tag}}' "${image%:*}"); do
+  [ "$old" = "$image" ] || "${docker[@]}" rmi "$old" >/dev/null 2>&1 || true
+done
+find "$cache" -maxdepth 1 -name 'node-*' ! -name "node-$key" -exec rm -rf {} +
 echo "$image" >"$out/image"
 touch "$out/.complete"
 log "built the node image in $(( $(date +%s) - start ))s ($("${docker[@]}" image inspect -f '{{.Size}}' "$image" | numfmt --to=iec))"

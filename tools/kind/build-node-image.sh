@@ -13,7 +13,8 @@
 #     list`), preloaded into the node's containerd as kind does; the pod network's image.
 # The image lives in the kind engine's store (.cache/kind/docker, tools/kind/engine.sh), named
 # by a hash of its inputs; .cache/kind/node-<hash>/ records it. An unchanged input set returns
-# at once. Uses the engine in $DOCKER_HOST if one is given, else starts and stops its own.
+# at once. Builds in that engine only (it tags images with registry.k8s.io's names), started
+# for the build and stopped after it unless it was running already.
 # Reuses built binaries from $TIDINGS_BIN_DIR, $TIDINGS_NODE_BIN_DIR, $TIDINGS_IMAGES_DIR.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -87,11 +88,11 @@ cleanup() {
   [ -z "${engine_started:-}" ] || "$here/engine.sh" stop
 }
 trap cleanup EXIT
-if [ -z "${DOCKER_HOST:-}" ]; then
-  eval "$("$here/engine.sh" start | sed 's/^/export /')"
+if ! engine_env=$("$here/engine.sh" env); then
+  engine_env=$("$here/engine.sh" start)
   engine_started=1
 fi
-docker=(/usr/bin/docker)
+docker=(/usr/bin/docker --host "$(sed -n 's/^DOCKER_HOST=//p' <<<"$engine_env")")
 if [ -f "$out/.complete" ] && "${docker[@]}" image inspect "$image" >/dev/null 2>&1; then
   echo "$image"
   exit 0

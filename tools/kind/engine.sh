@@ -8,7 +8,9 @@
 #                                KIND_DOCKER_BIN= lines for `eval`
 #   tools/kind/engine.sh stop    stop it, remove every container it ran (a kept cluster too)
 #                                and the namespace
-#   tools/kind/engine.sh usage   CPU seconds and peak memory of the engine and its containers
+#   tools/kind/engine.sh env     the same lines if it is running, else exit 1
+#   tools/kind/engine.sh usage   CPU seconds, resident and peak memory of the engine and its
+#                                containers
 # Commands that must reach what runs inside (kubectl to the cluster's published API port, kind
 # itself) run through `ip netns exec $KIND_NETNS ...`.
 set -euo pipefail
@@ -120,9 +122,10 @@ stop() {
 
 case "${1:-}" in
   start) start ;;
+  env) running && say_env ;;
   stop) stop ;;
   usage) usage ;;
   # Internal: how start puts dockerd into the engine's cgroup before it forks anything.
   exec-in-cgroup) shift; for g in $(cgroups); do echo $$ >"$g/cgroup.procs"; done; exec "$@" ;;
-  *) echo "usage: $0 start|stop|usage" >&2; exit 2 ;;
+  *) echo "usage: $0 start|env|stop|usage" >&2; exit 2 ;;
 esac

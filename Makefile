@@ -6,7 +6,7 @@ BIN_DIR = $(shell tools/controlplane/build.sh)
 NODE_BIN_DIR = $(shell tools/node/build.sh)
 IMAGES_DIR = $(shell tools/images/build.sh)
 
-.PHONY: setup debs node-debs venv binaries node images platforms integrations-venv test unit demo \
+.PHONY: setup debs node-debs venv binaries node images kind-e2e platforms integrations-venv test unit demo \
 	demo-real lint dist image clean-binaries
 
 setup: debs venv binaries
@@ -26,8 +26,9 @@ debs:
 
 # The real node's (`tidings dev up --real-node`, tests/node): runc and the CNI plugins it runs
 # pods with, iptables for kube-proxy, socat for the API server's link into its namespace; and
-# what `make images` builds with: Debian's Docker engine and mmdebstrap (for the base image).
-NODE_DEBS := runc containernetworking-plugins iptables socat docker.io mmdebstrap
+# what `make images` builds with: Debian's Docker engine and mmdebstrap (for the base image);
+# jq and capsh for the kind run's engine and node image (tools/kind/).
+NODE_DEBS := runc containernetworking-plugins iptables socat docker.io mmdebstrap jq libcap2-bin
 node-debs:
 	@dpkg -s $(NODE_DEBS) >/dev/null 2>&1 || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(NODE_DEBS); }
@@ -50,6 +51,12 @@ node: node-debs binaries
 	tools/node/build.sh >/dev/null
 images: node-debs
 	tools/images/build.sh >/dev/null
+
+# deploy/kind/e2e.sh on a kind cluster whose node image is built here from the binaries and
+# images above (tools/kind/build-node-image.sh, cached in .cache/kind/): not in `make test`
+# (its cost: deploy/README.md, "kind, for real").
+kind-e2e: node images
+	deploy/kind/e2e.sh
 
 # The platforms' real controllers the tests run on the local plane (JobSet, Kubeflow Trainer,
 # Argo Workflows): each from its pinned module in tools/platforms/<name>/, cached by version in

@@ -16,7 +16,6 @@ Run: ``TIDINGS_BIN_DIR=... .venv/bin/python bench/bench_token_refresh.py``. Not 
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import tempfile
 import time
@@ -26,7 +25,7 @@ from typing import Any
 
 from support import REPO, add_control_plane_arg, load_averages  # bench/support.py
 
-from tidings.kube import Client, KubeError, connect
+from tidings.kube import KubeError, connect
 from tidings.schemas.contract import taskfeedback_path
 
 NEEDS_REAL_NODE = True
@@ -34,13 +33,13 @@ SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # The token the kubelet refreshes: 600 s is the least the API server issues.
 TOKEN_LIFE = 600
 
-WORKLOAD = """
+WORKLOAD = f"""
 import json, base64, os, sys, time
 from tidings import emitter as tidings
 every, total = float(sys.argv[1]), int(sys.argv[2])
 seen = None
 for i in range(1, total + 1):
-    token = open("{sa}/token").read()
+    token = open("{SA_DIR}/token").read()
     if token != seen:
         claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
         print(json.dumps({{"token": i, "iat": claims["iat"], "exp": claims["exp"],
@@ -51,7 +50,7 @@ for i in range(1, total + 1):
     time.sleep(every)
 tidings.progress(1.0, "done", final=True)
 print(json.dumps({{"flushed": tidings.flush(30), "stats": tidings.stats()}}), flush=True)
-""".format(sa=SA_DIR)
+"""
 
 
 def short_token_volume() -> dict[str, Any]:
@@ -75,6 +74,11 @@ def pod(name: str, account: str, image: str, command: list[str],
                                      "imagePullPolicy": "IfNotPresent", "command": command,
                                      "volumeMounts": [{"name": "short-token",
                                                        "mountPath": SA_DIR}]}]}}
+
+
+def log_of(kube: Any, ns: str, name: str) -> str:
+    """A pod's log, as the kubelet serves it through the API server."""
+    return bytes(kube.open("GET", f"/api/v1/namespaces/{ns}/pods/{name}/log").data).decode()
 
 
 def main() -> None:
@@ -149,11 +153,9 @@ def run(cp: Any, a: argparse.Namespace) -> list[str]:
         if time.time() - started > a.minutes * 60 + 300:
             raise SystemExit("the run did not finish in time")
         time.sleep(1)
-    lines = [json.loads(x) for x in kube.request(
-        "GET", f"/api/v1/namespaces/{ns}/pods/worker/log", raw=True).decode().splitlines()
-        if x.startswith("{")]
-    watcher_log = kube.request("GET", "/api/v1/namespaces/tidings-system/pods/watcher/log",
-                               raw=True).decode()
+    lines = [json.loads(x) for x in log_of(kube, ns, "worker").splitlines()
+             if x.startswith("{")]
+    watcher_log = log_of(kube, "tidings-system", "watcher")
     kube.request("DELETE", "/api/v1/namespaces/tidings-system/pods/watcher",
                  body={"gracePeriodSeconds": 0})
     tokens = [x for x in lines if "token" in x]

@@ -11,7 +11,7 @@ from pathlib import Path
 from tools.devprocess import ControlPlaneError
 
 
-def _openssl(*args: str) -> None:
+def openssl(*args: str) -> None:
     if shutil.which("openssl") is None:
         raise ControlPlaneError("openssl is not installed (apt-get install openssl)")
     subprocess.run(["openssl", *args], check=True, capture_output=True)
@@ -41,13 +41,13 @@ def make_pki(pki: Path) -> None:
     client cert for kubelets and an SA key."""
     pki.mkdir(parents=True, exist_ok=True)
     ca_ext = [arg for e in CA_EXTENSIONS for arg in ("-addext", e)]
-    _openssl("req", "-x509", *EC_KEY, "-keyout", str(pki / "ca.key"), "-out",
+    openssl("req", "-x509", *EC_KEY, "-keyout", str(pki / "ca.key"), "-out",
              str(pki / "ca.crt"), "-days", "7", "-subj", "/CN=tidings-dev-ca", "-config",
              os.devnull, *ca_ext)
     sign_certificate(pki, pki / "serving", "/CN=127.0.0.1", SERVING_EXTENSIONS)
     sign_certificate(pki, pki / "kubelet-client", KUBELET_CLIENT_SUBJECT,
                      ("extendedKeyUsage=clientAuth",))
-    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(pki / "sa.key"))
+    openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(pki / "sa.key"))
 
 
 def sign_certificate(pki: Path, out: Path, subject: str, extensions: tuple[str, ...]) -> None:
@@ -56,9 +56,9 @@ def sign_certificate(pki: Path, out: Path, subject: str, extensions: tuple[str, 
     leaf = ("basicConstraints=critical,CA:FALSE", "keyUsage=critical,digitalSignature",
             "subjectKeyIdentifier=hash", "authorityKeyIdentifier=keyid:always")
     key, csr, ext = (out.with_suffix(s) for s in (".key", ".csr", ".ext"))
-    _openssl("req", *EC_KEY, "-keyout", str(key), "-out", str(csr), "-subj", subject,
+    openssl("req", *EC_KEY, "-keyout", str(key), "-out", str(csr), "-subj", subject,
              "-config", os.devnull)
     ext.write_text("".join(f"{e}\n" for e in dict.fromkeys((*leaf, *extensions))))
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"), "-CAkey",
+    openssl("x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"), "-CAkey",
              str(pki / "ca.key"), "-CAcreateserial", "-out", str(out.with_suffix(".crt")),
              "-days", "7", "-extfile", str(ext))

@@ -38,37 +38,19 @@ def complete_format(incomplete: str) -> list[str]:
 
 OutputFormat = Annotated[str, typer.Option(
     "--output", "-o", metavar="FORMAT", autocompletion=complete_format,
-    help="table, wide (adds the progress message, the estimated completion and the health), "
+    help="table, wide (adds the progress message, the estimated completion, the workers "
+    "final of all, and the health), "
     "name, json, "
     "yaml, or "
     "jsonpath=TEMPLATE (kubectl's, e.g. jsonpath='{.items[*].metadata.name}').")]
 
 
-def age(t: str | None, now: datetime | None = None) -> str:
-    """kubectl's age of an RFC 3339 time (5s, 3m20s, 4h, 12d, 2y30d); '<unknown>' if none."""
-    from tidings._compat import UTC
-    from tidings.schemas.times import parse_time
-    from tidings.schemas.view import age as age_of
-
-    return age_of(parse_time(t), now or datetime.now(UTC))
-
-
-def eta(t: Any, now: datetime | None = None) -> str:
-    """The estimated completion as kubectl would say an age: 'in 3m20s' ('now', then
-    'overdue 5s' once passed while the task runs); '<none>' when the status has none."""
-    from tidings._compat import UTC
-    from tidings.schemas.times import parse_time
-    from tidings.schemas.view import eta_text
-
-    return eta_text(parse_time(t) if isinstance(t, str) else None, now or datetime.now(UTC))
-
-
 def row(obj: KubeObject, wide: bool, namespaced: bool,
         now: datetime | None = None) -> list[str]:
-    """One table row: the CRD's printer columns, from the task's summary (the page's row)."""
+    """One table row: the CRD's printer columns (with -o wide, the workers too: the CRD
+    cannot add ``final`` and ``podFinal``), from the task's summary (the page's row)."""
     from tidings._compat import UTC
-    from tidings.schemas.view import age as age_of
-    from tidings.schemas.view import eta_text, summarize
+    from tidings.schemas.view import age, eta_text, summarize
 
     def text(value: Any) -> str:
         return "<none>" if value is None or value == "" else safe(value)
@@ -79,10 +61,11 @@ def row(obj: KubeObject, wide: bool, namespaced: bool,
     if wide:
         cells.append(text(s.message))
         cells.append(eta_text(s.eta, now))
+        cells.append("<none>" if s.worker_counts is None else s.worker_counts.text(short=True))
         cells.append(text(s.health_summary))
     cells += [text(s.link_count), text(s.deck),
-              age_of(s.last_event, now) if s.last_event else "<none>",
-              age_of(s.created, now)]
+              age(s.last_event, now) if s.last_event else "<none>",
+              age(s.created, now)]
     if namespaced:
         cells.insert(0, text(s.namespace))
     return cells
@@ -95,7 +78,8 @@ def _get(obj: object, *keys: str) -> Any:
 
 
 def header(wide: bool, namespaced: bool) -> list[str]:
-    cols = ["NAME", "PHASE", "PROGRESS", *(["MESSAGE", "ETA", "HEALTH"] if wide else []),
+    cols = ["NAME", "PHASE", "PROGRESS",
+            *(["MESSAGE", "ETA", "WORKERS", "HEALTH"] if wide else []),
             "LINKS", "DECK",
             "LAST EVENT", "AGE"]
     return ["NAMESPACE", *cols] if namespaced else cols

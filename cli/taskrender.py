@@ -18,6 +18,9 @@ from tidings.schemas.view import (
     RegisterRow,
     RegisterTable,
     TaskView,
+    WorkerCounts,
+    ago,
+    eta_text,
     fmt_seconds,
     scalar_text,
     task_view,
@@ -31,20 +34,7 @@ def _t(value: object, style: str = "") -> Any:
 
 
 def _ago(t: datetime | None) -> str:
-    if t is None:
-        return "never"
-    secs = max(0, int((datetime.now(UTC) - t).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs >= size:
-            return f"{secs // size}{unit} ago"
-    return f"{secs}s ago"
-
-
-def _until(t: datetime) -> str:
-    secs = int((t - datetime.now(UTC)).total_seconds())
-    if secs < 0:  # passed while the task still runs: the estimate was wrong
-        return f"overdue {fmt_seconds(-secs)}"
-    return "now" if secs == 0 else f"in {fmt_seconds(secs)}"
+    return ago(t, datetime.now(UTC))
 
 
 # Cells of a sparkline: one per history point, at most this many.
@@ -120,13 +110,9 @@ def render(snap: Snapshot) -> Any:
             head.add_row("Message", _t(v.progress.message))
         if v.progress.eta is not None:
             eta = v.progress.eta
-            head.add_row("ETA", _t(f"{format_seconds(eta)} ({_until(eta)})"))
-        workers = f"{v.workers_final} of {v.workers_total} final"
-        if v.workers_failed:
-            workers += f", {v.workers_failed} {v.failed_word}"
-        if v.workers_ended:
-            workers += f" ({v.workers_ended} by their pod's end)"
-        head.add_row("Workers", _t(workers))
+            head.add_row("ETA", _t(f"{format_seconds(eta)} "
+                                   f"({eta_text(eta, datetime.now(UTC))})"))
+        head.add_row("Workers", worker_text(v.worker_counts))
     else:
         head.add_row("Progress", _t("no progress reported"))
     phase = v.phase
@@ -225,6 +211,13 @@ def render(snap: Snapshot) -> Any:
         footer += "; " + ", ".join(f"{k}={n}" for k, n in sorted(noisy.items()))
     parts.append(_t(footer, "dim"))
     return Group(*parts)
+
+
+def worker_text(counts: WorkerCounts) -> Any:
+    """The count of a task's workers as rich text, its bad news in red."""
+    from rich.text import Text
+
+    return Text.assemble(*((safe(text), "red" if bad else "") for text, bad in counts.words()))
 
 
 def register_cells(reg: RegisterTable, row: RegisterRow) -> list[Any]:

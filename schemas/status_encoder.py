@@ -244,6 +244,12 @@ def _roster_json(r: Roster) -> dict[str, Any]:
     out: dict[str, Any] = {"reporting": len(r.marks), "final": r.finals}
     if r.failures:
         out["failed"] = r.failures
+    # The reporting pods final by their pod's end (no final of their own): what a reader of
+    # the status alone (a list row) adds to ``final`` and ``failed``, without the marks.
+    if r.pod_finals:
+        out["podFinal"] = r.pod_finals
+    if r.pod_failures:
+        out["podFailed"] = r.pod_failures
     if r.declared:
         out["declared"] = r.declared
     if r.first_failure is not None:

@@ -69,6 +69,58 @@ def read_refused(status: Mapping[str, Any] | None) -> tuple[tuple[str, int], ...
                         if isinstance(k, str) and type(v) is int and v > 0))
 
 
+# --- how a task's workers stand ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerCounts:
+    """How a task's workers stand: the one count the list's row, `tidings list -o wide`, the
+    task's page and `tidings state` show. ``total``: the reporting pods, or the workers
+    declared when more. ``final``: final by their own final report or by their pod's end
+    (``ended`` of them by their pod's end alone: a worker OOM-killed says nothing). Of the
+    final, those that failed are ``failed``, the task's news; or ``retried`` while a platform
+    that decides the outcome (a Job, a JobSet) has not failed the task: it ran them again."""
+
+    final: int
+    total: int
+    failed: int = 0
+    retried: int = 0
+    ended: int = 0
+
+    def words(self, short: bool = False) -> tuple[tuple[str, bool], ...]:
+        """The count as text, in pieces each renderer styles (True: bad news): '3 of 4
+        final, 1 failed (1 by their pod's end)'; ``short`` (a row, a column): '3/4 1 failed'."""
+        out: list[tuple[str, bool]] = [
+            (f"{self.final}/{self.total}" if short else f"{self.final} of {self.total} final",
+             False)]
+        for n, word, bad in ((self.failed, "failed", True), (self.retried, "retried", False)):
+            if n:
+                out += [(" " if short else ", ", False), (f"{n} {word}", bad)]
+        if self.ended and not short:
+            out.append((f" ({self.ended} by their pod's end)", False))
+        return tuple(out)
+
+    def text(self, short: bool = False) -> str:
+        return "".join(text for text, _ in self.words(short))
+
+
+def retries(platform_decides: bool, phase: str) -> bool:
+    """Whether a failed worker is an attempt its platform ran again (shown "retried") rather
+    than the outcome: under a platform object that decides the task's outcome, until that
+    object failed the task (a Job that gave up retried nothing more)."""
+    return platform_decides and phase != FAILED
+
+
+def count_workers(*, final: int, failed: int, ended_final: int, ended_failed: int,
+                  total: int, platform_decides: bool, phase: str) -> WorkerCounts:
+    """The count of ``total`` workers, ``final`` and ``failed`` of them by a final report of
+    their own, ``ended_final`` and ``ended_failed`` by their pod's end without one (the
+    roster's tallies: ``Roster.pod_finals``, the status's ``roster.podFinal``)."""
+    failures = failed + ended_failed
+    retried = failures if retries(platform_decides, phase) else 0
+    return WorkerCounts(final + ended_final, total, failures - retried, retried, ended_final)
+
+
 def health(conditions: tuple[Condition, ...]) -> tuple[Condition, ...]:
     """The conditions that say something the phase does not: every True one but Completed
     and Failed (the derived health conditions, such as Stalled or Straggling)."""
@@ -90,9 +142,7 @@ class TaskSummary:
     percent: int | None
     message: str
     eta: datetime | None
-    workers_final: int | None
-    workers_total: int | None
-    workers_failed: int
+    worker_counts: WorkerCounts | None  # None: the status has no roster
     conditions: tuple[Condition, ...]
     link_count: int | None
     deck: str
@@ -118,17 +168,21 @@ def summarize(obj: Mapping[str, Any]) -> TaskSummary:
     progress = _map(st.get("progress"))
     roster = _map(st.get("roster"))
     reporting, declared = _count(roster.get("reporting")), _count(roster.get("declared"))
+    phase = _str(st.get("phase"))
     labels = _map(meta.get("labels"))
     return TaskSummary(
         namespace=_str(meta.get("namespace")), name=_str(meta.get("name")),
         uid=_str(meta.get("uid")), resource_version=_str(meta.get("resourceVersion")),
-        phase=_str(st.get("phase")),
+        phase=phase,
         percent=_count(progress.get("percent")),
         message=_str(progress.get("message")),
         eta=parse_time(progress.get("estimatedCompletionTime")),
-        workers_final=_count(roster.get("final")),
-        workers_total=None if reporting is None else max(reporting, declared or 0),
-        workers_failed=_count(roster.get("failed")) or 0,
+        worker_counts=None if reporting is None else count_workers(
+            final=_count(roster.get("final")) or 0, failed=_count(roster.get("failed")) or 0,
+            ended_final=_count(roster.get("podFinal")) or 0,
+            ended_failed=_count(roster.get("podFailed")) or 0,
+            total=max(reporting, declared or 0),
+            platform_decides=bool(_map(st.get("platform"))), phase=phase),
         conditions=read_conditions(st),
         link_count=_count(st.get("linkCount")),
         deck=_str(st.get("deck")),
@@ -258,10 +312,7 @@ class TaskView:
     task: TaskRef
     phase: str
     progress: ProgressView | None
-    workers_final: int  # by their own final report or their pod's end
-    workers_total: int
-    workers_failed: int
-    workers_ended: int  # of the final ones, those final by their pod's end alone
+    worker_counts: WorkerCounts
     platform: PlatformView | None
     conditions: tuple[Condition, ...]
     warnings: int
@@ -290,11 +341,6 @@ class TaskView:
     def notable(self) -> tuple[Condition, ...]:
         """The conditions worth a line of their own: a failure, and what health says."""
         return tuple(c for c in self.conditions if c.true and c.type != COMPLETED)
-
-    @property
-    def failed_word(self) -> str:
-        """A failed attempt under a platform that decides is a retry, not the outcome."""
-        return "retried" if self.platform is not None else "failed"
 
     @property
     def has_pod_ends(self) -> bool:
@@ -345,8 +391,10 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
     noisy.update({f"unknown:{k}": v for k, v in state.unknown.items()})
     return TaskView(
         task=state.task, phase=phase, progress=progress,
-        workers_final=r.finals + r.pod_finals, workers_total=max(len(r.marks), r.declared),
-        workers_failed=r.failures + r.pod_failures, workers_ended=r.pod_finals,
+        worker_counts=count_workers(
+            final=r.finals, failed=r.failures, ended_final=r.pod_finals,
+            ended_failed=r.pod_failures, total=max(len(r.marks), r.declared),
+            platform_decides=platform is not None, phase=phase),
         platform=None if platform is None else PlatformView(
             platform.kind, platform.name, platform.phase, platform.reason),
         conditions=read_conditions(status),
@@ -389,7 +437,7 @@ def _worker_row(state: TaskState, pod: str) -> WorkerRow:
     else:
         return WorkerRow(pod, w.fraction, "running", w.message, pace, False, ended,
                          ended_failed)
-    if failed and state.observed.platform is not None and state.phase != FAILED:
+    if failed and retries(state.observed.platform is not None, state.phase):
         return WorkerRow(pod, w.fraction, "retried" + how, w.message, pace, False, ended,
                          ended_failed)
     return WorkerRow(pod, w.fraction, ("failed" if failed else "final") + how, w.message, pace,
@@ -475,6 +523,11 @@ def age(when: datetime | None, now: datetime) -> str:
     return f"{y}y{d % 365}d" if y < 8 and d % 365 else f"{y}y"
 
 
+def ago(when: datetime | None, now: datetime) -> str:
+    """How long ago ``when`` was, by ``age``: '3m20s ago'; 'never' if none."""
+    return "never" if when is None else f"{age(when, now)} ago"
+
+
 def eta_text(when: datetime | None, now: datetime) -> str:
     """The estimated completion as kubectl would say an age: 'in 3m20s' ('now', then
     'overdue 5s' once passed while the task runs); '<none>' when there is none."""
@@ -522,14 +575,18 @@ __all__ = [
     "TaskSummary",
     "TaskView",
     "WaitingRow",
+    "WorkerCounts",
     "WorkerRow",
     "age",
+    "ago",
+    "count_workers",
     "eta_text",
     "fmt_seconds",
     "health",
     "pace_text",
     "read_conditions",
     "read_refused",
+    "retries",
     "scalar_text",
     "summarize",
     "task_view",

@@ -32,6 +32,13 @@ def eventually(probe: Callable[[], T | None], timeout: float = 30.0, what: str =
         f"timed out after {timeout}s waiting for {what} (last error: {last_error})")
 
 
+def only_here(name: str, namespace: str) -> str:
+    """``name`` made the test's own: what `-A` looks for in every namespace must not be found
+    in an earlier test's namespace too (another test's task `train`; a deleted namespace
+    keeps its objects, as no namespace controller runs on the test plane)."""
+    return f"{name}-{namespace}"
+
+
 def cri_log_line(text: str, when: datetime | None = None, stream: str = "stdout",
                  chunk: int = 16 * 1024) -> str:
     """One log line as a container runtime writes it: a long one as partial entries (P) of

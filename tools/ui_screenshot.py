@@ -1,10 +1,17 @@
 """The README's picture of `tidings ui`, from a real run: a local control plane, deploy/ (CRD,
 RBAC, the sender admission policy), the watcher as a process, two kwok pods of a training task
 whose programs report with pod-bound tokens (metrics, spans, progress; one worker slower) and
-write their logs, then `tidings ui` in headless Chromium, mid-run.
+write their logs, then `tidings ui` in headless Chromium, mid-run: taken once the page shows
+what a run's page holds, each metric's history drawn (no "one value"), the timeline with a
+lane per pod under each span name, and the log tail (a run that does not get there within
+``SHOW_WITHIN_S`` fails with what is missing, and writes nothing).
 
-Run: ``TIDINGS_BIN_DIR=$(tools/controlplane/build.sh) .venv/bin/python -m tools.ui_screenshot
-[docs/ui-task.png]`` (needs Debian's chromium). Checkout only.
+Run, from the checkout, with the control plane's binaries (kube-apiserver, etcd, kwok) in a
+folder, as the cluster tests take them:
+
+    TIDINGS_BIN_DIR=/path/to/binaries .venv/bin/python -m tools.ui_screenshot [OUT.png]
+
+OUT.png defaults to docs/ui-task.png. Needs Chromium (Debian's ``chromium``); about a minute.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 from tools.devcluster import NODE_NAME, REPO_ROOT, ControlPlane
 
@@ -114,7 +122,6 @@ def main() -> None:
             procs.append(ui)  # type: ignore[arg-type]
             assert ui.stdout is not None
             url = ui.stdout.readline().split()[3]
-            time.sleep(40)  # mid-run: a few evaluations, the slower worker behind
             shoot(f"{url}tasks/{NS}/{TASK}", out)
             print(f"wrote {out}")
         finally:
@@ -124,17 +131,46 @@ def main() -> None:
             cp.stop()
 
 
+# How long the run may take to show everything the picture is for.
+SHOW_WITHIN_S = 180.0
+METRICS = ("loss", "lr", "val_accuracy")
+PODS = tuple(f"{TASK}-worker-{rank}" for rank in range(2))
+
+
+def missing(page: Any, url: str) -> list[str]:
+    """What the page does not show yet (empty: it is ready for the picture)."""
+    import urllib.request
+
+    out = []
+    curves = page.eval_on_selector_all(
+        "svg.spark", "els => els.map(e => e.getAttribute('aria-label'))")
+    out += [f"the history of {m}" for m in METRICS if f"history of {m}" not in curves]
+    if "one value" in page.inner_text("#task-body"):
+        out.append("no metric reading 'one value'")
+    with urllib.request.urlopen(f"{url}/timeline.svg", timeout=10) as r:
+        svg = r.read().decode()
+    out += [f"a timeline lane of {pod}" for pod in PODS if f">{pod}<" not in svg]
+    if not page.eval_on_selector("img.timeline",
+                                 "i => i.complete && i.naturalWidth > 0"):
+        out.append("the timeline image loaded")
+    if page.locator("#logs .line").count() <= 2:
+        out.append("the log tail")
+    return out
+
+
 def shoot(url: str, out: Path) -> None:
     from tools import chromium
 
     with chromium.browser(1200, 900) as context:
         page = context.new_page()
         page.goto(url)
-        page.wait_for_function("() => document.querySelectorAll('#logs .line').length > 2",
-                               timeout=60_000)
-        page.wait_for_function("() => { const i = document.querySelector('img.timeline');"
-                               " return i && i.complete && i.naturalWidth > 0; }",
-                               timeout=60_000)
+        page.wait_for_selector("img.timeline", timeout=60_000)
+        deadline = time.monotonic() + SHOW_WITHIN_S
+        while lacking := missing(page, url):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the page did not show, within {SHOW_WITHIN_S:.0f} s: "
+                                 + ", ".join(lacking))
+            time.sleep(1)  # (the page follows the run live: nothing to reload)
         out.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(out), full_page=True)
 

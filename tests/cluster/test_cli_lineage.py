@@ -21,7 +21,7 @@ from tests.cluster.support_cli import (
     record_spawn,
 )
 from tests.cluster.support_watcher import WatcherProc, task_status
-from tests.support import create_kwok_pod, cri_log_line, eventually, write_cri_log
+from tests.support import create_kwok_pod, cri_log_line, eventually, only_here, write_cri_log
 from tidings.schemas import Progress
 from tools.devcluster import ControlPlane
 
@@ -69,14 +69,15 @@ def test_lineage_tree_shows_each_pod_and_what_became_of_it(
         control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path) -> None:
     from kubernetes import client
 
-    mllm = {"labels": {TASK_LABEL: "mllm"}}  # a spawned pod confirms its lineage record
+    app = only_here("mllm", namespace)  # (-A below: no other test's app of this name)
+    mllm = {"labels": {TASK_LABEL: app}}  # a spawned pod confirms its lineage record
     enc = _pod(admin, namespace, "te-enc-0", tmp_path, ["e"], **mllm)
     llm = _pod(admin, namespace, "te-llm-0", tmp_path, ["l"], **mllm)
     gone = _pod(admin, namespace, "te-llm-1", tmp_path, ["g"], **mllm)
     old = _pod(admin, namespace, "te-llm-2", tmp_path, ["o"], **mllm)
     for seq, (p, role) in enumerate([(enc, "encoder"), (llm, "llm"), (gone, "llm"),
                                      (old, "llm")]):
-        record_spawn(admin, namespace, "mllm", p["name"], p["uid"], seq, role=role)
+        record_spawn(admin, namespace, app, p["name"], p["uid"], seq, role=role)
     core = client.CoreV1Api(admin)
     core.delete_namespaced_pod("te-llm-1", namespace, grace_period_seconds=0)
     core.delete_namespaced_pod("te-llm-2", namespace, grace_period_seconds=0)
@@ -86,14 +87,14 @@ def test_lineage_tree_shows_each_pod_and_what_became_of_it(
     create_kwok_pod(admin, namespace, "te-llm-2")
     _running(admin, namespace, "te-enc-0", "te-llm-0")
 
-    res = invoke(control_plane, "lineage", "mllm", "-n", namespace)
+    res = invoke(control_plane, "lineage", app, "-n", namespace)
     assert res.exit_code == 0, res.output
     out = res.stdout
     for text in ("App mllm", "4 pods", "role encoder", "role llm", "te-enc-0", "Running",
                  "te-llm-1", "gone", "te-llm-2", "replaced", "controller-0"):
         assert text in out, text
 
-    data = json.loads(invoke(control_plane, "lineage", "mllm", "-n", namespace,
+    data = json.loads(invoke(control_plane, "lineage", app, "-n", namespace,
                              "-o", "json").stdout)
     by_name = {p["pod"]: p for p in data["pods"]}
     assert by_name["te-enc-0"]["uid"] == enc["uid"] and by_name["te-enc-0"]["phase"] == "Running"
@@ -102,7 +103,7 @@ def test_lineage_tree_shows_each_pod_and_what_became_of_it(
     assert by_name["te-llm-2"]["current_uid"] not in ("", old["uid"])
 
     # -A finds the one namespace whose events record the app.
-    found = json.loads(invoke(control_plane, "lineage", "mllm", "-A", "-o", "json").stdout)
+    found = json.loads(invoke(control_plane, "lineage", app, "-A", "-o", "json").stdout)
     assert found["namespace"] == namespace and found["pods"] == data["pods"]
 
 
@@ -280,12 +281,13 @@ def test_logs_and_lineage_without_a_lineage_controller_use_the_status_and_the_la
     from kubernetes import client
 
     w: WatcherProc = start_watcher()
-    label = {"labels": {TASK_LABEL: "train"}}
+    task = only_here("train", namespace)  # (-A below: the page's tests make tasks `train`)
+    label = {"labels": {TASK_LABEL: task}}
     w0 = _pod(admin, namespace, "train-worker-0", tmp_path, ["w0 says hi"], **label)
     # (kwok serves logs by pod name: the pod that reuses this name below would serve them.)
     old = _pod(admin, namespace, "train-worker-1", tmp_path, ["INTRUDER reused name"],
                **label)
-    _reported(admin, namespace, "train", w0, old)
+    _reported(admin, namespace, task, w0, old)
     # worker-1 is deleted and its name reused by an unlabelled pod: the status still names
     # the old uid, so the new pod is "replaced", never streamed.
     core = client.CoreV1Api(admin)
@@ -298,19 +300,19 @@ def test_logs_and_lineage_without_a_lineage_controller_use_the_status_and_the_la
     # Look-alikes: the name prefix, and more, without the label or a recorded uid.
     _pod(admin, namespace, "train-worker-0-x", tmp_path, ["INTRUDER prefix"])
     _pod(admin, namespace, "train-worker-00", tmp_path, ["INTRUDER prefix 2"],
-         labels={TASK_LABEL: "train-other"})
+         labels={TASK_LABEL: f"{task}-other"})
     _serving(admin, namespace, "train-worker-0", "train-worker-1", "train-worker-2",
              "train-worker-0-x", "train-worker-00")
     w.kill()  # the status is written; what follows reads it without a watcher running
 
-    res = invoke(control_plane, "logs", "train", "-n", namespace)
+    res = invoke(control_plane, "logs", task, "-n", namespace)
     assert res.exit_code == 0, res.output
     assert sorted(res.stdout.splitlines()) == ["[train-worker-0/main] w0 says hi",
                                                "[train-worker-2/main] w2 is quiet"]
     assert "INTRUDER" not in res.output
     assert "train-worker-1: replaced" in res.stderr
 
-    data = json.loads(invoke(control_plane, "lineage", "train", "-n", namespace,
+    data = json.loads(invoke(control_plane, "lineage", task, "-n", namespace,
                              "-o", "json").stdout)
     by_uid = {p["uid"]: p for p in data["pods"]}
     assert set(by_uid) == {w0["uid"], old["uid"], quiet["uid"]}
@@ -320,15 +322,15 @@ def test_logs_and_lineage_without_a_lineage_controller_use_the_status_and_the_la
     assert by_uid[old["uid"]]["state"] == "replaced"
     assert by_uid[quiet["uid"]]["sources"] == ["label"]
     assert by_uid[w0["uid"]]["spawned_at"] is None
-    tree = invoke(control_plane, "lineage", "train", "-n", namespace)
+    tree = invoke(control_plane, "lineage", task, "-n", namespace)
     assert tree.exit_code == 0, tree.output
-    for text in ("TaskFeedback train", "3 pods", "found by status (1 events), label",
-                 "replaced", "found by label tidings.dev/task=train"):
+    for text in (f"TaskFeedback {task}", "3 pods", "found by status (1 events), label",
+                 "replaced", f"found by label tidings.dev/task={task}"):
         assert text in tree.stdout, text
     assert "train-worker-0-x" not in tree.stdout and "train-worker-00" not in tree.stdout
 
     # -A finds the task by its TaskFeedback (it has no PodSpawned events to be found by).
-    found = json.loads(invoke(control_plane, "lineage", "train", "-A", "-o", "json").stdout)
+    found = json.loads(invoke(control_plane, "lineage", task, "-A", "-o", "json").stdout)
     assert found["namespace"] == namespace
     res = invoke(control_plane, "logs", "nothing", "-n", namespace)
     assert res.exit_code == 5 and "no pods labelled tidings.dev/task=nothing" in res.stderr

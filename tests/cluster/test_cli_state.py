@@ -24,6 +24,7 @@ from tests.cluster.support_cli import (
     write_status,
 )
 from tests.cluster.support_watcher import unjudged
+from tests.support import only_here
 from tidings.schemas import (
     DeckReady,
     LogLink,
@@ -105,9 +106,10 @@ def test_state_prefers_the_taskfeedback_status(control_plane: ControlPlane, admi
 
 def test_state_finds_the_namespace_with_A(control_plane: ControlPlane, admin: Any,
                                           namespace: str) -> None:
-    emit(admin, namespace, "only-here", Progress(fraction=1.0, final=True), 0)
-    data = json.loads(invoke(control_plane, "state", "only-here", "-A", "-o", "json").stdout)
-    assert data["task"] == {"namespace": namespace, "name": "only-here"}
+    task = only_here("only-here", namespace)  # (-A: a rerun's task is another namespace's)
+    emit(admin, namespace, task, Progress(fraction=1.0, final=True), 0)
+    data = json.loads(invoke(control_plane, "state", task, "-A", "-o", "json").stdout)
+    assert data["task"] == {"namespace": namespace, "name": task}
     assert data["status"]["phase"] == "Succeeded"
 
 

@@ -24,7 +24,7 @@ from kubernetes import client
 from tests.cluster import test_platforms as tp
 from tests.cluster import test_watcher as tw
 from tests.cluster.support_watcher import TIDINGS, WatcherProc, task_status
-from tests.cluster.test_pod_truth import kubelet, terminated
+from tests.cluster.test_pod_truth import cli, column, kubelet, terminated
 from tests.support import NODE_NAME, eventually
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.transport import KubeTransport
@@ -143,10 +143,10 @@ def test_a_job_that_retries_a_dead_worker_and_completes_is_succeeded_at_100_perc
     assert conditions(st)["Completed"]["message"].startswith(f"Job {task} succeeded")
     assert conditions(st)["Failed"]["status"] == "False"
     assert {wk["pod"] for wk in st["workers"]} == {first["name"], second["name"]}
-    shown = subprocess.run([str(TIDINGS), "state", task, "-n", namespace, "--kubeconfig",
-                            str(cp.kubeconfig("admin"))], capture_output=True, text=True,
-                           timeout=60, env={**os.environ, "COLUMNS": "200"})
+    shown = cli(cp, "state", task, "-n", namespace)
     assert "retried" in shown.stdout and "Job " + task in shown.stdout, shown.stdout
+    ended = " (1 by their pod's end)" if death == "oom_killed" else ""
+    assert f"Workers     2 of 2 final, 1 retried{ended}" in shown.stdout, shown.stdout
     assert watch_code(cp, namespace, task).returncode == 0
 
 
@@ -168,6 +168,12 @@ def test_a_job_that_gives_up_fails_its_task_with_its_reason(
     assert failed["reason"] == "BackoffLimitExceeded"
     assert failed["message"].startswith("Job gives-up failed: BackoffLimitExceeded")
     assert st["podOutcomes"][0]["reason"] == "OOMKilled"  # the pod's word, beside
+    # A Job that gave up retried nothing: its one worker failed, everywhere it is counted.
+    shown = cli(cp, "state", "gives-up", "-n", namespace).stdout
+    assert "Workers     1 of 1 final, 1 failed (1 by their pod's end)" in shown, shown
+    assert "retried" not in shown, shown
+    listed = cli(cp, "list", "gives-up", "-n", namespace, "-o", "wide").stdout
+    assert column(listed, "WORKERS") == "1/1 1 failed", listed
     assert watch_code(cp, namespace, "gives-up").returncode == EXIT_FAILED
 
 

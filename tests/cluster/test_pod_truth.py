@@ -95,6 +95,25 @@ def cli(cp: ControlPlane, *args: str, timeout: float = 60) -> subprocess.Complet
                           env={**os.environ, "COLUMNS": "200"})
 
 
+def column(table: str, name: str) -> str:
+    """The cell under ``name`` in the one row of a `tidings list` table (cells may hold
+    spaces: the columns are where the header says)."""
+    head, row = table.splitlines()
+    start = head.index(name)
+    rest = head[start + len(name):]
+    end = start + len(name) + len(rest) - len(rest.lstrip()) if rest.strip() else None
+    return row[start:end].strip()
+
+
+def idle(w: WatcherProc) -> bool:
+    """Ready (its lists folded), nothing waiting to be folded or written, none in flight."""
+    m = w.metrics()
+    return m.get("tidings_watcher_ready") == 1 and all(
+        m.get(f"tidings_watcher_{gauge}") == 0 for gauge in (
+            "queue_depth", "write_queue_depth", "status_writes_in_flight",
+            "status_lag_seconds"))
+
+
 def half_done(cp: ControlPlane, admin: Any, namespace: str, task: str,
               w: WatcherProc) -> dict[str, str]:
     pod = labelled_pod(admin, namespace, f"{task}-0", task)
@@ -150,6 +169,12 @@ def test_a_worker_killed_without_a_word_fails_with_the_kubelet_s_reason(
     shown = cli(control_plane, "state", task, "-n", namespace)
     assert shown.returncode == 0, shown.stderr
     assert "Failed" in shown.stdout and reason in shown.stdout and "failed (pod)" in shown.stdout
+    # One count of its one worker: final by its pod's end, failed; in the list too (not 0/1).
+    assert (st["roster"]["final"], st["roster"]["podFinal"], st["roster"]["podFailed"]) == (
+        0, 1, 1)
+    assert "Workers     1 of 1 final, 1 failed (1 by their pod's end)" in shown.stdout
+    listed = cli(control_plane, "list", task, "-n", namespace, "-o", "wide")
+    assert column(listed.stdout, "WORKERS") == "1/1 1 failed", listed.stdout
     watched = cli(control_plane, "watch", task, "-n", namespace)
     assert watched.returncode == EXIT_FAILED, watched.stdout + watched.stderr
     assert "Traceback" not in w.log.read_text()
@@ -221,8 +246,17 @@ def test_a_pod_deleted_while_no_watcher_watched_is_found_gone_and_a_restart_keep
     w.kill()
     before = status(admin, namespace, "restart")
     again = start_watcher()
-    # The same end, read again from the same pod, changes nothing (no write at all).
-    eventually(lambda: again.metrics().get("tidings_watcher_queue_depth") == 0, 30, "idle")
+    # The same end, read again from the same pod, changes nothing (no write at all). That
+    # holds only once the new watcher did read it: a pod of another task, ended after the
+    # restart, comes on the same pod watch after the first pod's end, so once its task is
+    # written and nothing waits to be folded or written, the first task was read (folded,
+    # observed) and found unchanged.
+    after = half_done(control_plane, admin, namespace, "after", again)
+    kubelet(control_plane, namespace, after["name"], {
+        "phase": "Failed", "containerStatuses": terminated(137, "OOMKilled")})
+    eventually(lambda: status(admin, namespace, "after").get("phase") == "Failed", 30,
+               f"the later pod's end written\n{again.tail()}")
+    eventually(lambda: idle(again), 30, f"the watcher idle\n{again.tail()}")
     assert status(admin, namespace, "restart") == before
     again.kill()
 

@@ -40,6 +40,7 @@ from tidings.schemas import (
     fold_all,
     parse_event,
 )
+from tidings.schemas.state import TaskState
 from tidings.schemas.status_encoder import to_status
 from tools import chromium
 from tools.devcluster import ControlPlane
@@ -171,6 +172,13 @@ def page(browser: Any) -> Iterator[Any]:
 def a_status(ns: str, task: str, payloads: list[Any], pods: int = 1,
              when: datetime | None = None) -> dict[str, Any]:
     """The status the watcher's fold would write for these facts, sent by `pods` pods."""
+    status: dict[str, Any] = to_status(a_state(ns, task, payloads, pods, when))
+    return status
+
+
+def a_state(ns: str, task: str, payloads: list[Any], pods: int = 1,
+            when: datetime | None = None) -> TaskState:
+    """The state the watcher's fold makes of these facts, sent by `pods` pods."""
     ref = TaskRef(ns, task)
     when = when or datetime.now(UTC) - timedelta(seconds=30)
     events = []
@@ -180,8 +188,7 @@ def a_status(ns: str, task: str, payloads: list[Any], pods: int = 1,
                            instance=f"i{pod}", seq=n, time=when + timedelta(seconds=n),
                            sender_proof=False)
         events.append(parse_event(body))
-    status: dict[str, Any] = to_status(fold_all(ref, events))  # type: ignore[arg-type]
-    return status
+    return fold_all(ref, events)  # type: ignore[arg-type]
 
 
 def write_task(admin: Any, ns: str, name: str, status: dict[str, Any],
@@ -304,6 +311,37 @@ def test_a_task_page_shows_workers_metrics_links_timeline_lineage_and_logs(
     eventually(lambda: "train-0" in text_of(page, "#lineage"), what="the lineage tree")
     eventually(lambda: "step 2 loss 0.7" in text_of(page, "#logs"), what="the log tail")
     assert "[train-0/main] step 1 loss 0.9" in text_of(page, "#logs")
+    assert page.errors == []
+
+
+def test_a_worker_oom_killed_without_a_word_counts_alike_in_the_row_the_page_and_the_cli(
+        serve: Callable[..., UiServer], page: Any, admin: Any, namespace: str,
+        control_plane: ControlPlane) -> None:
+    """One worker, OOM-killed before any final report: final by its pod's end and failed in
+    the list's row (not 0/1), as on its page, in `tidings list -o wide` and `tidings state`."""
+    from tidings.schemas.observed import PodVerdict
+    from tidings.schemas.observing import observe
+
+    state = a_state(namespace, "oom", [Progress(fraction=0.5, message="epoch 1")])
+    (pod,) = state.workers
+    status = to_status(observe(state, [PodVerdict(pod, "uid-0", "Failed", "OOMKilled", "",
+                                                  137, datetime.now(UTC))]))
+    write_task(admin, namespace, "oom", status)
+    short, long = "1/1 1 failed", "1 of 1 final, 1 failed (1 by their pod's end)"
+    server = serve("-n", namespace)
+    page.goto(server.url)
+    cell = page.locator(f"tr[id='row:{namespace}/oom'] td.workers")
+    eventually(lambda: cell.count() == 1 and cell.inner_text() == short, what="the row")
+    assert cell.locator(".bad").inner_text() == "1 failed"
+    page.goto(f"{server.url}tasks/{namespace}/oom")
+    dd = page.locator("#task-body dd.workers")
+    eventually(lambda: dd.count() == 1 and dd.inner_text() == long, what="the page's count")
+    listed = invoke(control_plane, "list", "oom", "-n", namespace, "-o", "wide").stdout
+    head, row = listed.splitlines()
+    at = head.index("WORKERS")
+    assert row[at:head.index("HEALTH")].strip() == short, listed
+    shown = invoke(control_plane, "state", "oom", "-n", namespace).stdout
+    assert f"Workers     {long}" in shown, shown
     assert page.errors == []
 
 

@@ -14,7 +14,9 @@ from tidings._compat import UTC
 from tidings.cli.common import CliError, parse_request_timeout
 from tidings.cli.jsonpath import TemplateError, parse_template, render
 from tidings.cli.kube import NO_CRD, Action, api_error, client_timeout, no_such_resource
-from tidings.cli.list_cmd import age, row, table
+from tidings.cli.list_cmd import row, table
+from tidings.schemas import view
+from tidings.schemas.times import parse_time
 
 DATA = {"kind": "List", "items": [
     {"metadata": {"name": "a", "labels": {"app.kubernetes.io/name": "x"}},
@@ -72,6 +74,15 @@ def test_request_timeout_becomes_a_client_timeout() -> None:
     assert client_timeout("1m") == 60.0  # a total, as kubectl's
 
 
+def age(t: str | None, now: datetime | None = None) -> str:
+    """The one age formatter (schemas/view.py) of a time as the status writes it."""
+    return view.age(parse_time(t), now or datetime.now(UTC))
+
+
+def eta(t: str | None, now: datetime) -> str:
+    return view.eta_text(parse_time(t), now)
+
+
 def test_ages_follow_kubectl() -> None:
     now = datetime(2026, 1, 10, tzinfo=UTC)
     for delta, text in [(timedelta(seconds=5), "5s"), (timedelta(seconds=119), "119s"),
@@ -89,7 +100,7 @@ def test_rows_show_missing_values_as_none_and_never_wrap() -> None:
                         "2026-01-01T00:00:00Z"}}
     cells = row(obj, wide=True, namespaced=True, now=datetime(2026, 1, 1, 0, 1, tzinfo=UTC))
     assert cells == ["ns", "t", "<none>", "<none>", "<none>", "<none>", "<none>", "<none>",
-                     "<none>", "<none>", "60s"]  # (wide: message, ETA, health)
+                     "<none>", "<none>", "<none>", "60s"]  # (wide: message, ETA, workers, health)
     long = ["x" * 300, "y"]
     text, widths = table([["A", "B"], long])
     assert text.splitlines()[1] == "x" * 300 + "   y" and widths == [300, 1]
@@ -141,8 +152,6 @@ def test_every_help_text_is_shown_as_written() -> None:
 
 
 def test_an_eta_that_passed_while_the_task_runs_reads_overdue_not_due_ago() -> None:
-    from tidings.cli.list_cmd import eta
-
     now = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
     at = (now + timedelta(seconds=200)).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert eta(at, now) == "in 3m20s"

@@ -177,11 +177,13 @@ def test_every_kind_folds_as_the_reference_fold_and_round_trips(
     assert decode_status(TASK, status) == engine
 
 
-@pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))
+def capped(with_cap: bool) -> list[tuple[Kind, type[BaseModel]]]:
+    return [(k, m) for k, m in models() if bool(k.cap) == with_cap]
+
+
+@pytest.mark.parametrize("kind, model", capped(True), ids=lambda x: getattr(x, "__name__", ""))
 def test_every_kind_is_capped_and_counted_like_the_reference(
         kind: Kind, model: type[BaseModel]) -> None:
-    if not kind.cap:
-        return
     payload, _ = EXAMPLES[model]
     lim = Limits(**{kind.cap: 0})
     ev = event_of(payload)
@@ -190,6 +192,37 @@ def test_every_kind_is_capped_and_counted_like_the_reference(
     assert to_status(engine) == to_status(reference)
     assert kind.section not in to_status(engine)
     assert engine.counters[kind.capped] >= 1
+
+
+@pytest.mark.parametrize("kind, model", capped(False), ids=lambda x: getattr(x, "__name__", ""))
+def test_a_kind_without_a_cap_is_bounded_by_its_parts_caps_or_keeps_only_a_count(
+        kind: Kind, model: type[BaseModel]) -> None:
+    """No cap of its own is no bound missing: a window's rows are each its part's kind
+    (progress, metrics, spans), every one of them capped by that kind's cap and counted; a
+    lineage record leaves a count in the status, nothing that grows with the records."""
+    payload, _ = EXAMPLES[model]
+    ev = event_of(payload)
+    if kind.family == "window":
+        filled = [k for k in KINDS if k.cap and k.section in to_status(fold_all(TASK, [ev]))]
+        assert {k.name for k in filled} == {"progress", "metrics", "spans"}
+        lim = Limits(**{k.cap: 0 for k in KINDS if k.cap})
+        engine = fold_all(TASK, [ev], lim)
+        reference = reference_fold.fold(decode_status(TASK, {}, lim), ev)
+        assert to_status(engine) == to_status(reference)
+        for k in filled:
+            assert k.section not in to_status(engine), k.name
+            assert engine.counters[k.capped] >= 1, k.capped
+    elif kind.family == "lineage":
+        one = to_status(fold_all(TASK, [ev]))
+        events = [event_of(PodSpawned(pod_name=f"p-{n}", pod_uid=f"u-{n}", app=TASK.name),
+                           seq=n + 1) for n in range(200)]
+        many = to_status(fold_all(TASK, events))
+        assert many["counters"][camel(kind.counters[0])] == 200
+        # The same parts, a few bytes more: the counts' digits.
+        assert set(many) == set(one)
+        assert len(orjson.dumps(many)) - len(orjson.dumps(one)) <= 16
+    else:
+        pytest.fail(f"kind {kind.name!r} has no cap, and no rule here says what bounds it")
 
 
 @pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))
@@ -218,6 +251,41 @@ def test_budget_order_and_counters_come_from_the_registry() -> None:
             if name:
                 assert name in COUNTER_NAMES
     assert len(set(COUNTER_NAMES)) == len(COUNTER_NAMES)
+
+
+# The payloads the watcher's fast parse (schemas/fastpath.py) leaves to the reference parse,
+# each with why that costs nothing worth its code. Every other kind must take the fast path:
+# a kind added to the registry without a decoder there fails the test below (it would parse
+# several times slower, silently), until it gets one or a reason here.
+REFERENCE_PARSE_ONLY: dict[type[BaseModel], str] = {
+    Metric: "the emitter sends its metrics in Windows; a lone Metric is `tidings emit metric`",
+    Metrics: "as Metric: the emitter packs metric rows into Windows",
+    PodSpawned: "lineage: one record per pod spawned, not per step",
+    UnknownPayload: "a type this version does not know is the reference's to keep and count",
+}
+
+
+@pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))
+def test_every_kind_takes_the_watchers_fast_parse_or_says_why_not(
+        kind: Kind, model: type[BaseModel]) -> None:
+    pytest.importorskip("msgspec", reason="the watcher extra (tidings[watcher]) is not installed")
+    from tidings.schemas import fastpath
+    from tidings.schemas.event import parse_watch_line
+
+    payload, _ = EXAMPLES[model]
+    raw = build_event(task=TASK, pod=POD, payload=payload, instance="i" * 32, seq=1, time=T0)
+    line = orjson.dumps({"type": "ADDED", "object": raw})
+    try:
+        fast = fastpath._fast(line)
+    except Exception:  # (what the fast path cannot decode, fast_watch_line hands on)
+        fast = None
+    assert fastpath.fast_watch_line(line) == parse_watch_line(line)
+    if model in REFERENCE_PARSE_ONLY:
+        assert fast is None, f"{model.__name__} takes the fast path: drop it from the list"
+    else:
+        assert fast == parse_watch_line(line), (
+            f"{model.__name__} takes the reference parse: give it a decoder in "
+            "schemas/fastpath.py, or a reason in REFERENCE_PARSE_ONLY")
 
 
 @pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))

@@ -5,6 +5,7 @@ shows; anything from the cluster is escaped, and only an http(s) URL becomes a l
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import datetime, timedelta
 from html.parser import HTMLParser
 from typing import Any
@@ -21,7 +22,16 @@ from tidings.schemas import PodRef, build_event, parse_event
 from tidings.schemas.folding import fold_all
 from tidings.schemas.kinds import Kind
 from tidings.schemas.payloads import LogLink, Progress
-from tidings.schemas.view import age, eta_text, pace_text, summarize, task_view
+from tidings.schemas.state import TaskState
+from tidings.schemas.view import (
+    TaskView,
+    WorkerCounts,
+    age,
+    eta_text,
+    pace_text,
+    summarize,
+    task_view,
+)
 
 pytest.importorskip("jinja2", reason="the ui extra (tidings[ui]) is not installed")
 from tidings.schemas.status_decoder import decode_status
@@ -70,7 +80,7 @@ def test_a_row_reads_what_the_status_says() -> None:
                                LogLink(name="w", url="https://w.example/r"))))
     assert (s.namespace, s.name, s.phase, s.percent, s.message) == (
         TASK.namespace, TASK.name, "Running", 40, "epoch 2")
-    assert (s.workers_final, s.workers_total, s.workers_failed, s.link_count) == (0, 1, 0, 1)
+    assert (s.worker_counts, s.link_count) == (WorkerCounts(0, 1), 1)
     assert s.health == () and s.labels == {"team": "a"}
     assert s.created == datetime(2026, 11, 30, 11, tzinfo=UTC)
 
@@ -213,11 +223,168 @@ def test_times_as_kubectl_says_them() -> None:
     assert eta_text(None, NOW) == "<none>"
 
 
-def test_the_cli_and_the_page_read_one_view() -> None:
-    state = decode_status(TASK, a_status(Progress(fraction=0.25, message="q")))
-    v = task_view(state)
-    assert v.progress is not None and v.progress.percent == 25
-    assert v.workers_total == 1 and v.phase == "Running"
+def terminal(state: TaskState, status: dict[str, Any] | None = None) -> str:
+    """What `tidings state` prints of a state (read from ``status``, else folded locally)."""
+    import io
+
+    from rich.console import Console
+
+    from tidings.cli.snapshot import SOURCE_CR, SOURCE_EVENTS, Snapshot
+    from tidings.cli.taskrender import render
+
+    out = io.StringIO()
+    snap = Snapshot(state, SOURCE_CR if status is not None else SOURCE_EVENTS, status=status)
+    Console(file=out, width=250, color_system=None).print(render(snap))
+    return out.getvalue()
+
+
+def page_text(html: str) -> str:
+    """The page's words as a browser shows them: tags dropped, entities read."""
+    import html as html_
+
+    return html_.unescape(re.sub(r"<[^>]*>", "", html))
+
+
+def a_busy_state() -> tuple[TaskState, dict[str, Any]]:
+    """Two workers (one OOM-killed without a word, one running), a metric with a history, a
+    link, a span, a pod waiting: something in each part of a task's view."""
+    from tidings.schemas.observed import PodVerdict
+    from tidings.schemas.observing import observe
+    from tidings.schemas.payloads import Metric, SpanSummary
+
+    t = datetime(2026, 11, 30, 3, 5, tzinfo=UTC)
+    other = PodRef("worker-1", "uid-1")
+    state = fold_all(TASK, [
+        event_of(Progress(fraction=0.3, message="epoch 1")),
+        event_of(Progress(fraction=0.2, message="epoch 1 of 3"), seq=2, pod=other),
+        event_of(Metric(name="loss", value=0.5, step=3, min=0.25, max=2.0,
+                        points=((1, 2.0), (2, 1.0))), seq=3),
+        event_of(LogLink(name="runs", url="https://runs.example/7"), seq=4),
+        event_of(SpanSummary(name="train_step", count=3, total_s=1.5, min_s=0.25, max_s=1.0,
+                             first_start=1.8e9, last_end=1.8e9 + 9, errors=1), seq=5)])
+    state = observe(state, [PodVerdict("worker-1", "uid-1", "Failed", "OOMKilled", "", 137, t)],
+                    waiting=[PodVerdict("worker-2", "uid-2", "Waiting", "ImagePullBackOff",
+                                        "no such image", None, t)])
+    return state, to_status(state)
+
+
+def shown(v: TaskView) -> list[str]:
+    """The words of a view each surface must show: its progress, workers, registers, spans
+    and waiting pods."""
+    assert v.progress is not None
+    out = [v.phase, v.progress.message, v.worker_counts.text()]
+    for w in v.workers:
+        out += [w.pod, w.state, w.ended]
+    for table in v.tables:
+        for r in table.rows:
+            out += [r.name, *r.values]
+    out += [sp.name for sp in v.spans] + [wp.reason for wp in v.waiting]
+    return [text for text in out if text]
+
+
+def test_the_cli_and_the_page_read_one_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tidings state` and the page show every part of the one view of a task, and only
+    that: a view changed after ``task_view`` made it shows changed on both, so neither
+    reads a state or a status of its own."""
+    from tidings.cli import taskrender
+
+    state, status = a_busy_state()
+    o = obj(status)
+    v = task_view(decode_status(TASK, status), status)
+    assert len(v.workers) == 2 and v.tables and v.spans and v.waiting
+    for text in shown(v):
+        assert text in terminal(state, status), text
+        assert text in page_text(pages.task_body(o)), text
+    assert v.progress is not None
+    told = replace(v, phase="Decided-Elsewhere",
+                   progress=replace(v.progress, message="said by the one view"),
+                   worker_counts=WorkerCounts(7, 9, failed=2, ended=1),
+                   workers=tuple(replace(w, state=f"state-{n}") for n, w in enumerate(v.workers)))
+    made: list[tuple[TaskState, Any]] = []
+
+    def one_view(state: TaskState, status: Any = None, now: datetime | None = None) -> TaskView:
+        made.append((state, status))
+        return told
+
+    monkeypatch.setattr(taskrender, "task_view", one_view)
+    monkeypatch.setattr(pages, "task_view", one_view)
+    cli, page = terminal(state, status), page_text(pages.task_body(o))
+    assert len(made) == 2
+    for text in shown(told):
+        assert text in cli, text
+        assert text in page, text
+    assert "7 of 9 final, 2 failed (1 by their pod's end)" in cli
+
+
+# --- one count of workers: the list's row, `list -o wide`, the page and `state` ---------------
+
+
+def four_places(status: dict[str, Any]) -> dict[str, str]:
+    """The worker count of a task as each surface shows it: the page's list row, `tidings
+    list -o wide`, the task's page and `tidings state`."""
+    from tidings.cli.list_cmd import header, row
+
+    o = obj(status)
+    cells = dict(zip(header(True, False), row(o, wide=True, namespaced=False, now=NOW),
+                     strict=True))
+    page_row = re.search(r'<td class="workers">(.*?)</td>', pages.render("row.html",
+                                                                        s=summarize(o)))
+    page = re.search(r'<dd class="workers">(.*?)</dd>', pages.task_body(o))
+    assert page_row is not None and page is not None
+    state_line = [ln for ln in terminal(decode_status(TASK, status), status).splitlines()
+                  if ln.startswith("Workers")]
+    return {"row": page_text(page_row.group(1)), "wide": cells["WORKERS"],
+            "page": page_text(page.group(1)),
+            "state": state_line[0].removeprefix("Workers").strip()}
+
+
+@pytest.mark.parametrize("platform, short, long", [
+    (None, "1/1 1 failed", "1 of 1 final, 1 failed (1 by their pod's end)"),
+    ("Running", "1/1 1 retried", "1 of 1 final, 1 retried (1 by their pod's end)"),
+    ("Failed", "1/1 1 failed", "1 of 1 final, 1 failed (1 by their pod's end)"),
+], ids=["no-platform", "job-running", "job-gave-up"])
+def test_an_oom_killed_worker_reads_the_same_in_all_four_places(
+        platform: str | None, short: str, long: str) -> None:
+    """One worker, OOM-killed without a final report: final by its pod's end and failed, in
+    the list (not 0/1), on the page and in `state`. Under a Job that still runs it was an
+    attempt the Job retried; once the Job gave up (backoffLimit 0), it was not retried."""
+    from tidings.schemas.observed import PlatformOutcome, PodVerdict
+    from tidings.schemas.observing import observe
+
+    t = datetime(2026, 11, 30, 3, 5, tzinfo=UTC)
+    state = fold_all(TASK, [event_of(Progress(fraction=0.5, message="epoch 1"))])
+    (pod,) = state.workers
+    state = observe(state, [PodVerdict(pod, "uid", "Failed", "OOMKilled", "", 137, t)])
+    if platform is not None:
+        state = observe(state, platform=PlatformOutcome(
+            "batch/v1", "Job", "job-1", "uid-job", platform,
+            "BackoffLimitExceeded" if platform == "Failed" else "", "", t))
+    status = to_status(state)
+    assert status["roster"]["final"] == 0 and status["roster"]["podFinal"] == 1
+    counts = summarize(obj(status)).worker_counts
+    assert counts == task_view(decode_status(TASK, status), status).worker_counts
+    assert counts is not None and counts.text(short=True) == short and counts.text() == long
+    assert four_places(status) == {"row": short, "wide": short, "page": long, "state": long}
+
+
+def test_the_list_row_and_the_page_count_the_workers_of_any_state_alike() -> None:
+    """Over the golden test's random states (pods final by their own word or their pod's
+    end, failed, retried under a Job, beyond the roster's cap): the row, read from the
+    status alone, counts as the page and `state` do from the whole state."""
+    from tests.unit.test_status_golden import random_state
+
+    kinds = set()
+    for seed in range(300):
+        state = random_state(seed)[0]
+        status = to_status(state)
+        counts = summarize(obj(status)).worker_counts
+        if "roster" not in status:  # nothing reported, no pod ended
+            assert counts is None and not state.roster.marks
+            continue
+        assert counts == task_view(state, status).worker_counts, seed
+        assert counts == task_view(decode_status(TASK, status), status).worker_counts, seed
+        kinds |= {k for k in ("failed", "retried", "ended") if getattr(counts, k)}
+    assert kinds == {"failed", "retried", "ended"}  # the generator reaches each case
 
 
 def test_a_server_on_another_address_than_loopback_says_so() -> None:
@@ -264,3 +431,9 @@ def test_a_lone_stalled_worker_still_gets_its_row() -> None:
     status["health"] = {"summary": "Stalled", "stalled": [pod]}
     view = task_view(state, status)
     assert view.shows_workers and view.workers[0].flags == ("stalled",)
+    # The page shows the flag in the worker's row, as `tidings state` does.
+    row = re.search(rf"<tr class=\"flagged\">\s*<td>{pod}(.*?)</td>",
+                    pages.task_body(obj(status)))
+    assert row is not None and '<span class="cond">stalled</span>' in row.group(1)
+    assert any(ln.split()[:1] == [pod] and "stalled" in ln
+               for ln in terminal(state, status).splitlines())

@@ -299,8 +299,12 @@ def test_the_plan_takes_due_critical_keys_first_then_the_oldest_change(
 
 
 class FakeKube:
-    def __init__(self, slow: dict[str, float] | None = None, fail_first: int = 0) -> None:
+    def __init__(self, slow: dict[str, float] | None = None, fail_first: int = 0,
+                 held: dict[str, threading.Event] | None = None) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
+        # A task whose requests wait until its event is set (a write in flight for as long
+        # as a test needs, whatever the machine's load).
+        self.held = held or {}
         self.rv: dict[str, int] = {}
         self.patches: dict[str, int] = {}
         self.in_flight: dict[str, int] = {}
@@ -323,6 +327,8 @@ class FakeKube:
                                            self.in_flight[name])
         try:
             time.sleep(self.slow.get(name, 0.0))
+            if name in self.held:
+                assert self.held[name].wait(30), f"{name}'s request held for 30 s"
             with self.lock:
                 if method == "POST":
                     if name in self.objects:
@@ -386,23 +392,28 @@ def test_burst_of_changes_costs_few_writes_and_the_newest_state_lands() -> None:
 
 
 def test_slow_task_does_not_hold_up_another() -> None:
-    kube = FakeKube()
+    # a's write is in flight (its request held) until b's newest state has landed: no clock,
+    # so a loaded machine proves the same as an idle one; a writer that let a's write hold
+    # up b's would never land b's, and fail here.
+    release = threading.Event()
+    kube = FakeKube(held={"a": release})
     store = Store()
     w = StatusWriter(kube, store, Metrics(), interval=0.0, workers=2,  # type: ignore[arg-type]
-                     slow={"a": 2.0})
+                     slow={})
     w.start()
     a, b = TaskRef("ns", "a"), TaskRef("ns", "b")
-    _apply(store, w, a, 1)
-    eventually(lambda: w.is_processing(a), 5, "a's write to sit in the slow hook")
-    t0 = time.monotonic()
-    for seq in range(1, 20):
-        last_b = _apply(store, w, b, seq)
-        time.sleep(0.005)
-    eventually(lambda: unjudged(kube.objects.get("b")) == unjudged(status_body(last_b)), 1.0,
-               "b's newest state, while a's write sleeps")
-    assert time.monotonic() - t0 < 1.0
-    assert "a" not in kube.objects or not kube.objects["a"]
-    assert w.flush(5)
+    last_a = _apply(store, w, a, 1)
+    eventually(lambda: kube.in_flight.get("a") == 1, 10, "a's write in flight")
+    try:
+        for seq in range(1, 20):
+            last_b = _apply(store, w, b, seq)
+        eventually(lambda: unjudged(kube.objects.get("b")) == unjudged(status_body(last_b)),
+                   30, "b's newest state, while a's write is in flight")
+        assert kube.in_flight["a"] == 1 and "a" not in kube.objects
+    finally:
+        release.set()
+    assert w.flush(10)
+    assert unjudged(kube.objects["a"]) == unjudged(status_body(last_a))
     w.stop()
 
 

@@ -102,7 +102,7 @@ demo-real: setup node images
 
 # mypy --strict (pyproject's [tool.mypy]) over the installed names; tidings/'s symlinks let it
 # resolve tidings.* to the top-level folders.
-MYPY_TARGETS := -p tidings.schemas -p tidings.kube -p tidings.emitter -p tidings.watcher -p tidings.cli -p tidings.ui -p tidings.integrations -m tools.devcluster -m tools.devplatforms
+MYPY_TARGETS := -p tidings.schemas -p tidings.kube -p tidings.emitter -p tidings.watcher -p tidings.cli -p tidings.ui -p tidings.integrations -m tools.devcluster -m tools.devplatforms -m tools.devnode -m tools.devprocess -m tools.devpki
 lint: venv
 	$(VENV)/bin/ruff check schemas kube emitter watcher cli ui integrations tidings tests bench tools
 	$(VENV)/bin/mypy $(MYPY_TARGETS)

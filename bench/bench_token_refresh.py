@@ -32,6 +32,9 @@ NEEDS_REAL_NODE = True
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # The token the kubelet refreshes: 600 s is the least the API server issues.
 TOKEN_LIFE = 600
+# What the restricted Pod Security level of tidings-system asks of a container.
+RESTRICTED = {"runAsNonRoot": True, "runAsUser": 65532, "allowPrivilegeEscalation": False,
+              "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
 
 WORKLOAD = f"""
 import json, base64, os, sys, time
@@ -72,6 +75,7 @@ def pod(name: str, account: str, image: str, command: list[str],
                      "volumes": [short_token_volume()],
                      "containers": [{"name": "main", "image": image,
                                      "imagePullPolicy": "IfNotPresent", "command": command,
+                                     "securityContext": RESTRICTED,
                                      "volumeMounts": [{"name": "short-token",
                                                        "mountPath": SA_DIR}]}]}}
 

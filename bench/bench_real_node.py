@@ -176,6 +176,7 @@ def main() -> None:
         real = pod_starts(kube, ns, a.pods, None)
         kwok = pod_starts(kube, ns, a.pods, dc.NODE_NAME)
         oom, since_death = oom_latencies(kube, ns, a.ooms)
+        kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods")
         kube.request("DELETE", f"/api/v1/namespaces/{ns}")
     finally:
         if watcher is not None:

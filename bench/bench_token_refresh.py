@@ -182,6 +182,8 @@ def run(cp: Any, a: argparse.Namespace) -> list[str]:
             f"(the last: report {int(folded[-1][1]) if folded else 0} of {total})",
             f"task phase: {status.get('phase')}; watcher errors logged: "
             f"{sum('ERROR' in x or 'Unauthorized' in x for x in watcher_log.splitlines())}"]
+    # Its pods too: on a plane without the namespace controller they would outlive it.
+    kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods")
     kube.request("DELETE", f"/api/v1/namespaces/{ns}")
     return out
 

@@ -98,15 +98,14 @@ class WatcherInstall:
     def remove(self) -> None:
         if self.current == "chart":
             self.helm("uninstall", "tidings", "-n", NS, "--wait", "--timeout", "120s")
-        elif self.current == "kustomize":
+        else:  # the base's objects, whoever applied them (a bench, a test, apply -k)
             # All but the namespace: no namespace controller runs here to finalise its
             # deletion, and the chart installs into it again.
             base = self.kubectl("kustomize", str(REPO_ROOT / "deploy")).stdout
             kept = [d for d in yaml.safe_load_all(base) if d and d["kind"] != "Namespace"]
             self.run(str(self.plane.kubectl), "delete", "--ignore-not-found", "-f", "-",
                      input_text=yaml.safe_dump_all(kept))
-        if self.current:
-            eventually(lambda: not self.pods(), 120, "the watcher's pods gone")
+        eventually(lambda: not self.pods(), 120, "the watcher's pods gone")
         self.current = ""
 
     def pods(self) -> list[dict[str, Any]]:

@@ -39,7 +39,10 @@ from .roster import (
     Failure,
     Mark,
     OrderKey,
+    Pace,
     Roster,
+    epoch_ms,
+    join_pace,
     mark_bits,
     pod_hash,
     with_ends,
@@ -75,6 +78,7 @@ def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
     marks = w.marks_w
     if marks is None:
         marks = w.begin_roster()
+    paces = w.paces_w
     h = pod_hash(pod)
     bits = mark_bits(p.fraction, p.final, p.failed)
     cur = marks.get(h)
@@ -91,17 +95,27 @@ def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
                 w.finals += 1
             if gained & FAILED:
                 w.failures += 1
+        if new & FINAL:  # (a final ends the pod's pace, whichever came first)
+            paces.pop(h, None)
+        else:
+            paces[h] = join_pace(paces.get(h), pod, epoch_ms(key[0]), fn)
     elif len(marks) < w.lim.roster:
         marks[h] = Mark(bits, 1)
         w.marked(bits, 1)
+        if not p.final:
+            paces[h] = join_pace(None, pod, epoch_ms(key[0]), bits & FRACTION_MASK)
     elif h > max(marks, default=-1):
         w.bump("roster_capped")
     else:
-        gone = marks.pop(max(marks))
+        largest = max(marks)
+        gone = marks.pop(largest)
+        paces.pop(largest, None)
         w.bump("roster_capped", gone.events)
         w.marked(gone.bits, -1)
         marks[h] = Mark(bits, 1)
         w.marked(bits, 1)
+        if not p.final:
+            paces[h] = join_pace(None, pod, epoch_ms(key[0]), bits & FRACTION_MASK)
     if p.workers > w.declared:
         w.declared = p.workers
     if p.final:
@@ -140,6 +154,7 @@ class Work:
         "lim",
         "marks_w",
         "named_w",
+        "paces_w",
         "permyriads",
         "spans_w",
         "state",
@@ -155,6 +170,7 @@ class Work:
         self.workers_w: dict[str, ProgressState] | None = None
         self.unknown_w: dict[str, int] | None = None
         self.marks_w: dict[int, Mark] | None = None  # (the roster's tallies: begin_roster)
+        self.paces_w: dict[int, Pace] = {}  # (begin_roster copies the roster's)
 
     def bump(self, name: str, n: int = 1) -> None:
         c = self.counters
@@ -176,6 +192,7 @@ class Work:
         self.permyriads = r.permyriads
         self.first_failure, self.last_final = r.first_failure, r.last_final
         self.marks_w = dict(r.marks)
+        self.paces_w = dict(r.paces)
         return self.marks_w
 
     def roster(self) -> Roster:
@@ -183,7 +200,8 @@ class Work:
             return self.state.roster
         r = self.state.roster
         out = Roster(self.marks_w, self.declared, self.finals, self.failures,
-                     self.permyriads, self.first_failure, self.last_final, r.ends)
+                     self.permyriads, self.first_failure, self.last_final, r.ends,
+                     paces=self.paces_w)
         # The pods' ends count only for pods without a final of their own: a new mark or
         # final moves those tallies (rarely: only a task with an ended pod has ends).
         return with_ends(out) if r.ends else out

@@ -140,14 +140,15 @@ KINDS: tuple[Kind, ...] = (
 )
 
 # What the status budget gives up, in this order (after the sender pods): each kind's
-# section (``drop_rank``) or its entries' detail (``detail_rank``), as (budgetDropped key,
-# section, the entries' field or "" for whole entries).
-BUDGET_STEPS: tuple[tuple[str, str, str], ...] = tuple(
-    step for _, step in sorted(
-        [(k.drop_rank, (k.budget_section, k.section, "")) for k in KINDS
-         if k.drop_rank is not None]
-        + [(k.detail_rank, (k.detail_drop, k.section, k.detail)) for k in KINDS
-           if k.detail_rank is not None]))
+# section (``drop_rank``) or its entries' detail (``detail_rank``), as (rank, (budgetDropped
+# key, section, the entries' field or "" for whole entries)); the status encoder places its
+# own sections among them by rank.
+BUDGET_RANKED: tuple[tuple[int, tuple[str, str, str]], ...] = tuple(sorted(
+    [(k.drop_rank, (k.budget_section, k.section, "")) for k in KINDS
+     if k.drop_rank is not None]
+    + [(k.detail_rank, (k.detail_drop, k.section, k.detail)) for k in KINDS
+       if k.detail_rank is not None]))
+BUDGET_STEPS: tuple[tuple[str, str, str], ...] = tuple(step for _, step in BUDGET_RANKED)
 
 # Each payload model -> its kind.
 KIND_OF_MODEL: dict[type[BaseModel], Kind] = {m: k for k in KINDS for m in k.models}

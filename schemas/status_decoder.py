@@ -38,12 +38,18 @@ from .observed import (
     exit_code_of,
 )
 from .roster import (
+    FINAL,
     Failure,
     OrderKey,
+    Pace,
     Roster,
     counts,
     decode_ends,
     decode_marks,
+    decode_paces,
+    epoch_ms,
+    mark_bits,
+    pod_hash,
     roster_of,
     with_ends,
 )
@@ -77,9 +83,13 @@ def _verdict_key(v: Any) -> str | None:
     return pod if isinstance(pod, str) else None
 
 
+def _no_key(item: Any) -> None:
+    return None  # (an unreadable item of paces is written back as it was)
+
+
 _ITEM_KEYS: dict[str, Callable[[Any], Any]] = {
     "workers": _worker_key, "pods": _pod_key, "podOutcomes": _verdict_key,
-    "waitingPods": _verdict_key}
+    "waitingPods": _verdict_key, "paces": _no_key}
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,6 +383,39 @@ def _roster(data: Any, workers: Mapping[str, ProgressState], lim: Limits
                             None if last is None else _key(last)), ends), cut
 
 
+def _paces(st: Mapping[str, Any], roster: Roster, workers: Mapping[str, ProgressState],
+           r: _Reading) -> dict[int, Pace]:
+    """The paces of the roster's running pods: those ``paces`` holds (an unreadable item goes
+    to ``r``), and for a detailed worker whose pace the status lacks (its budget left it
+    out, or it was written before paces), the pace its record implies. A running pod with
+    neither is not judged (schemas/health.py says how many)."""
+    data = st.get("paces", [])
+    marks = roster.marks
+    out: dict[int, Pace] = {}
+    if not isinstance(data, list):
+        r.whole("paces", ValueError("not a list"))
+        data = []
+    for item in data:
+        try:
+            _need(isinstance(item, str), "bad pace")
+            paces = decode_paces(item)
+        except Exception as e:
+            r.item("paces", item, e)
+            continue
+        out.update((h, p) for h, p in paces.items()
+                   if h in marks and not marks[h].bits & FINAL)
+    for pod, w in workers.items():
+        h = pod_hash(pod)
+        m = marks.get(h)
+        if h in out or m is None or m.bits & FINAL or w.final:
+            continue
+        first_at, first_fraction = (w.at, w.fraction) if w.first_at is None \
+            else (w.first_at, w.first_fraction)
+        out[h] = Pace(pod, w.events, epoch_ms(first_at[0]), mark_bits(first_fraction, False, False),
+                      epoch_ms(w.at[0]), mark_bits(w.fraction, False, False))
+    return out
+
+
 def _observed(st: Mapping[str, Any], lim: Limits, r: _Reading) -> Observed:
     """``podOutcomes``, ``waitingPods`` and ``platform`` as ``_observed_json`` wrote them,
     entry by entry (an unreadable verdict goes to ``r``; an unreadable platform makes the
@@ -493,6 +536,7 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits, r: _Reading)
     except Exception as e:
         r.whole("roster", e)
         roster, c7 = _roster(None, workers, lim)  # (shown, never written: the read is partial)
+    roster = roster._replace(paces=_paces(st, roster, workers, r))
     for name, extra in (
         ("spans_capped", c3),
         ("pods_capped", c4),

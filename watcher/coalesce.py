@@ -24,18 +24,19 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Hashable, Iterable
+from collections.abc import Collection, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from tidings.kube.flowcontrol import Backoff
 from tidings.schemas.event import ParsedEvent
 from tidings.schemas.kinds import COALESCIBLE, CRITICAL, Urgency, urgency
+from tidings.schemas.payloads import Progress, Window
 from tidings.schemas.state import TaskState
 
 K = TypeVar("K", bound=Hashable)
 
-__all__ = ["COALESCIBLE", "CRITICAL", "Coalescer", "critical_change", "fact_kind"]
+__all__ = ["COALESCIBLE", "CRITICAL", "Coalescer", "critical_change", "ends_stall", "fact_kind"]
 
 
 def fact_kind(ev: ParsedEvent) -> Urgency:
@@ -50,6 +51,18 @@ def critical_change(before: TaskState, after: TaskState, events: Iterable[Parsed
     critical fact, or a phase change (the first fact of a task, a final, a failure), which
     moves the conditions too."""
     return before.phase != after.phase or any(fact_kind(ev) == CRITICAL for ev in events)
+
+
+def ends_stall(events: Iterable[ParsedEvent], stalled: Collection[str], more: bool) -> bool:
+    """Whether ``events`` hold a progress report of a worker the written status says is
+    stalled (``stalled``: its list; ``more``: the list is cut, so any worker may be): the
+    report clears the stall, as urgent as the stall was (the health clock writes a stall as
+    a critical change), not a coalescing interval later."""
+    if not stalled and not more:
+        return False
+    return any((type(p := ev.payload) is Progress
+                or (type(p) is Window and p.progress is not None))
+               and (more or ev.sender.name in stalled) for ev in events)
 
 
 @dataclass(slots=True)

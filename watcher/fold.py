@@ -169,8 +169,11 @@ class Folder:
             # buy the task status writes faster than the coalescing interval.
             self.writer.changed(task, critical=False)
         if applied:
-            self.writer.changed(task, critical=critical_change(base, state, applied))
-            if state.workers is not base.workers:  # (a worker reported: paces moved)
+            # A report of a worker the status says is stalled clears it: as urgent as the
+            # stall was (the clock writes it at once), not a coalescing interval later.
+            self.writer.changed(task, critical=critical_change(base, state, applied)
+                                or self.writer.ends_stall(task, applied))
+            if state.roster is not base.roster:  # (a worker reported: paces moved)
                 self.health.schedule(task, self.store.get(task))
         if admitted.after_ttl:
             self.late_after_ttl.add(task)

@@ -38,6 +38,7 @@ from tidings.schemas.roster import (
     Failure,
     Mark,
     OrderKey,
+    Pace,
     Roster,
     pod_hash,
 )
@@ -179,9 +180,21 @@ def _roster(r: Roster, pod: str, p: Progress, key: OrderKey, cap: int) -> tuple[
     else:
         flags = (cur.bits | bits) & (FINAL | FAILED)
         marks[h] = Mark(flags | max(cur.bits & FRACTION_MASK, frac), cur.events + 1)
+    # The pod's pace (its earliest and latest report, by time then fraction) while it has
+    # no final.
+    paces = dict(r.paces)
+    if marks[h].bits & FINAL:
+        paces.pop(h, None)
+    else:
+        ms = int(key[0].timestamp() * 1000)
+        old = paces.get(h)
+        lo = (ms, frac) if old is None else min((old.first_ms, old.first_pm), (ms, frac))
+        hi = (ms, frac) if old is None else max((old.last_ms, old.last_pm), (ms, frac))
+        paces[h] = Pace(pod, 1 if old is None else old.reports + 1, *lo, *hi)
     if len(marks) > cap:
         largest = max(marks)
         capped = marks.pop(largest).events
+        paces.pop(largest, None)
     first, last = r.first_failure, r.last_final
     if p.final and (last is None or key > last):
         last = key
@@ -197,7 +210,7 @@ def _roster(r: Roster, pod: str, p: Progress, key: OrderKey, cap: int) -> tuple[
         sum(1 for m in marks.values() if m.bits & FAILED),
         sum(m.bits & FRACTION_MASK for m in marks.values()), first, last, r.ends,
         len(ended), len(failed), min(failed, default=None),
-        max((e.at for e in ended.values()), default=None)), capped
+        max((e.at for e in ended.values()), default=None), paces), capped
 
 
 def _order_time(ev: ParsedEvent, skew: timedelta) -> datetime:

@@ -165,7 +165,7 @@ def test_pods_beyond_the_roster_are_said_not_seen() -> None:
 
 
 def test_a_final_ends_a_workers_pace_in_any_order() -> None:
-    evs = reports("w-0", [0.0, 5.0]) + [event("w-0", 9, 6.0, Progress(fraction=1.0,
+    evs = [*reports("w-0", [0.0, 5.0]), event("w-0", 9, 6.0, Progress(fraction=1.0,
                                                                         final=True))]
     for order in (evs, evs[::-1]):
         s = fold_all(TASK, order)

@@ -18,7 +18,7 @@ from operator import attrgetter
 from typing import cast
 
 from .caps import K, events_of, insert_capped, one_each
-from .constants import MESSAGE_LIMIT
+from .constants import MESSAGE_LIMIT, non_finite_text
 from .event import ParsedEvent
 from .history import merge as merge_report
 from .kinds import KINDS, Kind, Report
@@ -48,7 +48,7 @@ from .roster import (
     with_ends,
 )
 from .spans import SpanRun
-from .state import Named, NamedValue, TaskState
+from .state import Beyond, Named, NamedValue, TaskState
 from .text import cut_text
 from .workers import ProgressState, merge_progress
 
@@ -69,6 +69,44 @@ def _set_named(entries: dict[str, Named], name: str, value: NamedValue, at: Orde
     else:
         entries[name] = Named(cur.value, cur.at, cur.events + 1, series)
     return 0
+
+
+def _non_finite_of(value: NamedValue, index: int) -> str:
+    """The wire spelling of the value field ``index`` of ``value`` when it is not finite."""
+    v = value[index] if isinstance(value, tuple) else value
+    return (non_finite_text(v) or "") if type(v) is float else ""
+
+
+def _set_beyond(beyond: dict[str, Beyond], name: str, at: OrderKey, non_finite: str,
+                events: int, cap: int) -> int:
+    """Join a report of ``name``, beyond its kind's cap, into its finiteness register (the
+    latest by order key wins, as a register's value does); the ``cap`` smallest names are
+    kept. Returns the events of a name that fell beyond those."""
+    cur = beyond.get(name)
+    if cur is None:
+        return insert_capped(beyond, name, Beyond(at, non_finite, events), cap, events_of)
+    if at > cur.at:
+        beyond[name] = Beyond(at, non_finite, cur.events + events)
+    else:
+        beyond[name] = Beyond(cur.at, cur.non_finite, cur.events + events)
+    return 0
+
+
+def _set_named_beyond(entries: dict[str, Named], beyond: dict[str, Beyond], name: str,
+                      value: NamedValue, at: OrderKey, cap: int, report: Report | None,
+                      index: int, beyond_cap: int) -> tuple[int, int]:
+    """``_set_named``, for a kind that keeps the finiteness of its names beyond the cap: a
+    name beyond it, or a register the cap evicts, goes on in ``beyond``. Returns the events
+    beyond the cap and those beyond ``beyond`` as well (not judged)."""
+    if name in entries or len(entries) < cap:
+        return _set_named(entries, name, value, at, cap, report), 0
+    largest = max(entries) if cap > 0 else None
+    if largest is None or name > largest:
+        return 1, _set_beyond(beyond, name, at, _non_finite_of(value, index), 1, beyond_cap)
+    gone = entries.pop(largest)
+    entries[name] = Named(value, at, 1, None if report is None else merge_report(None, *report))
+    return gone.events, _set_beyond(beyond, largest, gone.at,
+                                    _non_finite_of(gone.value, index), gone.events, beyond_cap)
 
 
 def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
@@ -145,6 +183,7 @@ class Work:
     written (each a copy of the input's, made on the first write, then changed in place)."""
 
     __slots__ = (
+        "beyond_w",
         "counters",
         "declared",
         "failures",
@@ -169,8 +208,19 @@ class Work:
         self.spans_w: SpanRun | None = None
         self.workers_w: dict[str, ProgressState] | None = None
         self.unknown_w: dict[str, int] | None = None
+        self.beyond_w: dict[str, dict[str, Beyond]] | None = None
         self.marks_w: dict[int, Mark] | None = None  # (the roster's tallies: begin_roster)
         self.paces_w: dict[int, Pace] = {}  # (begin_roster copies the roster's)
+
+    def beyond(self, section: str) -> dict[str, Beyond]:
+        """The run's copy of ``section``'s names beyond its cap."""
+        out = self.beyond_w
+        if out is None:
+            out = self.beyond_w = {}
+        entries = out.get(section)
+        if entries is None:
+            entries = out[section] = dict(self.state.beyond.get(section, {}))
+        return entries
 
     def bump(self, name: str, n: int = 1) -> None:
         c = self.counters
@@ -273,7 +323,34 @@ def _named_apply(kind: Kind, model: type) -> Apply:
             if capped:
                 w.bump(counter, capped)
 
-    return apply
+    if not kind.beyond:
+        return apply
+    index = next(i for i, f in enumerate(kind.values) if f.non_finite)
+    unjudged = kind.unjudged
+
+    def apply_beyond(w: Work, ev: ParsedEvent, p: Payload, t: datetime) -> None:
+        named = w.named_w
+        if named is None:
+            named = w.named_w = {}
+        entries = named.get(section)
+        if entries is None:
+            entries = named[section] = dict(w.state.named.get(section, {}))
+        at, limit = (t, ev.instance, ev.seq), cap(w.lim)
+        for row in (p,) if rows is None else rows(p):
+            name = key(row)
+            if name in entries or len(entries) < limit:  # (the common case: it fits)
+                capped, lost = _set_named(entries, name, value(row), at, limit,
+                                          None if report is None else report(row)), 0
+            else:
+                capped, lost = _set_named_beyond(
+                    entries, w.beyond(section), name, value(row), at, limit,
+                    None if report is None else report(row), index, w.lim.beyond)
+            if capped:
+                w.bump(counter, capped)
+            if lost:
+                w.bump(unjudged, lost)
+
+    return apply_beyond
 
 
 def _apply_pod_spawned(w: Work, ev: ParsedEvent, p: PodSpawned, t: datetime) -> None:

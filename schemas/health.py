@@ -294,22 +294,35 @@ def _stalled_says(state: TaskState, found: Found, now: datetime | None) -> Said:
 
 
 def _non_finite(state: TaskState, now: datetime | None, s: HealthSettings) -> Found:
-    """A metric's latest value that is NaN or infinite counts whatever the phase."""
-    found = {}
-    for name, reg in sorted(state.named.get("metrics", {}).items()):
+    """A metric's latest value that is NaN or infinite counts whatever the phase, whether or
+    not its name fits the cap: a name beyond it keeps its latest value's finiteness
+    (``state.beyond``); reports of names beyond those too are not judged (counted)."""
+    kept = state.named.get("metrics", {})
+    found: dict[str, tuple[str, datetime]] = {}
+    for name, reg in kept.items():
         value = reg.value[0] if isinstance(reg.value, tuple) else reg.value
         text = non_finite_text(value) if type(value) is float else None
         if text is not None:
-            found[name] = text
-    return Found(found)
+            found[name] = (text, reg.at[0])
+    for name, b in state.beyond.get("metrics", {}).items():
+        if b.non_finite and name not in kept:
+            found[name] = (b.non_finite, b.at[0])
+    unjudged = state.counters.get("metrics_unjudged", 0)
+    return Found(dict(sorted(found.items())), None,
+                 len(kept) + len(state.beyond.get("metrics", {})), unjudged)
 
 
 def _non_finite_says(state: TaskState, found: Found, now: datetime | None) -> Said:
-    named: Mapping[str, str] = found.named
-    if not named:
-        return Said("AllFinite", "every metric's latest value is finite")
-    text = _names((f"{name}={text}" for name, text in named.items()), len(named))
-    return Said("NonFiniteValue", text, min(state.named["metrics"][n].at[0] for n in named))
+    named: Mapping[str, tuple[str, datetime]] = found.named
+    rest = (f"{found.unjudged} reports of metric names beyond the {found.context} judged "
+            "were not judged") if found.unjudged else ""
+    if named:
+        text = _names((f"{name}={text}" for name, (text, _) in named.items()), len(named))
+        return Said("NonFiniteValue", text + (f"; {rest}" if rest else ""),
+                    min(at for _, at in named.values()))
+    if rest:
+        return Said("NotJudged", f"every judged metric's latest value is finite; {rest}")
+    return Said("AllFinite", "every metric's latest value is finite")
 
 
 class Paces(NamedTuple):

@@ -75,6 +75,12 @@ class Kind:
     detail: str = ""
     detail_drop: str = ""
     detail_rank: int | None = None
+    # A named kind with a value that may be non-finite: the status section of its names
+    # beyond the cap, whose latest value's finiteness is kept (``Limits.beyond`` of them;
+    # never dropped by the budget: a health condition reads them), and the counter of the
+    # reports of names beyond those.
+    beyond: str = ""
+    unjudged: str = ""
     # Text fields the note codec may cut, in this order (never a name: names are kept whole
     # or refused, so two cannot collapse into one).
     shrink: tuple[str, ...] = ()
@@ -120,6 +126,7 @@ KINDS: tuple[Kind, ...] = (
          values=(ValueField("uri", "str", "URI", style="cyan"),), title="Decks"),
     Kind("metrics", (payloads.Metric, payloads.Metrics), "named", COALESCIBLE,
          section="metrics", cap="metrics", capped="metrics_capped", batch="metrics",
+         beyond="metricsBeyond", unjudged="metrics_unjudged",
          drop_rank=35, detail="history", detail_drop="metricHistory", detail_rank=30,
          values=(ValueField("value", "float", "VALUE", non_finite="nonFinite"),
                  ValueField("step", "int", "STEP", optional=True)),

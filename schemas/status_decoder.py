@@ -53,7 +53,7 @@ from .roster import (
     roster_of,
     with_ends,
 )
-from .state import DEFAULT_LIMITS, Limits, Named, SpanAgg, TaskState, new_state, us
+from .state import DEFAULT_LIMITS, Beyond, Limits, Named, SpanAgg, TaskState, new_state, us
 from .status_encoder import COUNTER_KEYS, STATUS_VERSION
 from .text import cut_text, sanitize_text
 from .times import epoch, parse_time
@@ -113,6 +113,8 @@ class Unread:
         they were, except where ``state`` holds an entry of the same key (a fact since
         replaced it, or the byte budget left it out). Returns ``status``."""
         held: dict[str, Any] = {k.section: state.registers(k) for k in NAMED_KINDS}
+        held.update({k.beyond: state.beyond.get(k.section, {}) for k in NAMED_KINDS
+                     if k.beyond})
         held.update(spans=state.spans, unknownTypes=state.unknown, workers=state.workers,
                     pods=state.pod_events, podOutcomes=state.observed.pods,
                     waitingPods=state.observed.waiting)
@@ -272,6 +274,17 @@ def _named(kind: Kind) -> Callable[[Any, Any], tuple[str, Named]]:
                                _int(v.get("events")),
                                None if kind.report is None else history.from_status(v))
     return read
+
+
+def _beyond(k: Any, v: Any) -> tuple[str, Beyond]:
+    """A name beyond the cap as ``beyond_text`` wrote it."""
+    _need(isinstance(v, str), "not a string")
+    parts = v.split(" ")
+    _need(len(parts) in (4, 5), "bad entry")
+    non_finite = parts[4] if len(parts) == 5 else ""
+    _need(non_finite in ("", *NON_FINITE), "bad nonFinite value")
+    _need(parts[3].isascii() and parts[3].isdigit() and len(parts[3]) <= 18, "bad events")
+    return _name(k), Beyond(_key(" ".join(parts[:3])), non_finite, _int(int(parts[3])))
 
 
 def _entries(st: Mapping[str, Any], section: str, r: _Reading,
@@ -506,6 +519,7 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits, r: _Reading)
                 f"layout {str(version)[:20]!r}, not {STATUS_VERSION}"))
         return new_state(task, lim)  # (an older layout is no longer read: replaced)
     named = {k.section: _entries(st, k.section, r, _named(k)) for k in NAMED_KINDS}
+    beyond = {k.section: _entries(st, k.beyond, r, _beyond) for k in NAMED_KINDS if k.beyond}
     spans = _entries(st, "spans", r, _span)
     workers = _items(st, "workers", r, _worker)
     pods = _items(st, "pods", r, _pod)
@@ -522,6 +536,13 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits, r: _Reading)
         if entries:
             named[kind.section] = entries
         counters[kind.capped] += extra
+        if kind.beyond:
+            # (A name both kept and beyond, by a hand edit: the register is the truth.)
+            kept, lost = trim({k: v for k, v in beyond.pop(kind.section).items()
+                               if k not in entries}, lim.beyond, events_of)
+            if kept:
+                beyond[kind.section] = kept
+            counters[kind.unjudged] += lost
     spans, c3 = trim(spans, lim.spans, events_of)
     spans = _trim_lanes(spans, lim.span_lanes)
     pods, c4 = trim(pods, lim.pods, one_each)
@@ -564,6 +585,7 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits, r: _Reading)
         roster=roster,
         observed=_observed(st, lim, r),
         limits=lim,
+        beyond=beyond,
     )
 
 

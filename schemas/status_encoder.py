@@ -20,7 +20,7 @@ from .kinds import BUDGET_RANKED, NAMED_KINDS, Kind
 from .observed import Observed, PodVerdict
 from .payloads import non_finite_text
 from .roster import OrderKey, Roster, encode_ends, encode_marks, encode_paces
-from .state import COUNTER_NAMES, Named, SpanAgg, TaskState, us
+from .state import COUNTER_NAMES, Beyond, Named, SpanAgg, TaskState, us
 from .times import format_seconds, format_time, from_epoch
 from .workers import ProgressState
 
@@ -145,6 +145,9 @@ def _status(state: TaskState, health: Judgment | None) -> dict[str, Any]:
         entries = named.get(kind.section)
         if entries:
             st[kind.section] = {k: _named_json(kind, v) for k, v in sorted(entries.items())}
+        beyond = state.beyond.get(kind.section) if kind.beyond else None
+        if beyond:
+            st[kind.beyond] = {k: beyond_text(v) for k, v in sorted(beyond.items())}
     if state.spans:
         st["spans"] = {k: _span_json(s) for k, s in sorted(state.spans.items())}
     if state.workers:
@@ -224,6 +227,13 @@ def _named_json(kind: Kind, v: Named) -> dict[str, Any]:
     if v.series is not None:
         out.update(history.to_status(v.series))
     return out
+
+
+def beyond_text(b: Beyond) -> str:
+    """A name beyond the cap as one string: ``<order key> <events>``, then its latest
+    value's spelling when that was not finite (``... 3 NaN``)."""
+    text = f"{key_text(b.at)} {b.events}"
+    return f"{text} {b.non_finite}" if b.non_finite else text
 
 
 def key_text(k: OrderKey) -> str:

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from tidings.schemas.apply import _count, _set_named
 from tidings.schemas.caps import events_of, insert_capped
-from tidings.schemas.constants import MESSAGE_LIMIT
+from tidings.schemas.constants import MESSAGE_LIMIT, non_finite_text
 from tidings.schemas.event import ParsedEvent
 from tidings.schemas.folding import _compact
 from tidings.schemas.payloads import (
@@ -43,7 +43,7 @@ from tidings.schemas.roster import (
     pod_hash,
 )
 from tidings.schemas.spans import WINDOW_BUCKETS
-from tidings.schemas.state import SpanAgg, TaskState
+from tidings.schemas.state import Beyond, Limits, Named, SpanAgg, TaskState
 from tidings.schemas.workers import merge_progress
 
 K = TypeVar("K")
@@ -213,6 +213,39 @@ def _roster(r: Roster, pod: str, p: Progress, key: OrderKey, cap: int) -> tuple[
         max((e.at for e in ended.values()), default=None), paces), capped
 
 
+def _metric(metrics: dict[str, Named], beyond: dict[str, Beyond], name: str,
+            value: tuple[float, int | None], key: OrderKey, lim: Limits,
+            report: tuple[object, ...]) -> tuple[int, int]:
+    """A metric row merged: into its register (the engine's), and a name the cap leaves out
+    (beyond it, or evicted by a smaller one) into ``beyond``, its latest report's
+    finiteness, the ``lim.beyond`` smallest names kept. (capped, events beyond both)."""
+    before = dict(metrics)
+    capped = _set_named(metrics, name, value, key, lim.metrics, report)  # type: ignore[arg-type]
+    lost = 0
+    for gone in [n for n in before if n not in metrics]:
+        r = before[gone]
+        assert isinstance(r.value, tuple)
+        lost += _beyond(beyond, gone, r.at, r.value[0], r.events, lim.beyond)
+    if name not in metrics:
+        lost += _beyond(beyond, name, key, value[0], 1, lim.beyond)
+    return capped, lost
+
+
+def _beyond(beyond: dict[str, Beyond], name: str, at: OrderKey, value: object, events: int,
+            cap: int) -> int:
+    text = (non_finite_text(value) or "") if isinstance(value, float) else ""
+    cur = beyond.get(name)
+    if cur is not None:
+        newer = at > cur.at
+        beyond[name] = Beyond(at if newer else cur.at, text if newer else cur.non_finite,
+                              cur.events + events)
+        return 0
+    beyond[name] = Beyond(at, text, events)
+    if len(beyond) > cap:
+        return beyond.pop(max(beyond)).events
+    return 0
+
+
 def _order_time(ev: ParsedEvent, skew: timedelta) -> datetime:
     """The event's time for ordering: its eventTime, bounded by the server's clock."""
     created = ev.created
@@ -250,7 +283,7 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         return _with(state, counters=_bump(state.counters, "late_skipped"))
 
     lim = state.limits
-    named, spans = state.named, state.spans
+    named, spans, beyond = state.named, state.spans, state.beyond
     workers, unknown, roster = state.workers, state.unknown, state.roster
     counters = dict(state.counters)
     counters["events_applied"] = counters.get("events_applied", 0) + 1
@@ -296,23 +329,22 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         capped_name = "decks_capped"
         if decks:
             named = {**named, "decks": decks}
-    elif tp is Metric:
-        assert isinstance(p, Metric)
+    elif tp in (Metric, Metrics):  # each row of a Metrics as one Metric event of its name
+        assert isinstance(p, Metric | Metrics)
         metrics = dict(state.named.get("metrics", {}))
-        capped = _set_named(metrics, p.name, (p.value, p.step), (t, instance, seq), lim.metrics,
-                            (p.value, p.step, p.min, p.max, p.points))
+        beyond_m = dict(beyond.get("metrics", {}))
+        for row in (p,) if isinstance(p, Metric) else p.metrics:
+            n, lost = _metric(metrics, beyond_m, row.name, (row.value, row.step),
+                              (t, instance, seq), lim,
+                              (row.value, row.step, row.min, row.max, row.points))
+            capped += n
+            if lost:
+                counters["metrics_unjudged"] = counters.get("metrics_unjudged", 0) + lost
         capped_name = "metrics_capped"
         if metrics:
             named = {**named, "metrics": metrics}
-    elif tp is Metrics:  # each row as one Metric event of its name
-        assert isinstance(p, Metrics)
-        metrics = dict(state.named.get("metrics", {}))
-        for row in p.metrics:
-            capped += _set_named(metrics, row.name, (row.value, row.step), (t, instance, seq),
-                                 lim.metrics, (row.value, row.step, row.min, row.max, row.points))
-        capped_name = "metrics_capped"
-        if metrics:
-            named = {**named, "metrics": metrics}
+        if beyond_m:
+            beyond = {**beyond, "metrics": beyond_m}
     elif tp is Window:  # each part as its own event would be (the same order key)
         assert isinstance(p, Window)
         key = (t, instance, seq)
@@ -325,12 +357,17 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
                                                      lim.roster)
         if p.metrics:
             metrics = dict(state.named.get("metrics", {}))
-            extra["metrics_capped"] = sum(
-                _set_named(metrics, row.name, (row.value, row.step), key, lim.metrics,
-                           (row.value, row.step, row.min, row.max, row.points))
-                for row in p.metrics)
+            beyond_m = dict(beyond.get("metrics", {}))
+            extra["metrics_capped"] = extra["metrics_unjudged"] = 0
+            for row in p.metrics:
+                n, lost = _metric(metrics, beyond_m, row.name, (row.value, row.step), key, lim,
+                                  (row.value, row.step, row.min, row.max, row.points))
+                extra["metrics_capped"] += n
+                extra["metrics_unjudged"] += lost
             if metrics:
                 named = {**named, "metrics": metrics}
+            if beyond_m:
+                beyond = {**beyond, "metrics": beyond_m}
         if p.spans:
             spans = dict(spans)
             extra["spans_capped"] = _merge_spans(spans, p, lim.spans, sender.name,
@@ -379,6 +416,7 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         roster,
         state.observed,
         lim,
+        beyond,
     )
 
 
@@ -400,6 +438,7 @@ def _with(state: TaskState, *, counters: dict[str, int]) -> TaskState:
         state.roster,
         state.observed,
         state.limits,
+        state.beyond,
     )
 
 

@@ -13,7 +13,7 @@ is a join or a register with a total order, so the order of events cannot matter
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from operator import attrgetter
 from typing import cast
 
@@ -41,8 +41,6 @@ from .roster import (
     OrderKey,
     Pace,
     Roster,
-    epoch_ms,
-    join_pace,
     mark_bits,
     pod_hash,
     with_ends,
@@ -136,12 +134,12 @@ def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
         if new & FINAL:  # (a final ends the pod's pace, whichever came first)
             paces.pop(h, None)
         else:
-            paces[h] = join_pace(paces.get(h), pod, epoch_ms(key[0]), fn)
+            _join_pace(paces, h, pod, key[0], fn)
     elif len(marks) < w.lim.roster:
         marks[h] = Mark(bits, 1)
         w.marked(bits, 1)
         if not p.final:
-            paces[h] = join_pace(None, pod, epoch_ms(key[0]), bits & FRACTION_MASK)
+            _join_pace(paces, h, pod, key[0], bits & FRACTION_MASK)
     elif h > max(marks, default=-1):
         w.bump("roster_capped")
     else:
@@ -153,7 +151,7 @@ def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
         marks[h] = Mark(bits, 1)
         w.marked(bits, 1)
         if not p.final:
-            paces[h] = join_pace(None, pod, epoch_ms(key[0]), bits & FRACTION_MASK)
+            _join_pace(paces, h, pod, key[0], bits & FRACTION_MASK)
     if p.workers > w.declared:
         w.declared = p.workers
     if p.final:
@@ -165,6 +163,25 @@ def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
 
 _FLAGS = FINAL | FAILED
 _new_mark = tuple.__new__  # Mark's own __new__ is a Python call; the tuple is the same
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MS = timedelta(milliseconds=1)
+
+
+def _join_pace(paces: dict[int, Pace], h: int, pod: str, t: datetime, pm: int) -> None:
+    """Join a report at ``t`` with ``pm`` into the pace of pod ``h`` (roster.Pace says the
+    rule: the earliest and the latest by (time, fraction), and a count); inline, since
+    every Progress passes here."""
+    ms = (t - _EPOCH) // _MS  # (roster.epoch_ms)
+    cur = paces.get(h)
+    if cur is None:
+        paces[h] = _new_mark(Pace, (pod, 1, ms, pm, ms, pm))
+        return
+    name, n, first_ms, first_pm, last_ms, last_pm = cur
+    if ms < first_ms or (ms == first_ms and pm < first_pm):
+        first_ms, first_pm = ms, pm
+    if ms > last_ms or (ms == last_ms and pm > last_pm):
+        last_ms, last_pm = ms, pm
+    paces[h] = _new_mark(Pace, (name, n + 1, first_ms, first_pm, last_ms, last_pm))
 
 
 def _count(entries: dict[K, int], key: K, cap: int) -> int:

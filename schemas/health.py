@@ -44,7 +44,7 @@ from tidings._compat import UTC
 
 from .constants import non_finite_text
 from .contract import RUNNING, condition
-from .roster import FINAL, Pace
+from .roster import Pace, pod_hash
 from .times import format_seconds
 
 if TYPE_CHECKING:  # (the model loads pydantic: only its types are needed here)
@@ -184,21 +184,17 @@ class Running(NamedTuple):
 
 def _running(state: TaskState) -> Running:
     """The running workers: a mark without a final whose pod has not ended (an ended pod's
-    worker is final by its end)."""
+    worker is final by its end). A pace exists only for a mark without a final, so the
+    running paces are the paces of pods that have not ended; O(paces), no call per pod."""
     r = state.roster
-    ends = r.ends if r.pod_finals else {}
     paces = r.paces
-    out: list[Pace] = []
-    unpaced = 0
-    for h, m in r.marks.items():
-        if m.bits & FINAL or h in ends:
-            continue
-        p = paces.get(h)
-        if p is None:
-            unpaced += 1
-        else:
-            out.append(p)
-    return Running(out, unpaced, state.counters.get("roster_capped", 0) > 0)
+    if r.pod_finals:
+        ends = r.ends
+        out = [p for h, p in paces.items() if h not in ends]
+    else:
+        out = list(paces.values())
+    running = len(r.marks) - r.finals - r.pod_finals
+    return Running(out, max(0, running - len(out)), state.counters.get("roster_capped", 0) > 0)
 
 
 def _workers(n: int, what: str = "worker") -> str:
@@ -225,16 +221,25 @@ _LAST_US = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // _US
 
 def stall_limit(p: Pace, s: HealthSettings) -> tuple[float, float | None]:
     """(seconds of silence allowed, the worker's report interval or None)."""
-    interval = p.interval
-    if interval is None:
-        return s["stall_unpaced"], None
-    return max(s["stall_min"], s["stall_factor"] * interval), interval
+    return _allowed(p.reports, p.last_ms - p.first_ms, s["stall_factor"], s["stall_min"],
+                    s["stall_unpaced"])
 
 
-def _onset_us(p: Pace, limit: float) -> int:
-    """When the silence of ``p`` passes ``limit``, in epoch microseconds (whole: the
+def _allowed(reports: int, span_ms: int, factor: float, least: float, unpaced: float
+             ) -> tuple[float, float | None]:
+    """(seconds of silence allowed, the report interval or None: fewer than two reports, or
+    all at one time), the settings passed as numbers (called once per running worker)."""
+    if reports > 1 and span_ms > 0:
+        interval = span_ms / 1000 / (reports - 1)
+        limit = factor * interval
+        return (limit if limit > least else least), interval
+    return unpaced, None
+
+
+def _onset_us(last_ms: int, limit: float) -> int:
+    """When a silence since ``last_ms`` passes ``limit``, in epoch microseconds (whole: the
     judgment at a time and the health clock's next time agree exactly)."""
-    return p.last_ms * 1000 + math.ceil(limit * 1e6)
+    return last_ms * 1000 + math.ceil(limit * 1e6)
 
 
 def _us(t: datetime) -> int:
@@ -254,13 +259,14 @@ def _stalled(state: TaskState, now: datetime | None, s: HealthSettings) -> Found
     now_us = _us(now)
     stalled: dict[str, Silence] = {}
     soonest: int | None = None
-    for p in run.paces:
-        limit, interval = stall_limit(p, s)
-        onset = _onset_us(p, limit)
+    factor, least, unpaced = s["stall_factor"], s["stall_min"], s["stall_unpaced"]
+    for pod, reports, first_ms, _, last_ms, _ in run.paces:
+        limit, interval = _allowed(reports, last_ms - first_ms, factor, least, unpaced)
+        onset = _onset_us(last_ms, limit)
         if onset > _LAST_US:
             continue
         if now_us >= onset:
-            stalled[p.pod] = Silence(_at_us(p.last_ms * 1000), limit, interval)
+            stalled[pod] = Silence(_at_us(last_ms * 1000), limit, interval)
         elif soonest is None or onset < soonest:
             soonest = onset
     return Found(dict(sorted(stalled.items())), None if soonest is None else _at_us(soonest),
@@ -526,13 +532,37 @@ def next_stall(state: TaskState, now: datetime,
     watcher asks after every fold that moved a pace."""
     if state.phase != RUNNING:
         return None
+    return _soonest(_running(state).paces, now, settings)
+
+
+def _soonest(paces: Iterable[Pace], now: datetime, settings: HealthSettings
+             ) -> datetime | None:
+    """The earliest time after ``now`` the silence of one of ``paces`` passes its limit."""
     now_us = _us(now)
     soonest: int | None = None
-    for p in _running(state).paces:
-        onset = _onset_us(p, stall_limit(p, settings)[0])
+    factor, least, unpaced = (settings["stall_factor"], settings["stall_min"],
+                              settings["stall_unpaced"])
+    for _, reports, first_ms, _, last_ms, _ in paces:
+        onset = _onset_us(last_ms, _allowed(reports, last_ms - first_ms, factor, least,
+                                            unpaced)[0])
         if now_us < onset <= _LAST_US and (soonest is None or onset < soonest):
             soonest = onset
     return None if soonest is None else _at_us(soonest)
+
+
+def next_stall_of(state: TaskState, pods: Iterable[str], now: datetime,
+                  settings: HealthSettings = DEFAULT_HEALTH) -> datetime | None:
+    """``next_stall`` over the running workers ``pods`` only (those a fold just moved):
+    O(pods). The earlier of it and a time computed before is never later than the next
+    stall (another worker's limit did not move), only sometimes earlier (the worker of that
+    time reported since): the health clock checks again when it comes."""
+    if state.phase != RUNNING:
+        return None
+    r = state.roster
+    ends = r.ends if r.pod_finals else {}
+    paces = [p for h in {pod_hash(pod) for pod in pods}
+             if (p := r.paces.get(h)) is not None and h not in ends]
+    return _soonest(paces, now, settings)
 
 
 def stalled_since_written(state: TaskState, status: Any, settings: HealthSettings,

@@ -93,29 +93,12 @@ class Pace(NamedTuple):
     last_pm: int
 
     @property
-    def interval(self) -> float | None:
-        """Seconds between its reports (None: fewer than two, or all at one time)."""
-        span = self.last_ms - self.first_ms
-        return span / 1000 / (self.reports - 1) if self.reports > 1 and span > 0 else None
-
-    @property
     def rate(self) -> float | None:
         """Progress per second from its first report to its latest, negative when it went
         back (None: no time between them)."""
         span = self.last_ms - self.first_ms
         return (self.last_pm - self.first_pm) / FRACTION_SCALE / (span / 1000) \
             if span > 0 else None
-
-
-def join_pace(cur: Pace | None, pod: str, ms: int, pm: int) -> Pace:
-    """``cur`` with one more report of ``pod`` at ``ms`` with ``pm`` joined."""
-    if cur is None:
-        return Pace(pod, 1, ms, pm, ms, pm)
-    first = (ms, pm) < (cur.first_ms, cur.first_pm)
-    last = (ms, pm) > (cur.last_ms, cur.last_pm)
-    return Pace(cur.pod, cur.reports + 1, ms if first else cur.first_ms,
-                pm if first else cur.first_pm, ms if last else cur.last_ms,
-                pm if last else cur.last_pm)
 
 
 def epoch_ms(t: datetime) -> int:

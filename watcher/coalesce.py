@@ -36,7 +36,8 @@ from tidings.schemas.state import TaskState
 
 K = TypeVar("K", bound=Hashable)
 
-__all__ = ["COALESCIBLE", "CRITICAL", "Coalescer", "critical_change", "ends_stall", "fact_kind"]
+__all__ = ["COALESCIBLE", "CRITICAL", "Coalescer", "critical_change", "ends_stall", "fact_kind",
+           "reporters"]
 
 
 def fact_kind(ev: ParsedEvent) -> Urgency:
@@ -53,16 +54,18 @@ def critical_change(before: TaskState, after: TaskState, events: Iterable[Parsed
     return before.phase != after.phase or any(fact_kind(ev) == CRITICAL for ev in events)
 
 
-def ends_stall(events: Iterable[ParsedEvent], stalled: Collection[str], more: bool) -> bool:
-    """Whether ``events`` hold a progress report of a worker the written status says is
-    stalled (``stalled``: its list; ``more``: the list is cut, so any worker may be): the
-    report clears the stall, as urgent as the stall was (the health clock writes a stall as
-    a critical change), not a coalescing interval later."""
-    if not stalled and not more:
-        return False
-    return any((type(p := ev.payload) is Progress
-                or (type(p) is Window and p.progress is not None))
-               and (more or ev.sender.name in stalled) for ev in events)
+def reporters(events: Iterable[ParsedEvent]) -> set[str]:
+    """The pods whose progress reports ``events`` hold (a Progress, or a window with one)."""
+    return {ev.sender.name for ev in events if type(p := ev.payload) is Progress
+            or (type(p) is Window and p.progress is not None)}
+
+
+def ends_stall(reporting: Collection[str], stalled: Collection[str], more: bool) -> bool:
+    """Whether a progress report of the pods ``reporting`` ends a stall the written status
+    says (``stalled``: the pods it lists; ``more``: the list is cut, so any worker may be
+    stalled): the report clears it, as urgent as the stall was (the health clock writes a
+    stall as a critical change), not a coalescing interval later."""
+    return bool(reporting) and (more or any(pod in stalled for pod in reporting))
 
 
 @dataclass(slots=True)

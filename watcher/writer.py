@@ -35,7 +35,7 @@ from tidings.kube import JSON, METADATA_ONLY, Client, KubeError
 from tidings.kube.flowcontrol import TokenBucket
 from tidings.schemas.admission import Retry
 from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
-from tidings.schemas.event import ObjectRef, ParsedEvent, TaskRef
+from tidings.schemas.event import ObjectRef, TaskRef
 from tidings.schemas.health import DEFAULT_HEALTH, HEALTH_CONDITIONS, HealthSettings, judge
 from tidings.schemas.state import TaskState
 from tidings.schemas.status_decoder import NOTHING_UNREAD, Unread
@@ -333,12 +333,12 @@ class StatusWriter:
                         extra=task_fields(task))
             return False
 
-    def ends_stall(self, task: TaskRef, events: list[ParsedEvent]) -> bool:
-        """Whether ``events`` clear a stall the task's written status says (a stalled
-        worker reported): a change as urgent as the stall was."""
+    def ends_stall(self, task: TaskRef, reporting: set[str]) -> bool:
+        """Whether a progress report of the pods ``reporting`` clears a stall the task's
+        written status says: a change as urgent as the stall was."""
         with self._cond:
             stalled, more = self._stalled.get(task, _NONE_STALLED)
-        return ends_stall(events, stalled, more)
+        return ends_stall(reporting, stalled, more)
 
     def _written_health(self, task: TaskRef, status: dict[str, Any]) -> None:
         held = frozenset(c["type"] for c in status.get("conditions", ())

@@ -220,7 +220,7 @@ def test_a_report_of_a_stalled_worker_is_as_urgent_as_the_stall() -> None:
     every 6 s against a 5 s limit."""
     from tidings.schemas.constants import TASK_LABEL
     from tidings.schemas.platform import PodTask
-    from tidings.watcher.coalesce import ends_stall
+    from tidings.watcher.coalesce import ends_stall, reporters
     from tidings.watcher.controller import Controller, Settings
     from tidings.watcher.metrics import Metrics
 
@@ -228,10 +228,14 @@ def test_a_report_of_a_stalled_worker_is_as_urgent_as_the_stall() -> None:
     metrics_only = event("w-1", 6, 41.0, Window(metrics=[Metric(name="loss", value=1.0)]))
     windowed = event("w-1", 7, 42.0, Window(progress=Progress(fraction=0.6)))
     other = event("w-2", 5, 40.0, Progress(fraction=0.5))
-    assert ends_stall([p1], {"w-1"}, False) and ends_stall([windowed], {"w-1"}, False)
-    assert not ends_stall([other, metrics_only], {"w-1"}, False)
-    assert ends_stall([other], {"w-1"}, True)  # a cut list: any worker may be stalled
-    assert not ends_stall([p1], set(), False)
+    assert reporters([p1, metrics_only, windowed, other]) == {"w-1", "w-2"}
+    assert reporters([metrics_only]) == set()
+    assert ends_stall(reporters([p1]), {"w-1"}, False)
+    assert ends_stall(reporters([windowed]), {"w-1"}, False)
+    assert not ends_stall(reporters([other, metrics_only]), {"w-1"}, False)
+    assert ends_stall(reporters([other]), {"w-1"}, True)  # a cut list: any may be stalled
+    assert not ends_stall(reporters([p1]), set(), False)
+    assert not ends_stall(set(), {"w-1"}, True)
 
     c = Controller(None, Settings(coalesce_interval=60), Metrics())  # type: ignore[arg-type]
     c.store.load(TASK, None, exists=False)

@@ -25,6 +25,7 @@ from tidings.schemas.health import (
     evaluate,
     judge,
     next_stall,
+    next_stall_of,
     stalled_since_written,
 )
 from tidings.schemas.status_encoder import to_status
@@ -123,6 +124,8 @@ def test_stalling_is_monotone_in_time_and_next_stall_is_when_it_changes(
     now = at(now_s)
     found = set(evaluate(s, now).stalled)
     nxt = next_stall(s, now)
+    # Over every worker, the clock's look at the workers a fold moved is the same time.
+    assert next_stall_of(s, [f"w-{i}" for i in range(len(workers))], now) == nxt
     later = set(evaluate(s, now + timedelta(days=30)).stalled)
     assert found <= later  # silence only grows until a fact comes
     if nxt is None:

@@ -93,3 +93,40 @@ def test_a_task_that_stops_running_is_not_judged() -> None:
         clock.schedule(other, later)  # due after TASK's time
         eventually(lambda: judged, 10, "the other task judged")
         assert [task for task, _ in judged] == [other]
+
+
+def test_after_a_fold_only_the_workers_that_reported_are_looked_at_and_never_late() -> None:
+    """Issue 34 item 1: a task of 10,000 workers is folded many times a second; after each
+    fold the clock looks at the workers that reported only. The time it keeps may then come
+    early (the worker of that time reported since): it writes nothing then, and judges the
+    task at the true time."""
+    with ticking() as (store, clock, judged):
+        now = datetime.now(UTC)
+        first = reporting(now)
+        running(store, first)
+        clock.schedule(TASK, first)  # due in 1 s
+        later = reporting(now + timedelta(seconds=1.5), seq0=10)  # it reported again
+        store.put(TASK, later)
+        clock.schedule(TASK, later, pods={"w-0"})  # the 1 s stays: it comes early
+        new_due = next_stall(later, now, FAST)
+        assert new_due is not None
+        eventually(lambda: judged, 10, "the task judged")
+        assert judged[0][1] >= new_due.timestamp(), "written at the stale, early time"
+        assert len(judged) == 1
+
+
+def test_a_fold_that_brings_a_stall_nearer_moves_the_time_up() -> None:
+    with ticking() as (store, clock, judged):
+        now = datetime.now(UTC)
+        slow = fold_all(TASK, [make_event(Progress(fraction=0.1), "inst-9", 0, now,
+                                          pod=PodRef("w-9", "uid-9"))])
+        running(store, slow)
+        clock.schedule(TASK, slow)  # one report: stall_unpaced (600 s) away
+        both = fold_all(TASK, [make_event(Progress(fraction=0.1), "inst-9", 0, now,
+                                          pod=PodRef("w-9", "uid-9"))]
+                        + [make_event(Progress(fraction=0.1 * (i + 1)), "inst-0", i,
+                                      now - timedelta(seconds=0.1 * (2 - i)),
+                                      pod=PodRef("w-0", "uid-0")) for i in range(3)])
+        store.put(TASK, both)
+        clock.schedule(TASK, both, pods={"w-0"})  # w-0's limit: 1 s
+        eventually(lambda: judged, 10, "the task judged at the new worker's limit")

@@ -256,3 +256,20 @@ def test_a_report_of_a_stalled_worker_is_as_urgent_as_the_stall() -> None:
     c.store.push_many(reports("w-1", [0.0, 5.0])[1:])
     c.folder.fold_task(TASK)
     assert co._keys[TASK].critical  # the stalled worker spoke: written at once
+
+
+def test_the_view_shows_what_was_not_judged() -> None:
+    """`tidings state` and the page give a health condition a line of its own when it holds
+    and, now, when it is Unknown: the line says what was not judged."""
+    from tidings.schemas.view import task_view
+
+    status = to_status(job(100))
+    del status["paces"]
+    read = decode_status(TASK, status)
+    judged = to_status(read, health=judge(read, T0 + timedelta(seconds=301)))
+    v = task_view(read, judged)
+    assert v.health_summary == "Unknown"
+    lines = {c.type: c for c in v.notable}
+    assert lines["Stalled"].reason == "NotJudged" and "36 running workers not judged" in \
+        lines["Stalled"].message
+    assert "Completed" not in lines

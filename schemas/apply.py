@@ -12,10 +12,10 @@ is a join or a register with a total order, so the order of events cannot matter
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
 from operator import attrgetter
-from typing import cast
+from typing import TypeVar, cast
 
 from .caps import K, events_of, insert_capped, one_each
 from .constants import MESSAGE_LIMIT, non_finite_text
@@ -93,11 +93,9 @@ def _set_beyond(beyond: dict[str, Beyond], name: str, at: OrderKey, non_finite: 
 def _set_named_beyond(entries: dict[str, Named], beyond: dict[str, Beyond], name: str,
                       value: NamedValue, at: OrderKey, cap: int, report: Report | None,
                       index: int, beyond_cap: int) -> tuple[int, int]:
-    """``_set_named``, for a kind that keeps the finiteness of its names beyond the cap: a
-    name beyond it, or a register the cap evicts, goes on in ``beyond``. Returns the events
-    beyond the cap and those beyond ``beyond`` as well (not judged)."""
-    if name in entries or len(entries) < cap:
-        return _set_named(entries, name, value, at, cap, report), 0
+    """A new ``name`` for full ``entries``, of a kind that keeps the finiteness of its names
+    beyond the cap: a name beyond it, or the register it evicts, goes on in ``beyond``.
+    Returns the events beyond the cap and those beyond ``beyond`` as well (not judged)."""
     largest = max(entries) if cap > 0 else None
     if largest is None or name > largest:
         return 1, _set_beyond(beyond, name, at, _non_finite_of(value, index), 1, beyond_cap)
@@ -194,6 +192,18 @@ def _count(entries: dict[K, int], key: K, cap: int) -> int:
 
 # --- the run's state and the table ------------------------------------------------------
 
+V = TypeVar("V")
+
+
+def _copy_of(written: dict[str, dict[str, V]], source: Mapping[str, Mapping[str, V]],
+             section: str) -> dict[str, V]:
+    """The run's copy of ``source[section]`` in ``written``, made on its first write."""
+    entries = written.get(section)
+    if entries is None:
+        entries = written[section] = dict(source.get(section, {}))
+    return entries
+
+
 
 class Work:
     """One run's state under construction: the input state, and the maps the run has
@@ -229,15 +239,17 @@ class Work:
         self.marks_w: dict[int, Mark] | None = None  # (the roster's tallies: begin_roster)
         self.paces_w: dict[int, Pace] = {}  # (begin_roster copies the roster's)
 
+    def registers(self, section: str) -> dict[str, Named]:
+        """The run's copy of the named kind ``section``'s registers."""
+        if self.named_w is None:
+            self.named_w = {}
+        return _copy_of(self.named_w, self.state.named, section)
+
     def beyond(self, section: str) -> dict[str, Beyond]:
         """The run's copy of ``section``'s names beyond its cap."""
-        out = self.beyond_w
-        if out is None:
-            out = self.beyond_w = {}
-        entries = out.get(section)
-        if entries is None:
-            entries = out[section] = dict(self.state.beyond.get(section, {}))
-        return entries
+        if self.beyond_w is None:
+            self.beyond_w = {}
+        return _copy_of(self.beyond_w, self.state.beyond, section)
 
     def bump(self, name: str, n: int = 1) -> None:
         c = self.counters
@@ -326,36 +338,16 @@ def _named_apply(kind: Kind, model: type) -> Apply:
     rows = attrgetter(kind.batch) if kind.batch in getattr(model, "model_fields", {}) \
         else None
 
-    def apply(w: Work, ev: ParsedEvent, p: Payload, t: datetime) -> None:
-        named = w.named_w
-        if named is None:
-            named = w.named_w = {}
-        entries = named.get(section)
-        if entries is None:
-            entries = named[section] = dict(w.state.named.get(section, {}))
-        at, limit = (t, ev.instance, ev.seq), cap(w.lim)
-        for row in (p,) if rows is None else rows(p):
-            capped = _set_named(entries, key(row), value(row), at, limit,
-                                None if report is None else report(row))
-            if capped:
-                w.bump(counter, capped)
-
-    if not kind.beyond:
-        return apply
-    index = next(i for i, f in enumerate(kind.values) if f.non_finite)
+    # A kind whose value may be non-finite keeps the finiteness of its names beyond the cap.
+    index = next(i for i, f in enumerate(kind.values) if f.non_finite) if kind.beyond else -1
     unjudged = kind.unjudged
 
-    def apply_beyond(w: Work, ev: ParsedEvent, p: Payload, t: datetime) -> None:
-        named = w.named_w
-        if named is None:
-            named = w.named_w = {}
-        entries = named.get(section)
-        if entries is None:
-            entries = named[section] = dict(w.state.named.get(section, {}))
+    def apply(w: Work, ev: ParsedEvent, p: Payload, t: datetime) -> None:
+        entries = w.registers(section)
         at, limit = (t, ev.instance, ev.seq), cap(w.lim)
         for row in (p,) if rows is None else rows(p):
             name = key(row)
-            if name in entries or len(entries) < limit:  # (the common case: it fits)
+            if index < 0 or name in entries or len(entries) < limit:  # (it fits)
                 capped, lost = _set_named(entries, name, value(row), at, limit,
                                           None if report is None else report(row)), 0
             else:
@@ -367,7 +359,7 @@ def _named_apply(kind: Kind, model: type) -> Apply:
             if lost:
                 w.bump(unjudged, lost)
 
-    return apply_beyond
+    return apply
 
 
 def _apply_pod_spawned(w: Work, ev: ParsedEvent, p: PodSpawned, t: datetime) -> None:

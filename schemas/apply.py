@@ -13,7 +13,7 @@ is a join or a register with a total order, so the order of events cannot matter
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from operator import attrgetter
 from typing import TypeVar, cast
 
@@ -41,6 +41,7 @@ from .roster import (
     OrderKey,
     Pace,
     Roster,
+    epoch_ms,
     mark_bits,
     pod_hash,
     with_ends,
@@ -161,15 +162,13 @@ def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
 
 _FLAGS = FINAL | FAILED
 _new_mark = tuple.__new__  # Mark's own __new__ is a Python call; the tuple is the same
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MS = timedelta(milliseconds=1)
 
 
 def _join_pace(paces: dict[int, Pace], h: int, pod: str, t: datetime, pm: int) -> None:
     """Join a report at ``t`` with ``pm`` into the pace of pod ``h`` (roster.Pace says the
     rule: the earliest and the latest by (time, fraction), and a count); inline, since
     every Progress passes here."""
-    ms = (t - _EPOCH) // _MS  # (roster.epoch_ms)
+    ms = epoch_ms(t)
     cur = paces.get(h)
     if cur is None:
         paces[h] = _new_mark(Pace, (pod, 1, ms, pm, ms, pm))
@@ -202,7 +201,6 @@ def _copy_of(written: dict[str, dict[str, V]], source: Mapping[str, Mapping[str,
     if entries is None:
         entries = written[section] = dict(source.get(section, {}))
     return entries
-
 
 
 class Work:

@@ -219,12 +219,6 @@ _US = timedelta(microseconds=1)
 _LAST_US = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // _US
 
 
-def stall_limit(p: Pace, s: HealthSettings) -> tuple[float, float | None]:
-    """(seconds of silence allowed, the worker's report interval or None)."""
-    return _allowed(p.reports, p.last_ms - p.first_ms, s["stall_factor"], s["stall_min"],
-                    s["stall_unpaced"])
-
-
 def _allowed(reports: int, span_ms: int, factor: float, least: float, unpaced: float
              ) -> tuple[float, float | None]:
     """(seconds of silence allowed, the report interval or None: fewer than two reports, or

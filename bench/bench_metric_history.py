@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 import orjson
-from support import load_averages  # bench/support.py
+from support import KeepEvents, load_averages  # bench/support.py
 
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.items import LatestSlot
@@ -38,19 +38,6 @@ from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
 TASK = "train-1m"
 
 
-class Keep:
-    """Keeps every event body: the run's events, as the API server would store them."""
-
-    sink = False
-
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-
-    def post(self, namespace: str, body: dict[str, Any]) -> bool:
-        self.bodies.append(body)
-        return True
-
-
 def curve(step: int, k: int) -> float:
     """A loss-like value: decays, with noise and a spike now and then."""
     noise = math.sin(step * 12.9898 + k * 78.233) * 0.01
@@ -59,7 +46,7 @@ def curve(step: int, k: int) -> float:
 
 def run(steps: int, metrics: int, window: int, pods: int
         ) -> tuple[list[dict[str, Any]], int, float]:
-    transports = [Keep() for _ in range(pods)]
+    transports = [KeepEvents() for _ in range(pods)]
     # No API budget here: a pod's budget delays metrics (the latest value wins meanwhile); the
     # status is what this measures.
     ems = [Emitter(EmitterConfig(span_window_s=3600.0, exit_flush_s=30.0, burst=1e9, rate=1e9),

@@ -10,7 +10,7 @@ import contextlib
 import ssl
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 import urllib3
@@ -28,19 +28,9 @@ from tidings.cli.common import (
     check_namespace,
     parse_request_timeout,
 )
-from tidings.kube import (
-    Client,
-    ConfigError,
-    Impersonation,
-    KubeError,
-    ListWatch,
-    StatusPredicates,
-    iter_lines,
-)
+from tidings.kube import Client, ConfigError, Impersonation, KubeError, StatusPredicates
 from tidings.kube import connect as connect_client
-from tidings.kube.flowcontrol import Backoff
-from tidings.kube.objects import Event, KubeObject, Pod
-from tidings.schemas import API_VERSION
+from tidings.schemas.constants import API_VERSION
 from tidings.schemas.contract import (
     EVENTS_RESOURCE,
     TASKFEEDBACK_RESOURCE,
@@ -48,6 +38,10 @@ from tidings.schemas.contract import (
     pods_path,
     taskfeedback_path,
 )
+
+if TYPE_CHECKING:  # (a follow's loop and the object types: a one-shot get loads neither)
+    from tidings.kube import ListWatch
+    from tidings.kube.objects import Event, KubeObject, Pod
 
 # (connect, read) seconds for ordinary requests; streams choose their own read timeout.
 REQUEST_TIMEOUT = (5.0, 30.0)
@@ -215,6 +209,9 @@ class Kube:
         """tidings.kube's list+watch loop on this client, with the CLI's rule for failures:
         what may pass (no answer, 429, 5xx) is retried after a short backoff; anything else
         (forbidden, unauthorized, ...) ends the command with its one-line error."""
+        from tidings.kube import ListWatch
+        from tidings.kube.flowcontrol import Backoff
+
         connect_s = self.timeout if isinstance(self.timeout, float) else self.timeout[0]
 
         def fail_unless_transient(err: Exception) -> None:
@@ -256,7 +253,7 @@ class Kube:
     def get_pod(self, namespace: str, name: str) -> Pod | None:
         """The pod, or None when it does not exist."""
         try:
-            return cast(Pod, self.get_json(pods_path(namespace, name),
+            return cast("Pod", self.get_json(pods_path(namespace, name),
                                            action=Action("get", "pods", namespace, name)))
         except ApiError as err:
             if err.not_found:
@@ -288,6 +285,8 @@ def found_elsewhere(kube: Kube, name: str, here: str) -> str:
 
 def lines(resp: BaseHTTPResponse) -> Iterator[bytes]:
     """The lines of a streaming response (without the trailing newline)."""
+    from tidings.kube import iter_lines
+
     return iter_lines(resp)
 
 
@@ -301,7 +300,7 @@ def watch_message(line: bytes) -> tuple[str, KubeObject | None] | None:
     if not isinstance(msg, dict):
         return None
     obj = msg.get("object")
-    return str(msg.get("type") or ""), cast(KubeObject, obj) if isinstance(obj, dict) else None
+    return str(msg.get("type") or ""), cast("KubeObject", obj) if isinstance(obj, dict) else None
 
 
 def client_timeout(value: str | None) -> tuple[float, float | None] | float:

@@ -50,7 +50,7 @@ def row(obj: KubeObject, wide: bool, namespaced: bool,
     """One table row: the CRD's printer columns (with -o wide, the workers too: the CRD
     cannot add ``final`` and ``podFinal``), from the task's summary (the page's row)."""
     from tidings._compat import UTC
-    from tidings.schemas.view import age, eta_text, summarize
+    from tidings.schemas.summary import age, eta_text, summarize
 
     def text(value: Any) -> str:
         return "<none>" if value is None or value == "" else safe(value)

@@ -44,7 +44,7 @@ MARKUP = None
 def load_command(name: str) -> Command:
     """The click command ``name`` of the root, built from its module as typer would have
     built it inside the whole tree."""
-    from typer.main import get_command_from_info, get_group_from_info
+    from typer.main import get_command_from_info, get_command_name, get_group_from_info
     from typer.models import TyperInfo
 
     module = import_module(f"tidings.cli.{COMMANDS[name]}")
@@ -56,10 +56,10 @@ def load_command(name: str) -> Command:
     commands = typer.Typer()
     register(commands)
     for info in commands.registered_commands:
-        command = get_command_from_info(info, pretty_exceptions_short=True,
-                                        rich_markup_mode=MARKUP)
-        if command.name == name:
-            return command
+        # (typer names a command by its function when it is not given a name)
+        if (info.name or get_command_name(info.callback.__name__)) == name:  # type: ignore[union-attr]
+            return get_command_from_info(info, pretty_exceptions_short=True,
+                                         rich_markup_mode=MARKUP)
     raise LookupError(f"tidings.cli.{COMMANDS[name]} registers no command {name!r}")
 
 

@@ -41,6 +41,9 @@ _MODEL_CONFIG = ConfigDict(
     allow_inf_nan=False,
     # Pydantic would otherwise copy dicts/lists on validation; the models are frozen anyway.
     revalidate_instances="never",
+    # Each model's validator and serializer are built on its first use, not at import: a
+    # reader of statuses (`tidings state`, the page) never validates a payload.
+    defer_build=True,
 )
 
 

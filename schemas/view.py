@@ -2,11 +2,12 @@
 every renderer (the CLI's tables in cli/taskrender.py and cli/list_cmd.py, the web page in ui/),
 so the terminal and the page can never tell a status apart differently.
 
-``summarize`` makes a row of the task list from a TaskFeedback object, reading its status
-entry by entry (an entry it cannot read is left out, never an error); ``task_view`` makes the
-page of one task from its folded state. Strings are kept as the cluster gave them: each
-renderer neutralises them for its medium (a terminal: ``sanitize_text``; HTML: escaping), and
-a link is offered as a target (``href``) only when it is an http(s) URL.
+``summarize`` (its own light module, schemas/summary.py, re-exported here) makes a row of the
+task list from a TaskFeedback object, reading its status entry by entry (an entry it cannot
+read is left out, never an error); ``task_view`` makes the page of one task from its folded
+state. Strings are kept as the cluster gave them: each renderer neutralises them for its
+medium (a terminal: ``sanitize_text``; HTML: escaping), and a link is offered as a target
+(``href``) only when it is an http(s) URL.
 """
 
 from __future__ import annotations
@@ -18,6 +19,24 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .contract import FAILED, SUCCEEDED
+from .summary import (
+    COMPLETED,
+    PHASE_CONDITIONS,
+    Condition,
+    TaskSummary,
+    WorkerCounts,
+    age,
+    ago,
+    count_workers,
+    eta_text,
+    health,
+    json_count,
+    json_map,
+    json_str,
+    read_conditions,
+    retries,
+    summarize,
+)
 from .times import parse_time
 
 if TYPE_CHECKING:  # the page's view loads them (task_view); a list row reads the object alone
@@ -27,170 +46,14 @@ if TYPE_CHECKING:  # the page's view loads them (task_view); a list row reads th
 
 # The columns of a kind with a curve (metrics): its exact extremes and its history.
 CURVE_HEADERS = ("MIN", "MAX", "HISTORY")
-# The conditions the phase already says.
-COMPLETED = "Completed"
-PHASE_CONDITIONS = frozenset({COMPLETED, FAILED})
-
-
-@dataclass(frozen=True, slots=True)
-class Condition:
-    """One metav1 condition of the status, as read (``status`` is "True", "False" or
-    "Unknown")."""
-
-    type: str
-    status: str
-    reason: str = ""
-    message: str = ""
-    since: datetime | None = None
-
-    @property
-    def true(self) -> bool:
-        return self.status == "True"
-
-
-def read_conditions(status: Mapping[str, Any] | None) -> tuple[Condition, ...]:
-    """``status.conditions``, entry by entry (one without a type is skipped)."""
-    raw = (status or {}).get("conditions")
-    out = []
-    for c in raw if isinstance(raw, list) else []:
-        if not isinstance(c, dict) or not isinstance(c.get("type"), str) or not c["type"]:
-            continue
-        out.append(Condition(c["type"], _str(c.get("status")) or "Unknown",
-                             _str(c.get("reason")), _str(c.get("message")),
-                             parse_time(c.get("lastTransitionTime"))))
-    return tuple(out)
 
 
 def read_refused(status: Mapping[str, Any] | None) -> tuple[tuple[str, int], ...]:
     """``status.refused``: the watcher's count of the task's events it refused, by reason
     (camelCase), sorted; an entry that is not a positive count is skipped."""
-    raw = _map((status or {}).get("refused"))
+    raw = json_map((status or {}).get("refused"))
     return tuple(sorted((k[:64], v) for k, v in raw.items()
                         if isinstance(k, str) and type(v) is int and v > 0))
-
-
-# --- how a task's workers stand ------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerCounts:
-    """How a task's workers stand: the one count the list's row, `tidings list -o wide`, the
-    task's page and `tidings state` show. ``total``: the reporting pods, or the workers
-    declared when more. ``final``: final by their own final report or by their pod's end
-    (``ended`` of them by their pod's end alone: a worker OOM-killed says nothing). Of the
-    final, those that failed are ``failed``, the task's news; or ``retried`` while a platform
-    that decides the outcome (a Job, a JobSet) has not failed the task: it ran them again."""
-
-    final: int
-    total: int
-    failed: int = 0
-    retried: int = 0
-    ended: int = 0
-
-    def words(self, short: bool = False) -> tuple[tuple[str, bool], ...]:
-        """The count as text, in pieces each renderer styles (True: bad news): '3 of 4
-        final, 1 failed (1 by their pod's end)'; ``short`` (a row, a column): '3/4 1 failed'."""
-        out: list[tuple[str, bool]] = [
-            (f"{self.final}/{self.total}" if short else f"{self.final} of {self.total} final",
-             False)]
-        for n, word, bad in ((self.failed, "failed", True), (self.retried, "retried", False)):
-            if n:
-                out += [(" " if short else ", ", False), (f"{n} {word}", bad)]
-        if self.ended and not short:
-            out.append((f" ({self.ended} by their pod's end)", False))
-        return tuple(out)
-
-    def text(self, short: bool = False) -> str:
-        return "".join(text for text, _ in self.words(short))
-
-
-def retries(platform_decides: bool, phase: str) -> bool:
-    """Whether a failed worker is an attempt its platform ran again (shown "retried") rather
-    than the outcome: under a platform object that decides the task's outcome, until that
-    object failed the task (a Job that gave up retried nothing more)."""
-    return platform_decides and phase != FAILED
-
-
-def count_workers(*, final: int, failed: int, ended_final: int, ended_failed: int,
-                  total: int, platform_decides: bool, phase: str) -> WorkerCounts:
-    """The count of ``total`` workers, ``final`` and ``failed`` of them by a final report of
-    their own, ``ended_final`` and ``ended_failed`` by their pod's end without one (the
-    roster's tallies: ``Roster.pod_finals``, the status's ``roster.podFinal``)."""
-    failures = failed + ended_failed
-    retried = failures if retries(platform_decides, phase) else 0
-    return WorkerCounts(final + ended_final, total, failures - retried, retried, ended_final)
-
-
-def health(conditions: tuple[Condition, ...]) -> tuple[Condition, ...]:
-    """The conditions that say something the phase does not: every True one but Completed
-    and Failed (the derived health conditions, such as Stalled or Straggling)."""
-    return tuple(c for c in conditions if c.true and c.type not in PHASE_CONDITIONS)
-
-
-# --- a row of the task list ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class TaskSummary:
-    """One task as the list shows it. None: the status does not say (yet)."""
-
-    namespace: str
-    name: str
-    uid: str
-    resource_version: str
-    phase: str
-    percent: int | None
-    message: str
-    eta: datetime | None
-    worker_counts: WorkerCounts | None  # None: the status has no roster
-    conditions: tuple[Condition, ...]
-    link_count: int | None
-    deck: str
-    last_event: datetime | None
-    created: datetime | None
-    labels: Mapping[str, str]
-    # status.health.summary: the health conditions that hold, or Healthy ("": not judged).
-    health_summary: str = ""
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.namespace, self.name)
-
-    @property
-    def health(self) -> tuple[Condition, ...]:
-        return health(self.conditions)
-
-
-def summarize(obj: Mapping[str, Any]) -> TaskSummary:
-    """The list row of a TaskFeedback object (as listed or watched). Never raises."""
-    meta = _map(obj.get("metadata"))
-    st = _map(obj.get("status"))
-    progress = _map(st.get("progress"))
-    roster = _map(st.get("roster"))
-    reporting, declared = _count(roster.get("reporting")), _count(roster.get("declared"))
-    phase = _str(st.get("phase"))
-    labels = _map(meta.get("labels"))
-    return TaskSummary(
-        namespace=_str(meta.get("namespace")), name=_str(meta.get("name")),
-        uid=_str(meta.get("uid")), resource_version=_str(meta.get("resourceVersion")),
-        phase=phase,
-        percent=_count(progress.get("percent")),
-        message=_str(progress.get("message")),
-        eta=parse_time(progress.get("estimatedCompletionTime")),
-        worker_counts=None if reporting is None else count_workers(
-            final=_count(roster.get("final")) or 0, failed=_count(roster.get("failed")) or 0,
-            ended_final=_count(roster.get("podFinal")) or 0,
-            ended_failed=_count(roster.get("podFailed")) or 0,
-            total=max(reporting, declared or 0),
-            platform_decides=bool(_map(st.get("platform"))), phase=phase),
-        conditions=read_conditions(st),
-        link_count=_count(st.get("linkCount")),
-        deck=_str(st.get("deck")),
-        last_event=parse_time(st.get("lastEventTime")),
-        created=parse_time(meta.get("creationTimestamp")),
-        labels={k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)},
-        health_summary=_str(_map(st.get("health")).get("summary")),
-    )
 
 
 # --- the page of one task -----------------------------------------------------------------
@@ -339,8 +202,10 @@ class TaskView:
 
     @property
     def notable(self) -> tuple[Condition, ...]:
-        """The conditions worth a line of their own: a failure, and what health says."""
-        return tuple(c for c in self.conditions if c.true and c.type != COMPLETED)
+        """The conditions worth a line of their own: a failure, and what health says (also
+        what it could not judge: an Unknown health condition says what was not judged)."""
+        return tuple(c for c in self.conditions if c.type != COMPLETED and (
+            c.true or (c.status == "Unknown" and c.type not in PHASE_CONDITIONS)))
 
     @property
     def has_pod_ends(self) -> bool:
@@ -370,7 +235,7 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
         from .status_encoder import to_status
 
         status = to_status(state, health=judge(state, now))
-    said = _map(status.get("health"))
+    said = json_map(status.get("health"))
     flags: dict[str, tuple[str, ...]] = {}
     for c in HEALTH:
         if c.subject == "worker":
@@ -379,7 +244,7 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
     r = state.roster
     agg = state.progress
     phase = state.phase
-    pct = _count(_map(status.get("progress")).get("percent"))
+    pct = json_count(json_map(status.get("progress")).get("percent"))
     progress = None if agg is None else ProgressView(
         agg.fraction, round(agg.fraction * 100) if pct is None else pct, agg.message, agg.eta)
     tables = tuple(RegisterTable(kind, tuple(_register_row(kind, name, entry)
@@ -410,7 +275,7 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
         events_applied=state.counters.get("events_applied", 0),
         counters=tuple(sorted(noisy.items())),
         refused=read_refused(status),
-        health_summary=_str(said.get("summary")),
+        health_summary=json_str(said.get("summary")),
         judged_at=parse_time(said.get("evaluatedAt")),
     )
 
@@ -496,70 +361,11 @@ def fmt_seconds(s: float) -> str:
     return f"{s / 3600:.1f}h"
 
 
-def age(when: datetime | None, now: datetime) -> str:
-    """kubectl's age (5s, 3m20s, 4h, 12d, 2y30d); '<unknown>' if none, '<invalid>' if
-    in the future."""
-    if when is None:
-        return "<unknown>"
-    secs = int((now - when).total_seconds())
-    if secs < 0:
-        return "<invalid>"
-    m, h, d = secs // 60, secs // 3600, secs // 86400
-    if secs < 120:
-        return f"{secs}s"
-    if m < 10:
-        return f"{m}m{secs % 60}s" if secs % 60 else f"{m}m"
-    if m < 180:
-        return f"{m}m"
-    if h < 8:
-        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
-    if h < 48:
-        return f"{h}h"
-    if h < 192:
-        return f"{d}d{h % 24}h" if h % 24 else f"{d}d"
-    if d < 730:
-        return f"{d}d"
-    y = d // 365
-    return f"{y}y{d % 365}d" if y < 8 and d % 365 else f"{y}y"
-
-
-def ago(when: datetime | None, now: datetime) -> str:
-    """How long ago ``when`` was, by ``age``: '3m20s ago'; 'never' if none."""
-    return "never" if when is None else f"{age(when, now)} ago"
-
-
-def eta_text(when: datetime | None, now: datetime) -> str:
-    """The estimated completion as kubectl would say an age: 'in 3m20s' ('now', then
-    'overdue 5s' once passed while the task runs); '<none>' when there is none."""
-    if when is None:
-        return "<none>"
-    ahead = (when - now).total_seconds()
-    if ahead >= 1:
-        return "in " + age(now, when)
-    if ahead > -1:
-        return "now"
-    # Passed while the task still runs: the estimate was wrong, not a date in the past.
-    return f"overdue {age(when, now)}"
-
-
 def pace_text(pace: float | None) -> str:
     """Progress per minute, as a percentage: '1.5%/min' ('' when unknown)."""
     if pace is None or not math.isfinite(pace):
         return ""
     return f"{pace * 6000:.3g}%/min"
-
-
-def _map(v: Any) -> Mapping[str, Any]:
-    # JSON objects are dicts (and a dict check is a fraction of an abc Mapping check).
-    return v if isinstance(v, dict) else {}
-
-
-def _str(v: Any) -> str:
-    return v if isinstance(v, str) else ""
-
-
-def _count(v: Any) -> int | None:
-    return v if type(v) is int and v >= 0 else None
 
 
 __all__ = [

@@ -254,10 +254,14 @@ class ControlPlane:
         ]
 
     def start_apiserver(self, timeout: float = 90.0) -> None:
-        """(Re)start kube-apiserver on its port and wait for /readyz."""
+        """(Re)start kube-apiserver on its port and wait for /readyz. A restart is saved: who
+        attaches to the plane later (`tidings dev down`, a bench's --control-plane reading its
+        CPU) must find the process that runs, not the one stopped."""
         proc = self._proc("kube-apiserver", self.apiserver_argv())
         wait_for(lambda: _http_get(f"{self.server}/readyz", self._ssl(), self.tokens["admin"])
                  == b"ok", timeout, "kube-apiserver /readyz", proc)
+        if (self.state_dir / STATE_FILE).exists():
+            self.save()
 
     def stop_apiserver(self) -> None:
         self.processes["kube-apiserver"].stop()

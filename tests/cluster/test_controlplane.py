@@ -104,6 +104,17 @@ def client_with_token(control_plane: ControlPlane, token: str) -> client.ApiClie
     return client.ApiClient(conf)
 
 
+def test_a_restarted_apiserver_is_the_one_the_saved_plane_names(
+        control_plane: ControlPlane) -> None:
+    # Benches attach to a running plane by its state dir and read kube-apiserver's CPU from
+    # its pid: after a restart (as test_cli_lineage does) that pid must be the live one.
+    control_plane.stop_apiserver()
+    control_plane.start_apiserver()
+    running = control_plane.processes["kube-apiserver"].pid
+    saved = ControlPlane.load(control_plane.state_dir).processes["kube-apiserver"]
+    assert saved.pid == running and saved.alive()
+
+
 def test_pod_bound_token_carries_pod_identity(control_plane: ControlPlane, admin: Any,
                                               namespace: str) -> None:
     core = client.CoreV1Api(admin)

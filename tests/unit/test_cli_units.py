@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -147,13 +148,15 @@ def test_help_imports_nothing_heavy() -> None:
 
 
 def test_a_command_line_loads_its_own_command_alone(tmp_path: Path) -> None:
-    # `tidings get` (issue 27: <= 2x kubectl's wall time) builds and imports its own command
-    # only, and its flags cost no pydantic (typer >= 0.29 coerces every flag through a
-    # pydantic TypeAdapter: pyproject pins below it).
+    # `tidings get` (issue 35: <= 1.3x a bare Python GET, bench/bench_cli_startup.py) builds
+    # and imports its own command only, and its flags cost no pydantic (typer >= 0.29
+    # coerces every flag through a pydantic TypeAdapter: pyproject pins below it); a one-shot
+    # get loads no list+watch loop either.
     others = [f"tidings.cli.{m}" for m in ("state_cmd", "lineage_cmd", "timeline_cmd",
                                            "ui_cmd", "dev", "emit", "watcher_cmd",
                                            "task_cmd", "taskread", "taskfollow",
                                            "taskrender", "snapshot", "namespace")]
+    others.append("tidings.kube.watch")
     probe = ("import sys\n"
              "from tidings.cli.main import app\n"
              f"sys.argv = ['tidings', 'get', 't', '-n', 'ns', '--kubeconfig', "
@@ -166,6 +169,51 @@ def test_a_command_line_loads_its_own_command_alone(tmp_path: Path) -> None:
                          check=True)
     assert "EXIT 2" in out.stdout and "does not exist" in out.stderr, out  # it ran
     assert "LOADED []" in out.stdout, out.stdout
+
+
+def test_a_command_is_built_without_its_siblings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # list_cmd registers `list` and `get`: `tidings get` has typer build `get` alone.
+    import typer.main
+
+    from tidings.cli.main import load_command
+
+    built: list[str | None] = []
+    build = typer.main.get_command_from_info
+
+    def counted(info: typer.models.CommandInfo, **kw: Any) -> Any:
+        built.append(info.name)
+        return build(info, **kw)
+
+    monkeypatch.setattr(typer.main, "get_command_from_info", counted)
+    assert load_command("get").name == "get" and built == ["get"]
+    assert load_command("describe").name == "describe" and built == ["get", "describe"]
+    assert load_command("watch").name == "watch" and built[-1] is None  # (named by typer)
+
+
+def test_a_list_row_loads_no_page_model() -> None:
+    # A row of `tidings get`/`list` (every output format) reads the object with the list
+    # row's model (schemas/summary.py): the page's model, its eleven dataclasses, stays out.
+    obj = {"metadata": {"name": "t", "namespace": "ns", "creationTimestamp":
+                        "2026-11-30T11:00:00Z"},
+           "status": {"phase": "Running", "progress": {"percent": 40, "message": "m",
+                                                       "estimatedCompletionTime":
+                                                       "2026-11-30T13:00:00Z"},
+                      "conditions": [{"type": "Stalled", "status": "True"}],
+                      "health": {"summary": "Stalled"}, "linkCount": 1}}
+    probe = ("import sys\n"
+             "from tidings.cli.list_cmd import Printer\n"
+             f"obj = {obj!r}\n"
+             "for fmt in ('table', 'wide', 'name', 'json', 'yaml', 'jsonpath={.items[0].m'"
+             "'etadata.name}'):\n"
+             "    p = Printer(fmt, True, sys.stdout.write)\n"
+             "    p.listing([obj], '9')\n"
+             "    p.change(obj)\n"
+             "print('LOADED', sorted(m for m in ('tidings.schemas.view', 'tidings.schemas.state',"
+             " 'pydantic', 'rich') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert "   Stalled   " in out and "taskfeedback.tidings.dev/t\n" in out, out  # (it ran)
+    assert "LOADED []" in out, out
 
 
 def test_every_command_is_listed_and_built_as_its_module_defines_it() -> None:

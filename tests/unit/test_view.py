@@ -5,6 +5,8 @@ shows; anything from the cluster is escaped, and only an http(s) URL becomes a l
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from dataclasses import replace
 from datetime import datetime, timedelta
 from html.parser import HTMLParser
@@ -385,6 +387,29 @@ def test_the_list_row_and_the_page_count_the_workers_of_any_state_alike() -> Non
         assert counts == task_view(decode_status(TASK, status), status).worker_counts, seed
         kinds |= {k for k in ("failed", "retried", "ended") if getattr(counts, k)}
     assert kinds == {"failed", "retried", "ended"}  # the generator reaches each case
+
+
+def test_reading_a_status_into_its_page_builds_no_payload_validator() -> None:
+    # What `tidings state` and the page do with a watcher's status validates no payload, so
+    # none of the payload models' validators is built (pydantic's defer_build): building
+    # them at import was a fifth of that command's start (bench/bench_cli_startup.py).
+    status = to_status(fold_all(TASK, [event_of(p, seq=n + 1) for n, (p, _) in
+                                       enumerate(EXAMPLES.values())]))
+    probe = ("import sys, orjson\n"
+             "from tidings.schemas import TaskRef, payloads\n"
+             "from tidings.schemas.status_decoder import read_status\n"
+             "from tidings.schemas.view import task_view\n"
+             "status = orjson.loads(sys.stdin.buffer.read())\n"
+             f"read = read_status(TaskRef({TASK.namespace!r}, {TASK.name!r}), status)\n"
+             "view = task_view(read.state, status)\n"
+             "assert not read.unread.partial and len(view.tables) == 3, view\n"
+             "models = [m for m in vars(payloads).values() if isinstance(m, type)\n"
+             "          and issubclass(m, payloads.BaseModel) and m is not payloads.BaseModel]\n"
+             "print(len(models), 'BUILT', sorted(m.__name__ for m in models\n"
+             "                                   if m.__pydantic_complete__))")
+    out = subprocess.run([sys.executable, "-c", probe], input=orjson.dumps(status),
+                         capture_output=True, check=True).stdout.decode()
+    assert out.endswith("BUILT []\n") and int(out.split()[0]) >= 10, out
 
 
 def test_a_server_on_another_address_than_loopback_says_so() -> None:

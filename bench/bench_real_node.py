@@ -28,13 +28,19 @@ import argparse
 import statistics
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from support import REPO, Watcher, add_control_plane_arg, load_averages  # bench/support.py
+from support import (  # bench/support.py
+    Watcher,
+    add_control_plane_arg,
+    delete_namespace,
+    load_averages,
+    real_node_plane,
+    workload_namespace,
+)
 
 from tidings.kube import Client, KubeError, connect
 from tidings.schemas.contract import taskfeedback_path
@@ -135,58 +141,29 @@ def main() -> None:
         a.pods, a.ooms = 1, 1
     from tidings.cli.dev import devcluster
 
-    dc = devcluster()
     before = load_averages()
-    node_start: list[float] = []
-    if a.control_plane:
-        cp = dc.ControlPlane.load(Path(a.control_plane))
-        if cp.node is None:
-            raise SystemExit(f"the plane in {a.control_plane} has no real node "
-                             "(tidings dev up --real-node)")
-        owned = False
-    else:
-        cp = dc.ControlPlane(state_dir=Path(tempfile.mkdtemp(prefix="bench-node-")) / "cp"
-                             ).start()
-        owned = True
-        began = time.monotonic()
-        cp.add_real_node()
-        node_start.append(time.monotonic() - began)
     tmp = Path(tempfile.mkdtemp(prefix="bench-node-run-"))
     watcher: Watcher | None = None
-    try:
-        # What the workloads need (the CRD, their role, the sender policy), not the watcher's
-        # Deployment: the bench runs this checkout's watcher as a process.
-        for manifest in ("crd.yaml", "workload-role.yaml", "admission-policy.yaml"):
-            cp.kubectl_run("apply", "-f", str(REPO / "deploy" / manifest))
-        cp.wait_established("taskfeedbacks.tidings.dev")
-        kube = connect(str(cp.kubeconfig("admin")))
-        ns = f"bench-node-{uuid.uuid4().hex[:6]}"
-        kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
-        until(lambda: kube.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 60,
-              "the namespace's default ServiceAccount")
-        kube.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts",
-                     body={"metadata": {"name": "trainer"}})
-        kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
-                     body={"metadata": {"name": "trainer"}, "roleRef": {
-                         "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                         "name": "tidings-workload"}, "subjects": [
-                         {"kind": "ServiceAccount", "name": "trainer", "namespace": ns}]})
-        watcher = Watcher(str(cp.kubeconfig("admin")), ns, tmp / "watcher.log")
-        until(watcher.ready, 60, "the watcher ready")
-        real = pod_starts(kube, ns, a.pods, None)
-        kwok = pod_starts(kube, ns, a.pods, dc.NODE_NAME)
-        oom, since_death = oom_latencies(kube, ns, a.ooms)
-        kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods")
-        kube.request("DELETE", f"/api/v1/namespaces/{ns}")
-    finally:
-        if watcher is not None:
-            watcher.stop()
-        if owned:
-            cp.stop()
+    with real_node_plane(a.control_plane, "bench-node-") as (cp, joined):
+        try:
+            kube = connect(str(cp.kubeconfig("admin")))
+            ns = workload_namespace(cp, kube, "bench-node")
+            until(lambda: kube.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 60,
+                  "the namespace's default ServiceAccount")
+            # This checkout's watcher, as a process (not the image's Deployment).
+            watcher = Watcher(str(cp.kubeconfig("admin")), ns, tmp / "watcher.log")
+            until(watcher.ready, 60, "the watcher ready")
+            real = pod_starts(kube, ns, a.pods, None)
+            kwok = pod_starts(kube, ns, a.pods, devcluster().NODE_NAME)
+            oom, since_death = oom_latencies(kube, ns, a.ooms)
+            delete_namespace(kube, ns)
+        finally:
+            if watcher is not None:
+                watcher.stop()
     print(f"# the real node: load before {before}, after {load_averages()}")
     print(f"{'measure':<34} {'median':>8} {'max':>8} {'unit':>4} {'n':>4}")
-    if node_start:
-        print(row("node start (join until Ready)", node_start))
+    if joined is not None:
+        print(row("node start (join until Ready)", [joined]))
     print(row("pod start, real node", real))
     print(row("pod start, kwok (baseline)", kwok))
     print(f"{'  ratio real / kwok (medians)':<34} "

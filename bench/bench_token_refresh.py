@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
-import uuid
-from pathlib import Path
 from typing import Any
 
-from support import REPO, add_control_plane_arg, load_averages  # bench/support.py
+from support import (  # bench/support.py
+    REPO,
+    add_control_plane_arg,
+    delete_namespace,
+    load_averages,
+    real_node_plane,
+    workload_namespace,
+)
 
 from tidings.kube import KubeError, connect
 from tidings.schemas.contract import taskfeedback_path
@@ -93,44 +97,20 @@ def main() -> None:
     a = ap.parse_args()
     if a.smoke:
         a.minutes, a.every = 0.2, 2.0
-    from tidings.cli.dev import devcluster
-
-    dc = devcluster()
     before = load_averages()
-    if a.control_plane:
-        cp = dc.ControlPlane.load(Path(a.control_plane))
-        if cp.node is None:
-            raise SystemExit(f"the plane in {a.control_plane} has no real node")
-        owned = False
-    else:
-        cp = dc.ControlPlane(state_dir=Path(tempfile.mkdtemp(prefix="bench-token-")) / "cp",
-                             real_node=True).start()
-        owned = True
-    try:
+    with real_node_plane(a.control_plane, "bench-token-") as (cp, _):
         rows = run(cp, a)
-    finally:
-        if owned:
-            cp.stop()
     print(f"# token refresh on the real node: load before {before}, after {load_averages()}")
     for line in rows:
         print(line)
 
 
 def run(cp: Any, a: argparse.Namespace) -> list[str]:
-    for manifest in ("crd.yaml", "workload-role.yaml", "admission-policy.yaml",
-                     "namespace.yaml", "serviceaccount.yaml", "rbac.yaml"):
+    # The watcher's ServiceAccount and rights, as the base gives them.
+    for manifest in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml"):
         cp.kubectl_run("apply", "-f", str(REPO / "deploy" / manifest))
-    cp.wait_established("taskfeedbacks.tidings.dev")
     kube = connect(str(cp.kubeconfig("admin")))
-    ns = f"bench-token-{uuid.uuid4().hex[:6]}"
-    kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
-    kube.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts",
-                 body={"metadata": {"name": "trainer"}})
-    kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
-                 body={"metadata": {"name": "trainer"}, "roleRef": {
-                     "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                     "name": "tidings-workload"}, "subjects": [
-                     {"kind": "ServiceAccount", "name": "trainer", "namespace": ns}]})
+    ns = workload_namespace(cp, kube, "bench-token")
     # The watcher of this namespace as its Deployment runs it, but with the short token.
     watcher = pod("watcher", "tidings-watcher", "tidings-watcher:dev", [
         "tidings", "watcher", "run", "-n", ns, "--no-leader-elect", "--metrics-port", "8080",
@@ -182,9 +162,7 @@ def run(cp: Any, a: argparse.Namespace) -> list[str]:
             f"(the last: report {int(folded[-1][1]) if folded else 0} of {total})",
             f"task phase: {status.get('phase')}; watcher errors logged: "
             f"{sum('ERROR' in x or 'Unauthorized' in x for x in watcher_log.splitlines())}"]
-    # Its pods too: on a plane without the namespace controller they would outlive it.
-    kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods")
-    kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+    delete_namespace(kube, ns)
     return out
 
 

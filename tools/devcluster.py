@@ -32,7 +32,7 @@ import yaml
 
 from tools.devnode import NODE_CONTROLLERS, RealNode, unmount_under
 from tools.devnode import preflight as node_preflight
-from tools.devpki import make_pki
+from tools.devpki import make_pki, write_kubeconfig
 from tools.devprocess import BinariesMissing, ControlPlaneError, Process, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -426,18 +426,9 @@ class ControlPlane:
             self.write_kubeconfig(self.kubeconfig(user), user, self.tokens[user])
 
     def write_kubeconfig(self, path: Path, user: str, token: str) -> Path:
-        config: dict[str, Any] = {
-            "apiVersion": "v1", "kind": "Config", "current-context": f"tidings-dev-{user}",
-            "clusters": [{"name": "tidings-dev", "cluster": {
-                "server": f"https://127.0.0.1:{self.ports['apiserver']}",
-                "certificate-authority": str(self.ca_file)}}],
-            "users": [{"name": user, "user": {"token": token}}],
-            "contexts": [{"name": f"tidings-dev-{user}", "context": {
-                "cluster": "tidings-dev", "user": user, "namespace": "default"}}],
-        }
-        path.write_text(yaml.safe_dump(config))
-        path.chmod(0o600)
-        return path
+        return write_kubeconfig(path, server=self.server, ca_file=self.ca_file, user=user,
+                                credentials={"token": token}, context=f"tidings-dev-{user}",
+                                namespace="default")
 
     def kubectl_run(self, *args: str, user: str = "admin", input_text: str | None = None,
                     check: bool = True) -> str:

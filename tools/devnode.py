@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from tools.devpki import sign_certificate
+from tools.devpki import sign_certificate, write_kubeconfig
 from tools.devprocess import BinariesMissing, ControlPlaneError, Process, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -309,22 +309,13 @@ class RealNode:
         """A kubeconfig with ``user``'s certificate. From inside the node's namespace the API
         server is at the host end of the link (its certificate names it
         kubernetes.default.svc, not that address)."""
-        port = self.plane.ports["apiserver"]
-        cluster: dict[str, Any] = {"certificate-authority": str(self.plane.ca_file),
-                                   "server": f"https://127.0.0.1:{port}"}
-        if inside:
-            cluster.update(server=f"https://{self.host_ip}:{port}",
-                           **{"tls-server-name": "kubernetes.default.svc"})
-        pki = self.root / "pki"
-        config = {"apiVersion": "v1", "kind": "Config", "current-context": user,
-                  "clusters": [{"name": "local", "cluster": cluster}],
-                  "users": [{"name": user, "user": {
-                      "client-certificate": str(pki / f"{user}.crt"),
-                      "client-key": str(pki / f"{user}.key")}}],
-                  "contexts": [{"name": user, "context": {"cluster": "local", "user": user}}]}
-        path = self.kubeconfig(user)
-        path.write_text(yaml.safe_dump(config))
-        path.chmod(0o600)
+        port, pki = self.plane.ports["apiserver"], self.root / "pki"
+        write_kubeconfig(
+            self.kubeconfig(user), server=f"https://{self.host_ip if inside else '127.0.0.1'}:"
+            f"{port}", ca_file=self.plane.ca_file, user=user, context=user,
+            credentials={"client-certificate": str(pki / f"{user}.crt"),
+                         "client-key": str(pki / f"{user}.key")},
+            tls_server_name="kubernetes.default.svc" if inside else None)
 
     def _publish_api_endpoint(self) -> None:
         """The `kubernetes` Service's endpoint, as the API server's own reconciler would write

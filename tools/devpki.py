@@ -1,5 +1,6 @@
-"""The local plane's certificates: a throwaway CA and leaves signed by it with openssl, each
-with the extensions strict verifiers require (Python 3.13's VERIFY_X509_STRICT, Go, rustls)."""
+"""The local plane's credentials: a throwaway CA and leaves signed by it with openssl, each
+with the extensions strict verifiers require (Python 3.13's VERIFY_X509_STRICT, Go, rustls),
+and the kubeconfigs that carry them."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from tools.devprocess import ControlPlaneError
 
@@ -62,3 +66,23 @@ def sign_certificate(pki: Path, out: Path, subject: str, extensions: tuple[str, 
     openssl("x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"), "-CAkey",
              str(pki / "ca.key"), "-CAcreateserial", "-out", str(out.with_suffix(".crt")),
              "-days", "7", "-extfile", str(ext))
+
+
+def write_kubeconfig(path: Path, *, server: str, ca_file: Path, user: str,
+                     credentials: dict[str, str], context: str, namespace: str | None = None,
+                     tls_server_name: str | None = None) -> Path:
+    """A kubeconfig of one cluster, one user (``credentials``: a token, or a client
+    certificate and key) and one context, readable by its owner only."""
+    cluster: dict[str, Any] = {"server": server, "certificate-authority": str(ca_file)}
+    if tls_server_name:
+        cluster["tls-server-name"] = tls_server_name
+    bound: dict[str, Any] = {"cluster": "tidings-dev", "user": user}
+    if namespace:
+        bound["namespace"] = namespace
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": context,
+        "clusters": [{"name": "tidings-dev", "cluster": cluster}],
+        "users": [{"name": user, "user": credentials}],
+        "contexts": [{"name": context, "context": bound}]}))
+    path.chmod(0o600)
+    return path

@@ -6,8 +6,8 @@ BIN_DIR = $(shell tools/controlplane/build.sh)
 NODE_BIN_DIR = $(shell tools/node/build.sh)
 IMAGES_DIR = $(shell tools/images/build.sh)
 
-.PHONY: setup debs node-debs venv binaries node images kind-e2e platforms integrations-venv test unit demo \
-	demo-real lint dist image clean-binaries
+.PHONY: setup debs node-debs venv binaries node images kind-e2e platforms integrations-venv test suite unit \
+	demo demo-real lint dist image clean-binaries
 
 setup: debs venv binaries
 
@@ -83,8 +83,13 @@ $(INTEGRATIONS_VENV)/.project: pyproject.toml
 	touch $@
 
 # The Go builds (CPU) run beside the frameworks' venv install and the images' build (network).
+# The suite runs in a make of its own: make expands a whole recipe before its first line, and
+# the folders' $(shell ...) would otherwise build everything one after the other, first.
 test: debs node-debs venv
 	$(MAKE) --no-print-directory -j4 binaries node platforms integrations-venv images
+	$(MAKE) --no-print-directory suite
+
+suite:
 	TIDINGS_BIN_DIR=$(BIN_DIR) TIDINGS_NODE_BIN_DIR=$(NODE_BIN_DIR) TIDINGS_IMAGES_DIR=$(IMAGES_DIR) \
 		$(VENV)/bin/pytest
 	TIDINGS_BIN_DIR=$(BIN_DIR) $(INTEGRATIONS_VENV)/bin/pytest tests/integrations

@@ -20,7 +20,11 @@ BASE_PACKAGES=python3,python3-pip,ca-certificates
 BASE_IMAGE=localhost/tidings/python-base:$SUITE
 
 plane="$root/tools/controlplane"
-pause_src=$(cd "$plane" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
+# (go mod download, not go list: on a fresh machine the module may not be downloaded yet, and
+# this build runs beside the control plane's.)
+kube_dir=$(cd "$plane" && go mod download -json k8s.io/kubernetes | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+[ -n "$kube_dir" ] || { echo "k8s.io/kubernetes could not be downloaded (tools/controlplane)" >&2; exit 1; }
+pause_src=$kube_dir/build/pause/linux/pause.c
 pause_tag=$(awk '$1 == "TAG" {print $3; exit}' "$(dirname "$pause_src")/../Makefile")
 # What the images are made of: the Dockerfile's context as its .dockerignore lets it in, the
 # recipes here, and the pause source.

@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 
 from tidings._compat import UTC
+from tidings.schemas.contract import RUNNING
 from tidings.schemas.event import TaskRef
 from tidings.schemas.health import HealthSettings, next_stall, next_stall_of
 from tidings.schemas.state import TaskState
@@ -55,8 +56,8 @@ class HealthClock:
         now = now or datetime.now(UTC)
         with self._lock:
             known = self._due.get(task)
-        if state is None:
-            due = None
+        if state is None or state.phase != RUNNING:
+            due = None  # (a fold that ended the task ends its clock too)
         elif pods is not None and known is not None:
             due = next_stall_of(state, pods, now, self._settings)
             if due is None or due.timestamp() >= known:

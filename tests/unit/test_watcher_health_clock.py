@@ -102,6 +102,25 @@ def test_a_task_that_stops_running_is_not_judged() -> None:
         assert [task for task, _ in judged] == [other]
 
 
+def test_a_fold_that_ends_the_task_ends_its_clock() -> None:
+    """A worker's final folds the task out of Running: nothing is due any more, so the
+    task may leave memory at once (an idle task waited for its old stall time before)."""
+    with ticking() as (store, clock, _):
+        now = datetime.now(UTC)
+        state = reporting(now)
+        running(store, state)
+        clock.schedule(TASK, state)  # due in 1 s
+        ended = fold_all(TASK, [*[make_event(Progress(fraction=0.1 * (i + 1)), "inst-0", i,
+                                             now - timedelta(seconds=0.1 * (2 - i)),
+                                             pod=PodRef("w-0", "uid-0")) for i in range(3)],
+                                make_event(Progress(fraction=1.0, final=True), "inst-0", 3,
+                                           now, pod=PodRef("w-0", "uid-0"))])
+        assert ended.phase != "Running"
+        store.put(TASK, ended)
+        clock.schedule(TASK, ended, pods={"w-0"})
+        assert not clock.pending(TASK)
+
+
 def test_a_fold_that_brings_a_stall_nearer_moves_the_time_up() -> None:
     with ticking() as (store, clock, judged):
         now = datetime.now(UTC)

@@ -3,8 +3,11 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN_DIR = $(shell tools/controlplane/build.sh)
+NODE_BIN_DIR = $(shell tools/node/build.sh)
+IMAGES_DIR = $(shell tools/images/build.sh)
 
-.PHONY: setup debs venv binaries platforms integrations-venv test unit demo lint dist image clean-binaries
+.PHONY: setup debs node-debs venv binaries node images kind-e2e platforms integrations-venv test suite unit \
+	demo demo-real lint dist image clean-binaries
 
 setup: debs venv binaries
 
@@ -21,6 +24,15 @@ debs:
 	@command -v chromium >/dev/null || { apt-get update -qq && \
 		apt-get install -y -qq chromium; }
 
+# The real node's (`tidings dev up --real-node`, tests/node): runc and the CNI plugins it runs
+# pods with, iptables for kube-proxy, socat for the API server's link into its namespace; and
+# what `make images` builds with: Debian's Docker engine and mmdebstrap (for the base image);
+# jq and capsh for the kind run's engine and node image (tools/kind/).
+NODE_DEBS := runc containernetworking-plugins iptables socat docker.io mmdebstrap jq libcap2-bin
+node-debs:
+	@dpkg -s $(NODE_DEBS) >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(NODE_DEBS); }
+
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +42,21 @@ $(VENV)/.installed: pyproject.toml
 
 binaries:
 	tools/controlplane/build.sh
+
+# The real node's binaries (kubelet, kube-proxy, kube-scheduler of the plane's version; containerd)
+# and the images its pods run (tidings-watcher:dev, tidings-workload:dev from deploy/Dockerfile,
+# the pause image), each cached in .cache/ by version or by a hash of their inputs. The node's
+# Kubernetes binaries reuse most of what the plane's build compiled: after it, not beside it.
+node: node-debs binaries
+	tools/node/build.sh >/dev/null
+images: node-debs
+	tools/images/build.sh >/dev/null
+
+# deploy/kind/e2e.sh on a kind cluster whose node image is built here from the binaries and
+# images above (tools/kind/build-node-image.sh, cached in .cache/kind/): not in `make test`
+# (its cost: deploy/README.md, "kind, for real").
+kind-e2e: node images
+	deploy/kind/e2e.sh
 
 # The platforms' real controllers the tests run on the local plane (JobSet, Kubeflow Trainer,
 # Argo Workflows): each from its pinned module in tools/platforms/<name>/, cached by version in
@@ -55,10 +82,16 @@ $(INTEGRATIONS_VENV)/.project: pyproject.toml
 	$(INTEGRATIONS_VENV)/bin/pip install -q -e '.[dev]'
 	touch $@
 
-# The Go builds (CPU) run beside the frameworks' venv install (network): -j3.
-test: debs venv
-	$(MAKE) --no-print-directory -j3 binaries platforms integrations-venv
-	TIDINGS_BIN_DIR=$(BIN_DIR) $(VENV)/bin/pytest
+# The Go builds (CPU) run beside the frameworks' venv install and the images' build (network).
+# The suite runs in a make of its own: make expands a whole recipe before its first line, and
+# the folders' $(shell ...) would otherwise build everything one after the other, first.
+test: debs node-debs venv
+	$(MAKE) --no-print-directory -j4 binaries node platforms integrations-venv images
+	$(MAKE) --no-print-directory suite
+
+suite:
+	TIDINGS_BIN_DIR=$(BIN_DIR) TIDINGS_NODE_BIN_DIR=$(NODE_BIN_DIR) TIDINGS_IMAGES_DIR=$(IMAGES_DIR) \
+		$(VENV)/bin/pytest
 	TIDINGS_BIN_DIR=$(BIN_DIR) $(INTEGRATIONS_VENV)/bin/pytest tests/integrations
 
 unit: venv
@@ -67,9 +100,14 @@ unit: venv
 demo: setup
 	TIDINGS_BIN_DIR=$(BIN_DIR) deploy/demo.sh
 
+# The demo's story with real containers: the watcher from its chart, a Job's pods, an OOM kill.
+demo-real: setup node images
+	TIDINGS_BIN_DIR=$(BIN_DIR) TIDINGS_NODE_BIN_DIR=$(NODE_BIN_DIR) TIDINGS_IMAGES_DIR=$(IMAGES_DIR) \
+		deploy/demo-real.sh
+
 # mypy --strict (pyproject's [tool.mypy]) over the installed names; tidings/'s symlinks let it
 # resolve tidings.* to the top-level folders.
-MYPY_TARGETS := -p tidings.schemas -p tidings.kube -p tidings.emitter -p tidings.watcher -p tidings.cli -p tidings.ui -p tidings.integrations -m tools.devcluster -m tools.devplatforms
+MYPY_TARGETS := -p tidings.schemas -p tidings.kube -p tidings.emitter -p tidings.watcher -p tidings.cli -p tidings.ui -p tidings.integrations -m tools.devcluster -m tools.devplatforms -m tools.devnode -m tools.devprocess -m tools.devpki
 lint: venv
 	$(VENV)/bin/ruff check schemas kube emitter watcher cli ui integrations tidings tests bench tools
 	$(VENV)/bin/mypy $(MYPY_TARGETS)

@@ -181,3 +181,52 @@ def training_status(namespace: str, name: str, fraction: float, message: str,
             instance=f"i{pod}", seq=n, time=t0 + timedelta(seconds=n), sender_proof=False)))
     out: dict[str, Any] = to_status(fold_all(ref, events))  # type: ignore[arg-type]
     return out
+
+
+@contextlib.contextmanager
+def real_node_plane(state_dir: str | None, prefix: str) -> Iterator[tuple[Any, float | None]]:
+    """(plane, seconds its real node took to join) for the real node's benches: the plane
+    recorded in ``state_dir`` (it must have a node; None for the time), else a fresh one with
+    a node, stopped on exit."""
+    from tidings.cli.dev import devcluster
+
+    dc = devcluster()
+    if state_dir:
+        cp = dc.ControlPlane.load(Path(state_dir))
+        if cp.node is None:
+            raise SystemExit(f"the plane in {state_dir} has no real node "
+                             "(tidings dev up --real-node)")
+        yield cp, None
+        return
+    cp = dc.ControlPlane(state_dir=Path(tempfile.mkdtemp(prefix=prefix)) / "cp").start()
+    try:
+        began = time.monotonic()
+        cp.add_real_node()
+        yield cp, time.monotonic() - began
+    finally:
+        cp.stop()
+
+
+def workload_namespace(cp: Any, kube: Client, prefix: str) -> str:
+    """A fresh namespace whose ServiceAccount ``trainer`` is bound to tidings-workload, with
+    what workloads need applied (the CRD, their role, the sender policy)."""
+    for manifest in ("crd.yaml", "workload-role.yaml", "admission-policy.yaml"):
+        cp.kubectl_run("apply", "-f", str(REPO / "deploy" / manifest))
+    cp.wait_established("taskfeedbacks.tidings.dev")
+    ns = f"{prefix}-{os.urandom(3).hex()}"
+    kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
+    kube.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts",
+                 body={"metadata": {"name": "trainer"}})
+    kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+                 body={"metadata": {"name": "trainer"}, "roleRef": {
+                     "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "tidings-workload"}, "subjects": [
+                     {"kind": "ServiceAccount", "name": "trainer", "namespace": ns}]})
+    return ns
+
+
+def delete_namespace(kube: Client, ns: str) -> None:
+    """A namespace and its pods: on a plane without the namespace controller they would
+    outlive it, running on a real node."""
+    kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods")
+    kube.request("DELETE", f"/api/v1/namespaces/{ns}")

@@ -50,6 +50,11 @@ def up(
         "--controllers/--no-controllers",
         help="Run kube-controller-manager with the Job controller, the garbage collector and "
              "ClusterRole aggregation (on by default; --no-controllers saves its CPU).")] = True,
+    real_node: Annotated[bool, typer.Option(
+        "--real-node",
+        help="Also run a real node: a kubelet and containerd whose pods run as containers "
+             "(the images of `make images`), kube-proxy and a scheduler, in a network "
+             "namespace of its own; needs root and `make node images`.")] = False,
 ) -> None:
     """Start the control plane and print `export` lines for eval."""
     dc = devcluster()
@@ -66,16 +71,22 @@ def up(
     try:
         running = ("etcd, kube-apiserver, kwok and kube-controller-manager (Jobs, garbage "
                    "collection)" if controllers else "etcd, kube-apiserver and kwok")
+        if real_node:
+            running += " and a real node (kubelet, containerd, kube-proxy, kube-scheduler)"
         typer.echo(f"# starting {running} in {folder} ...", err=True)
         cp = dc.ControlPlane(state_dir=folder, apiserver_port=port,
-                             controllers=tuple(dc.CONTROLLER_ROLES) if controllers else ()
-                             ).start()
+                             controllers=dc.DEFAULT_CONTROLLERS if controllers else (),
+                             real_node=real_node,
+                             say=lambda line: typer.echo(f"# {line}", err=True)).start()
     except dc.BinariesMissing as err:
         fail(str(err), EXIT_NOT_FOUND)
     except dc.ControlPlaneError as err:
         fail(str(err), EXIT_ERROR)
     except KeyboardInterrupt:
         fail("interrupted", EXIT_INTERRUPTED)
+    if cp.node is not None:
+        typer.echo(f"# node {cp.node.name} runs pods as containers: a pod that names no node "
+                   f"is scheduled there; images: {', '.join(cp.node.image_names())}", err=True)
     typer.echo(f"# ready: {cp.server} (run `tidings dev down` to stop)", err=True)
     _print_exports(cp.env())
 
@@ -111,4 +122,7 @@ def status(state_dir: StateDir = None) -> None:
     if not cp.running():
         fail(f"control plane in {folder} is not running", EXIT_ERROR)
     typer.echo(f"running: {cp.server} (KUBECONFIG={cp.kubeconfig('admin')})")
+    if cp.node is not None:
+        typer.echo(f"real node: {cp.node.name} ({cp.node.node_ip}, network namespace "
+                   f"{cp.node.netns})")
     sys.stdout.flush()

@@ -11,6 +11,7 @@ from tidings._compat import UTC
 from tidings.cli.common import safe
 from tidings.cli.snapshot import SOURCE_CR, Snapshot
 from tidings.schemas.contract import FAILED, SUCCEEDED
+from tidings.schemas.history import heights
 from tidings.schemas.payloads import NON_FINITE
 from tidings.schemas.times import format_seconds
 from tidings.schemas.view import (
@@ -50,11 +51,10 @@ def sparkline(values: list[float], width: int = SPARK_WIDTH, ascii_only: bool = 
     values = values[-width:] if width > 0 else []
     if not values:
         return ""
-    lo, hi = min(values), max(values)
     top = len(levels) - 1
-    if not hi > lo:  # flat (or one point): the middle level
+    if not max(values) > min(values):  # flat (or one point): the middle level
         return levels[top // 2] * len(values)
-    return "".join(levels[round((v - lo) / (hi - lo) * top)] for v in values)
+    return "".join(levels[round(h * top)] for h in heights(values))
 
 
 class Sparkline:

@@ -7,13 +7,16 @@ documents every field, and empty maps, zero counters and absent values are left 
 
     schemaVersion: 2
     phase:      Pending | Running | Succeeded | Failed      # the completion rule (completion.py)
-    conditions: [Completed, Failed, PodsWaiting?]          # metav1.Condition
+    conditions: [Completed, Failed, PodsWaiting?,          # metav1.Condition
+                 Stalled, NonFiniteMetrics, Straggling]    # health, when judged (health.py)
+    health:     {summary, evaluatedAt?, stalled?, straggling?, nonFinite?, counts?}
     progress:   {percent, percentText, message, estimatedCompletionTime?}  # the aggregate
     linkCount:  int;  deck: latest deck name               # printer columns
     links:      {name: {url, at, events}}                  # LWW per name by ``at``
     decks:      {name: {uri, at, events}}
     metrics:    {name: {value, step?, at, events,            # LWW per name by ``at``
                         min, max, history?: {shift, steps, values}}}  # joins (history.py)
+    metricsBeyond: {name: "<at> <events>[ NaN|Infinity|-Infinity]"}  # beyond the cap
     spans:      {name: {count, totalNs, minS, maxS, firstStart, lastEnd, errors, events,
                         windows,                   # windows: "<shift> lo-hi,..." (timelines)
                         pod? | pods?: {pod: {count, ..., windows}}, unlaned?}}  # lanes
@@ -21,6 +24,8 @@ documents every field, and empty maps, zero counters and absent values are left 
                   firstAt?, firstFraction?}]          # the 64 smallest pod names, in detail
     roster:     {reporting, final, failed?, declared?, firstFailure?: {pod, at, message},
                  lastFinal?, marks, outcomes?}  # every pod: what the completion rule reads
+    paces:      ["<pod> <reports> <firstMs> <first 1e-4> <latest - first ms> <latest 1e-4>,..."]
+                                    # every running pod's pace, 64 a string (health.py)
     podOutcomes: [{pod, uid, phase, reason, message?, exitCode?, at, explained?}]
                                     # how pods ended, as their objects say (observed.py)
     waitingPods: [{pod, uid, reason, message?, exitCode?, since}]   # why pods wait, now
@@ -32,7 +37,7 @@ documents every field, and empty maps, zero counters and absent values are left 
     applied:    "inst=lo-hi,seq@created inst2=..."         # the version vector, one string
     compactedBefore: RFC 3339                              # dedup compaction watermark
     budgetDropped: {pods?, podOutcomes?, unknownTypes?, workerMessages?, spanLanes?,
-                    metricHistory?, metrics?, spans?, decks?, links?}
+                    metricHistory?, paces?, metrics?, spans?, decks?, links?}
 
 ``at`` is the order key ``"<eventTime> <instance> <seq>"``. ``events`` counts the events that
 targeted an entry.

@@ -12,13 +12,13 @@ is a join or a register with a total order, so the order of events cannot matter
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from operator import attrgetter
-from typing import cast
+from typing import TypeVar, cast
 
 from .caps import K, events_of, insert_capped, one_each
-from .constants import MESSAGE_LIMIT
+from .constants import MESSAGE_LIMIT, non_finite_text
 from .event import ParsedEvent
 from .history import merge as merge_report
 from .kinds import KINDS, Kind, Report
@@ -39,13 +39,15 @@ from .roster import (
     Failure,
     Mark,
     OrderKey,
+    Pace,
     Roster,
+    epoch_ms,
     mark_bits,
     pod_hash,
     with_ends,
 )
 from .spans import SpanRun
-from .state import Named, NamedValue, TaskState
+from .state import Beyond, Named, NamedValue, TaskState
 from .text import cut_text
 from .workers import ProgressState, merge_progress
 
@@ -68,6 +70,42 @@ def _set_named(entries: dict[str, Named], name: str, value: NamedValue, at: Orde
     return 0
 
 
+def _non_finite_of(value: NamedValue, index: int) -> str:
+    """The wire spelling of the value field ``index`` of ``value`` when it is not finite."""
+    v = value[index] if isinstance(value, tuple) else value
+    return (non_finite_text(v) or "") if type(v) is float else ""
+
+
+def _set_beyond(beyond: dict[str, Beyond], name: str, at: OrderKey, non_finite: str,
+                events: int, cap: int) -> int:
+    """Join a report of ``name``, beyond its kind's cap, into its finiteness register (the
+    latest by order key wins, as a register's value does); the ``cap`` smallest names are
+    kept. Returns the events of a name that fell beyond those."""
+    cur = beyond.get(name)
+    if cur is None:
+        return insert_capped(beyond, name, Beyond(at, non_finite, events), cap, events_of)
+    if at > cur.at:
+        beyond[name] = Beyond(at, non_finite, cur.events + events)
+    else:
+        beyond[name] = Beyond(cur.at, cur.non_finite, cur.events + events)
+    return 0
+
+
+def _set_named_beyond(entries: dict[str, Named], beyond: dict[str, Beyond], name: str,
+                      value: NamedValue, at: OrderKey, cap: int, report: Report | None,
+                      index: int, beyond_cap: int) -> tuple[int, int]:
+    """A new ``name`` for full ``entries``, of a kind that keeps the finiteness of its names
+    beyond the cap: a name beyond it, or the register it evicts, goes on in ``beyond``.
+    Returns the events beyond the cap and those beyond ``beyond`` as well (not judged)."""
+    largest = max(entries) if cap > 0 else None
+    if largest is None or name > largest:
+        return 1, _set_beyond(beyond, name, at, _non_finite_of(value, index), 1, beyond_cap)
+    gone = entries.pop(largest)
+    entries[name] = Named(value, at, 1, None if report is None else merge_report(None, *report))
+    return gone.events, _set_beyond(beyond, largest, gone.at,
+                                    _non_finite_of(gone.value, index), gone.events, beyond_cap)
+
+
 def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
     """Merge ``p`` into the roster: its pod's mark (joined), the declared count, the first
     failure and the latest final. Each is a join, so the order of events cannot matter; the
@@ -75,6 +113,7 @@ def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
     marks = w.marks_w
     if marks is None:
         marks = w.begin_roster()
+    paces = w.paces_w
     h = pod_hash(pod)
     bits = mark_bits(p.fraction, p.final, p.failed)
     cur = marks.get(h)
@@ -91,17 +130,27 @@ def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
                 w.finals += 1
             if gained & FAILED:
                 w.failures += 1
+        if new & FINAL:  # (a final ends the pod's pace, whichever came first)
+            paces.pop(h, None)
+        else:
+            _join_pace(paces, h, pod, key[0], fn)
     elif len(marks) < w.lim.roster:
         marks[h] = Mark(bits, 1)
         w.marked(bits, 1)
+        if not p.final:
+            _join_pace(paces, h, pod, key[0], bits & FRACTION_MASK)
     elif h > max(marks, default=-1):
         w.bump("roster_capped")
     else:
-        gone = marks.pop(max(marks))
+        largest = max(marks)
+        gone = marks.pop(largest)
+        paces.pop(largest, None)
         w.bump("roster_capped", gone.events)
         w.marked(gone.bits, -1)
         marks[h] = Mark(bits, 1)
         w.marked(bits, 1)
+        if not p.final:
+            _join_pace(paces, h, pod, key[0], bits & FRACTION_MASK)
     if p.workers > w.declared:
         w.declared = p.workers
     if p.final:
@@ -115,6 +164,23 @@ _FLAGS = FINAL | FAILED
 _new_mark = tuple.__new__  # Mark's own __new__ is a Python call; the tuple is the same
 
 
+def _join_pace(paces: dict[int, Pace], h: int, pod: str, t: datetime, pm: int) -> None:
+    """Join a report at ``t`` with ``pm`` into the pace of pod ``h`` (roster.Pace says the
+    rule: the earliest and the latest by (time, fraction), and a count); inline, since
+    every Progress passes here."""
+    ms = epoch_ms(t)
+    cur = paces.get(h)
+    if cur is None:
+        paces[h] = _new_mark(Pace, (pod, 1, ms, pm, ms, pm))
+        return
+    name, n, first_ms, first_pm, last_ms, last_pm = cur
+    if ms < first_ms or (ms == first_ms and pm < first_pm):
+        first_ms, first_pm = ms, pm
+    if ms > last_ms or (ms == last_ms and pm > last_pm):
+        last_ms, last_pm = ms, pm
+    paces[h] = _new_mark(Pace, (name, n + 1, first_ms, first_pm, last_ms, last_pm))
+
+
 def _count(entries: dict[K, int], key: K, cap: int) -> int:
     cur = entries.get(key)
     if cur is None:
@@ -125,12 +191,24 @@ def _count(entries: dict[K, int], key: K, cap: int) -> int:
 
 # --- the run's state and the table ------------------------------------------------------
 
+V = TypeVar("V")
+
+
+def _copy_of(written: dict[str, dict[str, V]], source: Mapping[str, Mapping[str, V]],
+             section: str) -> dict[str, V]:
+    """The run's copy of ``source[section]`` in ``written``, made on its first write."""
+    entries = written.get(section)
+    if entries is None:
+        entries = written[section] = dict(source.get(section, {}))
+    return entries
+
 
 class Work:
     """One run's state under construction: the input state, and the maps the run has
     written (each a copy of the input's, made on the first write, then changed in place)."""
 
     __slots__ = (
+        "beyond_w",
         "counters",
         "declared",
         "failures",
@@ -140,6 +218,7 @@ class Work:
         "lim",
         "marks_w",
         "named_w",
+        "paces_w",
         "permyriads",
         "spans_w",
         "state",
@@ -154,7 +233,21 @@ class Work:
         self.spans_w: SpanRun | None = None
         self.workers_w: dict[str, ProgressState] | None = None
         self.unknown_w: dict[str, int] | None = None
+        self.beyond_w: dict[str, dict[str, Beyond]] | None = None
         self.marks_w: dict[int, Mark] | None = None  # (the roster's tallies: begin_roster)
+        self.paces_w: dict[int, Pace] = {}  # (begin_roster copies the roster's)
+
+    def registers(self, section: str) -> dict[str, Named]:
+        """The run's copy of the named kind ``section``'s registers."""
+        if self.named_w is None:
+            self.named_w = {}
+        return _copy_of(self.named_w, self.state.named, section)
+
+    def beyond(self, section: str) -> dict[str, Beyond]:
+        """The run's copy of ``section``'s names beyond its cap."""
+        if self.beyond_w is None:
+            self.beyond_w = {}
+        return _copy_of(self.beyond_w, self.state.beyond, section)
 
     def bump(self, name: str, n: int = 1) -> None:
         c = self.counters
@@ -176,6 +269,7 @@ class Work:
         self.permyriads = r.permyriads
         self.first_failure, self.last_final = r.first_failure, r.last_final
         self.marks_w = dict(r.marks)
+        self.paces_w = dict(r.paces)
         return self.marks_w
 
     def roster(self) -> Roster:
@@ -183,7 +277,8 @@ class Work:
             return self.state.roster
         r = self.state.roster
         out = Roster(self.marks_w, self.declared, self.finals, self.failures,
-                     self.permyriads, self.first_failure, self.last_final, r.ends)
+                     self.permyriads, self.first_failure, self.last_final, r.ends,
+                     paces=self.paces_w)
         # The pods' ends count only for pods without a final of their own: a new mark or
         # final moves those tallies (rarely: only a task with an ended pod has ends).
         return with_ends(out) if r.ends else out
@@ -241,19 +336,26 @@ def _named_apply(kind: Kind, model: type) -> Apply:
     rows = attrgetter(kind.batch) if kind.batch in getattr(model, "model_fields", {}) \
         else None
 
+    # A kind whose value may be non-finite keeps the finiteness of its names beyond the cap.
+    index = next(i for i, f in enumerate(kind.values) if f.non_finite) if kind.beyond else -1
+    unjudged = kind.unjudged
+
     def apply(w: Work, ev: ParsedEvent, p: Payload, t: datetime) -> None:
-        named = w.named_w
-        if named is None:
-            named = w.named_w = {}
-        entries = named.get(section)
-        if entries is None:
-            entries = named[section] = dict(w.state.named.get(section, {}))
+        entries = w.registers(section)
         at, limit = (t, ev.instance, ev.seq), cap(w.lim)
         for row in (p,) if rows is None else rows(p):
-            capped = _set_named(entries, key(row), value(row), at, limit,
-                                None if report is None else report(row))
+            name = key(row)
+            if index < 0 or name in entries or len(entries) < limit:  # (it fits)
+                capped, lost = _set_named(entries, name, value(row), at, limit,
+                                          None if report is None else report(row)), 0
+            else:
+                capped, lost = _set_named_beyond(
+                    entries, w.beyond(section), name, value(row), at, limit,
+                    None if report is None else report(row), index, w.lim.beyond)
             if capped:
                 w.bump(counter, capped)
+            if lost:
+                w.bump(unjudged, lost)
 
     return apply
 

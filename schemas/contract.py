@@ -132,9 +132,10 @@ FAILED: Final = "Failed"
 TERMINAL_PHASES: Final = frozenset({SUCCEEDED, FAILED})
 
 
-def condition(ctype: str, true: bool, reason: str, message: str, at: datetime
+def condition(ctype: str, true: bool | None, reason: str, message: str, at: datetime
               ) -> dict[str, Any]:
     """One entry of a TaskFeedback's ``status.conditions``, metav1.Condition style: the
-    outcome's (completion.py) and health's (health.py) alike."""
-    return {"type": ctype, "status": "True" if true else "False", "reason": reason,
-            "message": message, "lastTransitionTime": format_seconds(at)}
+    outcome's (completion.py) and health's (health.py) alike (``true`` None: Unknown, a
+    condition that could not judge all it judges)."""
+    return {"type": ctype, "status": "Unknown" if true is None else "True" if true else "False",
+            "reason": reason, "message": message, "lastTransitionTime": format_seconds(at)}

@@ -70,16 +70,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from tidings._compat import UTC
 
 from .apply import APPLY, Work
 from .caps import insert_capped, one_each
 from .event import ParsedEvent, TaskRef
-from .state import DEFAULT_LIMITS, Limits, Named, TaskState, new_state, new_task_state, with_counter
+from .state import DEFAULT_LIMITS, Limits, TaskState, new_state, new_task_state, with_counter
 from .times import epoch
 from .version_vector import VersionVector
+
+V = TypeVar("V")
 
 # admit(event, late) -> fold it? Asked once per event that is not a duplicate; for a late
 # event (created before the watermark) the answer is ignored: it is always counted.
@@ -237,11 +239,12 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
         roster=w.roster(),
         observed=state.observed,
         limits=lim,
+        beyond=state.beyond if w.beyond_w is None else _merged(state.beyond, w.beyond_w),
     ), k, due
 
 
-def _merged(named: Mapping[str, Mapping[str, Named]], written: dict[str, dict[str, Named]]
-            ) -> dict[str, Mapping[str, Named]]:
+def _merged(named: Mapping[str, Mapping[str, V]], written: dict[str, dict[str, V]]
+            ) -> dict[str, Mapping[str, V]]:
     # A section is present only while it holds a register (a cap of 0 keeps none), so
     # states equal in content compare equal.
     out = dict(named)

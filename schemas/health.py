@@ -18,12 +18,20 @@ Pure, and only the standard library underneath (the watcher's settings read the 
 build `tidings watcher run --help`). Silence depends on *when* it is judged, so the time of
 evaluation is an input (``now``) and the status says when it was (``health.evaluatedAt``);
 everything else is a function of the folded state. ``tidings state --from-events`` judges
-with the defaults. Only the detailed worker records (the 64 smallest pod names) carry a pace,
-so only they are judged.
+with the defaults.
+
+Every reporting worker is judged, not only the detailed records (the 64 smallest pod
+names): the roster keeps each running pod's pace (schemas/roster.py's ``Pace``). A condition
+names the first few (``NAMES_SHOWN``) and counts the rest, and ``status.health`` lists the
+``NAMES_LISTED`` smallest names with ``counts`` of all. Where something could not be judged
+(a running worker whose pace a budget-cut status did not keep, pods beyond the roster's cap)
+a condition that does not hold is Unknown, says what, and the summary is not Healthy: no
+condition claims more than was judged.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -36,12 +44,11 @@ from tidings._compat import UTC
 
 from .constants import non_finite_text
 from .contract import RUNNING, condition
-from .roster import pod_hash
+from .roster import Pace, pod_hash
 from .times import format_seconds
 
 if TYPE_CHECKING:  # (the model loads pydantic: only its types are needed here)
     from .state import TaskState
-    from .workers import ProgressState
 
 # Names a condition's message lists (the rest are counted; ``health`` lists them all).
 NAMES_SHOWN = 5
@@ -99,11 +106,15 @@ class HealthSettings:
 
 class Found(NamedTuple):
     """What one condition found in a state: the pods or metrics it holds for, each with its
-    detail (what its message says of it), and the next time it would change by itself (the
-    health clock's: silence grows), if any."""
+    detail (what its message says of it), in name order; the next time it would change by
+    itself (the health clock's: silence grows), if any; what it judged (``context``, for its
+    message) and how many it could not judge (``unjudged``: the condition is then Unknown
+    unless it holds, and the summary is not Healthy)."""
 
     named: Mapping[str, Any]
     next_change: datetime | None = None
+    context: Any = None
+    unjudged: int = 0
 
 
 class Said(NamedTuple):
@@ -118,9 +129,9 @@ class Said(NamedTuple):
 # judge(state, now, settings) -> what holds, or None when it was not judged (silence without
 # a time to judge it at).
 Judge = Callable[["TaskState", datetime | None, HealthSettings], Found | None]
-# says(state, named, now) -> what the condition says: why it holds, from what it names (not
-# empty), else why not; ``now``: when it was judged.
-Says = Callable[["TaskState", Mapping[str, Any], datetime | None], Said]
+# says(state, found, now) -> what the condition says: why it holds, from what it names (not
+# empty), else why not, and what it could not judge; ``now``: when it was judged.
+Says = Callable[["TaskState", Found, datetime | None], Said]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +149,58 @@ class HealthCondition:
     thresholds: tuple[Threshold, ...] = ()
 
 
+# --- the workers judged ---------------------------------------------------------------------
+
+
+class Running(NamedTuple):
+    """The running workers of a task as the roster knows them (schemas/roster.py: every
+    reporting pod, not only the detailed ones): the pace of each that has one, how many have
+    none (a status cut by its byte budget was read: their pace was not kept), and whether
+    pods beyond the roster's cap reported (never seen, so never judged)."""
+
+    paces: list[Pace]
+    unpaced: int
+    beyond_roster: bool
+
+    @property
+    def workers(self) -> int:
+        return len(self.paces) + self.unpaced
+
+    @property
+    def unjudged(self) -> int:
+        """Running workers not judged (pods beyond the roster: at least one)."""
+        return self.unpaced + (1 if self.beyond_roster else 0)
+
+    def not_judged(self) -> str:
+        """What was not judged, as a clause ("" when everything was)."""
+        parts = []
+        if self.unpaced:
+            parts.append(f"{_workers(self.unpaced, 'running worker')} not judged: "
+                         "no pace kept for them (a status cut by its byte budget was read)")
+        if self.beyond_roster:
+            parts.append("pods beyond the roster's cap are not seen")
+        return "; ".join(parts)
+
+
+def _running(state: TaskState) -> Running:
+    """The running workers: a mark without a final whose pod has not ended (an ended pod's
+    worker is final by its end). A pace exists only for a mark without a final, so the
+    running paces are the paces of pods that have not ended; O(paces), no call per pod."""
+    r = state.roster
+    paces = r.paces
+    if r.pod_finals:
+        ends = r.ends
+        out = [p for h, p in paces.items() if h not in ends]
+    else:
+        out = list(paces.values())
+    running = len(r.marks) - r.finals - r.pod_finals
+    return Running(out, max(0, running - len(out)), state.counters.get("roster_capped", 0) > 0)
+
+
+def _workers(n: int, what: str = "worker") -> str:
+    return f"1 {what}" if n == 1 else f"{n} {what}s"
+
+
 # --- the conditions -------------------------------------------------------------------------
 
 
@@ -150,112 +213,170 @@ class Silence(NamedTuple):
     interval: float | None
 
 
-def _interval(w: ProgressState) -> float | None:
-    """Seconds between the worker's progress reports (None: fewer than two)."""
-    if w.first_at is None or w.events < 2:
-        return None
-    span = (w.at[0] - w.first_at[0]).total_seconds()
-    return span / (w.events - 1) if span > 0 else None
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+# Onsets past year 9999 never come (a datetime cannot hold them).
+_LAST_US = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // _US
 
 
-def _pace(w: ProgressState) -> float | None:
-    """The worker's progress per second since its first report (None: unknown)."""
-    if w.first_at is None:
-        return None
-    span = (w.at[0] - w.first_at[0]).total_seconds()
-    done = w.fraction - w.first_fraction
-    return done / span if span > 0 and done >= 0 else None
+def _allowed(reports: int, span_ms: int, factor: float, least: float, unpaced: float
+             ) -> tuple[float, float | None]:
+    """(seconds of silence allowed, the report interval or None: fewer than two reports, or
+    all at one time), the settings passed as numbers (called once per running worker)."""
+    if reports > 1 and span_ms > 0:
+        interval = span_ms / 1000 / (reports - 1)
+        limit = factor * interval
+        return (limit if limit > least else least), interval
+    return unpaced, None
 
 
-def stall_limit(w: ProgressState, s: HealthSettings) -> tuple[float, float | None]:
-    """(seconds of silence allowed, the worker's report interval or None)."""
-    interval = _interval(w)
-    if interval is None:
-        return s["stall_unpaced"], None
-    return max(s["stall_min"], s["stall_factor"] * interval), interval
+def _onset_us(last_ms: int, limit: float) -> int:
+    """When a silence since ``last_ms`` passes ``limit``, in epoch microseconds (whole: the
+    judgment at a time and the health clock's next time agree exactly)."""
+    return last_ms * 1000 + math.ceil(limit * 1e6)
 
 
-def _running(state: TaskState) -> Iterable[tuple[str, ProgressState]]:
-    """The detailed workers still running: no final of their own, and their pod has not
-    ended (an ended pod's worker is final by its end), sorted by pod."""
-    r = state.roster
-    return ((pod, w) for pod, w in sorted(state.workers.items())
-            if not w.final and not (r.pod_finals and r.end_of(pod_hash(pod)) is not None))
+def _us(t: datetime) -> int:
+    return (t - _EPOCH) // _US
+
+
+def _at_us(us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=us)
 
 
 def _stalled(state: TaskState, now: datetime | None, s: HealthSettings) -> Found | None:
     if now is None:
         return None  # silence is judged at a time, or not at all
+    if state.phase != RUNNING:
+        return Found({})
+    run = _running(state)
+    now_us = _us(now)
     stalled: dict[str, Silence] = {}
-    next_change: datetime | None = None
-    if state.phase == RUNNING:
-        for pod, w in _running(state):
-            limit, interval = stall_limit(w, s)
-            since = w.at[0]
-            try:
-                onset = since + timedelta(seconds=limit)
-            except OverflowError:  # (a report within the limit of year 9999's end)
-                continue
-            if now >= onset:
-                stalled[pod] = Silence(since, limit, interval)
-            elif next_change is None or onset < next_change:
-                next_change = onset
-    return Found(stalled, next_change)
+    soonest: int | None = None
+    factor, least, unpaced = s["stall_factor"], s["stall_min"], s["stall_unpaced"]
+    for pod, reports, first_ms, _, last_ms, _ in run.paces:
+        limit, interval = _allowed(reports, last_ms - first_ms, factor, least, unpaced)
+        onset = _onset_us(last_ms, limit)
+        if onset > _LAST_US:
+            continue
+        if now_us >= onset:
+            stalled[pod] = Silence(_at_us(last_ms * 1000), limit, interval)
+        elif soonest is None or onset < soonest:
+            soonest = onset
+    return Found(dict(sorted(stalled.items())), None if soonest is None else _at_us(soonest),
+                 run, run.unjudged)
 
 
-def _stalled_says(state: TaskState, stalled: Mapping[str, Silence], now: datetime | None
-                  ) -> Said:
+def _stalled_says(state: TaskState, found: Found, now: datetime | None) -> Said:
+    stalled: Mapping[str, Silence] = found.named
+    run: Running | None = found.context
+    if state.phase != RUNNING or run is None:
+        return Said("NotRunning", "the task is not running")
+    rest = run.not_judged()
     if stalled and now is not None:
         first = min(stalled.values(), key=lambda x: x.since + timedelta(seconds=x.limit))
         details = (f"{pod} silent for {_duration((now - x.since).total_seconds())}"
                    + (f" (reports every {_duration(x.interval)})"
                       if x.interval is not None else " (one report)")
                    for pod, x in stalled.items())
-        return Said("NoProgressReports", _names(details, len(stalled)),
+        said = _names(details, len(stalled)) + f" ({len(stalled)} of {run.workers} running)"
+        return Said("NoProgressReports", said + (f"; {rest}" if rest else ""),
                     first.since + timedelta(seconds=first.limit))
-    if state.phase == RUNNING:
-        return Said("Reporting", "every running worker reported within its pace")
-    return Said("NotRunning", "the task is not running")
+    judged = len(run.paces)
+    if rest:
+        return Said("NotJudged", f"{_workers(judged, 'running worker')} reported within "
+                    f"{'its' if judged == 1 else 'their'} pace; {rest}")
+    if judged == 1:
+        return Said("Reporting", "the running worker reported within its pace")
+    if judged == 0:
+        return Said("Reporting", "no worker is running")
+    return Said("Reporting", f"all {judged} running workers reported within their pace")
 
 
 def _non_finite(state: TaskState, now: datetime | None, s: HealthSettings) -> Found:
-    """A metric's latest value that is NaN or infinite counts whatever the phase."""
-    found = {}
-    for name, reg in sorted(state.named.get("metrics", {}).items()):
+    """A metric's latest value that is NaN or infinite counts whatever the phase, whether or
+    not its name fits the cap: a name beyond it keeps its latest value's finiteness
+    (``state.beyond``); reports of names beyond those too are not judged (counted)."""
+    kept = state.named.get("metrics", {})
+    found: dict[str, tuple[str, datetime]] = {}
+    for name, reg in kept.items():
         value = reg.value[0] if isinstance(reg.value, tuple) else reg.value
         text = non_finite_text(value) if type(value) is float else None
         if text is not None:
-            found[name] = text
-    return Found(found)
+            found[name] = (text, reg.at[0])
+    for name, b in state.beyond.get("metrics", {}).items():
+        if b.non_finite and name not in kept:
+            found[name] = (b.non_finite, b.at[0])
+    unjudged = state.counters.get("metrics_unjudged", 0)
+    return Found(dict(sorted(found.items())), None,
+                 len(kept) + len(state.beyond.get("metrics", {})), unjudged)
 
 
-def _non_finite_says(state: TaskState, found: Mapping[str, str], now: datetime | None
-                     ) -> Said:
-    if not found:
-        return Said("AllFinite", "every metric's latest value is finite")
-    text = _names((f"{name}={text}" for name, text in found.items()), len(found))
-    return Said("NonFiniteValue", text, min(state.named["metrics"][n].at[0] for n in found))
+def _non_finite_says(state: TaskState, found: Found, now: datetime | None) -> Said:
+    named: Mapping[str, tuple[str, datetime]] = found.named
+    rest = (f"{found.unjudged} reports of metric names beyond the {found.context} judged "
+            "were not judged") if found.unjudged else ""
+    if named:
+        text = _names((f"{name}={text}" for name, (text, _) in named.items()), len(named))
+        return Said("NonFiniteValue", text + (f"; {rest}" if rest else ""),
+                    min(at for _, at in named.values()))
+    if rest:
+        return Said("NotJudged", f"every judged metric's latest value is finite; {rest}")
+    return Said("AllFinite", "every metric's latest value is finite")
+
+
+class Paces(NamedTuple):
+    """What Straggling judged: the running workers, how many of them have a pace (progress
+    per second: two reports at different times), the median of those paces (None: too few
+    to judge), and the newest report they rest on."""
+
+    run: Running
+    paced: int
+    need: int  # paces the median needs (the straggle_min_workers threshold, at least 2)
+    median: float | None
+    newest: datetime | None
 
 
 def _straggling(state: TaskState, now: datetime | None, s: HealthSettings) -> Found:
+    if state.phase != RUNNING:
+        return Found({})
+    run = _running(state)
+    # A pace may be negative (progress went back, 0.5 then 0.1): that worker is behind.
+    rates = {p.pod: rate for p in run.paces if (rate := p.rate) is not None}
+    newest = max((p.last_ms for p in run.paces), default=None)
+    need = max(2, int(s["straggle_min_workers"]))
+    median = statistics.median(rates.values()) if len(rates) >= need else None
     straggling: dict[str, float] = {}  # pod -> its pace over the median pace
-    if state.phase == RUNNING:
-        paces = {pod: p for pod, w in _running(state) if (p := _pace(w)) is not None}
-        if len(paces) >= max(2, s["straggle_min_workers"]):
-            median = statistics.median(paces.values())
-            if median > 0:
-                straggling = {pod: p / median for pod, p in paces.items()
-                              if p < s["straggle_ratio"] * median}
-    return Found(straggling)
+    if median is not None and median > 0:
+        straggling = {pod: rate / median for pod, rate in sorted(rates.items())
+                      if rate < s["straggle_ratio"] * median}
+    return Found(straggling, None, Paces(run, len(rates), need, median,
+                                         None if newest is None else _at_us(newest * 1000)),
+                 run.unjudged)
 
 
-def _straggling_says(state: TaskState, found: Mapping[str, float], now: datetime | None
-                     ) -> Said:
-    if not found:
-        return Said("NoStraggler", "no running worker far behind the median pace")
-    paces = (f"{pod} at {ratio:.2f} of the median pace" for pod, ratio in sorted(found.items()))
-    return Said("BehindMedianPace", _names(paces, len(found)),
-                max(w.at[0] for _, w in _running(state)))
+def _straggling_says(state: TaskState, found: Found, now: datetime | None) -> Said:
+    named: Mapping[str, float] = found.named
+    ctx: Paces | None = found.context
+    if state.phase != RUNNING or ctx is None:
+        return Said("NoStraggler", "the task is not running")
+    rest = ctx.run.not_judged()
+    if named:
+        paces = (f"{pod} at {ratio:.2f} of the median pace" for pod, ratio in named.items())
+        said = _names(paces, len(named)) + f" ({len(named)} of {ctx.paced} with a pace)"
+        return Said("BehindMedianPace", said + (f"; {rest}" if rest else ""), ctx.newest)
+    tail = f"; {rest}" if rest else ""
+    if ctx.median is None:
+        return Said("TooFewPaced", f"{_workers(ctx.paced, 'running worker')} with a pace, "
+                    f"fewer than the {ctx.need} Straggling is judged among" + tail)
+    if ctx.median <= 0:
+        return Said("NoStraggler", f"the median pace of {_workers(ctx.paced, 'running worker')}"
+                    " is not forward: none is behind it" + tail)
+    if ctx.paced == ctx.run.workers and not rest:
+        return Said("NoStraggler", f"none of the {ctx.paced} running workers far behind the "
+                    "median pace")
+    return Said("NoStraggler", f"none of {_workers(ctx.paced, 'running worker')} with a pace "
+                "far behind the median pace" + tail)
 
 
 HEALTH: tuple[HealthCondition, ...] = (
@@ -291,16 +412,17 @@ _STALLED = HEALTH[0]
 
 
 class Health(NamedTuple):
-    """What ``evaluate`` found: per condition type, the names it holds for with their detail
-    (a type absent: not judged), when it was evaluated (None: silence was not judged) and the
-    next time a running worker would become stalled."""
+    """What ``evaluate`` found: per condition type, what it found (a type absent: not
+    judged), when it was evaluated (None: silence was not judged) and the next time a
+    running worker would become stalled."""
 
-    found: Mapping[str, Mapping[str, Any]]
+    found: Mapping[str, Found]
     evaluated_at: datetime | None
     next_change: datetime | None
 
     def named(self, ctype: str) -> Mapping[str, Any]:
-        return self.found.get(ctype, {})
+        f = self.found.get(ctype)
+        return {} if f is None else f.named
 
     @property
     def stalled(self) -> Mapping[str, Silence]:
@@ -308,53 +430,73 @@ class Health(NamedTuple):
 
     @property
     def summary(self) -> str:
-        """The conditions that hold, comma-separated (registry order), or ``Healthy``."""
-        return ",".join(c.type for c in HEALTH if self.found.get(c.type)) or "Healthy"
+        """The conditions that hold, comma-separated (registry order); else ``Unknown`` when
+        one could not judge everything it judges, else ``Healthy``."""
+        held = ",".join(c.type for c in HEALTH if self.named(c.type))
+        if held:
+            return held
+        return "Unknown" if any(f.unjudged for f in self.found.values()) else "Healthy"
 
 
 def evaluate(state: TaskState, now: datetime | None,
              settings: HealthSettings = DEFAULT_HEALTH) -> Health:
     """The task's health at ``now`` (None: silence is not judged). Only a running task has
     stalled or straggling workers; a non-finite metric counts whatever the phase."""
-    found: dict[str, Mapping[str, Any]] = {}
+    found: dict[str, Found] = {}
     next_change: datetime | None = None
     for c in HEALTH:
         f = c.judge(state, now, settings)
         if f is None:
             continue
-        found[c.type] = f.named
+        found[c.type] = f
         if f.next_change is not None and (next_change is None or f.next_change < next_change):
             next_change = f.next_change
     return Health(found, now, next_change)
 
 
 def conditions(state: TaskState, health: Health) -> list[dict[str, Any]]:
-    """Each condition judged, metav1.Condition style, in registry order. lastTransitionTime
-    is that of the deciding report (each entry says which), else the task's first event, as
-    for ``Completed``; none before a first event."""
+    """Each condition judged, metav1.Condition style, in registry order: True when it holds,
+    else Unknown when it could not judge all it judges (its message says what), else False.
+    lastTransitionTime is that of the deciding report (each entry says which), else the
+    task's first event, as for ``Completed``; none before a first event."""
     start = state.first_event_time
     if start is None:
         return []
     out = []
     for c in HEALTH:
-        named = health.found.get(c.type)
-        if named is not None:
-            said = c.says(state, named, health.evaluated_at)
-            out.append(condition(c.type, bool(named), said.reason, said.message,
+        f = health.found.get(c.type)
+        if f is not None:
+            said = c.says(state, f, health.evaluated_at)
+            out.append(condition(c.type, True if f.named else None if f.unjudged else False,
+                                 said.reason, said.message,
                                  start if said.at is None else said.at))
     return out
 
 
+# Names a ``status.health`` list holds at most (the smallest; ``counts`` says how many in
+# all), so a task of 10,000 stalled workers has a small status.
+NAMES_LISTED = 64
+
+
+def _listed(named: Mapping[str, Any]) -> list[str]:
+    return sorted(named)[:NAMES_LISTED]
+
+
 def health_json(health: Health) -> dict[str, Any]:
     """``status.health``: the summary (a printer column), when it was evaluated, and what
-    each condition names, sorted: the lists of pods first, then those of metrics."""
+    each condition names (the ``NAMES_LISTED`` smallest, sorted; ``counts``: how many in
+    all): the lists of pods first, then those of metrics."""
     out: dict[str, Any] = {"summary": health.summary}
     if health.evaluated_at is not None:
         out["evaluatedAt"] = format_seconds(health.evaluated_at)
+    counts: dict[str, int] = {}
     for c in sorted(HEALTH, key=lambda c: c.subject != "worker"):
-        named = health.found.get(c.type)
+        named = health.named(c.type)
         if named:
-            out[c.names] = sorted(named)
+            out[c.names] = _listed(named)
+            counts[c.names] = len(named)
+    if counts:
+        out["counts"] = counts
     return out
 
 
@@ -381,30 +523,58 @@ def next_stall(state: TaskState, now: datetime,
                settings: HealthSettings = DEFAULT_HEALTH) -> datetime | None:
     """The next time after ``now`` a running worker's silence passes its limit (None: none
     will, unless a fact comes): when the watcher must judge the task again. O(workers): the
-    watcher asks after every fold."""
+    watcher asks after every fold that moved a pace."""
     if state.phase != RUNNING:
         return None
-    soonest: datetime | None = None
-    for _, w in _running(state):
-        try:
-            onset = w.at[0] + timedelta(seconds=stall_limit(w, settings)[0])
-        except OverflowError:  # (past year 9999: never)
-            continue
-        if onset > now and (soonest is None or onset < soonest):
+    return _soonest(_running(state).paces, now, settings)
+
+
+def _soonest(paces: Iterable[Pace], now: datetime, settings: HealthSettings
+             ) -> datetime | None:
+    """The earliest time after ``now`` the silence of one of ``paces`` passes its limit."""
+    now_us = _us(now)
+    soonest: int | None = None
+    factor, least, unpaced = (settings["stall_factor"], settings["stall_min"],
+                              settings["stall_unpaced"])
+    for _, reports, first_ms, _, last_ms, _ in paces:
+        onset = _onset_us(last_ms, _allowed(reports, last_ms - first_ms, factor, least,
+                                            unpaced)[0])
+        if now_us < onset <= _LAST_US and (soonest is None or onset < soonest):
             soonest = onset
-    return soonest
+    return None if soonest is None else _at_us(soonest)
+
+
+def next_stall_of(state: TaskState, pods: Iterable[str], now: datetime,
+                  settings: HealthSettings = DEFAULT_HEALTH) -> datetime | None:
+    """``next_stall`` over the running workers ``pods`` only (those a fold just moved):
+    O(pods). The earlier of it and a time computed before is never later than the next
+    stall (another worker's limit did not move), only sometimes earlier (the worker of that
+    time reported since): the health clock checks again when it comes."""
+    if state.phase != RUNNING:
+        return None
+    r = state.roster
+    ends = r.ends if r.pod_finals else {}
+    paces = [p for h in {pod_hash(pod) for pod in pods}
+             if (p := r.paces.get(h)) is not None and h not in ends]
+    return _soonest(paces, now, settings)
 
 
 def stalled_since_written(state: TaskState, status: Any, settings: HealthSettings,
                           now: datetime | None = None) -> bool:
     """Whether the workers stalled at ``now`` (default: the clock now) differ from those the
-    written ``status`` names: a watcher that was down judges its tasks again at start."""
+    written ``status`` names (its list, and its count when the list is cut): a watcher that
+    was down judges its tasks again at start."""
     if state.phase != RUNNING:
         return False
     said = status.get("health") if isinstance(status, Mapping) else None
-    named = _strings(said.get(_STALLED.names)) if isinstance(said, Mapping) else ()
+    said = said if isinstance(said, Mapping) else {}
+    named = _strings(said.get(_STALLED.names))
+    counts = said.get("counts")
+    count = counts.get(_STALLED.names) if isinstance(counts, Mapping) else None
     found = _stalled(state, now or datetime.now(UTC), settings)
-    return set(found.named if found is not None else ()) != set(named)
+    stalled = found.named if found is not None else {}
+    return (_listed(stalled) != sorted(named)
+            or len(stalled) != (count if type(count) is int else len(named)))
 
 
 # --- text -----------------------------------------------------------------------------------
@@ -418,6 +588,11 @@ def _names(items: Iterable[str], count: int | None = None) -> str:
 
 
 def _duration(seconds: float) -> str:
+    """A duration as a person reads it: 0.2s, 1.5s, 42s, 5m, 2h05m (a sub-second pace is
+    never "0s")."""
+    if seconds < 10:
+        text = f"{seconds:.2g}" if seconds < 1 else f"{seconds:.1f}".rstrip("0").rstrip(".")
+        return f"{text}s"
     s = int(seconds)
     if s < 120:
         return f"{s}s"

@@ -15,9 +15,14 @@ grid as coarse or coarser, each bucket's first point and the number of buckets a
 whether computed from ``A`` or from the first points of ``A``'s finer buckets, and a finer
 grid than ``A``'s own already held too many buckets for ``A`` with ``B``. ``join`` is
 therefore associative, commutative and idempotent, and so is the fold of every report into
-it. The extremes are plain minimum and maximum, exact (the values are not rounded); the
-history's values are rounded to ``VALUE_DIGITS`` significant digits, enough for any curve,
-so that the status stays small.
+it. The extremes are plain minimum and maximum, exact (the values are not rounded), over
+every value and point reported: a sender's ``min``/``max`` only widen them, so no point
+kept lies outside them. The history's values are rounded to ``VALUE_DIGITS`` significant
+digits, enough for any curve, so that the status stays small (rounding is monotone: a
+point rounded from a value within the extremes lies within the extremes rounded).
+
+Any finite double draws: ``heights`` places each value of a curve between its lowest and
+highest without computing a range that overflows (1e308 to -1e308) or underflows.
 """
 
 from __future__ import annotations
@@ -121,7 +126,11 @@ def merge(series: Series | None, value: float | None, step: int | None,
     v = _finite(value)
     new_lo = _lo(_lo(s.lo, v), _finite(lo))
     new_hi = _hi(_hi(s.hi, v), _finite(hi))
-    fresh = [(st, curve_value(x)) for st, x in points if math.isfinite(x)]
+    fresh = []
+    for st, x in points:
+        if math.isfinite(x):  # (a point outside the sender's extremes widens them)
+            fresh.append((st, curve_value(x)))
+            new_lo, new_hi = _lo(new_lo, x + 0.0), _hi(new_hi, x + 0.0)
     if step is not None and v is not None:
         fresh.append((step, curve_value(v)))
     if not fresh:
@@ -218,5 +227,29 @@ def from_status(entry: Mapping[str, Any]) -> Series:
         points.append((s, curve_value(_number(v))))
     if not points:
         return Series(lo, hi)
+    # A point beyond what the extremes round to was not sampled from within them (a hand
+    # edit): the extremes widen over it, as the fold's do over every point.
+    for _, v in points:
+        if lo is None or (v < lo and v < curve_value(lo)):
+            lo = v
+        if hi is None or (v > hi and v > curve_value(hi)):
+            hi = v
     shift, out = sample(points, shift)
     return Series(lo, hi, shift, out)
+
+
+def heights(values: Sequence[float]) -> list[float]:
+    """Each value of a curve placed between its lowest (0.0) and highest (1.0); all 0.5 when
+    flat. For any finite doubles the result is finite: ``hi - lo`` overflows for a curve
+    from -1e308 to 1e308 (then the halves are subtracted: each below 9e307), and subnormals
+    subtract exactly. Non-finite values are not part of a curve (the caller leaves them out)."""
+    if not values:
+        return []
+    lo, hi = min(values), max(values)
+    if not hi > lo:
+        return [0.5] * len(values)
+    span = hi - lo
+    if math.isinf(span):
+        half = hi / 2 - lo / 2
+        return [min(1.0, max(0.0, (v / 2 - lo / 2) / half)) for v in values]
+    return [min(1.0, max(0.0, (v - lo) / span)) for v in values]

@@ -78,6 +78,12 @@ class Kind:
     detail_drop: str = ""
     detail_rank: int | None = None
     detail_section: str = ""
+    # A named kind with a value that may be non-finite: the status section of its names
+    # beyond the cap, whose latest value's finiteness is kept (``Limits.beyond`` of them;
+    # never dropped by the budget: a health condition reads them), and the counter of the
+    # reports of names beyond those.
+    beyond: str = ""
+    unjudged: str = ""
     # Text fields the note codec may cut, in this order (never a name: names are kept whole
     # or refused, so two cannot collapse into one).
     shrink: tuple[str, ...] = ()
@@ -123,6 +129,7 @@ KINDS: tuple[Kind, ...] = (
          values=(ValueField("uri", "str", "URI", style="cyan"),), title="Decks"),
     Kind("metrics", (payloads.Metric, payloads.Metrics), "named", COALESCIBLE,
          section="metrics", cap="metrics", capped="metrics_capped", batch="metrics",
+         beyond="metricsBeyond", unjudged="metrics_unjudged",
          drop_rank=35, detail="history", detail_drop="metricHistory", detail_rank=30,
          values=(ValueField("value", "float", "VALUE", non_finite="nonFinite"),
                  ValueField("step", "int", "STEP", optional=True)),
@@ -143,14 +150,15 @@ KINDS: tuple[Kind, ...] = (
 )
 
 # What the status budget gives up, in this order (after the sender pods): each kind's
-# section (``drop_rank``) or its entries' detail (``detail_rank``), as (budgetDropped key,
-# section, the entries' field or "" for whole entries).
-BUDGET_STEPS: tuple[tuple[str, str, str], ...] = tuple(
-    step for _, step in sorted(
-        [(k.drop_rank, (k.budget_section, k.section, "")) for k in KINDS
-         if k.drop_rank is not None]
-        + [(k.detail_rank, (k.detail_drop, k.detail_section or k.section, k.detail))
-           for k in KINDS if k.detail_rank is not None]))
+# section (``drop_rank``) or its entries' detail (``detail_rank``), as (rank, (budgetDropped
+# key, section, the entries' field or "" for whole entries)); the status encoder places its
+# own sections among them by rank.
+BUDGET_RANKED: tuple[tuple[int, tuple[str, str, str]], ...] = tuple(sorted(
+    [(k.drop_rank, (k.budget_section, k.section, "")) for k in KINDS
+     if k.drop_rank is not None]
+    + [(k.detail_rank, (k.detail_drop, k.detail_section or k.section, k.detail))
+       for k in KINDS if k.detail_rank is not None]))
+BUDGET_STEPS: tuple[tuple[str, str, str], ...] = tuple(step for _, step in BUDGET_RANKED)
 
 # Each payload model -> its kind.
 KIND_OF_MODEL: dict[type[BaseModel], Kind] = {m: k for k in KINDS for m in k.models}

@@ -1,9 +1,13 @@
 """The roster of a task's workers: every reporting pod's outcome in a few bytes, so the
-completion rule sees all of them while the detailed ``workers`` records stay capped.
+completion rule sees all of them while the detailed ``workers`` records stay capped; and
+beside each running pod's mark its pace (``Pace``: its first and latest report), so health
+judges every reporting worker, not only the detailed ones.
 
 Pure. A pod's mark is a join (its flags OR-ed, its fraction the largest reported), and the
 registers are a maximum (declared count, latest final) and a minimum (first failure) over
-order keys, so folding the roster is idempotent and order-insensitive by construction.
+order keys, so folding the roster is idempotent and order-insensitive by construction. A
+pace is a join too (the earliest and the latest report, a count), kept while its pod has no
+final: a final mark ends it, whichever arrives first.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -75,6 +79,37 @@ class PodEnd(NamedTuple):
     failed: bool
 
 
+class Pace(NamedTuple):
+    """A running reporting pod's pace, what health judges it by: its name, how many Progress
+    reports it joins, and the first and the latest of them, each as (epoch milliseconds of
+    its order time, fraction in 1/10,000). On a tie of times the smaller fraction is the
+    first and the larger the latest, so the join is a function of the set of reports."""
+
+    pod: str
+    reports: int
+    first_ms: int
+    first_pm: int
+    last_ms: int
+    last_pm: int
+
+    @property
+    def rate(self) -> float | None:
+        """Progress per second from its first report to its latest, negative when it went
+        back (None: no time between them)."""
+        span = self.last_ms - self.first_ms
+        return (self.last_pm - self.first_pm) / FRACTION_SCALE / (span / 1000) \
+            if span > 0 else None
+
+
+def epoch_ms(t: datetime) -> int:
+    """An order time as whole epoch milliseconds, rounded down (what a pace keeps)."""
+    return (t - _EPOCH) // _MS
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MS = timedelta(milliseconds=1)
+
+
 class Roster(NamedTuple):
     """Every reporting pod's mark (by pod hash, the ``roster`` cap smallest kept), the
     declared worker count (the largest ``Progress.workers``), the first failure and the
@@ -97,6 +132,9 @@ class Roster(NamedTuple):
     pod_failures: int = 0
     pod_first_failure: tuple[int, int] | None = None  # (epoch seconds, pod hash)
     pod_last_final: int | None = None  # epoch seconds
+    # The pace of each marked pod without a final (by pod hash): what health judges. After a
+    # status whose budget left some out is read, a running pod may have none (not judged).
+    paces: Mapping[int, Pace] = {}
 
     def end_of(self, h: int) -> PodEnd | None:
         """The end that decides the pod ``h``'s outcome: its pod's, when it reported no
@@ -263,10 +301,49 @@ def roster_of(records: Iterable[tuple[str, float, bool, bool, int, OrderKey, str
     first: Failure | None = None
     last: OrderKey | None = None
     for pod, fraction, final, failed, workers, at, message, events in records:
-        marks[pod_hash(pod)] = Mark(mark_bits(fraction, final, failed), events)
+        h = pod_hash(pod)
+        marks[h] = Mark(mark_bits(fraction, final, failed), events)
         declared = max(declared, workers)
         if failed and (first is None or at < first.at):
             first = Failure(at, pod, message)
         if final and (last is None or at > last):
             last = at
     return Roster(marks, declared, *counts(marks), first, last)
+
+
+# --- the status text of the paces ---------------------------------------------------------
+# Per pod, sorted by name, ``<pod> <reports> <first ms> <first 1/10,000> <latest - first ms>
+# <latest 1/10,000>``; ``PACES_PER_ITEM`` of them, comma-separated, in one string (one JSON
+# value for many pods: a status write's cost grows with its values). About 35 characters a
+# pod; the status budget gives items up from the last (the largest names).
+PACES_PER_ITEM = 64
+_POD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-")
+
+
+def encode_paces(paces: Mapping[int, Pace]) -> list[str]:
+    ordered = sorted(paces.values())
+    return [",".join(f"{p.pod} {p.reports} {p.first_ms} {p.first_pm} "
+                     f"{p.last_ms - p.first_ms} {p.last_pm}"
+                     for p in ordered[i:i + PACES_PER_ITEM])
+            for i in range(0, len(ordered), PACES_PER_ITEM)]
+
+
+def decode_paces(item: str) -> dict[int, Pace]:
+    """The paces of one item of ``encode_paces``; ValueError on anything it could not have
+    written."""
+    out: dict[int, Pace] = {}
+    for record in item.split(","):
+        parts = record.split(" ")
+        # (Only the first time may be negative: an order time before 1970.)
+        if len(parts) != 6 or not all(p.isascii() and p.isdigit() and len(p) <= 15
+                                      for p in (parts[2].removeprefix("-"), *parts[3:])) \
+                or not (parts[1].isascii() and parts[1].isdigit() and len(parts[1]) <= 18):
+            raise ValueError("bad pace")
+        pod = parts[0]
+        reports, first_ms, first_pm, span, last_pm = map(int, parts[1:])
+        if not (0 < len(pod) <= 253 and set(pod) <= _POD_CHARS and reports >= 1
+                and first_pm <= FRACTION_SCALE and last_pm <= FRACTION_SCALE
+                and abs(first_ms) < 2**48 and first_ms + span < 2**48):
+            raise ValueError("bad pace")
+        out[pod_hash(pod)] = Pace(pod, reports, first_ms, first_pm, first_ms + span, last_pm)
+    return out

@@ -43,7 +43,9 @@ COUNTER_NAMES: tuple[str, ...] = (
     # Each kind's: ``*_capped`` counts its events beyond its cap (e.g. links whose name is
     # beyond the links cap, Progress of pods beyond the worker cap); ``unknown_payloads``
     # the events of an unknown type or newer schema version; ``pods_spawned`` lineage.
-    *dict.fromkeys(c for k in KINDS for c in (k.capped, *k.counters) if c),
+    # ``metrics_unjudged``: metric events of names beyond the cap and the names beyond it
+    # whose finiteness is kept (``Limits.beyond``): not judged by NonFiniteMetrics.
+    *dict.fromkeys(c for k in KINDS for c in (k.capped, k.unjudged, *k.counters) if c),
     "pods_capped",  # events of sender pods beyond the pods cap
     "roster_capped",  # Progress events of pods beyond the roster (uncounted by the rule)
     "wrong_task",  # events handed to the fold of another task (a caller bug); not applied
@@ -68,6 +70,10 @@ class Limits:
     pods: int = 128
     unknown_types: int = 32
     workers: int = 64  # pods whose detailed progress record is kept (display, ETA)
+    # Names beyond a kind's cap whose latest value's finiteness is kept (metrics: what
+    # NonFiniteMetrics judges), the smallest of them; the reports of names beyond these
+    # are counted (``metrics_unjudged``) and make the condition Unknown.
+    beyond: int = 64
     # Pods the roster keeps (the completion rule sees every one of them): twice the largest
     # worker count a task can declare, so retried pods of the largest task still fit.
     roster: int = 2 * WORKERS_MAX
@@ -101,6 +107,17 @@ class Named(NamedTuple):
     at: OrderKey
     events: int
     series: Series | None = None
+
+
+class Beyond(NamedTuple):
+    """A name beyond its kind's cap (no register kept), for a kind whose value may be
+    non-finite (metrics): its latest report's order key and that value's wire spelling when
+    it was not finite ("" when finite), and the events that named it. So NonFiniteMetrics
+    sees a NaN whether or not its name fits."""
+
+    at: OrderKey
+    non_finite: str
+    events: int
 
 
 NO_LANES: Mapping[str, SpanAgg] = MappingProxyType({})
@@ -182,6 +199,8 @@ class TaskState:
     # What the pods' objects and the platform's object say (schemas/observed.py).
     observed: Observed
     limits: Limits = field(default=DEFAULT_LIMITS, compare=False)
+    # A kind's section -> its names beyond the cap (``Beyond``), for kinds that keep them.
+    beyond: Mapping[str, Mapping[str, Beyond]] = field(default_factory=dict)
 
     def registers(self, kind: Kind) -> Mapping[str, Named]:
         """The registers of the named ``kind`` (empty when none was written)."""

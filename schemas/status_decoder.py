@@ -43,16 +43,22 @@ from .observed import (
 )
 from .record import POD_FIELDS, SEP, SPAN_FIELDS, WORKER_FIELDS, fields_of
 from .roster import (
+    FINAL,
     Failure,
     OrderKey,
+    Pace,
     Roster,
     counts,
     decode_ends,
     decode_marks,
+    decode_paces,
+    epoch_ms,
+    mark_bits,
+    pod_hash,
     roster_of,
     with_ends,
 )
-from .state import DEFAULT_LIMITS, Limits, Named, SpanAgg, TaskState, new_state, us
+from .state import DEFAULT_LIMITS, Beyond, Limits, Named, SpanAgg, TaskState, new_state, us
 from .status_encoder import COUNTER_KEYS, NAMED_FIELDS, STATUS_VERSION
 from .text import cut_text, sanitize_text
 from .times import epoch, parse_time
@@ -100,9 +106,13 @@ def _verdict_key(v: Any) -> str | None:
     return pod if isinstance(pod, str) else None
 
 
+def _no_key(item: Any) -> None:
+    return None  # (an unreadable item of paces is written back as it was)
+
+
 _ITEM_KEYS: dict[str, Callable[[Any], Any]] = {
     "workers": _worker_key, "pods": _pod_key, "podOutcomes": _verdict_key,
-    "waitingPods": _verdict_key}
+    "waitingPods": _verdict_key, "paces": _no_key}
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +136,8 @@ class Unread:
         they were, except where ``state`` holds an entry of the same key (a fact since
         replaced it, or the byte budget left it out). Returns ``status``."""
         held: dict[str, Any] = {k.section: state.registers(k) for k in NAMED_KINDS}
+        held.update({k.beyond: state.beyond.get(k.section, {}) for k in NAMED_KINDS
+                     if k.beyond})
         held.update(spans=state.spans, spanLanes=state.spans, unknownTypes=state.unknown,
                     workers=state.workers,
                     pods=state.pod_events, podOutcomes=state.observed.pods,
@@ -292,6 +304,17 @@ def _named(kind: Kind) -> Callable[[Any, Any], tuple[str, Named]]:
     return read
 
 
+def _beyond(k: Any, v: Any) -> tuple[str, Beyond]:
+    """A name beyond the cap as ``beyond_text`` wrote it."""
+    _need(isinstance(v, str), "not a string")
+    parts = v.split(" ")
+    _need(len(parts) in (4, 5), "bad entry")
+    non_finite = parts[4] if len(parts) == 5 else ""
+    _need(non_finite in ("", *NON_FINITE), "bad nonFinite value")
+    _need(parts[3].isascii() and parts[3].isdigit() and len(parts[3]) <= 18, "bad events")
+    return _name(k), Beyond(_key(" ".join(parts[:3])), non_finite, _int(int(parts[3])))
+
+
 def _entries(st: Mapping[str, Any], section: str, r: _Reading,
              read: Callable[[Any, Any], tuple[K, V]]) -> dict[K, V]:
     """The readable entries of the map section ``section``; the others go to ``r``."""
@@ -399,6 +422,39 @@ def _roster(data: Any, workers: Mapping[str, ProgressState], lim: Limits
     ends, _ = trim(decode_ends(raw_ends), lim.roster, no_events)
     return with_ends(Roster(marks, declared, finals, failures, permyriads, first,
                             None if last is None else _key(last)), ends), cut
+
+
+def _paces(st: Mapping[str, Any], roster: Roster, workers: Mapping[str, ProgressState],
+           r: _Reading) -> dict[int, Pace]:
+    """The paces of the roster's running pods: those ``paces`` holds (an unreadable item goes
+    to ``r``), and for a detailed worker whose pace the status lacks (its budget left it
+    out, or it was written before paces), the pace its record implies. A running pod with
+    neither is not judged (schemas/health.py says how many)."""
+    data = st.get("paces", [])
+    marks = roster.marks
+    out: dict[int, Pace] = {}
+    if not isinstance(data, list):
+        r.whole("paces", ValueError("not a list"))
+        data = []
+    for item in data:
+        try:
+            _need(isinstance(item, str), "bad pace")
+            paces = decode_paces(item)
+        except Exception as e:
+            r.item("paces", item, e)
+            continue
+        out.update((h, p) for h, p in paces.items()
+                   if h in marks and not marks[h].bits & FINAL)
+    for pod, w in workers.items():
+        h = pod_hash(pod)
+        m = marks.get(h)
+        if h in out or m is None or m.bits & FINAL or w.final:
+            continue
+        first_at, first_fraction = (w.at, w.fraction) if w.first_at is None \
+            else (w.first_at, w.first_fraction)
+        out[h] = Pace(pod, w.events, epoch_ms(first_at[0]), mark_bits(first_fraction, False, False),
+                      epoch_ms(w.at[0]), mark_bits(w.fraction, False, False))
+    return out
 
 
 def _observed(st: Mapping[str, Any], lim: Limits, r: _Reading) -> Observed:
@@ -510,6 +566,7 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits, r: _Reading)
                 f"layout {str(version)[:20]!r}, not {STATUS_VERSION}"))
         return new_state(task, lim)  # (an older layout is no longer read: replaced)
     named = {k.section: _entries(st, k.section, r, _named(k)) for k in NAMED_KINDS}
+    beyond = {k.section: _entries(st, k.beyond, r, _beyond) for k in NAMED_KINDS if k.beyond}
     spans = _spans(st, r)
     workers = _items(st, "workers", r, _worker)
     pods = _items(st, "pods", r, _pod)
@@ -526,6 +583,13 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits, r: _Reading)
         if entries:
             named[kind.section] = entries
         counters[kind.capped] += extra
+        if kind.beyond:
+            # (A name both kept and beyond, by a hand edit: the register is the truth.)
+            kept, lost = trim({k: v for k, v in beyond.pop(kind.section).items()
+                               if k not in entries}, lim.beyond, events_of)
+            if kept:
+                beyond[kind.section] = kept
+            counters[kind.unjudged] += lost
     spans, c3 = trim(spans, lim.spans, events_of)
     spans = _trim_lanes(spans, lim.span_lanes)
     pods, c4 = trim(pods, lim.pods, one_each)
@@ -540,6 +604,7 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits, r: _Reading)
     except Exception as e:
         r.whole("roster", e)
         roster, c7 = _roster(None, workers, lim)  # (shown, never written: the read is partial)
+    roster = roster._replace(paces=_paces(st, roster, workers, r))
     for name, extra in (
         ("spans_capped", c3),
         ("pods_capped", c4),
@@ -567,6 +632,7 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits, r: _Reading)
         roster=roster,
         observed=_observed(st, lim, r),
         limits=lim,
+        beyond=beyond,
     )
 
 
@@ -617,3 +683,4 @@ def _parse_windows(text: Any, first_start: float) -> tuple[int, tuple[tuple[int,
         _need(lo.isdigit() and hi.isdigit() and len(lo) <= 6 and len(hi) <= 6, "bad windows")
         out.append((base + int(lo), base + int(hi)))
     return shift, tuple(out)
+

@@ -16,12 +16,12 @@ import orjson
 
 from . import history, record
 from .completion import TaskProgress, aggregate, outcome_conditions, percent
-from .kinds import BUDGET_STEPS, NAMED_KINDS, Kind
+from .kinds import BUDGET_RANKED, NAMED_KINDS, Kind
 from .observed import Observed, PodVerdict
 from .payloads import non_finite_text
 from .record import POD_FIELDS, SPAN_FIELDS, WORKER_FIELDS, FieldType, pack
-from .roster import OrderKey, Roster, encode_ends, encode_marks
-from .state import COUNTER_NAMES, Named, SpanAgg, TaskState, us
+from .roster import OrderKey, Roster, encode_ends, encode_marks, encode_paces
+from .state import COUNTER_NAMES, Beyond, Named, SpanAgg, TaskState, us
 from .times import format_seconds, format_time, from_epoch
 from .workers import ProgressState
 
@@ -51,13 +51,19 @@ class Drop(NamedTuple):
 # What ``to_status(budget=...)`` gives up, in this order, while the status is over budget:
 # the sender pods and the pods' outcomes first, then each kind's section by its
 # ``drop_rank``, or the detail of its entries by its ``detail_rank`` (schemas/kinds.py,
-# ``BUDGET_STEPS``). Dedup data, phase, conditions, progress, workers, the roster and counters
-# are never dropped. Entries go from the end of a section (the largest names first), a
-# section at a time; ``workerMessages`` empties the workers' messages (their progress stays),
-# ``metricHistory`` the metrics' histories (their values and extremes stay), ``spanLanes``
-# drops the span names' lanes (their totals stay).
-BUDGET_DROPS: tuple[Drop, ...] = (Drop("pods", "pods"), Drop("podOutcomes", "podOutcomes"),
-                                  *(Drop(*step) for step in BUDGET_STEPS))
+# ``BUDGET_RANKED``), with the running workers' paces (``paces``, what a restarted watcher
+# judges health by: the roster's marks say who reports, the paces how) after the metrics'
+# histories and before any metric, span, deck or link a person reads. Dedup data, phase,
+# conditions, health, progress, workers, the roster and counters are never dropped. Entries
+# go from the end of a section (the largest names first), a section at a time;
+# ``workerMessages`` empties the workers' messages (their progress stays), ``metricHistory``
+# the metrics' histories (their values and extremes stay), ``spanLanes`` the span names'
+# lanes (their totals stay); ``paces`` counts items of up to ``PACES_PER_ITEM`` workers.
+PACES_DROP_RANK = 32
+BUDGET_DROPS: tuple[Drop, ...] = (
+    Drop("pods", "pods"), Drop("podOutcomes", "podOutcomes"),
+    *(Drop(*step) for _, step in sorted(
+        [*BUDGET_RANKED, (PACES_DROP_RANK, ("paces", "paces", ""))])))
 BUDGET_DROP_ORDER: tuple[str, ...] = tuple(d.name for d in BUDGET_DROPS)
 # Room for the budgetDropped field itself.
 _DROPPED_RESERVE = 160
@@ -167,6 +173,9 @@ def _status(state: TaskState, health: Judgment | None) -> dict[str, Any]:
             types = NAMED_FIELDS[kind.section]
             st[kind.section] = {k: pack(_named_json(kind, v), types)
                                 for k, v in sorted(entries.items())}
+        beyond = state.beyond.get(kind.section) if kind.beyond else None
+        if beyond:
+            st[kind.beyond] = {k: beyond_text(v) for k, v in sorted(beyond.items())}
     if state.spans:
         st["spans"] = {k: pack(_span_json(s), SPAN_FIELDS) for k, s in sorted(state.spans.items())}
         lanes = {k: {pod: pack(_agg_json(lane), SPAN_FIELDS)
@@ -179,6 +188,8 @@ def _status(state: TaskState, health: Judgment | None) -> dict[str, Any]:
                          for k, w in sorted(state.workers.items())]
     if state.roster.marks or state.roster.ends:
         st["roster"] = _roster_json(state.roster)
+    if state.roster.paces:
+        st["paces"] = encode_paces(state.roster.paces)
     _observed_json(state.observed, st)
     if state.pod_events:
         st["pods"] = [pack({"name": n, "uid": u, "events": c}, POD_FIELDS)
@@ -260,6 +271,13 @@ def _named_json(kind: Kind, v: Named) -> dict[str, Any]:
     if v.series is not None:
         out.update(history.to_status(v.series))
     return out
+
+
+def beyond_text(b: Beyond) -> str:
+    """A name beyond the cap as one string: ``<order key> <events>``, then its latest
+    value's spelling when that was not finite (``... 3 NaN``)."""
+    text = f"{key_text(b.at)} {b.events}"
+    return f"{text} {b.non_finite}" if b.non_finite else text
 
 
 def key_text(k: OrderKey) -> str:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .contract import FAILED, SUCCEEDED
 from .summary import (
     COMPLETED,
+    PHASE_CONDITIONS,
     Condition,
     TaskSummary,
     WorkerCounts,
@@ -201,8 +202,10 @@ class TaskView:
 
     @property
     def notable(self) -> tuple[Condition, ...]:
-        """The conditions worth a line of their own: a failure, and what health says."""
-        return tuple(c for c in self.conditions if c.true and c.type != COMPLETED)
+        """The conditions worth a line of their own: a failure, and what health says (also
+        what it could not judge: an Unknown health condition says what was not judged)."""
+        return tuple(c for c in self.conditions if c.type != COMPLETED and (
+            c.true or (c.status == "Unknown" and c.type not in PHASE_CONDITIONS)))
 
     @property
     def has_pod_ends(self) -> bool:

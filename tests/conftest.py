@@ -30,7 +30,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 @pytest.fixture(scope="session")
 def controller_manager(control_plane: ControlPlane) -> ControlPlane:
     """kube-controller-manager (the Job controller, the garbage collector and ClusterRole
-    aggregation: CONTROLLER_ROLES) on the shared control plane: started by the first test
+    aggregation: DEFAULT_CONTROLLERS) on the shared control plane: started by the first test
     that needs it, for the rest of the session. A Job created after that gets its pods from
     the Job controller: a test whose Job is not about its pods makes it inert (managedBy
     another controller, as test_platforms.py's hand-made JobSet children are)."""
@@ -61,16 +61,29 @@ def admin(api_client: Callable[[str], object]) -> object:
 
 @pytest.fixture
 def namespace(control_plane: ControlPlane, admin: object) -> Iterator[str]:
-    """A fresh namespace with its `default` ServiceAccount (the ServiceAccount controller
-    does not run)."""
+    """A fresh namespace with its `default` ServiceAccount."""
     from kubernetes import client
+
+    name = new_namespace(admin)
+    yield name
+    client.CoreV1Api(admin).delete_namespace(name)
+
+
+def new_namespace(admin: object) -> str:
+    """A namespace with its `default` ServiceAccount (made here unless the ServiceAccount
+    controller, which a real node's tests start, made it first)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
 
     core = client.CoreV1Api(admin)
     name = f"t-{uuid.uuid4().hex[:10]}"
     core.create_namespace({"metadata": {"name": name}})
-    core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
-    yield name
-    core.delete_namespace(name)
+    try:
+        core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    return name
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -31,36 +30,44 @@ from typing import Any
 
 import yaml
 
+from tools.devnode import NODE_CONTROLLERS, RealNode, unmount_under
+from tools.devnode import preflight as node_preflight
+from tools.devpki import make_pki, write_kubeconfig
+from tools.devprocess import BinariesMissing, ControlPlaneError, Process, wait_for
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BINARIES = ("etcd", "kube-apiserver", "kwok", "kubectl")
 # Built beside them; kube-controller-manager runs in `tidings dev up` and in the tests that need
 # Jobs or garbage collection, helm in the Helm chart tests.
 EXTRA_BINARIES = ("kube-controller-manager", "helm")
 NODE_NAME = "kwok-node-0"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 # Identities with their own kubeconfig: the admin, and two ordinary users for RBAC tests.
 USERS = {"admin": ["system:masters"], "alice": ["tidings:devs"], "bob": ["tidings:devs"]}
 # kube-controller-manager signs in as the user the bootstrap RBAC policy already binds.
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
-# The controllers the local plane runs (all of them by default), and the bootstrap ClusterRole
-# (system:controller:<role>) that holds each one's rights. No scheduler runs: a pod template
-# sets `nodeName: kwok-node-0` (NODE_NAME) for its pods to run.
+# The controllers the local plane can run, and the bootstrap ClusterRole (system:controller:<role>)
+# that holds each one's rights. It runs the first three (DEFAULT_CONTROLLERS), and a real node
+# adds the rest (its pods need a namespace's `default` ServiceAccount and `kube-root-ca.crt`,
+# Deployments make pods, and a kubelet's node is tainted not-ready until the node lifecycle
+# controller sees it Ready). No scheduler runs without a real node: a pod template sets
+# `nodeName: kwok-node-0` (NODE_NAME) for its pods to run.
 CONTROLLER_ROLES = {"job-controller": "job-controller",
                     "garbage-collector-controller": "generic-garbage-collector",
-                    "clusterrole-aggregation-controller": "clusterrole-aggregation-controller"}
+                    "clusterrole-aggregation-controller": "clusterrole-aggregation-controller",
+                    "serviceaccount-controller": "service-account-controller",
+                    "root-ca-certificate-publisher-controller": "root-ca-cert-publisher",
+                    "deployment-controller": "deployment-controller",
+                    "replicaset-controller": "replicaset-controller",
+                    "node-lifecycle-controller": "node-controller"}
+DEFAULT_CONTROLLERS = ("job-controller", "garbage-collector-controller",
+                       "clusterrole-aggregation-controller")
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 STATE_FILE = "cluster.json"
 # Written into every state dir this launcher creates: only such a dir is ever wiped.
 OWNER_MARKER = ".tidings-dev-state"
 BUILD_HINT = ("build them with tools/controlplane/build.sh from a tidings checkout "
               "(`make binaries`) and set TIDINGS_BIN_DIR to the folder it prints")
-
-
-class ControlPlaneError(RuntimeError):
-    """A one-line, user-facing reason why the control plane cannot start or be reached."""
-
-
-class BinariesMissing(ControlPlaneError):
-    """The built binaries are not where the launcher looks (e.g. after a pip install)."""
 
 
 def default_state_dir() -> Path:
@@ -101,127 +108,11 @@ def ensure_port_free(port: int, what: str) -> None:
                 f"port {port} on 127.0.0.1 is taken (wanted for {what})") from None
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str,
-             proc: Process | None = None) -> None:
-    """Poll a condition until it holds; fail fast if the process it depends on died."""
-    deadline = time.monotonic() + timeout
-    delay = 0.05
-    while time.monotonic() < deadline:
-        if proc is not None and not proc.alive():
-            raise ControlPlaneError(f"{proc.name} exited while waiting for {what}: {proc.tail()}")
-        with contextlib.suppress(Exception):
-            if condition():
-                return
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
-    raise ControlPlaneError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
-def _openssl(*args: str) -> None:
-    if shutil.which("openssl") is None:
-        raise ControlPlaneError("openssl is not installed (apt-get install openssl)")
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
-# Every extension RFC 5280 asks for, so strict verifiers (Python 3.13's default
-# VERIFY_X509_STRICT, Go, rustls) accept the chain: a CA that may only sign certificates,
-# a leaf that may only serve TLS, and key identifiers linking the two.
-CA_EXTENSIONS = ("basicConstraints=critical,CA:TRUE,pathlen:0",
-                 "keyUsage=critical,keyCertSign,cRLSign",
-                 "subjectKeyIdentifier=hash",
-                 "authorityKeyIdentifier=keyid:always")
-SERVING_EXTENSIONS = ("basicConstraints=critical,CA:FALSE",
-                      "keyUsage=critical,digitalSignature",
-                      "extendedKeyUsage=serverAuth",
-                      "subjectKeyIdentifier=hash",
-                      "authorityKeyIdentifier=keyid:always",
-                      "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc")
-
-
-def make_pki(pki: Path) -> None:
-    """A throwaway CA, one serving cert for 127.0.0.1 (apiserver and kwok) and an SA key."""
-    pki.mkdir(parents=True, exist_ok=True)
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    ca_ext = [arg for e in CA_EXTENSIONS for arg in ("-addext", e)]
-    _openssl("req", "-x509", *ec, "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"),
-             "-days", "7", "-subj", "/CN=tidings-dev-ca", "-config", os.devnull, *ca_ext)
-    _openssl("req", *ec, "-keyout", str(pki / "serving.key"), "-out", str(pki / "serving.csr"),
-             "-subj", "/CN=127.0.0.1", "-config", os.devnull)
-    ext = pki / "serving.ext"
-    ext.write_text("".join(f"{e}\n" for e in SERVING_EXTENSIONS))
-    _openssl("x509", "-req", "-in", str(pki / "serving.csr"), "-CA", str(pki / "ca.crt"),
-             "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-out", str(pki / "serving.crt"),
-             "-days", "7", "-extfile", str(ext))
-    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(pki / "sa.key"))
-
-
-@dataclass
-class Process:
-    """One control-plane binary run in its own session, logging to a file in the state dir."""
-
-    name: str
-    argv: list[str]
-    log: Path
-    popen: subprocess.Popen[bytes] | None = None
-    pid: int | None = None
-    env: dict[str, str] | None = None  # None: this process's environment
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.popen = subprocess.Popen(
-                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, env=self.env,
-            )
-        self.pid = self.popen.pid
-
-    def alive(self) -> bool:
-        if self.popen is not None:
-            return self.popen.poll() is None
-        return self.pid is not None and _pid_alive(self.pid)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
-        if self.pid is None or not self.alive():
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, sig)
-        deadline = time.monotonic() + timeout
-        while self.alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, signal.SIGKILL)
-            if self.popen is not None:
-                self.popen.wait(timeout=5)
-        if self.popen is not None:
-            self.popen.poll()
-
-    def tail(self, lines: int = 3) -> str:
-        try:
-            text = self.log.read_text(errors="replace").strip().splitlines()[-lines:]
-        except OSError:
-            return "(no log)"
-        return " | ".join(text)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0); reap it if it is ours.
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    return True
-
-
 @dataclass
 class ControlPlane:
     """etcd + kube-apiserver + kwok (+ kube-controller-manager running ``controllers``, when
-    any), started and stopped as one; usable as a context manager."""
+    any, + a real node when ``real_node``), started and stopped as one; usable as a context
+    manager."""
 
     state_dir: Path
     bin_dir: Path = field(default_factory=find_bin_dir)
@@ -230,6 +121,10 @@ class ControlPlane:
     tokens: dict[str, str] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     controllers: tuple[str, ...] = ()
+    real_node: bool = False
+    node: RealNode | None = None
+    # Progress of the long steps (a real node's), one line each: `tidings dev up` prints them.
+    say: Callable[[str], None] = field(default=lambda line: None, repr=False)
 
     # ---- paths and URLs -------------------------------------------------------------
     @property
@@ -255,6 +150,8 @@ class ControlPlane:
     def start(self, timeout: float = 90.0) -> ControlPlane:
         for name in BINARIES:
             self._need_binary(name)
+        if self.real_node:
+            node_preflight()  # nothing starts on a host that cannot run the node
         if self.apiserver_port:
             ensure_port_free(self.apiserver_port, "kube-apiserver")
         self._claim_state_dir()
@@ -273,6 +170,8 @@ class ControlPlane:
             self._start_kwok(timeout)
             if self.controllers:
                 self.start_controller_manager(timeout, self.controllers)
+            if self.real_node:
+                self.add_real_node()
         except BaseException:
             self.stop()
             raise
@@ -296,6 +195,9 @@ class ControlPlane:
                 raise ControlPlaneError(
                     f"state dir {folder} is not empty and was not created by tidings; "
                     "pick a new or empty directory (--state-dir)")
+            # A real node's containers see host paths through mounts in here: never delete
+            # through one.
+            unmount_under(folder)
             for child in folder.iterdir():
                 if child.is_dir() and not child.is_symlink():
                     shutil.rmtree(child)
@@ -345,6 +247,8 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             "--kubelet-preferred-address-types=InternalIP",
             f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+            f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'kubelet-client.key'}",
             f"--cert-dir={pki / 'generated'}",
             "--v=1",
         ]
@@ -379,15 +283,20 @@ class ControlPlane:
         proc = self._proc("kwok", [
             str(self.bin_dir / "kwok"),
             f"--kubeconfig={self.kubeconfig('admin')}", f"--config={config}",
-            "--manage-all-nodes=true", "--node-ip=127.0.0.1", f"--node-name={NODE_NAME}",
+            # Only its own nodes: a real node (devnode.py) is its kubelet's alone.
+            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+            "--node-ip=127.0.0.1", f"--node-name={NODE_NAME}",
             f"--node-port={port}", f"--server-address=127.0.0.1:{port}",
             f"--tls-cert-file={pki / 'serving.crt'}",
             f"--tls-private-key-file={pki / 'serving.key'}",
             "--enable-crds=Logs,ClusterLogs", "--node-lease-duration-seconds=40",
         ])
+        # Tainted, so a scheduler (a real node's) never places a pod here that did not ask.
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {
             "name": NODE_NAME, "labels": {"type": "kwok", "kubernetes.io/hostname": NODE_NAME},
-            "annotations": {"kwok.x-k8s.io/node": "fake"}}}
+            "annotations": {KWOK_NODE_ANNOTATION: "fake"}},
+            "spec": {"taints": [{"key": KWOK_NODE_ANNOTATION, "value": "fake",
+                                 "effect": "NoSchedule"}]}}
         self.kubectl_run("apply", "-f", "-", input_text=json.dumps(node))
         wait_for(lambda: self._node_ready(), timeout, f"kwok node {NODE_NAME} Ready", proc)
 
@@ -397,13 +306,18 @@ class ControlPlane:
         return out.strip() == "True"
 
     def start_controller_manager(self, timeout: float = 60.0,
-                                 controllers: tuple[str, ...] = tuple(CONTROLLER_ROLES)) -> None:
-        """Run kube-controller-manager with only ``controllers`` (the Job controller, garbage
-        collection and ClusterRole aggregation by default), as its own user on loopback: no
-        serving port, no leader election, no service-account credentials."""
-        if "kube-controller-manager" in self.processes \
-                and self.processes["kube-controller-manager"].alive():
-            return
+                                 controllers: tuple[str, ...] = DEFAULT_CONTROLLERS) -> None:
+        """Run kube-controller-manager with ``controllers`` (the Job controller, garbage
+        collection and ClusterRole aggregation by default) besides those it runs already, as its
+        own user on loopback: no serving port, no leader election, no service-account
+        credentials. A manager that lacks one of them is restarted with both sets."""
+        running = self.processes.get("kube-controller-manager")
+        if running is not None and running.alive():
+            if set(controllers) <= set(self.controllers):
+                return
+            running.stop()
+            controllers = tuple(dict.fromkeys((*self.controllers, *controllers)))
+        self.controllers = controllers
         binary = self._need_binary("kube-controller-manager")
         # The bootstrap policy binds system:kube-controller-manager to what the manager itself
         # needs; each controller's own rights come from its bootstrap role.
@@ -420,32 +334,42 @@ class ControlPlane:
             str(binary), f"--kubeconfig={self.kubeconfig(CONTROLLER_MANAGER_USER)}",
             f"--controllers={','.join(controllers)}", "--leader-elect=false",
             "--secure-port=0", "--use-service-account-credentials=false", "--v=2",
+            # What the root-ca-certificate-publisher puts in every namespace's kube-root-ca.crt.
+            f"--root-ca-file={self.ca_file}",
         ])
         self.save()
         wait_for(lambda: all(f'"Controller starting..." controller="{c}"' in
                              proc.log.read_text(errors="replace") for c in controllers),
                  timeout, "kube-controller-manager to start its controllers", proc)
 
-    def end_pod(self, namespace: str, name: str, exit_code: int = 0) -> None:
-        """End a pod's containers as a kubelet reports it (kwok runs none): every container
-        terminated with ``exit_code``, the pod Succeeded on 0 and Failed otherwise, so the Job
-        controller counts a completion or a failure (and retries it)."""
+    def end_pod(self, namespace: str, name: str, exit_code: int = 0,
+                reason: str | None = None) -> None:
+        """End a pod's containers as a kubelet reports it (kwok runs none): what
+        ``kubelet_end_status`` says, so the Job controller counts a completion or a failure
+        (and retries it)."""
         pod = json.loads(self.kubectl_run("get", "pod", name, "-n", namespace, "-o", "json"))
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        terminated = {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
-                      "startedAt": pod["status"].get("startTime", now), "finishedAt": now}
-        status = {"phase": "Succeeded" if exit_code == 0 else "Failed",
-                  "conditions": [{"type": t, "status": "False", "lastTransitionTime": now,
-                                  "reason": "PodCompleted" if exit_code == 0 else "PodFailed"}
-                                 for t in ("Ready", "ContainersReady")],
-                  "containerStatuses": [{"name": c["name"], "image": c["image"],
-                                         "imageID": "", "ready": False, "restartCount": 0,
-                                         "started": False, "state": {"terminated": terminated}}
-                                        for c in pod["spec"]["containers"]]}
         self.kubectl_run("patch", "pod", name, "-n", namespace, "--subresource=status",
-                         "-p", json.dumps({"status": status}))
+                         "-p", json.dumps({"status": kubelet_end_status(pod, exit_code, reason)}))
+
+    def add_real_node(self, timeout: float = 120.0) -> RealNode:
+        """Join a real node (tools/devnode.py) to this plane, once: a kubelet and containerd
+        whose pods run as containers, and a scheduler for the pods that name no node."""
+        if self.node is None:
+            # Its pods need the plane's controllers (Jobs, garbage collection) and its own.
+            self.start_controller_manager(controllers=(*DEFAULT_CONTROLLERS, *NODE_CONTROLLERS))
+            self.node = RealNode(plane=self, say=self.say)
+            try:
+                self.node.start(timeout)
+            except BaseException:
+                self.node = None
+                raise
+            self.save()
+        return self.node
 
     def stop(self) -> None:
+        if self.node is not None:
+            self.node.stop()
+            self.node = None
         # Clients of the API server first, etcd last, so nothing logs connection errors.
         # (the platforms' controllers, tools/devplatforms.py, are clients too)
         order = ("kube-controller-manager", "kwok", "kube-apiserver", "etcd")
@@ -464,7 +388,8 @@ class ControlPlane:
     # ---- persistence for `tidings dev up` / `down` ------------------------------------
     def save(self) -> None:
         data = {"bin_dir": str(self.bin_dir), "ports": self.ports, "tokens": self.tokens,
-                "pids": {n: p.pid for n, p in self.processes.items()}}
+                "pids": {n: p.pid for n, p in self.processes.items()},
+                "real_node": self.node.to_json() if self.node is not None else None}
         path = self.state_dir / STATE_FILE
         path.write_text(json.dumps(data))
         path.chmod(0o600)
@@ -479,10 +404,14 @@ class ControlPlane:
         cp.ports, cp.tokens = data["ports"], data["tokens"]
         for name, pid in data["pids"].items():
             cp.processes[name] = Process(name, [], state_dir / "logs" / f"{name}.log", pid=pid)
+        if data.get("real_node"):
+            cp.node = RealNode.from_json(cp, data["real_node"])
         return cp
 
     def running(self) -> bool:
-        return bool(self.processes) and all(p.alive() for p in self.processes.values())
+        processes = [*self.processes.values(),
+                     *(self.node.processes.values() if self.node is not None else ())]
+        return bool(processes) and all(p.alive() for p in processes)
 
     # ---- identities -------------------------------------------------------------------
     def _write_identities(self) -> None:
@@ -497,18 +426,9 @@ class ControlPlane:
             self.write_kubeconfig(self.kubeconfig(user), user, self.tokens[user])
 
     def write_kubeconfig(self, path: Path, user: str, token: str) -> Path:
-        config: dict[str, Any] = {
-            "apiVersion": "v1", "kind": "Config", "current-context": f"tidings-dev-{user}",
-            "clusters": [{"name": "tidings-dev", "cluster": {
-                "server": f"https://127.0.0.1:{self.ports['apiserver']}",
-                "certificate-authority": str(self.ca_file)}}],
-            "users": [{"name": user, "user": {"token": token}}],
-            "contexts": [{"name": f"tidings-dev-{user}", "context": {
-                "cluster": "tidings-dev", "user": user, "namespace": "default"}}],
-        }
-        path.write_text(yaml.safe_dump(config))
-        path.chmod(0o600)
-        return path
+        return write_kubeconfig(path, server=self.server, ca_file=self.ca_file, user=user,
+                                credentials={"token": token}, context=f"tidings-dev-{user}",
+                                namespace="default")
 
     def kubectl_run(self, *args: str, user: str = "admin", input_text: str | None = None,
                     check: bool = True) -> str:
@@ -551,6 +471,43 @@ class ControlPlane:
         return {"KUBECONFIG": str(self.kubeconfig("admin")),
                 "PATH": f"{self.bin_dir}:{Path(sys.executable).parent}:"
                         f"{os.environ.get('PATH', '')}"}
+
+
+def kubelet_end_status(pod: dict[str, Any], exit_code: int = 0,
+                       reason: str | None = None) -> dict[str, Any]:
+    """The status a real kubelet (v1.37.2 with containerd, tests/node) writes when every
+    container of ``pod`` has exited with ``exit_code``: Succeeded on 0, else Failed; each
+    container terminated with its containerd id and ``reason`` (Completed, Error, or OOMKilled
+    for a kill by the memory limit); no pod-level reason (a container's end is only said in its
+    own state); the sandbox gone (PodReadyToStartContainers False)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    ok = exit_code == 0
+    why = reason or ("Completed" if ok else "Error")
+    status = pod.get("status", {})
+
+    def condition(ctype: str, state: str, cause: str | None = None,
+                  message: str | None = None) -> dict[str, Any]:
+        c = {"type": ctype, "status": state, "lastTransitionTime": now}
+        return {**c, **({"reason": cause} if cause else {}),
+                **({"message": message} if message else {})}
+
+    def ended(container: dict[str, Any]) -> dict[str, Any]:
+        cid = "containerd://" + secrets.token_hex(32)
+        return {"name": container["name"], "image": container["image"], "imageID": "",
+                "containerID": cid, "ready": False, "restartCount": 0, "started": False,
+                "state": {"terminated": {
+                    "containerID": cid, "exitCode": exit_code, "reason": why,
+                    "startedAt": status.get("startTime", now), "finishedAt": now}}}
+
+    done = "PodCompleted" if ok else "PodFailed"
+    return {"phase": "Succeeded" if ok else "Failed",
+            "conditions": [
+                condition("PodReadyToStartContainers", "False", "PodSandboxNotReady",
+                          "pod sandbox is not ready"),
+                condition("Initialized", "True", "PodCompleted" if ok else None),
+                condition("Ready", "False", done), condition("ContainersReady", "False", done),
+                condition("PodScheduled", "True")],
+            "containerStatuses": [ended(c) for c in pod["spec"]["containers"]]}
 
 
 def _http_get(url: str, context: ssl.SSLContext | None = None, token: str | None = None) -> bytes:

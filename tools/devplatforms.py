@@ -22,14 +22,12 @@ import yaml
 
 from tools.devcluster import (
     REPO_ROOT,
-    BinariesMissing,
     ControlPlane,
-    Process,
     _http_get,
-    _openssl,
     free_port,
-    wait_for,
 )
+from tools.devpki import openssl
+from tools.devprocess import BinariesMissing, Process, wait_for
 
 PLATFORMS_DIR = REPO_ROOT / "tools" / "platforms"
 # What an install keeps of a release's manifests: what the controller needs to run here (no
@@ -246,18 +244,18 @@ def webhook_pki(folder: Path, ca_name: str, dns: str) -> None:
     look-ahead of months), as ca.crt/ca.key/tls.crt/tls.key. RSA keys in PKCS#1, the only
     form cert-controller's rotator parses."""
     for key in ("ca.key", "tls.key"):
-        _openssl("genrsa", "-traditional", "-out", str(folder / key), "2048")
+        openssl("genrsa", "-traditional", "-out", str(folder / key), "2048")
     ca_ext = ["basicConstraints=critical,CA:TRUE", "keyUsage=critical,keyCertSign,cRLSign",
               "subjectKeyIdentifier=hash", f"subjectAltName=DNS:{ca_name}"]
-    _openssl("req", "-x509", "-key", str(folder / "ca.key"), "-out", str(folder / "ca.crt"),
+    openssl("req", "-x509", "-key", str(folder / "ca.key"), "-out", str(folder / "ca.crt"),
              "-days", "3650", "-subj", f"/CN={ca_name}", "-config", os.devnull,
              *[a for e in ca_ext for a in ("-addext", e)])
-    _openssl("req", "-new", "-key", str(folder / "tls.key"), "-out", str(folder / "tls.csr"),
+    openssl("req", "-new", "-key", str(folder / "tls.key"), "-out", str(folder / "tls.csr"),
              "-subj", f"/CN={dns}", "-config", os.devnull)
     ext = folder / "tls.ext"
     ext.write_text("basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,"
                    "keyEncipherment\nextendedKeyUsage=serverAuth\n"
                    f"subjectAltName=DNS:{dns},IP:127.0.0.1\n")
-    _openssl("x509", "-req", "-in", str(folder / "tls.csr"), "-CA", str(folder / "ca.crt"),
+    openssl("x509", "-req", "-in", str(folder / "tls.csr"), "-CA", str(folder / "ca.crt"),
              "-CAkey", str(folder / "ca.key"), "-CAcreateserial", "-out",
              str(folder / "tls.crt"), "-days", "3650", "-extfile", str(ext))

@@ -24,6 +24,7 @@ from tidings.cli.timeline_cmd import rows as timeline_rows
 from tidings.kube.objects import KubeObject
 from tidings.schemas import TaskRef, TaskState
 from tidings.schemas.contract import FAILED, PENDING, RUNNING, SUCCEEDED
+from tidings.schemas.history import heights
 from tidings.schemas.status_decoder import decode_status
 from tidings.schemas.text import sanitize_text
 from tidings.schemas.times import format_seconds
@@ -76,11 +77,10 @@ def spark(points: Sequence[float]) -> str:
     values = [p for p in points if math.isfinite(p)]
     if len(values) < 2:
         return ""
-    lo, hi = min(values), max(values)
-    span = (hi - lo) or 1.0
+    flat = not max(values) > min(values)  # (drawn along the bottom, as it always was)
     step = SPARK_W / (len(values) - 1)
-    return " ".join(f"{i * step:.1f},{SPARK_H - 2 - (v - lo) / span * (SPARK_H - 4):.1f}"
-                    for i, v in enumerate(values))
+    return " ".join(f"{i * step:.1f},{SPARK_H - 2 - (0.0 if flat else h) * (SPARK_H - 4):.1f}"
+                    for i, h in enumerate(heights(values)))
 
 
 def _env() -> Environment:

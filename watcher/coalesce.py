@@ -24,18 +24,20 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Hashable, Iterable
+from collections.abc import Collection, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from tidings.kube.flowcontrol import Backoff
 from tidings.schemas.event import ParsedEvent
 from tidings.schemas.kinds import COALESCIBLE, CRITICAL, Urgency, urgency
+from tidings.schemas.payloads import Progress, Window
 from tidings.schemas.state import TaskState
 
 K = TypeVar("K", bound=Hashable)
 
-__all__ = ["COALESCIBLE", "CRITICAL", "Coalescer", "critical_change", "fact_kind"]
+__all__ = ["COALESCIBLE", "CRITICAL", "Coalescer", "critical_change", "ends_stall", "fact_kind",
+           "reporters"]
 
 
 def fact_kind(ev: ParsedEvent) -> Urgency:
@@ -50,6 +52,20 @@ def critical_change(before: TaskState, after: TaskState, events: Iterable[Parsed
     critical fact, or a phase change (the first fact of a task, a final, a failure), which
     moves the conditions too."""
     return before.phase != after.phase or any(fact_kind(ev) == CRITICAL for ev in events)
+
+
+def reporters(events: Iterable[ParsedEvent]) -> set[str]:
+    """The pods whose progress reports ``events`` hold (a Progress, or a window with one)."""
+    return {ev.sender.name for ev in events if type(p := ev.payload) is Progress
+            or (type(p) is Window and p.progress is not None)}
+
+
+def ends_stall(reporting: Collection[str], stalled: Collection[str], more: bool) -> bool:
+    """Whether a progress report of the pods ``reporting`` ends a stall the written status
+    says (``stalled``: the pods it lists; ``more``: the list is cut, so any worker may be
+    stalled): the report clears it, as urgent as the stall was (the health clock writes a
+    stall as a critical change), not a coalescing interval later."""
+    return bool(reporting) and (more or any(pod in stalled for pod in reporting))
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ from tidings.schemas.platform import PodTask
 from tidings.schemas.rejection import Rejection, RejectReason
 
 from .checks import AdmissionChecks
-from .coalesce import critical_change
+from .coalesce import critical_change, reporters
 from .health_clock import HealthClock
 from .logs import RejectionLog, task_fields
 from .metrics import Metrics
@@ -169,9 +169,13 @@ class Folder:
             # buy the task status writes faster than the coalescing interval.
             self.writer.changed(task, critical=False)
         if applied:
-            self.writer.changed(task, critical=critical_change(base, state, applied))
-            if state.workers is not base.workers:  # (a worker reported: paces moved)
-                self.health.schedule(task, self.store.get(task))
+            reporting = reporters(applied)
+            # A report of a worker the status says is stalled clears it: as urgent as the
+            # stall was (the clock writes it at once), not a coalescing interval later.
+            self.writer.changed(task, critical=critical_change(base, state, applied)
+                                or self.writer.ends_stall(task, reporting))
+            if state.roster is not base.roster:  # (a worker reported: its pace moved)
+                self.health.schedule(task, self.store.get(task), pods=reporting)
         if admitted.after_ttl:
             self.late_after_ttl.add(task)
         if admitted.later:

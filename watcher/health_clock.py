@@ -1,6 +1,11 @@
 """The health clock: silence makes no event, so a running task is judged again when a
 worker's silence passes its limit (one status write then, none while nothing changes). The
 waiting is the work queue's own delay (``WorkQueue.add_after``), served by one thread.
+
+After a fold only the workers that reported are looked at (O(reports), not O(workers): a
+task of 10,000 workers is folded many times a second), so a task's time may come early
+(its worker reported since): then the clock finds nobody's limit passed, writes nothing and
+waits for the true next time.
 """
 
 from __future__ import annotations
@@ -8,18 +13,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Callable, Collection
+from datetime import datetime, timedelta
 
 from tidings._compat import UTC
+from tidings.schemas.contract import RUNNING
 from tidings.schemas.event import TaskRef
-from tidings.schemas.health import HealthSettings, next_stall
+from tidings.schemas.health import HealthSettings, next_stall, next_stall_of
 from tidings.schemas.state import TaskState
 
 from .queue import WorkQueue
 from .store import Store
 
 log = logging.getLogger("tidings.watcher")
+_SLACK = timedelta(milliseconds=1)
 
 
 class HealthClock:
@@ -41,11 +48,25 @@ class HealthClock:
         self._queue: WorkQueue[TaskRef] = WorkQueue()
 
     def schedule(self, task: TaskRef, state: TaskState | None,
-                 now: datetime | None = None) -> None:
+                 now: datetime | None = None, pods: Collection[str] | None = None) -> None:
         """Judge ``task`` again when its next running worker's silence passes its limit (no
-        more, when ``state`` is None or no worker will)."""
-        due = None if state is None else next_stall(state, now or datetime.now(UTC),
-                                                    self._settings)
+        more, when ``state`` is None or no worker will). ``pods``: only these workers'
+        paces moved (a fold), so the time already set stands unless one of theirs is
+        earlier."""
+        now = now or datetime.now(UTC)
+        with self._lock:
+            known = self._due.get(task)
+        if state is None or state.phase != RUNNING:
+            due = None  # (a fold that ended the task ends its clock too)
+        elif pods is not None and known is not None:
+            due = next_stall_of(state, pods, now, self._settings)
+            if due is None or due.timestamp() >= known:
+                return  # (the time set stands: it may come early, never late)
+        else:
+            due = next_stall(state, now, self._settings)
+        self._set(task, due)
+
+    def _set(self, task: TaskRef, due: datetime | None) -> None:
         with self._lock:
             if due is None:
                 self._due.pop(task, None)  # (its queued add finds nothing due)
@@ -80,6 +101,14 @@ class HealthClock:
         if early > 0:  # rescheduled later since this add was queued
             self._queue.add_after(task, early)
             return
+        when = datetime.fromtimestamp(at, UTC)
+        state = self._store.get(task)
+        # Was a limit passed at this time? (A time set after a fold may be early: the worker
+        # whose time it was reported since.) A millisecond either way: float seconds.
+        exact = None if state is None else next_stall(state, when - _SLACK, self._settings)
+        if exact is not None and exact > when + _SLACK:
+            self._set(task, exact)  # nobody stalled yet: wait for the true time
+            return
         if self._store.touch(task):  # a status write judges it with the time then
             self._due_now(task)
-            self.schedule(task, self._store.get(task), datetime.fromtimestamp(at, UTC))
+            self.schedule(task, self._store.get(task), when)

@@ -41,7 +41,7 @@ from tidings.schemas.state import TaskState
 from tidings.schemas.status_decoder import NOTHING_UNREAD, Unread
 from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
 
-from .coalesce import Coalescer
+from .coalesce import Coalescer, ends_stall
 from .logs import task_fields
 from .metrics import Metrics
 from .store import Owner, Store, refused_status
@@ -71,6 +71,9 @@ COST_MS_PER_BYTE = 0.02e-3
 # The tasks whose last phase the writer remembers, to log a task's end once (an operator
 # follows tasks in the log without `kubectl get`): bounded, the oldest forgotten first.
 PHASES_REMEMBERED = 10_000
+
+
+_NONE_STALLED: tuple[frozenset[str], bool] = (frozenset(), False)
 
 
 def write_cost(nbytes: int, values: int = 0) -> float:
@@ -151,6 +154,9 @@ class StatusWriter:
         # tasks_unhealthy gauge counts them: bounded labels, the task is in the status).
         self._unhealthy: dict[TaskRef, frozenset[str]] = {}
         self._unhealthy_counts: Counter[str] = Counter()
+        # The workers each running task's written status names stalled (its list, and
+        # whether the list is cut): their next report is written as soon as a stall was.
+        self._stalled: dict[TaskRef, tuple[frozenset[str], bool]] = {}
         # The platform object (Job, JobSet, Workflow, ...) a new TaskFeedback is owned by, and
         # whether a TaskFeedback's owner is known to be gone.
         self.owner_of, self.owner_gone = owner_of, owner_gone
@@ -327,11 +333,25 @@ class StatusWriter:
                         extra=task_fields(task))
             return False
 
+    def ends_stall(self, task: TaskRef, reporting: set[str]) -> bool:
+        """Whether a progress report of the pods ``reporting`` clears a stall the task's
+        written status says: a change as urgent as the stall was."""
+        with self._cond:
+            stalled, more = self._stalled.get(task, _NONE_STALLED)
+        return ends_stall(reporting, stalled, more)
+
     def _written_health(self, task: TaskRef, status: dict[str, Any]) -> None:
         held = frozenset(c["type"] for c in status.get("conditions", ())
                          if c["type"] in HEALTH_CONDITIONS and c["status"] == "True") \
             if status.get("phase") == "Running" else frozenset()
+        said = status.get("health") or {}
+        listed = frozenset(said.get("stalled", ())) if "Stalled" in held else frozenset()
+        more = bool(listed) and said.get("counts", {}).get("stalled", 0) > len(listed)
         with self._cond:
+            if listed:
+                self._stalled[task] = (listed, more)
+            else:
+                self._stalled.pop(task, None)
             before = self._unhealthy.pop(task, frozenset())
             if held:
                 self._unhealthy[task] = held

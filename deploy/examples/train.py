@@ -31,6 +31,7 @@ def train(epochs: int) -> None:
                     pass  # a real job computes here; spans are summed, not sent one by one
             time.sleep(random.uniform(0.05, 0.15))
         tidings.progress(epoch / epochs * 0.9, f"{worker}: epoch {epoch}/{epochs}")
+        print(f"epoch {epoch}/{epochs} done", flush=True)
     with tidings.span("evaluate"):
         time.sleep(0.05)
     tidings.deck_ready(f"report-{worker}", f"s3://decks/tidings/{worker}/report.html")

@@ -141,6 +141,53 @@ def test_a_silent_worker_is_stalled_on_the_clock_once_and_clears_on_its_next_rep
         e.close(5)
 
 
+def test_a_silent_worker_beyond_the_64_detailed_ones_is_stalled(
+        control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
+        start_watcher: Callable[..., Any]) -> None:  # noqa: F811
+    """Issue 34 item 1: in a 100-pod job whose last pod (by name, beyond the 64 detailed
+    workers) went silent, the task said Healthy. The other 99 report every 10 s: 100 s of
+    silence allowed them, so only the silent one stalls while the test runs."""
+    start_watcher("--stall-factor", "10", "--stall-min", "2", "--stall-unpaced", "600")
+    task = f"big-{uuid.uuid4().hex[:6]}"
+    pods = [pod_for(admin, namespace, task, i) for i in range(100)]
+    for i, pod in enumerate(pods):
+        now = datetime.now(UTC)
+        backs = (320, 310, 300) if i == 99 else (20, 10, 0)  # the silent one: 300 s ago
+        for seq, back in enumerate(backs):
+            emit(admin, namespace, task, Progress(fraction=round(0.001 * (400 - back), 4)),
+                 seq, instance=f"inst-{i}", pod=(pod["name"], pod["uid"]),
+                 when=now - timedelta(seconds=back))
+    assert kubectl_wait(control_plane, namespace, task, "Stalled").returncode == 0
+    status = task_status(admin, namespace, task) or {}
+    assert status["health"]["stalled"] == [f"{task}-99"]
+    assert status["health"]["counts"] == {"stalled": 1}
+    assert condition(status, "Stalled")["message"].startswith(f"{task}-99 silent for ")
+    assert condition(status, "Stalled")["message"].endswith("(1 of 100 running)")
+    assert len(status["workers"]) == 64 and status["roster"]["reporting"] == 100
+    shown = cli(kubeconfig, "state", task, "-n", namespace)
+    assert shown.returncode == 0 and "Stalled" in shown.stdout
+
+
+def test_a_report_that_ends_a_stall_is_written_as_soon_as_the_stall_was(
+        control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
+        start_watcher: Callable[..., Any]) -> None:  # noqa: F811
+    """Issue 34 item 7: the health clock wrote a stall at once, but the report that ended it
+    waited for the coalescing interval (a worker reporting every 6 s against a 5 s limit
+    read Stalled 5 s of every 6). With a 120 s coalescing interval, the clearing must land
+    within the deadline below all the same."""
+    start_watcher(*FAST_STALL, "--coalesce-interval", "120")
+    task = f"train-{uuid.uuid4().hex[:6]}"
+    pod = pod_for(admin, namespace, task)
+    now = datetime.now(UTC)
+    for seq, back in enumerate((30, 20, 10)):  # every 10 s, the last 10 s ago: 30 s allowed
+        emit(admin, namespace, task, Progress(fraction=0.1 * (seq + 1)), seq,
+             pod=(pod["name"], pod["uid"]), when=now - timedelta(seconds=back))
+    assert kubectl_wait(control_plane, namespace, task, "Stalled").returncode == 0
+    emit(admin, namespace, task, Progress(fraction=0.5), 3, pod=(pod["name"], pod["uid"]))
+    eventually(lambda: (condition(task_status(admin, namespace, task), "Stalled") or {}).get(
+        "status") == "False", 30, "the stall cleared well before the coalescing interval")
+
+
 def test_a_watcher_started_after_the_silence_began_judges_it(
         control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
         start_watcher: Callable[..., Any]) -> None:  # noqa: F811
@@ -219,7 +266,7 @@ def test_a_worker_far_behind_the_median_pace_is_straggling(
     status = task_status(admin, namespace, task) or {}
     assert status["health"]["straggling"] == [f"{task}-3"]
     assert condition(status, "Straggling")["message"] == (
-        f"{task}-3 at 0.20 of the median pace")
+        f"{task}-3 at 0.20 of the median pace (1 of 4 with a pace)")
     shown = cli(kubeconfig, "state", task, "-n", namespace)
     assert shown.returncode == 0 and "straggling" in shown.stdout
 

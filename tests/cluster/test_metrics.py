@@ -134,3 +134,51 @@ def test_tidings_emit_metric_delivers_numbers_and_refuses_what_is_not_one(
         assert res.returncode == 2, (bad, res.stderr)
         assert why in one_line(res.stderr), res.stderr
     assert len(parsed_events(admin, namespace)) == 2  # nothing refused was sent
+
+
+def test_a_nan_beyond_the_metrics_cap_is_judged_and_survives_a_watcher_restart(
+        control_plane: ControlPlane, admin: Any, namespace: str, crd: str,
+        tmp_path: Path) -> None:
+    """Issue 34 item 2: with 64 metric names held, a 65th sent as NaN was capped away and
+    NonFiniteMetrics said AllFinite. It is named now, and a new watcher that reads the status
+    (a restart, a failover) still names it: the status keeps the names beyond the cap."""
+    from tests.cluster.support_cli import emit
+    from tidings.schemas.payloads import Metrics
+
+    task = "wide-metrics"
+    pod = create_kwok_pod(admin, namespace, f"{task}-0", labels={"tidings.dev/task": task})
+    kubeconfig = Path(control_plane.kubeconfig("admin"))
+    first = WatcherProc(kubeconfig, namespace, tmp_path / "w1.log", "--coalesce-interval", "0.5")
+    try:
+        eventually(first.ready, 30, f"watcher ready\n{first.tail()}")
+        for seq in range(8):  # 64 names, finite, 8 to a note
+            emit(admin, namespace, task, Metrics(metrics=[
+                [f"layer{n:02d}_grad", 0.5, None] for n in range(seq * 8, seq * 8 + 8)]),
+                seq, pod=(pod["name"], pod["uid"]))
+        emit(admin, namespace, task, Metrics(metrics=[["zz_loss", math.nan, 7]]), 8,
+             pod=(pod["name"], pod["uid"]))
+
+        def judged() -> dict[str, Any] | None:
+            st = task_status(admin, namespace, task) or {}
+            return st if st.get("health", {}).get("nonFinite") == ["zz_loss"] else None
+
+        st = eventually(judged, 60, f"zz_loss named non-finite\n{first.tail()}")
+        assert len(st["metrics"]) == 64 and "zz_loss" not in st["metrics"]
+        assert st["metricsBeyond"]["zz_loss"].endswith(" NaN")
+        (c,) = [c for c in st["conditions"] if c["type"] == "NonFiniteMetrics"]
+        assert c["status"] == "True" and c["message"] == "zz_loss=NaN"
+    finally:
+        first.kill(signal.SIGKILL)
+    second = WatcherProc(kubeconfig, namespace, tmp_path / "w2.log", "--coalesce-interval",
+                         "0.5")
+    try:
+        eventually(second.ready, 30, f"watcher ready\n{second.tail()}")
+        emit(admin, namespace, task, Metrics(metrics=[["layer00_grad", 0.25, None]]), 9,
+             pod=(pod["name"], pod["uid"]))
+        st = eventually(lambda: (s := task_status(admin, namespace, task)) and s[
+            "metrics"]["layer00_grad"]["value"] == 0.25 and s, 60, "the new watcher's write")
+        assert st["health"]["nonFinite"] == ["zz_loss"]
+        shown = invoke(control_plane, "state", task, "-n", namespace)
+        assert shown.exit_code == 0 and "NonFiniteMetrics" in shown.output, shown.output
+    finally:
+        second.kill(signal.SIGKILL)

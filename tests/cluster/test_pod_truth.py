@@ -71,8 +71,12 @@ def kubelet(cp: ControlPlane, namespace: str, pod: str, status: dict[str, Any]) 
 
 
 def terminated(code: int, reason: str, **extra: Any) -> list[dict[str, Any]]:
+    """A container's end as the real kubelet writes it (tests/node/test_simulation.py): with
+    its runtime's id, the pod's own reason left empty."""
+    cid = "containerd://" + "c0" * 32
     return [{"name": "main", "image": "busybox", "ready": False, "restartCount": 0,
-             "state": {"terminated": {"exitCode": code, "reason": reason,
+             "started": False, "containerID": cid,
+             "state": {"terminated": {"containerID": cid, "exitCode": code, "reason": reason,
                                       "startedAt": "2026-11-30T03:00:00Z",
                                       "finishedAt": "2026-11-30T03:02:00Z", **extra}}}]
 

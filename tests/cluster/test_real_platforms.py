@@ -30,7 +30,7 @@ from tests.cluster import test_trust as tt
 from tests.cluster.support_watcher import WatcherProc, task_status
 from tests.cluster.test_platforms import grant_workload, report, taskfeedback
 from tests.support import eventually
-from tools.devcluster import CONTROLLER_ROLES, NODE_NAME, ControlPlane
+from tools.devcluster import DEFAULT_CONTROLLERS, NODE_NAME, ControlPlane
 from tools.devplatforms import PLATFORMS, Platforms
 
 pytestmark = pytest.mark.cluster
@@ -45,7 +45,7 @@ policy = tt.policy
 @pytest.fixture(scope="module")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     cp = ControlPlane(state_dir=tmp_path_factory.mktemp("platform-plane"),
-                      controllers=tuple(CONTROLLER_ROLES))
+                      controllers=DEFAULT_CONTROLLERS)
     with cp:
         yield cp
 

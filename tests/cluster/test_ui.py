@@ -381,6 +381,28 @@ def test_a_task_page_draws_each_metrics_curve_and_a_lane_per_pod(
     assert page.errors == []
 
 
+def test_a_curve_at_the_limits_of_a_double_draws_in_chromium(
+        serve: Callable[..., UiServer], page: Any, admin: Any, namespace: str) -> None:
+    """Issue 34 item 3: a metric from 1e308 to -1.8e308 (the range overflows) with a
+    subnormal point drew ``points="0.0,nan …"``, which Chromium refuses; every point draws
+    now, and the extremes print."""
+    write_task(admin, namespace, "edges", a_status(namespace, "edges", [
+        Metric(name="huge", value=v, step=n)
+        for n, v in enumerate([1e308, -1.7976931348623157e308, 5e-324, 0.0, 1e308])]))
+    server = serve("-n", namespace)
+    page.goto(f"{server.url}tasks/{namespace}/edges")
+    row = page.locator("#task-body tr", has_text="huge")
+    eventually(lambda: row.count() == 1, what="the metric's row")
+    assert "min -1.798e+308 max 1e+308" in row.inner_text()
+    line = row.locator("svg.spark polyline")
+    assert line.evaluate("p => p.points.numberOfItems") == 5  # Chromium parsed every point
+    ys = line.evaluate("p => Array.from(p.points, q => q.y)")
+    assert ys[1] == max(ys) and ys[0] == ys[4] == min(ys)  # -1.8e308 lowest, 1e308 highest
+    box = line.evaluate("p => { const b = p.getBBox(); return [b.width, b.height]; }")
+    assert box[0] > 0 and box[1] > 0
+    assert page.errors == []
+
+
 def test_a_status_write_reaches_the_page_within_2s(
         serve: Callable[..., UiServer], browser: Any, page: Any, admin: Any,
         namespace: str) -> None:

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from tidings.schemas.apply import _count, _set_named
 from tidings.schemas.caps import events_of, insert_capped
-from tidings.schemas.constants import MESSAGE_LIMIT
+from tidings.schemas.constants import MESSAGE_LIMIT, non_finite_text
 from tidings.schemas.event import ParsedEvent
 from tidings.schemas.folding import _compact
 from tidings.schemas.payloads import (
@@ -38,11 +38,12 @@ from tidings.schemas.roster import (
     Failure,
     Mark,
     OrderKey,
+    Pace,
     Roster,
     pod_hash,
 )
 from tidings.schemas.spans import WINDOW_BUCKETS
-from tidings.schemas.state import SpanAgg, TaskState
+from tidings.schemas.state import Beyond, Limits, Named, SpanAgg, TaskState
 from tidings.schemas.workers import merge_progress
 
 K = TypeVar("K")
@@ -179,9 +180,21 @@ def _roster(r: Roster, pod: str, p: Progress, key: OrderKey, cap: int) -> tuple[
     else:
         flags = (cur.bits | bits) & (FINAL | FAILED)
         marks[h] = Mark(flags | max(cur.bits & FRACTION_MASK, frac), cur.events + 1)
+    # The pod's pace (its earliest and latest report, by time then fraction) while it has
+    # no final.
+    paces = dict(r.paces)
+    if marks[h].bits & FINAL:
+        paces.pop(h, None)
+    else:
+        ms = int(key[0].timestamp() * 1000)
+        old = paces.get(h)
+        lo = (ms, frac) if old is None else min((old.first_ms, old.first_pm), (ms, frac))
+        hi = (ms, frac) if old is None else max((old.last_ms, old.last_pm), (ms, frac))
+        paces[h] = Pace(pod, 1 if old is None else old.reports + 1, *lo, *hi)
     if len(marks) > cap:
         largest = max(marks)
         capped = marks.pop(largest).events
+        paces.pop(largest, None)
     first, last = r.first_failure, r.last_final
     if p.final and (last is None or key > last):
         last = key
@@ -197,7 +210,40 @@ def _roster(r: Roster, pod: str, p: Progress, key: OrderKey, cap: int) -> tuple[
         sum(1 for m in marks.values() if m.bits & FAILED),
         sum(m.bits & FRACTION_MASK for m in marks.values()), first, last, r.ends,
         len(ended), len(failed), min(failed, default=None),
-        max((e.at for e in ended.values()), default=None)), capped
+        max((e.at for e in ended.values()), default=None), paces), capped
+
+
+def _metric(metrics: dict[str, Named], beyond: dict[str, Beyond], name: str,
+            value: tuple[float, int | None], key: OrderKey, lim: Limits,
+            report: tuple[object, ...]) -> tuple[int, int]:
+    """A metric row merged: into its register (the engine's), and a name the cap leaves out
+    (beyond it, or evicted by a smaller one) into ``beyond``, its latest report's
+    finiteness, the ``lim.beyond`` smallest names kept. (capped, events beyond both)."""
+    before = dict(metrics)
+    capped = _set_named(metrics, name, value, key, lim.metrics, report)  # type: ignore[arg-type]
+    lost = 0
+    for gone in [n for n in before if n not in metrics]:
+        r = before[gone]
+        assert isinstance(r.value, tuple)
+        lost += _beyond(beyond, gone, r.at, r.value[0], r.events, lim.beyond)
+    if name not in metrics:
+        lost += _beyond(beyond, name, key, value[0], 1, lim.beyond)
+    return capped, lost
+
+
+def _beyond(beyond: dict[str, Beyond], name: str, at: OrderKey, value: object, events: int,
+            cap: int) -> int:
+    text = (non_finite_text(value) or "") if isinstance(value, float) else ""
+    cur = beyond.get(name)
+    if cur is not None:
+        newer = at > cur.at
+        beyond[name] = Beyond(at if newer else cur.at, text if newer else cur.non_finite,
+                              cur.events + events)
+        return 0
+    beyond[name] = Beyond(at, text, events)
+    if len(beyond) > cap:
+        return beyond.pop(max(beyond)).events
+    return 0
 
 
 def _order_time(ev: ParsedEvent, skew: timedelta) -> datetime:
@@ -237,7 +283,7 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         return _with(state, counters=_bump(state.counters, "late_skipped"))
 
     lim = state.limits
-    named, spans = state.named, state.spans
+    named, spans, beyond = state.named, state.spans, state.beyond
     workers, unknown, roster = state.workers, state.unknown, state.roster
     counters = dict(state.counters)
     counters["events_applied"] = counters.get("events_applied", 0) + 1
@@ -283,23 +329,22 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         capped_name = "decks_capped"
         if decks:
             named = {**named, "decks": decks}
-    elif tp is Metric:
-        assert isinstance(p, Metric)
+    elif tp in (Metric, Metrics):  # each row of a Metrics as one Metric event of its name
+        assert isinstance(p, Metric | Metrics)
         metrics = dict(state.named.get("metrics", {}))
-        capped = _set_named(metrics, p.name, (p.value, p.step), (t, instance, seq), lim.metrics,
-                            (p.value, p.step, p.min, p.max, p.points))
+        beyond_m = dict(beyond.get("metrics", {}))
+        for row in (p,) if isinstance(p, Metric) else p.metrics:
+            n, lost = _metric(metrics, beyond_m, row.name, (row.value, row.step),
+                              (t, instance, seq), lim,
+                              (row.value, row.step, row.min, row.max, row.points))
+            capped += n
+            if lost:
+                counters["metrics_unjudged"] = counters.get("metrics_unjudged", 0) + lost
         capped_name = "metrics_capped"
         if metrics:
             named = {**named, "metrics": metrics}
-    elif tp is Metrics:  # each row as one Metric event of its name
-        assert isinstance(p, Metrics)
-        metrics = dict(state.named.get("metrics", {}))
-        for row in p.metrics:
-            capped += _set_named(metrics, row.name, (row.value, row.step), (t, instance, seq),
-                                 lim.metrics, (row.value, row.step, row.min, row.max, row.points))
-        capped_name = "metrics_capped"
-        if metrics:
-            named = {**named, "metrics": metrics}
+        if beyond_m:
+            beyond = {**beyond, "metrics": beyond_m}
     elif tp is Window:  # each part as its own event would be (the same order key)
         assert isinstance(p, Window)
         key = (t, instance, seq)
@@ -312,12 +357,17 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
                                                      lim.roster)
         if p.metrics:
             metrics = dict(state.named.get("metrics", {}))
-            extra["metrics_capped"] = sum(
-                _set_named(metrics, row.name, (row.value, row.step), key, lim.metrics,
-                           (row.value, row.step, row.min, row.max, row.points))
-                for row in p.metrics)
+            beyond_m = dict(beyond.get("metrics", {}))
+            extra["metrics_capped"] = extra["metrics_unjudged"] = 0
+            for row in p.metrics:
+                n, lost = _metric(metrics, beyond_m, row.name, (row.value, row.step), key, lim,
+                                  (row.value, row.step, row.min, row.max, row.points))
+                extra["metrics_capped"] += n
+                extra["metrics_unjudged"] += lost
             if metrics:
                 named = {**named, "metrics": metrics}
+            if beyond_m:
+                beyond = {**beyond, "metrics": beyond_m}
         if p.spans:
             spans = dict(spans)
             extra["spans_capped"] = _merge_spans(spans, p, lim.spans, sender.name,
@@ -366,6 +416,7 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         roster,
         state.observed,
         lim,
+        beyond,
     )
 
 
@@ -387,6 +438,7 @@ def _with(state: TaskState, *, counters: dict[str, int]) -> TaskState:
         state.roster,
         state.observed,
         state.limits,
+        state.beyond,
     )
 
 

@@ -58,8 +58,10 @@ def every_point(rs: list[Report]) -> list[tuple[int, float]]:
 
 
 def from_scratch(rs: list[Report]) -> Series:
-    """The oracle: the extremes of every number, the sample of every point at once."""
-    numbers = [x for v, _, lo, hi, _ in rs for x in (v, lo, hi) if x is not None]
+    """The oracle: the extremes of every number (the points' too: a sender's extremes only
+    widen them), the sample of every point at once."""
+    numbers = [x for v, _, lo, hi, ps in rs
+               for x in (v, lo, hi, *(p for _, p in ps)) if x is not None]
     shift, points = sample(every_point(rs))
     return Series(min(numbers) + 0.0, max(numbers) + 0.0, shift, points)
 

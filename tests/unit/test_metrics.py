@@ -118,9 +118,10 @@ def test_each_name_holds_the_value_of_its_latest_report(events: list[ParsedEvent
         _, last = max(mine, key=lambda em: (em[0].event_time, em[0].instance, em[0].seq))
         assert entry["value"] == last.value and entry.get("step") == last.step
         assert entry["events"] == len(mine)  # a row of a Metrics note counts as one event
-        # The extremes of every value and of what the senders saw, exact.
-        assert entry["min"] == min(x for _, m in mine for x in (m.value, m.min) if x is not None)
-        assert entry["max"] == max(x for _, m in mine for x in (m.value, m.max) if x is not None)
+        # The extremes of every value, point and what the senders saw, exact.
+        seen = [x for _, m in mine for x in (m.value, m.min, m.max, *(v for _, v in m.points))
+                if x is not None]
+        assert entry["min"] == min(seen) and entry["max"] == max(seen)
     assert set(metrics) == {m.name for ev in events for m in rows(ev)}
 
 

@@ -25,6 +25,7 @@ from tidings.schemas.health import (
     evaluate,
     judge,
     next_stall,
+    next_stall_of,
     stalled_since_written,
 )
 from tidings.schemas.status_encoder import to_status
@@ -68,11 +69,11 @@ def test_a_worker_reporting_every_second_is_stalled_within_two_minutes_and_clear
     c = conds(s, at(29 + 61))["Stalled"]
     assert c["status"] == "True" and c["reason"] == "NoProgressReports"
     assert c["message"] == ("w-0 silent for 61s (reports every 1s), "
-                            "w-1 silent for 61s (reports every 1s)")
+                            "w-1 silent for 61s (reports every 1s) (2 of 2 running)")
     assert c["lastTransitionTime"] == "2026-11-30T03:01:29Z"  # when the silence passed 60 s
     st_ = status_of(s, at(90))
     assert st_["health"] == {"summary": "Stalled", "evaluatedAt": "2026-11-30T03:01:30Z",
-                             "stalled": ["w-0", "w-1"]}
+                             "stalled": ["w-0", "w-1"], "counts": {"stalled": 2}}
     # w-1's next report clears it for w-1; w-0 stays stalled, named alone.
     s2 = fold_all(TASK, evs + reports(1, [95], [0.5], seq0=100))
     c2 = conds(s2, at(96))["Stalled"]
@@ -123,6 +124,8 @@ def test_stalling_is_monotone_in_time_and_next_stall_is_when_it_changes(
     now = at(now_s)
     found = set(evaluate(s, now).stalled)
     nxt = next_stall(s, now)
+    # Over every worker, the clock's look at the workers a fold moved is the same time.
+    assert next_stall_of(s, [f"w-{i}" for i in range(len(workers))], now) == nxt
     later = set(evaluate(s, now + timedelta(days=30)).stalled)
     assert found <= later  # silence only grows until a fact comes
     if nxt is None:
@@ -141,7 +144,7 @@ def test_a_worker_far_behind_the_median_pace_straggles() -> None:
     s = fold_all(TASK, evs)
     c = conds(s, at(31))["Straggling"]
     assert c["status"] == "True" and c["reason"] == "BehindMedianPace"
-    assert c["message"] == "w-3 at 0.30 of the median pace"
+    assert c["message"] == "w-3 at 0.30 of the median pace (1 of 4 with a pace)"
     assert status_of(s, at(31))["health"]["straggling"] == ["w-3"]
     # Fewer workers with a pace than the minimum: no judgment.
     assert conds(fold_all(TASK, evs[4:]), at(31))["Straggling"]["status"] == "True"
@@ -160,7 +163,8 @@ def test_a_non_finite_metric_is_a_condition_that_names_it_and_clears() -> None:
     assert c["message"] == "grad_norm=Infinity, loss=NaN"
     assert c["lastTransitionTime"] == "2026-11-30T03:00:05Z"
     assert status_of(s, None)["health"] == {"summary": "NonFiniteMetrics",
-                                       "nonFinite": ["grad_norm", "loss"]}
+                                       "nonFinite": ["grad_norm", "loss"],
+                                       "counts": {"nonFinite": 2}}
     healed = fold_all(TASK, [ok, *bad, make_event(Metric(name="loss", value=0.3), "m", 3,
                                                   at(8)),
                              make_event(Metric(name="grad_norm", value=1.0), "m", 4, at(8))])

@@ -2,7 +2,9 @@
 fully as main's reader read it: ``data/status_v2.json`` holds statuses main's encoder wrote (a
 real training run's, the bench's typical one, seeded random states with every part of the
 status, hand-damaged copies), each with what main's reader rebuilt from it
-(``status_canon.canon``), recorded once at main's c9a6993 when the layout changed."""
+(``status_canon.canon``): the statuses recorded once at main's c9a6993 when the layout
+changed, what main's reader rebuilt recorded again at 5db8595 (which widens a metric's
+extremes over its history points)."""
 
 from __future__ import annotations
 

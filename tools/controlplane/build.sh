@@ -17,13 +17,7 @@ fi
 mkdir -p "$out"
 cd "$here"
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -trimpath"
-minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
-build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-kube_ldflags=""
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  kube_ldflags+=" -X $pkg.gitVersion=${KUBERNETES_VERSION} -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor}"
-  kube_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=${build_date}"
-done
+. "$here/kube-ldflags.sh"
 step() { echo "building $1 ..." >&2; }
 step kube-apiserver; go build -ldflags "-s -w $kube_ldflags" -o "$out/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
 # Only tests that need garbage collection start it (ControlPlane.start_controller_manager).

@@ -29,6 +29,12 @@ go_directive=$(awk '$1 == "go" {print $2; exit}' "$kube_mod")
   echo "	k8s.io/kubernetes/cmd/kube-apiserver"
   echo "	k8s.io/kubernetes/cmd/kube-controller-manager"
   echo "	k8s.io/kubernetes/cmd/kubectl"
+  # The real node's (tools/node/build.sh): one module, so the node runs the plane's version.
+  echo "	k8s.io/kubernetes/cmd/kubelet"
+  echo "	k8s.io/kubernetes/cmd/kube-proxy"
+  echo "	k8s.io/kubernetes/cmd/kube-scheduler"
+  # The kind node image's (tools/kind/build-node-image.sh): kubeadm bootstraps its nodes.
+  echo "	k8s.io/kubernetes/cmd/kubeadm"
   echo "	go.etcd.io/etcd/server/v3"
   echo "	sigs.k8s.io/kwok/cmd/kwok"
   echo ")"

@@ -41,7 +41,7 @@ from .observed import (
     clean_reason,
     exit_code_of,
 )
-from .record import POD_FIELDS, SEP, SPAN_FIELDS, WORKER_FIELDS, fields_of
+from .record import POD_FIELDS, SEP, SPAN_FIELDS, WORKER_FIELDS, FieldType, fields_of
 from .roster import (
     FINAL,
     Failure,
@@ -684,3 +684,41 @@ def _parse_windows(text: Any, first_start: float) -> tuple[int, tuple[tuple[int,
         out.append((base + int(lo), base + int(hi)))
     return shift, tuple(out)
 
+
+def expanded(status: Mapping[str, Any]) -> dict[str, Any]:
+    """``status`` with every record read into its fields, in the shape layout 2 wrote (a
+    metric's history ``{shift, steps, values}``, a span name's lanes in its entry's ``pods``):
+    what ``tidings state -o json`` prints, so a script reads fields, not record strings. An
+    entry that does not read (a hand edit) stays as it is (``read_status`` says why)."""
+
+    def read(raw: Any, types: Mapping[str, FieldType]) -> Any:
+        try:
+            entry = dict(fields_of(raw, types))
+            if isinstance(entry.get("history"), str):
+                s = history.from_status(entry)
+                entry["history"] = {"shift": s.shift, "steps": list(s.steps),
+                                    "values": list(s.values)}
+        except ValueError:
+            return raw
+        return entry
+
+    out = dict(status)
+    for section, types in NAMED_FIELDS.items():
+        if isinstance(status.get(section), Mapping):
+            out[section] = {k: read(v, types) for k, v in status[section].items()}
+    lanes = out.pop("spanLanes", None)
+    if isinstance(status.get("spans"), Mapping):
+        spans = {k: read(v, SPAN_FIELDS) for k, v in status["spans"].items()}
+        for name, by_pod in lanes.items() if isinstance(lanes, Mapping) else ():
+            entry = spans.get(name)
+            if isinstance(entry, dict) and isinstance(by_pod, Mapping) and "pods" not in entry:
+                entry["pods"] = {p: read(v, SPAN_FIELDS) for p, v in by_pod.items()}
+            else:  # (lanes of no readable name: kept where they were)
+                out.setdefault("spanLanes", {})[name] = by_pod
+        out["spans"] = spans
+    elif lanes is not None:
+        out["spanLanes"] = lanes
+    for section, types in (("workers", WORKER_FIELDS), ("pods", POD_FIELDS)):
+        if isinstance(status.get(section), list):
+            out[section] = [read(v, types) for v in status[section]]
+    return out

@@ -101,28 +101,7 @@ def raw_event(namespace: str, name: str, *, controller: str, note: str = "hello"
 
 
 def expanded(status: dict[str, Any]) -> dict[str, Any]:
-    """``status`` with every record (schemas/record.py) read into its fields, as layout 2
-    wrote them (a metric's history ``{shift, steps, values}``, a span name's lanes in its
-    entry's ``pods``), through the readers' own functions: what the tests look into."""
-    from tidings.schemas import history
-    from tidings.schemas.record import POD_FIELDS, SPAN_FIELDS, WORKER_FIELDS, fields_of
-    from tidings.schemas.status_encoder import NAMED_FIELDS
+    """``status`` with its records read into their fields (the readers' own function)."""
+    from tidings.schemas.status_decoder import expanded as read_records
 
-    out = dict(status)
-    for section, types in NAMED_FIELDS.items():
-        if isinstance(status.get(section), dict):
-            out[section] = {k: dict(fields_of(v, types)) for k, v in status[section].items()}
-            for entry in out[section].values():
-                if isinstance(entry.get("history"), str):
-                    s = history.from_status(entry)
-                    entry["history"] = {"shift": s.shift, "steps": s.steps, "values": s.values}
-    lanes = out.pop("spanLanes", {})
-    if isinstance(status.get("spans"), dict):
-        out["spans"] = {k: dict(fields_of(v, SPAN_FIELDS)) for k, v in status["spans"].items()}
-        for name, by_pod in lanes.items():
-            out["spans"][name]["pods"] = {p: dict(fields_of(v, SPAN_FIELDS))
-                                          for p, v in by_pod.items()}
-    for section, types in (("workers", WORKER_FIELDS), ("pods", POD_FIELDS)):
-        if isinstance(status.get(section), list):
-            out[section] = [dict(fields_of(v, types)) for v in status[section]]
-    return out
+    return read_records(status)

@@ -236,7 +236,9 @@ def test_state_shows_what_the_status_says_and_what_it_could_not_read() -> None:
     assert "Running" in text and "60.0%" in text and "Pending" not in text
     assert "link-2" in text and "m-1" in text and "21 events applied" in text
     assert "links/runbook" in text and "bad order key" in text
-    assert data["status"] == edited  # -o json: the status as written
+    # -o json: the status as written, each record as its fields (a script reads fields)
+    assert data["status"] == expanded(edited) != edited
+    assert data["status"]["workers"][0]["pod"] == "worker-0"
     assert data["unreadable"] == {"entries": ["links/runbook: bad order key"], "partial": False}
 
     broken = {**copy.deepcopy(STATUS), "roster": {"reporting": 3, "final": 3, "marks": "x"},

@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from tidings.schemas import Limits, TaskRef
-from tidings.schemas.status_decoder import read_status
+from tidings.schemas.status_decoder import expanded, read_status
 from tidings.schemas.status_encoder import STATUS_VERSION, to_status
 
 from .status_canon import canon, subset_diff
@@ -75,3 +75,26 @@ def test_a_layout_2_status_is_written_again_in_layout_3_and_reads_the_same(
     assert canon(again.state) == canon(first.state)
     assert {k: set(v) for k, v in again.unread.entries.items()} == \
         {k: set(v) for k, v in first.unread.entries.items()}
+
+
+@pytest.mark.parametrize("case", RECORDED, ids=[c["name"] for c in RECORDED])
+def test_expanded_shows_each_record_as_its_fields_and_reads_the_same(
+        case: dict[str, Any]) -> None:
+    """What ``tidings state -o json`` prints: every record of a layout 3 status as the object
+    of its fields (layout 2's shape), which reads back to the same state."""
+    task, limits = TaskRef(*case["task"]), _limits(case["limits"])
+    first = read_status(task, case["status"], limits)
+    if first.unread:
+        return  # (a damaged copy: its unreadable entries stay as they were, tested above)
+    written = orjson.loads(orjson.dumps(to_status(first.state)))
+    shown = expanded(written)
+    for section in ("links", "decks", "metrics", "spans"):
+        assert all(isinstance(v, dict) for v in shown.get(section, {}).values()), section
+    assert all(isinstance(w, dict) for w in shown.get("workers", []))
+    assert all(isinstance(h, dict) for m in shown.get("metrics", {}).values()
+               if (h := m.get("history")) is not None)
+    assert "spanLanes" not in shown
+    if "spanLanes" in written:
+        assert all(set(shown["spans"][k]["pods"]) == set(v)
+                   for k, v in written["spanLanes"].items())
+    assert canon(read_status(task, shown, limits).state) == canon(first.state)

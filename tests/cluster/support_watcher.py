@@ -24,8 +24,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tests.support import expanded
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TIDINGS = REPO_ROOT / ".venv" / "bin" / "tidings"
 PYTHON = REPO_ROOT / ".venv" / "bin" / "python"
@@ -288,6 +286,8 @@ def task_status(admin: Any, namespace: str, name: str) -> dict[str, Any] | None:
     """The TaskFeedback's status with its records read into their fields (``expanded``: what
     the tests look into); None when there is none. ``raw_task_status`` is the status as
     stored, for a test that writes it back."""
+    from tests.support import expanded  # (not at the top: this module also runs as a script)
+
     status = raw_task_status(admin, namespace, name)
     return None if status is None else expanded(status)
 

@@ -50,6 +50,7 @@ from training_run import Run  # bench/training_run.py
 from tidings.kube import JSON, METADATA_ONLY, Client, connect
 from tidings.schemas import TaskRef
 from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
+from tidings.schemas.record import without
 from tidings.watcher.writer import FIELD_MANAGER
 
 GROUP, PLURAL = "bench.tidings.dev", "statusshapes"
@@ -157,7 +158,8 @@ class Feedback:
 
 def without_history(status: dict[str, Any]) -> dict[str, Any]:
     """``status`` with its metrics' curves left out (their values and extremes stay)."""
-    metrics = {k: {f: v for f, v in e.items() if f != "history"}
+    metrics = {k: without(e, "history") if isinstance(e, str)
+               else {f: v for f, v in e.items() if f != "history"}
                for k, e in status.get("metrics", {}).items()}
     return {**status, "metrics": metrics} if metrics else status
 

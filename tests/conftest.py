@@ -4,6 +4,7 @@ fresh namespace per test. Unit tests never touch these, so they run without the 
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,13 @@ from tools.devcluster import ControlPlane
 # fails at random; speed is measured in bench/, never asserted by a test.
 settings.register_profile("tidings", deadline=None)
 settings.load_profile("tidings")
+
+# A shell starts a background job (`make test &`, a runner's step) with SIGINT ignored, and a
+# child inherits an ignored signal: the commands the tests stop with Ctrl-C would not get it
+# as a terminal gives it (`tidings ui`'s server then stops on it and exits 0, not 130; a
+# followed command never stops). Every child of the suite starts with SIGINT's default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

@@ -150,12 +150,9 @@ class Proc:
     """`tidings ...` as a child process whose output lines are collected by a thread."""
 
     def __init__(self, cp: ControlPlane, *args: str) -> None:
-        # Ctrl-C reaches it even when pytest itself runs with SIGINT ignored (as a shell
-        # starts a background job, `pytest &`), which a child would otherwise inherit.
         self.proc = subprocess.Popen(
             [TIDINGS, *args, "--kubeconfig", str(cp.kubeconfig("admin"))],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
         self.out: list[str] = []
         self.err: list[str] = []
         self._q: queue.Queue[str] = queue.Queue()
@@ -180,7 +177,7 @@ class Proc:
 
     def stop(self) -> int:
         if self.proc.poll() is None:
-            self.proc.send_signal(2)  # Ctrl-C
+            self.proc.send_signal(signal.SIGINT)  # Ctrl-C
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:

@@ -135,7 +135,8 @@ def test_end_to_end_status_is_the_exact_fold(admin: Any, namespace: str, kubecon
     # the read API serves the same state
     code, body = w.get(f"/tasks/{namespace}/alpha", admin_token)
     assert code == 200
-    assert unjudged(expanded(orjson.loads(body))) == unjudged(task_status(admin, namespace, "alpha"))
+    assert unjudged(expanded(orjson.loads(body))) == unjudged(
+        task_status(admin, namespace, "alpha"))
     assert w.get(f"/tasks/{namespace}/nope", admin_token)[0] == 404
     assert w.get("/healthz")[0] == 200
 
@@ -419,7 +420,7 @@ def test_task_read_api_grants_exactly_what_rbac_grants_on_the_taskfeedback(
     alice = control_plane.tokens["alice"]
     eventually(lambda: w.get(path, alice)[0] == 200, 30,
                "alice's viewer grant to reach the read API")
-    assert unjudged(orjson.loads(w.get(path, alice)[1])) == unjudged(
+    assert unjudged(expanded(orjson.loads(w.get(path, alice)[1]))) == unjudged(
         task_status(admin, namespace, "sec"))
     assert w.get(f"/tasks/{namespace}-elsewhere/sec", alice)[0] == 403, \
         "an allowed decision for one namespace never leaks to another"

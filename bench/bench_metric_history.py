@@ -33,7 +33,9 @@ from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.items import LatestSlot
 from tidings.schemas import ParsedEvent, TaskRef, fold_all, fold_many, new_state, parse_event
 from tidings.schemas.fastpath import fast_watch_line
-from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
+from tidings.schemas.record import fields_of
+from tidings.schemas.status_decoder import expanded
+from tidings.schemas.status_encoder import NAMED_FIELDS, STATUS_BUDGET, to_status
 
 TASK = "train-1m"
 
@@ -177,8 +179,11 @@ def main() -> None:
     full = to_status(state)
     written = to_status(state, budget=STATUS_BUDGET)
     metrics = full["metrics"]
-    history = sum(len(orjson.dumps(e.get("history", {}))) for e in metrics.values())
-    points = [len(e.get("history", {}).get("steps", ())) for e in metrics.values()]
+    # Each metric is one record string; its history is the record's field of that name.
+    history = sum(len(str(fields_of(e, NAMED_FIELDS["metrics"]).get("history", "")))
+                  for e in metrics.values())
+    points = [len(e.get("history", {}).get("steps", ()))
+              for e in expanded(full)["metrics"].values()]
     windows = -(-a.steps // a.window_steps)
     print(f"\n{a.steps:,} steps, {a.metrics} metrics logged every step, {a.pods} pods, "
           f"a window every {a.window_steps} steps ({windows} windows), run in {took:.0f} s")

@@ -31,6 +31,7 @@ from support import (  # bench/support.py
 
 from tidings.kube import KubeError, connect
 from tidings.schemas.contract import taskfeedback_path
+from tidings.schemas.status_decoder import expanded
 
 NEEDS_REAL_NODE = True
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -126,7 +127,7 @@ def run(cp: Any, a: argparse.Namespace) -> list[str]:
     while True:
         phase = kube.get(f"/api/v1/namespaces/{ns}/pods/worker")["status"].get("phase")
         try:
-            status = kube.get(taskfeedback_path(ns, task)).get("status", {})
+            status = expanded(kube.get(taskfeedback_path(ns, task)).get("status", {}))
         except KubeError:
             status = {}
         value = status.get("metrics", {}).get("report", {}).get("value")

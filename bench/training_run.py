@@ -117,6 +117,18 @@ def hf_run_events(namespace: str, task: str, run: Run, t_end: float | None = Non
                   seed: int = 7) -> list[ParsedEvent]:
     """Every event the pods of ``run`` send, parsed as the watcher parses them; the run ends
     at ``t_end`` (epoch seconds; default now)."""
+    out = []
+    for body in hf_run_bodies(namespace, task, run, t_end, seed):
+        ev = parse_event(body)
+        assert isinstance(ev, ParsedEvent), ev
+        out.append(ev)
+    return out
+
+
+def hf_run_bodies(namespace: str, task: str, run: Run, t_end: float | None = None,
+                  seed: int = 7) -> list[dict[str, Any]]:
+    """Every event body the pods of ``run`` send (pod ``<task>-worker-<i>``, uid
+    ``0000000<i>-5b1e-4c6f-9a7e-0123456789ab``), as the API server would store them."""
     callback_class = _callback_class()
     rng = random.Random(seed)
     evals = run.steps // run.eval_steps if run.eval_steps else 0
@@ -177,13 +189,7 @@ def hf_run_events(namespace: str, task: str, run: Run, t_end: float | None = Non
     finally:
         for m in modules:
             m.time = time  # type: ignore[attr-defined]
-    out = []
-    for rec in recorders:
-        for body in rec.bodies:
-            ev = parse_event(body)
-            assert isinstance(ev, ParsedEvent), ev
-            out.append(ev)
-    return out
+    return [body for rec in recorders for body in rec.bodies]
 
 
 def hf_run_state(namespace: str, task: str, run: Run, t_end: float | None = None

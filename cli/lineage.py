@@ -51,6 +51,7 @@ from tidings.schemas.contract import (
     taskfeedback_path,
 )
 from tidings.schemas.platform import DEFAULT_TASK_KEYS, parse_task_keys, pod_task, task_selector
+from tidings.schemas.record import POD_FIELDS, fields_of
 
 # Where a pod of the app was found (a pod may be found several ways; see `Found`).
 SPAWNED = "spawned"  # a PodSpawned record names it
@@ -148,10 +149,14 @@ def status_pods(kube: Kube, namespace: str, app: str) -> list[tuple[str, str, in
     status = obj.get("status")
     pods = status.get("pods") if isinstance(status, dict) else None
     out = []
-    for p in pods if isinstance(pods, list) else []:
-        if isinstance(p, dict) and p.get("name") and p.get("uid"):  # never by name alone
-            events = p.get("events")
-            out.append((str(p["name"]), str(p["uid"]), events if isinstance(events, int) else 0))
+    for raw in pods if isinstance(pods, list) else []:
+        try:
+            p = fields_of(raw, POD_FIELDS)  # a record, or an object (a status of layout 2)
+        except ValueError:
+            continue
+        name, uid, events = p.get("name"), p.get("uid"), p.get("events")
+        if name and uid and isinstance(name, str) and isinstance(uid, str):  # never by name alone
+            out.append((name, uid, events if type(events) is int else 0))
     return out
 
 

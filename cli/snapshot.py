@@ -15,7 +15,7 @@ from tidings.cli.common import safe
 from tidings.schemas.event import TaskRef
 from tidings.schemas.health import judge
 from tidings.schemas.state import TaskState
-from tidings.schemas.status_decoder import NOTHING_UNREAD, Unread, read_status
+from tidings.schemas.status_decoder import NOTHING_UNREAD, Unread, expanded, read_status
 from tidings.schemas.status_encoder import to_status
 from tidings.schemas.view import read_refused
 
@@ -90,7 +90,7 @@ class Snapshot:
             status = to_status(self.state, health=judge(self.state, datetime.now(UTC)))
             if self.refused:
                 status["refused"] = dict(self.refused)
-        data["status"] = status
+        data["status"] = expanded(status)  # each record as its fields
         if self.unread:
             data["unreadable"] = {"entries": list(self.unread.problems),
                                   "partial": self.unread.partial}

@@ -32,6 +32,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from . import record
+
 # Points a history keeps at most: the first point of at most BUCKETS buckets, and the last.
 HISTORY_POINTS: Final = 32
 BUCKETS: Final = HISTORY_POINTS - 1
@@ -157,15 +159,21 @@ def join(a: Series, b: Series) -> Series:
 # --- the status entry's fields --------------------------------------------------------------
 
 
+def curve_text(s: Series) -> str:
+    """The history as one string: ``"<shift> <step>:<value>,<step>:<value>,..."``, oldest
+    first (``"4 5:2.31,20:1.87"``: a grid of 2^4 steps, 2.31 at step 5, 1.87 at step 20)."""
+    return f"{s.shift} " + ",".join(f"{st}:{v!r}" for st, v in s.points)
+
+
 def to_status(s: Series) -> dict[str, Any]:
-    """``min``, ``max`` and ``history`` (``shift``, ``steps``, ``values``) of a metric's entry."""
+    """``min``, ``max`` and ``history`` (``curve_text``) of a metric's entry."""
     out: dict[str, Any] = {}
     if s.lo is not None:
         out["min"] = s.lo
     if s.hi is not None:
         out["max"] = s.hi
     if s.points:
-        out["history"] = {"shift": s.shift, "steps": s.steps, "values": s.values}
+        out["history"] = curve_text(s)
     return out
 
 
@@ -175,8 +183,23 @@ def _number(v: Any) -> float:
     return float(v) + 0.0
 
 
+def _curve(text: str) -> tuple[int, list[tuple[Any, Any]]]:
+    """(shift, [(step, value)]) of ``curve_text``'s string, checked as layout 2's arrays."""
+    head, _, body = text.partition(" ")
+    if not (head.isascii() and head.isdigit() and len(head) <= 2) or len(text) > 8192:
+        raise ValueError("bad history")
+    pairs: list[tuple[Any, Any]] = []
+    for part in body.split(",") if body else []:
+        step, colon, value = part.partition(":")
+        if not colon:
+            raise ValueError("bad history point")
+        pairs.append((record.integer(step), record.number(value)))
+    return int(head), pairs
+
+
 def from_status(entry: Mapping[str, Any]) -> Series:
-    """The series a metric's status entry holds; raises ValueError when it is unreadable. A
+    """The series a metric's status entry holds (its history ``curve_text``'s string, or
+    layout 2's ``{shift, steps, values}``); raises ValueError when it is unreadable. A
     history that is not a sample (hand-edited) is sampled again, so it obeys the bounds."""
     lo = None if entry.get("min") is None else _number(entry["min"])
     hi = None if entry.get("max") is None else _number(entry["max"])
@@ -185,15 +208,20 @@ def from_status(entry: Mapping[str, Any]) -> Series:
     raw = entry.get("history")
     if raw is None:
         return Series(lo, hi)
-    if not isinstance(raw, Mapping):
+    if isinstance(raw, str):
+        shift, pairs = _curve(raw)
+    elif isinstance(raw, Mapping):  # layout 2
+        shift, steps, values = raw.get("shift", 0), raw.get("steps"), raw.get("values")
+        if not (isinstance(steps, list) and isinstance(values, list)
+                and len(steps) == len(values)):
+            raise ValueError("bad history")
+        pairs = list(zip(steps, values, strict=True))
+    else:
         raise ValueError("bad history")
-    shift, steps, values = raw.get("shift", 0), raw.get("steps"), raw.get("values")
-    if not (type(shift) is int and 0 <= shift <= SHIFT_MAX and isinstance(steps, list)
-            and isinstance(values, list) and len(steps) == len(values)
-            and len(steps) <= 4 * HISTORY_POINTS):
+    if not (type(shift) is int and 0 <= shift <= SHIFT_MAX and len(pairs) <= 4 * HISTORY_POINTS):
         raise ValueError("bad history")
     points: list[Point] = []
-    for s, v in zip(steps, values, strict=True):
+    for s, v in pairs:
         if type(s) is not int or not 0 <= s <= 2**53:
             raise ValueError("bad history step")
         points.append((s, curve_value(_number(v))))

@@ -70,11 +70,14 @@ class Kind:
     capped: str = ""
     counters: tuple[str, ...] = ()  # further counters of this kind (snake_case)
     drop_rank: int | None = None
-    # A field of each entry the budget gives up first (from the last entry on), its name in
-    # ``budgetDropped``, and its place in the drop order.
+    # A field of each entry the budget gives up first (from the last entry on; the last field
+    # of the entry's record), its name in ``budgetDropped``, and its place in the drop order;
+    # or, with ``detail_section``, the detail is that section's entries, one per name (a span
+    # name's lanes), given up whole.
     detail: str = ""
     detail_drop: str = ""
     detail_rank: int | None = None
+    detail_section: str = ""
     # A named kind with a value that may be non-finite: the status section of its names
     # beyond the cap, whose latest value's finiteness is kept (``Limits.beyond`` of them;
     # never dropped by the budget: a health condition reads them), and the counter of the
@@ -132,8 +135,8 @@ KINDS: tuple[Kind, ...] = (
                  ValueField("step", "int", "STEP", optional=True)),
          report=_metric_report, title="Metrics", age=True, inline=True),
     Kind("spans", (payloads.SpanSummary, payloads.SpanSummaries), "spans", COALESCIBLE,
-         section="spans", cap="spans", capped="spans_capped", drop_rank=40, detail="pods",
-         detail_drop="spanLanes", detail_rank=25, title="Spans"),
+         section="spans", cap="spans", capped="spans_capped", drop_rank=40,
+         detail_section="spanLanes", detail_drop="spanLanes", detail_rank=25, title="Spans"),
     Kind("progress", (Progress,), "progress", COALESCIBLE, critical_if=_final,
          section="workers", cap="workers", capped="workers_capped", detail="message",
          detail_drop="workerMessages", detail_rank=20, shrink=("message",), title="Workers"),
@@ -153,8 +156,8 @@ KINDS: tuple[Kind, ...] = (
 BUDGET_RANKED: tuple[tuple[int, tuple[str, str, str]], ...] = tuple(sorted(
     [(k.drop_rank, (k.budget_section, k.section, "")) for k in KINDS
      if k.drop_rank is not None]
-    + [(k.detail_rank, (k.detail_drop, k.section, k.detail)) for k in KINDS
-       if k.detail_rank is not None]))
+    + [(k.detail_rank, (k.detail_drop, k.detail_section or k.section, k.detail))
+       for k in KINDS if k.detail_rank is not None]))
 BUDGET_STEPS: tuple[tuple[str, str, str], ...] = tuple(step for _, step in BUDGET_RANKED)
 
 # Each payload model -> its kind.

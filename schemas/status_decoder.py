@@ -1,6 +1,10 @@
 """The ``.status`` decoder: what a TaskFeedback's status holds, read back into a ``TaskState``
 entry by entry (``read_status``), the inverse of schemas/status_encoder.py's ``to_status``.
 
+Layouts 3 (each entry of links, decks, metrics, spans, spanLanes, workers and pods one record
+string, schemas/record.py) and 2 (the same entries as JSON objects of the same fields, a span
+name's lanes inside its entry) are read: each entry by ``record.fields_of``, whichever it is.
+
 For every status the fold wrote, reading gives the state back. Anything else (a hand-edited or
 hostile status) is read entry by entry: every entry of a map or list section (a link, deck,
 metric, span, worker, pod, pod outcome or unknown type) that reads is kept, one that does not
@@ -37,6 +41,7 @@ from .observed import (
     clean_reason,
     exit_code_of,
 )
+from .record import POD_FIELDS, SEP, SPAN_FIELDS, WORKER_FIELDS, FieldType, fields_of
 from .roster import (
     FINAL,
     Failure,
@@ -54,11 +59,14 @@ from .roster import (
     with_ends,
 )
 from .state import DEFAULT_LIMITS, Beyond, Limits, Named, SpanAgg, TaskState, new_state, us
-from .status_encoder import COUNTER_KEYS, STATUS_VERSION
+from .status_encoder import COUNTER_KEYS, NAMED_FIELDS, STATUS_VERSION
 from .text import cut_text, sanitize_text
 from .times import epoch, parse_time
 from .version_vector import VersionVector
 from .workers import ProgressState
+
+# The oldest layout still read (1, snake_case, is not: the next write replaces it).
+OLDEST_READ = 2
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -67,14 +75,29 @@ _COUNTER_NAMES: dict[str, str] = {v: k for k, v in COUNTER_KEYS.items()}
 
 # Problems an ``Unread`` describes one by one (the rest are counted).
 PROBLEMS_SHOWN = 20
+
+
+def _field(raw: Any, key: str) -> Any:
+    """Field ``key`` of a list item as written, a record or an object (None: not found):
+    the key of an item, even one that does not read."""
+    if isinstance(raw, Mapping):
+        return raw.get(key)
+    if isinstance(raw, str):
+        for part in raw.split(SEP):
+            k, eq, v = part.partition("=")
+            if eq and k == key:
+                return v
+    return None
+
+
 # The list sections' keys: a verbatim item is written back unless the state holds its key.
 def _worker_key(w: Any) -> str | None:
-    pod = w.get("pod") if isinstance(w, Mapping) else None
+    pod = _field(w, "pod")
     return pod if isinstance(pod, str) else None
 
 
 def _pod_key(p: Any) -> tuple[str, str] | None:
-    name, uid = (p.get("name"), p.get("uid")) if isinstance(p, Mapping) else (None, None)
+    name, uid = _field(p, "name"), _field(p, "uid")
     return (name, uid) if isinstance(name, str) and isinstance(uid, str) else None
 
 
@@ -115,7 +138,8 @@ class Unread:
         held: dict[str, Any] = {k.section: state.registers(k) for k in NAMED_KINDS}
         held.update({k.beyond: state.beyond.get(k.section, {}) for k in NAMED_KINDS
                      if k.beyond})
-        held.update(spans=state.spans, unknownTypes=state.unknown, workers=state.workers,
+        held.update(spans=state.spans, spanLanes=state.spans, unknownTypes=state.unknown,
+                    workers=state.workers,
                     pods=state.pod_events, podOutcomes=state.observed.pods,
                     waitingPods=state.observed.waiting)
         for section, raw in self.entries.items():
@@ -158,9 +182,11 @@ class _Reading:
             why = str(error) if isinstance(error, ValueError) else type(error).__name__
             self.problems.append(f"{cut_text(sanitize_text(where), 120)}: {why}")
 
-    def entry(self, section: str, key: Any, raw: Any, error: Exception) -> None:
+    def entry(self, section: str, key: Any, raw: Any, error: Exception | None) -> None:
+        """An entry kept as written; ``error`` why (None: it goes with another, described)."""
         self.entries.setdefault(section, {})[str(key)] = raw
-        self.problem(f"{section}/{key}", error)
+        if error is not None:
+            self.problem(f"{section}/{key}", error)
 
     def item(self, section: str, raw: Any, error: Exception) -> None:
         self.items.setdefault(section, []).append(raw)
@@ -187,7 +213,8 @@ def read_status(task: TaskRef, status: Any, limits: Limits = DEFAULT_LIMITS) -> 
     """The state a ``.status`` dict holds, read entry by entry, and what could not be read
     (see ``Unread``). Never raises. An empty status, or one of an older layout (version 1:
     no longer read, replaced by the next write), reads as a fresh state with nothing unread;
-    another layout (a newer watcher's) as a fresh state that is ``partial``."""
+    another layout (a newer watcher's) as a fresh state that is ``partial``. Layout 2 (the
+    previous watcher's) reads as fully as this one's."""
     if not isinstance(status, Mapping) or not status:
         return StatusRead(new_state(task, limits), NOTHING_UNREAD)
     r = _Reading()
@@ -266,9 +293,10 @@ def _field_value(entry: Mapping[str, Any], f: ValueField) -> Scalar:
 
 def _named(kind: Kind) -> Callable[[Any, Any], tuple[str, Named]]:
     fields = kind.values
+    types = NAMED_FIELDS[kind.section]
 
-    def read(k: Any, v: Any) -> tuple[str, Named]:
-        _need(isinstance(v, Mapping), "not an object")
+    def read(k: Any, raw: Any) -> tuple[str, Named]:
+        v = fields_of(raw, types)
         values = tuple(_field_value(v, f) for f in fields)
         return _name(k), Named(values[0] if len(values) == 1 else values, _key(v.get("at")),
                                _int(v.get("events")),
@@ -347,8 +375,8 @@ def _trim_lanes(spans: dict[str, SpanAgg], cap: int) -> dict[str, SpanAgg]:
     return out
 
 
-def _worker(w: Any) -> tuple[str, ProgressState]:
-    _need(isinstance(w, Mapping), "bad worker")
+def _worker(raw: Any) -> tuple[str, ProgressState]:
+    w = fields_of(raw, WORKER_FIELDS)
     frac = _float(w.get("fraction"))
     msg = w.get("message", "")
     final, failed = w.get("final", False), w.get("failed", False)
@@ -477,13 +505,32 @@ def _verdict(v: Any, time_key: str, terminal: bool) -> PodVerdict:
                       clean_message(message), code, at, explained)
 
 
-def _span(k: Any, s: Any) -> tuple[str, SpanAgg]:
-    _need(isinstance(s, Mapping), "not an object")
-    return _name(k), _span_entry(s)
+def _spans(st: Mapping[str, Any], r: _Reading) -> dict[str, SpanAgg]:
+    """``spans`` with each name's lanes (its ``spanLanes`` entry, or layout 2's ``pods``), the
+    readable ones; an unreadable name goes to ``r`` with its lanes, as do lanes of no name."""
+    lanes = st.get("spanLanes", {})
+    if not isinstance(lanes, Mapping):
+        r.whole("spanLanes", ValueError("not a map"))
+        lanes = {}
+
+    def read(k: Any, raw: Any) -> tuple[str, SpanAgg]:
+        try:
+            return _name(k), _span_entry(fields_of(raw, SPAN_FIELDS), lanes.get(k))
+        except Exception:
+            if k in lanes:
+                r.entry("spanLanes", k, lanes[k], None)
+            raise
+
+    spans = _entries(st, "spans", r, read)
+    data = st.get("spans", {})
+    for k, raw in lanes.items():
+        if not isinstance(data, Mapping) or k not in data:
+            r.entry("spanLanes", k, raw, ValueError("lanes of no span name"))
+    return spans
 
 
-def _pod(p: Any) -> tuple[tuple[str, str], int]:
-    _need(isinstance(p, Mapping), "not an object")
+def _pod(raw: Any) -> tuple[tuple[str, str], int]:
+    p = fields_of(raw, POD_FIELDS)
     return (_name(p.get("name"), 253), _name(p.get("uid"), 64)), _int(p.get("events"))
 
 
@@ -513,14 +560,14 @@ def _counters(raw: Any, r: _Reading) -> tuple[dict[str, int], int]:
 
 def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits, r: _Reading) -> TaskState:
     version = st.get("schemaVersion")
-    if type(version) is not int or version != STATUS_VERSION:
-        if not (type(version) is int and 1 <= version < STATUS_VERSION):
+    if type(version) is not int or not OLDEST_READ <= version <= STATUS_VERSION:
+        if not (type(version) is int and 1 <= version < OLDEST_READ):
             r.whole("schemaVersion", ValueError(
                 f"layout {str(version)[:20]!r}, not {STATUS_VERSION}"))
         return new_state(task, lim)  # (an older layout is no longer read: replaced)
     named = {k.section: _entries(st, k.section, r, _named(k)) for k in NAMED_KINDS}
     beyond = {k.section: _entries(st, k.beyond, r, _beyond) for k in NAMED_KINDS if k.beyond}
-    spans = _entries(st, "spans", r, _span)
+    spans = _spans(st, r)
     workers = _items(st, "workers", r, _worker)
     pods = _items(st, "pods", r, _pod)
     unknown = _entries(st, "unknownTypes", r, _unknown_type)
@@ -589,6 +636,12 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits, r: _Reading)
     )
 
 
+def _lane(raw: Any) -> SpanAgg:
+    lane = fields_of(raw, SPAN_FIELDS)
+    _need("pod" not in lane and "unlaned" not in lane and "pods" not in lane, "bad span lane")
+    return _agg(lane)
+
+
 def _agg(s: Any) -> SpanAgg:
     _need(isinstance(s, Mapping), "bad span")
     first_start = _float(s.get("firstStart"))
@@ -598,18 +651,21 @@ def _agg(s: Any) -> SpanAgg:
                    _int(s.get("errors")), _int(s.get("events")), shift, windows)
 
 
-def _span_entry(s: Any) -> SpanAgg:
-    """A span name's entry with its lanes (see ``_span_json``)."""
+def _span_entry(s: Mapping[str, Any], own_lanes: Any) -> SpanAgg:
+    """A span name's entry (see ``_span_json``) with its lanes: ``own_lanes``, the name's
+    entry of ``spanLanes`` (layout 3), or the entry's ``pods`` (layout 2)."""
     total = _agg(s)
     unlaned = _int(s.get("unlaned", 0))
     pod = s.get("pod")
+    raw = s.get("pods", own_lanes)
     if pod is not None:
-        _need(not unlaned and "pods" not in s, "bad span lanes")
+        _need(not unlaned and raw is None, "bad span lanes")
         lanes: dict[str, SpanAgg] = {_name(pod, 253): total}
     else:
-        raw = s.get("pods", {})
-        _need(isinstance(raw, Mapping), "bad span lanes")
-        lanes = {_name(p, 253): _agg(lane) for p, lane in raw.items()}
+        raw = {} if raw is None else raw
+        _need(isinstance(raw, Mapping) and ("pods" not in s or own_lanes is None),
+              "bad span lanes")
+        lanes = {_name(p, 253): _lane(lane) for p, lane in raw.items()}
     if not lanes and not unlaned:
         return total
     return total.with_lanes(lanes, unlaned)
@@ -627,3 +683,42 @@ def _parse_windows(text: Any, first_start: float) -> tuple[int, tuple[tuple[int,
         _need(lo.isdigit() and hi.isdigit() and len(lo) <= 6 and len(hi) <= 6, "bad windows")
         out.append((base + int(lo), base + int(hi)))
     return shift, tuple(out)
+
+
+def expanded(status: Mapping[str, Any]) -> dict[str, Any]:
+    """``status`` with every record read into its fields, in the shape layout 2 wrote (a
+    metric's history ``{shift, steps, values}``, a span name's lanes in its entry's ``pods``):
+    what ``tidings state -o json`` prints, so a script reads fields, not record strings. An
+    entry that does not read (a hand edit) stays as it is (``read_status`` says why)."""
+
+    def read(raw: Any, types: Mapping[str, FieldType]) -> Any:
+        try:
+            entry = dict(fields_of(raw, types))
+            if isinstance(entry.get("history"), str):
+                s = history.from_status(entry)
+                entry["history"] = {"shift": s.shift, "steps": list(s.steps),
+                                    "values": list(s.values)}
+        except ValueError:
+            return raw
+        return entry
+
+    out = dict(status)
+    for section, types in NAMED_FIELDS.items():
+        if isinstance(status.get(section), Mapping):
+            out[section] = {k: read(v, types) for k, v in status[section].items()}
+    lanes = out.pop("spanLanes", None)
+    if isinstance(status.get("spans"), Mapping):
+        spans = {k: read(v, SPAN_FIELDS) for k, v in status["spans"].items()}
+        for name, by_pod in lanes.items() if isinstance(lanes, Mapping) else ():
+            entry = spans.get(name)
+            if isinstance(entry, dict) and isinstance(by_pod, Mapping) and "pods" not in entry:
+                entry["pods"] = {p: read(v, SPAN_FIELDS) for p, v in by_pod.items()}
+            else:  # (lanes of no readable name: kept where they were)
+                out.setdefault("spanLanes", {})[name] = by_pod
+        out["spans"] = spans
+    elif lanes is not None:
+        out["spanLanes"] = lanes
+    for section, types in (("workers", WORKER_FIELDS), ("pods", POD_FIELDS)):
+        if isinstance(status.get(section), list):
+            out[section] = [read(v, types) for v in status[section]]
+    return out

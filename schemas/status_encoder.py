@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from . import history
+from . import history, record
 from .completion import TaskProgress, aggregate, outcome_conditions, percent
 from .kinds import BUDGET_RANKED, NAMED_KINDS, Kind
 from .observed import Observed, PodVerdict
 from .payloads import non_finite_text
+from .record import POD_FIELDS, SPAN_FIELDS, WORKER_FIELDS, FieldType, pack
 from .roster import OrderKey, Roster, encode_ends, encode_marks, encode_paces
 from .state import COUNTER_NAMES, Beyond, Named, SpanAgg, TaskState, us
 from .times import format_seconds, format_time, from_epoch
@@ -27,8 +28,11 @@ from .workers import ProgressState
 if TYPE_CHECKING:
     from .health import Judgment
 
-# The layout version of ``.status`` (1 was the snake_case layout, which is no longer read).
-STATUS_VERSION = 2
+# The layout version of ``.status``: 3 writes each entry of the record sections (links, decks,
+# metrics, spans and their lanes, workers, sender pods) as one string (schemas/record.py);
+# 2 wrote them as JSON objects of the same fields (still read); 1 was the snake_case layout
+# (no longer read).
+STATUS_VERSION = 3
 # The hard byte budget of a written status (JSON, UTF-8), far below etcd's 1.5 MB request limit.
 # 64 KiB: the API server's CPU per status write grows with its bytes (about 0.2 ms/KB in
 # bench/bench_status_write.py), so this also bounds the cost of a write at every cap.
@@ -53,8 +57,8 @@ class Drop(NamedTuple):
 # conditions, health, progress, workers, the roster and counters are never dropped. Entries
 # go from the end of a section (the largest names first), a section at a time;
 # ``workerMessages`` empties the workers' messages (their progress stays), ``metricHistory``
-# the metrics' histories (their values and extremes stay); ``paces`` counts items of up to
-# ``PACES_PER_ITEM`` workers.
+# the metrics' histories (their values and extremes stay), ``spanLanes`` the span names'
+# lanes (their totals stay); ``paces`` counts items of up to ``PACES_PER_ITEM`` workers.
 PACES_DROP_RANK = 32
 BUDGET_DROPS: tuple[Drop, ...] = (
     Drop("pods", "pods"), Drop("podOutcomes", "podOutcomes"),
@@ -72,6 +76,26 @@ def _camel(name: str) -> str:
 
 # Each counter's key in ``status.counters``.
 COUNTER_KEYS: dict[str, str] = {k: _camel(k) for k in COUNTER_NAMES}
+
+_FIELD_TYPES: dict[str, FieldType] = {"str": "text", "float": "float", "int": "int"}
+
+
+def named_fields(kind: Kind) -> dict[str, FieldType]:
+    """The record of a named kind's entry: its value fields (a string one is the record's
+    text, last), ``at`` and ``events``, and for a kind with a curve ``min``, ``max`` and
+    ``history`` (last, what the budget gives up first)."""
+    fields: list[tuple[str, FieldType]] = []
+    for f in kind.values:
+        fields.append((f.attr, _FIELD_TYPES[f.type]))
+        if f.non_finite:
+            fields.append((f.non_finite, "str"))
+    fields += [("at", "str"), ("events", "int")]
+    if kind.report is not None:
+        fields += [("min", "float"), ("max", "float"), ("history", "str")]
+    return record.types_of(fields)
+
+
+NAMED_FIELDS: dict[str, dict[str, FieldType]] = {k.section: named_fields(k) for k in NAMED_KINDS}
 
 
 def to_status(state: TaskState, budget: int | None = None, *,
@@ -104,10 +128,12 @@ def to_status(state: TaskState, budget: int | None = None, *,
         for key in reversed(keys):
             if size <= budget:
                 break
-            if detail:  # a field of each entry, the entries stay
+            if detail:  # the last field of each entry's record, the entries stay
                 entry = entries[key]
-                if detail in entry:
-                    size -= len(orjson.dumps(entry.pop(detail))) + len(detail) + 4
+                cut = record.without(entry, detail)
+                if cut != entry:
+                    entries[key] = cut
+                    size -= len(entry.encode()) - len(cut.encode())
                     n += 1
                 continue
             value = entries.pop(key)
@@ -144,23 +170,30 @@ def _status(state: TaskState, health: Judgment | None) -> dict[str, Any]:
     for kind in NAMED_KINDS:
         entries = named.get(kind.section)
         if entries:
-            st[kind.section] = {k: _named_json(kind, v) for k, v in sorted(entries.items())}
+            types = NAMED_FIELDS[kind.section]
+            st[kind.section] = {k: pack(_named_json(kind, v), types)
+                                for k, v in sorted(entries.items())}
         beyond = state.beyond.get(kind.section) if kind.beyond else None
         if beyond:
             st[kind.beyond] = {k: beyond_text(v) for k, v in sorted(beyond.items())}
     if state.spans:
-        st["spans"] = {k: _span_json(s) for k, s in sorted(state.spans.items())}
+        st["spans"] = {k: pack(_span_json(s), SPAN_FIELDS) for k, s in sorted(state.spans.items())}
+        lanes = {k: {pod: pack(_agg_json(lane), SPAN_FIELDS)
+                     for pod, lane in sorted(s.lanes.items())}
+                 for k, s in sorted(state.spans.items()) if _own_lanes(s)}
+        if lanes:
+            st["spanLanes"] = lanes
     if state.workers:
-        st["workers"] = [_worker_json(k, w) for k, w in sorted(state.workers.items())]
+        st["workers"] = [pack(_worker_json(k, w), WORKER_FIELDS)
+                         for k, w in sorted(state.workers.items())]
     if state.roster.marks or state.roster.ends:
         st["roster"] = _roster_json(state.roster)
     if state.roster.paces:
         st["paces"] = encode_paces(state.roster.paces)
     _observed_json(state.observed, st)
     if state.pod_events:
-        st["pods"] = [
-            {"name": n, "uid": u, "events": c} for (n, u), c in sorted(state.pod_events.items())
-        ]
+        st["pods"] = [pack({"name": n, "uid": u, "events": c}, POD_FIELDS)
+                      for (n, u), c in sorted(state.pod_events.items())]
     if state.unknown:
         st["unknownTypes"] = dict(sorted(state.unknown.items()))
     counters = {COUNTER_KEYS[k]: v for k in COUNTER_NAMES if (v := state.counters.get(k, 0))}
@@ -186,19 +219,30 @@ def _windows_text(s: SpanAgg) -> str:
     return f"{s.shift} " + ",".join(f"{lo - base}-{hi - base}" for lo, hi in s.windows)
 
 
-def _span_json(s: SpanAgg) -> dict[str, Any]:
-    """A span name's entry: its aggregate, then its lanes: ``pods`` by pod name, or, when
-    one pod sent every summary of the name, ``pod`` alone (its lane is the entry itself)."""
-    out = _agg_json(s)
-    if s.unlaned:
-        out["unlaned"] = s.unlaned
+def _alone(s: SpanAgg) -> str | None:
+    """The one pod that sent every summary of the name, when its lane is the entry itself."""
     if len(s.lanes) == 1 and not s.unlaned:
         ((pod, lane),) = s.lanes.items()
         if lane == s.totals:
-            out["pod"] = pod
-            return out
-    if s.lanes:
-        out["pods"] = {pod: _agg_json(lane) for pod, lane in sorted(s.lanes.items())}
+            return pod
+    return None
+
+
+def _own_lanes(s: SpanAgg) -> bool:
+    """Whether the name's lanes go in ``spanLanes`` (not only ``pod`` in its entry)."""
+    return bool(s.lanes) and _alone(s) is None
+
+
+def _span_json(s: SpanAgg) -> dict[str, Any]:
+    """A span name's entry: its aggregate, ``unlaned``, and ``pod`` when one pod sent every
+    summary of the name (its lane is the entry itself); else its lanes, by pod, are the
+    name's entry of ``spanLanes``."""
+    out = _agg_json(s)
+    if s.unlaned:
+        out["unlaned"] = s.unlaned
+    pod = _alone(s)
+    if pod is not None:
+        out["pod"] = pod
     return out
 
 

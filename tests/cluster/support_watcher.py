@@ -146,7 +146,8 @@ def expected_status(namespace: str, task: str, bodies: list[dict[str, Any]],
                     admin: Any) -> dict[str, Any]:
     """The status the watcher must write: the fold of exactly these events, each with the
     creationTimestamp the API server gave it (the fold bounds eventTime and compacts dedup
-    entries by it, so the watcher's status carries it)."""
+    entries by it, so the watcher's status carries it); its records read into their fields,
+    as ``task_status`` reads the written one."""
     from kubernetes import client
 
     from tidings.schemas.event import ParsedEvent, TaskRef, parse_event
@@ -164,7 +165,9 @@ def expected_status(namespace: str, task: str, bodies: list[dict[str, Any]],
     parsed = [parse_event(b) for b in bodies]
     assert all(isinstance(p, ParsedEvent) for p in parsed), parsed
     mine = [p for p in parsed if isinstance(p, ParsedEvent) and p.task == ref]
-    return status_body(fold_all(ref, mine))
+    from tests.support import expanded
+
+    return expanded(status_body(fold_all(ref, mine)))
 
 
 # --- the watcher process ---------------------------------------------------------------
@@ -283,6 +286,16 @@ def _message(line: str) -> str:
 
 
 def task_status(admin: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    """The TaskFeedback's status with its records read into their fields (``expanded``: what
+    the tests look into); None when there is none. ``raw_task_status`` is the status as
+    stored, for a test that writes it back."""
+    from tests.support import expanded  # (not at the top: this module also runs as a script)
+
+    status = raw_task_status(admin, namespace, name)
+    return None if status is None else expanded(status)
+
+
+def raw_task_status(admin: Any, namespace: str, name: str) -> dict[str, Any] | None:
     from kubernetes import client
 
     try:

@@ -24,7 +24,7 @@ from tests.cluster.support_cli import (
     write_status,
 )
 from tests.cluster.support_watcher import unjudged
-from tests.support import only_here
+from tests.support import expanded, only_here
 from tidings.schemas import (
     DeckReady,
     LogLink,
@@ -84,7 +84,7 @@ def test_state_prefers_the_taskfeedback_status(control_plane: ControlPlane, admi
     ref = TaskRef(namespace, "train-2")
     # The watcher would write exactly the fold of those events, plus one more link.
     state = fold_all(ref, [parse_event(b) for b in bodies])  # type: ignore[misc]
-    status = to_status(state)
+    status = expanded(to_status(state))  # its entries as objects, to add one
     status["links"]["from-watcher"] = {"url": "https://example.com/w", "at":
                                        status["links"]["wandb"]["at"], "events": 1}
     write_status(control_plane, namespace, "train-2", status)
@@ -101,7 +101,7 @@ def test_state_prefers_the_taskfeedback_status(control_plane: ControlPlane, admi
                            "--from-events").stdout)
     assert ev["source"] == "events"
     assert set(ev["status"]["links"]) == {"wandb"}
-    assert ev["status"]["spans"] == to_status(state)["spans"]
+    assert ev["status"]["spans"] == expanded(to_status(state))["spans"]
 
 
 def test_state_finds_the_namespace_with_A(control_plane: ControlPlane, admin: Any,

@@ -23,7 +23,7 @@ from kubernetes.client.rest import ApiException
 from tests.cluster import test_trust as tt
 from tests.cluster.support_watcher import WatcherProc, task_status
 from tests.cluster.test_controlplane import bound_token
-from tests.support import eventually
+from tests.support import eventually, expanded
 from tools.devcluster import NODE_NAME, ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -129,13 +129,18 @@ def report(cp: ControlPlane, admin: Any, namespace: str, p: dict[str, str], tmp_
 
 
 def taskfeedback(admin: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    """The TaskFeedback with its status's records read into their fields, as
+    ``task_status`` reads them; None when there is none."""
     try:
-        return client.CustomObjectsApi(admin).get_namespaced_custom_object(
+        obj: dict[str, Any] = client.CustomObjectsApi(admin).get_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, name)
     except ApiException as err:
         if err.status == 404:
             return None
         raise
+    if isinstance(obj.get("status"), dict):
+        obj["status"] = expanded(obj["status"])
+    return obj
 
 
 def phase(admin: Any, namespace: str, task: str) -> str:

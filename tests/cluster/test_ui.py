@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.support_cli import TIDINGS, grant, install_crd, invoke
-from tests.support import create_kwok_pod, cri_log_line, eventually, write_cri_log
+from tests.support import create_kwok_pod, cri_log_line, eventually, expanded, write_cri_log
 from tidings.schemas import (
     DeckReady,
     LogLink,
@@ -450,7 +450,7 @@ def test_a_status_write_reaches_the_page_within_2s(
 
 def test_hostile_names_stay_text_and_no_script_runs(
         serve: Callable[..., UiServer], page: Any, admin: Any, namespace: str) -> None:
-    status = training(namespace, "evil")
+    status = expanded(training(namespace, "evil"))  # entries as objects, to edit
     at = status["links"]["dashboard"]["at"]
     status["links"][HOSTILE] = {"url": "javascript:window.pwned=2", "at": at, "events": 1}
     status["links"]["upper"] = {"url": "JaVaScRiPt:window.pwned=3", "at": at, "events": 1}

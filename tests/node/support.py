@@ -7,7 +7,7 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.support import eventually
+from tests.support import eventually, expanded
 
 WORKLOAD_IMAGE = "tidings-workload:dev"
 # What the restricted Pod Security level asks of a container.
@@ -87,7 +87,7 @@ def task_status(admin: Any, namespace: str, name: str) -> dict[str, Any]:
         if err.status == 404:
             return {}
         raise
-    return dict(obj.get("status") or {})
+    return expanded(dict(obj.get("status") or {}))  # its records read into their fields
 
 
 def conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import tracemalloc
 
-from tests.support import eventually
+from tests.support import eventually, expanded
 from tests.unit.test_emitter_core import Recorder, make
 from tests.unit.test_metrics import sent_metrics
 from tidings.emitter.curves import Curve
@@ -26,7 +26,7 @@ def loss(step: int) -> float:
 
 def status_of(*recs: Recorder) -> dict[str, dict[str, object]]:
     events = [ev for rec in recs for ev in rec.parsed()]
-    out: dict[str, dict[str, object]] = to_status(fold_all(TASK, events))["metrics"]
+    out: dict[str, dict[str, object]] = expanded(to_status(fold_all(TASK, events)))["metrics"]
     return out
 
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from tests.support import eventually
+from tests.support import eventually, expanded
 from tests.unit import reference_fold
 from tests.unit.test_emitter_core import Recorder, make, unpack
 from tidings._compat import UTC
@@ -112,7 +112,7 @@ def test_the_fold_of_metrics_is_order_insensitive_idempotent_and_the_references(
 @settings(max_examples=100, deadline=None)
 @given(metric_events())
 def test_each_name_holds_the_value_of_its_latest_report(events: list[ParsedEvent]) -> None:
-    metrics = to_status(fold_all(TASK, events)).get("metrics", {})
+    metrics = expanded(to_status(fold_all(TASK, events))).get("metrics", {})
     for name, entry in metrics.items():
         mine = [(ev, m) for ev in events for m in rows(ev) if m.name == name]
         _, last = max(mine, key=lambda em: (em[0].event_time, em[0].instance, em[0].seq))
@@ -130,7 +130,7 @@ def test_the_cap_keeps_the_smallest_names_and_counts_the_rest() -> None:
     evs = [event(Metric(name=n, value=float(i)), "a" * 32, i + 1, 0.0)
            for i, n in enumerate(["zeta", "alpha", "mid", "alpha", "beta"])]
     for order in (evs, evs[::-1]):
-        st_ = to_status(fold_all(TASK, order, lim))
+        st_ = expanded(to_status(fold_all(TASK, order, lim)))
         assert sorted(st_["metrics"]) == ["alpha", "beta"]
         assert st_["counters"]["metricsCapped"] == 2  # zeta and mid, one event each
         assert st_["metrics"]["alpha"]["events"] == 2
@@ -165,7 +165,9 @@ def test_a_non_finite_metric_folds_into_its_entry_and_round_trips() -> None:
            event(Metrics(metrics=[["grad", -math.inf, 2], ["lr", 0.1, 2]]), "a" * 32, 3, 1)]
     for order in (evs, evs[::-1]):
         s = fold_all(TASK, order)
-        st_ = to_status(s)
+        written = to_status(s)
+        assert written["metrics"]["loss"].startswith("nonFinite=NaN; step=2; at=")
+        st_ = expanded(written)
         # (the curve is the finite values': the NaN is no point and no extreme of it)
         assert st_["metrics"]["loss"] == {
             "nonFinite": "NaN", "step": 2, "at": st_["metrics"]["loss"]["at"], "events": 2,
@@ -173,19 +175,27 @@ def test_a_non_finite_metric_folds_into_its_entry_and_round_trips() -> None:
         assert st_["metrics"]["grad"]["nonFinite"] == "-Infinity"
         assert {"min", "max", "history"}.isdisjoint(st_["metrics"]["grad"])
         assert "value" not in st_["metrics"]["grad"] and st_["metrics"]["lr"]["value"] == 0.1
-        assert decode_status(TASK, orjson.loads(orjson.dumps(st_))) == s
+        assert decode_status(TASK, orjson.loads(orjson.dumps(written))) == s
         assert s == reduce(reference_fold.fold, order, new_state(TASK))
     # A finite value reported later replaces it (last writer wins, as for any value).
     healed = fold_all(TASK, [*evs, event(Metric(name="loss", value=0.4), "a" * 32, 4, 2)])
-    assert to_status(healed)["metrics"]["loss"]["value"] == 0.4
+    assert expanded(to_status(healed))["metrics"]["loss"]["value"] == 0.4
 
 
 def test_a_hostile_metric_entry_is_kept_verbatim_and_costs_nothing_else() -> None:
     good = fold(new_state(TASK), event(Metric(name="loss", value=0.5, step=3), "a" * 32, 1, 0))
     st_ = to_status(good)
-    assert st_["metrics"]["loss"]["value"] == 0.5 and st_["metrics"]["loss"]["step"] == 3
-    bad_entries = [{**st_["metrics"]["loss"], "value": bad} for bad in ("0.5", None, True, [1])]
-    bad_entries.append({**st_["metrics"]["loss"], "step": -1})
+    record = st_["metrics"]["loss"]
+    fields = expanded(st_)["metrics"]["loss"]
+    assert fields["value"] == 0.5 and fields["step"] == 3
+    # As layout 2 wrote an entry (an object) and as layout 3 does (a record).
+    bad_entries: list[Any] = [{**fields, "value": bad} for bad in ("0.5", None, True, [1])]
+    bad_entries.append({**fields, "step": -1})
+    bad_entries += [record.replace("value=0.5", f"value={bad}")
+                    for bad in ("nan", "0.5x", "1e999", "", "0x1", "1_0")]
+    bad_entries += [record.replace("step=3", "step=-1"), record + "; value=0.6",
+                    record + "; color=red", record.replace("; ", ";"), record + "; ", "", 7,
+                    "x" * 10_000, record.replace("events=1", "events=1.0")]
     for bad in bad_entries:
         hostile = {**st_, "metrics": {"loss": bad}}
         read = read_status(TASK, hostile)
@@ -328,9 +338,9 @@ def test_the_budget_gives_up_histories_before_metric_names() -> None:
         evs.append(event(Metric(name=name, value=0.123456789, step=3100, min=1e-9, max=9.0,
                                 points=points), "a" * 32, k + 1, 0.0))
     state = fold_all(TASK, evs)
-    full = to_status(state)
+    full = expanded(to_status(state))
     assert all(len(e["history"]["steps"]) >= 16 for e in full["metrics"].values())
-    written = to_status(state, budget=64 * 1024 - 30_000)
+    written = expanded(to_status(state, budget=64 * 1024 - 30_000))
     dropped = written["budgetDropped"]
     assert list(dropped) == ["pods", "metricHistory"], dropped  # (the sender pods go first)
     kept = written["metrics"]

@@ -13,9 +13,11 @@ from datetime import timedelta
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support import expanded
 from tests.unit.test_schemas_fold import PODS, T0, TASK, make_event
 from tidings.schemas import (
     DeckReady,
@@ -31,8 +33,18 @@ from tidings.schemas.status_decoder import NOTHING_UNREAD, StatusRead, read_stat
 from tidings.schemas.status_encoder import to_status
 
 MAP_SECTIONS = ("links", "decks", "metrics", "spans", "unknownTypes")
-LIST_SECTIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "workers": lambda w: w.get("pod"), "pods": lambda p: (p.get("name"), p.get("uid"))}
+
+
+def _fields(item: Any) -> dict[str, Any]:
+    """A record's fields as text, leniently (a damaged one too), or an object as it is."""
+    if isinstance(item, str):
+        return dict(p.partition("=")[::2] for p in item.split("; "))
+    return item if isinstance(item, dict) else {}
+
+
+LIST_SECTIONS: dict[str, Callable[[Any], Any]] = {
+    "workers": lambda w: _fields(w).get("pod"),
+    "pods": lambda p: (_fields(p).get("name"), _fields(p).get("uid"))}
 # Parts that are not entries: an unreadable one makes the read partial.
 PARTS = ("applied", "roster", "counters", "firstEventTime", "lastEventTime", "compactedBefore",
          "schemaVersion")
@@ -77,11 +89,16 @@ def test_a_status_the_fold_wrote_reads_whole() -> None:
     assert read.state == BASE and read.unread is NOTHING_UNREAD and not read.unread
 
 
-def test_the_admins_hand_edited_link_blanks_nothing() -> None:
+HAND_MADE_LINKS = [
+    "at=by hand; events=1; url=https://wiki.example/runbook",  # as this layout writes them
+    {"url": "https://wiki.example/runbook", "at": "by hand", "events": 1}]  # as layout 2 did
+
+
+@pytest.mark.parametrize("hand_made", HAND_MADE_LINKS)
+def test_the_admins_hand_edited_link_blanks_nothing(hand_made: Any) -> None:
     """The issue's edit: a link added by hand with an ``at`` that is no order key."""
     edited = copy.deepcopy(STATUS)
-    edited["links"]["runbook"] = {"url": "https://wiki.example/runbook", "at": "by hand",
-                                  "events": 1}
+    edited["links"]["runbook"] = hand_made
     read = read_status(TASK, edited)
     s = read.state
     assert s.phase == "Running" and to_status(s)["progress"]["percent"] == 60
@@ -95,7 +112,7 @@ def test_the_admins_hand_edited_link_blanks_nothing() -> None:
     fact = make_event(LogLink(name="runbook", url="https://x.y/rb"), "i-9", 0, T0, pod=PODS[0])
     later = fold_all(TASK, [fact])
     merged = read.unread.merge_into(to_status(later), later)
-    assert merged["links"]["runbook"]["url"] == "https://x.y/rb"
+    assert expanded(merged)["links"]["runbook"]["url"] == "https://x.y/rb"
 
 
 def test_a_part_that_is_not_an_entry_makes_the_read_partial() -> None:
@@ -127,7 +144,18 @@ garbage = st.one_of(st.none(), st.booleans(), st.integers(-5, 2**63), st.text(ma
 
 def _item_key(section: str, item: Any) -> str:
     """An item's key, as text (a damaged key may be any JSON)."""
-    return repr(LIST_SECTIONS[section](item)) if isinstance(item, dict) else ""
+    return repr(LIST_SECTIONS[section](item)) if isinstance(item, str | dict) else ""
+
+
+def _damage(draw: st.DrawFn, record: str) -> str:
+    """``record`` with one field's value replaced by garbage's text, or removed."""
+    parts = record.split("; ")
+    i = draw(st.integers(0, len(parts) - 1))
+    if draw(st.booleans()):
+        parts[i] = f"{parts[i].partition('=')[0]}={draw(garbage)}"
+    else:
+        del parts[i]
+    return "; ".join(parts)
 
 
 @st.composite
@@ -141,22 +169,15 @@ def mutations(draw: st.DrawFn) -> tuple[dict[str, Any], set[tuple[str, Any]]]:
         if section in MAP_SECTIONS:
             entries = status[section]
             key = draw(st.sampled_from([*entries, "hand-made", ""]))
-            if key in entries and isinstance(entries[key], dict) and entries[key] \
-                    and draw(st.booleans()):
-                entry = entries[key]
-                field = draw(st.sampled_from(sorted(entry)))
-                if draw(st.booleans()):
-                    entry[field] = draw(garbage)
-                else:
-                    del entry[field]
+            if key in entries and isinstance(entries[key], str) and draw(st.booleans()):
+                entries[key] = _damage(draw, entries[key])
             else:
                 entries[key] = draw(garbage)
             touched.add((section, key))
         else:
             items = status[section]
             i = draw(st.integers(0, len(items)))
-            item = copy.deepcopy(items[i]) if i < len(items) else {}
-            item[draw(st.sampled_from(sorted(item) or ["pod"]))] = draw(garbage)
+            item = _damage(draw, items[i] if i < len(items) else "pod=hand-made")
             if i < len(items):
                 touched.add((section, _item_key(section, items[i])))
                 items[i] = item
@@ -210,13 +231,14 @@ def shown(status: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def test_state_shows_what_the_status_says_and_what_it_could_not_read() -> None:
     edited = copy.deepcopy(STATUS)
-    edited["links"]["runbook"] = {"url": "https://wiki.example/runbook", "at": "by hand",
-                                  "events": 1}
+    edited["links"]["runbook"] = HAND_MADE_LINKS[0]
     text, data = shown(edited)
     assert "Running" in text and "60.0%" in text and "Pending" not in text
     assert "link-2" in text and "m-1" in text and "21 events applied" in text
     assert "links/runbook" in text and "bad order key" in text
-    assert data["status"] == edited  # -o json: the status as written
+    # -o json: the status as written, each record as its fields (a script reads fields)
+    assert data["status"] == expanded(edited) != edited
+    assert data["status"]["workers"][0]["pod"] == "worker-0"
     assert data["unreadable"] == {"entries": ["links/runbook: bad order key"], "partial": False}
 
     broken = {**copy.deepcopy(STATUS), "roster": {"reporting": 3, "final": 3, "marks": "x"},

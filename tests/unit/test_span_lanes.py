@@ -12,6 +12,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support import expanded
 from tests.unit import reference_fold
 from tidings._compat import UTC
 from tidings.schemas import (
@@ -58,15 +59,17 @@ def test_each_pod_has_its_lane_and_the_totals_stay_exact() -> None:
     assert (fast.count, fast.max_s, slow.count, slow.min_s) == (5, 0.2, 5, 0.9)
     assert fast.total_ns + slow.total_ns == s.total_ns  # the lanes add up to the totals
     status = to_status(state)
-    assert sorted(status["spans"]["train_step"]["pods"]) == ["trainer-0", "trainer-1"]
+    assert sorted(status["spanLanes"]["train_step"]) == ["trainer-0", "trainer-1"]
+    assert sorted(expanded(status)["spans"]["train_step"]["pods"]) == ["trainer-0", "trainer-1"]
     assert decode_status(TASK, status) == state
 
 
 def test_a_name_one_pod_sent_names_the_pod_instead_of_repeating_its_aggregate() -> None:
     events = [event(step("evaluation", 1.7e9 + 10 * i, 3.0), PODS[2], i + 1) for i in range(3)]
     state = fold_all(TASK, events)
-    entry = to_status(state)["spans"]["evaluation"]
-    assert entry["pod"] == "trainer-2" and "pods" not in entry
+    status = to_status(state)
+    entry = expanded(status)["spans"]["evaluation"]
+    assert entry["pod"] == "trainer-2" and "pods" not in entry and "spanLanes" not in status
     assert state.spans["evaluation"].lanes["trainer-2"] == state.spans["evaluation"].totals
     assert decode_status(TASK, to_status(state)) == state
 
@@ -137,6 +140,7 @@ def test_the_budget_gives_up_lanes_first_and_keeps_every_totals() -> None:
     full = to_status(state)
     written = to_status(state, budget=64 * 1024)
     assert len(orjson.dumps(full)) > 64 * 1024 >= len(orjson.dumps(written))
+    full, written = expanded(full), expanded(written)
     dropped = written["budgetDropped"]
     assert set(dropped) <= {"pods", "spanLanes"} and dropped["spanLanes"] >= 1
     assert sorted(written["spans"]) == sorted(full["spans"])  # every name's totals stay

@@ -34,6 +34,7 @@ from typing import Any
 
 import orjson
 
+from tests.support import expanded
 from tidings._compat import UTC
 from tidings.schemas import (
     Limits,
@@ -307,9 +308,10 @@ def test_the_generator_reaches_every_part_of_the_status() -> None:
         parts = set(st) | {f"dropped:{k}" for k in st.get("budgetDropped", {})}
         parts |= {c["type"] for c in st.get("conditions", []) if c["status"] == "True"}
         parts |= {f"phase:{st['phase']}"}
-        parts |= {"lanes" for s in st.get("spans", {}).values() if "pods" in s}
-        parts |= {"history" for m in st.get("metrics", {}).values() if "history" in m}
-        parts |= {"nonFinite" for m in st.get("metrics", {}).values() if "nonFinite" in m}
+        fields = expanded(st)
+        parts |= {"lanes" for s in fields.get("spans", {}).values() if "pods" in s}
+        parts |= {"history" for m in fields.get("metrics", {}).values() if "history" in m}
+        parts |= {"nonFinite" for m in fields.get("metrics", {}).values() if "nonFinite" in m}
         parts |= {f"counter:{c}" for c in st.get("counters", {})}
         for part in parts:
             seen[part] = seen.get(part, 0) + 1

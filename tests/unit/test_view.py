@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from tests.support import expanded
 from tests.unit.test_kinds import EXAMPLES, TASK, event_of, models
 from tidings._compat import UTC
 from tidings.schemas import PodRef, build_event, parse_event
@@ -133,16 +134,15 @@ def test_only_http_links_become_anchors_and_nothing_is_markup() -> None:
                       Progress(fraction=0.5, message="m"))
     # What a hand-written status can hold (the fold never writes it): hostile names and
     # URLs, controls and bidi overrides.
-    at = status["links"]["good"]["at"]
-    status["links"][HOSTILE] = {"url": "javascript:alert(1)", "at": at, "events": 1}
+    at = expanded(status)["links"]["good"]["at"]
+    status["links"][HOSTILE] = f"at={at}; events=1; url=javascript:alert(1)"
     status["links"]["tab"] = {"url": "java\tscript:alert(2)", "at": at, "events": 1}
-    status["links"]["data"] = {"url": "data:text/html,<script>alert(3)</script>", "at": at,
-                               "events": 1}
+    status["links"]["data"] = f"at={at}; events=1; url=data:text/html,<script>alert(3)</script>"
     status["decks"] = {"d": {"uri": "JAVASCRIPT:alert(4)", "at": at, "events": 1},
                        "s3": {"uri": "s3://bucket/deck.html", "at": at, "events": 1}}
-    status["metrics"] = {HOSTILE: {"value": 1.0, "at": at, "events": 1}}
+    status["metrics"] = {HOSTILE: f"value=1.0; at={at}; events=1"}
     status["progress"]["message"] = f"{HOSTILE}\x1b[31m\u202e</dd><script>x()</script>"
-    status["workers"][0]["message"] = HOSTILE
+    status["workers"][0] += f"; message={HOSTILE}"
     html = pages.task_body(obj(status))
     anchors = [a for t, a in tags(html) if t == "a"]
     assert [a["href"] for a in anchors] == ["https://grafana.example/d/1?a=1&b=2"]
@@ -452,7 +452,7 @@ def test_a_lone_stalled_worker_still_gets_its_row() -> None:
     state = fold_all(TASK, [event_of(Progress(fraction=0.3, message="epoch 1"))])
     status = to_status(state)
     assert not task_view(state, status).shows_workers
-    (pod,) = (w["pod"] for w in status["workers"])
+    (pod,) = (w["pod"] for w in expanded(status)["workers"])
     status["health"] = {"summary": "Stalled", "stalled": [pod]}
     view = task_view(state, status)
     assert view.shows_workers and view.workers[0].flags == ("stalled",)

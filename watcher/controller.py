@@ -9,6 +9,7 @@ watch loop --(parse, push, add key)--> WorkQueue --(one worker per key)--> admis
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +39,7 @@ from .runs import Runs
 from .senders import Senders, kube_getter
 from .settings import Settings, health_settings, task_keys
 from .store import Store
+from .tracking import Tracking
 from .ttl import TtlSweeper
 from .writer import StatusWriter, controller_of
 
@@ -57,9 +59,12 @@ class Controller:
                                   max_instances=settings.max_instances),
                            on_saved=metrics.saved)
         self.queue: WorkQueue[TaskRef] = WorkQueue()
+        tracking = Tracking.of(settings, os.environ.get("POD_NAMESPACE", ""))
         self.senders = Senders(kube_getter(kube), keys=task_keys(settings),
-                               on_change=self._observed_changed, holds=self.store.holds)
-        self.platform = PlatformTasks(kube, on_change=self._observed_changed)
+                               on_change=self._observed_changed, holds=self.store.holds,
+                               tracking=tracking)
+        self.platform = PlatformTasks(kube, on_change=self._observed_changed,
+                                      keys=task_keys(settings), tracking=tracking)
         self.writer = StatusWriter(kube, self.store, metrics, interval=settings.write_interval,
                                    coalesce_interval=settings.coalesce_interval,
                                    workers=settings.write_concurrency,
@@ -80,18 +85,24 @@ class Controller:
         self.folder = Folder(self.store, self.queue, self.writer, metrics, self.senders,
                              self.platform,
                              Runs(kube, self.store, self.platform, self.senders, self.health),
-                             self.health, rejections, retry_after=settings.sender_retry)
+                             self.health, rejections, retry_after=settings.sender_retry,
+                             tracked=self.tracked)
         self.ready = threading.Event()
         self._reflectors: list[Reflector] = []
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
 
     def _observed_changed(self, task: TaskRef) -> None:
-        """A pod of ``task`` ended or waits, or its platform object changed (on the watch
-        loop: O(1)): fold it, when the task is held (an observation alone never makes a
-        task)."""
-        if self.store.holds(task):
+        """A pod of ``task`` appeared, ended or waits, or its platform object changed (on the
+        watch loop: cheap): fold it, when the task is held or tracked (``--track``: else an
+        observation alone never makes a task)."""
+        if self.store.holds(task) or self.tracked(task):
             self.queue.add_many({task: None})
+
+    def tracked(self, task: TaskRef) -> bool:
+        """``task`` exists before it speaks (``--track``): its own platform object, or a
+        selected pod of it, is watched here."""
+        return self.senders.tracked(task) or self.platform.root(task) is not None
 
     # --- wiring -------------------------------------------------------------------------
     def _paths(self, collection: Callable[[str | None], str]) -> list[str]:

@@ -7,6 +7,7 @@ platform object say is folded beside the facts, and the writer and the health cl
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from tidings.schemas.admission import Retry, TaskObject, admission
@@ -15,6 +16,7 @@ from tidings.schemas.folding import fold_checked
 from tidings.schemas.payloads import Progress
 from tidings.schemas.platform import PodTask
 from tidings.schemas.rejection import Rejection, RejectReason
+from tidings.schemas.state import TaskState
 
 from .checks import AdmissionChecks
 from .coalesce import critical_change, reporters
@@ -94,6 +96,9 @@ class Folder:
     # Tasks the TTL deleted that got a late fact since: the next sweep deletes the bus
     # events of each again, so a restart's relist cannot bring the task back either.
     late_after_ttl: set[TaskRef] = field(default_factory=set)
+    # Whether a task exists before it speaks (``--track``: its platform object or a pod of
+    # it is watched); such a task is read and written from what its objects say alone.
+    tracked: Callable[[TaskRef], bool] = lambda task: False
 
     def run(self) -> None:
         self.queue.serve(self.fold_task, lambda task: log.exception(
@@ -109,8 +114,8 @@ class Folder:
         store = self.store
         if not store.seeded(task) and not store.pending(task):
             # Only what its pods' objects say brought it here: a task this watcher let go of
-            # (evicted) is read back; one it never held gets nothing.
-            if not store.evicted(task):
+            # (evicted) is read back, and so is one it tracks; another gets nothing.
+            if not store.evicted(task) and not self.tracked(task):
                 return False
             if not self.runs.seed(task):
                 return self._later(task)
@@ -205,12 +210,16 @@ class Folder:
             platform = self.platform.current(task, known) if known is not None else None
         seen_now = Observations(tuple(v for v in verdicts if v.terminal),
                                 tuple(v for v in verdicts if not v.terminal), platform)
-        changed = self.store.observe(task, seen_now, check_pods=check)
+        changed = self.store.observe(task, seen_now, check_pods=check,
+                                     create=self.tracked(task))
         if changed is not None:
             before, after = changed
-            # A phase it moves is written within the write interval; the rest (a retried
-            # attempt's end, a pod waiting) with the coalesced changes.
-            self.writer.changed(task, critical=before.phase != after.phase)
+            # A phase it moves, a pod's reason to wait, a new tracked task are written within
+            # the write interval (people wait on them); the rest (a retried attempt's end)
+            # with the coalesced changes.
+            self.writer.changed(task, critical=before.phase != after.phase
+                                or _reasons(before) != _reasons(after)
+                                or self.store.identity(task)[0] is None)
             self.health.schedule(task, after)  # (an ended pod's worker is no longer judged)
 
     def _with_job_workers(self, task: TaskRef, events: list[ParsedEvent],
@@ -240,3 +249,8 @@ class Folder:
             else:
                 out.append(ev)
         return out
+
+
+def _reasons(state: TaskState) -> set[tuple[str, str]]:
+    """The waiting pods' reasons (pod, reason): what the PodsReady condition says."""
+    return {(v.pod, v.reason) for v in state.observed.waiting.values()}

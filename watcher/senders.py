@@ -54,6 +54,7 @@ from tidings.schemas.platform import DEFAULT_TASK_KEYS, PodTask, other_keys, pod
 from tidings.schemas.rejection import Rejection, RejectReason
 
 from .reflector import object_line
+from .tracking import OFF, Tracking
 
 log = logging.getLogger("tidings.watcher.senders")
 
@@ -101,6 +102,17 @@ def _pod(obj: object, keys: Sequence[str]) -> tuple[PodKey, PodTask | None] | No
                       key[0], key[1], ", ".join([found.key, *others]), found.key,
                       found.task or "(invalid)")
     return key, found
+
+
+def _tracks(senders: Senders, obj: object, verdict: PodVerdict | None) -> bool:
+    """The pod makes its task exist (``--track``): in a tracked namespace, selected, and not
+    an end older than the history kept."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return False
+    t = senders.tracking
+    return t.selects(str(meta.get("namespace", "")), meta.get("labels")) and t.fresh(
+        verdict.at if verdict is not None and verdict.terminal else None)
 
 
 def _spoofed(message: str) -> Rejection:
@@ -171,7 +183,8 @@ class PodSource:
             p = _pod(obj, self.senders.keys)
             if p is not None:
                 self._listed.add(p[0])
-                self.senders.put(*p, pod_verdict(obj, seen=now))
+                verdict = pod_verdict(obj, seen=now)
+                self.senders.put(*p, verdict, track=_tracks(self.senders, obj, verdict))
 
     def list_done(self, resource_version: str) -> None:
         for k in self._mine - self._listed:  # deleted while the watch was down
@@ -185,7 +198,8 @@ class PodSource:
         p = _pod(obj, self.senders.keys)
         if p is not None and wtype in ("ADDED", "MODIFIED"):
             self._mine.add(p[0])
-            self.senders.put(*p, pod_verdict(obj, seen=datetime.now(UTC)))
+            verdict = pod_verdict(obj, seen=datetime.now(UTC))
+            self.senders.put(*p, verdict, track=_tracks(self.senders, obj, verdict))
         elif p is not None and wtype == "DELETED":
             self._mine.discard(p[0])
             self.senders.delete(p[0], pod_verdict(obj, deleted=True, seen=datetime.now(UTC)))
@@ -202,9 +216,13 @@ class Senders:
                  keys: Sequence[str] = DEFAULT_TASK_KEYS,
                  on_change: Callable[[TaskRef], None] = lambda task: None,
                  holds: Callable[[TaskRef], bool] = lambda task: True,
-                 max_verdicts: int = 50_000) -> None:
+                 max_verdicts: int = 50_000, tracking: Tracking = OFF) -> None:
         self.get = get
         self.keys = tuple(keys)
+        self.tracking = tracking
+        # Tasks a selected pod makes exist (``--track``), oldest first; bounded like the
+        # verdicts (beyond, the oldest forgotten: a task already held stays held).
+        self._tracked: OrderedDict[TaskRef, None] = OrderedDict()
         self.policy = policy or ProofPolicy(get)
         # Told (on the watch loop: it must be cheap) the task of a pod whose verdict changed.
         self.on_change = on_change
@@ -226,15 +244,28 @@ class Senders:
         return [PodSource(self, k) for k in self.keys]
 
     # --- cache --------------------------------------------------------------------------
-    def put(self, key: PodKey, task: PodTask | None, verdict: PodVerdict | None = None
-            ) -> None:
+    def put(self, key: PodKey, task: PodTask | None, verdict: PodVerdict | None = None,
+            *, track: bool = False) -> None:
+        """The pod ``key`` as its object reads now; ``track``: it makes its task exist."""
         with self._lock:
             self._live[key] = task
             self._deleted.pop(key, None)
             self._negative.pop(key, None)
             changed = self._judge(key, task, verdict)
+            if track and isinstance(task, PodTask) and not task.error:
+                ref = TaskRef(key[0], task.task)
+                if ref not in self._tracked:
+                    self._tracked[ref] = None
+                    if len(self._tracked) > self.max_verdicts:
+                        self._tracked.popitem(last=False)
+                    changed = ref
         if changed is not None:
             self.on_change(changed)
+
+    def tracked(self, task: TaskRef) -> bool:
+        """A pod selected by ``--track`` names ``task``."""
+        with self._lock:
+            return task in self._tracked
 
     def delete(self, key: PodKey, verdict: PodVerdict | None = None) -> None:
         """The pod ``key`` is gone; ``verdict``: how its last object read (None: it was not

@@ -299,8 +299,8 @@ def _pods_ready(state: Folded, phase: str, start: datetime) -> dict[str, Any]:
     if waiting:
         first = waiting[0]
         n = len(waiting)
-        text = f"{n} pod{'s' if n != 1 else ''} of the task wait{'s' if n == 1 else ''}: " + "; ".join(
-            f"pod {v.pod}: {v.message or v.reason}" for v in waiting[:_WAITING_NAMED])
+        text = ("1 pod of the task waits: " if n == 1 else f"{n} pods of the task wait: ") \
+            + "; ".join(f"pod {v.pod}: {v.message or v.reason}" for v in waiting[:_WAITING_NAMED])
         if n > _WAITING_NAMED:
             text += f" (and {n - _WAITING_NAMED} more)"
         return condition("PodsReady", False, first.reason or WAITING,

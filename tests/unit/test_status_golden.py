@@ -321,7 +321,8 @@ def test_the_generator_reaches_every_part_of_the_status() -> None:
               "workers", "roster", "podOutcomes", "waitingPods", "platform", "pods",
               "unknownTypes", "counters", "applied", "compactedBefore", "budgetDropped",
               "lanes", "history", "nonFinite", "Stalled", "Straggling", "NonFiniteMetrics",
-              "PodsReady", "PodsReady:PodsPending", "phase:Running", "phase:Succeeded", "phase:Failed",
+              "PodsReady", "PodsReady:PodsPending", "reason",
+              "phase:Running", "phase:Succeeded", "phase:Failed",
               "dropped:pods", "dropped:podOutcomes", "dropped:workerMessages",
               "dropped:metricHistory", "counter:timeClamped", "counter:duplicates",
               "counter:workersCapped", "counter:instancesCompacted", "counter:warnings"}

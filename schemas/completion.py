@@ -77,7 +77,7 @@ def phase_of(state: Folded) -> str:
     if platform is not None and platform.terminal:
         return platform.phase
     n = len(r.marks)
-    started = bool(state.counters.get("events_applied", 0) or n)
+    started = bool(state.counters.get("events_applied", 0) or n or state.observed.running)
     if platform is None:
         if r.first_failure is not None or r.pod_failures:  # (also beyond the roster's cap)
             return FAILED
@@ -233,6 +233,8 @@ def _observed_since(state: Folded) -> datetime | None:
     """The earliest time an observation dates (a task with observations but no fact yet)."""
     o = state.observed
     times = [v.at for v in (*o.pods.values(), *o.waiting.values())]
+    if o.running_since is not None:
+        times.append(o.running_since)
     if o.platform is not None and o.platform.at is not None:
         times.append(o.platform.at)
     return min(times, default=None)

@@ -352,6 +352,10 @@ def _observed_json(o: Observed, st: dict[str, Any]) -> None:
         st["podOutcomes"] = [_verdict_json(v, "at") for _, v in sorted(o.pods.items())]
     if o.waiting:
         st["waitingPods"] = [_verdict_json(v, "since") for _, v in sorted(o.waiting.items())]
+    if o.running:
+        st["runningPods"] = o.running
+        if o.running_since is not None:
+            st["runningSince"] = format_seconds(o.running_since)
     p = o.platform
     if p is not None:
         out: dict[str, Any] = {"apiVersion": p.api_version, "kind": p.kind, "name": p.name,

@@ -209,7 +209,8 @@ class Folder:
             known = state.observed.platform if state is not None else None
             platform = self.platform.current(task, known) if known is not None else None
         seen_now = Observations(tuple(v for v in verdicts if v.terminal),
-                                tuple(v for v in verdicts if not v.terminal), platform)
+                                tuple(v for v in verdicts if not v.terminal), platform,
+                                self.senders.running(task))
         changed = self.store.observe(task, seen_now, check_pods=check,
                                      create=self.tracked(task))
         if changed is not None:

@@ -49,6 +49,7 @@ from tidings.schemas.contract import SENDER_POLICY_PATH as POLICY_PATH
 from tidings.schemas.contract import pods_path
 from tidings.schemas.event import ParsedEvent, PodRef, TaskRef, WatchItem
 from tidings.schemas.observed import PodVerdict, gone, pod_verdict
+from tidings.schemas.times import parse_time
 from tidings.schemas.payloads import PodSpawned
 from tidings.schemas.platform import DEFAULT_TASK_KEYS, PodTask, other_keys, pod_task
 from tidings.schemas.rejection import Rejection, RejectReason
@@ -113,6 +114,14 @@ def _tracks(senders: Senders, obj: object, verdict: PodVerdict | None) -> bool:
     t = senders.tracking
     return t.selects(str(meta.get("namespace", "")), meta.get("labels")) and t.fresh(
         verdict.at if verdict is not None and verdict.terminal else None)
+
+
+def _runs(obj: object) -> datetime | None:
+    """When the pod started, if its phase is Running (scheduled, its containers started)."""
+    status = obj.get("status") if isinstance(obj, dict) else None
+    if not isinstance(status, dict) or status.get("phase") != "Running":
+        return None
+    return (parse_time(status.get("startTime")) or datetime.now(UTC)).replace(microsecond=0)
 
 
 def _spoofed(message: str) -> Rejection:
@@ -184,7 +193,8 @@ class PodSource:
             if p is not None:
                 self._listed.add(p[0])
                 verdict = pod_verdict(obj, seen=now)
-                self.senders.put(*p, verdict, track=_tracks(self.senders, obj, verdict))
+                self.senders.put(*p, verdict, track=_tracks(self.senders, obj, verdict),
+                                 running=_runs(obj))
 
     def list_done(self, resource_version: str) -> None:
         for k in self._mine - self._listed:  # deleted while the watch was down
@@ -199,7 +209,8 @@ class PodSource:
         if p is not None and wtype in ("ADDED", "MODIFIED"):
             self._mine.add(p[0])
             verdict = pod_verdict(obj, seen=datetime.now(UTC))
-            self.senders.put(*p, verdict, track=_tracks(self.senders, obj, verdict))
+            self.senders.put(*p, verdict, track=_tracks(self.senders, obj, verdict),
+                             running=_runs(obj))
         elif p is not None and wtype == "DELETED":
             self._mine.discard(p[0])
             self.senders.delete(p[0], pod_verdict(obj, deleted=True, seen=datetime.now(UTC)))
@@ -223,6 +234,9 @@ class Senders:
         # Tasks a selected pod makes exist (``--track``), oldest first; bounded like the
         # verdicts (beyond, the oldest forgotten: a task already held stays held).
         self._tracked: OrderedDict[TaskRef, None] = OrderedDict()
+        # The pods of each task whose phase is Running now, with their start (what the fold
+        # observes: how many, since when).
+        self._running: dict[TaskRef, dict[PodKey, datetime]] = {}
         self.policy = policy or ProofPolicy(get)
         # Told (on the watch loop: it must be cheap) the task of a pod whose verdict changed.
         self.on_change = on_change
@@ -245,13 +259,16 @@ class Senders:
 
     # --- cache --------------------------------------------------------------------------
     def put(self, key: PodKey, task: PodTask | None, verdict: PodVerdict | None = None,
-            *, track: bool = False) -> None:
-        """The pod ``key`` as its object reads now; ``track``: it makes its task exist."""
+            *, track: bool = False, running: datetime | None = None) -> None:
+        """The pod ``key`` as its object reads now; ``track``: it makes its task exist;
+        ``running``: its phase is Running, since then."""
         with self._lock:
             self._live[key] = task
             self._deleted.pop(key, None)
             self._negative.pop(key, None)
             changed = self._judge(key, task, verdict)
+            if self._set_running(key, task, running):
+                changed = TaskRef(key[0], task.task) if isinstance(task, PodTask) else None
             if track and isinstance(task, PodTask) and not task.error:
                 ref = TaskRef(key[0], task.task)
                 if ref not in self._tracked:
@@ -261,6 +278,31 @@ class Senders:
                     changed = ref
         if changed is not None:
             self.on_change(changed)
+
+    def _set_running(self, key: PodKey, task: PodTask | None, since: datetime | None
+                     ) -> bool:
+        """Count the pod among its task's running ones (since ``since``), or not (None),
+        under the lock; whether that changed."""
+        if not isinstance(task, PodTask) or task.error:
+            return False
+        ref = TaskRef(key[0], task.task)
+        pods = self._running.get(ref)
+        if (pods.get(key) if pods is not None else None) == since:
+            return False
+        if since is not None:
+            self._running.setdefault(ref, {})[key] = since
+        else:
+            assert pods is not None
+            del pods[key]
+            if not pods:
+                del self._running[ref]
+        return True
+
+    def running(self, task: TaskRef) -> tuple[int, datetime | None]:
+        """How many pods of ``task`` run now, and the earliest of their starts."""
+        with self._lock:
+            pods = self._running.get(task)
+            return (len(pods), min(pods.values())) if pods else (0, None)
 
     def tracked(self, task: TaskRef) -> bool:
         """A pod selected by ``--track`` names ``task``."""
@@ -284,6 +326,7 @@ class Senders:
                 self._forget(old, old_task)
             ended = verdict if verdict is not None and verdict.terminal else \
                 gone(key[1], key[2], datetime.now(UTC))
+            self._set_running(key, task, None)
             changed = self._judge(key, task, ended)
         if changed is not None:
             self.on_change(changed)

@@ -29,6 +29,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import orjson
 
@@ -94,12 +95,14 @@ class Observations:
     ended: tuple[PodVerdict, ...] = ()
     waiting: tuple[PodVerdict, ...] = ()
     platform: PlatformOutcome | None = None
+    running: tuple[int, datetime | None] = (0, None)
 
     def __bool__(self) -> bool:
-        return bool(self.ended or self.waiting or self.platform)
+        return bool(self.ended or self.waiting or self.platform or self.running[0])
 
     def apply(self, state: TaskState) -> TaskState:
-        return observe(state, self.ended, waiting=self.waiting, platform=self.platform)
+        return observe(state, self.ended, waiting=self.waiting, platform=self.platform,
+                       running=self.running)
 
 
 # A TaskFeedback's controller, from its ownerReference.

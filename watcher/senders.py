@@ -49,10 +49,10 @@ from tidings.schemas.contract import SENDER_POLICY_PATH as POLICY_PATH
 from tidings.schemas.contract import pods_path
 from tidings.schemas.event import ParsedEvent, PodRef, TaskRef, WatchItem
 from tidings.schemas.observed import PodVerdict, gone, pod_verdict
-from tidings.schemas.times import parse_time
 from tidings.schemas.payloads import PodSpawned
 from tidings.schemas.platform import DEFAULT_TASK_KEYS, PodTask, other_keys, pod_task
 from tidings.schemas.rejection import Rejection, RejectReason
+from tidings.schemas.times import parse_time
 
 from .reflector import object_line
 from .tracking import OFF, Tracking

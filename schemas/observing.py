@@ -38,7 +38,8 @@ def observe(state: TaskState, pods: Iterable[PodVerdict] = (), *,
     - ``platform``: the outcome of the platform object owning the task, joined with the one
       known (terminal over running, then the later).
     - ``running``: how many of the task's pods run now and the earliest of their starts, one
-      complete view (None: unchanged).
+      complete view (None: unchanged); kept only while the task has no fact (it is what
+      makes a silent task Running; once a pod spoke, its reports say more).
 
     Returns ``state`` itself when nothing changed."""
     try:
@@ -90,6 +91,8 @@ def _observe(state: TaskState, pods: Iterable[PodVerdict], waiting: Iterable[Pod
         now_platform = platform
     now_running = (o.running, o.running_since) if running is None else \
         (max(0, running[0]), running[1] if running[0] > 0 else None)
+    if state.counters.get("events_applied", 0):
+        now_running = (0, None)
     if ends is None and detail is None and now_waiting is o.waiting \
             and now_platform is o.platform and now_running == (o.running, o.running_since):
         return state

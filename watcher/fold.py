@@ -208,9 +208,11 @@ class Folder:
             state = self.store.get(task)
             known = state.observed.platform if state is not None else None
             platform = self.platform.current(task, known) if known is not None else None
+        state = self.store.get(task)
+        spoke = state is not None and state.counters.get("events_applied", 0) > 0
         seen_now = Observations(tuple(v for v in verdicts if v.terminal),
                                 tuple(v for v in verdicts if not v.terminal), platform,
-                                self.senders.running(task))
+                                (0, None) if spoke else self.senders.running(task))
         changed = self.store.observe(task, seen_now, check_pods=check,
                                      create=self.tracked(task))
         if changed is not None:

@@ -158,3 +158,16 @@ def test_a_task_whose_pods_run_is_running_before_any_report() -> None:
     assert (back.running, back.running_since) == (2, since)
     ready = {c["type"]: c for c in st_running["conditions"]}["PodsReady"]
     assert (ready["status"], ready["reason"]) == ("True", "PodsRunning")
+
+
+def test_running_pods_are_kept_only_until_the_task_speaks() -> None:
+    """A task that reported is Running by its reports: the count would only make its status
+    differ from the fold of its facts."""
+    from tests.unit.test_schemas_fold import TASK
+    from tests.unit.test_schemas_roster import report
+    from tidings.schemas.folding import fold_all
+
+    spoke = fold_all(TASK, [report(1, 0, 0.5, workers=1)])
+    assert spoke.counters["events_applied"] == 1
+    after = observe(spoke, running=(3, datetime(2026, 12, 7, tzinfo=UTC)))
+    assert after.observed.running == 0 and "runningPods" not in to_status(after)

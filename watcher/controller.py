@@ -27,9 +27,11 @@ from tidings.schemas.event import TaskRef
 from tidings.schemas.health import stalled_since_written
 from tidings.schemas.state import Limits, TaskState
 
+from .announce import Announcer
 from .delivery import Delivery, EventSource
 from .fold import Folder
 from .health_clock import HealthClock
+from .kubelet_events import KubeletEvents
 from .logs import RejectionLog
 from .metrics import Metrics
 from .platform import PlatformTasks
@@ -75,7 +77,8 @@ class Controller:
                                    priority=settings.write_policy != "fifo",
                                    owner_of=self.platform.owner,
                                    owner_gone=lambda o: self.platform.verify(o) is False,
-                                   health=health_settings(settings))
+                                   health=health_settings(settings),
+                                   announce=Announcer(kube).written)
         self.health = HealthClock(self.store, self.writer.health,
                                   due=lambda task: self.writer.changed(task, critical=True))
         # A relist delivers every event again: each rejection is logged once per event.
@@ -86,7 +89,7 @@ class Controller:
                              self.platform,
                              Runs(kube, self.store, self.platform, self.senders, self.health),
                              self.health, rejections, retry_after=settings.sender_retry,
-                             tracked=self.tracked)
+                             tracked=self.tracked, kubelet_events=KubeletEvents(kube))
         self.ready = threading.Event()
         self._reflectors: list[Reflector] = []
         self._threads: list[threading.Thread] = []

@@ -9,10 +9,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
+from tidings._compat import UTC
 from tidings.schemas.admission import Retry, TaskObject, admission
 from tidings.schemas.event import ParsedEvent, TaskRef
 from tidings.schemas.folding import fold_checked
+from tidings.schemas.observed import PodVerdict
 from tidings.schemas.payloads import Progress
 from tidings.schemas.platform import PodTask
 from tidings.schemas.rejection import Rejection, RejectReason
@@ -21,6 +24,7 @@ from tidings.schemas.state import TaskState
 from .checks import AdmissionChecks
 from .coalesce import critical_change, reporters
 from .health_clock import HealthClock
+from .kubelet_events import KubeletEvents
 from .logs import RejectionLog, task_fields
 from .metrics import Metrics
 from .platform import PlatformTasks
@@ -99,6 +103,8 @@ class Folder:
     # Whether a task exists before it speaks (``--track``: its platform object or a pod of
     # it is watched); such a task is read and written from what its objects say alone.
     tracked: Callable[[TaskRef], bool] = lambda task: False
+    # Why a pod stuck in creation waits (the kubelet's Events, read for that pod alone).
+    kubelet_events: KubeletEvents = field(default_factory=lambda: KubeletEvents(None))
 
     def run(self) -> None:
         self.queue.serve(self.fold_task, lambda task: log.exception(
@@ -211,7 +217,8 @@ class Folder:
         state = self.store.get(task)
         spoke = state is not None and state.counters.get("events_applied", 0) > 0
         seen_now = Observations(tuple(v for v in verdicts if v.terminal),
-                                tuple(v for v in verdicts if not v.terminal), platform,
+                                (*(v for v in verdicts if not v.terminal),
+                                 *self._stuck(task)), platform,
                                 (0, None) if spoke else self.senders.running(task))
         changed = self.store.observe(task, seen_now, check_pods=check,
                                      create=self.tracked(task))
@@ -224,6 +231,20 @@ class Folder:
                                 or _reasons(before) != _reasons(after)
                                 or self.store.identity(task)[0] is None)
             self.health.schedule(task, after)  # (an ended pod's worker is no longer judged)
+
+    def _stuck(self, task: TaskRef) -> list[PodVerdict]:
+        """The task's pods stuck being created past the grace, with the kubelet's reason
+        (its Events, read for that pod alone); the task is looked at again when the grace of
+        one not yet past ends."""
+        out: list[PodVerdict] = []
+        for (ns, pod, uid), since in self.senders.creating(task):
+            verdict = self.kubelet_events.why(ns, pod, uid, since)
+            if verdict is not None:
+                out.append(verdict)
+            else:  # (before its grace, or unexplained yet: look again then)
+                left = self.kubelet_events.grace - (datetime.now(UTC) - since).total_seconds()
+                self.queue.add_after(task, left if left > 0 else self.kubelet_events.ttl)
+        return out
 
     def _with_job_workers(self, task: TaskRef, events: list[ParsedEvent],
                           later: list[ParsedEvent]) -> list[ParsedEvent]:

@@ -54,6 +54,7 @@ from tidings.schemas.platform import DEFAULT_TASK_KEYS, PodTask, other_keys, pod
 from tidings.schemas.rejection import Rejection, RejectReason
 from tidings.schemas.times import parse_time
 
+from .kubelet_events import creating_since
 from .reflector import object_line
 from .tracking import OFF, Tracking
 
@@ -122,6 +123,26 @@ def _runs(obj: object) -> datetime | None:
     if not isinstance(status, dict) or status.get("phase") != "Running":
         return None
     return (parse_time(status.get("startTime")) or datetime.now(UTC)).replace(microsecond=0)
+
+
+def _set_since(by_task: dict[TaskRef, dict[PodKey, datetime]], key: PodKey,
+               task: PodTask | None, since: datetime | None) -> bool:
+    """Keep the pod in its task's map (since ``since``), or not (None); whether that changed
+    (the caller holds the lock)."""
+    if not isinstance(task, PodTask) or task.error:
+        return False
+    ref = TaskRef(key[0], task.task)
+    pods = by_task.get(ref)
+    if (pods.get(key) if pods is not None else None) == since:
+        return False
+    if since is not None:
+        by_task.setdefault(ref, {})[key] = since
+    else:
+        assert pods is not None
+        del pods[key]
+        if not pods:
+            del by_task[ref]
+    return True
 
 
 def _spoofed(message: str) -> Rejection:
@@ -194,7 +215,7 @@ class PodSource:
                 self._listed.add(p[0])
                 verdict = pod_verdict(obj, seen=now)
                 self.senders.put(*p, verdict, track=_tracks(self.senders, obj, verdict),
-                                 running=_runs(obj))
+                                 running=_runs(obj), creating=creating_since(obj))
 
     def list_done(self, resource_version: str) -> None:
         for k in self._mine - self._listed:  # deleted while the watch was down
@@ -210,7 +231,7 @@ class PodSource:
             self._mine.add(p[0])
             verdict = pod_verdict(obj, seen=datetime.now(UTC))
             self.senders.put(*p, verdict, track=_tracks(self.senders, obj, verdict),
-                             running=_runs(obj))
+                             running=_runs(obj), creating=creating_since(obj))
         elif p is not None and wtype == "DELETED":
             self._mine.discard(p[0])
             self.senders.delete(p[0], pod_verdict(obj, deleted=True, seen=datetime.now(UTC)))
@@ -235,8 +256,10 @@ class Senders:
         # verdicts (beyond, the oldest forgotten: a task already held stays held).
         self._tracked: OrderedDict[TaskRef, None] = OrderedDict()
         # The pods of each task whose phase is Running now, with their start (what the fold
-        # observes: how many, since when).
+        # observes: how many, since when), and those stuck being created, since when (the
+        # kubelet's Events say why: kubelet_events.py).
         self._running: dict[TaskRef, dict[PodKey, datetime]] = {}
+        self._creating: dict[TaskRef, dict[PodKey, datetime]] = {}
         self.policy = policy or ProofPolicy(get)
         # Told (on the watch loop: it must be cheap) the task of a pod whose verdict changed.
         self.on_change = on_change
@@ -259,15 +282,18 @@ class Senders:
 
     # --- cache --------------------------------------------------------------------------
     def put(self, key: PodKey, task: PodTask | None, verdict: PodVerdict | None = None,
-            *, track: bool = False, running: datetime | None = None) -> None:
+            *, track: bool = False, running: datetime | None = None,
+            creating: datetime | None = None) -> None:
         """The pod ``key`` as its object reads now; ``track``: it makes its task exist;
-        ``running``: its phase is Running, since then."""
+        ``running``: its phase is Running, since then; ``creating``: it is being created
+        (``kubelet_events.creating_since``), since then."""
         with self._lock:
             self._live[key] = task
             self._deleted.pop(key, None)
             self._negative.pop(key, None)
             changed = self._judge(key, task, verdict)
-            if self._set_running(key, task, running):
+            if _set_since(self._running, key, task, running) | _set_since(
+                    self._creating, key, task, creating):
                 changed = TaskRef(key[0], task.task) if isinstance(task, PodTask) else None
             if track and isinstance(task, PodTask) and not task.error:
                 ref = TaskRef(key[0], task.task)
@@ -279,24 +305,10 @@ class Senders:
         if changed is not None:
             self.on_change(changed)
 
-    def _set_running(self, key: PodKey, task: PodTask | None, since: datetime | None
-                     ) -> bool:
-        """Count the pod among its task's running ones (since ``since``), or not (None),
-        under the lock; whether that changed."""
-        if not isinstance(task, PodTask) or task.error:
-            return False
-        ref = TaskRef(key[0], task.task)
-        pods = self._running.get(ref)
-        if (pods.get(key) if pods is not None else None) == since:
-            return False
-        if since is not None:
-            self._running.setdefault(ref, {})[key] = since
-        else:
-            assert pods is not None
-            del pods[key]
-            if not pods:
-                del self._running[ref]
-        return True
+    def creating(self, task: TaskRef) -> list[tuple[PodKey, datetime]]:
+        """The pods of ``task`` being created now, and since when."""
+        with self._lock:
+            return list(self._creating.get(task, {}).items())
 
     def running(self, task: TaskRef) -> tuple[int, datetime | None]:
         """How many pods of ``task`` run now, and the earliest of their starts."""
@@ -326,7 +338,8 @@ class Senders:
                 self._forget(old, old_task)
             ended = verdict if verdict is not None and verdict.terminal else \
                 gone(key[1], key[2], datetime.now(UTC))
-            self._set_running(key, task, None)
+            _set_since(self._running, key, task, None)
+            _set_since(self._creating, key, task, None)
             changed = self._judge(key, task, ended)
         if changed is not None:
             self.on_change(changed)

@@ -44,6 +44,14 @@ def taskfeedback(admin: Any, namespace: str, name: str) -> dict[str, Any] | None
     return got
 
 
+def announced(admin: Any, namespace: str, task: str) -> list[tuple[str, str]]:
+    """(type, reason) of the watcher's Events on the TaskFeedback ``task``."""
+    got = client.EventsV1Api(admin).list_namespaced_event(
+        namespace, field_selector=f"reportingController=tidings.dev/watcher,"
+                                  f"regarding.name={task},regarding.kind=TaskFeedback")
+    return sorted((e.type, e.reason) for e in got.items)
+
+
 def test_a_job_whose_pod_cannot_pull_its_image_is_pending_with_the_kubelets_reason(
         controller_manager: ControlPlane, admin: Any, namespace: str,
         start_watcher: Callable[..., WatcherProc]) -> None:
@@ -82,9 +90,14 @@ def test_a_job_whose_pod_cannot_pull_its_image_is_pending_with_the_kubelets_reas
     assert column(row.stdout, "REASON") == "ImagePullBackOff"
     shown = cli(cp, "state", "pull-missing", "-n", namespace)
     assert "ImagePullBackOff" in shown.stdout, shown.stdout
-    # kubectl's own printer column says the same.
+    # kubectl's own printer column says the same, and describe shows the watcher's Event,
+    # one for the transition however often the status is written.
     table = cp.kubectl_run("get", "taskfeedback", "pull-missing", "-n", namespace)
     assert "ImagePullBackOff" in table and "Pending" in table
+    eventually(lambda: announced(admin, namespace, "pull-missing") == [
+        ("Warning", "ImagePullBackOff")], 30, "the transition announced")
+    described = cp.kubectl_run("describe", "taskfeedback", "pull-missing", "-n", namespace)
+    assert "ImagePullBackOff" in described.split("Events:")[-1]
 
 
 def test_a_job_that_fails_before_any_pod_spoke_fails_its_task_with_the_jobs_reason(
@@ -103,6 +116,8 @@ def test_a_job_that_fails_before_any_pod_spoke_fails_its_task_with_the_jobs_reas
     assert (failed["status"], failed["reason"]) == ("True", "BackoffLimitExceeded")
     assert st["reason"] == "BackoffLimitExceeded"
     assert watch_code(cp, namespace, "crash-at-start").returncode == EXIT_FAILED
+    eventually(lambda: ("Warning", "BackoffLimitExceeded") in announced(
+        admin, namespace, "crash-at-start"), 30, "the failure announced")
 
 
 def test_reported_only_makes_a_task_from_its_first_fact_alone(

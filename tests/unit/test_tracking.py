@@ -171,3 +171,21 @@ def test_running_pods_are_kept_only_until_the_task_speaks() -> None:
     assert spoke.counters["events_applied"] == 1
     after = observe(spoke, running=(3, datetime(2026, 12, 7, tzinfo=UTC)))
     assert after.observed.running == 0 and "runningPods" not in to_status(after)
+
+
+def test_a_pod_is_creating_only_while_scheduled_and_no_container_started() -> None:
+    from tidings.watcher.kubelet_events import creating_since
+
+    scheduled = {"type": "PodScheduled", "status": "True",
+                 "lastTransitionTime": "2026-12-07T15:00:00Z"}
+    creating = {"status": {"phase": "Pending", "conditions": [scheduled], "containerStatuses": [
+        {"name": "main", "state": {"waiting": {"reason": "ContainerCreating"}}}]}}
+    assert creating_since(creating) == datetime(2026, 12, 7, 15, 0, tzinfo=UTC)
+    bare = {"status": {"phase": "Pending", "conditions": [scheduled]}}
+    assert creating_since(bare) is not None  # (no container status written yet)
+    pulling = {"status": {"phase": "Pending", "conditions": [scheduled], "containerStatuses": [
+        {"name": "main", "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}}
+    unscheduled = {"status": {"phase": "Pending", "conditions": [
+        {**scheduled, "status": "False"}]}}
+    running = {"status": {"phase": "Running", "conditions": [scheduled]}}
+    assert [creating_since(p) for p in (pulling, unscheduled, running, None)] == [None] * 4

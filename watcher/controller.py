@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from tidings.kube import Client, paginate
+from tidings.schemas.admission import Retry
 from tidings.schemas.contract import (
     BUS_SELECTOR,
     events_path,
@@ -25,6 +26,7 @@ from tidings.schemas.contract import (
 )
 from tidings.schemas.event import TaskRef
 from tidings.schemas.health import stalled_since_written
+from tidings.schemas.rejection import Rejection
 from tidings.schemas.state import Limits, TaskState
 
 from .announce import Announcer
@@ -99,13 +101,23 @@ class Controller:
         """A pod of ``task`` appeared, ended or waits, or its platform object changed (on the
         watch loop: cheap): fold it, when the task is held or tracked (``--track``: else an
         observation alone never makes a task)."""
-        if self.store.holds(task) or self.tracked(task):
+        if self.store.holds(task) or self.senders.tracked(task) is not None \
+                or self.platform.root(task) is not None:
             self.queue.add_many({task: None})
 
-    def tracked(self, task: TaskRef) -> bool:
-        """``task`` exists before it speaks (``--track``): its own platform object, or a
-        selected pod of it, is watched here."""
-        return self.senders.tracked(task) or self.platform.root(task) is not None
+    def tracked(self, task: TaskRef) -> bool | Retry:
+        """``task`` exists before it speaks (``--track``): its own platform object is watched
+        here, or a selected pod of it whose owner claim (if it makes one) is a live object's
+        (a forged claim makes nothing); Retry.LATER when that cannot be told now. For the
+        fold workers (it may read the claimed object)."""
+        if self.platform.root(task) is not None:
+            return True
+        first = self.senders.tracked(task)
+        if first is None:
+            return False
+        pod, info = first
+        said = self.platform.check_claim(task, info, pod)
+        return said if said is Retry.LATER else not isinstance(said, Rejection)
 
     # --- wiring -------------------------------------------------------------------------
     def _paths(self, collection: Callable[[str | None], str]) -> list[str]:

@@ -102,7 +102,7 @@ class Folder:
     late_after_ttl: set[TaskRef] = field(default_factory=set)
     # Whether a task exists before it speaks (``--track``: its platform object or a pod of
     # it is watched); such a task is read and written from what its objects say alone.
-    tracked: Callable[[TaskRef], bool] = lambda task: False
+    tracked: Callable[[TaskRef], bool | Retry] = lambda task: False
     # Why a pod stuck in creation waits (the kubelet's Events, read for that pod alone).
     kubelet_events: KubeletEvents = field(default_factory=lambda: KubeletEvents(None))
 
@@ -121,8 +121,12 @@ class Folder:
         if not store.seeded(task) and not store.pending(task):
             # Only what its pods' objects say brought it here: a task this watcher let go of
             # (evicted) is read back, and so is one it tracks; another gets nothing.
-            if not store.evicted(task) and not self.tracked(task):
-                return False
+            if not store.evicted(task):
+                tracked = self.tracked(task)
+                if tracked is Retry.LATER:
+                    return self._later(task)
+                if not tracked:
+                    return False
             if not self.runs.seed(task):
                 return self._later(task)
         if not store.seeded(task):
@@ -221,7 +225,7 @@ class Folder:
                                  *self._stuck(task)), platform,
                                 (0, None) if spoke else self.senders.running(task))
         changed = self.store.observe(task, seen_now, check_pods=check,
-                                     create=self.tracked(task))
+                                     create=self.tracked(task) is True)
         if changed is not None:
             before, after = changed
             # A phase it moves, a pod's reason to wait, a new tracked task are written within

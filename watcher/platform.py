@@ -416,18 +416,18 @@ class PlatformTasks:
         return None
 
     def owner(self, task: TaskRef) -> ObjectRef | Retry | None:
-        """The live object the TaskFeedback of ``task`` is created owned by, if known (a pod's
-        verified claim, else the task's own platform object); Retry.LATER when the API
-        cannot tell now (the create waits: an owner missed at the create is missed for
-        good)."""
+        """The live object the TaskFeedback of ``task`` is created owned by, if known: the
+        task's own platform object (the outermost: a TrainJob, not its JobSet), else a pod's
+        verified claim; Retry.LATER when the API cannot tell now (the create waits: an owner
+        missed at the create is missed for good)."""
+        root = self.root(task)
+        if root is not None:
+            kind, seen = root
+            return ObjectRef(kind.api_version, kind.kind, task.name, task.namespace, seen.uid)
         with self._lock:
             info = self._claims.get(task)
         if info is None or info.owner is None:
-            root = self.root(task)
-            if root is None:
-                return None
-            kind, seen = root
-            return ObjectRef(kind.api_version, kind.kind, task.name, task.namespace, seen.uid)
+            return None
         verified = self.verify(info.owner)
         if verified is Retry.LATER:
             return Retry.LATER

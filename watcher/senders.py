@@ -107,14 +107,20 @@ def _pod(obj: object, keys: Sequence[str]) -> tuple[PodKey, PodTask | None] | No
 
 
 def _tracks(senders: Senders, obj: object, verdict: PodVerdict | None) -> bool:
-    """The pod makes its task exist (``--track``): in a tracked namespace, selected, and not
-    an end older than the history kept."""
+    """The pod makes its task exist (``--track``): in a tracked namespace, selected, and it
+    cannot run: not scheduled, waiting for a reason, stuck being created, or failed (not
+    longer ago than the history kept). A pod that runs, or ran, says so itself when it is
+    instrumented, and its platform object makes its task anyway (a task that finished and
+    was deleted is not made again by its pods lingering on)."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if not isinstance(meta, dict):
         return False
     t = senders.tracking
-    return t.selects(str(meta.get("namespace", "")), meta.get("labels")) and t.fresh(
-        verdict.at if verdict is not None and verdict.terminal else None)
+    if not t.selects(str(meta.get("namespace", "")), meta.get("labels")):
+        return False
+    if verdict is None:
+        return creating_since(obj) is not None
+    return not verdict.terminal or (verdict.failed and t.fresh(verdict.at))
 
 
 def _runs(obj: object) -> datetime | None:
@@ -252,9 +258,10 @@ class Senders:
         self.get = get
         self.keys = tuple(keys)
         self.tracking = tracking
-        # Tasks a selected pod makes exist (``--track``), oldest first; bounded like the
-        # verdicts (beyond, the oldest forgotten: a task already held stays held).
-        self._tracked: OrderedDict[TaskRef, None] = OrderedDict()
+        # Tasks a selected pod makes exist (``--track``), with the first such pod's name and
+        # labels (its owner claim is checked before the task is made), oldest first; bounded
+        # like the verdicts (beyond, the oldest forgotten: a task already held stays held).
+        self._tracked: OrderedDict[TaskRef, tuple[str, PodTask]] = OrderedDict()
         # The pods of each task whose phase is Running now, with their start (what the fold
         # observes: how many, since when), and those stuck being created, since when (the
         # kubelet's Events say why: kubelet_events.py).
@@ -298,7 +305,7 @@ class Senders:
             if track and isinstance(task, PodTask) and not task.error:
                 ref = TaskRef(key[0], task.task)
                 if ref not in self._tracked:
-                    self._tracked[ref] = None
+                    self._tracked[ref] = (key[1], task)
                     if len(self._tracked) > self.max_verdicts:
                         self._tracked.popitem(last=False)
                     changed = ref
@@ -316,10 +323,11 @@ class Senders:
             pods = self._running.get(task)
             return (len(pods), min(pods.values())) if pods else (0, None)
 
-    def tracked(self, task: TaskRef) -> bool:
-        """A pod selected by ``--track`` names ``task``."""
+    def tracked(self, task: TaskRef) -> tuple[str, PodTask] | None:
+        """The first pod selected by ``--track`` that names ``task`` (its name, its labels'
+        claim), if any."""
         with self._lock:
-            return task in self._tracked
+            return self._tracked.get(task)
 
     def delete(self, key: PodKey, verdict: PodVerdict | None = None) -> None:
         """The pod ``key`` is gone; ``verdict``: how its last object read (None: it was not

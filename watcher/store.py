@@ -241,6 +241,9 @@ class Store:
             e = self._entries.get(task)
             if e is None or not e.seeded:
                 return None
+            # An object of this task that was deleted (by the TTL, or found gone or replaced)
+            # is a decision: its objects alone never make it again, only a new fact does.
+            create = create and not e.stale_uids and not e.buried
             if create and e.uid is None and e.rv is None and e.version == 0:
                 # A tracked task with no object yet: written once, whatever it holds, so
                 # that it is seen (Pending) before any of its pods speaks.

@@ -68,9 +68,11 @@ class Tracking:
 
     @classmethod
     def of(cls, s: Settings, own_namespace: str) -> Tracking:
-        """From the settings; raises ValueError for a bad selector."""
+        """From the settings; raises ValueError for a bad selector. History: older than the
+        event TTL (its facts are gone), or than --ttl-after-finished (its task was deleted)."""
+        history = min(s.event_ttl, s.ttl_after_finished or s.event_ttl)
         return cls(s.track == "platform", own_namespace, frozenset(s.track_skip_namespaces),
-                   parse_selector(s.track_selector), timedelta(seconds=s.event_ttl))
+                   parse_selector(s.track_selector), timedelta(seconds=history))
 
     def namespace(self, ns: str) -> bool:
         return self.on and bool(ns) and not ns.startswith("kube-") \

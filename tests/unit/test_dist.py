@@ -1,6 +1,6 @@
-"""`make dist`, the build command docs/development.md gives: one pure-Python wheel of the tidings.* packages,
-nothing of the checkout's tools or tests, and no staging left behind that a later build could
-ship stale files from."""
+"""`make dist`, the build command docs/development.md gives: one pure-Python wheel of the
+tidings.* packages, nothing of the checkout's tools or tests, and no staging left behind that a
+later build could ship stale files from."""
 
 from __future__ import annotations
 

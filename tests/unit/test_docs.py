@@ -62,6 +62,23 @@ def test_no_doc_points_outside_the_repository(doc: str) -> None:
     assert outside == [], outside
 
 
+def test_no_file_points_outside_the_repository() -> None:
+    # Code, tests and tools too: a path beside the checkout is not there for its reader.
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    pointing = []
+    for name in tracked:
+        path = ROOT / name
+        if name == "tests/unit/test_docs.py" or path.suffix not in {
+                ".py", ".md", ".sh", ".yaml", ".yml", ".toml", ".txt", ".cfg", ""}:
+            continue
+        if path.is_file() and re.search(r"\.\./shared\b", path.read_text(errors="replace")):
+            pointing.append(name)
+    assert pointing == [], pointing
+
+
 def test_the_readme_is_what_a_newcomer_reads_first() -> None:
     # The reference lives in docs/; the README keeps what a newcomer needs first, and its
     # first command block is the two commands (`.ci/run` runs the second, `make test`).

@@ -7,7 +7,7 @@ each worker's record is schemas/workers.py's.
 
 The rule reads the roster (every reporting pod), never the capped detailed records, so no
 failed or final report is lost to a cap and a task of up to WORKERS_MAX declared workers
-completes. Who decides what (the README's "What the status means"):
+completes. Who decides what (docs/status.md, "What the status means"):
 
 - a platform object that owns the task (``observed.platform``: a Job, JobSet, Workflow or
   TrainJob whose controller reports on it) decides its outcome alone: its terminal condition

@@ -13,8 +13,9 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidings.schemas import TaskRef, record
+from tidings.schemas import ParsedEvent, PodRef, TaskRef, build_event, fold, parse_event, record
 from tidings.schemas.kinds import NAMED_KINDS
+from tidings.schemas.payloads import Progress
 from tidings.schemas.record import POD_FIELDS, SPAN_FIELDS, WORKER_FIELDS, FieldType
 from tidings.schemas.status_decoder import StatusRead, expanded, read_status
 from tidings.schemas.status_encoder import NAMED_FIELDS, to_status
@@ -60,6 +61,16 @@ def test_a_layout_2_worker_whose_pod_holds_the_separator_does_not_freeze_the_wri
     assert ghost in body["workers"]
     assert canon(again.state) == canon(first.state)
     assert again.unread.items == first.unread.items
+    # The worker's final folds onto what was read and is written, the edit kept beside it.
+    final = parse_event(orjson.loads(orjson.dumps(build_event(
+        task=TASK, pod=PodRef("w-0", "uid-w-0"), instance="00c1ffff" + "a" * 24, seq=1,
+        time=NOW, payload=Progress(fraction=1.0, message="done", final=True)))))
+    assert isinstance(final, ParsedEvent)
+    folded = fold(first.state, final)
+    written = orjson.loads(orjson.dumps(status_body(folded, None, first.unread, now=NOW)))
+    assert "final=true" in next(w for w in written["workers"]
+                                if isinstance(w, str) and w.startswith("pod=w-0; "))
+    assert ghost in written["workers"]
 
 
 def test_a_layout_2_sender_pod_whose_uid_holds_the_separator_is_kept_unread() -> None:

@@ -8,13 +8,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from tidings.schemas import PodRef, Progress, TaskRef
+from tidings.schemas import PodRef, PodSpawned, Progress, TaskRef, fold, new_state
 from tidings.schemas.constants import TASK_LABEL
 from tidings.schemas.contract import SENDER_POLICY as POLICY
 from tidings.schemas.contract import SENDER_POLICY_BINDING_PATH, SENDER_POLICY_PATH
 from tidings.schemas.event import ParsedEvent, build_event, parse_event
 from tidings.schemas.platform import DEFAULT_TASK_KEYS, pod_task
+from tidings.schemas.record import POD_FIELDS, fields_of
 from tidings.schemas.rejection import Rejection, RejectReason
+from tidings.schemas.status_encoder import to_status
 from tidings.watcher.senders import ProofPolicy, Senders
 
 NS = "team-a"
@@ -87,3 +89,23 @@ def test_a_deleted_pod_proven_but_labelled_for_another_task_is_refused() -> None
     assert isinstance(ev, ParsedEvent)
     got = s.verify(ev)
     assert isinstance(got, Rejection) and got.reason is RejectReason.SPOOFED_SENDER
+
+
+# --- lineage recorded from another namespace ---
+
+
+def test_a_lineage_controller_in_another_namespace_is_no_reporting_pod_of_the_task() -> None:
+    """``status.pods`` lists the task's reporting pods by name and uid, read as pods of the
+    task's namespace (`tidings lineage` shows the ones it cannot find there as gone): the
+    controller that recorded a spawn from its own namespace must not be listed, or its live
+    pod reads as a dead pod of the task."""
+    controller = PodRef("lineage-ctrl-0", "uid-c", "ops")
+    spawn = parse_event(build_event(
+        task=TASK, pod=controller, instance="ctrl-1", seq=1, time=T0, sender_proof=False,
+        payload=PodSpawned(pod_name=WORKER.name, pod_uid=WORKER.uid, app=TASK.name)))
+    assert isinstance(spawn, ParsedEvent) and spawn.sender.namespace == "ops"
+    report = _fact(proof=False, seq=2)
+    state = fold(fold(new_state(TASK), spawn), report)
+    assert state.counters.get("pods_spawned") == 1  # the lineage is folded
+    assert dict(state.pod_events) == {(WORKER.name, WORKER.uid): 1}
+    assert [fields_of(p, POD_FIELDS)["name"] for p in to_status(state)["pods"]] == [WORKER.name]

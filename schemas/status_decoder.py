@@ -9,7 +9,10 @@ For every status the fold wrote, reading gives the state back. Anything else (a 
 hostile status) is read entry by entry: every entry of a map or list section (a link, deck,
 metric, span, worker, pod, pod outcome or unknown type) that reads is kept, one that does not
 is kept verbatim beside the state (``Unread``) and written back as it was, unless a readable
-entry of the same key replaces it. A part that is not an entry (the layout version, the
+entry of the same key replaces it. An entry reads only when the encoder writes it back as a
+record that reads again (``_writes``): one holding what a record cannot (``"; "`` in a pod's
+name, a layout 2 value too long for a record) does not, so no stored value can make a write
+fail. A part that is not an entry (the layout version, the
 roster, the version vector, counters, times, the platform) and does not read makes the read
 *partial*: its readers show what they can, and the watcher never writes over such a status (it
 would write less than it holds). A status written under larger limits is cut by the same

@@ -257,11 +257,20 @@ def _need(cond: bool, what: str) -> None:
         raise ValueError(what)
 
 
-def _writes(write: Callable[[], str]) -> None:
-    """The entry just read is one the encoder writes as a record that reads again: else
-    (a value a record's field cannot hold, a record too long to read: a hand edit, or an
-    older writer's) it is refused like any unreadable entry, kept as it was, and never
-    makes a status write fail."""
+# How much longer a record read can get when written again: its numbers and times re-spelled
+# in full ("9e15" as "9000000000000000.0", 14 more characters each, up to 4 x 32 points of
+# a history), the rest as it was. A shorter record needs no check (see ``_writes``).
+_REWRITE_SLACK = 4096
+
+
+def _writes(raw: Any, write: Callable[[], str]) -> None:
+    """The entry just read (as ``raw``) is one the encoder writes (``write``) as a record that
+    reads again: else (a value a record's field cannot hold, a record too long to read: a
+    hand edit, or an older writer's) it is refused like any unreadable entry, kept as it was,
+    and never makes a status write fail. A record (layout 3) short enough is written again
+    unchecked: its fields cannot hold the separator, and it stays under the limit."""
+    if isinstance(raw, str) and len(raw) <= RECORD_LIMIT - _REWRITE_SLACK:
+        return
     _need(len(write()) <= RECORD_LIMIT, "too long to write as a record")
 
 
@@ -329,7 +338,7 @@ def _named(kind: Kind) -> Callable[[Any, Any], tuple[str, Named]]:
         named = Named(values[0] if len(values) == 1 else values, _key(v.get("at")),
                       _int(v.get("events")),
                       None if kind.report is None else history.from_status(v))
-        _writes(lambda: named_record(kind, named, types))
+        _writes(raw, lambda: named_record(kind, named, types))
         return _name(k), named
     return read
 
@@ -422,7 +431,7 @@ def _worker(raw: Any) -> tuple[str, ProgressState]:
         frac, msg, final, _key(w.get("at")), failed, _int(w.get("workers", 0)),
         _int(w.get("events")), None if first_at is None else _key(first_at), first_fraction
     )
-    _writes(lambda: worker_record(pod, progress))
+    _writes(raw, lambda: worker_record(pod, progress))
     return pod, progress
 
 
@@ -548,10 +557,13 @@ def _spans(st: Mapping[str, Any], r: _Reading) -> dict[str, SpanAgg]:
 
     def read(k: Any, raw: Any) -> tuple[str, SpanAgg]:
         try:
-            span = _span_entry(fields_of(raw, SPAN_FIELDS), lanes.get(k))
-            _writes(lambda: span_record(span))
-            for lane in span.lanes.values():
-                _writes(lambda: lane_record(lane))  # noqa: B023 (called at once)
+            own = lanes.get(k)
+            span = _span_entry(fields_of(raw, SPAN_FIELDS), own)
+            _writes(raw, lambda: span_record(span))
+            for pod, lane in span.lanes.items():
+                # (No lanes of its own: the one lane is the entry itself, its ``pod``.)
+                _writes(own.get(pod) if isinstance(own, Mapping) else raw,
+                        lambda: lane_record(lane))  # noqa: B023 (called at once)
             return _name(k), span
         except Exception:
             if k in lanes:
@@ -569,7 +581,7 @@ def _spans(st: Mapping[str, Any], r: _Reading) -> dict[str, SpanAgg]:
 def _pod(raw: Any) -> tuple[tuple[str, str], int]:
     p = fields_of(raw, POD_FIELDS)
     name, uid, events = _name(p.get("name"), 253), _name(p.get("uid"), 64), _int(p.get("events"))
-    _writes(lambda: pod_record(name, uid, events))
+    _writes(raw, lambda: pod_record(name, uid, events))
     return (name, uid), events
 
 

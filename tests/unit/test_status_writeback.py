@@ -205,3 +205,19 @@ def test_any_edited_entry_is_written_back_and_reads_the_same(status: dict[str, A
     assert {k: set(v) for k, v in again.unread.entries.items()} == \
         {k: set(v) for k, v in first.unread.entries.items()}
     assert again.unread.items == first.unread.items
+
+
+def test_a_record_that_grows_past_the_limit_when_written_again_is_kept_unread() -> None:
+    """A layout 3 link of a URL just short of the record limit, whose time is spelled short
+    (``...03:00:00Z``): written again in full (``...03:00:00.000000Z``), it would be too long
+    to read, so it is not read in the first place."""
+    status = _base(3)
+    at = "2026-11-30T03:00:00Z 00c10000aaaaaaaaaaaaaaaaaaaaaaaa 1"
+    head = f"at={at}; events=1; url=https://x/"
+    raw = head + "a" * (record.RECORD_LIMIT - len(head))
+    assert len(raw) == record.RECORD_LIMIT and record.unpack(raw, NAMED_FIELDS["links"])
+    status["links"]["long"] = raw
+    first, body, again = _written_back(status)
+    assert "long" not in first.state.named.get("links", {})
+    assert body["links"]["long"] == raw
+    assert canon(again.state) == canon(first.state)

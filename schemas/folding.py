@@ -125,6 +125,7 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
     bound = _EPOCH0
     last_sender = None
     key = ("", "")
+    local = True
     n_wrong = n_dups = n_late = n_clamped = n_applied = 0
     n = len(events)
     due: int | None = None
@@ -193,13 +194,18 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
         sender = ev.sender
         if sender is not last_sender:
             last_sender, key = sender, (sender.name, sender.uid)
-        cur = pods.get(key)
-        if cur is not None:
-            pods[key] = cur + 1
-        else:
-            capped = insert_capped(pods, key, 1, lim.pods, one_each)
-            if capped:
-                counters["pods_capped"] = counters.get("pods_capped", 0) + capped
+            # ``pods`` lists the task's reporting pods by name and uid, pods of the task's
+            # namespace: a controller recording lineage from its own namespace is no such pod
+            # (read as one, its live pod would show as a dead pod of the task).
+            local = sender.namespace in ("", task.namespace)
+        if local:
+            cur = pods.get(key)
+            if cur is not None:
+                pods[key] = cur + 1
+            else:
+                capped = insert_capped(pods, key, 1, lim.pods, one_each)
+                if capped:
+                    counters["pods_capped"] = counters.get("pods_capped", 0) + capped
         if first is None or t < first:
             first = t
         if last is None or t > last:

@@ -387,7 +387,9 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         counters[capped_name] = counters.get(capped_name, 0) + capped
 
     pod_events = dict(state.pod_events)
-    pods_capped = _count(pod_events, (sender.name, sender.uid), lim.pods)
+    # (A lineage controller's pod in another namespace is no reporting pod of the task.)
+    pods_capped = _count(pod_events, (sender.name, sender.uid), lim.pods) \
+        if sender.namespace in ("", state.task.namespace) else 0
     if pods_capped:
         counters["pods_capped"] = counters.get("pods_capped", 0) + pods_capped
     first, last = state.first_event_time, state.last_event_time

@@ -37,6 +37,7 @@ from .roster import (
     FINAL,
     FRACTION_MASK,
     Failure,
+    Life,
     Mark,
     OrderKey,
     Pace,
@@ -44,11 +45,13 @@ from .roster import (
     epoch_ms,
     mark_bits,
     pod_hash,
+    uid_print,
     with_ends,
 )
 from .spans import SpanRun
 from .state import Beyond, Named, NamedValue, TaskState
 from .text import cut_text
+from .times import epoch
 from .workers import ProgressState, merge_progress
 
 # --- per-entry merges, in place on a map the run owns ------------------------------------
@@ -106,17 +109,49 @@ def _set_named_beyond(entries: dict[str, Named], beyond: dict[str, Beyond], name
                                     _non_finite_of(gone.value, index), gone.events, beyond_cap)
 
 
-def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
+# What a report's life is to its pod's mark (``_merge_roster``).
+_SAME, _NEW, _EARLIER = 0, 1, 2
+
+
+def _merge_roster(w: Work, ev: ParsedEvent, p: Progress, key: OrderKey) -> int:
     """Merge ``p`` into the roster: its pod's mark (joined), the declared count, the first
     failure and the latest final. Each is a join, so the order of events cannot matter; the
-    registers take every Progress, also of a pod beyond the roster's cap."""
+    registers take every Progress, also of a pod beyond the roster's cap.
+
+    A mark is one life of its pod name (``roster.Life``): a report of a later life (another
+    uid, created later) starts the mark again (``_NEW``: the detailed record starts again
+    too), one of an earlier life is not the mark's (``_EARLIER``: kept nowhere but in the
+    registers). Of two lives the later stays, so this is a join as well."""
     marks = w.marks_w
     if marks is None:
         marks = w.begin_roster()
     paces = w.paces_w
+    pod = ev.sender.name
     h = pod_hash(pod)
     bits = mark_bits(p.fraction, p.final, p.failed)
     cur = marks.get(h)
+    lives = w.lives_w
+    uid = uid_print(ev.sender.uid)
+    born = epoch(key[0] if ev.created is None else ev.created)
+    said = _SAME
+    if cur is not None:
+        life = lives.get(h)
+        if life is None:  # (a mark of an older status: the life it was is not known)
+            lives[h] = Life(born, uid)
+        elif life.uid != uid:
+            if (born, uid) < (life.born, life.uid):
+                if not life.replaced:
+                    lives[h] = life._replace(replaced=True)
+                _merge_registers(w, pod, p, key)
+                return _EARLIER
+            # The pod was re-created with its name: its mark starts again with this life.
+            del marks[h]
+            paces.pop(h, None)
+            w.marked(cur.bits, -1)
+            lives[h] = Life(born, uid, True)
+            cur, said = None, _NEW
+        elif born < life.born:
+            lives[h] = life._replace(born=born)
     if cur is not None:
         # join_bits and the tallies, inline: a worker's every Progress passes here.
         old = cur.bits
@@ -137,6 +172,8 @@ def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
     elif len(marks) < w.lim.roster:
         marks[h] = Mark(bits, 1)
         w.marked(bits, 1)
+        if said == _SAME:
+            lives[h] = Life(born, uid)
         if not p.final:
             _join_pace(paces, h, pod, key[0], bits & FRACTION_MASK)
     elif h > max(marks, default=-1):
@@ -145,12 +182,21 @@ def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
         largest = max(marks)
         gone = marks.pop(largest)
         paces.pop(largest, None)
+        lives.pop(largest, None)
         w.bump("roster_capped", gone.events)
         w.marked(gone.bits, -1)
         marks[h] = Mark(bits, 1)
         w.marked(bits, 1)
+        lives[h] = Life(born, uid)
         if not p.final:
             _join_pace(paces, h, pod, key[0], bits & FRACTION_MASK)
+    _merge_registers(w, pod, p, key)
+    return said
+
+
+def _merge_registers(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
+    """The roster's registers over every report: the declared count, the latest final and
+    the first failure (whose life the completion rule asks the marks)."""
     if p.workers > w.declared:
         w.declared = p.workers
     if p.final:
@@ -216,6 +262,7 @@ class Work:
         "first_failure",
         "last_final",
         "lim",
+        "lives_w",
         "marks_w",
         "named_w",
         "paces_w",
@@ -236,6 +283,7 @@ class Work:
         self.beyond_w: dict[str, dict[str, Beyond]] | None = None
         self.marks_w: dict[int, Mark] | None = None  # (the roster's tallies: begin_roster)
         self.paces_w: dict[int, Pace] = {}  # (begin_roster copies the roster's)
+        self.lives_w: dict[int, Life] = {}  # (and its lives)
 
     def registers(self, section: str) -> dict[str, Named]:
         """The run's copy of the named kind ``section``'s registers."""
@@ -270,6 +318,7 @@ class Work:
         self.first_failure, self.last_final = r.first_failure, r.last_final
         self.marks_w = dict(r.marks)
         self.paces_w = dict(r.paces)
+        self.lives_w = dict(r.lives)
         return self.marks_w
 
     def roster(self) -> Roster:
@@ -278,7 +327,7 @@ class Work:
         r = self.state.roster
         out = Roster(self.marks_w, self.declared, self.finals, self.failures,
                      self.permyriads, self.first_failure, self.last_final, r.ends,
-                     paces=self.paces_w)
+                     paces=self.paces_w, lives=self.lives_w)
         # The pods' ends count only for pods without a final of their own: a new mark or
         # final moves those tallies (rarely: only a task with an ended pod has ends).
         return with_ends(out) if r.ends else out
@@ -320,10 +369,14 @@ def _apply_progress(w: Work, ev: ParsedEvent, p: Progress, t: datetime) -> None:
     if workers is None:
         workers = w.workers_w = dict(w.state.workers)
     key = (t, ev.instance, ev.seq)
+    life = _merge_roster(w, ev, p, key)
+    if life == _EARLIER:
+        return
+    if life == _NEW:
+        workers.pop(ev.sender.name, None)
     capped = merge_progress(workers, ev.sender.name, p, key, w.lim.workers)
     if capped:
         w.bump("workers_capped", capped)
-    _merge_roster(w, ev.sender.name, p, key)
 
 
 def _named_apply(kind: Kind, model: type) -> Apply:

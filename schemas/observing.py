@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from .caps import insert_capped, no_events
 from .observed import Observed, PlatformOutcome, PodVerdict
-from .roster import PodEnd, insert_end, pod_hash, with_ends
+from .roster import PodEnd, insert_end, pod_hash, uid_print, with_ends
 from .state import TaskState, with_counter
 from .times import epoch
 
@@ -52,7 +52,7 @@ def _observe(state: TaskState, pods: Iterable[PodVerdict], waiting: Iterable[Pod
         if not v.terminal:
             continue
         h = pod_hash(v.pod)
-        end = PodEnd(v.explained, epoch(v.at), v.failed)
+        end = PodEnd(v.explained, epoch(v.at), v.failed, uid_print(v.uid))
         known = (r.ends if ends is None else ends).get(h)
         if known is None or end > known:
             if ends is None:

@@ -8,6 +8,10 @@ registers are a maximum (declared count, latest final) and a minimum (first fail
 order keys, so folding the roster is idempotent and order-insensitive by construction. A
 pace is a join too (the earliest and the latest report, a count), kept while its pod has no
 final: a final mark ends it, whichever arrives first.
+
+A pod's life is its uid: a mark belongs to one life of its pod name (``Life``), the latest
+(the API server created its first report last), and a pod re-created with its name starts a
+new mark; an end (``PodEnd.uid``) counts only for the life it ended.
 """
 
 from __future__ import annotations
@@ -36,6 +40,13 @@ def pod_hash(pod: str) -> int:
     """The pod name's roster key: a stable 48-bit hash (the same in every process)."""
     return int.from_bytes(hashlib.blake2b(pod.encode("utf-8", "surrogatepass"),
                                           digest_size=_HASH_BYTES).digest(), "big")
+
+
+@lru_cache(maxsize=65_536)
+def uid_print(uid: str) -> int:
+    """A pod uid's 32-bit fingerprint, never 0 (0: a life not known, from an older status)."""
+    return int.from_bytes(hashlib.blake2b(uid.encode("utf-8", "surrogatepass"),
+                                          digest_size=4).digest(), "big") or 1
 
 
 def mark_bits(fraction: float, final: bool, failed: bool) -> int:
@@ -72,11 +83,25 @@ class Failure(NamedTuple):
 class PodEnd(NamedTuple):
     """How a pod ended as its object says it (schemas/observed.py), compact: ``explained``
     when the object said how (False: only that it is gone), ``at`` in epoch seconds, and
-    whether it failed. Tuple order is the join: the larger end wins."""
+    whether it failed; ``uid`` the fingerprint of the life it ended (0: not known, an older
+    status's, which counts for any life). Tuple order is the join: the larger end wins."""
 
     explained: bool
     at: int
     failed: bool
+    uid: int = 0
+
+
+class Life(NamedTuple):
+    """Which life of its pod name a mark is: the fingerprint of the reporting pod's uid,
+    when the API server created that life's first report (``born``, epoch seconds: a pod's
+    events are created while it exists, so a name's lives do not interleave), and whether an
+    earlier life of the name was given up for it (``replaced``: its pod was re-created). Of
+    two lives the later (born, uid) is the mark's."""
+
+    born: int
+    uid: int
+    replaced: bool = False
 
 
 class Pace(NamedTuple):
@@ -135,15 +160,31 @@ class Roster(NamedTuple):
     # The pace of each marked pod without a final (by pod hash): what health judges. After a
     # status whose budget left some out is read, a running pod may have none (not judged).
     paces: Mapping[int, Pace] = {}
+    # The life of each mark (by pod hash); a mark read from an older status has none (the
+    # next report's life adopts it).
+    lives: Mapping[int, Life] = {}
 
     def end_of(self, h: int) -> PodEnd | None:
         """The end that decides the pod ``h``'s outcome: its pod's, when it reported no
-        final of its own (None: its own final decides, or it has not ended)."""
+        final of its own and the end is of the mark's life (None: its own final decides, or
+        it has not ended, or only an earlier life of its name did)."""
         end = self.ends.get(h)
         if end is None:
             return None
         m = self.marks.get(h)
-        return end if m is None or not m.bits & FINAL else None
+        if m is None:
+            return end
+        return end if not m.bits & FINAL and ends_life(end, self.lives.get(h)) else None
+
+    @property
+    def replaced(self) -> int:
+        """Reporting pods re-created with their name (an earlier life given up)."""
+        return sum(1 for life in self.lives.values() if life.replaced)
+
+
+def ends_life(end: PodEnd, life: Life | None) -> bool:
+    """Whether ``end`` ended the life ``life`` (either not known: it did, as before lives)."""
+    return life is None or end.uid == 0 or end.uid == life.uid
 
 
 EMPTY_ROSTER = Roster({})
@@ -151,16 +192,17 @@ EMPTY_ROSTER = Roster({})
 
 def with_ends(r: Roster, ends: Mapping[int, PodEnd] | None = None) -> Roster:
     """``r`` with ``ends`` (default: its own) and the tallies the ends decide recomputed:
-    over the reporting pods (marks) without a final of their own whose pod ended. A function
+    over the reporting pods (marks) without a final of their own whose pod's life ended (an
+    earlier life's end is not theirs). A function
     of the marks and the ends alone, so as order-insensitive as they are."""
     ends = r.ends if ends is None else ends
     finals = failures = 0
     first: tuple[int, int] | None = None
     last: int | None = None
-    marks = r.marks
+    marks, lives = r.marks, r.lives
     for h, end in ends.items():
         m = marks.get(h)
-        if m is None or m.bits & FINAL:
+        if m is None or m.bits & FINAL or not ends_life(end, lives.get(h)):
             continue
         finals += 1
         if end.failed:
@@ -289,6 +331,69 @@ def decode_ends(text: str) -> dict[int, PodEnd]:
         if flags > 3 or at > 2**40:
             raise ValueError("bad pod end")
         out[h] = PodEnd(bool(flags & _END_EXPLAINED), at, bool(flags & _END_FAILED))
+    return out
+
+
+# The lives: per marked pod, in the marks' order (by hash, which they do not repeat), the
+# 4-byte uid fingerprint (0: not known) and, as a varint, its born second after the earliest
+# one's (``livesFrom``) times two, plus one when it replaced an earlier life; all of it
+# base64. About 9 characters a pod. The uid of each pod end: its hash and the fingerprint
+# (``outcomeUids``; ``outcomes`` keeps the layout older readers read).
+
+
+def encode_lives(marks: Mapping[int, Mark], lives: Mapping[int, Life]) -> tuple[int, str]:
+    """(``livesFrom``, ``lives``)."""
+    base = min((life.born for life in lives.values()), default=0)
+    out = bytearray()
+    for h in sorted(marks):
+        life = lives.get(h)
+        if life is None:
+            out += bytes(5)
+            continue
+        out += life.uid.to_bytes(4, "big")
+        _varint(out, (life.born - base) << 1 | life.replaced)
+    return base, base64.b64encode(bytes(out)).decode("ascii")
+
+
+def decode_lives(text: str, base: object, marks: Iterable[int]) -> dict[int, Life]:
+    """The inverse of ``encode_lives`` for the marks' hashes ``marks`` (sorted); ValueError
+    on anything it could not have written."""
+    if type(base) is not int or abs(base) >= 2**40:
+        raise ValueError("bad lives")
+    data = base64.b64decode(text.encode("ascii"), validate=True)
+    out: dict[int, Life] = {}
+    i, n = 0, len(data)
+    for h in marks:
+        if i + 5 > n:
+            raise ValueError("truncated lives")
+        uid = int.from_bytes(data[i:i + 4], "big")
+        number, i = _read_varint(data, i + 4)
+        if uid == 0:
+            if number:
+                raise ValueError("bad life")
+            continue
+        if number >= 2**41:
+            raise ValueError("bad life")
+        out[h] = Life(base + (number >> 1), uid, bool(number & 1))
+    if i != n:
+        raise ValueError("bad lives")
+    return out
+
+
+def encode_end_uids(ends: Mapping[int, PodEnd]) -> str:
+    return _pack(((h, e.uid, 0) for h, e in ends.items() if e.uid), 4)
+
+
+def with_end_uids(ends: Mapping[int, PodEnd], text: str) -> dict[int, PodEnd]:
+    """``ends`` with the uids ``encode_end_uids`` wrote; ValueError on anything it could not
+    have written (a uid of an end it does not hold is dropped: the roster cap cut it)."""
+    out = dict(ends)
+    for h, uid, number in _unpack(text, 4, "truncated pod end uids", "bad pod end uid"):
+        if uid == 0 or number:
+            raise ValueError("bad pod end uid")
+        end = out.get(h)
+        if end is not None:
+            out[h] = end._replace(uid=uid)
     return out
 
 

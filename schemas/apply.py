@@ -41,9 +41,11 @@ from .roster import (
     Mark,
     OrderKey,
     Pace,
+    PodEnd,
     Roster,
     epoch_ms,
     mark_bits,
+    place_end,
     pod_hash,
     uid_print,
     with_ends,
@@ -137,7 +139,7 @@ def _merge_roster(w: Work, ev: ParsedEvent, p: Progress, key: OrderKey) -> int:
     if cur is not None:
         life = lives.get(h)
         if life is None:  # (a mark of an older status: the life it was is not known)
-            lives[h] = Life(born, uid)
+            w.relive(h, Life(born, uid))
         elif life.uid != uid:
             if (born, uid) < (life.born, life.uid):
                 if not life.replaced:
@@ -148,7 +150,7 @@ def _merge_roster(w: Work, ev: ParsedEvent, p: Progress, key: OrderKey) -> int:
             del marks[h]
             paces.pop(h, None)
             w.marked(cur.bits, -1)
-            lives[h] = Life(born, uid, True)
+            w.relive(h, Life(born, uid, True))
             cur, said = None, _NEW
         elif born < life.born:
             lives[h] = life._replace(born=born)
@@ -173,7 +175,7 @@ def _merge_roster(w: Work, ev: ParsedEvent, p: Progress, key: OrderKey) -> int:
         marks[h] = Mark(bits, 1)
         w.marked(bits, 1)
         if said == _SAME:
-            lives[h] = Life(born, uid)
+            w.relive(h, Life(born, uid))
         if not p.final:
             _join_pace(paces, h, pod, key[0], bits & FRACTION_MASK)
     elif h > max(marks, default=-1):
@@ -182,12 +184,12 @@ def _merge_roster(w: Work, ev: ParsedEvent, p: Progress, key: OrderKey) -> int:
         largest = max(marks)
         gone = marks.pop(largest)
         paces.pop(largest, None)
-        lives.pop(largest, None)
+        w.relive(largest, None)
         w.bump("roster_capped", gone.events)
         w.marked(gone.bits, -1)
         marks[h] = Mark(bits, 1)
         w.marked(bits, 1)
-        lives[h] = Life(born, uid)
+        w.relive(h, Life(born, uid))
         if not p.final:
             _join_pace(paces, h, pod, key[0], bits & FRACTION_MASK)
     _merge_registers(w, pod, p, key)
@@ -257,6 +259,7 @@ class Work:
         "beyond_w",
         "counters",
         "declared",
+        "ends_w",
         "failures",
         "finals",
         "first_failure",
@@ -265,6 +268,7 @@ class Work:
         "lives_w",
         "marks_w",
         "named_w",
+        "others_w",
         "paces_w",
         "permyriads",
         "spans_w",
@@ -284,6 +288,9 @@ class Work:
         self.marks_w: dict[int, Mark] | None = None  # (the roster's tallies: begin_roster)
         self.paces_w: dict[int, Pace] = {}  # (begin_roster copies the roster's)
         self.lives_w: dict[int, Life] = {}  # (and its lives)
+        # The pods' ends, copied when a new life of a name with an end picks its own.
+        self.ends_w: dict[int, PodEnd] | None = None
+        self.others_w: dict[int, Mapping[int, PodEnd]] = {}
 
     def registers(self, section: str) -> dict[str, Named]:
         """The run's copy of the named kind ``section``'s registers."""
@@ -321,16 +328,35 @@ class Work:
         self.lives_w = dict(r.lives)
         return self.marks_w
 
+    def relive(self, h: int, life: Life | None) -> None:
+        """The mark ``h`` is of ``life`` now (None: the cap gave it up): its name's end is
+        that life's, if it has one."""
+        if life is None:
+            self.lives_w.pop(h, None)
+        else:
+            self.lives_w[h] = life
+        ends = self.ends_w
+        if ends is None:
+            r = self.state.roster
+            if h not in r.ends:
+                return
+            ends = self.ends_w = dict(r.ends)
+            self.others_w = dict(r.other_ends)
+        if h in ends:
+            place_end(ends, self.others_w, h, life)
+
     def roster(self) -> Roster:
         if self.marks_w is None:
             return self.state.roster
         r = self.state.roster
+        ends = r.ends if self.ends_w is None else self.ends_w
         out = Roster(self.marks_w, self.declared, self.finals, self.failures,
-                     self.permyriads, self.first_failure, self.last_final, r.ends,
-                     paces=self.paces_w, lives=self.lives_w)
+                     self.permyriads, self.first_failure, self.last_final, ends,
+                     paces=self.paces_w, lives=self.lives_w,
+                     other_ends=r.other_ends if self.ends_w is None else self.others_w)
         # The pods' ends count only for pods without a final of their own: a new mark or
         # final moves those tallies (rarely: only a task with an ended pod has ends).
-        return with_ends(out) if r.ends else out
+        return with_ends(out) if ends else out
 
 
 Apply = Callable[[Work, ParsedEvent, Payload, datetime], None]

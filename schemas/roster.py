@@ -163,6 +163,10 @@ class Roster(NamedTuple):
     # The life of each mark (by pod hash); a mark read from an older status has none (the
     # next report's life adopts it).
     lives: Mapping[int, Life] = {}
+    # The ends of the other lives of a name whose end ``ends`` holds (by pod hash, then uid
+    # fingerprint): ``ends`` holds the end of the mark's life when one is known, else the
+    # largest (``place_end``), so no life's end is lost to another's.
+    other_ends: Mapping[int, Mapping[int, PodEnd]] = {}
 
     def end_of(self, h: int) -> PodEnd | None:
         """The end that decides the pod ``h``'s outcome: its pod's, when it reported no
@@ -229,6 +233,62 @@ def insert_end(ends: dict[int, PodEnd], h: int, end: PodEnd, cap: int) -> bool:
             return False
         del ends[max(ends)]
     ends[h] = end
+    return True
+
+
+def place_end(ends: dict[int, PodEnd], others: dict[int, Mapping[int, PodEnd]], h: int,
+              life: Life | None) -> None:
+    """Pick the name ``h``'s end in ``ends`` among its lives' ends (``ends`` and ``others``):
+    the end of the mark's ``life`` if there is one, else the largest; the rest in
+    ``others``. A function of the ends and the life alone, so as order-insensitive."""
+    pool = dict(others.pop(h, {}))
+    cur = ends.get(h)
+    if cur is not None:
+        pool[cur.uid] = cur
+    if not pool:
+        return
+    pick = pool.get(life.uid) if life is not None else None
+    if pick is None:
+        pick = max(pool.values())
+    ends[h] = pick
+    del pool[pick.uid]
+    if pool:
+        others[h] = pool
+
+
+def insert_life_end(ends: dict[int, PodEnd], others: dict[int, Mapping[int, PodEnd]], h: int,
+                    end: PodEnd, cap: int, life: Life | None) -> bool:
+    """Join ``end`` into the end of its life (``end.uid``) of the pod name ``h``, keeping
+    the ``cap`` smallest hashes in ``ends`` and the ``cap`` smallest (hash, uid) pairs in
+    ``others``; True when something changed."""
+    cur = ends.get(h)
+    if cur is None:
+        if not insert_end(ends, h, end, cap):
+            return False
+        for gone in [k for k in others if k not in ends]:  # (the cap gave a name up)
+            del others[gone]
+        return True
+    if cur.uid == end.uid:
+        if not end > cur:
+            return False
+        ends[h] = end
+    else:
+        pool = others.get(h, {})
+        old = pool.get(end.uid)
+        if old is not None and not end > old:
+            return False
+        if old is None and sum(len(p) for p in others.values()) >= cap:
+            largest = max((k, u) for k, p in others.items() for u in p) if others else None
+            if largest is None or (h, end.uid) > largest:
+                return False
+            rest = {u: e for u, e in others[largest[0]].items() if u != largest[1]}
+            if rest:
+                others[largest[0]] = rest
+            else:
+                del others[largest[0]]
+            pool = others.get(h, {})
+        others[h] = {**pool, end.uid: end}
+    place_end(ends, others, h, life)
     return True
 
 
@@ -377,6 +437,39 @@ def decode_lives(text: str, base: object, marks: Iterable[int]) -> dict[int, Lif
         out[h] = Life(base + (number >> 1), uid, bool(number & 1))
     if i != n:
         raise ValueError("bad lives")
+    return out
+
+
+def encode_other_ends(others: Mapping[int, Mapping[int, PodEnd]]) -> str:
+    """``otherOutcomes``: per (hash, uid) in order, the 6-byte hash, the 4-byte uid, one
+    byte of flags (as ``outcomes``) and the epoch seconds as a varint; base64."""
+    out = bytearray()
+    for h in sorted(others):
+        for uid, e in sorted(others[h].items()):
+            out += h.to_bytes(_HASH_BYTES, "big") + uid.to_bytes(4, "big")
+            out.append((_END_EXPLAINED if e.explained else 0) | (_END_FAILED if e.failed else 0))
+            _varint(out, e.at)
+    return base64.b64encode(bytes(out)).decode("ascii")
+
+
+def decode_other_ends(text: str) -> dict[int, dict[int, PodEnd]]:
+    """The inverse of ``encode_other_ends``; ValueError on anything it could not have
+    written."""
+    data = base64.b64decode(text.encode("ascii"), validate=True)
+    out: dict[int, dict[int, PodEnd]] = {}
+    i, n, last = 0, len(data), (-1, -1)
+    while i < n:
+        if i + _HASH_BYTES + 6 > n:
+            raise ValueError("truncated other pod ends")
+        h = int.from_bytes(data[i:i + _HASH_BYTES], "big")
+        uid = int.from_bytes(data[i + _HASH_BYTES:i + _HASH_BYTES + 4], "big")
+        flags = data[i + _HASH_BYTES + 4]
+        at, i = _read_varint(data, i + _HASH_BYTES + 5)
+        if (h, uid) <= last or flags > 3 or at > 2**40:
+            raise ValueError("bad other pod end")
+        last = (h, uid)
+        out.setdefault(h, {})[uid] = PodEnd(bool(flags & _END_EXPLAINED), at,
+                                            bool(flags & _END_FAILED), uid)
     return out
 
 

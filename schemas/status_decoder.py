@@ -47,14 +47,17 @@ from .roster import (
     Failure,
     OrderKey,
     Pace,
+    PodEnd,
     Roster,
     counts,
     decode_ends,
     decode_lives,
     decode_marks,
+    decode_other_ends,
     decode_paces,
     epoch_ms,
     mark_bits,
+    place_end,
     pod_hash,
     roster_of,
     with_end_uids,
@@ -432,8 +435,16 @@ def _roster(data: Any, workers: Mapping[str, ProgressState], lim: Limits
     lives = {} if not raw_lives else {
         h: life for h, life in decode_lives(raw_lives, data.get("livesFrom", 0), every).items()
         if h in marks}
+    # The ends of the other lives of a name (each name's end then picked as the fold does).
+    raw_others = data.get("otherOutcomes", "")
+    _need(isinstance(raw_others, str), "bad roster")
+    others: dict[int, Mapping[int, PodEnd]] = {
+        h: p for h, p in decode_other_ends(raw_others).items() if h in ends}
+    for h in list(others):
+        place_end(ends, others, h, lives.get(h))
     return with_ends(Roster(marks, declared, finals, failures, permyriads, first,
-                            None if last is None else _key(last), lives=lives), ends), cut
+                            None if last is None else _key(last), lives=lives,
+                            other_ends=others), ends), cut
 
 
 def _paces(st: Mapping[str, Any], roster: Roster, workers: Mapping[str, ProgressState],

@@ -27,6 +27,7 @@ from .roster import (
     encode_ends,
     encode_lives,
     encode_marks,
+    encode_other_ends,
     encode_paces,
 )
 from .state import COUNTER_NAMES, Beyond, Named, SpanAgg, TaskState, us
@@ -338,6 +339,8 @@ def _roster_json(r: Roster) -> dict[str, Any]:
         uids = encode_end_uids(r.ends)
         if uids:
             out["outcomeUids"] = uids
+    if r.other_ends:
+        out["otherOutcomes"] = encode_other_ends(r.other_ends)
     return out
 
 

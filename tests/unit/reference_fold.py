@@ -229,17 +229,27 @@ def _roster(r: Roster, ev: ParsedEvent, p: Progress, key: OrderKey, cap: int
     if p.failed and (first is None or key < first.at):
         first = Failure(key, pod, cut_text(p.message, MESSAGE_LIMIT))
     # The pods' ends (observations, which this reference does not fold) decide the pods
-    # without a final of their own.
-    ended = {h: e for h, e in r.ends.items() if h in marks and not marks[h].bits & FINAL
+    # without a final of their own; of a name's ends (one per life), the one shown is the
+    # mark's life's, else the largest.
+    ends, others = {}, {}
+    for k in set(r.ends) | set(r.other_ends):
+        pool = {**r.other_ends.get(k, {}), **({r.ends[k].uid: r.ends[k]} if k in r.ends else {})}
+        mine = lives.get(k)
+        pick = pool[mine.uid] if mine is not None and mine.uid in pool else max(pool.values())
+        ends[k] = pick
+        rest = {u: e for u, e in pool.items() if u != pick.uid}
+        if rest:
+            others[k] = rest
+    ended = {h: e for h, e in ends.items() if h in marks and not marks[h].bits & FINAL
              and e.uid in (0, lives[h].uid)}
     failed = [(e.at, h) for h, e in ended.items() if e.failed]
     return Roster(
         marks, max(r.declared, p.workers),
         sum(1 for m in marks.values() if m.bits & FINAL),
         sum(1 for m in marks.values() if m.bits & FAILED),
-        sum(m.bits & FRACTION_MASK for m in marks.values()), first, last, r.ends,
+        sum(m.bits & FRACTION_MASK for m in marks.values()), first, last, ends,
         len(ended), len(failed), min(failed, default=None),
-        max((e.at for e in ended.values()), default=None), paces, lives), capped, said
+        max((e.at for e in ended.values()), default=None), paces, lives, others), capped, said
 
 
 def _metric(metrics: dict[str, Named], beyond: dict[str, Beyond], name: str,

@@ -152,24 +152,34 @@ def test_a_status_written_before_lives_reads_and_the_end_sticks_as_it_did() -> N
     assert fold_many(back, [said(FIRST, "a" * 32, 1, 5, 0.4)]).phase == "Failed"
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.permutations(range(6)), st.booleans())
-def test_lives_fold_in_any_order(order: list[int], ends_first: bool) -> None:
-    """Three lives of one name, each created after the last one went: any arrival order of
-    their reports and ends gives one state."""
+@settings(max_examples=80, deadline=None)
+@given(st.permutations(range(9)), st.sampled_from(["Deleted", "OOMKilled"]),
+       st.sampled_from(["Deleted", "OOMKilled", None]))
+def test_lives_fold_in_any_order(order: list[int], first_end: str, second_end: str | None
+                                 ) -> None:
+    """Three lives of one name, each created after the last one went, and the ends of the
+    first two (bare deletions or explained): any arrival order of the reports and the ends,
+    one at a time, gives the state of the reports folded first and the ends observed after,
+    and it reads back from its status as it is."""
     third = PodRef("recreate-0", "uid-third")
     events = [*FIRST_LIFE, *SECOND_LIFE, said(third, "d" * 32, 0, 60, 0.2),
               said(third, "d" * 32, 1, 70, 0.5), *STEADY]
-    ends = [deleted(FIRST, 10), deleted(SECOND, 50)]
-    items = [events[i] for i in order] + events[6:]
-    s = steps([], ends, (0, 1)) if ends_first else fold_all(TASK, [])
-    s = fold_many(s, items)
-    if not ends_first:
-        s = observe(s, ends)
+
+    def end(pod: PodRef, reason: str, secs: int) -> PodVerdict:
+        return deleted(pod, secs) if reason == "Deleted" else PodVerdict(
+            pod.name, pod.uid, "Failed", reason, "", 137, T0 + timedelta(seconds=secs))
+
+    ends = [end(FIRST, first_end, 10), end(SECOND, second_end or "Deleted", 50)]
+    if second_end is None:
+        ends.append(end(third, "OOMKilled", 80))
+    items = len(events) + len(ends)
+    s = steps(events, ends, tuple(i for i in order if i < items) + tuple(range(9, items)))
     reference = observe(fold_all(TASK, events), ends)
     assert to_status(s) == to_status(reference)
-    assert s.phase == "Running" and s.workers["recreate-0"].fraction == 0.5
-    assert s.roster.replaced == 1
+    assert s.roster == reference.roster
+    assert s.workers["recreate-0"].fraction == 0.5 and s.roster.replaced == 1
+    assert s.phase == ("Failed" if second_end is None else "Running")
+    assert decode_status(TASK, json.loads(json.dumps(to_status(s)))).roster == s.roster
 
 
 def test_born_is_the_server_s_clock_not_the_sender_s() -> None:
@@ -188,3 +198,20 @@ def test_the_view_shows_the_worker_running_and_replaced_not_failed() -> None:
                      T0 + timedelta(seconds=35))
     row = next(w for w in task_view(observe(s, [oom])).workers if w.pod == "recreate-0")
     assert row.state == "failed (pod)" and row.ended == "replaced; Failed: OOMKilled (exit 137)"
+
+
+def test_no_life_s_end_is_lost_to_another_s() -> None:
+    """The first life OOM-killed (an explained end), its pod re-created, the second deleted
+    without a final (a bare deletion, which the explained end outranks in one life's join):
+    the second life's own end decides, whatever arrived first."""
+    oom = PodVerdict(FIRST.name, FIRST.uid, "Failed", "OOMKilled", "container main: OOMKilled",
+                     137, T0 + timedelta(seconds=10))
+    events = [*FIRST_LIFE, *SECOND_LIFE]
+    states = [steps(events, [oom, deleted(SECOND, 45)], order)
+              for order in orders(len(events) + 2)]
+    for s in states:
+        assert s.phase == "Failed", conditions(s)
+        assert conditions(s)["Failed"]["lastTransitionTime"] == "2026-11-30T03:00:45Z"
+        assert to_status(s) == to_status(states[0])
+        back = decode_status(TASK, json.loads(json.dumps(to_status(s))))
+        assert back.roster == s.roster

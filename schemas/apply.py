@@ -12,6 +12,7 @@ is a join or a register with a total order, so the order of events cannot matter
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from operator import attrgetter
@@ -178,10 +179,10 @@ def _merge_roster(w: Work, ev: ParsedEvent, p: Progress, key: OrderKey) -> int:
             w.relive(h, Life(born, uid))
         if not p.final:
             _join_pace(paces, h, pod, key[0], bits & FRACTION_MASK)
-    elif h > max(marks, default=-1):
+    elif h > w.top_mark():
         w.bump("roster_capped")
     else:
-        largest = max(marks)
+        largest = w.swap_top_mark(h)
         gone = marks.pop(largest)
         paces.pop(largest, None)
         w.relive(largest, None)
@@ -266,6 +267,7 @@ class Work:
         "last_final",
         "lim",
         "lives_w",
+        "marks_top",
         "marks_w",
         "named_w",
         "others_w",
@@ -288,6 +290,7 @@ class Work:
         self.marks_w: dict[int, Mark] | None = None  # (the roster's tallies: begin_roster)
         self.paces_w: dict[int, Pace] = {}  # (begin_roster copies the roster's)
         self.lives_w: dict[int, Life] = {}  # (and its lives)
+        self.marks_top: list[int] | None = None  # (see top_mark)
         # The pods' ends, copied when a new life of a name with an end picks its own.
         self.ends_w: dict[int, PodEnd] | None = None
         self.others_w: dict[int, Mapping[int, PodEnd]] = {}
@@ -327,6 +330,20 @@ class Work:
         self.paces_w = dict(r.paces)
         self.lives_w = dict(r.lives)
         return self.marks_w
+
+    def top_mark(self) -> int:
+        """The largest marked hash (-1: none), from a max-heap of the marks' hashes built on
+        the run's first need (a full roster), so a pod past the cap costs O(log n)."""
+        heap = self.marks_top
+        if heap is None:
+            heap = self.marks_top = [-k for k in self.marks_w or ()]
+            heapq.heapify(heap)
+        return -heap[0] if heap else -1
+
+    def swap_top_mark(self, h: int) -> int:
+        """Take the largest marked hash out of the heap and ``h`` in; returns the largest."""
+        assert self.marks_top is not None  # (top_mark came first)
+        return -heapq.heapreplace(self.marks_top, -h)
 
     def relive(self, h: int, life: Life | None) -> None:
         """The mark ``h`` is of ``life`` now (None: the cap gave it up): its name's end is

@@ -48,6 +48,7 @@ def _observe(state: TaskState, pods: Iterable[PodVerdict], waiting: Iterable[Pod
     lim, r, o = state.limits, state.roster, state.observed
     ends: dict[int, PodEnd] | None = None
     others: dict[int, Mapping[int, PodEnd]] = {}
+    top: list[int] = []  # (the ends' hashes as a heap, once the cap is reached)
     detail: dict[str, PodVerdict] | None = None
     for v in pods:
         if not v.terminal:
@@ -60,7 +61,7 @@ def _observe(state: TaskState, pods: Iterable[PodVerdict], waiting: Iterable[Pod
         if known is None or end > known:
             if ends is None:
                 ends, others = dict(r.ends), dict(r.other_ends)
-            insert_life_end(ends, others, h, end, lim.roster, r.lives.get(h))
+            insert_life_end(ends, others, h, end, lim.roster, r.lives.get(h), top)
         kept = (o.pods if detail is None else detail).get(v.pod)
         if kept is None or v.order() > kept.order():
             if detail is None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import heapq
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
@@ -219,9 +220,12 @@ def with_ends(r: Roster, ends: Mapping[int, PodEnd] | None = None) -> Roster:
                       pod_first_failure=first, pod_last_final=last)
 
 
-def insert_end(ends: dict[int, PodEnd], h: int, end: PodEnd, cap: int) -> bool:
+def insert_end(ends: dict[int, PodEnd], h: int, end: PodEnd, cap: int,
+               top: list[int] | None = None) -> bool:
     """Join ``end`` into the pod ``h``'s end, keeping the ``cap`` smallest hashes (as the
-    marks are kept); True when something changed."""
+    marks are kept); True when something changed. ``top``: a max-heap of the hashes of
+    ``ends`` (negated; empty: built on first need) that the caller keeps across calls, so
+    a pod past the cap costs O(log n), not a scan."""
     cur = ends.get(h)
     if cur is not None:
         if end > cur:
@@ -229,9 +233,22 @@ def insert_end(ends: dict[int, PodEnd], h: int, end: PodEnd, cap: int) -> bool:
             return True
         return False
     if len(ends) >= cap:
-        if cap <= 0 or h > max(ends):
+        if cap <= 0:
             return False
-        del ends[max(ends)]
+        if top is None:
+            largest = max(ends)
+        else:
+            if not top:
+                top.extend(-k for k in ends)
+                heapq.heapify(top)
+            largest = -top[0]
+        if h > largest:
+            return False
+        del ends[largest]
+        if top is not None:
+            heapq.heapreplace(top, -h)
+    elif top:
+        heapq.heappush(top, -h)
     ends[h] = end
     return True
 
@@ -257,16 +274,18 @@ def place_end(ends: dict[int, PodEnd], others: dict[int, Mapping[int, PodEnd]], 
 
 
 def insert_life_end(ends: dict[int, PodEnd], others: dict[int, Mapping[int, PodEnd]], h: int,
-                    end: PodEnd, cap: int, life: Life | None) -> bool:
+                    end: PodEnd, cap: int, life: Life | None, top: list[int] | None = None
+                    ) -> bool:
     """Join ``end`` into the end of its life (``end.uid``) of the pod name ``h``, keeping
     the ``cap`` smallest hashes in ``ends`` and the ``cap`` smallest (hash, uid) pairs in
     ``others``; True when something changed."""
     cur = ends.get(h)
     if cur is None:
-        if not insert_end(ends, h, end, cap):
+        if not insert_end(ends, h, end, cap, top):
             return False
-        for gone in [k for k in others if k not in ends]:  # (the cap gave a name up)
-            del others[gone]
+        if others:
+            for gone in [k for k in others if k not in ends]:  # (the cap gave a name up)
+                del others[gone]
         return True
     if cur.uid == end.uid:
         if not end > cur:
@@ -397,8 +416,8 @@ def decode_ends(text: str) -> dict[int, PodEnd]:
 # The lives: per marked pod, in the marks' order (by hash, which they do not repeat), the
 # 4-byte uid fingerprint (0: not known) and, as a varint, its born second after the earliest
 # one's (``livesFrom``) times two, plus one when it replaced an earlier life; all of it
-# base64. About 9 characters a pod. The uid of each pod end: its hash and the fingerprint
-# (``outcomeUids``; ``outcomes`` keeps the layout older readers read).
+# base64. About 9 characters a pod. The uid of each pod end likewise, in the order of
+# ``outcomes`` (``outcomeUids``; ``outcomes`` keeps the layout older readers read).
 
 
 def encode_lives(marks: Mapping[int, Mark], lives: Mapping[int, Life]) -> tuple[int, str]:
@@ -474,19 +493,25 @@ def decode_other_ends(text: str) -> dict[int, dict[int, PodEnd]]:
 
 
 def encode_end_uids(ends: Mapping[int, PodEnd]) -> str:
-    return _pack(((h, e.uid, 0) for h, e in ends.items() if e.uid), 4)
+    """``outcomeUids``: per end in the order of ``outcomes`` (by hash, which it does not
+    repeat), its 4-byte uid fingerprint (0: not known); base64. "" when none is known."""
+    if not any(e.uid for e in ends.values()):
+        return ""
+    return base64.b64encode(b"".join(ends[h].uid.to_bytes(4, "big")
+                                     for h in sorted(ends))).decode("ascii")
 
 
 def with_end_uids(ends: Mapping[int, PodEnd], text: str) -> dict[int, PodEnd]:
-    """``ends`` with the uids ``encode_end_uids`` wrote; ValueError on anything it could not
-    have written (a uid of an end it does not hold is dropped: the roster cap cut it)."""
+    """``ends`` (as ``decode_ends`` read them: all of ``outcomes``) with the uids
+    ``encode_end_uids`` wrote; ValueError on anything it could not have written."""
     out = dict(ends)
-    for h, uid, number in _unpack(text, 4, "truncated pod end uids", "bad pod end uid"):
-        if uid == 0 or number:
-            raise ValueError("bad pod end uid")
-        end = out.get(h)
-        if end is not None:
-            out[h] = end._replace(uid=uid)
+    if not text:
+        return out
+    data = base64.b64decode(text.encode("ascii"), validate=True)
+    if len(data) != 4 * len(out):
+        raise ValueError("bad pod end uids")
+    for i, h in enumerate(sorted(out)):
+        out[h] = out[h]._replace(uid=int.from_bytes(data[4 * i:4 * i + 4], "big"))
     return out
 
 

@@ -425,10 +425,9 @@ def _roster(data: Any, workers: Mapping[str, ProgressState], lim: Limits
           "bad roster")
     raw_ends = data.get("outcomes", "")
     _need(isinstance(raw_ends, str), "bad roster")
-    ends, _ = trim(decode_ends(raw_ends), lim.roster, no_events)
     raw_uids = data.get("outcomeUids", "")
     _need(isinstance(raw_uids, str), "bad roster")
-    ends = with_end_uids(ends, raw_uids)
+    ends, _ = trim(with_end_uids(decode_ends(raw_ends), raw_uids), lim.roster, no_events)
     # The life of each mark (none in an older writer's status: the next report adopts it).
     raw_lives = data.get("lives", "")
     _need(isinstance(raw_lives, str), "bad roster")

@@ -58,15 +58,20 @@ from .roster import (
     Failure,
     OrderKey,
     Pace,
+    PodEnd,
     Roster,
     counts,
     decode_ends,
+    decode_lives,
     decode_marks,
+    decode_other_ends,
     decode_paces,
     epoch_ms,
     mark_bits,
+    place_end,
     pod_hash,
     roster_of,
+    with_end_uids,
     with_ends,
 )
 from .state import DEFAULT_LIMITS, Beyond, Limits, Named, SpanAgg, TaskState, new_state, us
@@ -445,7 +450,8 @@ def _roster(data: Any, workers: Mapping[str, ProgressState], lim: Limits
     _need(isinstance(data, Mapping), "bad roster")
     raw = data.get("marks")
     _need(isinstance(raw, str), "bad roster")
-    marks, cut = trim(decode_marks(raw), lim.roster, events_of)
+    every = decode_marks(raw)
+    marks, cut = trim(every, lim.roster, events_of)
     declared = _int(data.get("declared", 0))
     _need(declared <= WORKERS_MAX, "bad roster")
     first: Failure | None = None
@@ -461,9 +467,25 @@ def _roster(data: Any, workers: Mapping[str, ProgressState], lim: Limits
           "bad roster")
     raw_ends = data.get("outcomes", "")
     _need(isinstance(raw_ends, str), "bad roster")
-    ends, _ = trim(decode_ends(raw_ends), lim.roster, no_events)
+    raw_uids = data.get("outcomeUids", "")
+    _need(isinstance(raw_uids, str), "bad roster")
+    ends, _ = trim(with_end_uids(decode_ends(raw_ends), raw_uids), lim.roster, no_events)
+    # The life of each mark (none in an older writer's status: the next report adopts it).
+    raw_lives = data.get("lives", "")
+    _need(isinstance(raw_lives, str), "bad roster")
+    lives = {} if not raw_lives else {
+        h: life for h, life in decode_lives(raw_lives, data.get("livesFrom", 0), every).items()
+        if h in marks}
+    # The ends of the other lives of a name (each name's end then picked as the fold does).
+    raw_others = data.get("otherOutcomes", "")
+    _need(isinstance(raw_others, str), "bad roster")
+    others: dict[int, Mapping[int, PodEnd]] = {
+        h: p for h, p in decode_other_ends(raw_others).items() if h in ends}
+    for h in list(others):
+        place_end(ends, others, h, lives.get(h))
     return with_ends(Roster(marks, declared, finals, failures, permyriads, first,
-                            None if last is None else _key(last)), ends), cut
+                            None if last is None else _key(last), lives=lives,
+                            other_ends=others), ends), cut
 
 
 def _paces(st: Mapping[str, Any], roster: Roster, workers: Mapping[str, ProgressState],

@@ -20,7 +20,16 @@ from .kinds import BUDGET_RANKED, NAMED_KINDS, Kind
 from .observed import Observed, PodVerdict
 from .payloads import non_finite_text
 from .record import POD_FIELDS, SPAN_FIELDS, WORKER_FIELDS, FieldType, pack
-from .roster import OrderKey, Roster, encode_ends, encode_marks, encode_paces
+from .roster import (
+    OrderKey,
+    Roster,
+    encode_end_uids,
+    encode_ends,
+    encode_lives,
+    encode_marks,
+    encode_other_ends,
+    encode_paces,
+)
 from .state import COUNTER_NAMES, Beyond, Named, SpanAgg, TaskState, us
 from .times import format_seconds, format_time, from_epoch
 from .workers import ProgressState
@@ -347,8 +356,17 @@ def _roster_json(r: Roster) -> dict[str, Any]:
     if r.last_final is not None:
         out["lastFinal"] = key_text(r.last_final)
     out["marks"] = encode_marks(r.marks)
+    if r.lives:
+        out["livesFrom"], out["lives"] = encode_lives(r.marks, r.lives)
+        if r.replaced:
+            out["replaced"] = r.replaced
     if r.ends:
         out["outcomes"] = encode_ends(r.ends)
+        uids = encode_end_uids(r.ends)
+        if uids:
+            out["outcomeUids"] = uids
+    if r.other_ends:
+        out["otherOutcomes"] = encode_other_ends(r.other_ends)
     return out
 
 

@@ -170,6 +170,9 @@ class Store:
         self._evicted: OrderedDict[TaskRef, None] = OrderedDict()
         self.compacted = 0  # entries held compact now
         self.not_compactable = 0  # states whose status did not rebuild them exactly (kept hot)
+        self._listing = 0  # event sources in the middle of a list: folds wait (``hold``)
+        self._waiting: set[TaskRef] = set()  # tasks whose fold waits for the lists' end
+        self._listed: set[TaskRef] = set()  # tasks whose next fold holds a list's events
 
     def _entry(self, task: TaskRef) -> Entry:
         e = self._entries.get(task)
@@ -432,6 +435,45 @@ class Store:
             e.version += 1
             e.written = e.version
             e.touched = time.monotonic()
+
+    def hold(self) -> None:
+        """An event source starts a list: no task is folded until every list in progress is
+        done (``release``). A list comes by name, a hash, so a task's events in it come in
+        no order of time; folded as one batch (in creation order) once all of it is here,
+        compaction past the instance cap skips none of them as late, as it would when a
+        part of it were folded before a page holding older events."""
+        with self._lock:
+            self._listing += 1
+
+    def release(self) -> list[TaskRef]:
+        """A list is done: the tasks to fold now (those with events waiting, and those whose
+        fold waited), when no other list is still in progress (else none yet)."""
+        with self._lock:
+            self._listing = max(0, self._listing - 1)
+            if self._listing:
+                return []
+            waiting, self._waiting = self._waiting, set()
+            listed = [t for t, e in self._entries.items() if e.pending]
+            self._listed.update(listed)
+            return [*waiting, *(t for t in listed if t not in waiting)]
+
+    def listed(self, task: TaskRef) -> bool:
+        """Whether the events ``task``'s fold is about to take hold a list's (asked once:
+        the answer is forgotten)."""
+        with self._lock:
+            if task in self._listed:
+                self._listed.discard(task)
+                return True
+            return False
+
+    def wait_for_list(self, task: TaskRef) -> bool:
+        """True when a list is in progress: ``task``'s fold waits for its end (``release``
+        names it); False: fold it now."""
+        with self._lock:
+            if not self._listing:
+                return False
+            self._waiting.add(task)
+            return True
 
     def push(self, ev: ParsedEvent) -> None:
         """Buffer an event for its task's next fold (called from the watch loop: O(1))."""

@@ -191,3 +191,26 @@ def test_the_watcher_folds_a_relist_in_pages_as_one_batch() -> None:
     assert late("tidings_watcher_events_skipped_total", {"cause": "late"}) == 0
     assert late("tidings_watcher_events_skipped_total", {"cause": "late_relisted"}) \
         == state.counters["late_skipped"] > 0
+
+
+def test_a_late_event_from_the_watch_is_counted_as_a_fact_lost() -> None:
+    """Outside a list, an event created before the watermark reached the watcher after
+    compaction passed it: cause "late" (what the alert watches), not "late_relisted"."""
+    from tidings.schemas.constants import TASK_LABEL
+    from tidings.schemas.platform import PodTask
+    from tidings.watcher.controller import Controller, Settings
+    from tidings.watcher.metrics import Metrics
+
+    events = creation_order(restart_scene(600))
+    c = Controller(None, Settings(), Metrics())  # type: ignore[arg-type]
+    c.store.load(TASK, None, exists=False)
+    for k in range(600):
+        c.senders.put((TASK.namespace, f"worker-{k}", f"uid-{k}"),
+                      PodTask(TASK.name, TASK_LABEL))
+    c.delivery.deliver_many(events[1:])
+    c.folder.fold_task(TASK)
+    c.delivery.deliver_many(events[:1])  # the oldest of all, after the rest: late
+    c.folder.fold_task(TASK)
+    value = c.metrics.registry.get_sample_value
+    assert value("tidings_watcher_events_skipped_total", {"cause": "late"}) == 1
+    assert value("tidings_watcher_events_skipped_total", {"cause": "late_relisted"}) == 0

@@ -18,7 +18,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_schemas_fold import T0, TASK, make_event
-from tidings.schemas import Limits, ParsedEvent, PodRef, Progress, fold, fold_many, new_state
+from tidings.schemas import (
+    Limits,
+    ParsedEvent,
+    PodRef,
+    Progress,
+    TaskRef,
+    fold,
+    fold_many,
+    new_state,
+)
 from tidings.schemas.event import event_name
 from tidings.schemas.folding import fold_checked
 from tidings.schemas.state import TaskState
@@ -214,3 +223,21 @@ def test_a_late_event_from_the_watch_is_counted_as_a_fact_lost() -> None:
     value = c.metrics.registry.get_sample_value
     assert value("tidings_watcher_events_skipped_total", {"cause": "late"}) == 1
     assert value("tidings_watcher_events_skipped_total", {"cause": "late_relisted"}) == 0
+
+
+def test_a_list_holds_back_only_its_own_namespaces_folds() -> None:
+    """A namespace whose list keeps failing holds back no other's folds; a cluster-wide list
+    holds back every task's."""
+    from tidings.watcher.store import Store
+
+    store = Store()
+    mine, other = TaskRef("team-a", "x"), TaskRef("team-b", "y")
+    store.hold("team-a")
+    assert store.wait_for_list(mine) and not store.wait_for_list(other)
+    store.hold("team-a")  # (a second source of the same namespace)
+    assert store.release("team-a") == []
+    assert store.release("team-a") == [mine]
+    assert not store.wait_for_list(mine)
+    store.hold(None)
+    assert store.wait_for_list(mine) and store.wait_for_list(other)
+    assert sorted(store.release(None)) == sorted([mine, other])

@@ -139,8 +139,10 @@ class Controller:
         self.queue.add_many(dict.fromkeys(self.store.unfinished()))
         for i in range(self.s.concurrency):  # (a pod the API cannot answer for stalls no other)
             self._thread(self.delivery.run_resolver, f"resolve-{i}")
-        events = [self._reflector(p, [("fieldSelector", BUS_SELECTOR)], EventSource(self.delivery))
-                  for p in self._paths(events_path)]
+        listed: list[str | None] = [*self.s.namespaces] or [None]
+        events = [self._reflector(events_path(ns), [("fieldSelector", BUS_SELECTOR)],
+                                  EventSource(self.delivery, ns or None))
+                  for ns in listed]
         self._thread(lambda: self._monitor(events), "monitor")
         self._thread(self.health.run, "health")
         if self.s.ttl_after_finished > 0:

@@ -132,17 +132,26 @@ class EventSource:
 
     resource = "events"
 
-    def __init__(self, delivery: Delivery) -> None:
+    def __init__(self, delivery: Delivery, namespace: str | None = None) -> None:
         self.delivery = delivery
+        self.namespace = namespace  # whose events it lists (None: every namespace's)
+        self._listing = False  # (a list that failed midway begins again: held once)
 
     def list_begin(self) -> None:
-        pass
+        # The whole list is folded as one batch (``Store.hold``).
+        if not self._listing:
+            self._listing = True
+            self.delivery.store.hold(self.namespace)
 
     def list_page(self, items: list[KubeObject]) -> None:
         self.delivery.deliver_many([parse_event(obj) for obj in items], items)
 
     def list_done(self, resource_version: str) -> None:
-        pass
+        if self._listing:
+            self._listing = False
+            held = self.delivery.store.release(self.namespace)
+            if held:
+                self.delivery.queue.add_many(dict.fromkeys(held))
 
     def watch_line(self, line: bytes) -> WatchItem:
         return self.watch_lines([line])[0]

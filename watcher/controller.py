@@ -26,7 +26,7 @@ from tidings.schemas.event import TaskRef
 from tidings.schemas.health import stalled_since_written
 from tidings.schemas.state import Limits, TaskState
 
-from .delivery import Delivery, EventSource
+from .delivery import Delivery, EventSource, ListGate
 from .fold import Folder
 from .health_clock import HealthClock
 from .logs import RejectionLog
@@ -77,10 +77,13 @@ class Controller:
         rejections = RejectionLog(lambda reason: metrics.events_rejected.labels(reason).inc())
         self.delivery = Delivery(self.store, self.queue, self.senders, metrics, rejections,
                                  retry_after=settings.sender_retry)
+        # Closed from ``start`` until the events' first list is in, and during each relist.
+        self.gate = ListGate()
         self.folder = Folder(self.store, self.queue, self.writer, metrics, self.senders,
                              self.platform,
                              Runs(kube, self.store, self.platform, self.senders, self.health),
-                             self.health, rejections, retry_after=settings.sender_retry)
+                             self.health, rejections, retry_after=settings.sender_retry,
+                             gate=self.gate)
         self.ready = threading.Event()
         self._reflectors: list[Reflector] = []
         self._threads: list[threading.Thread] = []
@@ -117,6 +120,8 @@ class Controller:
         return r
 
     def start(self) -> None:
+        # The gate closes here, before anything can be folded (the pods are listed first).
+        sources = [EventSource(self.delivery, self.gate) for _ in self._paths(events_path)]
         t0 = time.monotonic()
         loaded = self._load()
         log.info("loaded %d task states in %.2fs", loaded, time.monotonic() - t0)
@@ -139,8 +144,8 @@ class Controller:
         self.queue.add_many(dict.fromkeys(self.store.unfinished()))
         for i in range(self.s.concurrency):  # (a pod the API cannot answer for stalls no other)
             self._thread(self.delivery.run_resolver, f"resolve-{i}")
-        events = [self._reflector(p, [("fieldSelector", BUS_SELECTOR)], EventSource(self.delivery))
-                  for p in self._paths(events_path)]
+        events = [self._reflector(p, [("fieldSelector", BUS_SELECTOR)], source)
+                  for p, source in zip(self._paths(events_path), sources, strict=True)]
         self._thread(lambda: self._monitor(events), "monitor")
         self._thread(self.health.run, "health")
         if self.s.ttl_after_finished > 0:

@@ -127,22 +127,71 @@ class Delivery:
         self.queue.add_many(dict.fromkeys(ev.task for ev in retargeted))
 
 
+class ListGate:
+    """No task is folded while a list of the events is being delivered (the first one, and
+    every relist), from when its source is made until its last page is in: a list comes in
+    name order, which is no order of creation, in pages, so a fold between two pages could
+    take a worker's final without the windows it sent before it, and the status would say
+    Completed without them; and a pod's end, read from the pod cache, must not complete a
+    task whose last facts the list is still bringing (a restart, a handover: the pods are
+    listed first). A fold asked meanwhile is held, and asked again once every list is in."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._listing: set[int] = set()  # the sources whose list is not all in
+        self._held: set[TaskRef] = set()
+
+    def begin(self, source: object) -> None:
+        with self._lock:
+            self._listing.add(id(source))
+
+    def done(self, source: object) -> list[TaskRef]:
+        """``source``'s list is all in: the tasks held, to fold now, when no other list
+        is still coming."""
+        with self._lock:
+            self._listing.discard(id(source))
+            if self._listing:
+                return []
+            held, self._held = self._held, set()
+        return list(held)
+
+    def hold(self, task: TaskRef) -> bool:
+        """True: a list is coming, so ``task`` is held (folded once it is in)."""
+        with self._lock:
+            if not self._listing:
+                return False
+            self._held.add(task)
+            return True
+
+    def listing(self) -> bool:
+        with self._lock:
+            return bool(self._listing)
+
+
 class EventSource:
-    """Reflector source for bus events: parse, then deliver (``Delivery``)."""
+    """Reflector source for bus events: parse, then deliver (``Delivery``); with a ``gate``,
+    closed from now until each of its lists is all in (``ListGate``)."""
 
     resource = "events"
 
-    def __init__(self, delivery: Delivery) -> None:
+    def __init__(self, delivery: Delivery, gate: ListGate | None = None) -> None:
         self.delivery = delivery
+        self.gate = gate
+        if gate is not None:
+            gate.begin(self)  # (the first list: nothing is folded before it is in)
 
     def list_begin(self) -> None:
-        pass
+        if self.gate is not None:
+            self.gate.begin(self)
 
     def list_page(self, items: list[KubeObject]) -> None:
         self.delivery.deliver_many([parse_event(obj) for obj in items], items)
 
     def list_done(self, resource_version: str) -> None:
-        pass
+        if self.gate is not None:
+            held = self.gate.done(self)
+            if held:
+                self.delivery.queue.add_many(dict.fromkeys(held))
 
     def watch_line(self, line: bytes) -> WatchItem:
         return self.watch_lines([line])[0]

@@ -18,6 +18,7 @@ from tidings.schemas.rejection import Rejection, RejectReason
 
 from .checks import AdmissionChecks
 from .coalesce import critical_change, reporters
+from .delivery import ListGate
 from .health_clock import HealthClock
 from .logs import RejectionLog, task_fields
 from .metrics import Metrics
@@ -94,6 +95,8 @@ class Folder:
     # Tasks the TTL deleted that got a late fact since: the next sweep deletes the bus
     # events of each again, so a restart's relist cannot bring the task back either.
     late_after_ttl: set[TaskRef] = field(default_factory=set)
+    # Folds wait while a list of the events is coming (delivery.py's ListGate).
+    gate: ListGate | None = None
 
     def run(self) -> None:
         self.queue.serve(self.fold_task, lambda task: log.exception(
@@ -145,6 +148,8 @@ class Folder:
 
     def fold_task(self, task: TaskRef) -> None:
         """Fold every pending event of ``task`` (runs in one worker; never two for one key)."""
+        if self.gate is not None and self.gate.hold(task):
+            return
         checks = AdmissionChecks(self.senders, self.platform, task)
         if not self._ready(task, checks):
             return

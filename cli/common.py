@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 
 from tidings._compat import StrEnum
 
-# Exit codes: one per failure class, stable, documented in README ("The CLI").
+# Exit codes: one per failure class, stable, documented in docs/cli.md ("Errors").
 EXIT_OK = 0
 EXIT_ERROR = 1  # anything unexpected (an API error of another kind, a bug)
 EXIT_INVALID = 2  # invalid input (also what typer/click use for usage errors)

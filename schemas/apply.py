@@ -12,6 +12,7 @@ is a join or a register with a total order, so the order of events cannot matter
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from operator import attrgetter
@@ -37,18 +38,23 @@ from .roster import (
     FINAL,
     FRACTION_MASK,
     Failure,
+    Life,
     Mark,
     OrderKey,
     Pace,
+    PodEnd,
     Roster,
     epoch_ms,
     mark_bits,
+    place_end,
     pod_hash,
+    uid_print,
     with_ends,
 )
 from .spans import SpanRun
 from .state import Beyond, Named, NamedValue, TaskState
 from .text import cut_text
+from .times import epoch
 from .workers import ProgressState, merge_progress
 
 # --- per-entry merges, in place on a map the run owns ------------------------------------
@@ -106,17 +112,49 @@ def _set_named_beyond(entries: dict[str, Named], beyond: dict[str, Beyond], name
                                     _non_finite_of(gone.value, index), gone.events, beyond_cap)
 
 
-def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
+# What a report's life is to its pod's mark (``_merge_roster``).
+_SAME, _NEW, _EARLIER = 0, 1, 2
+
+
+def _merge_roster(w: Work, ev: ParsedEvent, p: Progress, key: OrderKey) -> int:
     """Merge ``p`` into the roster: its pod's mark (joined), the declared count, the first
     failure and the latest final. Each is a join, so the order of events cannot matter; the
-    registers take every Progress, also of a pod beyond the roster's cap."""
+    registers take every Progress, also of a pod beyond the roster's cap.
+
+    A mark is one life of its pod name (``roster.Life``): a report of a later life (another
+    uid, created later) starts the mark again (``_NEW``: the detailed record starts again
+    too), one of an earlier life is not the mark's (``_EARLIER``: kept nowhere but in the
+    registers). Of two lives the later stays, so this is a join as well."""
     marks = w.marks_w
     if marks is None:
         marks = w.begin_roster()
     paces = w.paces_w
+    pod = ev.sender.name
     h = pod_hash(pod)
     bits = mark_bits(p.fraction, p.final, p.failed)
     cur = marks.get(h)
+    lives = w.lives_w
+    uid = uid_print(ev.sender.uid)
+    born = epoch(key[0] if ev.created is None else ev.created)
+    said = _SAME
+    if cur is not None:
+        life = lives.get(h)
+        if life is None:  # (a mark of an older status: the life it was is not known)
+            w.relive(h, Life(born, uid))
+        elif life.uid != uid:
+            if (born, uid) < (life.born, life.uid):
+                if not life.replaced:
+                    lives[h] = life._replace(replaced=True)
+                _merge_registers(w, pod, p, key)
+                return _EARLIER
+            # The pod was re-created with its name: its mark starts again with this life.
+            del marks[h]
+            paces.pop(h, None)
+            w.marked(cur.bits, -1)
+            w.relive(h, Life(born, uid, True))
+            cur, said = None, _NEW
+        elif born < life.born:
+            lives[h] = life._replace(born=born)
     if cur is not None:
         # join_bits and the tallies, inline: a worker's every Progress passes here.
         old = cur.bits
@@ -137,20 +175,31 @@ def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
     elif len(marks) < w.lim.roster:
         marks[h] = Mark(bits, 1)
         w.marked(bits, 1)
+        if said == _SAME:
+            w.relive(h, Life(born, uid))
         if not p.final:
             _join_pace(paces, h, pod, key[0], bits & FRACTION_MASK)
-    elif h > max(marks, default=-1):
+    elif h > w.top_mark():
         w.bump("roster_capped")
     else:
-        largest = max(marks)
+        largest = w.swap_top_mark(h)
         gone = marks.pop(largest)
         paces.pop(largest, None)
+        w.relive(largest, None)
         w.bump("roster_capped", gone.events)
         w.marked(gone.bits, -1)
         marks[h] = Mark(bits, 1)
         w.marked(bits, 1)
+        w.relive(h, Life(born, uid))
         if not p.final:
             _join_pace(paces, h, pod, key[0], bits & FRACTION_MASK)
+    _merge_registers(w, pod, p, key)
+    return said
+
+
+def _merge_registers(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
+    """The roster's registers over every report: the declared count, the latest final and
+    the first failure (whose life the completion rule asks the marks)."""
     if p.workers > w.declared:
         w.declared = p.workers
     if p.final:
@@ -211,13 +260,17 @@ class Work:
         "beyond_w",
         "counters",
         "declared",
+        "ends_w",
         "failures",
         "finals",
         "first_failure",
         "last_final",
         "lim",
+        "lives_w",
+        "marks_top",
         "marks_w",
         "named_w",
+        "others_w",
         "paces_w",
         "permyriads",
         "spans_w",
@@ -236,6 +289,11 @@ class Work:
         self.beyond_w: dict[str, dict[str, Beyond]] | None = None
         self.marks_w: dict[int, Mark] | None = None  # (the roster's tallies: begin_roster)
         self.paces_w: dict[int, Pace] = {}  # (begin_roster copies the roster's)
+        self.lives_w: dict[int, Life] = {}  # (and its lives)
+        self.marks_top: list[int] | None = None  # (see top_mark)
+        # The pods' ends, copied when a new life of a name with an end picks its own.
+        self.ends_w: dict[int, PodEnd] | None = None
+        self.others_w: dict[int, Mapping[int, PodEnd]] = {}
 
     def registers(self, section: str) -> dict[str, Named]:
         """The run's copy of the named kind ``section``'s registers."""
@@ -270,18 +328,52 @@ class Work:
         self.first_failure, self.last_final = r.first_failure, r.last_final
         self.marks_w = dict(r.marks)
         self.paces_w = dict(r.paces)
+        self.lives_w = dict(r.lives)
         return self.marks_w
+
+    def top_mark(self) -> int:
+        """The largest marked hash (-1: none), from a max-heap of the marks' hashes built on
+        the run's first need (a full roster), so a pod past the cap costs O(log n)."""
+        heap = self.marks_top
+        if heap is None:
+            heap = self.marks_top = [-k for k in self.marks_w or ()]
+            heapq.heapify(heap)
+        return -heap[0] if heap else -1
+
+    def swap_top_mark(self, h: int) -> int:
+        """Take the largest marked hash out of the heap and ``h`` in; returns the largest."""
+        assert self.marks_top is not None  # (top_mark came first)
+        return -heapq.heapreplace(self.marks_top, -h)
+
+    def relive(self, h: int, life: Life | None) -> None:
+        """The mark ``h`` is of ``life`` now (None: the cap gave it up): its name's end is
+        that life's, if it has one."""
+        if life is None:
+            self.lives_w.pop(h, None)
+        else:
+            self.lives_w[h] = life
+        ends = self.ends_w
+        if ends is None:
+            r = self.state.roster
+            if h not in r.ends:
+                return
+            ends = self.ends_w = dict(r.ends)
+            self.others_w = dict(r.other_ends)
+        if h in ends:
+            place_end(ends, self.others_w, h, life)
 
     def roster(self) -> Roster:
         if self.marks_w is None:
             return self.state.roster
         r = self.state.roster
+        ends = r.ends if self.ends_w is None else self.ends_w
         out = Roster(self.marks_w, self.declared, self.finals, self.failures,
-                     self.permyriads, self.first_failure, self.last_final, r.ends,
-                     paces=self.paces_w)
+                     self.permyriads, self.first_failure, self.last_final, ends,
+                     paces=self.paces_w, lives=self.lives_w,
+                     other_ends=r.other_ends if self.ends_w is None else self.others_w)
         # The pods' ends count only for pods without a final of their own: a new mark or
         # final moves those tallies (rarely: only a task with an ended pod has ends).
-        return with_ends(out) if r.ends else out
+        return with_ends(out) if ends else out
 
 
 Apply = Callable[[Work, ParsedEvent, Payload, datetime], None]
@@ -320,10 +412,14 @@ def _apply_progress(w: Work, ev: ParsedEvent, p: Progress, t: datetime) -> None:
     if workers is None:
         workers = w.workers_w = dict(w.state.workers)
     key = (t, ev.instance, ev.seq)
+    life = _merge_roster(w, ev, p, key)
+    if life == _EARLIER:
+        return
+    if life == _NEW:
+        workers.pop(ev.sender.name, None)
     capped = merge_progress(workers, ev.sender.name, p, key, w.lim.workers)
     if capped:
         w.bump("workers_capped", capped)
-    _merge_roster(w, ev.sender.name, p, key)
 
 
 def _named_apply(kind: Kind, model: type) -> Apply:

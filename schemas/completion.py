@@ -7,7 +7,7 @@ each worker's record is schemas/workers.py's.
 
 The rule reads the roster (every reporting pod), never the capped detailed records, so no
 failed or final report is lost to a cap and a task of up to WORKERS_MAX declared workers
-completes. Who decides what (the README's "What the status means"):
+completes. Who decides what (docs/status.md, "What the status means"):
 
 - a platform object that owns the task (``observed.platform``: a Job, JobSet, Workflow or
   TrainJob whose controller reports on it) decides its outcome alone: its terminal condition
@@ -30,7 +30,15 @@ from .contract import FAILED, PENDING, RUNNING, SUCCEEDED, condition
 from .observed import WAITING, Observed, PlatformOutcome
 from .roster import FAILED as FAILED_BIT
 from .roster import FINAL as FINAL_BIT
-from .roster import FRACTION_MASK, FRACTION_SCALE, Roster, pod_hash
+from .roster import (
+    FRACTION_MASK,
+    FRACTION_SCALE,
+    Failure,
+    Roster,
+    ends_life,
+    pod_hash,
+    uid_print,
+)
 from .text import cut_text
 from .times import from_epoch
 from .workers import ProgressState
@@ -79,11 +87,28 @@ def phase_of(state: Folded) -> str:
     n = len(r.marks)
     started = bool(state.counters.get("events_applied", 0) or n or state.observed.running)
     if platform is None:
-        if r.first_failure is not None or r.pod_failures:  # (also beyond the roster's cap)
+        if r.failures or r.pod_failures or _failure_beyond(r):
             return FAILED
         if n and r.finals + r.pod_finals == n and n >= r.declared:
             return SUCCEEDED
     return RUNNING if started else PENDING
+
+
+def _failure_beyond(r: Roster) -> bool:
+    """Whether the first failed final is of a pod beyond the roster's cap (no mark to count
+    it). One of a pod the roster marks counts through its mark: a failure of an earlier life
+    of its name (the pod was re-created since) does not."""
+    f = r.first_failure
+    return f is not None and pod_hash(f.pod) not in r.marks
+
+
+def _own_failure(r: Roster) -> Failure | None:
+    """The first failed final, unless it is an earlier life's (see ``_failure_beyond``)."""
+    f = r.first_failure
+    if f is None:
+        return None
+    m = r.marks.get(pod_hash(f.pod))
+    return f if m is None or m.bits & FAILED_BIT else None
 
 
 def _retried(r: Roster, h: int, bits: int) -> bool:
@@ -91,7 +116,7 @@ def _retried(r: Roster, h: int, bits: int) -> bool:
     pod's failed end. Under a platform that retries, such a worker is a retried attempt."""
     if bits & FINAL_BIT:
         return bool(bits & FAILED_BIT)
-    end = r.ends.get(h)
+    end = r.end_of(h)
     return end is not None and end.failed
 
 
@@ -107,7 +132,7 @@ def _fraction_sum(state: Folded, platform: bool) -> tuple[float, int]:
     if r.pod_finals:
         for h, end in r.ends.items():
             m = marks.get(h)
-            if m is None or m.bits & FINAL_BIT:
+            if m is None or m.bits & FINAL_BIT or not ends_life(end, r.lives.get(h)):
                 continue
             if not end.failed:
                 permyriads += FRACTION_SCALE - (m.bits & FRACTION_MASK)
@@ -138,15 +163,21 @@ def _first_failure(state: Folded) -> _Failure | None:
     """What failed the task first: a failed final of its own (WorkerFailed), or a reporting
     pod's failed end without one (PodFailed), whichever is earlier."""
     r = state.roster
-    own = r.first_failure
+    own = _own_failure(r)
     found = None if own is None else _Failure(
         own.at[0], "WorkerFailed", own.message or "a worker reported failure")
+    if found is None and r.failures and r.first_failure is not None:
+        # The first failure was an earlier life's; a later one is not kept apart.
+        found = _Failure(r.first_failure.at[0], "WorkerFailed", "a worker reported failure")
     if r.pod_first_failure is not None:
         at_s, h = r.pod_first_failure
         at = from_epoch(at_s)
         if found is None or at < found.at:
             v = next((v for pod, v in state.observed.pods.items() if pod_hash(pod) == h),
                      None)
+            life = r.lives.get(h)
+            if v is not None and life is not None and uid_print(v.uid) != life.uid:
+                v = None  # (the end detailed is another pod's of that name)
             text = f"pod {v.pod} ended without a final report: {v.reason}" + (
                 f": {v.message}" if v.message else "") if v is not None else \
                 "a reporting pod failed without a final report"

@@ -17,7 +17,12 @@ permutation, with any duplicates mixed in, yields an identical ``to_status()`` e
 so depends on the delivery by definition. Every other counter counts distinct events, and
 caps keep the lexicographically smallest names, so nothing else depends on arrival order.
 Event names bind (instance, seq) to one object per task (see ``parse_event``), so two
-different payloads can never share a dedup key.
+different payloads can never share a dedup key. Past the instance cap (below) this holds for
+a batch: ``fold_many`` and ``fold_checked`` fold a batch in creation order (``creation_order``),
+so any order of it gives one state, the fold of its events one by one in creation order, at
+any size. One by one in another order it cannot hold past the cap: a bounded vector cannot
+tell an instance it forgot from one it never saw, so events of a batch are never folded
+before events created earlier in it (a relist lists by name, a hash: any order at all).
 
 Time: eventTime is the sender's word. When the API server's ``creationTimestamp`` is known,
 the time used for ordering is ``min(eventTime, creationTimestamp + CLOCK_SKEW)`` (counted in
@@ -52,16 +57,20 @@ time is the *watermark*. Instances whose newest event was created before it are 
 out of the version vector, and an event created before it is skipped (``late_skipped``)
 instead of being checked against the vector. When more than ``max_instances`` instances
 remain, the watermark is raised to the creation time of the oldest quarter, and their
-entries go the same way, but never past the newest creation second: the vector holds at most
-``max_instances`` instances plus those created in the newest second (the API server's own
+entries go the same way, but never past the creation second of the event that compacts, so
+an event created in or after it is never skipped, and a batch folded in creation order
+loses none of its events to a compaction it caused: the vector holds at most
+``max_instances`` instances plus those created in that second or after (the API server's own
 create rate bounds them). Why this never double counts: an instance is forgotten only when
 all its known events were created before the watermark, and from then on *every* event
 created before the watermark is skipped, applied or not; an event created at or after it
 still finds its instance in the vector. What raising the watermark for the cap can cost is
-an event that arrives later than the newest ``max_instances`` instances' events: it is
-skipped and counted, never applied twice. Order-insensitivity holds for any set of events
-whose creation times lie within ``event_ttl + ttl_margin`` of each other from at most
-``max_instances`` instances (events without a creationTimestamp are never compacted).
+an event delivered after events created well after it from ``max_instances`` other
+instances (a later batch, not the same one): it is skipped and counted, never applied twice.
+One by one, order-insensitivity holds for any set of events whose creation times lie within
+``event_ttl + ttl_margin`` of each other from at most ``max_instances`` instances; as one
+batch, for any number of instances (events without a creationTimestamp are never
+compacted). So the watcher folds a relist as one batch (watcher/fold.py).
 """
 
 from __future__ import annotations
@@ -70,6 +79,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache
+from operator import attrgetter
 from typing import NamedTuple, TypeVar
 
 from tidings._compat import UTC
@@ -125,6 +135,7 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
     bound = _EPOCH0
     last_sender = None
     key = ("", "")
+    local = True
     n_wrong = n_dups = n_late = n_clamped = n_applied = 0
     n = len(events)
     due: int | None = None
@@ -193,13 +204,18 @@ def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups
         sender = ev.sender
         if sender is not last_sender:
             last_sender, key = sender, (sender.name, sender.uid)
-        cur = pods.get(key)
-        if cur is not None:
-            pods[key] = cur + 1
-        else:
-            capped = insert_capped(pods, key, 1, lim.pods, one_each)
-            if capped:
-                counters["pods_capped"] = counters.get("pods_capped", 0) + capped
+            # ``pods`` lists the task's reporting pods by name and uid, pods of the task's
+            # namespace: a controller recording lineage from its own namespace is no such pod
+            # (read as one, its live pod would show as a dead pod of the task).
+            local = sender.namespace in ("", task.namespace)
+        if local:
+            cur = pods.get(key)
+            if cur is not None:
+                pods[key] = cur + 1
+            else:
+                capped = insert_capped(pods, key, 1, lim.pods, one_each)
+                if capped:
+                    counters["pods_capped"] = counters.get("pods_capped", 0) + capped
         if first is None or t < first:
             first = t
         if last is None or t > last:
@@ -265,9 +281,10 @@ def _compact(applied: VersionVector, times: Mapping[str, int], watermark: int, c
         keep = max(1, lim.max_instances * 3 // 4)
         cut = ordered[len(ordered) - keep]
         # Creation times have second precision: when the oldest second alone holds more than
-        # the cap allows, that whole second goes; but never the newest second, whose later
-        # events (a final right after a burst) would then all be skipped as late.
-        new = max(new, min(cut if cut > ordered[0] else cut + 1, ordered[-1]))
+        # the cap allows, that whole second goes; but never past the second of the event
+        # that compacts (``c``): the events created in it or after it that the fold has not
+        # reached yet (a final right after a burst, the rest of a batch) are still applied.
+        new = max(new, min(cut if cut > ordered[0] else cut + 1, c))
     if new == watermark:
         return applied, times, watermark, 0
     drop = [i for i, t in times.items() if t < new]
@@ -287,6 +304,27 @@ def _compacted(state: TaskState, c: int) -> TaskState:
         counters["instances_compacted"] = counters.get("instances_compacted", 0) + n
     return replace(state, applied=applied, instance_times=times, watermark=watermark,
                    counters=counters)
+
+
+_BY_CREATION = attrgetter("created", "instance", "seq")
+
+
+def _creation_key(ev: ParsedEvent) -> tuple[datetime, str, int]:
+    return (ev.created or _EPOCH0, ev.instance, ev.seq)
+
+
+def creation_order(events: Sequence[ParsedEvent]) -> Sequence[ParsedEvent]:
+    """``events`` in the order the API server created them (ties by instance, then seq: a
+    total order of distinct events; those without a creation time first): the order every
+    batch is folded in. A relist lists by name, a hash of (instance, seq); folded in that
+    order, compaction past the instance cap would raise the watermark over events of the
+    same batch it has not reached yet and skip them as late."""
+    if len(events) < 2:
+        return events
+    try:
+        return sorted(events, key=_BY_CREATION)  # (a key built in C: the common case)
+    except TypeError:  # an event without a creation time (None does not compare)
+        return sorted(events, key=_creation_key)
 
 
 def _fold_events(state: TaskState, events: Sequence[ParsedEvent], count_dups: bool = True,
@@ -317,10 +355,11 @@ def fold(state: TaskState, ev: ParsedEvent) -> TaskState:
 
 
 def fold_many(state: TaskState, events: Iterable[ParsedEvent]) -> TaskState:
-    """Merge ``events`` into ``state`` in order; the same state as folding them one by one
-    (``functools.reduce(fold, events, state)``), but each map is copied once per batch
-    instead of once per event. Pure and total, like ``fold``."""
-    evs = events if isinstance(events, list | tuple) else list(events)
+    """Merge ``events`` into ``state``; the same state as folding them one by one in
+    creation order (``functools.reduce(fold, creation_order(events), state)``), whatever
+    order they come in, but each map is copied once per batch instead of once per event.
+    Pure and total, like ``fold``."""
+    evs = creation_order(events if isinstance(events, list | tuple) else list(events))
     try:
         return _fold_events(state, evs)
     except Exception:
@@ -333,7 +372,7 @@ def fold_many(state: TaskState, events: Iterable[ParsedEvent]) -> TaskState:
 
 class Checked(NamedTuple):
     state: TaskState
-    taken: list[ParsedEvent]  # the events applied or counted late, in order
+    taken: list[ParsedEvent]  # the events applied or counted late, in creation order
     duplicates: int  # the events skipped as already applied (not counted in the state)
 
 
@@ -345,16 +384,17 @@ def fold_checked(state: TaskState, events: Sequence[ParsedEvent], admit: Admit |
     always folded (counted in ``lateSkipped``) after ``admit(ev, True)`` is told of it.
     Returns the state, the events it took in and how many duplicates it dropped.
 
-    The same as checking each event against the state folded so far and folding it alone,
-    which is what a rebase re-applies. Total like ``fold_many`` (an internal error is redone
-    event by event and counted in ``foldErrors``), except that an exception of ``admit``
-    itself propagates."""
+    The same as checking each event, in creation order, against the state folded so far
+    and folding it alone, which is what a rebase re-applies. Total like ``fold_many`` (an
+    internal error is redone event by event and counted in ``foldErrors``), except that an
+    exception of ``admit`` itself propagates."""
     said: list[bool] = []  # admit's answers, in the order asked
 
     def asked(ev: ParsedEvent, late: bool) -> bool:
         said.append(True if admit is None else admit(ev, late))
         return said[-1]
 
+    events = creation_order(events)
     taken: list[ParsedEvent] = []
     dropped = [0]
     try:

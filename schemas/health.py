@@ -189,8 +189,7 @@ def _running(state: TaskState) -> Running:
     r = state.roster
     paces = r.paces
     if r.pod_finals:
-        ends = r.ends
-        out = [p for h, p in paces.items() if h not in ends]
+        out = [p for h, p in paces.items() if r.end_of(h) is None]
     else:
         out = list(paces.values())
     running = len(r.marks) - r.finals - r.pod_finals
@@ -553,9 +552,8 @@ def next_stall_of(state: TaskState, pods: Iterable[str], now: datetime,
     if state.phase != RUNNING:
         return None
     r = state.roster
-    ends = r.ends if r.pod_finals else {}
     paces = [p for h in {pod_hash(pod) for pod in pods}
-             if (p := r.paces.get(h)) is not None and h not in ends]
+             if (p := r.paces.get(h)) is not None and not (r.pod_finals and r.end_of(h))]
     return _soonest(paces, now, settings)
 
 

@@ -8,13 +8,13 @@ observations commute with each other and with the events (schemas/folding.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 
 from .caps import insert_capped, no_events
 from .observed import Observed, PlatformOutcome, PodVerdict
-from .roster import PodEnd, insert_end, pod_hash, with_ends
+from .roster import PodEnd, insert_life_end, pod_hash, uid_print, with_ends
 from .state import TaskState, with_counter
 from .times import epoch
 
@@ -53,17 +53,21 @@ def _observe(state: TaskState, pods: Iterable[PodVerdict], waiting: Iterable[Pod
              running: tuple[int, datetime | None] | None) -> TaskState:
     lim, r, o = state.limits, state.roster, state.observed
     ends: dict[int, PodEnd] | None = None
+    others: dict[int, Mapping[int, PodEnd]] = {}
+    top: list[int] = []  # (the ends' hashes as a heap, once the cap is reached)
     detail: dict[str, PodVerdict] | None = None
     for v in pods:
         if not v.terminal:
             continue
         h = pod_hash(v.pod)
-        end = PodEnd(v.explained, epoch(v.at), v.failed)
+        end = PodEnd(v.explained, epoch(v.at), v.failed, uid_print(v.uid))
         known = (r.ends if ends is None else ends).get(h)
+        if known is not None and known.uid != end.uid:  # (another life's end: its own)
+            known = (r.other_ends if ends is None else others).get(h, {}).get(end.uid)
         if known is None or end > known:
             if ends is None:
-                ends = dict(r.ends)
-            insert_end(ends, h, end, lim.roster)
+                ends, others = dict(r.ends), dict(r.other_ends)
+            insert_life_end(ends, others, h, end, lim.roster, r.lives.get(h), top)
         kept = (o.pods if detail is None else detail).get(v.pod)
         if kept is None or v.order() > kept.order():
             if detail is None:
@@ -96,6 +100,7 @@ def _observe(state: TaskState, pods: Iterable[PodVerdict], waiting: Iterable[Pod
     if ends is None and detail is None and now_waiting is o.waiting \
             and now_platform is o.platform and now_running == (o.running, o.running_since):
         return state
-    return replace(state, roster=r if ends is None else with_ends(r, ends),
+    return replace(state, roster=r if ends is None else with_ends(
+        r._replace(other_ends=others), ends),
                    observed=Observed(o.pods if detail is None else detail, now_waiting,
                                      now_platform, *now_running))

@@ -8,12 +8,17 @@ registers are a maximum (declared count, latest final) and a minimum (first fail
 order keys, so folding the roster is idempotent and order-insensitive by construction. A
 pace is a join too (the earliest and the latest report, a count), kept while its pod has no
 final: a final mark ends it, whichever arrives first.
+
+A pod's life is its uid: a mark belongs to one life of its pod name (``Life``), the latest
+(the API server created its first report last), and a pod re-created with its name starts a
+new mark; an end (``PodEnd.uid``) counts only for the life it ended.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import heapq
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
@@ -36,6 +41,13 @@ def pod_hash(pod: str) -> int:
     """The pod name's roster key: a stable 48-bit hash (the same in every process)."""
     return int.from_bytes(hashlib.blake2b(pod.encode("utf-8", "surrogatepass"),
                                           digest_size=_HASH_BYTES).digest(), "big")
+
+
+@lru_cache(maxsize=65_536)
+def uid_print(uid: str) -> int:
+    """A pod uid's 32-bit fingerprint, never 0 (0: a life not known, from an older status)."""
+    return int.from_bytes(hashlib.blake2b(uid.encode("utf-8", "surrogatepass"),
+                                          digest_size=4).digest(), "big") or 1
 
 
 def mark_bits(fraction: float, final: bool, failed: bool) -> int:
@@ -72,11 +84,25 @@ class Failure(NamedTuple):
 class PodEnd(NamedTuple):
     """How a pod ended as its object says it (schemas/observed.py), compact: ``explained``
     when the object said how (False: only that it is gone), ``at`` in epoch seconds, and
-    whether it failed. Tuple order is the join: the larger end wins."""
+    whether it failed; ``uid`` the fingerprint of the life it ended (0: not known, an older
+    status's, which counts for any life). Tuple order is the join: the larger end wins."""
 
     explained: bool
     at: int
     failed: bool
+    uid: int = 0
+
+
+class Life(NamedTuple):
+    """Which life of its pod name a mark is: the fingerprint of the reporting pod's uid,
+    when the API server created that life's first report (``born``, epoch seconds: a pod's
+    events are created while it exists, so a name's lives do not interleave), and whether an
+    earlier life of the name was given up for it (``replaced``: its pod was re-created). Of
+    two lives the later (born, uid) is the mark's."""
+
+    born: int
+    uid: int
+    replaced: bool = False
 
 
 class Pace(NamedTuple):
@@ -135,15 +161,35 @@ class Roster(NamedTuple):
     # The pace of each marked pod without a final (by pod hash): what health judges. After a
     # status whose budget left some out is read, a running pod may have none (not judged).
     paces: Mapping[int, Pace] = {}
+    # The life of each mark (by pod hash); a mark read from an older status has none (the
+    # next report's life adopts it).
+    lives: Mapping[int, Life] = {}
+    # The ends of the other lives of a name whose end ``ends`` holds (by pod hash, then uid
+    # fingerprint): ``ends`` holds the end of the mark's life when one is known, else the
+    # largest (``place_end``), so no life's end is lost to another's.
+    other_ends: Mapping[int, Mapping[int, PodEnd]] = {}
 
     def end_of(self, h: int) -> PodEnd | None:
         """The end that decides the pod ``h``'s outcome: its pod's, when it reported no
-        final of its own (None: its own final decides, or it has not ended)."""
+        final of its own and the end is of the mark's life (None: its own final decides, or
+        it has not ended, or only an earlier life of its name did)."""
         end = self.ends.get(h)
         if end is None:
             return None
         m = self.marks.get(h)
-        return end if m is None or not m.bits & FINAL else None
+        if m is None:
+            return end
+        return end if not m.bits & FINAL and ends_life(end, self.lives.get(h)) else None
+
+    @property
+    def replaced(self) -> int:
+        """Reporting pods re-created with their name (an earlier life given up)."""
+        return sum(1 for life in self.lives.values() if life.replaced)
+
+
+def ends_life(end: PodEnd, life: Life | None) -> bool:
+    """Whether ``end`` ended the life ``life`` (either not known: it did, as before lives)."""
+    return life is None or end.uid == 0 or end.uid == life.uid
 
 
 EMPTY_ROSTER = Roster({})
@@ -151,16 +197,17 @@ EMPTY_ROSTER = Roster({})
 
 def with_ends(r: Roster, ends: Mapping[int, PodEnd] | None = None) -> Roster:
     """``r`` with ``ends`` (default: its own) and the tallies the ends decide recomputed:
-    over the reporting pods (marks) without a final of their own whose pod ended. A function
+    over the reporting pods (marks) without a final of their own whose pod's life ended (an
+    earlier life's end is not theirs). A function
     of the marks and the ends alone, so as order-insensitive as they are."""
     ends = r.ends if ends is None else ends
     finals = failures = 0
     first: tuple[int, int] | None = None
     last: int | None = None
-    marks = r.marks
+    marks, lives = r.marks, r.lives
     for h, end in ends.items():
         m = marks.get(h)
-        if m is None or m.bits & FINAL:
+        if m is None or m.bits & FINAL or not ends_life(end, lives.get(h)):
             continue
         finals += 1
         if end.failed:
@@ -173,9 +220,12 @@ def with_ends(r: Roster, ends: Mapping[int, PodEnd] | None = None) -> Roster:
                       pod_first_failure=first, pod_last_final=last)
 
 
-def insert_end(ends: dict[int, PodEnd], h: int, end: PodEnd, cap: int) -> bool:
+def insert_end(ends: dict[int, PodEnd], h: int, end: PodEnd, cap: int,
+               top: list[int] | None = None) -> bool:
     """Join ``end`` into the pod ``h``'s end, keeping the ``cap`` smallest hashes (as the
-    marks are kept); True when something changed."""
+    marks are kept); True when something changed. ``top``: a max-heap of the hashes of
+    ``ends`` (negated; empty: built on first need) that the caller keeps across calls, so
+    a pod past the cap costs O(log n), not a scan."""
     cur = ends.get(h)
     if cur is not None:
         if end > cur:
@@ -183,10 +233,81 @@ def insert_end(ends: dict[int, PodEnd], h: int, end: PodEnd, cap: int) -> bool:
             return True
         return False
     if len(ends) >= cap:
-        if cap <= 0 or h > max(ends):
+        if cap <= 0:
             return False
-        del ends[max(ends)]
+        if top is None:
+            largest = max(ends)
+        else:
+            if not top:
+                top.extend(-k for k in ends)
+                heapq.heapify(top)
+            largest = -top[0]
+        if h > largest:
+            return False
+        del ends[largest]
+        if top is not None:
+            heapq.heapreplace(top, -h)
+    elif top:
+        heapq.heappush(top, -h)
     ends[h] = end
+    return True
+
+
+def place_end(ends: dict[int, PodEnd], others: dict[int, Mapping[int, PodEnd]], h: int,
+              life: Life | None) -> None:
+    """Pick the name ``h``'s end in ``ends`` among its lives' ends (``ends`` and ``others``):
+    the end of the mark's ``life`` if there is one, else the largest; the rest in
+    ``others``. A function of the ends and the life alone, so as order-insensitive."""
+    pool = dict(others.pop(h, {}))
+    cur = ends.get(h)
+    if cur is not None:
+        pool[cur.uid] = cur
+    if not pool:
+        return
+    pick = pool.get(life.uid) if life is not None else None
+    if pick is None:
+        pick = max(pool.values())
+    ends[h] = pick
+    del pool[pick.uid]
+    if pool:
+        others[h] = pool
+
+
+def insert_life_end(ends: dict[int, PodEnd], others: dict[int, Mapping[int, PodEnd]], h: int,
+                    end: PodEnd, cap: int, life: Life | None, top: list[int] | None = None
+                    ) -> bool:
+    """Join ``end`` into the end of its life (``end.uid``) of the pod name ``h``, keeping
+    the ``cap`` smallest hashes in ``ends`` and the ``cap`` smallest (hash, uid) pairs in
+    ``others``; True when something changed."""
+    cur = ends.get(h)
+    if cur is None:
+        if not insert_end(ends, h, end, cap, top):
+            return False
+        if others:
+            for gone in [k for k in others if k not in ends]:  # (the cap gave a name up)
+                del others[gone]
+        return True
+    if cur.uid == end.uid:
+        if not end > cur:
+            return False
+        ends[h] = end
+    else:
+        pool = others.get(h, {})
+        old = pool.get(end.uid)
+        if old is not None and not end > old:
+            return False
+        if old is None and sum(len(p) for p in others.values()) >= cap:
+            largest = max((k, u) for k, p in others.items() for u in p) if others else None
+            if largest is None or (h, end.uid) > largest:
+                return False
+            rest = {u: e for u, e in others[largest[0]].items() if u != largest[1]}
+            if rest:
+                others[largest[0]] = rest
+            else:
+                del others[largest[0]]
+            pool = others.get(h, {})
+        others[h] = {**pool, end.uid: end}
+    place_end(ends, others, h, life)
     return True
 
 
@@ -289,6 +410,108 @@ def decode_ends(text: str) -> dict[int, PodEnd]:
         if flags > 3 or at > 2**40:
             raise ValueError("bad pod end")
         out[h] = PodEnd(bool(flags & _END_EXPLAINED), at, bool(flags & _END_FAILED))
+    return out
+
+
+# The lives: per marked pod, in the marks' order (by hash, which they do not repeat), the
+# 4-byte uid fingerprint (0: not known) and, as a varint, its born second after the earliest
+# one's (``livesFrom``) times two, plus one when it replaced an earlier life; all of it
+# base64. About 9 characters a pod. The uid of each pod end likewise, in the order of
+# ``outcomes`` (``outcomeUids``; ``outcomes`` keeps the layout older readers read).
+
+
+def encode_lives(marks: Mapping[int, Mark], lives: Mapping[int, Life]) -> tuple[int, str]:
+    """(``livesFrom``, ``lives``)."""
+    base = min((life.born for life in lives.values()), default=0)
+    out = bytearray()
+    for h in sorted(marks):
+        life = lives.get(h)
+        if life is None:
+            out += bytes(5)
+            continue
+        out += life.uid.to_bytes(4, "big")
+        _varint(out, (life.born - base) << 1 | life.replaced)
+    return base, base64.b64encode(bytes(out)).decode("ascii")
+
+
+def decode_lives(text: str, base: object, marks: Iterable[int]) -> dict[int, Life]:
+    """The inverse of ``encode_lives`` for the marks' hashes ``marks`` (sorted); ValueError
+    on anything it could not have written."""
+    if type(base) is not int or abs(base) >= 2**40:
+        raise ValueError("bad lives")
+    data = base64.b64decode(text.encode("ascii"), validate=True)
+    out: dict[int, Life] = {}
+    i, n = 0, len(data)
+    for h in marks:
+        if i + 5 > n:
+            raise ValueError("truncated lives")
+        uid = int.from_bytes(data[i:i + 4], "big")
+        number, i = _read_varint(data, i + 4)
+        if uid == 0:
+            if number:
+                raise ValueError("bad life")
+            continue
+        if number >= 2**41:
+            raise ValueError("bad life")
+        out[h] = Life(base + (number >> 1), uid, bool(number & 1))
+    if i != n:
+        raise ValueError("bad lives")
+    return out
+
+
+def encode_other_ends(others: Mapping[int, Mapping[int, PodEnd]]) -> str:
+    """``otherOutcomes``: per (hash, uid) in order, the 6-byte hash, the 4-byte uid, one
+    byte of flags (as ``outcomes``) and the epoch seconds as a varint; base64."""
+    out = bytearray()
+    for h in sorted(others):
+        for uid, e in sorted(others[h].items()):
+            out += h.to_bytes(_HASH_BYTES, "big") + uid.to_bytes(4, "big")
+            out.append((_END_EXPLAINED if e.explained else 0) | (_END_FAILED if e.failed else 0))
+            _varint(out, e.at)
+    return base64.b64encode(bytes(out)).decode("ascii")
+
+
+def decode_other_ends(text: str) -> dict[int, dict[int, PodEnd]]:
+    """The inverse of ``encode_other_ends``; ValueError on anything it could not have
+    written."""
+    data = base64.b64decode(text.encode("ascii"), validate=True)
+    out: dict[int, dict[int, PodEnd]] = {}
+    i, n, last = 0, len(data), (-1, -1)
+    while i < n:
+        if i + _HASH_BYTES + 6 > n:
+            raise ValueError("truncated other pod ends")
+        h = int.from_bytes(data[i:i + _HASH_BYTES], "big")
+        uid = int.from_bytes(data[i + _HASH_BYTES:i + _HASH_BYTES + 4], "big")
+        flags = data[i + _HASH_BYTES + 4]
+        at, i = _read_varint(data, i + _HASH_BYTES + 5)
+        if (h, uid) <= last or flags > 3 or at > 2**40:
+            raise ValueError("bad other pod end")
+        last = (h, uid)
+        out.setdefault(h, {})[uid] = PodEnd(bool(flags & _END_EXPLAINED), at,
+                                            bool(flags & _END_FAILED), uid)
+    return out
+
+
+def encode_end_uids(ends: Mapping[int, PodEnd]) -> str:
+    """``outcomeUids``: per end in the order of ``outcomes`` (by hash, which it does not
+    repeat), its 4-byte uid fingerprint (0: not known); base64. "" when none is known."""
+    if not any(e.uid for e in ends.values()):
+        return ""
+    return base64.b64encode(b"".join(ends[h].uid.to_bytes(4, "big")
+                                     for h in sorted(ends))).decode("ascii")
+
+
+def with_end_uids(ends: Mapping[int, PodEnd], text: str) -> dict[int, PodEnd]:
+    """``ends`` (as ``decode_ends`` read them: all of ``outcomes``) with the uids
+    ``encode_end_uids`` wrote; ValueError on anything it could not have written."""
+    out = dict(ends)
+    if not text:
+        return out
+    data = base64.b64decode(text.encode("ascii"), validate=True)
+    if len(data) != 4 * len(out):
+        raise ValueError("bad pod end uids")
+    for i, h in enumerate(sorted(out)):
+        out[h] = out[h]._replace(uid=int.from_bytes(data[4 * i:4 * i + 4], "big"))
     return out
 
 

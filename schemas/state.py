@@ -186,7 +186,8 @@ class TaskState:
     named: Mapping[str, Mapping[str, Named]]  # a named kind's section -> its registers
     spans: Mapping[str, SpanAgg]
     workers: Mapping[str, ProgressState]  # reporting pod name -> its winning progress
-    pod_events: Mapping[tuple[str, str], int]  # (pod name, uid) -> events sent
+    # (pod name, uid) -> events sent, by the pods of the task's own namespace
+    pod_events: Mapping[tuple[str, str], int]
     applied: VersionVector
     instance_times: Mapping[str, int]  # instance -> newest creationTimestamp (epoch s)
     watermark: int  # epoch s; events created before it are skipped (0: none)

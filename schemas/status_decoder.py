@@ -9,7 +9,10 @@ For every status the fold wrote, reading gives the state back. Anything else (a 
 hostile status) is read entry by entry: every entry of a map or list section (a link, deck,
 metric, span, worker, pod, pod outcome or unknown type) that reads is kept, one that does not
 is kept verbatim beside the state (``Unread``) and written back as it was, unless a readable
-entry of the same key replaces it. A part that is not an entry (the layout version, the
+entry of the same key replaces it. An entry reads only when the encoder writes it back as a
+record that reads again (``_writes``): one holding what a record cannot (``"; "`` in a pod's
+name, a layout 2 value too long for a record) does not, so no stored value can make a write
+fail. A part that is not an entry (the layout version, the
 roster, the version vector, counters, times, the platform) and does not read makes the read
 *partial*: its readers show what they can, and the watcher never writes over such a status (it
 would write less than it holds). A status written under larger limits is cut by the same
@@ -41,25 +44,47 @@ from .observed import (
     clean_reason,
     exit_code_of,
 )
-from .record import POD_FIELDS, SEP, SPAN_FIELDS, WORKER_FIELDS, FieldType, fields_of
+from .record import (
+    POD_FIELDS,
+    RECORD_LIMIT,
+    SEP,
+    SPAN_FIELDS,
+    WORKER_FIELDS,
+    FieldType,
+    fields_of,
+)
 from .roster import (
     FINAL,
     Failure,
     OrderKey,
     Pace,
+    PodEnd,
     Roster,
     counts,
     decode_ends,
+    decode_lives,
     decode_marks,
+    decode_other_ends,
     decode_paces,
     epoch_ms,
     mark_bits,
+    place_end,
     pod_hash,
     roster_of,
+    with_end_uids,
     with_ends,
 )
 from .state import DEFAULT_LIMITS, Beyond, Limits, Named, SpanAgg, TaskState, new_state, us
-from .status_encoder import COUNTER_KEYS, NAMED_FIELDS, STATUS_VERSION
+from .status_encoder import (
+    COUNTER_KEYS,
+    NAMED_FIELDS,
+    STATUS_VERSION,
+    lane_record,
+    named_record,
+    pod_record,
+    span_record,
+    worker_record,
+)
 from .text import cut_text, sanitize_text
 from .times import epoch, parse_time
 from .version_vector import VersionVector
@@ -237,6 +262,23 @@ def _need(cond: bool, what: str) -> None:
         raise ValueError(what)
 
 
+# How much longer a record read can get when written again: its numbers and times re-spelled
+# in full ("9e15" as "9000000000000000.0", 14 more characters each, up to 4 x 32 points of
+# a history), the rest as it was. A shorter record needs no check (see ``_writes``).
+_REWRITE_SLACK = 4096
+
+
+def _writes(raw: Any, write: Callable[[], str]) -> None:
+    """The entry just read (as ``raw``) is one the encoder writes (``write``) as a record that
+    reads again: else (a value a record's field cannot hold, a record too long to read: a
+    hand edit, or an older writer's) it is refused like any unreadable entry, kept as it was,
+    and never makes a status write fail. A record (layout 3) short enough is written again
+    unchecked: its fields cannot hold the separator, and it stays under the limit."""
+    if isinstance(raw, str) and len(raw) <= RECORD_LIMIT - _REWRITE_SLACK:
+        return
+    _need(len(write()) <= RECORD_LIMIT, "too long to write as a record")
+
+
 def _int(v: Any) -> int:
     _need(type(v) is int and 0 <= v <= INT64_MAX, "bad int")
     return int(v)
@@ -298,9 +340,11 @@ def _named(kind: Kind) -> Callable[[Any, Any], tuple[str, Named]]:
     def read(k: Any, raw: Any) -> tuple[str, Named]:
         v = fields_of(raw, types)
         values = tuple(_field_value(v, f) for f in fields)
-        return _name(k), Named(values[0] if len(values) == 1 else values, _key(v.get("at")),
-                               _int(v.get("events")),
-                               None if kind.report is None else history.from_status(v))
+        named = Named(values[0] if len(values) == 1 else values, _key(v.get("at")),
+                      _int(v.get("events")),
+                      None if kind.report is None else history.from_status(v))
+        _writes(raw, lambda: named_record(kind, named, types))
+        return _name(k), named
     return read
 
 
@@ -387,10 +431,13 @@ def _worker(raw: Any) -> tuple[str, ProgressState]:
     if first_at is not None:
         first_fraction = _float(w.get("firstFraction"))
         _need(first_fraction <= 1.0, "bad worker")
-    return _name(w.get("pod"), 253), ProgressState(
+    pod = _name(w.get("pod"), 253)
+    progress = ProgressState(
         frac, msg, final, _key(w.get("at")), failed, _int(w.get("workers", 0)),
         _int(w.get("events")), None if first_at is None else _key(first_at), first_fraction
     )
+    _writes(raw, lambda: worker_record(pod, progress))
+    return pod, progress
 
 
 def _roster(data: Any, workers: Mapping[str, ProgressState], lim: Limits
@@ -403,7 +450,8 @@ def _roster(data: Any, workers: Mapping[str, ProgressState], lim: Limits
     _need(isinstance(data, Mapping), "bad roster")
     raw = data.get("marks")
     _need(isinstance(raw, str), "bad roster")
-    marks, cut = trim(decode_marks(raw), lim.roster, events_of)
+    every = decode_marks(raw)
+    marks, cut = trim(every, lim.roster, events_of)
     declared = _int(data.get("declared", 0))
     _need(declared <= WORKERS_MAX, "bad roster")
     first: Failure | None = None
@@ -419,9 +467,25 @@ def _roster(data: Any, workers: Mapping[str, ProgressState], lim: Limits
           "bad roster")
     raw_ends = data.get("outcomes", "")
     _need(isinstance(raw_ends, str), "bad roster")
-    ends, _ = trim(decode_ends(raw_ends), lim.roster, no_events)
+    raw_uids = data.get("outcomeUids", "")
+    _need(isinstance(raw_uids, str), "bad roster")
+    ends, _ = trim(with_end_uids(decode_ends(raw_ends), raw_uids), lim.roster, no_events)
+    # The life of each mark (none in an older writer's status: the next report adopts it).
+    raw_lives = data.get("lives", "")
+    _need(isinstance(raw_lives, str), "bad roster")
+    lives = {} if not raw_lives else {
+        h: life for h, life in decode_lives(raw_lives, data.get("livesFrom", 0), every).items()
+        if h in marks}
+    # The ends of the other lives of a name (each name's end then picked as the fold does).
+    raw_others = data.get("otherOutcomes", "")
+    _need(isinstance(raw_others, str), "bad roster")
+    others: dict[int, Mapping[int, PodEnd]] = {
+        h: p for h, p in decode_other_ends(raw_others).items() if h in ends}
+    for h in list(others):
+        place_end(ends, others, h, lives.get(h))
     return with_ends(Roster(marks, declared, finals, failures, permyriads, first,
-                            None if last is None else _key(last)), ends), cut
+                            None if last is None else _key(last), lives=lives,
+                            other_ends=others), ends), cut
 
 
 def _paces(st: Mapping[str, Any], roster: Roster, workers: Mapping[str, ProgressState],
@@ -518,7 +582,14 @@ def _spans(st: Mapping[str, Any], r: _Reading) -> dict[str, SpanAgg]:
 
     def read(k: Any, raw: Any) -> tuple[str, SpanAgg]:
         try:
-            return _name(k), _span_entry(fields_of(raw, SPAN_FIELDS), lanes.get(k))
+            own = lanes.get(k)
+            span = _span_entry(fields_of(raw, SPAN_FIELDS), own)
+            _writes(raw, lambda: span_record(span))
+            for pod, lane in span.lanes.items():
+                # (No lanes of its own: the one lane is the entry itself, its ``pod``.)
+                _writes(own.get(pod) if isinstance(own, Mapping) else raw,
+                        lambda: lane_record(lane))  # noqa: B023 (called at once)
+            return _name(k), span
         except Exception:
             if k in lanes:
                 r.entry("spanLanes", k, lanes[k], None)
@@ -534,7 +605,9 @@ def _spans(st: Mapping[str, Any], r: _Reading) -> dict[str, SpanAgg]:
 
 def _pod(raw: Any) -> tuple[tuple[str, str], int]:
     p = fields_of(raw, POD_FIELDS)
-    return (_name(p.get("name"), 253), _name(p.get("uid"), 64)), _int(p.get("events"))
+    name, uid, events = _name(p.get("name"), 253), _name(p.get("uid"), 64), _int(p.get("events"))
+    _writes(raw, lambda: pod_record(name, uid, events))
+    return (name, uid), events
 
 
 def _unknown_type(k: Any, c: Any) -> tuple[str, int]:

@@ -21,7 +21,16 @@ from .kinds import BUDGET_RANKED, NAMED_KINDS, Kind
 from .observed import Observed, PodVerdict
 from .payloads import non_finite_text
 from .record import POD_FIELDS, SPAN_FIELDS, WORKER_FIELDS, FieldType, pack
-from .roster import OrderKey, Roster, encode_ends, encode_marks, encode_paces
+from .roster import (
+    OrderKey,
+    Roster,
+    encode_end_uids,
+    encode_ends,
+    encode_lives,
+    encode_marks,
+    encode_other_ends,
+    encode_paces,
+)
 from .state import COUNTER_NAMES, Beyond, Named, SpanAgg, TaskState, us
 from .times import format_seconds, format_time, from_epoch
 from .workers import ProgressState
@@ -191,29 +200,26 @@ def _status(state: TaskState, health: Judgment | None) -> dict[str, Any]:
         entries = named.get(kind.section)
         if entries:
             types = NAMED_FIELDS[kind.section]
-            st[kind.section] = {k: pack(_named_json(kind, v), types)
+            st[kind.section] = {k: named_record(kind, v, types)
                                 for k, v in sorted(entries.items())}
         beyond = state.beyond.get(kind.section) if kind.beyond else None
         if beyond:
             st[kind.beyond] = {k: beyond_text(v) for k, v in sorted(beyond.items())}
     if state.spans:
-        st["spans"] = {k: pack(_span_json(s), SPAN_FIELDS) for k, s in sorted(state.spans.items())}
-        lanes = {k: {pod: pack(_agg_json(lane), SPAN_FIELDS)
-                     for pod, lane in sorted(s.lanes.items())}
+        st["spans"] = {k: span_record(s) for k, s in sorted(state.spans.items())}
+        lanes = {k: {pod: lane_record(lane) for pod, lane in sorted(s.lanes.items())}
                  for k, s in sorted(state.spans.items()) if _own_lanes(s)}
         if lanes:
             st["spanLanes"] = lanes
     if state.workers:
-        st["workers"] = [pack(_worker_json(k, w), WORKER_FIELDS)
-                         for k, w in sorted(state.workers.items())]
+        st["workers"] = [worker_record(k, w) for k, w in sorted(state.workers.items())]
     if state.roster.marks or state.roster.ends:
         st["roster"] = _roster_json(state.roster)
     if state.roster.paces:
         st["paces"] = encode_paces(state.roster.paces)
     _observed_json(state.observed, st)
     if state.pod_events:
-        st["pods"] = [pack({"name": n, "uid": u, "events": c}, POD_FIELDS)
-                      for (n, u), c in sorted(state.pod_events.items())]
+        st["pods"] = [pod_record(n, u, c) for (n, u), c in sorted(state.pod_events.items())]
     if state.unknown:
         st["unknownTypes"] = dict(sorted(state.unknown.items()))
     counters = {COUNTER_KEYS[k]: v for k in COUNTER_NAMES if (v := state.counters.get(k, 0))}
@@ -233,6 +239,33 @@ def _status(state: TaskState, health: Judgment | None) -> dict[str, Any]:
     return st
 
 
+# Each record section's entry as the record written: the decoder writes every entry it reads
+# with these as well, and refuses one that would not be written back as it reads.
+def named_record(kind: Kind, v: Named, types: dict[str, FieldType] | None = None) -> str:
+    """A register's entry of its kind's section."""
+    return pack(_named_json(kind, v), NAMED_FIELDS[kind.section] if types is None else types)
+
+
+def span_record(s: SpanAgg) -> str:
+    """A span name's entry of ``spans``."""
+    return pack(_span_json(s), SPAN_FIELDS)
+
+
+def lane_record(lane: SpanAgg) -> str:
+    """One pod's lane of a span name, an entry of ``spanLanes``."""
+    return pack(_agg_json(lane), SPAN_FIELDS)
+
+
+def worker_record(pod: str, w: ProgressState) -> str:
+    """A worker's entry of ``workers``."""
+    return pack(_worker_json(pod, w), WORKER_FIELDS)
+
+
+def pod_record(name: str, uid: str, events: int) -> str:
+    """A sender pod's entry of ``pods``."""
+    return pack({"name": name, "uid": uid, "events": events}, POD_FIELDS)
+
+
 def _windows_text(s: SpanAgg) -> str:
     """``"<shift> lo-hi,lo-hi"`` with bucket numbers relative to the first start's bucket."""
     base = us(s.first_start) >> s.shift
@@ -243,7 +276,9 @@ def _alone(s: SpanAgg) -> str | None:
     """The one pod that sent every summary of the name, when its lane is the entry itself."""
     if len(s.lanes) == 1 and not s.unlaned:
         ((pod, lane),) = s.lanes.items()
-        if lane == s.totals:
+        # (A name only a hand edit gives a pod, one a record's field cannot hold, stays a
+        # lane of ``spanLanes``, where it is a key.)
+        if lane == s.totals and record.SEP not in pod:
             return pod
     return None
 
@@ -341,8 +376,17 @@ def _roster_json(r: Roster) -> dict[str, Any]:
     if r.last_final is not None:
         out["lastFinal"] = key_text(r.last_final)
     out["marks"] = encode_marks(r.marks)
+    if r.lives:
+        out["livesFrom"], out["lives"] = encode_lives(r.marks, r.lives)
+        if r.replaced:
+            out["replaced"] = r.replaced
     if r.ends:
         out["outcomes"] = encode_ends(r.ends)
+        uids = encode_end_uids(r.ends)
+        if uids:
+            out["outcomeUids"] = uids
+    if r.other_ends:
+        out["otherOutcomes"] = encode_other_ends(r.other_ends)
     return out
 
 

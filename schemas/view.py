@@ -285,10 +285,19 @@ def _names(v: Any) -> frozenset[str]:
 
 
 def _worker_row(state: TaskState, pod: str) -> WorkerRow:
+    from .roster import pod_hash, uid_print
+
     w = state.workers.get(pod)
     v = state.observed.pods.get(pod)
+    life = state.roster.lives.get(pod_hash(pod))
+    other = None
+    if v is not None and life is not None and uid_print(v.uid) != life.uid:
+        other, v = v, None  # (another pod of its name ended: not this worker's end)
     ended = "" if v is None else f"{v.phase}: {v.reason}" + (
         f" (exit {v.exit_code})" if v.exit_code else "")
+    if life is not None and life.replaced:
+        ended = "replaced" + (f" (its earlier pod {other.phase}: {other.reason})"
+                              if other is not None else "") + (f"; {ended}" if ended else "")
     ended_failed = v is not None and v.failed
     if w is None:
         return WorkerRow(pod, None, "no report, " + ("failed" if ended_failed else "ended"),

@@ -1,4 +1,4 @@
-"""Headless Chromium for the page's tests, its benchmark and its README picture: Debian's
+"""Headless Chromium for the page's tests, its benchmark and its picture in docs/ui.md: Debian's
 `chromium` (`make debs`), driven by playwright through its executable_path, since playwright
 cannot download a browser of its own here. Checkout only."""
 

@@ -1,4 +1,4 @@
-"""The README's picture of `tidings ui`, from a real run: a local control plane, deploy/ (CRD,
+"""The picture of `tidings ui` in docs/ui.md, from a real run: a local control plane, deploy/ (CRD,
 RBAC, the sender admission policy), the watcher as a process, two kwok pods of a training task
 whose programs report with pod-bound tokens (metrics, spans, progress; one worker slower) and
 write their logs, then `tidings ui` in headless Chromium, mid-run: taken once the page shows

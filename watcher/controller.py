@@ -143,6 +143,9 @@ class Controller:
         return r
 
     def start(self) -> None:
+        # Held from here, before anything can be folded (the pods are listed first).
+        listed: list[str | None] = [*self.s.namespaces] or [None]
+        sources = [EventSource(self.delivery, ns) for ns in listed]
         t0 = time.monotonic()
         loaded = self._load()
         log.info("loaded %d task states in %.2fs", loaded, time.monotonic() - t0)
@@ -165,8 +168,8 @@ class Controller:
         self.queue.add_many(dict.fromkeys(self.store.unfinished()))
         for i in range(self.s.concurrency):  # (a pod the API cannot answer for stalls no other)
             self._thread(self.delivery.run_resolver, f"resolve-{i}")
-        events = [self._reflector(p, [("fieldSelector", BUS_SELECTOR)], EventSource(self.delivery))
-                  for p in self._paths(events_path)]
+        events = [self._reflector(events_path(ns), [("fieldSelector", BUS_SELECTOR)], source)
+                  for ns, source in zip(listed, sources, strict=True)]
         self._thread(lambda: self._monitor(events), "monitor")
         self._thread(self.health.run, "health")
         if self.s.ttl_after_finished > 0:

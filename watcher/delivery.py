@@ -128,21 +128,37 @@ class Delivery:
 
 
 class EventSource:
-    """Reflector source for bus events: parse, then deliver (``Delivery``)."""
+    """Reflector source for bus events: parse, then deliver (``Delivery``). From when it is
+    made until its first list is all in, and during every relist, no task of its namespace
+    is folded (``Store.hold``): a list comes in name order, which is no order of creation, in
+    pages, so a fold between two pages could take a worker's final without the windows it
+    sent before it, or skip on-time events as late past the instance cap; and a new term's
+    pod watch (listed first) may see a worker's end before its last facts are listed."""
 
     resource = "events"
 
-    def __init__(self, delivery: Delivery) -> None:
+    def __init__(self, delivery: Delivery, namespace: str | None = None) -> None:
         self.delivery = delivery
+        self.namespace = namespace  # whose events it lists (None: every namespace's)
+        # (a list that failed midway begins again: held once)
+        self._listing = True
+        delivery.store.hold(namespace)
 
     def list_begin(self) -> None:
-        pass
+        # The whole list is folded as one batch (``Store.hold``).
+        if not self._listing:
+            self._listing = True
+            self.delivery.store.hold(self.namespace)
 
     def list_page(self, items: list[KubeObject]) -> None:
         self.delivery.deliver_many([parse_event(obj) for obj in items], items)
 
     def list_done(self, resource_version: str) -> None:
-        pass
+        if self._listing:
+            self._listing = False
+            held = self.delivery.store.release(self.namespace)
+            if held:
+                self.delivery.queue.add_many(dict.fromkeys(held))
 
     def watch_line(self, line: bytes) -> WatchItem:
         return self.watch_lines([line])[0]

@@ -50,6 +50,10 @@ class Admitted:
     accepted: dict[str, int] = field(default_factory=dict)  # by how the sender was verified
     refused: dict[str, int] = field(default_factory=dict)  # by reason, each event once
     late: int = 0
+    # The events come from a list (a restart's, a relist's): the late ones among them are
+    # events of compacted instances listed again, counted apart (``late_relisted``) from a
+    # late event a watch brings, which reached the watcher after the watermark passed it.
+    listed: bool = False
     after_ttl: bool = False  # a late fact of a run the TTL deleted
     later: list[ParsedEvent] = field(default_factory=list)  # to fold once the API answers
 
@@ -76,7 +80,7 @@ class Admitted:
 
     def count(self, m: Metrics) -> None:
         if self.late:
-            m.events_skipped.labels("late").inc(self.late)
+            m.events_skipped.labels("late_relisted" if self.listed else "late").inc(self.late)
         for how, n in self.accepted.items():
             m.sender_lookups.labels(how).inc(n)
         if self.accepted:
@@ -160,6 +164,8 @@ class Folder:
 
     def fold_task(self, task: TaskRef) -> None:
         """Fold every pending event of ``task`` (runs in one worker; never two for one key)."""
+        if self.store.wait_for_list(task):
+            return  # a list in progress: folded once it is all here (its end adds the task)
         checks = AdmissionChecks(self.senders, self.platform, task)
         if not self._ready(task, checks):
             return
@@ -167,7 +173,7 @@ class Folder:
         base, events = self.store.take(task)
         # (uid None: the state is of no object, so a fact naming any uid is another's.)
         admitted = Admitted(task, TaskObject(uid or "", stale, buried), checks,
-                            self.rejections)
+                            self.rejections, listed=self.store.listed(task))
         events = self._with_job_workers(task, events, admitted.later)
         # One batch fold of everything pending; duplicates are skipped before the fold (and
         # not counted in the state), so the persisted counters don't depend on delivery.

@@ -60,7 +60,9 @@ class Metrics:
                                        ["reason"], registry=r)
         self.events_skipped = Counter(
             p + "events_skipped",
-            "Events not folded: lineage events, deletions, already-applied duplicates.",
+            "Events not folded: lineage events, deletions, already-applied duplicates, "
+            "events created before the compaction watermark (late: from the watch, a fact "
+            "lost; late_relisted: listed again, of an instance compaction forgot).",
             ["cause"], registry=r)
         self.queue_depth = Gauge(p + "queue_depth", "Task keys waiting to be folded.",
                                  registry=r)
@@ -123,7 +125,7 @@ class Metrics:
             self.events_rejected.labels(reason.value)
         for cause in ("gone", "short_watch", "decode_error", "error", "start"):
             self.relists.labels(cause)
-        for cause in ("not_task", "deleted", "duplicate", "late"):
+        for cause in ("not_task", "deleted", "duplicate", "late", "late_relisted"):
             self.events_skipped.labels(cause)
         # conflict: refused by the resourceVersion precondition (then re-read and rebased);
         # fenced: not sent, the lease is not held; unreadable: not sent, the status holds a

@@ -6,16 +6,17 @@ Trust is keyed by (namespace, name, uid), never name and uid alone. The rules, i
 
 1. A task fact comes from a pod in the task's own namespace whose labels name the task
    (the first key of the task key list it carries: ``tidings.dev/task``, else its
-   platform's, ``schemas/platform.py``): the live pod, or the labels remembered from when the
-   pod was seen (pods deleted while this process watched stay known, bounded). A fact about
+   platform's, ``schemas/platform.py``): the live pod. A fact about
    the pod itself (an emitter that knows no task id) belongs to the task its labels name
    (``task_of``); a pod never seen, whose labels cannot be read, has no known task: such a
    fact is refused (``unknown_task``), never guessed.
-2. A pod that is gone and was never seen: its event counts when it carries the sender proof
+2. A pod that is gone: its event counts only when it carries the sender proof
    (``tidings.dev/sender-uid`` equal to ``related.uid``) and the admission policy that makes
    the proof unforgeable is installed and enforcing. The proof authenticates the sender pod
-   and its namespace; its task label cannot be read any more, so such an event is trusted
-   as a fact from that pod about a task of its own namespace.
+   and its namespace. A pod seen deleted while this process watched is remembered (bounded)
+   with its labels, which must still name the task (and route a fact about the pod itself,
+   ``task_of``); a pod never seen has no labels to read, so its proven event is trusted as a
+   fact from that pod about a task of its own namespace.
 3. Lineage (PodSpawned regarding a TaskFeedback): nobody's word is taken; the spawned pod it
    names must be a pod of the task's namespace with that uid, labelled for the task.
 
@@ -437,6 +438,11 @@ class Senders:
                 return True, neg[1]
             return False, None
 
+    def deleted(self, key: PodKey) -> bool:
+        """The pod ``key`` was seen deleted (and is still remembered)."""
+        with self._lock:
+            return key in self._deleted
+
     def pod_task(self, task: TaskRef, sender: PodRef) -> PodTask | None:
         """What the sender pod's labels say of ``task`` (from the cache alone), when they
         name it: its owner claim, its Job."""
@@ -467,13 +473,19 @@ class Senders:
         if ns != ev.task.namespace:
             return _spoofed(f"related pod {ns}/{s.name} is not in the namespace of the task "
                             f"it claims ({ev.task.namespace}/{ev.task.name})")
-        got = self.label((ns, s.name, s.uid))
+        key = (ns, s.name, s.uid)
+        got = self.label(key)
         if got is Retry.LATER:
             return Retry.LATER
         info, how = got
-        if isinstance(info, PodTask) and info.task == ev.task.name:
+        # A pod seen deleted is gone as much as one never seen: its name and uid are in every
+        # event it sent, so anyone who may create events could name it. Its remembered labels
+        # still say which task it was for; only its proof says that it sent the event.
+        dead = info is _ABSENT or self.deleted(key)
+        ours = isinstance(info, PodTask) and not info.error and info.task == ev.task.name
+        if ours and not dead:
             return how
-        if info is _ABSENT and ev.sender_proof == s.uid:
+        if dead and (ours or info is _ABSENT) and ev.sender_proof == s.uid:
             trusted = self.policy.trusted()
             if trusted is None:
                 return Retry.LATER
@@ -483,7 +495,8 @@ class Senders:
             return Rejection.of(RejectReason.BAD_TASK_ID, f"related pod {s.name}: {info.error}")
         # The pod's own label and the task the event claims, each named as what it is: an
         # operator must not read the claim as the pod's label.
-        why = (f"is labelled {info.key}={info.task}" if isinstance(info, PodTask) else
+        why = ("is gone (seen deleted), and no trusted sender proof" if ours else
+               f"is labelled {info.key}={info.task}" if isinstance(info, PodTask) else
                "is gone, and no trusted sender proof" if info is _ABSENT else
                f"has no {TASK_LABEL} label (or is unreadable)")
         return _spoofed(f"related pod {s.name} {why}; the event claims task {ev.task.name}")

@@ -173,6 +173,10 @@ class Store:
         self._evicted: OrderedDict[TaskRef, None] = OrderedDict()
         self.compacted = 0  # entries held compact now
         self.not_compactable = 0  # states whose status did not rebuild them exactly (kept hot)
+        # Lists in progress by namespace (None: all): their tasks' folds wait (``hold``).
+        self._listing: dict[str | None, int] = {}
+        self._waiting: set[TaskRef] = set()  # tasks whose fold waits for the lists' end
+        self._listed: set[TaskRef] = set()  # tasks whose next fold holds a list's events
 
     def _entry(self, task: TaskRef) -> Entry:
         e = self._entries.get(task)
@@ -450,6 +454,54 @@ class Store:
             e.version += 1
             e.written = e.version
             e.touched = time.monotonic()
+
+    def hold(self, namespace: str | None) -> None:
+        """An event source starts a list of ``namespace``'s events (None: every namespace's):
+        no task of it is folded until its list is done (``release``). A list comes by name,
+        a hash, so a task's events in it come in no order of time; folded as one batch (in
+        creation order) once all of it is here, compaction past the instance cap skips
+        none of them as late, as it would when a part of it were folded before a page
+        holding older events. (Per namespace: a namespace whose list keeps failing holds
+        back no other's folds.)"""
+        with self._lock:
+            self._listing[namespace] = self._listing.get(namespace, 0) + 1
+
+    def release(self, namespace: str | None) -> list[TaskRef]:
+        """``namespace``'s list is done: the tasks to fold now (those with events waiting,
+        and those whose fold waited), those no other list in progress still holds."""
+        with self._lock:
+            n = self._listing.pop(namespace, 0) - 1
+            if n > 0:
+                self._listing[namespace] = n
+            out = [t for t in self._waiting if not self._held(t)]
+            self._waiting.difference_update(out)
+            listed = [t for t, e in self._entries.items() if e.pending and not self._held(t)
+                      and (namespace is None or t.namespace == namespace)]
+            self._listed.update(listed)
+            waiting = set(out)
+            return [*out, *(t for t in listed if t not in waiting)]
+
+    def _held(self, task: TaskRef) -> bool:
+        return bool(self._listing) and (None in self._listing
+                                        or task.namespace in self._listing)
+
+    def listed(self, task: TaskRef) -> bool:
+        """Whether the events ``task``'s fold is about to take hold a list's (asked once:
+        the answer is forgotten)."""
+        with self._lock:
+            if task in self._listed:
+                self._listed.discard(task)
+                return True
+            return False
+
+    def wait_for_list(self, task: TaskRef) -> bool:
+        """True when a list of ``task``'s events is in progress: its fold waits for the
+        list's end (``release`` names it); False: fold it now."""
+        with self._lock:
+            if not self._held(task):
+                return False
+            self._waiting.add(task)
+            return True
 
     def push(self, ev: ParsedEvent) -> None:
         """Buffer an event for its task's next fold (called from the watch loop: O(1))."""

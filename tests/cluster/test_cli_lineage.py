@@ -1,6 +1,6 @@
 """`tidings lineage` and `tidings logs` against the real control plane and kwok-served logs:
 exactly the recorded pods (name AND uid), never a pod that merely shares the name prefix —
-the Cornserve bug (../shared/seeds/000_*.txt)."""
+the Cornserve bug: logs streamed from pods that only shared a name prefix with the app's."""
 
 from __future__ import annotations
 

@@ -226,7 +226,7 @@ def test_kubectl_tidings_plugin(control_plane: ControlPlane, two_tasks: str) -> 
 
 def test_kubectl_describe_keeps_the_bookkeeping_to_one_line_and_tidings_describe_reads_in_order(
         control_plane: ControlPlane, two_tasks: str) -> None:
-    """What README's "kubectl describe taskfeedback" says, against the real kubectl: its
+    """What docs/cli.md's "kubectl describe taskfeedback" says, against the real kubectl: its
     generic describer prints a custom resource's fields sorted by name (a CRD cannot change
     that), the fold's bookkeeping (the version vector `applied`, the roster's `marks`) is one
     line each, and `tidings describe` shows the same task in the order a person reads, with

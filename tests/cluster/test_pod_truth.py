@@ -11,18 +11,20 @@ new watch), in the TaskFeedback's workers, conditions and phase, in `tidings sta
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from tests.cluster import test_watcher as tw
 from tests.cluster.support_watcher import TIDINGS, WatcherProc, task_status
-from tests.support import NODE_NAME, eventually
+from tests.support import NODE_NAME, eventually, expanded
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.transport import KubeTransport
 from tidings.kube import connect
@@ -272,6 +274,74 @@ def test_a_pod_deleted_while_no_watcher_watched_is_found_gone_and_a_restart_keep
                     and s, 30, f"the gone pod found\n{w3.tail()}")
     assert st["podOutcomes"][0]["message"] == \
         "the pod is gone (deleted while no watcher was watching)"
+
+
+def test_a_restart_completes_a_task_only_with_all_its_worker_sent_before_its_end(
+        control_plane: ControlPlane, admin: Any, namespace: str,
+        start_watcher: Callable[..., WatcherProc]) -> None:
+    """Workers send their last span windows and their finals and their pods end while no
+    watcher watches: the watcher that starts reads the pods' ends in its pod cache before
+    it lists the events. No status it writes may say Succeeded without what the workers sent
+    before they ended (`kubectl wait --for=condition=Completed`, then a read, must see it
+    all): every version of the TaskFeedbacks is read from a watch, none is missed. Several
+    tasks, so the race this guards (a fold of a pod's end before the events' list is in)
+    shows on most runs of the unfixed watcher."""
+    tasks = [f"ended{i}" for i in range(4)]
+    pods = {t: labelled_pod(admin, namespace, f"{t}-0", t) for t in tasks}
+    emitters = {}
+    w = start_watcher()
+    for t in tasks:
+        env = {"POD_NAME": pods[t]["name"], "POD_NAMESPACE": namespace,
+               "POD_UID": pods[t]["uid"], "TIDINGS_TASK": t}
+        em = emitters[t] = Emitter(
+            EmitterConfig(retry_initial_s=0.05, span_window_s=3600.0),
+            identity=Identity.from_env(env),
+            transport=KubeTransport(connect(str(control_plane.kubeconfig("admin")))))
+        for i in range(4):
+            em.record_span("step", 1000.0 + i, 1000.5 + i)
+        em.progress(0.5, "half")
+        assert em.flush(15), em.stats()
+
+    def spans(st: dict[str, Any]) -> int:
+        return int(st.get("spans", {}).get("step", {}).get("count", 0))
+
+    eventually(lambda: all(spans(status(admin, namespace, t)) == 4 for t in tasks), 30,
+               f"the first windows folded\n{w.tail()}")
+    w.kill()
+    for t, em in emitters.items():
+        for i in range(4, 12):
+            em.record_span("step", 1000.0 + i, 1000.5 + i)
+        em.progress(1.0, "done", final=True)
+        assert em.flush(15), em.stats()
+        em.close(1)
+        kubelet(control_plane, namespace, pods[t]["name"], {
+            "phase": "Succeeded", "containerStatuses": terminated(0, "Completed")})
+    api = client.CustomObjectsApi(admin)
+    rv = api.list_namespaced_custom_object("tidings.dev", "v1alpha1", namespace,
+                                           "taskfeedbacks")["metadata"]["resourceVersion"]
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def follow() -> None:
+        with contextlib.suppress(Exception):  # (it ends with the control plane)
+            for change in watch.Watch().stream(
+                    api.list_namespaced_custom_object, "tidings.dev", "v1alpha1", namespace,
+                    "taskfeedbacks", resource_version=rv, timeout_seconds=90):
+                obj = change["object"]
+                seen.append((obj["metadata"]["name"], expanded(obj.get("status") or {})))
+
+    threading.Thread(target=follow, daemon=True).start()
+    again = start_watcher()
+
+    def done() -> bool:
+        last = dict(seen)
+        return all(last.get(t, {}).get("phase") == "Succeeded" and spans(last[t]) == 12
+                   for t in tasks)
+
+    eventually(done, 30, f"every task succeeded with all its spans\n{again.tail()}")
+    early = [(t, spans(st), conditions(st)["Completed"]["message"]) for t, st in seen
+             if st.get("phase") == "Succeeded" and (spans(st) != 12 or not all(
+                 wk.get("final") for wk in st.get("workers", [])))]
+    assert not early, early  # a Completed task missing what its worker sent before its end
 
 
 # --- waiting ---------------------------------------------------------------------------------

@@ -36,11 +36,13 @@ from tidings.schemas.roster import (
     FINAL,
     FRACTION_MASK,
     Failure,
+    Life,
     Mark,
     OrderKey,
     Pace,
     Roster,
     pod_hash,
+    uid_print,
 )
 from tidings.schemas.spans import WINDOW_BUCKETS
 from tidings.schemas.state import Beyond, Limits, Named, SpanAgg, TaskState
@@ -165,15 +167,40 @@ def _merge_spans(entries: dict[str, SpanAgg], p: SpanSummaries | Window, cap: in
     return capped
 
 
-def _roster(r: Roster, pod: str, p: Progress, key: OrderKey, cap: int) -> tuple[Roster, int]:
+def _roster(r: Roster, ev: ParsedEvent, p: Progress, key: OrderKey, cap: int
+            ) -> tuple[Roster, int, str]:
     """The roster with ``p`` of ``pod`` merged, rebuilt whole (and how many events its cap
-    gave up): flags OR-ed and the largest fraction per pod, the cap smallest pod hashes
-    kept, the largest declared count, the earliest failed final, the latest final."""
-    marks = dict(r.marks)
+    gave up, and whose life the report is: "same", "new" or "earlier"): flags OR-ed and the
+    largest fraction per pod life, the latest life of a name (by its first report's creation,
+    then uid) the only one marked, the cap smallest pod hashes kept, the largest declared
+    count, the earliest failed final, the latest final."""
+    pod = ev.sender.name
+    marks, lives = dict(r.marks), dict(r.lives)
     h = pod_hash(pod)
     frac = round(p.fraction * 10_000)
     bits = frac | (FINAL if p.final else 0) | (FAILED if p.failed else 0)
     capped = 0
+    me = Life(_epoch(ev.created or key[0]), uid_print(ev.sender.uid))
+    life = lives.get(h)
+    said = "same"
+    if h in marks and life is not None and life.uid != me.uid:
+        if (me.born, me.uid) < (life.born, life.uid):
+            lives[h] = life._replace(replaced=True)
+            first, last = r.first_failure, r.last_final
+            if p.final and (last is None or key > last):
+                last = key
+            if p.failed and (first is None or key < first.at):
+                first = Failure(key, pod, cut_text(p.message, MESSAGE_LIMIT))
+            return r._replace(lives=lives, declared=max(r.declared, p.workers),
+                              first_failure=first, last_final=last), 0, "earlier"
+        del marks[h]
+        r = r._replace(paces={k: v for k, v in r.paces.items() if k != h})
+        lives[h] = me._replace(replaced=True)
+        said = "new"
+    elif h in marks and life is not None:
+        lives[h] = life._replace(born=min(life.born, me.born))
+    else:
+        lives[h] = me
     cur = marks.get(h)
     if cur is None:
         marks[h] = Mark(bits, 1)
@@ -195,22 +222,34 @@ def _roster(r: Roster, pod: str, p: Progress, key: OrderKey, cap: int) -> tuple[
         largest = max(marks)
         capped = marks.pop(largest).events
         paces.pop(largest, None)
+        lives.pop(largest, None)
     first, last = r.first_failure, r.last_final
     if p.final and (last is None or key > last):
         last = key
     if p.failed and (first is None or key < first.at):
         first = Failure(key, pod, cut_text(p.message, MESSAGE_LIMIT))
     # The pods' ends (observations, which this reference does not fold) decide the pods
-    # without a final of their own.
-    ended = {h: e for h, e in r.ends.items() if h in marks and not marks[h].bits & FINAL}
+    # without a final of their own; of a name's ends (one per life), the one shown is the
+    # mark's life's, else the largest.
+    ends, others = {}, {}
+    for k in set(r.ends) | set(r.other_ends):
+        pool = {**r.other_ends.get(k, {}), **({r.ends[k].uid: r.ends[k]} if k in r.ends else {})}
+        mine = lives.get(k)
+        pick = pool[mine.uid] if mine is not None and mine.uid in pool else max(pool.values())
+        ends[k] = pick
+        rest = {u: e for u, e in pool.items() if u != pick.uid}
+        if rest:
+            others[k] = rest
+    ended = {h: e for h, e in ends.items() if h in marks and not marks[h].bits & FINAL
+             and e.uid in (0, lives[h].uid)}
     failed = [(e.at, h) for h, e in ended.items() if e.failed]
     return Roster(
         marks, max(r.declared, p.workers),
         sum(1 for m in marks.values() if m.bits & FINAL),
         sum(1 for m in marks.values() if m.bits & FAILED),
-        sum(m.bits & FRACTION_MASK for m in marks.values()), first, last, r.ends,
+        sum(m.bits & FRACTION_MASK for m in marks.values()), first, last, ends,
         len(ended), len(failed), min(failed, default=None),
-        max((e.at for e in ended.values()), default=None), paces), capped
+        max((e.at for e in ended.values()), default=None), paces, lives, others), capped, said
 
 
 def _metric(metrics: dict[str, Named], beyond: dict[str, Beyond], name: str,
@@ -309,10 +348,12 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
     elif tp is Progress:
         assert isinstance(p, Progress)
         workers = dict(workers)
-        capped = merge_progress(workers, sender.name, p, (t, instance, seq), lim.workers)
+        roster, roster_capped, said = _roster(roster, ev, p, (t, instance, seq), lim.roster)
+        if said == "new":
+            workers.pop(sender.name, None)
+        capped = 0 if said == "earlier" else merge_progress(
+            workers, sender.name, p, (t, instance, seq), lim.workers)
         capped_name = "workers_capped"
-        roster, roster_capped = _roster(roster, sender.name, p, (t, instance, seq),
-                                        lim.roster)
         if roster_capped:
             counters["roster_capped"] = counters.get("roster_capped", 0) + roster_capped
     elif tp is LogLink:
@@ -351,10 +392,12 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         extra: dict[str, int] = {}
         if p.progress is not None:
             workers = dict(workers)
-            extra["workers_capped"] = merge_progress(workers, sender.name, p.progress, key,
-                                                      lim.workers)
-            roster, extra["roster_capped"] = _roster(roster, sender.name, p.progress, key,
-                                                     lim.roster)
+            roster, extra["roster_capped"], said = _roster(roster, ev, p.progress, key,
+                                                           lim.roster)
+            if said == "new":
+                workers.pop(sender.name, None)
+            extra["workers_capped"] = 0 if said == "earlier" else merge_progress(
+                workers, sender.name, p.progress, key, lim.workers)
         if p.metrics:
             metrics = dict(state.named.get("metrics", {}))
             beyond_m = dict(beyond.get("metrics", {}))
@@ -387,7 +430,9 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         counters[capped_name] = counters.get(capped_name, 0) + capped
 
     pod_events = dict(state.pod_events)
-    pods_capped = _count(pod_events, (sender.name, sender.uid), lim.pods)
+    # (A lineage controller's pod in another namespace is no reporting pod of the task.)
+    pods_capped = _count(pod_events, (sender.name, sender.uid), lim.pods) \
+        if sender.namespace in ("", state.task.namespace) else 0
     if pods_capped:
         counters["pods_capped"] = counters.get("pods_capped", 0) + pods_capped
     first, last = state.first_event_time, state.last_event_time

@@ -1,6 +1,6 @@
-"""`make dist`, the README's build command: one pure-Python wheel of the tidings.* packages,
-nothing of the checkout's tools or tests, and no staging left behind that a later build could
-ship stale files from."""
+"""`make dist`, the build command docs/development.md gives: one pure-Python wheel of the
+tidings.* packages, nothing of the checkout's tools or tests, and no staging left behind that a
+later build could ship stale files from."""
 
 from __future__ import annotations
 
@@ -31,6 +31,6 @@ def test_make_dist_builds_the_wheel(tmp_path: Path) -> None:
     assert not (ROOT / "build" / "lib").exists()
 
 
-def test_the_readme_names_the_build_command() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert "make dist" in readme
+def test_the_docs_name_the_build_command() -> None:
+    development = (ROOT / "docs" / "development.md").read_text()
+    assert "make dist" in development

@@ -9,7 +9,10 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ("README.md", "ARCHITECTURE.md", "deploy/README.md")
+# The README, the reference pages it points to (one per part, docs/), the architecture and
+# the install guide: everything a reader of the checkout is sent to.
+DOCS = ("README.md", "ARCHITECTURE.md", "deploy/README.md",
+        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")))
 
 
 def paragraphs(text: str) -> list[str]:
@@ -49,8 +52,87 @@ def test_no_sentence_is_said_twice(doc: str) -> None:
 @pytest.mark.parametrize("doc", DOCS)
 def test_no_doc_points_outside_the_repository(doc: str) -> None:
     # A reader of the checkout (or of the package page) has nothing beside it.
-    outside = re.findall(r"`\.\./[^`]*`|\]\(\.\./[^)]*\)|\.\./shared\b", (ROOT / doc).read_text())
+    # A page in docs/ may link up to the README; nothing may lead out of the checkout.
+    text = (ROOT / doc).read_text()
+    base = (ROOT / doc).parent
+    paths = re.findall(r"`(\.\./[^`]*)`|\]\((\.\./[^)#]*)", text)
+    outside = [p for pair in paths for p in pair
+               if p and not (base / p).resolve().is_relative_to(ROOT)]
+    outside += re.findall(r"\.\./shared\b", text)
     assert outside == [], outside
+
+
+def test_no_file_points_outside_the_repository() -> None:
+    # Code, tests and tools too: a path beside the checkout is not there for its reader.
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    pointing = []
+    for name in tracked:
+        path = ROOT / name
+        if name == "tests/unit/test_docs.py" or path.suffix not in {
+                ".py", ".md", ".sh", ".yaml", ".yml", ".toml", ".txt", ".cfg", ""}:
+            continue
+        if path.is_file() and re.search(r"\.\./shared\b", path.read_text(errors="replace")):
+            pointing.append(name)
+    assert pointing == [], pointing
+
+
+def test_the_readme_is_what_a_newcomer_reads_first() -> None:
+    # The reference lives in docs/; the README keeps what a newcomer needs first, and its
+    # first command block is the two commands (`.ci/run` runs the second, `make test`).
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    first = re.findall(r"```sh\n(.*?)```", readme, flags=re.DOTALL)[0]
+    assert [line.split("#")[0].strip() for line in first.splitlines()] == ["make demo", "make test"]
+    assert re.search(r"^make test\b", (ROOT / ".ci/run").read_text(), flags=re.MULTILINE)
+    for page in DOCS[3:]:
+        assert f"]({page})" in readme, f"the README does not point to {page}"
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lowercase, punctuation dropped, spaces as dashes."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def headings(path: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.DOTALL)
+    return re.findall(r"^#+ (.*)$", text, flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_link_reaches_its_file_and_heading(doc: str) -> None:
+    # Pages moved into docs/ link to each other and back: a link to a file that is not
+    # there, or to a heading renamed since, sends a reader nowhere.
+    source = ROOT / doc
+    text = re.sub(r"```.*?```", "", source.read_text(), flags=re.DOTALL)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue  # another site's page: not ours to check
+        path, _, anchor = target.partition("#")
+        file = (source.parent / path).resolve() if path else source
+        if not file.exists() or (anchor and anchor not in {slug(h) for h in headings(file)}):
+            broken.append(target)
+    assert broken == [], f"{doc}: {broken}"
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_named_section_exists(doc: str) -> None:
+    # Prose names another doc's section in quotes (`deploy/README.md`, "TTL for finished
+    # tasks"): the name must open one of that doc's headings or bold lead-ins.
+    text = " ".join((ROOT / doc).read_text().split())
+    missing = []
+    for path, name in re.findall(r"`?((?:deploy/|docs/)?[\w-]+\.md)`?, \"([^\"]+)\"", text):
+        target = ROOT / path
+        assert target.exists(), f"{doc} names {path}"
+        leads = headings(target) + re.findall(r"^- \*\*(.*?)\*\*", target.read_text(),
+                                              flags=re.MULTILINE)
+        if not any(lead.replace("`", "").startswith(name.replace("`", "")) for lead in leads):
+            missing.append(f"{path}, {name!r}")
+    assert missing == [], f"{doc}: {missing}"
 
 
 def recipe_block() -> str:

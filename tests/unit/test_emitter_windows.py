@@ -132,3 +132,23 @@ def test_a_final_supersedes_the_progress_the_sender_holds_for_its_window() -> No
     assert parsed[1].payload.progress is None and parsed[1].payload.metrics  # type: ignore
     assert parsed[2].payload.final  # type: ignore[union-attr]
     assert em.stats()["progress_coalesced"] >= 1
+
+
+def test_every_span_recorded_before_a_final_is_in_an_event_created_before_it() -> None:
+    """The final is critical and goes at once; the spans of the open window are coalescible
+    and would wait for it: they leave first, so a reader that stops at the task's end (the
+    completion rule counts the final) has every span the worker recorded before it."""
+    em, rec = make(span_window_s=3600.0)
+    em.record_span("step", 1000.0, 1000.25)
+    eventually(lambda: len(rec.bodies) == 1, 5, "the first window sent at once")
+    for i in range(1, 60):  # the window is open: these wait for it
+        em.record_span("step", 1000.0 + i, 1000.25 + i)
+    em.progress(1.0, "done", final=True)
+    assert em.flush(5)
+    parsed = rec.parsed()
+    final = next(i for i, p in enumerate(parsed)
+                 if isinstance(p.payload, Progress) and p.payload.final)
+    before = sum(s.count for p in parsed[:final] if isinstance(p.payload, Window)
+                 for s in span_summaries(p.payload))
+    assert before == 60 and final == len(parsed) - 1, [type(p.payload) for p in parsed]
+    assert [p.seq for p in parsed] == sorted(p.seq for p in parsed)  # created in seq order

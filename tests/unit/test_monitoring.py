@@ -71,3 +71,10 @@ def test_the_dashboard_is_importable() -> None:
     assert len(set(ids)) == len(ids)
     for p in dash["panels"]:
         assert p["datasource"]["uid"] == "${datasource}" and p["targets"], p["title"]
+
+
+def test_a_late_fact_from_the_watch_alerts() -> None:
+    """A late event from the watch is a fact lost; the late events of a list are not."""
+    late = [r for r in alert_rules() if 'cause="late"' in str(r["expr"])]
+    assert [r["alert"] for r in late] == ["TidingsFactsSkippedLate"]
+    assert "late_relisted" not in str(late[0]["expr"])

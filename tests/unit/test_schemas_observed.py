@@ -31,7 +31,13 @@ from tidings.schemas.observed import (
     pod_verdict,
 )
 from tidings.schemas.observing import observe
-from tidings.schemas.roster import decode_ends, encode_ends, pod_hash
+from tidings.schemas.roster import (
+    decode_ends,
+    encode_end_uids,
+    encode_ends,
+    pod_hash,
+    with_end_uids,
+)
 from tidings.schemas.status_decoder import decode_status, read_status
 from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
 
@@ -344,7 +350,8 @@ def test_pod_outcomes_round_trip_and_garbage_is_refused() -> None:
                                          None))
     restored = decode_status(TASK, json.loads(orjson.dumps(to_status(s))))
     assert restored == s
-    assert decode_ends(encode_ends(s.roster.ends)) == s.roster.ends
+    assert with_end_uids(decode_ends(encode_ends(s.roster.ends)),
+                         encode_end_uids(s.roster.ends)) == s.roster.ends
     # Read entry by entry (issue 25, item 6): an unreadable pod outcome is kept verbatim
     # beside the rest; an unreadable roster or platform makes the read partial (shown, never
     # written over).

@@ -117,7 +117,8 @@ def test_a_status_from_before_the_roster_is_read_from_its_workers() -> None:
     st = to_status(s)
     del st["roster"]
     restored = decode_status(TASK, st)
-    assert restored.phase == "Succeeded" and restored.roster == s.roster
+    # (The workers do not say which life of their pod reported: the next report tells.)
+    assert restored.phase == "Succeeded" and restored.roster == s.roster._replace(lives={})
 
 
 SMALL_ROSTER = Limits(workers=2, roster=4)

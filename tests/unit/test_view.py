@@ -356,7 +356,7 @@ def test_an_oom_killed_worker_reads_the_same_in_all_four_places(
     t = datetime(2026, 11, 30, 3, 5, tzinfo=UTC)
     state = fold_all(TASK, [event_of(Progress(fraction=0.5, message="epoch 1"))])
     (pod,) = state.workers
-    state = observe(state, [PodVerdict(pod, "uid", "Failed", "OOMKilled", "", 137, t)])
+    state = observe(state, [PodVerdict(pod, "uid-0", "Failed", "OOMKilled", "", 137, t)])
     if platform is not None:
         state = observe(state, platform=PlatformOutcome(
             "batch/v1", "Job", "job-1", "uid-job", platform,

@@ -134,3 +134,69 @@ def test_after_the_ttl_deleted_a_run_its_late_facts_are_refused_and_a_new_run_st
     assert _value(c.metrics, "tidings_watcher_events_rejected_total",
                   reason="deleted_task") == 1
     assert c.folder.late_after_ttl == {TASK}
+
+
+# --- a list coming: nothing is folded before it is in -----------------------------------
+
+
+def _window(sender: PodRef, spans: int, seq: int) -> ParsedEvent:
+    from tidings.schemas.payloads import Window, span_row
+
+    base_us = int(1000 * 1e6)
+    rows = [span_row("step", spans, 0.25 * spans, 0.25, 0.25, 1000.0, 1000.0 + spans, 0,
+                     base_us)]
+    return _event(sender, Window(progress=None, metrics=[], base_us=base_us, spans=rows), seq)
+
+
+def _restarted(c: Controller) -> PodRef:
+    """A task whose worker reported 50 % and one window of 4 spans, as the last status of a
+    watcher that stopped since: then the worker sent a window of 8 more spans and its final,
+    and its pod ended."""
+    worker = PodRef("train-1-0", "uid-w", "team-a")
+    c.senders.put(("team-a", "train-1-0", "uid-w"), PodTask("train-1", TASK_LABEL))
+    c.store.load(TASK, None, exists=False)
+    c.store.push_many([_event(worker, Progress(fraction=0.5), 1), _window(worker, 4, 2)])
+    c.folder.fold_task(TASK)
+    return worker
+
+
+def _spans(c: Controller) -> int:
+    state = c.store.get(TASK)
+    assert state is not None
+    return sum(a.count for a in state.spans.values())
+
+
+def test_a_pod_s_end_read_before_the_events_list_completes_nothing_until_the_list_is_in(
+        ) -> None:
+    """A restart (or a handover) lists the pods before the events: the worker's pod has
+    ended, and its last window and final are in the events still coming. Folding the pod's
+    end first made the task Succeeded (by its pod's end) without them, and a status written
+    then told `kubectl wait --for=condition=Completed` it was over."""
+    from tidings.schemas.contract import RUNNING, SUCCEEDED
+    from tidings.watcher.delivery import EventSource
+
+    c = Controller(None, Settings(), Metrics())  # type: ignore[arg-type]
+    worker = _restarted(c)
+    assert _spans(c) == 4
+    source = EventSource(c.delivery)  # the new term's events source: a list coming
+    c.senders.put(("team-a", "train-1-0", "uid-w"), PodTask("train-1", TASK_LABEL),
+                  _succeeded("train-1-0", "uid-w"))
+    c.folder.fold_task(TASK)  # asked by the pod's change: held
+    assert c.store.get(TASK).phase == RUNNING  # type: ignore[union-attr]
+    c.delivery.deliver_many([_window(worker, 8, 3),
+                             _event(worker, Progress(fraction=1.0, final=True), 4)])
+    c.folder.fold_task(TASK)  # asked by the list's first page: held too
+    assert c.store.get(TASK).phase == RUNNING  # type: ignore[union-attr]
+    source.list_done("42")
+    assert c.queue.pending() == 1  # the held task, asked again
+    c.folder.fold_task(TASK)
+    state = c.store.get(TASK)
+    assert state is not None and state.phase == SUCCEEDED
+    assert _spans(c) == 12 and state.workers["train-1-0"].final  # its own final decided
+
+
+def _succeeded(name: str, uid: str) -> object:
+    from tidings.schemas.observed import pod_verdict
+
+    return pod_verdict({"metadata": {"name": name, "uid": uid, "namespace": "team-a"},
+                        "status": {"phase": "Succeeded"}}, seen=T0 + timedelta(minutes=5))

@@ -1,0 +1,60 @@
+"""Past the roster's cap a new pod costs O(log n) (a heap of the kept hashes, not a scan of
+them): the pods kept are still the cap smallest hashes, whatever the order and however the
+ends and reports are batched. Pure; hypothesis. The times are bench/bench_roster_scale.py's."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.unit.test_schemas_fold import T0, TASK, make_event
+from tidings.schemas import Limits, PodRef, Progress, fold_all, new_state
+from tidings.schemas.folding import fold_many
+from tidings.schemas.observed import PodVerdict
+from tidings.schemas.observing import observe
+from tidings.schemas.roster import pod_hash
+
+CAP = Limits(roster=5)
+
+
+def end(i: int, secs: int, explained: bool) -> PodVerdict:
+    return PodVerdict(f"p-{i}", f"uid-{i}", "Failed", "OOMKilled" if explained else "Deleted",
+                      "", None, T0 + timedelta(seconds=secs), explained)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 14), st.integers(0, 30), st.booleans()),
+                max_size=40), st.randoms(use_true_random=False), st.integers(1, 6))
+def test_the_ends_past_the_cap_keep_the_smallest_hashes_in_any_batching(
+        raw: list[tuple[int, int, bool]], rnd: random.Random, batch: int) -> None:
+    verdicts = [end(*r) for r in raw]
+    whole = observe(new_state(TASK, CAP), verdicts)
+    shuffled = verdicts[:]
+    rnd.shuffle(shuffled)
+    state = new_state(TASK, CAP)
+    for k in range(0, len(shuffled), batch):
+        state = observe(state, shuffled[k:k + batch])
+    assert state.roster == whole.roster
+    kept = sorted({pod_hash(v.pod) for v in verdicts})[:CAP.roster]
+    assert sorted(whole.roster.ends) == kept
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 14), max_size=40), st.randoms(use_true_random=False),
+       st.integers(1, 6))
+def test_the_marks_past_the_cap_keep_the_smallest_hashes_in_any_batching(
+        pods: list[int], rnd: random.Random, batch: int) -> None:
+    events = [make_event(Progress(fraction=0.5), f"inst-{i}-{k}".ljust(32, "a"), 0,
+                         T0 + timedelta(seconds=k), pod=PodRef(f"p-{i}", f"uid-{i}"))
+              for k, i in enumerate(pods)]
+    whole = fold_all(TASK, events, CAP)
+    rnd.shuffle(events)
+    state = new_state(TASK, CAP)
+    for k in range(0, len(events), batch):
+        state = fold_many(state, events[k:k + batch])
+    assert state.roster == whole.roster
+    assert sorted(whole.roster.marks) == sorted({pod_hash(f"p-{i}") for i in pods})[:CAP.roster]
+    assert whole.counters.get("roster_capped", 0) == state.counters.get("roster_capped", 0)

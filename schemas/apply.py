@@ -106,10 +106,11 @@ def _set_named_beyond(entries: dict[str, Named], beyond: dict[str, Beyond], name
                                     _non_finite_of(gone.value, index), gone.events, beyond_cap)
 
 
-def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
+def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey, heard: datetime) -> None:
     """Merge ``p`` into the roster: its pod's mark (joined), the declared count, the first
-    failure and the latest final. Each is a join, so the order of events cannot matter; the
-    registers take every Progress, also of a pod beyond the roster's cap."""
+    failure and the latest final; its pace, by when the report was ``heard`` (roster.Pace).
+    Each is a join, so the order of events cannot matter; the registers take every
+    Progress, also of a pod beyond the roster's cap."""
     marks = w.marks_w
     if marks is None:
         marks = w.begin_roster()
@@ -133,12 +134,12 @@ def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
         if new & FINAL:  # (a final ends the pod's pace, whichever came first)
             paces.pop(h, None)
         else:
-            _join_pace(paces, h, pod, key[0], fn)
+            _join_pace(paces, h, pod, heard, fn)
     elif len(marks) < w.lim.roster:
         marks[h] = Mark(bits, 1)
         w.marked(bits, 1)
         if not p.final:
-            _join_pace(paces, h, pod, key[0], bits & FRACTION_MASK)
+            _join_pace(paces, h, pod, heard, bits & FRACTION_MASK)
     elif h > max(marks, default=-1):
         w.bump("roster_capped")
     else:
@@ -150,7 +151,7 @@ def _merge_roster(w: Work, pod: str, p: Progress, key: OrderKey) -> None:
         marks[h] = Mark(bits, 1)
         w.marked(bits, 1)
         if not p.final:
-            _join_pace(paces, h, pod, key[0], bits & FRACTION_MASK)
+            _join_pace(paces, h, pod, heard, bits & FRACTION_MASK)
     if p.workers > w.declared:
         w.declared = p.workers
     if p.final:
@@ -323,7 +324,10 @@ def _apply_progress(w: Work, ev: ParsedEvent, p: Progress, t: datetime) -> None:
     capped = merge_progress(workers, ev.sender.name, p, key, w.lim.workers)
     if capped:
         w.bump("workers_capped", capped)
-    _merge_roster(w, ev.sender.name, p, key)
+    # Silence is judged by when the API server received a report (its creationTimestamp),
+    # never by the sender's clock: one behind by minutes would look silent for minutes.
+    created = ev.created
+    _merge_roster(w, ev.sender.name, p, key, t if created is None else created)
 
 
 def _named_apply(kind: Kind, model: type) -> Apply:

@@ -205,8 +205,9 @@ def _workers(n: int, what: str = "worker") -> str:
 
 
 class Silence(NamedTuple):
-    """A stalled worker: silent since ``since`` (its latest progress), ``limit`` seconds
-    allowed by its ``interval`` between reports (None: it reported once)."""
+    """A stalled worker: silent since ``since`` (when its latest progress was received, the
+    API server's clock: roster.Pace), ``limit`` seconds allowed by its ``interval`` between
+    reports (None: it reported once)."""
 
     since: datetime
     limit: float

@@ -82,8 +82,12 @@ class PodEnd(NamedTuple):
 class Pace(NamedTuple):
     """A running reporting pod's pace, what health judges it by: its name, how many Progress
     reports it joins, and the first and the latest of them, each as (epoch milliseconds of
-    its order time, fraction in 1/10,000). On a tie of times the smaller fraction is the
-    first and the larger the latest, so the join is a function of the set of reports."""
+    when it was received, fraction in 1/10,000). On a tie of times the smaller fraction is
+    the first and the larger the latest, so the join is a function of the set of reports.
+
+    Received: the API server's ``creationTimestamp`` of the report's event (whole seconds),
+    the order time only for an event without one. A sender's clock says nothing of how long
+    a worker has been silent: one minutes behind would look silent for minutes."""
 
     pod: str
     reports: int

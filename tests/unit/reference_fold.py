@@ -165,10 +165,12 @@ def _merge_spans(entries: dict[str, SpanAgg], p: SpanSummaries | Window, cap: in
     return capped
 
 
-def _roster(r: Roster, pod: str, p: Progress, key: OrderKey, cap: int) -> tuple[Roster, int]:
+def _roster(r: Roster, pod: str, p: Progress, key: OrderKey, cap: int,
+            heard: datetime) -> tuple[Roster, int]:
     """The roster with ``p`` of ``pod`` merged, rebuilt whole (and how many events its cap
     gave up): flags OR-ed and the largest fraction per pod, the cap smallest pod hashes
-    kept, the largest declared count, the earliest failed final, the latest final."""
+    kept, the largest declared count, the earliest failed final, the latest final; the
+    pace by when the report was ``heard`` (the API server's creation time)."""
     marks = dict(r.marks)
     h = pod_hash(pod)
     frac = round(p.fraction * 10_000)
@@ -180,13 +182,13 @@ def _roster(r: Roster, pod: str, p: Progress, key: OrderKey, cap: int) -> tuple[
     else:
         flags = (cur.bits | bits) & (FINAL | FAILED)
         marks[h] = Mark(flags | max(cur.bits & FRACTION_MASK, frac), cur.events + 1)
-    # The pod's pace (its earliest and latest report, by time then fraction) while it has
-    # no final.
+    # The pod's pace (its earliest and latest report, by when received then fraction)
+    # while it has no final.
     paces = dict(r.paces)
     if marks[h].bits & FINAL:
         paces.pop(h, None)
     else:
-        ms = int(key[0].timestamp() * 1000)
+        ms = (heard - datetime(1970, 1, 1, tzinfo=_UTC)) // timedelta(milliseconds=1)
         old = paces.get(h)
         lo = (ms, frac) if old is None else min((old.first_ms, old.first_pm), (ms, frac))
         hi = (ms, frac) if old is None else max((old.last_ms, old.last_pm), (ms, frac))
@@ -312,7 +314,7 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         capped = merge_progress(workers, sender.name, p, (t, instance, seq), lim.workers)
         capped_name = "workers_capped"
         roster, roster_capped = _roster(roster, sender.name, p, (t, instance, seq),
-                                        lim.roster)
+                                        lim.roster, created or t)
         if roster_capped:
             counters["roster_capped"] = counters.get("roster_capped", 0) + roster_capped
     elif tp is LogLink:
@@ -354,7 +356,7 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
             extra["workers_capped"] = merge_progress(workers, sender.name, p.progress, key,
                                                       lim.workers)
             roster, extra["roster_capped"] = _roster(roster, sender.name, p.progress, key,
-                                                     lim.roster)
+                                                     lim.roster, created or t)
         if p.metrics:
             metrics = dict(state.named.get("metrics", {}))
             beyond_m = dict(beyond.get("metrics", {}))

@@ -170,7 +170,7 @@ def _roster(r: Roster, pod: str, p: Progress, key: OrderKey, cap: int,
     """The roster with ``p`` of ``pod`` merged, rebuilt whole (and how many events its cap
     gave up): flags OR-ed and the largest fraction per pod, the cap smallest pod hashes
     kept, the largest declared count, the earliest failed final, the latest final; the
-    pace by when the report was ``heard`` (the API server's creation time)."""
+    pace, the report ``heard`` then (the API server's creation time)."""
     marks = dict(r.marks)
     h = pod_hash(pod)
     frac = round(p.fraction * 10_000)
@@ -182,17 +182,21 @@ def _roster(r: Roster, pod: str, p: Progress, key: OrderKey, cap: int,
     else:
         flags = (cur.bits | bits) & (FINAL | FAILED)
         marks[h] = Mark(flags | max(cur.bits & FRACTION_MASK, frac), cur.events + 1)
-    # The pod's pace (its earliest and latest report, by when received then fraction)
-    # while it has no final.
+    # The pod's pace (its earliest and latest report, by time then fraction, and the
+    # latest time one was heard) while it has no final.
     paces = dict(r.paces)
     if marks[h].bits & FINAL:
         paces.pop(h, None)
     else:
-        ms = (heard - datetime(1970, 1, 1, tzinfo=_UTC)) // timedelta(milliseconds=1)
+        def ms_of(t: datetime) -> int:
+            return (t - datetime(1970, 1, 1, tzinfo=_UTC)) // timedelta(milliseconds=1)
+
+        ms, hms = ms_of(key[0]), ms_of(heard)
         old = paces.get(h)
         lo = (ms, frac) if old is None else min((old.first_ms, old.first_pm), (ms, frac))
         hi = (ms, frac) if old is None else max((old.last_ms, old.last_pm), (ms, frac))
-        paces[h] = Pace(pod, 1 if old is None else old.reports + 1, *lo, *hi)
+        paces[h] = Pace(pod, 1 if old is None else old.reports + 1, *lo, *hi,
+                        hms if old is None else max(old.heard_ms, hms))
     if len(marks) > cap:
         largest = max(marks)
         capped = marks.pop(largest).events

@@ -15,6 +15,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +30,7 @@ from tidings.schemas.health import (
     next_stall_of,
     stalled_since_written,
 )
+from tidings.schemas.roster import decode_paces, encode_paces, pod_hash
 from tidings.schemas.status_decoder import decode_status
 from tidings.schemas.status_encoder import to_status
 from tidings.watcher.settings import Settings, health_settings
@@ -260,3 +262,16 @@ def test_health_is_the_same_whatever_a_sender_s_clock_says(skew: int, later: int
     for kind in ("Stalled", "Straggling"):
         assert conds(skewed, now)[kind]["message"] == conds(true, now)[kind]["message"]
     assert next_stall(skewed, now) == next_stall(true, now)
+
+
+def test_a_pace_keeps_when_it_was_heard_and_an_older_one_reads_as_heard_at_its_latest() -> None:
+    old = decode_paces("w-0 3 1000 10 2000 30")  # written before heard times were kept
+    assert old[pod_hash("w-0")].heard_ms == 3000
+    heard = decode_paces("w-0 3 1000 10 2000 30 -1500,w-1 1 5 0 0 0 120000")
+    assert [p.heard_ms for p in heard.values()] == [1500, 120005]
+    assert encode_paces(heard) == ["w-0 3 1000 10 2000 30 -1500,w-1 1 5 0 0 0 120000"]
+    assert encode_paces(old) == ["w-0 3 1000 10 2000 30"]
+    for bad in ("w-0 3 1000 10 2000 30 x", "w-0 3 1000 10 2000 30 1 2",
+                "w-0 3 1000 10 2000 30 --1", "w-0 3 1000 10 2000 30 +1"):
+        with pytest.raises(ValueError):
+            decode_paces(bad)

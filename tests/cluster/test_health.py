@@ -171,6 +171,28 @@ def test_a_silent_worker_beyond_the_64_detailed_ones_is_stalled(
     assert shown.returncode == 0 and "Stalled" in shown.stdout
 
 
+def test_a_worker_whose_clock_is_behind_is_judged_by_when_its_reports_arrive(
+        control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
+        start_watcher: Callable[..., Any]) -> None:  # noqa: F811
+    """A worker whose node clock is 2 minutes behind reports steadily: never "silent for 2m"
+    (it was, judged by its eventTimes); once it goes quiet it stalls when its silence, counted
+    from when its last report arrived, passes the 20 s allowed."""
+    start_watcher("--stall-factor", "3", "--stall-min", "20", "--stall-unpaced", "30")
+    task = f"skew-{uuid.uuid4().hex[:6]}"
+    pod = pod_for(admin, namespace, task)
+    for seq in range(6):
+        emit(admin, namespace, task, Progress(fraction=0.1 * (seq + 1)), seq, instance="i",
+             pod=(pod["name"], pod["uid"]), when=datetime.now(UTC) - timedelta(minutes=2))
+        status = eventually(lambda seq=seq: (s := task_status(admin, namespace, task)) and s.get(
+            "workers", [{}])[0].get("events", 0) >= seq + 1 and s, 30, f"report {seq} folded")
+        stalled = condition(status, "Stalled") or {}
+        assert stalled.get("status") != "True", stalled
+    assert kubectl_wait(control_plane, namespace, task, "Stalled").returncode == 0
+    stalled = condition(task_status(admin, namespace, task), "Stalled") or {}
+    assert stalled["message"].startswith(f"{pod['name']} silent for "), stalled
+    assert "silent for 2m" not in stalled["message"], stalled
+
+
 def test_a_report_that_ends_a_stall_is_written_as_soon_as_the_stall_was(
         control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
         start_watcher: Callable[..., Any]) -> None:  # noqa: F811

@@ -48,8 +48,9 @@ def up(
     port: Annotated[int, typer.Option(help="kube-apiserver port (0 picks a free one).")] = 0,
     controllers: Annotated[bool, typer.Option(
         "--controllers/--no-controllers",
-        help="Run kube-controller-manager with the Job controller, the garbage collector and "
-             "ClusterRole aggregation (on by default; --no-controllers saves its CPU).")] = True,
+        help="Run kube-controller-manager with the Job controller, the garbage collector, "
+             "ClusterRole aggregation, node lifecycle and taint eviction (a lost node's pods "
+             "are evicted) (on by default; --no-controllers saves its CPU).")] = True,
     real_node: Annotated[bool, typer.Option(
         "--real-node",
         help="Also run a real node: a kubelet and containerd whose pods run as containers "
@@ -70,7 +71,8 @@ def up(
         pass
     try:
         running = ("etcd, kube-apiserver, kwok and kube-controller-manager (Jobs, garbage "
-                   "collection)" if controllers else "etcd, kube-apiserver and kwok")
+                   "collection, node lifecycle and eviction)" if controllers
+                   else "etcd, kube-apiserver and kwok")
         if real_node:
             running += " and a real node (kubelet, containerd, kube-proxy, kube-scheduler)"
         typer.echo(f"# starting {running} in {folder} ...", err=True)

@@ -51,8 +51,9 @@ def ui(
     allowed_host: Annotated[list[str] | None, typer.Option(
         "--allowed-host", metavar="NAME", show_default=False,
         help="Another name requests may give this server in their Host header (repeatable), "
-        "beside the loopback names, the address served and, off loopback, this host's "
-        "names; any other is refused (DNS rebinding).")] = None,
+        "beside the loopback names, the address served (on 0.0.0.0 or ::, the address a "
+        "request reached) and, off loopback, this host's names; any other is refused (DNS "
+        "rebinding).")] = None,
     conn: Connection = DEFAULT_CONNECTION,
 ) -> None:
     """Serve a live web page of the tasks (read-only, with your own credentials)."""
@@ -88,7 +89,7 @@ def ui(
     if not is_loopback(address):
         typer.echo(f"warning: serving on {safe(address)}, not a loopback address: anyone who "
                    "can reach it reads the cluster with your credentials (requests must name "
-                   "it by this address, this host's names or --allowed-host)", err=True)
+                   "it by the address they reach, this host's names or --allowed-host)", err=True)
     hub = Hub(k, namespace, selector, fallback=None if namespace else k.namespace)
     where = k.client.config.source or k.server
     app = Ui(k, hub, Settings(address, where, __version__, extra_hosts)).app()

@@ -24,8 +24,8 @@ documents every field, and empty maps, zero counters and absent values are left 
                   firstAt?, firstFraction?}]          # the 64 smallest pod names, in detail
     roster:     {reporting, final, failed?, declared?, firstFailure?: {pod, at, message},
                  lastFinal?, marks, outcomes?}  # every pod: what the completion rule reads
-    paces:      ["<pod> <reports> <firstMs> <first 1e-4> <latest - first ms> <latest 1e-4>,..."]
-                                    # every running pod's pace, 64 a string (health.py)
+    paces:      ["<pod> <reports> <firstMs> <first 1e-4> <latest - first ms> <latest 1e-4>
+                  [<received - latest ms>],..."]  # every running pod's pace, 64 a string
     podOutcomes: [{pod, uid, phase, reason, message?, exitCode?, at, explained?}]
                                     # how pods ended, as their objects say (observed.py)
     waitingPods: [{pod, uid, reason, message?, exitCode?, since}]   # why pods wait, now

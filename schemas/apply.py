@@ -116,10 +116,12 @@ def _set_named_beyond(entries: dict[str, Named], beyond: dict[str, Beyond], name
 _SAME, _NEW, _EARLIER = 0, 1, 2
 
 
-def _merge_roster(w: Work, ev: ParsedEvent, p: Progress, key: OrderKey) -> int:
+def _merge_roster(w: Work, ev: ParsedEvent, p: Progress, key: OrderKey, heard: datetime
+                  ) -> int:
     """Merge ``p`` into the roster: its pod's mark (joined), the declared count, the first
-    failure and the latest final. Each is a join, so the order of events cannot matter; the
-    registers take every Progress, also of a pod beyond the roster's cap.
+    failure and the latest final; its pace (roster.Pace), the report ``heard`` then. Each is
+    a join, so the order of events cannot matter; the registers take every Progress, also of
+    a pod beyond the roster's cap.
 
     A mark is one life of its pod name (``roster.Life``): a report of a later life (another
     uid, created later) starts the mark again (``_NEW``: the detailed record starts again
@@ -171,14 +173,14 @@ def _merge_roster(w: Work, ev: ParsedEvent, p: Progress, key: OrderKey) -> int:
         if new & FINAL:  # (a final ends the pod's pace, whichever came first)
             paces.pop(h, None)
         else:
-            _join_pace(paces, h, pod, key[0], fn)
+            _join_pace(paces, h, pod, key[0], heard, fn)
     elif len(marks) < w.lim.roster:
         marks[h] = Mark(bits, 1)
         w.marked(bits, 1)
         if said == _SAME:
             w.relive(h, Life(born, uid))
         if not p.final:
-            _join_pace(paces, h, pod, key[0], bits & FRACTION_MASK)
+            _join_pace(paces, h, pod, key[0], heard, bits & FRACTION_MASK)
     elif h > w.top_mark():
         w.bump("roster_capped")
     else:
@@ -192,7 +194,7 @@ def _merge_roster(w: Work, ev: ParsedEvent, p: Progress, key: OrderKey) -> int:
         w.marked(bits, 1)
         w.relive(h, Life(born, uid))
         if not p.final:
-            _join_pace(paces, h, pod, key[0], bits & FRACTION_MASK)
+            _join_pace(paces, h, pod, key[0], heard, bits & FRACTION_MASK)
     _merge_registers(w, pod, p, key)
     return said
 
@@ -213,21 +215,24 @@ _FLAGS = FINAL | FAILED
 _new_mark = tuple.__new__  # Mark's own __new__ is a Python call; the tuple is the same
 
 
-def _join_pace(paces: dict[int, Pace], h: int, pod: str, t: datetime, pm: int) -> None:
-    """Join a report at ``t`` with ``pm`` into the pace of pod ``h`` (roster.Pace says the
-    rule: the earliest and the latest by (time, fraction), and a count); inline, since
-    every Progress passes here."""
+def _join_pace(paces: dict[int, Pace], h: int, pod: str, t: datetime, heard: datetime,
+               pm: int) -> None:
+    """Join a report at ``t`` with ``pm``, received at ``heard``, into the pace of pod ``h``
+    (roster.Pace says the rule: the earliest and the latest by (time, fraction), a count,
+    the latest time heard); inline, since every Progress passes here."""
     ms = epoch_ms(t)
+    hms = epoch_ms(heard)
     cur = paces.get(h)
     if cur is None:
-        paces[h] = _new_mark(Pace, (pod, 1, ms, pm, ms, pm))
+        paces[h] = _new_mark(Pace, (pod, 1, ms, pm, ms, pm, hms))
         return
-    name, n, first_ms, first_pm, last_ms, last_pm = cur
+    name, n, first_ms, first_pm, last_ms, last_pm, heard_ms = cur
     if ms < first_ms or (ms == first_ms and pm < first_pm):
         first_ms, first_pm = ms, pm
     if ms > last_ms or (ms == last_ms and pm > last_pm):
         last_ms, last_pm = ms, pm
-    paces[h] = _new_mark(Pace, (name, n + 1, first_ms, first_pm, last_ms, last_pm))
+    paces[h] = _new_mark(Pace, (name, n + 1, first_ms, first_pm, last_ms, last_pm,
+                                hms if hms > heard_ms else heard_ms))
 
 
 def _count(entries: dict[K, int], key: K, cap: int) -> int:
@@ -412,7 +417,10 @@ def _apply_progress(w: Work, ev: ParsedEvent, p: Progress, t: datetime) -> None:
     if workers is None:
         workers = w.workers_w = dict(w.state.workers)
     key = (t, ev.instance, ev.seq)
-    life = _merge_roster(w, ev, p, key)
+    # Silence is judged by when the API server received a report (its creationTimestamp),
+    # never by the sender's clock: one behind by minutes would look silent for minutes.
+    created = ev.created
+    life = _merge_roster(w, ev, p, key, t if created is None else created)
     if life == _EARLIER:
         return
     if life == _NEW:

@@ -11,7 +11,8 @@ completes. Who decides what (docs/status.md, "What the status means"):
 
 - a platform object that owns the task (``observed.platform``: a Job, JobSet, Workflow or
   TrainJob whose controller reports on it) decides its outcome alone: its terminal condition
-  is the task's phase, and a worker that failed is an attempt it may retry;
+  is the task's phase, and a worker that failed is an attempt it may retry (until it failed
+  the task: then the failed workers' progress counts, what they reached);
 - otherwise the workers do: a failed final fails the task, and it succeeds once every
   reporting pod is final (and at least ``declared`` of them);
 - a reporting pod is final by its own final report, else by its pod's end (the kubelet's
@@ -39,6 +40,7 @@ from .roster import (
     pod_hash,
     uid_print,
 )
+from .summary import retries
 from .text import cut_text
 from .times import from_epoch
 from .workers import ProgressState
@@ -120,11 +122,13 @@ def _retried(r: Roster, h: int, bits: int) -> bool:
     return end is not None and end.failed
 
 
-def _fraction_sum(state: Folded, platform: bool) -> tuple[float, int]:
+def _fraction_sum(state: Folded, retrying: bool) -> tuple[float, int]:
     """Every reporting pod's fraction summed, and how many pods that counts: a detailed
     record's own (latest) fraction, else the largest fraction the pod reported (its mark);
-    a pod that ended well without a final of its own counts whole; under a platform
-    (``platform``) the failed attempts count not at all."""
+    a pod that ended well without a final of its own counts whole; under a platform that
+    may still retry (``retrying``) the failed attempts count not at all (a retry takes
+    their place). A platform that failed the task retries nothing: its failed workers
+    count what they reached, as the workers' own rule counts them."""
     r = state.roster
     marks = r.marks
     permyriads, n = r.permyriads, len(marks)
@@ -137,7 +141,7 @@ def _fraction_sum(state: Folded, platform: bool) -> tuple[float, int]:
             if not end.failed:
                 permyriads += FRACTION_SCALE - (m.bits & FRACTION_MASK)
                 whole.add(h)
-    if platform and (r.failures or r.pod_failures):
+    if retrying and (r.failures or r.pod_failures):
         for h, m in marks.items():
             if _retried(r, h, m.bits):
                 permyriads -= m.bits & FRACTION_MASK
@@ -193,7 +197,7 @@ def aggregate(state: Folded, phase: str | None = None) -> TaskProgress | None:
         return None
     phase = phase or phase_of(state)
     platform = state.observed.platform
-    total, n = _fraction_sum(state, platform is not None)
+    total, n = _fraction_sum(state, retries(platform is not None, phase))
     fraction = total / max(n, r.declared, 1)
     if platform is not None and phase == SUCCEEDED:
         fraction = 1.0  # its object says the work is done, whatever the workers said

@@ -204,8 +204,9 @@ def _workers(n: int, what: str = "worker") -> str:
 
 
 class Silence(NamedTuple):
-    """A stalled worker: silent since ``since`` (its latest progress), ``limit`` seconds
-    allowed by its ``interval`` between reports (None: it reported once)."""
+    """A stalled worker: silent since ``since`` (when its latest progress was received, the
+    API server's clock: roster.Pace), ``limit`` seconds allowed by its ``interval`` between
+    reports (its own clock's; None: it reported once)."""
 
     since: datetime
     limit: float
@@ -229,10 +230,11 @@ def _allowed(reports: int, span_ms: int, factor: float, least: float, unpaced: f
     return unpaced, None
 
 
-def _onset_us(last_ms: int, limit: float) -> int:
-    """When a silence since ``last_ms`` passes ``limit``, in epoch microseconds (whole: the
-    judgment at a time and the health clock's next time agree exactly)."""
-    return last_ms * 1000 + math.ceil(limit * 1e6)
+def _onset_us(heard_ms: int, limit: float) -> int:
+    """When a silence since ``heard_ms`` (the latest report received) passes ``limit``, in
+    epoch microseconds (whole: the judgment at a time and the health clock's next time agree
+    exactly)."""
+    return heard_ms * 1000 + math.ceil(limit * 1e6)
 
 
 def _us(t: datetime) -> int:
@@ -253,13 +255,13 @@ def _stalled(state: TaskState, now: datetime | None, s: HealthSettings) -> Found
     stalled: dict[str, Silence] = {}
     soonest: int | None = None
     factor, least, unpaced = s["stall_factor"], s["stall_min"], s["stall_unpaced"]
-    for pod, reports, first_ms, _, last_ms, _ in run.paces:
+    for pod, reports, first_ms, _, last_ms, _, heard_ms in run.paces:
         limit, interval = _allowed(reports, last_ms - first_ms, factor, least, unpaced)
-        onset = _onset_us(last_ms, limit)
+        onset = _onset_us(heard_ms, limit)
         if onset > _LAST_US:
             continue
         if now_us >= onset:
-            stalled[pod] = Silence(_at_us(last_ms * 1000), limit, interval)
+            stalled[pod] = Silence(_at_us(heard_ms * 1000), limit, interval)
         elif soonest is None or onset < soonest:
             soonest = onset
     return Found(dict(sorted(stalled.items())), None if soonest is None else _at_us(soonest),
@@ -342,7 +344,7 @@ def _straggling(state: TaskState, now: datetime | None, s: HealthSettings) -> Fo
     run = _running(state)
     # A pace may be negative (progress went back, 0.5 then 0.1): that worker is behind.
     rates = {p.pod: rate for p in run.paces if (rate := p.rate) is not None}
-    newest = max((p.last_ms for p in run.paces), default=None)
+    newest = max((p.heard_ms for p in run.paces), default=None)
     need = max(2, int(s["straggle_min_workers"]))
     median = statistics.median(rates.values()) if len(rates) >= need else None
     straggling: dict[str, float] = {}  # pod -> its pace over the median pace
@@ -535,9 +537,9 @@ def _soonest(paces: Iterable[Pace], now: datetime, settings: HealthSettings
     soonest: int | None = None
     factor, least, unpaced = (settings["stall_factor"], settings["stall_min"],
                               settings["stall_unpaced"])
-    for _, reports, first_ms, _, last_ms, _ in paces:
-        onset = _onset_us(last_ms, _allowed(reports, last_ms - first_ms, factor, least,
-                                            unpaced)[0])
+    for _, reports, first_ms, _, last_ms, _, heard_ms in paces:
+        onset = _onset_us(heard_ms, _allowed(reports, last_ms - first_ms, factor, least,
+                                             unpaced)[0])
         if now_us < onset <= _LAST_US and (soonest is None or onset < soonest):
             soonest = onset
     return None if soonest is None else _at_us(soonest)

@@ -107,9 +107,15 @@ class Life(NamedTuple):
 
 class Pace(NamedTuple):
     """A running reporting pod's pace, what health judges it by: its name, how many Progress
-    reports it joins, and the first and the latest of them, each as (epoch milliseconds of
-    its order time, fraction in 1/10,000). On a tie of times the smaller fraction is the
-    first and the larger the latest, so the join is a function of the set of reports."""
+    reports it joins, the first and the latest of them, each as (epoch milliseconds of its
+    order time, fraction in 1/10,000), and when the latest report was received (``heard_ms``:
+    the largest API server ``creationTimestamp`` of its events, whole seconds; the order
+    time for an event without one). On a tie of times the smaller fraction is the first and
+    the larger the latest, so the join is a function of the set of reports.
+
+    The pace and the report interval are the sender's own durations (a clock that is off
+    by a constant cancels out in them); silence is counted from ``heard_ms`` alone: a sender
+    whose clock is minutes behind would otherwise look silent for minutes."""
 
     pod: str
     reports: int
@@ -117,6 +123,7 @@ class Pace(NamedTuple):
     first_pm: int
     last_ms: int
     last_pm: int
+    heard_ms: int
 
     @property
     def rate(self) -> float | None:
@@ -536,9 +543,11 @@ def roster_of(records: Iterable[tuple[str, float, bool, bool, int, OrderKey, str
 
 # --- the status text of the paces ---------------------------------------------------------
 # Per pod, sorted by name, ``<pod> <reports> <first ms> <first 1/10,000> <latest - first ms>
-# <latest 1/10,000>``; ``PACES_PER_ITEM`` of them, comma-separated, in one string (one JSON
-# value for many pods: a status write's cost grows with its values). About 35 characters a
-# pod; the status budget gives items up from the last (the largest names).
+# <latest 1/10,000>[ <heard - latest ms>]`` (the last only when it is not 0: a status written
+# before it was kept reads as heard at the latest report's time); ``PACES_PER_ITEM`` of them,
+# comma-separated, in one string (one JSON value for many pods: a status write's cost grows
+# with its values). About 40 characters a pod; the status budget gives items up from the
+# last (the largest names).
 PACES_PER_ITEM = 64
 _POD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-")
 
@@ -547,6 +556,7 @@ def encode_paces(paces: Mapping[int, Pace]) -> list[str]:
     ordered = sorted(paces.values())
     return [",".join(f"{p.pod} {p.reports} {p.first_ms} {p.first_pm} "
                      f"{p.last_ms - p.first_ms} {p.last_pm}"
+                     + (f" {p.heard_ms - p.last_ms}" if p.heard_ms != p.last_ms else "")
                      for p in ordered[i:i + PACES_PER_ITEM])
             for i in range(0, len(ordered), PACES_PER_ITEM)]
 
@@ -557,16 +567,22 @@ def decode_paces(item: str) -> dict[int, Pace]:
     out: dict[int, Pace] = {}
     for record in item.split(","):
         parts = record.split(" ")
-        # (Only the first time may be negative: an order time before 1970.)
-        if len(parts) != 6 or not all(p.isascii() and p.isdigit() and len(p) <= 15
-                                      for p in (parts[2].removeprefix("-"), *parts[3:])) \
+        # (Only the first time may be negative, an order time before 1970, and when it was
+        # heard, to within the clock skew allowed before the latest order time.)
+        if len(parts) not in (6, 7) or not all(
+                p.isascii() and p.isdigit() and len(p) <= 15
+                for p in (parts[2].removeprefix("-"), *parts[3:6],
+                          *(x.removeprefix("-") for x in parts[6:]))) \
                 or not (parts[1].isascii() and parts[1].isdigit() and len(parts[1]) <= 18):
             raise ValueError("bad pace")
         pod = parts[0]
-        reports, first_ms, first_pm, span, last_pm = map(int, parts[1:])
+        reports, first_ms, first_pm, span, last_pm = map(int, parts[1:6])
+        last_ms = first_ms + span
+        heard_ms = last_ms + int(parts[6]) if len(parts) == 7 else last_ms
         if not (0 < len(pod) <= 253 and set(pod) <= _POD_CHARS and reports >= 1
                 and first_pm <= FRACTION_SCALE and last_pm <= FRACTION_SCALE
-                and abs(first_ms) < 2**48 and first_ms + span < 2**48):
+                and abs(first_ms) < 2**48 and last_ms < 2**48 and abs(heard_ms) < 2**48):
             raise ValueError("bad pace")
-        out[pod_hash(pod)] = Pace(pod, reports, first_ms, first_pm, first_ms + span, last_pm)
+        out[pod_hash(pod)] = Pace(pod, reports, first_ms, first_pm, last_ms, last_pm,
+                                  heard_ms)
     return out

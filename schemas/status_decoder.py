@@ -517,7 +517,7 @@ def _paces(st: Mapping[str, Any], roster: Roster, workers: Mapping[str, Progress
         first_at, first_fraction = (w.at, w.fraction) if w.first_at is None \
             else (w.first_at, w.first_fraction)
         out[h] = Pace(pod, w.events, epoch_ms(first_at[0]), mark_bits(first_fraction, False, False),
-                      epoch_ms(w.at[0]), mark_bits(w.fraction, False, False))
+                      epoch_ms(w.at[0]), mark_bits(w.fraction, False, False), epoch_ms(w.at[0]))
     return out
 
 

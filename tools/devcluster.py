@@ -47,10 +47,14 @@ USERS = {"admin": ["system:masters"], "alice": ["tidings:devs"], "bob": ["tiding
 # kube-controller-manager signs in as the user the bootstrap RBAC policy already binds.
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 # The controllers the local plane can run, and the bootstrap ClusterRole (system:controller:<role>)
-# that holds each one's rights. It runs the first three (DEFAULT_CONTROLLERS), and a real node
-# adds the rest (its pods need a namespace's `default` ServiceAccount and `kube-root-ca.crt`,
-# Deployments make pods, and a kubelet's node is tainted not-ready until the node lifecycle
-# controller sees it Ready). No scheduler runs without a real node: a pod template sets
+# that holds each one's rights. It runs DEFAULT_CONTROLLERS, and a real node adds the rest (its
+# pods need a namespace's `default` ServiceAccount and `kube-root-ca.crt`, Deployments make
+# pods). The node lifecycle and taint eviction controllers run as in any cluster: a node that
+# goes NotReady or silent is tainted NoExecute and its pods are evicted once their toleration
+# ends (without them a lost node's pods read Running for ever); the kwok node heartbeats, and a
+# kubelet's node is tainted not-ready until the lifecycle controller sees it Ready. The taint
+# eviction controller acts with the node controller's role, as kube-controller-manager's own
+# code has it. No scheduler runs without a real node: a pod template sets
 # `nodeName: kwok-node-0` (NODE_NAME) for its pods to run.
 CONTROLLER_ROLES = {"job-controller": "job-controller",
                     "garbage-collector-controller": "generic-garbage-collector",
@@ -59,9 +63,11 @@ CONTROLLER_ROLES = {"job-controller": "job-controller",
                     "root-ca-certificate-publisher-controller": "root-ca-cert-publisher",
                     "deployment-controller": "deployment-controller",
                     "replicaset-controller": "replicaset-controller",
-                    "node-lifecycle-controller": "node-controller"}
+                    "node-lifecycle-controller": "node-controller",
+                    "taint-eviction-controller": "node-controller"}
 DEFAULT_CONTROLLERS = ("job-controller", "garbage-collector-controller",
-                       "clusterrole-aggregation-controller")
+                       "clusterrole-aggregation-controller", "node-lifecycle-controller",
+                       "taint-eviction-controller")
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 STATE_FILE = "cluster.json"
 # Written into every state dir this launcher creates: only such a dir is ever wiped.
@@ -307,10 +313,12 @@ class ControlPlane:
 
     def start_controller_manager(self, timeout: float = 60.0,
                                  controllers: tuple[str, ...] = DEFAULT_CONTROLLERS) -> None:
-        """Run kube-controller-manager with ``controllers`` (the Job controller, garbage
-        collection and ClusterRole aggregation by default) besides those it runs already, as its
-        own user on loopback: no serving port, no leader election, no service-account
-        credentials. A manager that lacks one of them is restarted with both sets."""
+        """Run kube-controller-manager with ``controllers`` (DEFAULT_CONTROLLERS by default: the
+        Job controller, garbage collection, ClusterRole aggregation, node lifecycle and taint
+        eviction) besides those it runs already, as its own user on loopback: no serving port,
+        no leader election, no service-account credentials. A manager that lacks one of them
+        is restarted with both sets."""
+        controllers = tuple(dict.fromkeys(controllers))
         running = self.processes.get("kube-controller-manager")
         if running is not None and running.alive():
             if set(controllers) <= set(self.controllers):
@@ -322,12 +330,12 @@ class ControlPlane:
         # The bootstrap policy binds system:kube-controller-manager to what the manager itself
         # needs; each controller's own rights come from its bootstrap role.
         bindings = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                     "metadata": {"name": f"tidings-dev:{CONTROLLER_ROLES[controller]}"},
+                     "metadata": {"name": f"tidings-dev:{role}"},
                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                 "name": f"system:controller:{CONTROLLER_ROLES[controller]}"},
+                                 "name": f"system:controller:{role}"},
                      "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                                    "name": CONTROLLER_MANAGER_USER}]}
-                    for controller in controllers]
+                    for role in dict.fromkeys(CONTROLLER_ROLES[c] for c in controllers)]
         self.kubectl_run("apply", "--server-side", "-f", "-", input_text=json.dumps(
             {"apiVersion": "v1", "kind": "List", "items": bindings}))
         proc = self._proc("kube-controller-manager", [

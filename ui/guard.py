@@ -80,13 +80,29 @@ def allowed_hosts(address: str, extra: Iterable[str] = (),
     return frozenset(hosts)
 
 
+def address_reached(address: str | None) -> str | None:
+    """The address a connection arrived on (ASGI's ``server``), as ``host_of`` gives a Host
+    naming it: an IPv4 client of a dual-stack socket as its IPv4 address; None for no
+    address (a Unix socket) or a wildcard one."""
+    try:
+        ip = ipaddress.ip_address((address or "").split("%")[0])
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return None if ip.is_unspecified else str(ip)
+
+
 def refusal(method: str, path: str, headers: dict[str, str],
-            allowed: frozenset[str]) -> tuple[int, str] | None:
+            allowed: frozenset[str], reached: str | None = None) -> tuple[int, str] | None:
     """Why this request is refused, as (HTTP status, one line), or None. ``headers``: the
-    request's, with lowercase names."""
+    request's, with lowercase names; ``reached``: the address its connection arrived on
+    (``address_reached``'s form), a Host too: served on every address, it is the machine's
+    own address a person typed, whether or not a name resolves to it, and an address
+    literal is not a name a page elsewhere could rebind."""
     host_header = headers.get("host", "")
     host = host_of(host_header)
-    if host is None or host not in allowed:
+    if host is None or (host not in allowed and host != reached):
         return 400, (f"host {host_header[:100]!r} is not this server's: a page elsewhere "
                      "cannot rebind a name to it (tidings ui --allowed-host NAME allows one)")
     origin = headers.get("origin")
@@ -119,7 +135,10 @@ class Guard:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", [])}
-        why = refusal(scope.get("method", "GET"), scope.get("path", "/"), headers, self.allowed)
+        server = scope.get("server")
+        reached = address_reached(str(server[0]) if server else None)
+        why = refusal(scope.get("method", "GET"), scope.get("path", "/"), headers, self.allowed,
+                      reached)
         if why is None:
             await self.app(scope, receive, send)
             return

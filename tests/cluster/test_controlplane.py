@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,58 @@ def test_kwok_completes_pods_that_ask_to_finish(admin: Any, namespace: str) -> N
 
     eventually(reached_succeeded, 30, "pod Succeeded")
     assert "Running" in phases or phases == ["Succeeded"]
+
+
+def test_a_node_that_goes_not_ready_has_its_pods_evicted(
+        controller_manager: ControlPlane, admin: Any, namespace: str) -> None:
+    """Node loss as a cluster handles it: the node lifecycle controller taints a NotReady node
+    NoExecute and the taint eviction controller deletes the pods that do not tolerate it (each
+    after its toleration: 1 s here, the 300 s the admission gives by default is the same path,
+    longer). The lost node has no kubelet: its status is written as a kubelet writes it, Ready
+    and then NotReady. The kwok node, Ready, keeps its pods."""
+    core = client.CoreV1Api(admin)
+    lost = f"lost-{namespace}"
+
+    def kubelet_reports(ready: bool) -> None:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        core.patch_node_status(lost, {"status": {"conditions": [{
+            "type": "Ready", "status": str(ready), "lastHeartbeatTime": now,
+            "lastTransitionTime": now, "reason": "KubeletReady" if ready else "KubeletNotReady",
+            "message": "kubelet is posting ready status" if ready else "runtime is down"}]}})
+
+    core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": lost, "labels": {"kubernetes.io/hostname": lost}}})
+    try:
+        kubelet_reports(ready=True)
+        core.create_namespaced_pod(namespace, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "on-lost"},
+            "spec": {"nodeName": lost, "containers": [{"name": "main", "image": "busybox"}],
+                     "tolerations": [{"key": f"node.kubernetes.io/{key}", "operator": "Exists",
+                                      "effect": "NoExecute", "tolerationSeconds": 1}
+                                     for key in ("not-ready", "unreachable")]}})
+        core.patch_namespaced_pod_status("on-lost", namespace, {"status": {"phase": "Running"}})
+        create_kwok_pod(admin, namespace, "on-kwok")
+        eventually(lambda: pod_phase(admin, namespace, "on-kwok") == "Running", 30,
+                   "the kwok pod Running")
+        kubelet_reports(ready=False)
+
+        def evicted() -> bool:
+            pod = core.read_namespaced_pod("on-lost", namespace)
+            return pod.metadata.deletion_timestamp is not None and any(
+                c.type == "DisruptionTarget" and c.reason == "DeletionByTaintManager"
+                for c in pod.status.conditions or [])
+
+        eventually(evicted, 90, "the pod on the NotReady node evicted")
+        taints = core.read_node(lost).spec.taints or []
+        assert any(t.key == "node.kubernetes.io/not-ready" and t.effect == "NoExecute"
+                   for t in taints), taints
+        kept = core.read_namespaced_pod("on-kwok", namespace)
+        assert kept.status.phase == "Running" and kept.metadata.deletion_timestamp is None
+        assert not [t for t in core.read_node(NODE_NAME).spec.taints or []
+                    if t.effect == "NoExecute"]
+    finally:
+        core.delete_namespaced_pod("on-lost", namespace, grace_period_seconds=0)
+        core.delete_node(lost)
 
 
 def test_missing_binaries_give_one_clear_line(tmp_path: Path) -> None:

@@ -146,19 +146,22 @@ def test_a_silent_worker_beyond_the_64_detailed_ones_is_stalled(
         start_watcher: Callable[..., Any]) -> None:  # noqa: F811
     """Issue 34 item 1: in a 100-pod job whose last pod (by name, beyond the 64 detailed
     workers) went silent, the task said Healthy. The other 99 report every 10 s: 100 s of
-    silence allowed them, so only the silent one stalls while the test runs."""
+    silence allowed them, so only the silent one stalls while the test runs. It reported
+    every 0.1 s and first (silence is counted from when its reports were received, not from
+    the times its clock gave them): 2 s of silence, the least, and it stalls."""
     start_watcher("--stall-factor", "10", "--stall-min", "2", "--stall-unpaced", "600")
     task = f"big-{uuid.uuid4().hex[:6]}"
     pods = [pod_for(admin, namespace, task, i) for i in range(100)]
-    for i, pod in enumerate(pods):
+    for i, pod in [(99, pods[99]), *enumerate(pods[:99])]:
         now = datetime.now(UTC)
-        backs = (320, 310, 300) if i == 99 else (20, 10, 0)  # the silent one: 300 s ago
+        backs = (0.2, 0.1, 0) if i == 99 else (20, 10, 0)
         for seq, back in enumerate(backs):
             emit(admin, namespace, task, Progress(fraction=round(0.001 * (400 - back), 4)),
                  seq, instance=f"inst-{i}", pod=(pod["name"], pod["uid"]),
                  when=now - timedelta(seconds=back))
     assert kubectl_wait(control_plane, namespace, task, "Stalled").returncode == 0
-    status = task_status(admin, namespace, task) or {}
+    status = eventually(lambda: (s := task_status(admin, namespace, task) or {}).get(
+        "roster", {}).get("reporting") == 100 and s, 60, "every pod's reports folded")
     assert status["health"]["stalled"] == [f"{task}-99"]
     assert status["health"]["counts"] == {"stalled": 1}
     assert condition(status, "Stalled")["message"].startswith(f"{task}-99 silent for ")
@@ -166,6 +169,28 @@ def test_a_silent_worker_beyond_the_64_detailed_ones_is_stalled(
     assert len(status["workers"]) == 64 and status["roster"]["reporting"] == 100
     shown = cli(kubeconfig, "state", task, "-n", namespace)
     assert shown.returncode == 0 and "Stalled" in shown.stdout
+
+
+def test_a_worker_whose_clock_is_behind_is_judged_by_when_its_reports_arrive(
+        control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
+        start_watcher: Callable[..., Any]) -> None:  # noqa: F811
+    """A worker whose node clock is 2 minutes behind reports steadily: never "silent for 2m"
+    (it was, judged by its eventTimes); once it goes quiet it stalls when its silence, counted
+    from when its last report arrived, passes the 20 s allowed."""
+    start_watcher("--stall-factor", "3", "--stall-min", "20", "--stall-unpaced", "30")
+    task = f"skew-{uuid.uuid4().hex[:6]}"
+    pod = pod_for(admin, namespace, task)
+    for seq in range(6):
+        emit(admin, namespace, task, Progress(fraction=0.1 * (seq + 1)), seq, instance="i",
+             pod=(pod["name"], pod["uid"]), when=datetime.now(UTC) - timedelta(minutes=2))
+        status = eventually(lambda seq=seq: (s := task_status(admin, namespace, task)) and s.get(
+            "workers", [{}])[0].get("events", 0) >= seq + 1 and s, 30, f"report {seq} folded")
+        stalled = condition(status, "Stalled") or {}
+        assert stalled.get("status") != "True", stalled
+    assert kubectl_wait(control_plane, namespace, task, "Stalled").returncode == 0
+    stalled = condition(task_status(admin, namespace, task), "Stalled") or {}
+    assert stalled["message"].startswith(f"{pod['name']} silent for "), stalled
+    assert "silent for 2m" not in stalled["message"], stalled
 
 
 def test_a_report_that_ends_a_stall_is_written_as_soon_as_the_stall_was(

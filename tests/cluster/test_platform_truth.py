@@ -172,8 +172,12 @@ def test_a_job_that_gives_up_fails_its_task_with_its_reason(
     shown = cli(cp, "state", "gives-up", "-n", namespace).stdout
     assert "Workers     1 of 1 final, 1 failed (1 by their pod's end)" in shown, shown
     assert "retried" not in shown, shown
+    # It keeps the progress its worker reached: the task's, as the worker's own row says.
+    assert st["progress"]["percent"] == 30, st["progress"]
+    assert "30.0%" in next(line for line in shown.splitlines() if "Progress" in line), shown
     listed = cli(cp, "list", "gives-up", "-n", namespace, "-o", "wide").stdout
     assert column(listed, "WORKERS") == "1/1 1 failed", listed
+    assert column(listed, "PROGRESS") == "30%", listed
     assert watch_code(cp, namespace, "gives-up").returncode == EXIT_FAILED
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 import http.client
 import http.server
 import io
+import ipaddress
 import json
 import os
 import queue
 import signal
+import socket
 import statistics
 import subprocess
 import threading
@@ -739,7 +741,7 @@ def test_event_streams_are_bounded_with_a_clear_503(
 def test_the_host_check_holds_off_the_default_address(
         serve: Callable[..., UiServer], namespace: str) -> None:
     """DNS rebinding where it matters: served on another address (here another loopback
-    address, 127.0.0.2; tests never listen beyond loopback), a Host that is not the address,
+    address, 127.0.0.2: this test listens on loopback only), a Host that is not the address,
     a loopback name or an --allowed-host is refused; those are served."""
     server = serve("-n", namespace, "--address", "127.0.0.2", "--allowed-host",
                    "ui.lab.example")
@@ -754,6 +756,43 @@ def test_the_host_check_holds_off_the_default_address(
             assert "--allowed-host" in text
     bad = invoke_ui("--allowed-host", "a b")
     assert bad.returncode == 2 and "--allowed-host" in bad.stderr, bad.stderr
+
+
+def _own_address() -> str | None:
+    """This machine's address on the way out (a UDP socket's, connected, sends nothing),
+    when it has one beyond loopback."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("203.0.113.1", 9))
+        except OSError:
+            return None
+        address = str(probe.getsockname()[0])
+    return None if ipaddress.ip_address(address).is_loopback else address
+
+
+def test_served_on_every_address_the_address_a_request_reaches_is_its_host(
+        serve: Callable[..., UiServer], namespace: str) -> None:
+    """`--address 0.0.0.0`: a person types the machine's own address, which no name in
+    /etc/hosts need give; the address the request reached is served, a name still is not.
+    (This test listens on every address for its few seconds, serving a throwaway cluster.)"""
+    server = serve("-n", namespace, "--address", "0.0.0.0")
+    port = int(server.host.rsplit(":", 1)[1])
+    reached = ["127.0.0.2", *filter(None, [_own_address()])]
+    for address in reached:
+        for host, code in ((f"{address}:{port}", 200), (address, 200),
+                           (f"attacker.example:{port}", 400), (f"192.0.2.254:{port}", 400)):
+            conn = http.client.HTTPConnection(address, port, timeout=30)
+            try:
+                conn.putrequest("GET", "/", skip_host=True)
+                conn.putheader("Host", host)
+                conn.endheaders()
+                resp = conn.getresponse()
+                text = resp.read().decode()
+            finally:
+                conn.close()
+            assert resp.status == code, (address, host, resp.status, text)
+            if code == 200:
+                assert f"namespace {namespace}" in text
 
 
 def invoke_ui(*args: str) -> subprocess.CompletedProcess[str]:

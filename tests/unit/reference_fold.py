@@ -167,13 +167,14 @@ def _merge_spans(entries: dict[str, SpanAgg], p: SpanSummaries | Window, cap: in
     return capped
 
 
-def _roster(r: Roster, ev: ParsedEvent, p: Progress, key: OrderKey, cap: int
-            ) -> tuple[Roster, int, str]:
+def _roster(r: Roster, ev: ParsedEvent, p: Progress, key: OrderKey, cap: int,
+            heard: datetime) -> tuple[Roster, int, str]:
     """The roster with ``p`` of ``pod`` merged, rebuilt whole (and how many events its cap
     gave up, and whose life the report is: "same", "new" or "earlier"): flags OR-ed and the
     largest fraction per pod life, the latest life of a name (by its first report's creation,
     then uid) the only one marked, the cap smallest pod hashes kept, the largest declared
-    count, the earliest failed final, the latest final."""
+    count, the earliest failed final, the latest final; the pace, the report ``heard`` then
+    (the API server's creation time)."""
     pod = ev.sender.name
     marks, lives = dict(r.marks), dict(r.lives)
     h = pod_hash(pod)
@@ -207,17 +208,21 @@ def _roster(r: Roster, ev: ParsedEvent, p: Progress, key: OrderKey, cap: int
     else:
         flags = (cur.bits | bits) & (FINAL | FAILED)
         marks[h] = Mark(flags | max(cur.bits & FRACTION_MASK, frac), cur.events + 1)
-    # The pod's pace (its earliest and latest report, by time then fraction) while it has
-    # no final.
+    # The pod's pace (its earliest and latest report, by time then fraction, and the
+    # latest time one was heard) while it has no final.
     paces = dict(r.paces)
     if marks[h].bits & FINAL:
         paces.pop(h, None)
     else:
-        ms = int(key[0].timestamp() * 1000)
+        def ms_of(t: datetime) -> int:
+            return (t - datetime(1970, 1, 1, tzinfo=_UTC)) // timedelta(milliseconds=1)
+
+        ms, hms = ms_of(key[0]), ms_of(heard)
         old = paces.get(h)
         lo = (ms, frac) if old is None else min((old.first_ms, old.first_pm), (ms, frac))
         hi = (ms, frac) if old is None else max((old.last_ms, old.last_pm), (ms, frac))
-        paces[h] = Pace(pod, 1 if old is None else old.reports + 1, *lo, *hi)
+        paces[h] = Pace(pod, 1 if old is None else old.reports + 1, *lo, *hi,
+                        hms if old is None else max(old.heard_ms, hms))
     if len(marks) > cap:
         largest = max(marks)
         capped = marks.pop(largest).events
@@ -348,7 +353,8 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
     elif tp is Progress:
         assert isinstance(p, Progress)
         workers = dict(workers)
-        roster, roster_capped, said = _roster(roster, ev, p, (t, instance, seq), lim.roster)
+        roster, roster_capped, said = _roster(roster, ev, p, (t, instance, seq), lim.roster,
+                                              created or t)
         if said == "new":
             workers.pop(sender.name, None)
         capped = 0 if said == "earlier" else merge_progress(
@@ -393,7 +399,7 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         if p.progress is not None:
             workers = dict(workers)
             roster, extra["roster_capped"], said = _roster(roster, ev, p.progress, key,
-                                                           lim.roster)
+                                                           lim.roster, created or t)
             if said == "new":
                 workers.pop(sender.name, None)
             extra["workers_capped"] = 0 if said == "earlier" else merge_progress(

@@ -79,13 +79,17 @@ def test_without_a_checkout_tidings_dev_says_so_in_one_line(
 
 @pytest.mark.parametrize(("flag", "want"), [
     ([], ("job-controller", "garbage-collector-controller",
-          "clusterrole-aggregation-controller")),
+          "clusterrole-aggregation-controller", "node-lifecycle-controller",
+          "taint-eviction-controller")),
     (["--no-controllers"], ())], ids=["default", "no-controllers"])
-def test_dev_up_runs_the_job_controller_and_the_garbage_collector_unless_told_not_to(
+def test_dev_up_runs_the_controllers_a_cluster_runs_unless_told_not_to(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: list[str],
         want: tuple[str, ...]) -> None:
-    # Only the choice is checked here (the control plane is not started); the cluster test
-    # test_dev_up_and_down_commands runs a Job on what `tidings dev up` starts.
+    # Only the choice is checked here (the control plane is not started): in the cluster
+    # tests, test_dev_up_and_down_commands runs a Job on what `tidings dev up` starts and
+    # test_a_node_that_goes_not_ready_has_its_pods_evicted loses a node (whose pods read
+    # Running for ever unless the node lifecycle controller taints it and the taint
+    # eviction controller evicts them, as in any cluster).
     from typer.testing import CliRunner
 
     from tidings.cli.main import app

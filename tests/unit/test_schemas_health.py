@@ -11,9 +11,11 @@ import random
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +30,8 @@ from tidings.schemas.health import (
     next_stall_of,
     stalled_since_written,
 )
+from tidings.schemas.roster import decode_paces, encode_paces, pod_hash
+from tidings.schemas.status_decoder import decode_status
 from tidings.schemas.status_encoder import to_status
 from tidings.watcher.settings import Settings, health_settings
 
@@ -213,3 +217,61 @@ def test_health_and_the_watchers_settings_load_no_pydantic() -> None:
     # `tidings watcher run --help` builds its flags from the registry's thresholds.
     assert loaded("tidings.schemas.health, tidings.watcher.settings",
                   ("pydantic", "tidings.schemas.state")) == []
+
+
+def received(evs: list[ParsedEvent], behind: float) -> list[ParsedEvent]:
+    """``evs`` as the API server received them: its ``creationTimestamp`` (whole seconds)
+    ``behind`` seconds after what the sender's eventTime says (its clock is behind; negative:
+    ahead)."""
+    return [replace(ev, created=(ev.event_time + timedelta(seconds=behind)).replace(
+        microsecond=0)) for ev in evs]
+
+
+def test_silence_is_judged_by_when_a_report_was_received_not_the_sender_s_clock() -> None:
+    """A worker whose clock is 2 minutes behind but reports every 10 s is not "silent for
+    2m": the API server received its latest report 5 s ago. Silent for real, it stalls when
+    any worker of its pace does, by the time its reports were received."""
+    behind = received(reports(0, list(range(0, 300, 10))), 120)  # received T0+120..T0+410
+    on_time = received(reports(1, list(range(120, 420, 10))), 0)
+    s = fold_all(TASK, behind + on_time)
+    c = conds(s, at(415))["Stalled"]
+    assert c["status"] == "False", c["message"]
+    assert conds(s, at(509))["Stalled"]["status"] == "False"
+    c = conds(s, at(511))["Stalled"]
+    assert c["message"] == ("w-0 silent for 101s (reports every 10s), "
+                            "w-1 silent for 101s (reports every 10s) (2 of 2 running)")
+    assert next_stall(s, at(415)) == at(510)
+    # The status a restarted watcher reads back judges the same.
+    back = decode_status(TASK, status_of(s, at(415)))
+    assert conds(back, at(415))["Stalled"]["status"] == "False"
+    assert next_stall(back, at(415)) == at(510)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(-7200, 7200), st.integers(0, 400))
+def test_health_is_the_same_whatever_a_sender_s_clock_says(skew: int, later: int) -> None:
+    """Every worker's clock off by ``skew`` seconds: health judges what the API server
+    received and when, so it says the same as with clocks that agree."""
+    evs = (reports(0, list(range(0, 200, 10))) + reports(1, list(range(0, 100, 5)))
+           + reports(2, list(range(0, 200, 20)), [0.01 * i for i in range(10)]))
+    true = fold_all(TASK, received(evs, 0))
+    skewed = fold_all(TASK, received([replace(ev, event_time=ev.event_time
+                                              - timedelta(seconds=skew)) for ev in evs], skew))
+    now = at(200 + later)
+    assert status_of(skewed, now)["health"] == status_of(true, now)["health"]
+    for kind in ("Stalled", "Straggling"):
+        assert conds(skewed, now)[kind]["message"] == conds(true, now)[kind]["message"]
+    assert next_stall(skewed, now) == next_stall(true, now)
+
+
+def test_a_pace_keeps_when_it_was_heard_and_an_older_one_reads_as_heard_at_its_latest() -> None:
+    old = decode_paces("w-0 3 1000 10 2000 30")  # written before heard times were kept
+    assert old[pod_hash("w-0")].heard_ms == 3000
+    heard = decode_paces("w-0 3 1000 10 2000 30 -1500,w-1 1 5 0 0 0 120000")
+    assert [p.heard_ms for p in heard.values()] == [1500, 120005]
+    assert encode_paces(heard) == ["w-0 3 1000 10 2000 30 -1500,w-1 1 5 0 0 0 120000"]
+    assert encode_paces(old) == ["w-0 3 1000 10 2000 30"]
+    for bad in ("w-0 3 1000 10 2000 30 x", "w-0 3 1000 10 2000 30 1 2",
+                "w-0 3 1000 10 2000 30 --1", "w-0 3 1000 10 2000 30 +1"):
+        with pytest.raises(ValueError):
+            decode_paces(bad)

@@ -40,6 +40,8 @@ from tidings.schemas.roster import (
 )
 from tidings.schemas.status_decoder import decode_status, read_status
 from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
+from tidings.schemas.summary import summarize
+from tidings.schemas.view import task_view
 
 SEEN = datetime(2026, 11, 30, 3, 5, tzinfo=UTC)
 T = "2026-11-30T03:02:00Z"
@@ -409,6 +411,30 @@ def test_the_platform_s_failure_fails_the_task_with_its_reason_whatever_the_work
         "Job train failed: BackoffLimitExceeded: Job has reached the specified backoff limit")
     # Terminal beats running, whichever arrives first.
     assert observe(observe(new_state(TASK), platform=BACKOFF), platform=JOB).phase == "Failed"
+
+
+def test_a_task_the_platform_failed_keeps_the_progress_its_workers_reached() -> None:
+    """A Job with backoffLimit 0 whose one worker reported 40 % and was OOM-killed (or
+    reported 20 % and exited 3: a failed final of its own): the Job failed it, nothing is
+    retried, so its progress is what the worker reached, not 0 %, in the status (the list's
+    row, the page) and in the view (the Progress line, `watch`), as the worker's row says."""
+    killed = observe(fold_all(TASK, [report(1, 0, 0.4, workers=1)]), [OOM])
+    exited = fold_all(TASK, [report(1, 0, 0.2, workers=1),
+                             report(1, 1, 0.2, final=True, failed=True, workers=1)])
+    for first, pct in ((killed, 40), (exited, 20)):
+        # While the Job may retry, a failed attempt is one a retry takes the place of.
+        assert to_status(observe(first, platform=JOB))["progress"]["percent"] == 0
+        failed = observe(first, platform=BACKOFF)
+        st_ = to_status(failed)
+        assert (st_["phase"], st_["progress"]["percent"]) == ("Failed", pct)
+        row = summarize({"metadata": {"name": "train", "namespace": "team-a"},
+                         "status": st_})
+        assert (row.phase, row.percent) == ("Failed", pct)
+        v = task_view(failed, st_)
+        assert v.progress is not None and (v.progress.percent, v.progress.fraction) == (
+            pct, pct / 100)
+        assert [w.fraction for w in v.workers] == [pct / 100]
+        assert task_view(failed).progress == v.progress  # a local fold says the same
 
 
 # --- properties -----------------------------------------------------------------------------

@@ -5,12 +5,15 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+from collections.abc import MutableMapping
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.ui.guard import allowed_hosts, host_of, refusal
+from tidings.ui.guard import Guard, address_reached, allowed_hosts, host_of, refusal
 from tidings.ui.logs import (
     LINE_LIMIT,
     LOG_CHARS,
@@ -165,3 +168,63 @@ def test_any_line_is_shown_bounded(text: str) -> None:
     shown = shown_line(text)
     assert len(shown) <= LINE_LIMIT + len(" … [line cut: 99,999,999 more characters]")
     assert "\r" not in shown
+
+
+def through_guard(allowed: frozenset[str], host: str, arrived_at: tuple[str, int] | None,
+                  **headers: str) -> int:
+    """The status the Guard answers a GET of / with (200: it reached the app), the
+    connection having arrived on ``arrived_at`` (ASGI's ``server``: the local address)."""
+    answered: list[int] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        answered.append(200)
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            answered.append(message["status"])
+
+    async def receive() -> None:
+        return None
+
+    raw = [(b"host", host.encode())] + [(k.replace("_", "-").encode(), v.encode())
+                                        for k, v in headers.items()]
+    scope = {"type": "http", "method": "GET", "path": "/", "headers": raw,
+             "server": arrived_at}
+    asyncio.run(Guard(app, allowed)(scope, receive, send))
+    return answered[0]
+
+
+def test_served_on_every_address_the_address_a_request_reached_is_a_host() -> None:
+    """Served on 0.0.0.0 or ::, a person types the machine's own address (one /etc/hosts
+    does not name): the address the connection arrived on is this server's, a literal no
+    page can rebind. A name is still checked, and so is the site a request comes from."""
+    nameless = allowed_hosts("0.0.0.0", host_names=set)
+    assert through_guard(nameless, "192.0.2.2:8765", ("192.0.2.2", 8765)) == 200
+    assert through_guard(nameless, "192.0.2.2", ("192.0.2.2", 8765)) == 200
+    # On a dual-stack socket (::) an IPv4 client arrives on the mapped address.
+    anywhere = allowed_hosts("::", host_names=set)
+    assert through_guard(anywhere, "192.0.2.2:8765", ("::ffff:192.0.2.2", 8765)) == 200
+    assert through_guard(anywhere, "[2001:db8::2]:8765", ("2001:db8:0::2", 8765)) == 200
+    assert through_guard(nameless, "127.0.0.2:8765", ("127.0.0.2", 8765)) == 200
+    # Another address of this host, one the request did not reach, a name resolving to the
+    # address reached (rebinding), or no local address (a Unix socket): refused.
+    for host, arrived in (("192.0.2.3:8765", ("192.0.2.2", 8765)),
+                          ("attacker.example:8765", ("192.0.2.2", 8765)),
+                          ("0.0.0.0:8765", ("0.0.0.0", 8765)),
+                          ("192.0.2.2:8765", None)):
+        assert through_guard(nameless, host, arrived) == 400, (host, arrived)
+    # The site check stays at that address.
+    assert through_guard(nameless, "192.0.2.2:8765", ("192.0.2.2", 8765),
+                         origin="https://evil.example") == 403
+    assert through_guard(nameless, "192.0.2.2:8765", ("192.0.2.2", 8765),
+                         origin="http://192.0.2.2:8765", sec_fetch_site="same-origin") == 200
+
+
+@given(st.ip_addresses(), st.ip_addresses(), st.sampled_from(ROUTES))
+def test_the_address_reached_admits_itself_and_no_other(
+        reached: ipaddress.IPv4Address | ipaddress.IPv6Address,
+        named: ipaddress.IPv4Address | ipaddress.IPv6Address, path: str) -> None:
+    at = address_reached(str(reached))
+    host = f"[{named}]:8765" if named.version == 6 else f"{named}:8765"
+    why = refusal("GET", path, {"host": host}, frozenset(), at)
+    assert (why is None) is (at is not None and host_of(host) == at), (reached, named)

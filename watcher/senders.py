@@ -124,10 +124,11 @@ def _tracks(senders: Senders, obj: object, verdict: PodVerdict | None) -> bool:
     return not verdict.terminal or (verdict.failed and t.fresh(verdict.at))
 
 
-def _runs(obj: object) -> datetime | None:
-    """When the pod started, if its phase is Running (scheduled, its containers started)."""
+def _runs(obj: object, verdict: PodVerdict | None) -> datetime | None:
+    """When the pod started, if it runs: its phase is Running and no container waits for a
+    reason (a crash loop's pod is Running by its phase, its container is not)."""
     status = obj.get("status") if isinstance(obj, dict) else None
-    if not isinstance(status, dict) or status.get("phase") != "Running":
+    if verdict is not None or not isinstance(status, dict) or status.get("phase") != "Running":
         return None
     return (parse_time(status.get("startTime")) or datetime.now(UTC)).replace(microsecond=0)
 
@@ -222,7 +223,7 @@ class PodSource:
                 self._listed.add(p[0])
                 verdict = pod_verdict(obj, seen=now)
                 self.senders.put(*p, verdict, track=_tracks(self.senders, obj, verdict),
-                                 running=_runs(obj), creating=creating_since(obj))
+                                 running=_runs(obj, verdict), creating=creating_since(obj))
 
     def list_done(self, resource_version: str) -> None:
         for k in self._mine - self._listed:  # deleted while the watch was down
@@ -238,7 +239,7 @@ class PodSource:
             self._mine.add(p[0])
             verdict = pod_verdict(obj, seen=datetime.now(UTC))
             self.senders.put(*p, verdict, track=_tracks(self.senders, obj, verdict),
-                             running=_runs(obj), creating=creating_since(obj))
+                             running=_runs(obj, verdict), creating=creating_since(obj))
         elif p is not None and wtype == "DELETED":
             self._mine.discard(p[0])
             self.senders.delete(p[0], pod_verdict(obj, deleted=True, seen=datetime.now(UTC)))

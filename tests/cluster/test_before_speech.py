@@ -8,6 +8,7 @@ older rule. The same cases on the real kubelet are tests/node/test_before_speech
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -133,3 +134,34 @@ def test_reported_only_makes_a_task_from_its_first_fact_alone(
     eventually(lambda: status(admin, namespace, "speaks").get("progress", {}).get(
         "percent") == 50, 30, f"the reporting task written\n{w.tail()}")
     assert taskfeedback(admin, namespace, "quiet") is None
+
+
+def test_a_pod_stuck_being_created_is_explained_by_the_kubelets_events_about_it(
+        controller_manager: ControlPlane, admin: Any, namespace: str,
+        start_watcher: Callable[..., WatcherProc]) -> None:
+    """Its own object says only ContainerCreating; the kubelet's Warning Event about it (as
+    the real kubelet records a missing ConfigMap volume) says why, read for it alone."""
+    cp = controller_manager
+    w = start_watcher()
+    client.BatchV1Api(admin).create_namespaced_job(namespace, job_body("no-volume"))
+    pod = running_pod(admin, namespace, "no-volume", 1)
+    scheduled = (datetime.now(UTC) - timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    kubelet(cp, namespace, pod["name"], {
+        "phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}],
+        "containerStatuses": [{"name": "main", "image": "busybox", "imageID": "",
+                               "ready": False, "restartCount": 0, "started": False,
+                               "state": {"waiting": {"reason": "ContainerCreating"}}}]})
+    message = ('MountVolume.SetUp failed for volume "conf" : configmap "does-not-exist" '
+               'not found')
+    client.CoreV1Api(admin).create_namespaced_event(namespace, {
+        "metadata": {"name": f"{pod['name']}.failedmount"},
+        "involvedObject": {"kind": "Pod", "namespace": namespace, "name": pod["name"],
+                           "uid": pod["uid"], "apiVersion": "v1"},
+        "reason": "FailedMount", "message": message, "type": "Warning",
+        "source": {"component": "kubelet", "host": "kwok-node-0"},
+        "firstTimestamp": scheduled, "lastTimestamp": scheduled, "count": 1})
+    st = eventually(lambda: (s := status(admin, namespace, "no-volume")).get(
+        "reason") == "FailedMount" and s, 60, f"the kubelet's reason shown\n{w.tail()}")
+    assert st["phase"] == "Pending"
+    assert 'configmap "does-not-exist" not found' in conditions(st)["PodsReady"]["message"]

@@ -27,7 +27,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from support import Watcher, add_control_plane_arg, control_plane, cpu_seconds, load_average, pct
+from support import (
+    Watcher,
+    add_control_plane_arg,
+    control_plane,
+    cpu_seconds,
+    job_pod,
+    load_average,
+    pct,
+)
 
 from tidings.kube import Client, connect
 
@@ -79,13 +87,8 @@ class Phase:
         kube.request("PATCH", f"/apis/batch/v1/namespaces/{ns}/jobs/{name}/status",
                      body={"status": {"startTime": now(), "active": 1}},
                      content_type="application/merge-patch+json")
-        pod = kube.request("POST", f"/api/v1/namespaces/{ns}/pods", body={
-            "metadata": {"name": f"{name}-0", "labels": {
-                "batch.kubernetes.io/job-name": name, "job-name": name,
-                "batch.kubernetes.io/controller-uid": juid, "controller-uid": juid},
-                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
-                                     "uid": juid, "controller": True}]},
-            "spec": {"nodeName": NODE, "containers": [{"name": "m", "image": "nope"}]}})
+        pod = kube.request("POST", f"/api/v1/namespaces/{ns}/pods",
+                           body=job_pod(name, juid, f"{name}-0", "nope", NODE))
         # As the kubelet writes a pull that fails (kwok's stages leave a pod with an IP alone).
         for _ in range(100):
             got = kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}")

@@ -24,10 +24,13 @@ TIDINGS = Path(sys.executable).parent / "tidings"
 
 def job(admin: Any, namespace: str, name: str, program: str, *, backoff: int = 0,
         restart: str = "Never", image: str = WORKLOAD_IMAGE, spec: dict[str, Any] | None = None,
-        pod: dict[str, Any] | None = None, cpu: str = "") -> None:
+        pod: dict[str, Any] | None = None, cpu: str = "",
+        mounts: list[dict[str, str]] | None = None) -> None:
     """A Job of one pod running ``program``: zero wiring, its pod never reports."""
     c = {**container(program), "image": image,
          "terminationMessagePolicy": "FallbackToLogsOnError"}
+    if mounts:
+        c["volumeMounts"] = mounts
     if cpu:
         c["resources"] = {"requests": {"cpu": cpu, "memory": "64Mi"}}
     body = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
@@ -78,8 +81,10 @@ def test_a_pod_no_node_can_take_is_pending_with_the_schedulers_message(
 
 def test_a_missing_volume_is_pending_while_the_pod_is_created(
         chart_watcher: WatcherInstall, admin: Any, namespace: str) -> None:
+    # (a volume no container mounts is not waited for: the kubelet starts the pod)
     job(admin, namespace, "no-volume", "print('never')", pod={"volumes": [
-        {"name": "conf", "configMap": {"name": "does-not-exist"}}]})
+        {"name": "conf", "configMap": {"name": "does-not-exist"}}]},
+        mounts=[{"name": "conf", "mountPath": "/etc/app"}])
     # Its pod says only ContainerCreating; the kubelet's Events about it say why.
     st = reads(admin, namespace, "no-volume", "Pending", "FailedMount", 120)
     ready = conditions(st)["PodsReady"]

@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from support import Watcher, cpu_seconds, load_averages, post_event  # bench/support.py
+from support import Watcher, cpu_seconds, job_pod, load_averages, post_event  # bench/support.py
 
 from tidings.kube import Client, KubeError, connect
 from tidings.schemas.event import ObjectRef, PodRef, TaskRef, build_event
@@ -113,13 +113,8 @@ class Run:
         patch_status(kube, self.job_path(name), {"startTime": now(), "active": a.pods})
         pods = []
         for k in range(a.pods):
-            p = kube.request("POST", self.pods_path(), body={
-                "metadata": {"name": f"{name}-{k}", "labels": {
-                    "batch.kubernetes.io/job-name": name, "job-name": name,
-                    "batch.kubernetes.io/controller-uid": juid, "controller-uid": juid},
-                    "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
-                                         "uid": juid, "controller": True}]},
-                "spec": {"nodeName": NODE, "containers": [{"name": "m", "image": "busybox"}]}})
+            p = kube.request("POST", self.pods_path(),
+                             body=job_pod(name, juid, f"{name}-{k}", "busybox", NODE))
             pods.append(PodRef(p["metadata"]["name"], p["metadata"]["uid"]))
         sent = 0
         for k, pod in enumerate(pods):

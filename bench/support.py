@@ -102,6 +102,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def job_pod(job: str, job_uid: str, name: str, image: str, node: str = "kwok-node-0"
+            ) -> dict[str, Any]:
+    """A pod as the Job controller makes it for Job ``job`` (its labels and controller
+    reference), on ``node``: the benches do the Job controller's work themselves."""
+    return {"metadata": {"name": name, "labels": {
+        "batch.kubernetes.io/job-name": job, "job-name": job,
+        "batch.kubernetes.io/controller-uid": job_uid, "controller-uid": job_uid},
+        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
+                             "uid": job_uid, "controller": True}]},
+        "spec": {"nodeName": node, "containers": [{"name": "m", "image": image}]}}
+
+
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] if xs else float("nan")

@@ -57,7 +57,8 @@ def row(obj: KubeObject, wide: bool, namespaced: bool,
 
     now = now or datetime.now(UTC)
     s = summarize(obj)
-    cells = [text(s.name), text(s.phase), "<none>" if s.percent is None else f"{s.percent}%"]
+    cells = [text(s.name), text(s.phase), "<none>" if s.percent is None else f"{s.percent}%",
+             text(s.reason)]
     if wide:
         cells.append(text(s.message))
         cells.append(eta_text(s.eta, now))
@@ -78,7 +79,7 @@ def _get(obj: object, *keys: str) -> Any:
 
 
 def header(wide: bool, namespaced: bool) -> list[str]:
-    cols = ["NAME", "PHASE", "PROGRESS",
+    cols = ["NAME", "PHASE", "PROGRESS", "REASON",
             *(["MESSAGE", "ETA", "WORKERS", "HEALTH"] if wide else []),
             "LINKS", "DECK",
             "LAST EVENT", "AGE"]

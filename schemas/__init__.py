@@ -7,7 +7,7 @@ documents every field, and empty maps, zero counters and absent values are left 
 
     schemaVersion: 2
     phase:      Pending | Running | Succeeded | Failed      # the completion rule (completion.py)
-    conditions: [Completed, Failed, PodsWaiting?,          # metav1.Condition
+    conditions: [Completed, Failed, PodsReady?,            # metav1.Condition
                  Stalled, NonFiniteMetrics, Straggling]    # health, when judged (health.py)
     health:     {summary, evaluatedAt?, stalled?, straggling?, nonFinite?, counts?}
     progress:   {percent, percentText, message, estimatedCompletionTime?}  # the aggregate

@@ -1,5 +1,5 @@
 """The completion rule: a task's phase, its aggregate progress and estimated completion time,
-and the outcome conditions (``Completed``, ``Failed``, ``PodsWaiting``) its status carries.
+and the outcome conditions (``Completed``, ``Failed``, ``PodsReady``) its status carries.
 
 It reads a folded state through ``Folded``, the parts of ``TaskState`` (schemas/state.py) it
 needs, so the state can ask it for its own phase without this module importing the state;
@@ -49,7 +49,7 @@ from .workers import ProgressState
 # completion time; beyond it the estimate is left out (see ``estimated_completion``).
 ETA_HORIZON = timedelta(days=365)
 _ETA_HORIZON_S = ETA_HORIZON.total_seconds()
-# Waiting pods a PodsWaiting condition names (the status lists them all).
+# Waiting pods a PodsReady condition names (the status lists them all).
 _WAITING_NAMED = 3
 
 
@@ -87,7 +87,7 @@ def phase_of(state: Folded) -> str:
     if platform is not None and platform.terminal:
         return platform.phase
     n = len(r.marks)
-    started = bool(state.counters.get("events_applied", 0) or n)
+    started = bool(state.counters.get("events_applied", 0) or n or state.observed.running)
     if platform is None:
         if r.failures or r.pod_failures or _failure_beyond(r):
             return FAILED
@@ -268,6 +268,8 @@ def _observed_since(state: Folded) -> datetime | None:
     """The earliest time an observation dates (a task with observations but no fact yet)."""
     o = state.observed
     times = [v.at for v in (*o.pods.values(), *o.waiting.values())]
+    if o.running_since is not None:
+        times.append(o.running_since)
     if o.platform is not None and o.platform.at is not None:
         times.append(o.platform.at)
     return min(times, default=None)
@@ -275,8 +277,8 @@ def _observed_since(state: Folded) -> datetime | None:
 
 def outcome_conditions(state: Folded, phase: str) -> list[dict[str, Any]]:
     """``Completed`` (the task is over, either way) and ``Failed``, metav1.Condition style,
-    and ``PodsWaiting`` while a pod of the task is not running for a reason (its reason);
-    none before anything was folded or observed.
+    and ``PodsReady`` (False with the reason while a pod of the task is not running for a
+    reason, ``_pods_ready``); none before anything was folded or observed.
 
     lastTransitionTime is the time of the deciding fact or observation (the platform
     object's terminal condition; the first failure; the last final that made the rule hold),
@@ -288,7 +290,7 @@ def outcome_conditions(state: Folded, phase: str) -> list[dict[str, Any]]:
         return []
     r = state.roster
     platform = state.observed.platform
-    waiting = _waiting_condition(state)
+    waiting = [_pods_ready(state, phase, start)]
     n = len(r.marks)
     want = max(n, r.declared)
     finals = r.finals + r.pod_finals
@@ -325,13 +327,25 @@ def outcome_conditions(state: Folded, phase: str) -> list[dict[str, Any]]:
     return [condition("Completed", False, RUNNING, msg, start), failed, *waiting]
 
 
-def _waiting_condition(state: Folded) -> list[dict[str, Any]]:
+def _pods_ready(state: Folded, phase: str, start: datetime) -> dict[str, Any]:
+    """``PodsReady`` (after Kueue's Workload condition): False while a pod of the task waits
+    for a reason (the first's reason; the message names what each of the first few waits
+    for and counts the rest), or while no pod runs yet (Pending); True once pods run and
+    none waits; once the task is over, True if it succeeded and False if it failed."""
     waiting = sorted(state.observed.waiting.values(), key=lambda v: (v.at, v.pod))
-    if not waiting:
-        return []
-    first = waiting[0]
-    text = "; ".join(f"pod {v.pod}: {v.message or v.reason}" for v in waiting[:_WAITING_NAMED])
-    if len(waiting) > _WAITING_NAMED:
-        text += f" (and {len(waiting) - _WAITING_NAMED} more)"
-    return [condition("PodsWaiting", True, first.reason or WAITING,
-                      cut_text(text, 4 * MESSAGE_LIMIT), first.at)]
+    if waiting:
+        first = waiting[0]
+        n = len(waiting)
+        text = ("1 pod of the task waits: " if n == 1 else f"{n} pods of the task wait: ") \
+            + "; ".join(f"pod {v.pod}: {v.message or v.reason}" for v in waiting[:_WAITING_NAMED])
+        if n > _WAITING_NAMED:
+            text += f" (and {n - _WAITING_NAMED} more)"
+        return condition("PodsReady", False, first.reason or WAITING,
+                         cut_text(text, 4 * MESSAGE_LIMIT), first.at)
+    if phase == PENDING:
+        return condition("PodsReady", False, "PodsPending", "no pod of the task runs yet",
+                         start)
+    if phase == FAILED:
+        return condition("PodsReady", False, "TaskFailed", "the task failed", start)
+    return condition("PodsReady", True, "PodsRunning" if phase == RUNNING else SUCCEEDED,
+                     "no pod of the task waits", start)

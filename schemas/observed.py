@@ -335,12 +335,15 @@ def platform_outcome(api_version: str, kind: str, obj: object) -> PlatformOutcom
 class Observed(NamedTuple):
     """What a task's state keeps of the observations beside its facts: the detailed end of
     the ``observed_pods`` smallest pod names (every pod's end is in the roster, compact),
-    the pods waiting now (the ``waiting`` smallest names: the watcher's current view) and
-    the platform object's outcome."""
+    the pods waiting now (the ``waiting`` smallest names: the watcher's current view), the
+    platform object's outcome, and how many of its pods run now (the current view: a task
+    whose pods run is Running before any of them reports)."""
 
     pods: Mapping[str, PodVerdict]
     waiting: Mapping[str, PodVerdict]
     platform: PlatformOutcome | None = None
+    running: int = 0
+    running_since: datetime | None = None  # the earliest start of the pods running now
 
 
 EMPTY_OBSERVED = Observed({}, {})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from datetime import datetime
 
 from .caps import insert_capped, no_events
 from .observed import Observed, PlatformOutcome, PodVerdict
@@ -20,7 +21,8 @@ from .times import epoch
 
 def observe(state: TaskState, pods: Iterable[PodVerdict] = (), *,
             waiting: Iterable[PodVerdict] | None = None,
-            platform: PlatformOutcome | None = None) -> TaskState:
+            platform: PlatformOutcome | None = None,
+            running: tuple[int, datetime | None] | None = None) -> TaskState:
     """Merge what the task's pods' objects and its platform's object say
     (schemas/observed.py) into ``state``. Pure and total like ``fold``; idempotent, and
     order-insensitive among observations and with the facts: each is a join, and what it
@@ -35,16 +37,20 @@ def observe(state: TaskState, pods: Iterable[PodVerdict] = (), *,
       replaces the one kept, less pods that have ended, the ``waiting`` smallest names.
     - ``platform``: the outcome of the platform object owning the task, joined with the one
       known (terminal over running, then the later).
+    - ``running``: how many of the task's pods run now and the earliest of their starts, one
+      complete view (None: unchanged); kept only while the task has no fact (it is what
+      makes a silent task Running; once a pod spoke, its reports say more).
 
     Returns ``state`` itself when nothing changed."""
     try:
-        return _observe(state, pods, waiting, platform)
+        return _observe(state, pods, waiting, platform, running)
     except Exception:  # totality, as in fold: the counter makes the bug visible
         return with_counter(state, "fold_errors")
 
 
 def _observe(state: TaskState, pods: Iterable[PodVerdict], waiting: Iterable[PodVerdict] | None,
-             platform: PlatformOutcome | None) -> TaskState:
+             platform: PlatformOutcome | None,
+             running: tuple[int, datetime | None] | None) -> TaskState:
     lim, r, o = state.limits, state.roster, state.observed
     ends: dict[int, PodEnd] | None = None
     others: dict[int, Mapping[int, PodEnd]] = {}
@@ -87,10 +93,14 @@ def _observe(state: TaskState, pods: Iterable[PodVerdict], waiting: Iterable[Pod
     if platform is not None and (now_platform is None
                                  or platform.order() > now_platform.order()):
         now_platform = platform
+    now_running = (o.running, o.running_since) if running is None else \
+        (max(0, running[0]), running[1] if running[0] > 0 else None)
+    if state.counters.get("events_applied", 0):
+        now_running = (0, None)
     if ends is None and detail is None and now_waiting is o.waiting \
-            and now_platform is o.platform:
+            and now_platform is o.platform and now_running == (o.running, o.running_since):
         return state
     return replace(state, roster=r if ends is None else with_ends(
         r._replace(other_ends=others), ends),
                    observed=Observed(o.pods if detail is None else detail, now_waiting,
-                                     now_platform))
+                                     now_platform, *now_running))

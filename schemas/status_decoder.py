@@ -530,7 +530,10 @@ def _observed(st: Mapping[str, Any], lim: Limits, r: _Reading) -> Observed:
     pods, _ = trim(pods, lim.observed_pods, no_events)
     waiting, _ = trim(waiting, lim.waiting, no_events)
     platform = _part(r, "platform", lambda: _platform(st.get("platform")), None)
-    return Observed(pods, waiting, platform)
+    running = st.get("runningPods")
+    if type(running) is not int or not 0 < running < 2**31:
+        return Observed(pods, waiting, platform)
+    return Observed(pods, waiting, platform, running, parse_time(st.get("runningSince")))
 
 
 def _platform(raw_p: Any) -> PlatformOutcome | None:

@@ -16,6 +16,7 @@ import orjson
 
 from . import history, record
 from .completion import TaskProgress, aggregate, outcome_conditions, percent
+from .contract import FAILED
 from .kinds import BUDGET_RANKED, NAMED_KINDS, Kind
 from .observed import Observed, PodVerdict
 from .payloads import non_finite_text
@@ -158,10 +159,29 @@ def to_status(state: TaskState, budget: int | None = None, *,
     return st
 
 
+def status_reason(phase: str, conditions: list[dict[str, Any]]) -> str:
+    """``status.reason``, a word for the printer column as a Pod's status.reason is: why
+    the task is where it is when that is news (the first waiting pod's reason, such as
+    ImagePullBackOff or Unschedulable; a failed task's reason, such as
+    BackoffLimitExceeded); empty otherwise."""
+    by_type = {c["type"]: c for c in conditions}
+    ready = by_type.get("PodsReady")
+    if ready is not None and ready["status"] == "False" \
+            and ready["reason"] not in ("PodsPending", "TaskFailed"):
+        return str(ready["reason"])
+    failed = by_type.get("Failed")
+    if phase == FAILED and failed is not None and failed["status"] == "True":
+        return str(failed["reason"])
+    return ""
+
+
 def _status(state: TaskState, health: Judgment | None) -> dict[str, Any]:
     phase = state.phase
     st: dict[str, Any] = {"schemaVersion": STATUS_VERSION, "phase": phase}
     conditions = outcome_conditions(state, phase)
+    reason = status_reason(phase, conditions)
+    if reason:
+        st["reason"] = reason
     if conditions:
         if health is None:
             st["conditions"] = conditions
@@ -376,6 +396,10 @@ def _observed_json(o: Observed, st: dict[str, Any]) -> None:
         st["podOutcomes"] = [_verdict_json(v, "at") for _, v in sorted(o.pods.items())]
     if o.waiting:
         st["waitingPods"] = [_verdict_json(v, "since") for _, v in sorted(o.waiting.items())]
+    if o.running:
+        st["runningPods"] = o.running
+        if o.running_since is not None:
+            st["runningSince"] = format_seconds(o.running_since)
     p = o.platform
     if p is not None:
         out: dict[str, Any] = {"apiVersion": p.api_version, "kind": p.kind, "name": p.name,

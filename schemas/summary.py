@@ -14,9 +14,9 @@ from typing import Any
 from .contract import FAILED
 from .times import parse_time
 
-# The conditions the phase already says.
+# The conditions the phase (and status.reason) already say.
 COMPLETED = "Completed"
-PHASE_CONDITIONS = frozenset({COMPLETED, FAILED})
+PHASE_CONDITIONS = frozenset({COMPLETED, FAILED, "PodsReady"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +101,8 @@ def count_workers(*, final: int, failed: int, ended_final: int, ended_failed: in
 
 
 def health(conditions: tuple[Condition, ...]) -> tuple[Condition, ...]:
-    """The conditions that say something the phase does not: every True one but Completed
-    and Failed (the derived health conditions, such as Stalled or Straggling)."""
+    """The conditions that say something the phase does not: every True one but Completed,
+    Failed and PodsReady (the derived health conditions, such as Stalled or Straggling)."""
     return tuple(c for c in conditions if c.true and c.type not in PHASE_CONDITIONS)
 
 
@@ -130,6 +130,8 @@ class TaskSummary:
     labels: Mapping[str, str]
     # status.health.summary: the health conditions that hold, or Healthy ("": not judged).
     health_summary: str = ""
+    # status.reason: why the task is where it is, when that is news (ImagePullBackOff).
+    reason: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -170,6 +172,7 @@ def summarize(obj: Mapping[str, Any]) -> TaskSummary:
         created=parse_time(meta.get("creationTimestamp")),
         labels={k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)},
         health_summary=json_str(json_map(st.get("health")).get("summary")),
+        reason=json_str(st.get("reason")),
     )
 
 

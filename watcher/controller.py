@@ -9,6 +9,7 @@ watch loop --(parse, push, add key)--> WorkQueue --(one worker per key)--> admis
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from tidings.kube import Client, paginate
+from tidings.schemas.admission import Retry
 from tidings.schemas.contract import (
     BUS_SELECTOR,
     events_path,
@@ -24,11 +26,14 @@ from tidings.schemas.contract import (
 )
 from tidings.schemas.event import TaskRef
 from tidings.schemas.health import stalled_since_written
+from tidings.schemas.rejection import Rejection
 from tidings.schemas.state import Limits, TaskState
 
+from .announce import Announcer
 from .delivery import Delivery, EventSource
 from .fold import Folder
 from .health_clock import HealthClock
+from .kubelet_events import KubeletEvents
 from .logs import RejectionLog
 from .metrics import Metrics
 from .platform import PlatformTasks
@@ -38,6 +43,7 @@ from .runs import Runs
 from .senders import Senders, kube_getter
 from .settings import Settings, health_settings, task_keys
 from .store import Store
+from .tracking import Tracking
 from .ttl import TtlSweeper
 from .writer import StatusWriter, controller_of
 
@@ -57,9 +63,12 @@ class Controller:
                                   max_instances=settings.max_instances),
                            on_saved=metrics.saved)
         self.queue: WorkQueue[TaskRef] = WorkQueue()
+        tracking = Tracking.of(settings, os.environ.get("POD_NAMESPACE", ""))
         self.senders = Senders(kube_getter(kube), keys=task_keys(settings),
-                               on_change=self._observed_changed, holds=self.store.holds)
-        self.platform = PlatformTasks(kube, on_change=self._observed_changed)
+                               on_change=self._observed_changed, holds=self.store.holds,
+                               tracking=tracking)
+        self.platform = PlatformTasks(kube, on_change=self._observed_changed,
+                                      keys=task_keys(settings), tracking=tracking)
         self.writer = StatusWriter(kube, self.store, metrics, interval=settings.write_interval,
                                    coalesce_interval=settings.coalesce_interval,
                                    workers=settings.write_concurrency,
@@ -70,7 +79,8 @@ class Controller:
                                    priority=settings.write_policy != "fifo",
                                    owner_of=self.platform.owner,
                                    owner_gone=lambda o: self.platform.verify(o) is False,
-                                   health=health_settings(settings))
+                                   health=health_settings(settings),
+                                   announce=Announcer(kube).written)
         self.health = HealthClock(self.store, self.writer.health,
                                   due=lambda task: self.writer.changed(task, critical=True))
         # A relist delivers every event again: each rejection is logged once per event.
@@ -80,18 +90,34 @@ class Controller:
         self.folder = Folder(self.store, self.queue, self.writer, metrics, self.senders,
                              self.platform,
                              Runs(kube, self.store, self.platform, self.senders, self.health),
-                             self.health, rejections, retry_after=settings.sender_retry)
+                             self.health, rejections, retry_after=settings.sender_retry,
+                             tracked=self.tracked, kubelet_events=KubeletEvents(kube))
         self.ready = threading.Event()
         self._reflectors: list[Reflector] = []
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
 
     def _observed_changed(self, task: TaskRef) -> None:
-        """A pod of ``task`` ended or waits, or its platform object changed (on the watch
-        loop: O(1)): fold it, when the task is held (an observation alone never makes a
-        task)."""
-        if self.store.holds(task):
+        """A pod of ``task`` appeared, ended or waits, or its platform object changed (on the
+        watch loop: cheap): fold it, when the task is held or tracked (``--track``: else an
+        observation alone never makes a task)."""
+        if self.store.holds(task) or self.senders.tracked(task) is not None \
+                or self.platform.root(task) is not None:
             self.queue.add_many({task: None})
+
+    def tracked(self, task: TaskRef) -> bool | Retry:
+        """``task`` exists before it speaks (``--track``): its own platform object is watched
+        here, or a selected pod of it whose owner claim (if it makes one) is a live object's
+        (a forged claim makes nothing); Retry.LATER when that cannot be told now. For the
+        fold workers (it may read the claimed object)."""
+        if self.platform.root(task) is not None:
+            return True
+        first = self.senders.tracked(task)
+        if first is None:
+            return False
+        pod, info = first
+        said = self.platform.check_claim(task, info, pod)
+        return said if said is Retry.LATER else not isinstance(said, Rejection)
 
     # --- wiring -------------------------------------------------------------------------
     def _paths(self, collection: Callable[[str | None], str]) -> list[str]:

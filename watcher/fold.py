@@ -7,18 +7,24 @@ platform object say is folded beside the facts, and the writer and the health cl
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
+from tidings._compat import UTC
 from tidings.schemas.admission import Retry, TaskObject, admission
 from tidings.schemas.event import ParsedEvent, TaskRef
 from tidings.schemas.folding import fold_checked
+from tidings.schemas.observed import PodVerdict
 from tidings.schemas.payloads import Progress
 from tidings.schemas.platform import PodTask
 from tidings.schemas.rejection import Rejection, RejectReason
+from tidings.schemas.state import TaskState
 
 from .checks import AdmissionChecks
 from .coalesce import critical_change, reporters
 from .health_clock import HealthClock
+from .kubelet_events import KubeletEvents
 from .logs import RejectionLog, task_fields
 from .metrics import Metrics
 from .platform import PlatformTasks
@@ -98,6 +104,11 @@ class Folder:
     # Tasks the TTL deleted that got a late fact since: the next sweep deletes the bus
     # events of each again, so a restart's relist cannot bring the task back either.
     late_after_ttl: set[TaskRef] = field(default_factory=set)
+    # Whether a task exists before it speaks (``--track``: its platform object or a pod of
+    # it is watched); such a task is read and written from what its objects say alone.
+    tracked: Callable[[TaskRef], bool | Retry] = lambda task: False
+    # Why a pod stuck in creation waits (the kubelet's Events, read for that pod alone).
+    kubelet_events: KubeletEvents = field(default_factory=lambda: KubeletEvents(None))
 
     def run(self) -> None:
         self.queue.serve(self.fold_task, lambda task: log.exception(
@@ -113,9 +124,13 @@ class Folder:
         store = self.store
         if not store.seeded(task) and not store.pending(task):
             # Only what its pods' objects say brought it here: a task this watcher let go of
-            # (evicted) is read back; one it never held gets nothing.
+            # (evicted) is read back, and so is one it tracks; another gets nothing.
             if not store.evicted(task):
-                return False
+                tracked = self.tracked(task)
+                if tracked is Retry.LATER:
+                    return self._later(task)
+                if not tracked:
+                    return False
             if not self.runs.seed(task):
                 return self._later(task)
         if not store.seeded(task):
@@ -209,15 +224,37 @@ class Folder:
             state = self.store.get(task)
             known = state.observed.platform if state is not None else None
             platform = self.platform.current(task, known) if known is not None else None
+        state = self.store.get(task)
+        spoke = state is not None and state.counters.get("events_applied", 0) > 0
         seen_now = Observations(tuple(v for v in verdicts if v.terminal),
-                                tuple(v for v in verdicts if not v.terminal), platform)
-        changed = self.store.observe(task, seen_now, check_pods=check)
+                                (*(v for v in verdicts if not v.terminal),
+                                 *self._stuck(task)), platform,
+                                (0, None) if spoke else self.senders.running(task))
+        changed = self.store.observe(task, seen_now, check_pods=check,
+                                     create=self.tracked(task) is True)
         if changed is not None:
             before, after = changed
-            # A phase it moves is written within the write interval; the rest (a retried
-            # attempt's end, a pod waiting) with the coalesced changes.
-            self.writer.changed(task, critical=before.phase != after.phase)
+            # A phase it moves, a pod's reason to wait, a new tracked task are written within
+            # the write interval (people wait on them); the rest (a retried attempt's end)
+            # with the coalesced changes.
+            self.writer.changed(task, critical=before.phase != after.phase
+                                or _reasons(before) != _reasons(after)
+                                or self.store.identity(task)[0] is None)
             self.health.schedule(task, after)  # (an ended pod's worker is no longer judged)
+
+    def _stuck(self, task: TaskRef) -> list[PodVerdict]:
+        """The task's pods stuck being created past the grace, with the kubelet's reason
+        (its Events, read for that pod alone); the task is looked at again when the grace of
+        one not yet past ends."""
+        out: list[PodVerdict] = []
+        for (ns, pod, uid), since in self.senders.creating(task):
+            verdict = self.kubelet_events.why(ns, pod, uid, since)
+            if verdict is not None:
+                out.append(verdict)
+            else:  # (before its grace, or unexplained yet: look again then)
+                left = self.kubelet_events.grace - (datetime.now(UTC) - since).total_seconds()
+                self.queue.add_after(task, left if left > 0 else self.kubelet_events.ttl)
+        return out
 
     def _with_job_workers(self, task: TaskRef, events: list[ParsedEvent],
                           later: list[ParsedEvent]) -> list[ParsedEvent]:
@@ -246,3 +283,8 @@ class Folder:
             else:
                 out.append(ev)
         return out
+
+
+def _reasons(state: TaskState) -> set[tuple[str, str]]:
+    """The waiting pods' reasons (pod, reason): what the PodsReady condition says."""
+    return {(v.pod, v.reason) for v in state.observed.waiting.values()}

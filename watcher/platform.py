@@ -10,7 +10,11 @@ is tried again quietly), so that
 - the TaskFeedback is created owned by that verified object (``owner``);
 - the object's own outcome, as its controller reports it, decides the task it owns
   (``outcome``; schemas/observed.py reads it);
-- a batch/v1 Job's ``spec.completions`` is its task's worker count (``completions``).
+- a batch/v1 Job's ``spec.completions`` is its task's worker count (``completions``);
+- an object that is the outermost platform object of a task (``Seen.root``: no JobSet or
+  TrainJob controls it, and its pod template names no task by a key read before its own)
+  makes that task exist before any of its pods speaks (``root``): owned by it, decided by
+  it.
 
 A cache miss (an object newer than its watch's last event, a kind no watch covers, such as
 training-operator's jobs) reads the object once (cached briefly): never a GET per event.
@@ -33,6 +37,7 @@ from tidings.schemas.constants import WORKERS_MAX
 from tidings.schemas.event import ObjectRef, TaskRef, WatchItem
 from tidings.schemas.observed import PlatformOutcome, platform_outcome
 from tidings.schemas.platform import (
+    DEFAULT_TASK_KEYS,
     JOB_NAME_LABEL,
     JOBSET_NAME_LABEL,
     TRAINJOB_LABEL,
@@ -43,6 +48,7 @@ from tidings.schemas.platform import (
 from tidings.schemas.rejection import Rejection, RejectReason
 
 from .reflector import object_line
+from .tracking import OFF, Tracking
 
 log = logging.getLogger("tidings.watcher.platform")
 
@@ -88,15 +94,56 @@ _BY_KIND: Final = {k.kind: k for k in PLATFORM_KINDS}
 class Seen:
     """One platform object as the watcher keeps it: its uid, its controller ownerReference
     (a JobSet's Job: the JobSet; a TrainJob's JobSet: the TrainJob), a Job's completions, and
-    its outcome (None: its controller has not reported on it yet)."""
+    its outcome (None: its controller has not reported on it yet); ``root``: it is the
+    outermost platform object of the task of its name (``_is_root``)."""
 
     uid: str
     controller: ObjectRef | None
     completions: int | None
     outcome: PlatformOutcome | None
+    root: bool = False
 
 
-def _seen(kind: PlatformKind, obj: object) -> tuple[tuple[str, str], Seen] | None:
+# The kinds whose objects make others part of their task (a JobSet's Jobs, a TrainJob's
+# JobSet): an object they control is never a task of its own.
+_PARENT_KINDS: Final = frozenset({("jobset.x-k8s.io", "JobSet"),
+                                  ("trainer.kubeflow.org", "TrainJob")})
+
+
+def _templates(kind: PlatformKind, obj: object) -> list[object]:
+    """The pod templates' labels of a Job or a JobSet (its replicated Jobs')."""
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    if not isinstance(spec, dict):
+        return []
+    jobs = [spec] if kind is JOB else [
+        (rj.get("template") or {}).get("spec") for rj in spec.get("replicatedJobs") or []
+        if isinstance(rj, dict) and isinstance(rj.get("template"), dict)]
+    out: list[object] = []
+    for job in jobs:
+        template = job.get("template") if isinstance(job, dict) else None
+        meta = template.get("metadata") if isinstance(template, dict) else None
+        out.append(meta.get("labels") if isinstance(meta, dict) else None)
+    return out
+
+
+def _is_root(kind: PlatformKind, obj: object, controller: ObjectRef | None,
+             keys: tuple[str, ...]) -> bool:
+    """Whether the object is the task its name names, as its pods' labels will say (the
+    first of ``keys`` they carry): not when a JobSet or TrainJob controls it (its pods name
+    that one's task), nor when its pod template carries a key read before its own (its pods
+    name that task: it is found from them), nor when its own key is not read at all."""
+    if kind.key not in keys:
+        return False
+    if controller is not None and (controller.api_version.split("/")[0],
+                                   controller.kind) in _PARENT_KINDS:
+        return False
+    before = keys[:keys.index(kind.key)]
+    return not any(isinstance(labels, dict) and any(k in labels for k in before)
+                   for labels in _templates(kind, obj))
+
+
+def _seen(kind: PlatformKind, obj: object, keys: tuple[str, ...] = DEFAULT_TASK_KEYS,
+          tracking: Tracking = OFF) -> tuple[tuple[str, str], Seen] | None:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if not isinstance(meta, dict):
         return None
@@ -116,7 +163,9 @@ def _seen(kind: PlatformKind, obj: object) -> tuple[tuple[str, str], Seen] | Non
         raw = spec.get("completions") if isinstance(spec, dict) else None
         completions = min(raw, WORKERS_MAX) if type(raw) is int and raw > 0 else None
     return (ns, name), Seen(uid, controller, completions,
-                            platform_outcome(kind.api_version, kind.kind, obj))
+                            platform_outcome(kind.api_version, kind.kind, obj),
+                            tracking.selects(ns, meta.get("labels"))
+                            and _is_root(kind, obj, controller, keys))
 
 
 class ObjectSource:
@@ -135,7 +184,7 @@ class ObjectSource:
     def list_page(self, items: list[KubeObject]) -> None:
         self.platform.served(self.kind, True)
         for obj in items:
-            got = _seen(self.kind, obj)
+            got = _seen(self.kind, obj, self.platform.keys, self.platform.tracking)
             if got is not None:
                 self._listed.add(got[0])
                 self.platform.put(self.kind, *got)
@@ -147,7 +196,8 @@ class ObjectSource:
 
     def watch_line(self, line: bytes) -> WatchItem:
         wtype, obj, item = object_line(line)
-        got = _seen(self.kind, obj) if obj is not None else None
+        got = None if obj is None else _seen(self.kind, obj, self.platform.keys,
+                                             self.platform.tracking)
         if got is not None and wtype in ("ADDED", "MODIFIED"):
             self._mine.add(got[0])
             self.platform.put(self.kind, *got)
@@ -171,9 +221,11 @@ class PlatformTasks:
     loop: must be cheap)."""
 
     def __init__(self, kube: Client | None,
-                 on_change: Callable[[TaskRef], None] = lambda task: None) -> None:
+                 on_change: Callable[[TaskRef], None] = lambda task: None,
+                 keys: tuple[str, ...] = DEFAULT_TASK_KEYS, tracking: Tracking = OFF) -> None:
         self.kube = kube
         self.on_change = on_change
+        self.keys, self.tracking = keys, tracking
         self._lock = threading.Lock()
         self._objects: dict[tuple[str, str, str], Seen] = {}  # (kind, namespace, name)
         self._served: dict[str, bool] = {}
@@ -276,7 +328,7 @@ class PlatformTasks:
             if e.retryable:
                 return Retry.LATER
             return None if e.not_found else _UNREADABLE
-        got = _seen(kind, obj)
+        got = _seen(kind, obj, self.keys, self.tracking)
         return None if got is None else got[1]
 
     def _discover(self, api_version: str, kind: str, namespace: str, name: str) -> str | None:
@@ -350,10 +402,28 @@ class PlatformTasks:
             while len(self._claims) > MAX_TASKS:
                 self._claims.popitem(last=False)
 
+    def root(self, task: TaskRef) -> tuple[PlatformKind, Seen] | None:
+        """The watched object that is ``task`` itself (``Seen.root``), before any pod of it
+        spoke: of the kinds in the order their keys are read, the first with an object of
+        the task's name."""
+        with self._lock:
+            for kind in sorted(PLATFORM_KINDS, key=lambda k: self.keys.index(k.key)
+                               if k.key in self.keys else len(self.keys)):
+                seen = self._objects.get((kind.kind, task.namespace, task.name))
+                if seen is not None and seen.root and self.tracking.fresh(
+                        seen.outcome.at if seen.outcome and seen.outcome.terminal else None):
+                    return kind, seen
+        return None
+
     def owner(self, task: TaskRef) -> ObjectRef | Retry | None:
-        """The live object the TaskFeedback of ``task`` is created owned by, if known;
-        Retry.LATER when the API cannot tell now (the create waits: an owner missed at the
-        create is missed for good)."""
+        """The live object the TaskFeedback of ``task`` is created owned by, if known: the
+        task's own platform object (the outermost: a TrainJob, not its JobSet), else a pod's
+        verified claim; Retry.LATER when the API cannot tell now (the create waits: an owner
+        missed at the create is missed for good)."""
+        root = self.root(task)
+        if root is not None:
+            kind, seen = root
+            return ObjectRef(kind.api_version, kind.kind, task.name, task.namespace, seen.uid)
         with self._lock:
             info = self._claims.get(task)
         if info is None or info.owner is None:
@@ -370,7 +440,8 @@ class PlatformTasks:
         with self._lock:
             info = self._claims.get(task)
         if info is None or info.owner is None:
-            return None
+            root = self.root(task)  # (no pod of it spoke yet: the object itself decides)
+            return None if root is None else root[1].outcome
         o = info.owner
         deciding = next((k for k in PLATFORM_KINDS if k.key == info.key), None)
         owner = self._object(o.kind, task.namespace, o.name, o.api_version)

@@ -53,8 +53,11 @@ from tidings.schemas.observed import PodVerdict, gone, pod_verdict
 from tidings.schemas.payloads import PodSpawned
 from tidings.schemas.platform import DEFAULT_TASK_KEYS, PodTask, other_keys, pod_task
 from tidings.schemas.rejection import Rejection, RejectReason
+from tidings.schemas.times import parse_time
 
+from .kubelet_events import creating_since
 from .reflector import object_line
+from .tracking import OFF, Tracking
 
 log = logging.getLogger("tidings.watcher.senders")
 
@@ -102,6 +105,52 @@ def _pod(obj: object, keys: Sequence[str]) -> tuple[PodKey, PodTask | None] | No
                       key[0], key[1], ", ".join([found.key, *others]), found.key,
                       found.task or "(invalid)")
     return key, found
+
+
+def _tracks(senders: Senders, obj: object, verdict: PodVerdict | None) -> bool:
+    """The pod makes its task exist (``--track``): in a tracked namespace, selected, and it
+    cannot run: not scheduled, waiting for a reason, stuck being created, or failed (not
+    longer ago than the history kept). A pod that runs, or ran, says so itself when it is
+    instrumented, and its platform object makes its task anyway (a task that finished and
+    was deleted is not made again by its pods lingering on)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return False
+    t = senders.tracking
+    if not t.selects(str(meta.get("namespace", "")), meta.get("labels")):
+        return False
+    if verdict is None:
+        return creating_since(obj) is not None
+    return not verdict.terminal or (verdict.failed and t.fresh(verdict.at))
+
+
+def _runs(obj: object, verdict: PodVerdict | None) -> datetime | None:
+    """When the pod started, if it runs: its phase is Running and no container waits for a
+    reason (a crash loop's pod is Running by its phase, its container is not)."""
+    status = obj.get("status") if isinstance(obj, dict) else None
+    if verdict is not None or not isinstance(status, dict) or status.get("phase") != "Running":
+        return None
+    return (parse_time(status.get("startTime")) or datetime.now(UTC)).replace(microsecond=0)
+
+
+def _set_since(by_task: dict[TaskRef, dict[PodKey, datetime]], key: PodKey,
+               task: PodTask | None, since: datetime | None) -> bool:
+    """Keep the pod in its task's map (since ``since``), or not (None); whether that changed
+    (the caller holds the lock)."""
+    if not isinstance(task, PodTask) or task.error:
+        return False
+    ref = TaskRef(key[0], task.task)
+    pods = by_task.get(ref)
+    if (pods.get(key) if pods is not None else None) == since:
+        return False
+    if since is not None:
+        by_task.setdefault(ref, {})[key] = since
+    else:
+        assert pods is not None
+        del pods[key]
+        if not pods:
+            del by_task[ref]
+    return True
 
 
 def _spoofed(message: str) -> Rejection:
@@ -172,7 +221,9 @@ class PodSource:
             p = _pod(obj, self.senders.keys)
             if p is not None:
                 self._listed.add(p[0])
-                self.senders.put(*p, pod_verdict(obj, seen=now))
+                verdict = pod_verdict(obj, seen=now)
+                self.senders.put(*p, verdict, track=_tracks(self.senders, obj, verdict),
+                                 running=_runs(obj, verdict), creating=creating_since(obj))
 
     def list_done(self, resource_version: str) -> None:
         for k in self._mine - self._listed:  # deleted while the watch was down
@@ -186,7 +237,9 @@ class PodSource:
         p = _pod(obj, self.senders.keys)
         if p is not None and wtype in ("ADDED", "MODIFIED"):
             self._mine.add(p[0])
-            self.senders.put(*p, pod_verdict(obj, seen=datetime.now(UTC)))
+            verdict = pod_verdict(obj, seen=datetime.now(UTC))
+            self.senders.put(*p, verdict, track=_tracks(self.senders, obj, verdict),
+                             running=_runs(obj, verdict), creating=creating_since(obj))
         elif p is not None and wtype == "DELETED":
             self._mine.discard(p[0])
             self.senders.delete(p[0], pod_verdict(obj, deleted=True, seen=datetime.now(UTC)))
@@ -203,9 +256,19 @@ class Senders:
                  keys: Sequence[str] = DEFAULT_TASK_KEYS,
                  on_change: Callable[[TaskRef], None] = lambda task: None,
                  holds: Callable[[TaskRef], bool] = lambda task: True,
-                 max_verdicts: int = 50_000) -> None:
+                 max_verdicts: int = 50_000, tracking: Tracking = OFF) -> None:
         self.get = get
         self.keys = tuple(keys)
+        self.tracking = tracking
+        # Tasks a selected pod makes exist (``--track``), with the first such pod's name and
+        # labels (its owner claim is checked before the task is made), oldest first; bounded
+        # like the verdicts (beyond, the oldest forgotten: a task already held stays held).
+        self._tracked: OrderedDict[TaskRef, tuple[str, PodTask]] = OrderedDict()
+        # The pods of each task whose phase is Running now, with their start (what the fold
+        # observes: how many, since when), and those stuck being created, since when (the
+        # kubelet's Events say why: kubelet_events.py).
+        self._running: dict[TaskRef, dict[PodKey, datetime]] = {}
+        self._creating: dict[TaskRef, dict[PodKey, datetime]] = {}
         self.policy = policy or ProofPolicy(get)
         # Told (on the watch loop: it must be cheap) the task of a pod whose verdict changed.
         self.on_change = on_change
@@ -227,15 +290,46 @@ class Senders:
         return [PodSource(self, k) for k in self.keys]
 
     # --- cache --------------------------------------------------------------------------
-    def put(self, key: PodKey, task: PodTask | None, verdict: PodVerdict | None = None
-            ) -> None:
+    def put(self, key: PodKey, task: PodTask | None, verdict: PodVerdict | None = None,
+            *, track: bool = False, running: datetime | None = None,
+            creating: datetime | None = None) -> None:
+        """The pod ``key`` as its object reads now; ``track``: it makes its task exist;
+        ``running``: its phase is Running, since then; ``creating``: it is being created
+        (``kubelet_events.creating_since``), since then."""
         with self._lock:
             self._live[key] = task
             self._deleted.pop(key, None)
             self._negative.pop(key, None)
             changed = self._judge(key, task, verdict)
+            if _set_since(self._running, key, task, running) | _set_since(
+                    self._creating, key, task, creating):
+                changed = TaskRef(key[0], task.task) if isinstance(task, PodTask) else None
+            if track and isinstance(task, PodTask) and not task.error:
+                ref = TaskRef(key[0], task.task)
+                if ref not in self._tracked:
+                    self._tracked[ref] = (key[1], task)
+                    if len(self._tracked) > self.max_verdicts:
+                        self._tracked.popitem(last=False)
+                    changed = ref
         if changed is not None:
             self.on_change(changed)
+
+    def creating(self, task: TaskRef) -> list[tuple[PodKey, datetime]]:
+        """The pods of ``task`` being created now, and since when."""
+        with self._lock:
+            return list(self._creating.get(task, {}).items())
+
+    def running(self, task: TaskRef) -> tuple[int, datetime | None]:
+        """How many pods of ``task`` run now, and the earliest of their starts."""
+        with self._lock:
+            pods = self._running.get(task)
+            return (len(pods), min(pods.values())) if pods else (0, None)
+
+    def tracked(self, task: TaskRef) -> tuple[str, PodTask] | None:
+        """The first pod selected by ``--track`` that names ``task`` (its name, its labels'
+        claim), if any."""
+        with self._lock:
+            return self._tracked.get(task)
 
     def delete(self, key: PodKey, verdict: PodVerdict | None = None) -> None:
         """The pod ``key`` is gone; ``verdict``: how its last object read (None: it was not
@@ -254,6 +348,8 @@ class Senders:
                 self._forget(old, old_task)
             ended = verdict if verdict is not None and verdict.terminal else \
                 gone(key[1], key[2], datetime.now(UTC))
+            _set_since(self._running, key, task, None)
+            _set_since(self._creating, key, task, None)
             changed = self._judge(key, task, ended)
         if changed is not None:
             self.on_change(changed)

@@ -100,6 +100,20 @@ class Settings:
         "trainer.kubeflow.org/trainjob-name, training.kubeflow.org/job-name, "
         "jobset.sigs.k8s.io/jobset-name, workflows.argoproj.io/workflow, "
         "batch.kubernetes.io/job-name.", env="TIDINGS_TASK_LABEL_KEYS")
+    track: str = setting(
+        "platform", "Which tasks exist before any pod of theirs reports: platform (every "
+        "Job, JobSet, TrainJob and Workflow that is a task of its own, and every pod carrying "
+        "a task key, in the watched namespaces but kube-* and the watcher's own) or "
+        "reported-only (a task exists from its first fact).", env="TIDINGS_TRACK",
+        choices=("platform", "reported-only"))
+    track_selector: str = setting(
+        "", "With --track platform, only objects and pods whose labels match this selector "
+        "(key=value, key!=value, key, !key; comma-separated, all must hold).",
+        env="TIDINGS_TRACK_SELECTOR")
+    track_skip_namespaces: list[str] = setting(  # noqa: RUF009 - setting() is a field
+        [], "With --track platform, namespaces besides kube-* and the watcher's own whose "
+        "objects are not tracked (repeatable or comma-separated).",
+        env="TIDINGS_TRACK_SKIP_NAMESPACES")
     # Health: each condition's thresholds by name (schemas/health.py's registry declares them
     # with their flags; absent: the default). The watcher judges silence on a clock and
     # writes a task's status only when a worker's silence passes its limit.
@@ -111,6 +125,8 @@ class Settings:
         # Flags may repeat and each may list several: one sorted set.
         self.namespaces = sorted({n.strip() for v in self.namespaces or []
                                   for n in v.split(",") if n.strip()})
+        self.track_skip_namespaces = sorted({n.strip() for v in self.track_skip_namespaces
+                                             or [] for n in v.split(",") if n.strip()})
 
 
 @dataclass

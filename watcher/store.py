@@ -29,6 +29,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import orjson
 
@@ -94,12 +95,14 @@ class Observations:
     ended: tuple[PodVerdict, ...] = ()
     waiting: tuple[PodVerdict, ...] = ()
     platform: PlatformOutcome | None = None
+    running: tuple[int, datetime | None] = (0, None)
 
     def __bool__(self) -> bool:
-        return bool(self.ended or self.waiting or self.platform)
+        return bool(self.ended or self.waiting or self.platform or self.running[0])
 
     def apply(self, state: TaskState) -> TaskState:
-        return observe(state, self.ended, waiting=self.waiting, platform=self.platform)
+        return observe(state, self.ended, waiting=self.waiting, platform=self.platform,
+                       running=self.running)
 
 
 # A TaskFeedback's controller, from its ownerReference.
@@ -230,16 +233,31 @@ class Store:
         with self._lock:
             return task in self._evicted and task not in self._entries
 
-    def observe(self, task: TaskRef, seen: Observations, check_pods: bool = False
-                ) -> tuple[TaskState, TaskState] | None:
+    def observe(self, task: TaskRef, seen: Observations, check_pods: bool = False,
+                create: bool = False) -> tuple[TaskState, TaskState] | None:
         """Fold what the objects say (``seen``, the current view) into ``task``'s state, if
-        it holds facts or its TaskFeedback exists (an observation alone never creates one);
-        (before, after) when that changed the state. ``check_pods``: this is the term's
-        check of the reporting pods (``pods_checked`` from now on)."""
+        it holds facts or its TaskFeedback exists (an observation alone never creates one,
+        unless ``create``: the task is tracked, and exists before it speaks); (before,
+        after) when that changed the state, or it is a tracked task never written yet.
+        ``check_pods``: this is the term's check of the reporting pods (``pods_checked``
+        from now on)."""
         with self._lock:
             e = self._entries.get(task)
             if e is None or not e.seeded:
                 return None
+            # An object of this task that was deleted (by the TTL, or found gone or replaced)
+            # is a decision: its objects alone never make it again, only a new fact does.
+            create = create and not e.stale_uids and not e.buried
+            if create and e.uid is None and e.rv is None and e.version == 0:
+                # A tracked task with no object yet: written once, whatever it holds, so
+                # that it is seen (Pending) before any of its pods speaks.
+                before = self._hot(task, e)
+                e.observed = seen or None
+                e.state = seen.apply(before)
+                e.version += 1
+                e.touched = time.monotonic()
+                e.pods_checked |= check_pods
+                return before, e.state
             if (seen or None) == e.observed and (e.pods_checked or not check_pods):
                 # Nothing new seen (most folds): the state has it already, since the facts
                 # folded meanwhile never change what a view adds to it.
@@ -247,7 +265,7 @@ class Store:
             if check_pods:
                 e.pods_checked = True
             before = self._hot(task, e)
-            if e.uid is None and not before.counters.get("events_applied", 0):
+            if e.uid is None and not before.counters.get("events_applied", 0) and not create:
                 return None
             e.observed = seen or None  # (an empty view, once applied, clears the waiting)
             after = seen.apply(before)

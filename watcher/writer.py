@@ -147,8 +147,12 @@ class StatusWriter:
                  budget: float = 0.0, priority: bool = True,
                  owner_of: Callable[[TaskRef], ObjectRef | Retry | None] = lambda task: None,
                  owner_gone: Callable[[ObjectRef], bool] = lambda owner: False,
-                 health: HealthSettings = DEFAULT_HEALTH) -> None:
+                 health: HealthSettings = DEFAULT_HEALTH,
+                 announce: Callable[[TaskRef, str | None, dict[str, Any]], None]
+                 = lambda task, uid, status: None) -> None:
         self.kube, self.store, self.metrics = kube, store, metrics
+        # Told each status written (the object's uid, the body): announce.py's Events.
+        self.announce = announce
         self.health = health
         # The health conditions that hold for each running task, as last written (the
         # tasks_unhealthy gauge counts them: bounded labels, the task is in the status).
@@ -311,6 +315,10 @@ class StatusWriter:
                 self.store.written(task, version, new_rv, uid, owner)
                 self._written_health(task, body)
                 self._log_phase(task, state)
+                try:
+                    self.announce(task, uid, body)
+                except Exception:  # (an announcement never fails the write it follows)
+                    log.exception("announcing %s/%s failed", task.namespace, task.name)
                 self.metrics.write_seconds.observe(time.perf_counter() - t0)
                 self.metrics.status_writes.labels("ok").inc()
                 return True

@@ -89,10 +89,11 @@ def test_list_table_wide_name_json_yaml_jsonpath(control_plane: ControlPlane,
     res = invoke(control_plane, "list", "-n", ns)
     assert res.exit_code == 0, res.output
     head, a, b = res.stdout.splitlines()
-    assert head.split() == ["NAME", "PHASE", "PROGRESS", "LINKS", "DECK", "LAST", "EVENT", "AGE"]
-    assert a.split()[:5] == ["train-a", "Running", "40%", "1", "report"]
+    assert head.split() == ["NAME", "PHASE", "PROGRESS", "REASON", "LINKS", "DECK", "LAST", "EVENT",
+                            "AGE"]
+    assert a.split()[:6] == ["train-a", "Running", "40%", "<none>", "1", "report"]
     assert b.split()[:3] == ["train-b", "Succeeded", "100%"]
-    assert a.split()[5].endswith("d")  # last event 2026-01-01: days ago, kubectl's age
+    assert a.split()[6].endswith("d")  # last event 2026-01-01: days ago, kubectl's age
 
     wide = invoke(control_plane, "get", "-n", ns, "-o", "wide").stdout
     assert "MESSAGE" in wide.splitlines()[0] and "epoch 2 of 5" in wide

@@ -257,9 +257,9 @@ def test_the_crd_validates_and_prints_the_summary(control_plane: ControlPlane, a
     assert got["status"]["applied"] == "abc=1-7"
     table = control_plane.kubectl_run("get", "tfb", "-n", namespace)
     header, row = table.splitlines()
-    assert header.split() == ["NAME", "PHASE", "PROGRESS", "LINKS", "DECK", "LAST", "EVENT",
-                              "AGE"]
-    assert row.split()[:5] == ["train-1", "Running", "33%", "1", "report"]
+    assert header.split() == ["NAME", "PHASE", "PROGRESS", "REASON", "LINKS", "DECK", "LAST",
+                              "EVENT", "AGE"]
+    assert row.split()[:6] == ["train-1", "Running", "33%", "<none>", "1", "report"]
     wide = control_plane.kubectl_run("get", "tfb", "-n", namespace, "-o", "wide")
     assert "MESSAGE" in wide and "epoch 1 of 3" in wide
     with pytest.raises(ApiException) as err:

@@ -287,7 +287,12 @@ def test_a_forged_controller_uid_is_refused_and_the_real_job_owns_its_task(
     eventually(lambda: w.metrics().get(
         'tidings_watcher_events_rejected_total{reason="unverified_owner"}', 0) >= 2, 30,
         f"the forged claim refused\n{w.tail()}")
-    assert tp.taskfeedback(admin, namespace, "victim") is None  # it made nothing
+    # It made nothing: the task is the real Job's own (--track), owned by it, without the
+    # forged pod's link.
+    tf = eventually(lambda: tp.taskfeedback(admin, namespace, "victim"), 30, "the Job's task")
+    assert [(o["kind"], o["uid"]) for o in tf["metadata"]["ownerReferences"]] == [
+        ("Job", job.metadata.uid)]
+    assert "links" not in (tf.get("status") or {})
     report(cp, namespace, real, 0.5, link="https://wandb.example/victim")
     tf = eventually(lambda: tp.taskfeedback(admin, namespace, "victim"), 30,
                     f"the real Job's task\n{w.tail()}")

@@ -327,10 +327,9 @@ def test_a_platform_pod_reports_with_its_token_alone_into_its_owned_task(
                f"the {obj['kind']}'s task complete\n{w.tail()}")
     tf = taskfeedback(admin, namespace, task)
     assert tf is not None and tf["status"]["links"]["run"]["url"].endswith(task)
-    # Owned by the task's object itself (the JobSet for a TrainJob: owned by the TrainJob).
-    want_kind = "JobSet" if obj["kind"] == "TrainJob" else obj["kind"]
+    # Owned by the task's object itself, the outermost (a TrainJob, not the JobSet it owns).
     (ref,) = tf["metadata"]["ownerReferences"]
-    assert (ref["kind"], ref["name"]) == (want_kind, task)
+    assert (ref["kind"], ref["name"]) == (obj["kind"], task)
     # No task of the child Job's name: a JobSet's pod speaks for the JobSet.
     assert taskfeedback(admin, namespace, f"{task}-workers-0") is None
     group, version = obj["apiVersion"].split("/")

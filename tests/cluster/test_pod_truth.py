@@ -369,8 +369,8 @@ def test_pods_stuck_waiting_show_why_in_the_task_s_conditions(
         "lastTransitionTime": "2026-11-30T03:00:00Z"}]})
     st = eventually(lambda: len((s := status(admin, namespace, "wait")).get(
         "waitingPods", [])) == 2 and s, 30, f"both waiting pods shown\n{w.tail()}")
-    waiting = conditions(st)["PodsWaiting"]
-    assert waiting["status"] == "True" and waiting["reason"] == "Unschedulable"  # the first
+    waiting = conditions(st)["PodsReady"]
+    assert waiting["status"] == "False" and waiting["reason"] == "Unschedulable"  # the first
     assert "pod wait-1: container main: ImagePullBackOff" in waiting["message"]
     assert "pod wait-2: 0/1 nodes are available" in waiting["message"]
     assert st["phase"] == "Running"

@@ -296,7 +296,8 @@ def test_state_names_each_refusal_and_the_status_counts_them_without_changing_el
     eventually(lambda: create(as_worker, namespace, fact(
         namespace, "why", Progress(fraction=0.4, message="honest"), 1, pod=worker,
         instance="w")) is None, 30, "the worker's grant")
-    before = eventually(lambda: task_status(admin, namespace, "why"), 30, "written")
+    before = eventually(lambda: (s := task_status(admin, namespace, "why") or {}).get(
+        "progress", {}).get("message") == "honest" and s, 30, "written")
     eventually(lambda: create(as_spoofer, namespace, fact(
         namespace, "why", Progress(fraction=1.0, message="fake", final=True), 1, pod=spoofer,
         instance="s")) is None, 30, "the spoofer's grant")

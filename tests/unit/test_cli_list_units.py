@@ -14,7 +14,7 @@ from tidings._compat import UTC
 from tidings.cli.common import CliError, parse_request_timeout
 from tidings.cli.jsonpath import TemplateError, parse_template, render
 from tidings.cli.kube import NO_CRD, Action, api_error, client_timeout, no_such_resource
-from tidings.cli.list_cmd import row, table
+from tidings.cli.list_cmd import header, row, table
 from tidings.schemas import view
 from tidings.schemas.times import parse_time
 
@@ -95,12 +95,22 @@ def test_ages_follow_kubectl() -> None:
     assert age("2026-01-11T00:00:00Z", now) == "<invalid>"
 
 
+def test_a_row_says_why_a_task_waits_or_failed() -> None:
+    """The REASON column is status.reason, as kubectl's printer column shows it."""
+    obj = {"metadata": {"name": "pull-missing", "namespace": "ns"},
+           "status": {"phase": "Pending", "reason": "ImagePullBackOff"}}
+    cells = row(obj, wide=False, namespaced=False, now=datetime(2026, 1, 1, tzinfo=UTC))
+    assert cells[:4] == ["pull-missing", "Pending", "<none>", "ImagePullBackOff"]
+    assert header(False, False)[:4] == ["NAME", "PHASE", "PROGRESS", "REASON"]
+
+
 def test_rows_show_missing_values_as_none_and_never_wrap() -> None:
     obj = {"metadata": {"name": "t", "namespace": "ns", "creationTimestamp":
                         "2026-01-01T00:00:00Z"}}
     cells = row(obj, wide=True, namespaced=True, now=datetime(2026, 1, 1, 0, 1, tzinfo=UTC))
     assert cells == ["ns", "t", "<none>", "<none>", "<none>", "<none>", "<none>", "<none>",
-                     "<none>", "<none>", "<none>", "60s"]  # (wide: message, ETA, workers, health)
+                     "<none>", "<none>", "<none>", "<none>", "60s"]
+    # (the reason; wide: message, ETA, workers, health)
     long = ["x" * 300, "y"]
     text, widths = table([["A", "B"], long])
     assert text.splitlines()[1] == "x" * 300 + "   y" and widths == [300, 1]

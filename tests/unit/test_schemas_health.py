@@ -194,8 +194,8 @@ def test_a_status_encoded_without_a_judgment_says_nothing_of_health() -> None:
         make_event(Metric(name="loss", value=math.nan), "m", 0, at(2))])
     plain, judged = to_status(s), status_of(s, at(10_000))
     assert "health" not in plain and "health" in judged
-    assert [c["type"] for c in plain["conditions"]] == ["Completed", "Failed"]
-    assert judged["conditions"][:2] == plain["conditions"]
+    assert [c["type"] for c in plain["conditions"]] == ["Completed", "Failed", "PodsReady"]
+    assert judged["conditions"][:3] == plain["conditions"]
     assert {k: v for k, v in judged.items() if k not in ("conditions", "health")} == \
         {k: v for k, v in plain.items() if k != "conditions"}
 

@@ -310,18 +310,19 @@ def test_waiting_pods_show_why_until_they_run_or_end() -> None:
                       'container main: ImagePullBackOff: Back-off pulling image "nope"', None,
                       T0 + timedelta(seconds=5))
     s = observe(fold_all(TASK, [report(1, 0, 0.5, workers=2)]), waiting=[pull])
-    c = conditions(s)["PodsWaiting"]
-    assert (c["status"], c["reason"]) == ("True", "ImagePullBackOff")
-    assert c["message"] == f"pod w-02: {pull.message}"
+    c = conditions(s)["PodsReady"]
+    assert (c["status"], c["reason"]) == ("False", "ImagePullBackOff")
+    assert c["message"] == f"1 pod of the task waits: pod w-02: {pull.message}"
     assert to_status(s)["waitingPods"][0]["since"] == "2026-11-30T03:00:05Z"
     assert s.phase == "Running"
-    assert "PodsWaiting" not in conditions(observe(s, waiting=[]))
+    ready = conditions(observe(s, waiting=[]))["PodsReady"]
+    assert (ready["status"], ready["reason"]) == ("True", "PodsRunning")
     # A waiting pod that ends is no longer waiting, whichever was seen first.
     end = ended(2, secs=60)
     assert observe(observe(s, [end]), waiting=[pull]) == observe(s, [end])
     # A task with no fact yet shows it too (a pre-created TaskFeedback whose pods wait).
     bare = observe(new_state(TASK), waiting=[pull])
-    assert bare.phase == "Pending" and "PodsWaiting" in conditions(bare)
+    assert bare.phase == "Pending" and conditions(bare)["PodsReady"]["status"] == "False"
 
 
 def test_observations_are_bounded() -> None:

@@ -307,6 +307,8 @@ def test_the_generator_reaches_every_part_of_the_status() -> None:
         st = _status(state, now, _settings(thresholds), budget)
         parts = set(st) | {f"dropped:{k}" for k in st.get("budgetDropped", {})}
         parts |= {c["type"] for c in st.get("conditions", []) if c["status"] == "True"}
+        parts |= {f"{c['type']}:{c['reason']}" for c in st.get("conditions", [])
+                  if c["type"] == "PodsReady" and c["status"] == "False"}
         parts |= {f"phase:{st['phase']}"}
         fields = expanded(st)
         parts |= {"lanes" for s in fields.get("spans", {}).values() if "pods" in s}
@@ -319,7 +321,8 @@ def test_the_generator_reaches_every_part_of_the_status() -> None:
               "workers", "roster", "podOutcomes", "waitingPods", "platform", "pods",
               "unknownTypes", "counters", "applied", "compactedBefore", "budgetDropped",
               "lanes", "history", "nonFinite", "Stalled", "Straggling", "NonFiniteMetrics",
-              "PodsWaiting", "phase:Running", "phase:Succeeded", "phase:Failed",
+              "PodsReady", "PodsReady:PodsPending", "reason",
+              "phase:Running", "phase:Succeeded", "phase:Failed",
               "dropped:pods", "dropped:podOutcomes", "dropped:workerMessages",
               "dropped:metricHistory", "counter:timeClamped", "counter:duplicates",
               "counter:workersCapped", "counter:instancesCompacted", "counter:warnings"}

@@ -284,6 +284,41 @@ def gone(pod: str, uid: str, seen: datetime) -> PodVerdict:
                       _whole(seen), False)
 
 
+# --- nodes --------------------------------------------------------------------------------
+
+
+class NodeLoss(NamedTuple):
+    """Why a node is not Ready: its Ready condition's status (False, or Unknown once its
+    kubelet stopped reporting), reason and message, and since when."""
+
+    status: str
+    reason: str
+    message: str
+    since: datetime | None
+
+
+def node_loss(obj: object) -> NodeLoss | None:
+    """Why the Node ``obj`` is not Ready; None while it is, or before its kubelet first
+    reported (no Ready condition: nothing ran there yet)."""
+    ready = _condition(_dict(obj, "status"), "Ready")
+    if ready is None or ready.get("status") == "True":
+        return None
+    status = "False" if ready.get("status") == "False" else "Unknown"
+    since = parse_time(ready.get("lastTransitionTime"))
+    return NodeLoss(status, clean_reason(ready.get("reason"), "NodeNotReady"),
+                    clean_message(ready.get("message")), None if since is None else _whole(since))
+
+
+def lost_on_node(pod: str, uid: str, node: str, loss: NodeLoss, seen: datetime) -> PodVerdict:
+    """The verdict of a pod still Running on a node that is not Ready: it waits, NodeLost,
+    with what the node's Ready condition says."""
+    text = f"node {clean_message(node) or '?'} not ready ({loss.status}: {loss.reason})"
+    if loss.message:
+        text += f": {loss.message}"
+    return PodVerdict(pod[:253], uid[:64], WAITING, "NodeLost", clean_message(text), None,
+                      loss.since or _whole(seen))
+
+
 # --- platform objects ---------------------------------------------------------------------
 
 # Per kind: the condition types that end it (success, failure).

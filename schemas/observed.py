@@ -207,7 +207,12 @@ def pod_verdict(obj: object, *, deleted: bool = False, seen: datetime) -> PodVer
     name, uid = name[:253], uid[:64]
     phase = status.get("phase")
     deleted_at = parse_time(meta.get("deletionTimestamp"))
-    if phase in (SUCCEEDED, FAILED) or deleted:
+    disrupted = _condition(status, "DisruptionTarget")
+    # Being deleted for a disruption (an eviction, a preemption, its node's taint) is its
+    # end: on a lost node no kubelet ever confirms it, and the pod stays Terminating.
+    if phase in (SUCCEEDED, FAILED) or deleted or (
+            deleted_at is not None and disrupted is not None
+            and disrupted.get("status") == "True"):
         return _ended(name, uid, phase, status, deleted_at, seen)
     return _waiting(name, uid, status, meta, seen)
 

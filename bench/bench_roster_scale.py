@@ -59,7 +59,11 @@ def main() -> None:
     ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--before", default="")
     ap.add_argument("--row", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--smoke", action="store_true",
+                    help="one small size, to check that the bench runs (no figures)")
     args = ap.parse_args()
+    if args.smoke:
+        args.sizes = "300"
     if args.row:
         print(json.dumps(measure(args.row)))
         return

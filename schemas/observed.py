@@ -207,7 +207,12 @@ def pod_verdict(obj: object, *, deleted: bool = False, seen: datetime) -> PodVer
     name, uid = name[:253], uid[:64]
     phase = status.get("phase")
     deleted_at = parse_time(meta.get("deletionTimestamp"))
-    if phase in (SUCCEEDED, FAILED) or deleted:
+    disrupted = _condition(status, "DisruptionTarget")
+    # Being deleted for a disruption (an eviction, a preemption, its node's taint) is its
+    # end: on a lost node no kubelet ever confirms it, and the pod stays Terminating.
+    if phase in (SUCCEEDED, FAILED) or deleted or (
+            deleted_at is not None and disrupted is not None
+            and disrupted.get("status") == "True"):
         return _ended(name, uid, phase, status, deleted_at, seen)
     return _waiting(name, uid, status, meta, seen)
 
@@ -282,6 +287,41 @@ def gone(pod: str, uid: str, seen: datetime) -> PodVerdict:
     return PodVerdict(pod[:253], uid[:64], FAILED, "Deleted",
                       "the pod is gone (deleted while no watcher was watching)", None,
                       _whole(seen), False)
+
+
+# --- nodes --------------------------------------------------------------------------------
+
+
+class NodeLoss(NamedTuple):
+    """Why a node is not Ready: its Ready condition's status (False, or Unknown once its
+    kubelet stopped reporting), reason and message, and since when."""
+
+    status: str
+    reason: str
+    message: str
+    since: datetime | None
+
+
+def node_loss(obj: object) -> NodeLoss | None:
+    """Why the Node ``obj`` is not Ready; None while it is, or before its kubelet first
+    reported (no Ready condition: nothing ran there yet)."""
+    ready = _condition(_dict(obj, "status"), "Ready")
+    if ready is None or ready.get("status") == "True":
+        return None
+    status = "False" if ready.get("status") == "False" else "Unknown"
+    since = parse_time(ready.get("lastTransitionTime"))
+    return NodeLoss(status, clean_reason(ready.get("reason"), "NodeNotReady"),
+                    clean_message(ready.get("message")), None if since is None else _whole(since))
+
+
+def lost_on_node(pod: str, uid: str, node: str, loss: NodeLoss, seen: datetime) -> PodVerdict:
+    """The verdict of a pod still Running on a node that is not Ready: it waits, NodeLost,
+    with what the node's Ready condition says."""
+    text = f"node {clean_message(node) or '?'} not ready ({loss.status}: {loss.reason})"
+    if loss.message:
+        text += f": {loss.message}"
+    return PodVerdict(pod[:253], uid[:64], WAITING, "NodeLost", clean_message(text), None,
+                      loss.since or _whole(seen))
 
 
 # --- platform objects ---------------------------------------------------------------------

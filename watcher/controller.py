@@ -36,6 +36,7 @@ from .health_clock import HealthClock
 from .kubelet_events import KubeletEvents
 from .logs import RejectionLog
 from .metrics import Metrics
+from .nodes import Nodes
 from .platform import PlatformTasks
 from .queue import WorkQueue
 from .reflector import Reflector
@@ -67,6 +68,7 @@ class Controller:
         self.senders = Senders(kube_getter(kube), keys=task_keys(settings),
                                on_change=self._observed_changed, holds=self.store.holds,
                                tracking=tracking)
+        self.nodes = Nodes(on_change=self._node_changed)
         self.platform = PlatformTasks(kube, on_change=self._observed_changed,
                                       keys=task_keys(settings), tracking=tracking)
         self.writer = StatusWriter(kube, self.store, metrics, interval=settings.write_interval,
@@ -91,7 +93,8 @@ class Controller:
                              self.platform,
                              Runs(kube, self.store, self.platform, self.senders, self.health),
                              self.health, rejections, retry_after=settings.sender_retry,
-                             tracked=self.tracked, kubelet_events=KubeletEvents(kube))
+                             tracked=self.tracked, kubelet_events=KubeletEvents(kube),
+                             nodes=self.nodes)
         self.ready = threading.Event()
         self._reflectors: list[Reflector] = []
         self._threads: list[threading.Thread] = []
@@ -104,6 +107,12 @@ class Controller:
         if self.store.holds(task) or self.senders.tracked(task) is not None \
                 or self.platform.root(task) is not None:
             self.queue.add_many({task: None})
+
+    def _node_changed(self, node: str) -> None:
+        """A node stopped or started being Ready: fold the tasks of its running pods."""
+        tasks = self.senders.tasks_on(node)
+        if tasks:  # (a task neither held nor tracked gets nothing from its fold)
+            self.queue.add_many(dict.fromkeys(tasks))
 
     def tracked(self, task: TaskRef) -> bool | Retry:
         """``task`` exists before it speaks (``--track``): its own platform object is watched
@@ -155,6 +164,8 @@ class Controller:
         # One informer per platform kind and namespace (Jobs, JobSets, Workflows, TrainJobs).
         objects = [self._reflector(src.kind.path(ns), [], src)
                    for ns in [*self.s.namespaces] or [""] for src in self.platform.sources()]
+        # One list+watch of the Nodes (cluster-scoped): which ones are not Ready.
+        objects.append(self._reflector("/api/v1/nodes", [], self.nodes.source()))
         # Best effort (a cache miss falls back to a GET anyway), and never long for the
         # platform kinds, some of which may not be served here at all.
         for readers, seconds in ((pods, 10.0), (objects, 2.0)):

@@ -27,6 +27,7 @@ from .health_clock import HealthClock
 from .kubelet_events import KubeletEvents
 from .logs import RejectionLog, task_fields
 from .metrics import Metrics
+from .nodes import Nodes
 from .platform import PlatformTasks
 from .queue import WorkQueue
 from .runs import Runs
@@ -109,6 +110,8 @@ class Folder:
     tracked: Callable[[TaskRef], bool | Retry] = lambda task: False
     # Why a pod stuck in creation waits (the kubelet's Events, read for that pod alone).
     kubelet_events: KubeletEvents = field(default_factory=lambda: KubeletEvents(None))
+    # Which nodes are not Ready (a pod Running there is a worker on a lost node).
+    nodes: Nodes = field(default_factory=Nodes)
 
     def run(self) -> None:
         self.queue.serve(self.fold_task, lambda task: log.exception(
@@ -228,8 +231,10 @@ class Folder:
         spoke = state is not None and state.counters.get("events_applied", 0) > 0
         seen_now = Observations(tuple(v for v in verdicts if v.terminal),
                                 (*(v for v in verdicts if not v.terminal),
-                                 *self._stuck(task)), platform,
-                                (0, None) if spoke else self.senders.running(task))
+                                 *self._stuck(task),
+                                 *self.senders.on_lost_nodes(task, self.nodes.lost)), platform,
+                                (0, None) if spoke else self.senders.running(task,
+                                                                             self.nodes.lost))
         changed = self.store.observe(task, seen_now, check_pods=check,
                                      create=self.tracked(task) is True)
         if changed is not None:

@@ -49,7 +49,7 @@ from tidings.schemas.contract import SENDER_POLICY_BINDING_PATH as BINDING_PATH
 from tidings.schemas.contract import SENDER_POLICY_PATH as POLICY_PATH
 from tidings.schemas.contract import pods_path
 from tidings.schemas.event import ParsedEvent, PodRef, TaskRef, WatchItem
-from tidings.schemas.observed import PodVerdict, gone, pod_verdict
+from tidings.schemas.observed import NodeLoss, PodVerdict, gone, lost_on_node, pod_verdict
 from tidings.schemas.payloads import PodSpawned
 from tidings.schemas.platform import DEFAULT_TASK_KEYS, PodTask, other_keys, pod_task
 from tidings.schemas.rejection import Rejection, RejectReason
@@ -153,6 +153,12 @@ def _set_since(by_task: dict[TaskRef, dict[PodKey, datetime]], key: PodKey,
     return True
 
 
+def _node(obj: object) -> str:
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    node = spec.get("nodeName") if isinstance(spec, dict) else None
+    return node[:253] if isinstance(node, str) else ""
+
+
 def _spoofed(message: str) -> Rejection:
     return Rejection.of(RejectReason.SPOOFED_SENDER, message)
 
@@ -223,7 +229,8 @@ class PodSource:
                 self._listed.add(p[0])
                 verdict = pod_verdict(obj, seen=now)
                 self.senders.put(*p, verdict, track=_tracks(self.senders, obj, verdict),
-                                 running=_runs(obj, verdict), creating=creating_since(obj))
+                                 running=_runs(obj, verdict), creating=creating_since(obj),
+                                 node=_node(obj))
 
     def list_done(self, resource_version: str) -> None:
         for k in self._mine - self._listed:  # deleted while the watch was down
@@ -239,7 +246,8 @@ class PodSource:
             self._mine.add(p[0])
             verdict = pod_verdict(obj, seen=datetime.now(UTC))
             self.senders.put(*p, verdict, track=_tracks(self.senders, obj, verdict),
-                             running=_runs(obj, verdict), creating=creating_since(obj))
+                             running=_runs(obj, verdict), creating=creating_since(obj),
+                             node=_node(obj))
         elif p is not None and wtype == "DELETED":
             self._mine.discard(p[0])
             self.senders.delete(p[0], pod_verdict(obj, deleted=True, seen=datetime.now(UTC)))
@@ -269,6 +277,10 @@ class Senders:
         # kubelet's Events say why: kubelet_events.py).
         self._running: dict[TaskRef, dict[PodKey, datetime]] = {}
         self._creating: dict[TaskRef, dict[PodKey, datetime]] = {}
+        # The node of each running pod, and the running pods of each node: a node that stops
+        # being Ready wakes the tasks of its pods (``tasks_on``).
+        self._node_of: dict[PodKey, str] = {}
+        self._on_node: dict[str, set[PodKey]] = {}
         self.policy = policy or ProofPolicy(get)
         # Told (on the watch loop: it must be cheap) the task of a pod whose verdict changed.
         self.on_change = on_change
@@ -292,7 +304,7 @@ class Senders:
     # --- cache --------------------------------------------------------------------------
     def put(self, key: PodKey, task: PodTask | None, verdict: PodVerdict | None = None,
             *, track: bool = False, running: datetime | None = None,
-            creating: datetime | None = None) -> None:
+            creating: datetime | None = None, node: str = "") -> None:
         """The pod ``key`` as its object reads now; ``track``: it makes its task exist;
         ``running``: its phase is Running, since then; ``creating``: it is being created
         (``kubelet_events.creating_since``), since then."""
@@ -301,6 +313,7 @@ class Senders:
             self._deleted.pop(key, None)
             self._negative.pop(key, None)
             changed = self._judge(key, task, verdict)
+            self._place(key, node if running is not None else "")
             if _set_since(self._running, key, task, running) | _set_since(
                     self._creating, key, task, creating):
                 changed = TaskRef(key[0], task.task) if isinstance(task, PodTask) else None
@@ -319,11 +332,50 @@ class Senders:
         with self._lock:
             return list(self._creating.get(task, {}).items())
 
-    def running(self, task: TaskRef) -> tuple[int, datetime | None]:
-        """How many pods of ``task`` run now, and the earliest of their starts."""
+    def _place(self, key: PodKey, node: str) -> None:
+        """The running pod ``key`` is on ``node`` ("": not running, or on none); under the
+        lock."""
+        before = self._node_of.get(key, "")
+        if before == node:
+            return
+        if before:
+            on = self._on_node[before]
+            on.discard(key)
+            if not on:
+                del self._on_node[before]
+            del self._node_of[key]
+        if node:
+            self._node_of[key] = node
+            self._on_node.setdefault(node, set()).add(key)
+
+    def tasks_on(self, node: str) -> set[TaskRef]:
+        """The tasks of the pods running on ``node``."""
         with self._lock:
-            pods = self._running.get(task)
-            return (len(pods), min(pods.values())) if pods else (0, None)
+            return {TaskRef(k[0], info.task) for k in self._on_node.get(node, ())
+                    if isinstance(info := self._live.get(k), PodTask)}
+
+    def on_lost_nodes(self, task: TaskRef, lost: Callable[[str], NodeLoss | None]
+                      ) -> list[PodVerdict]:
+        """The pods of ``task`` still Running on a node that is not Ready, as waiting
+        (NodeLost) verdicts."""
+        with self._lock:
+            placed = [(k, self._node_of.get(k, "")) for k in self._running.get(task, ())]
+        now = datetime.now(UTC)
+        out = []
+        for (_ns, name, uid), node in placed:
+            loss = lost(node) if node else None
+            if loss is not None:
+                out.append(lost_on_node(name, uid, node, loss, now))
+        return out
+
+    def running(self, task: TaskRef, lost: Callable[[str], NodeLoss | None]
+                = lambda node: None) -> tuple[int, datetime | None]:
+        """How many pods of ``task`` run now (on a node that is Ready), and the earliest of
+        their starts."""
+        with self._lock:
+            pods = [since for k, since in self._running.get(task, {}).items()
+                    if lost(self._node_of.get(k, "")) is None]
+        return (len(pods), min(pods)) if pods else (0, None)
 
     def tracked(self, task: TaskRef) -> tuple[str, PodTask] | None:
         """The first pod selected by ``--track`` that names ``task`` (its name, its labels'
@@ -350,6 +402,7 @@ class Senders:
                 gone(key[1], key[2], datetime.now(UTC))
             _set_since(self._running, key, task, None)
             _set_since(self._creating, key, task, None)
+            self._place(key, "")
             changed = self._judge(key, task, ended)
         if changed is not None:
             self.on_change(changed)

@@ -165,3 +165,55 @@ def test_a_pod_stuck_being_created_is_explained_by_the_kubelets_events_about_it(
         "reason") == "FailedMount" and s, 60, f"the kubelet's reason shown\n{w.tail()}")
     assert st["phase"] == "Pending"
     assert 'configmap "does-not-exist" not found' in conditions(st)["PodsReady"]["message"]
+
+
+def test_a_worker_on_a_node_that_stops_reporting_is_on_a_lost_node_then_evicted(
+        controller_manager: ControlPlane, admin: Any, namespace: str,
+        start_watcher: Callable[..., WatcherProc]) -> None:
+    """The node's Ready condition says it (its pod still says Running); then the taint
+    eviction controller ends the pod, and its end says who (DeletionByTaintManager). The lost
+    node has no kubelet: its status is written as a kubelet writes it, then NotReady."""
+    cp = controller_manager
+    core = client.CoreV1Api(admin)
+    lost = f"lost-{namespace}"
+
+    def node_reports(ready: bool) -> None:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        core.patch_node_status(lost, {"status": {"conditions": [{
+            "type": "Ready", "status": str(ready), "lastHeartbeatTime": now,
+            "lastTransitionTime": now, "reason": "KubeletReady" if ready else "KubeletNotReady",
+            "message": "kubelet is posting ready status" if ready else
+            "container runtime is down"}]}})
+
+    core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": lost, "labels": {"kubernetes.io/hostname": lost}}})
+    try:
+        node_reports(ready=True)
+        w = start_watcher()
+        pod = core.create_namespaced_pod(namespace, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": "long-run-0", "labels": {"tidings.dev/task": "long-run"}},
+            "spec": {"nodeName": lost, "containers": [{"name": "main", "image": "busybox"}],
+                     "tolerations": [{"key": f"node.kubernetes.io/{key}", "operator": "Exists",
+                                      "effect": "NoExecute", "tolerationSeconds": 8}
+                                     for key in ("not-ready", "unreachable")]}})
+        core.patch_namespaced_pod_status("long-run-0", namespace,
+                                         {"status": {"phase": "Running"}})
+        report(cp, namespace, {"name": "long-run-0", "uid": pod.metadata.uid}, 0.3)
+        eventually(lambda: status(admin, namespace, "long-run").get("phase") == "Running",
+                   30, f"the worker running\n{w.tail()}")
+        node_reports(ready=False)
+        st = eventually(lambda: (s := status(admin, namespace, "long-run")).get(
+            "reason") == "NodeLost" and s, 30, f"the node lost\n{w.tail()}")
+        (waiting,) = st["waitingPods"]
+        assert waiting["pod"] == "long-run-0"
+        assert f"node {lost} not ready (False: KubeletNotReady)" in waiting["message"]
+        assert "container runtime is down" in waiting["message"]
+        # Then the node's taint evicts it: its end says who.
+        st = eventually(lambda: (s := status(admin, namespace, "long-run")).get(
+            "podOutcomes") and s, 90, f"the eviction shown\n{w.tail()}")
+        (end,) = st["podOutcomes"]
+        assert end["reason"] == "DeletionByTaintManager", end
+        assert "waitingPods" not in st
+    finally:
+        core.delete_node(lost)

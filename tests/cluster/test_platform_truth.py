@@ -344,11 +344,12 @@ def test_a_job_replaced_under_the_same_name_is_a_new_run_with_a_new_taskfeedback
     assert [wk["pod"] for wk in st["workers"]] == [pod2["name"]]
     # Run 1's pod, if it still speaks, is a deleted Job's: refused, never folded in.
     report(cp, namespace, pod1, 1.0, final=True)
+    # (its pod went with its Job: a pod that is gone counts only through its sender proof)
     eventually(lambda: status(admin, namespace, "rerun").get("refused", {}).get(
-        "unverifiedOwner") or w.metrics().get(
-        'tidings_watcher_events_rejected_total{reason="unverified_owner"}', 0) >= 1
-        or w.metrics().get('tidings_watcher_events_rejected_total{reason="unknown_task"}',
-                           0) >= 1, 30, f"run 1's late fact refused\n{w.tail()}")
+        "unverifiedOwner") or any(w.metrics().get(
+            f'tidings_watcher_events_rejected_total{{reason="{reason}"}}', 0) >= 1
+            for reason in ("unverified_owner", "unknown_task", "spoofed_sender")),
+        30, f"run 1's late fact refused\n{w.tail()}")
     report(cp, namespace, pod2, 1.0, final=True)
     kubelet(cp, namespace, pod2["name"], {"phase": "Succeeded",
                                           "containerStatuses": terminated(0, "Completed")})

@@ -311,7 +311,10 @@ def test_a_bare_pod_claiming_a_real_jobset_through_a_fake_job_chain_is_refused(
             speak_as(admin, namespace, "victim", p, 1)
         eventually(lambda: tt.rejected(w, "unverified_owner") >= 2, 60,
                    f"both chains refused\n{w.tail()}")
-        assert taskfeedback(admin, namespace, "victim") is None  # they made nothing
+        # They made nothing: the task is the real JobSet's own (--track), without their facts.
+        made = eventually(lambda: taskfeedback(admin, namespace, "victim"), 60,
+                          "the JobSet's own task")
+        assert "links" not in (made.get("status") or {})
         run.report(real, tmp_path, link="https://wandb.ai/acme/victim")
         tf = eventually(lambda: taskfeedback(admin, namespace, "victim"), 60,
                         f"the real pod's task\n{w.tail()}")
@@ -386,13 +389,13 @@ def test_a_real_trainjob_s_pods_report_into_the_trainjob_s_task(
         run.end(p)
     eventually(lambda: run.status().get("phase") == "Succeeded", 60,
                f"taskfeedback/bert Succeeded\n{w.tail()}")
-    # Owned by its JobSet (read through the pods' Jobs), which the TrainJob owns: deleting
-    # the TrainJob takes the JobSet, the Jobs, the pods and the TaskFeedback.
+    # Owned by the TrainJob itself, the outermost object (made before its pods spoke):
+    # deleting the TrainJob takes the JobSet, the Jobs, the pods and the TaskFeedback.
     tf = taskfeedback(admin, namespace, "bert") or {}
     (owner,) = tf["metadata"]["ownerReferences"]
-    assert (owner["kind"], owner["name"]) == ("JobSet", "bert")
-    assert run.get("jobset.x-k8s.io/v1alpha2", "JobSet", "bert")["metadata"]["uid"] == \
-        owner["uid"]
+    assert (owner["kind"], owner["name"]) == ("TrainJob", "bert")
+    assert run.get("trainer.kubeflow.org/v1alpha1", "TrainJob", "bert")["metadata"][
+        "uid"] == owner["uid"]
     run.gone_with(delete_custom(admin, namespace, "trainer.kubeflow.org/v1alpha1", "trainjobs",
                                 "bert"), selector)
     assert tj["metadata"]["uid"]

@@ -372,8 +372,10 @@ def test_a_task_page_draws_each_metrics_curve_and_a_lane_per_pod(
     spark = row.locator("svg.spark polyline")
     ys = [float(p.split(",")[1]) for p in str(spark.get_attribute("points")).split()]
     assert len(ys) == 4 and ys[0] == min(ys) and ys[2] == max(ys)  # 2.5, 1.1, 0.3, 0.42
-    box = row.locator("svg.spark").bounding_box()
-    assert box is not None and box["width"] > 0 and box["height"] > 0  # drawn, not hidden
+    # Drawn, not hidden (laid out once the row is: a loaded machine may take a frame more).
+    box = eventually(lambda: (b := row.locator("svg.spark").bounding_box()) and b["width"] > 0
+                     and b["height"] > 0 and b, what="the sparkline laid out")
+    assert box["width"] > 0 and box["height"] > 0
     timeline = page.locator("img.timeline")
     eventually(lambda: timeline.evaluate("i => i.complete && i.naturalWidth > 0"),
                what="the timeline image to load")

@@ -101,9 +101,13 @@ def assert_exact(admin: Any, namespace: str, tasks: list[str], files: list[Path]
             eventually(probe, timeout, f"status of {task} == fold of its events")
         except AssertionError:
             got = last[0] or {}
+            differ = {k: (unjudged(got).get(k), unjudged(want).get(k))
+                      for k in set(got) | set(want) if k != "health"
+                      and unjudged(got).get(k) != unjudged(want).get(k)}
             raise AssertionError(
                 f"{task}: applied={got.get('applied')} want={want.get('applied')} "
-                f"counters={got.get('counters')} want={want.get('counters')}") from None
+                f"counters={got.get('counters')} want={want.get('counters')}; "
+                f"differ (got, want): {differ}") from None
 
 
 def metric(w: WatcherProc, name: str) -> float:

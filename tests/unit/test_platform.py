@@ -292,19 +292,21 @@ def test_the_pod_informers_keep_each_pod_s_end_by_task_and_tell_each_change_once
         "waiting": {"reason": "ImagePullBackOff", "message": "Back-off"}}}]}
     for src in sources:
         src.watch_line(pod_line("ADDED", labels, running))
-    assert told == [] and senders.verdicts(task) == []
+    # (told once: a pod that runs makes a task that said nothing yet Running)
+    assert told == [task] and senders.verdicts(task) == [] and senders.running(task)[0] == 1
     for src in sources:
         src.watch_line(pod_line("MODIFIED", labels, pulling))
-    assert told == [task] and [v.reason for v in senders.verdicts(task)] == ["ImagePullBackOff"]
+    assert told == [task] * 2 and [v.reason for v in senders.verdicts(task)] == [
+        "ImagePullBackOff"] and senders.running(task)[0] == 0
     for src in sources:
         src.watch_line(pod_line("MODIFIED", labels, running))
-    assert told == [task, task] and senders.verdicts(task) == []  # no longer waiting
+    assert told == [task] * 3 and senders.verdicts(task) == []  # no longer waiting
     for src in sources:
         src.watch_line(pod_line("MODIFIED", labels, oom))
     for src in sources:
         src.watch_line(pod_line("DELETED", labels, running, deleting=True))
     (v,) = senders.verdicts(task)
-    assert (v.reason, v.exit_code) == ("OOMKilled", 137) and len(told) == 3  # an end is kept
+    assert (v.reason, v.exit_code) == ("OOMKilled", 137) and len(told) == 4  # an end is kept
     # The second informer's delete keeps what the first remembered of the pod: its task.
     known, info = senders.lookup(("ml", "p-0", "pod-uid"))
     assert known and isinstance(info, PodTask) and info.task == "train"

@@ -189,3 +189,39 @@ def test_a_pod_is_creating_only_while_scheduled_and_no_container_started() -> No
         {**scheduled, "status": "False"}]}}
     running = {"status": {"phase": "Running", "conditions": [scheduled]}}
     assert [creating_since(p) for p in (pulling, unscheduled, running, None)] == [None] * 4
+
+
+def test_a_node_not_ready_makes_its_running_pods_workers_on_a_lost_node() -> None:
+    from tidings.schemas.observed import node_loss
+    from tidings.schemas.platform import PodTask
+    from tidings.watcher.nodes import Nodes
+    from tidings.watcher.senders import Senders
+
+    def node(status: str) -> dict[str, Any]:
+        return {"status": {"conditions": [{
+            "type": "Ready", "status": status, "reason": "NodeStatusUnknown",
+            "message": "Kubelet stopped posting node status.",
+            "lastTransitionTime": "2026-12-07T15:00:00Z"}]}}
+
+    assert node_loss(node("True")) is None and node_loss({"status": {}}) is None
+    changed: list[str] = []
+    nodes = Nodes(changed.append)
+    senders = Senders(None)
+    task = TaskRef("team-a", "long-run")
+    start = datetime(2026, 12, 7, 14, 0, tzinfo=UTC)
+    for i, on in enumerate(("n-1", "n-2")):
+        senders.put(("team-a", f"w-{i}", f"uid-{i}"), PodTask("long-run", "tidings.dev/task"),
+                    running=start, node=on)
+    assert senders.running(task, nodes.lost) == (2, start)
+    assert senders.tasks_on("n-1") == {task}
+    nodes.put("n-1", node_loss(node("Unknown")))
+    assert changed == ["n-1"]
+    (lost,) = senders.on_lost_nodes(task, nodes.lost)
+    assert (lost.pod, lost.reason) == ("w-0", "NodeLost")
+    assert lost.message == ("node n-1 not ready (Unknown: NodeStatusUnknown): Kubelet stopped "
+                            "posting node status.")
+    assert senders.running(task, nodes.lost) == (1, start)
+    nodes.put("n-1", None)  # it is back
+    assert changed == ["n-1", "n-1"] and senders.on_lost_nodes(task, nodes.lost) == []
+    senders.delete(("team-a", "w-0", "uid-0"))
+    assert senders.tasks_on("n-1") == set()

@@ -22,8 +22,9 @@ from tidings.schemas.rejection import Rejection
 
 from .logs import RejectionLog
 from .metrics import Metrics
+from .placements import PodKey
 from .queue import WorkQueue
-from .senders import PodKey, Senders
+from .senders import Senders
 from .store import Store
 
 log = logging.getLogger("tidings.watcher")

@@ -49,19 +49,17 @@ from tidings.schemas.contract import SENDER_POLICY_BINDING_PATH as BINDING_PATH
 from tidings.schemas.contract import SENDER_POLICY_PATH as POLICY_PATH
 from tidings.schemas.contract import pods_path
 from tidings.schemas.event import ParsedEvent, PodRef, TaskRef, WatchItem
-from tidings.schemas.observed import NodeLoss, PodVerdict, gone, lost_on_node, pod_verdict
+from tidings.schemas.observed import NodeLoss, PodVerdict, gone, pod_verdict
 from tidings.schemas.payloads import PodSpawned
 from tidings.schemas.platform import DEFAULT_TASK_KEYS, PodTask, other_keys, pod_task
 from tidings.schemas.rejection import Rejection, RejectReason
-from tidings.schemas.times import parse_time
 
 from .kubelet_events import creating_since
+from .placements import Placements, PodKey, node_of, runs_since
 from .reflector import object_line
 from .tracking import OFF, Tracking
 
 log = logging.getLogger("tidings.watcher.senders")
-
-PodKey = tuple[str, str, str]  # namespace, name, uid
 
 
 class SenderLookupError(Exception):
@@ -105,58 +103,6 @@ def _pod(obj: object, keys: Sequence[str]) -> tuple[PodKey, PodTask | None] | No
                       key[0], key[1], ", ".join([found.key, *others]), found.key,
                       found.task or "(invalid)")
     return key, found
-
-
-def _tracks(senders: Senders, obj: object, verdict: PodVerdict | None) -> bool:
-    """The pod makes its task exist (``--track``): in a tracked namespace, selected, and it
-    cannot run: not scheduled, waiting for a reason, stuck being created, or failed (not
-    longer ago than the history kept). A pod that runs, or ran, says so itself when it is
-    instrumented, and its platform object makes its task anyway (a task that finished and
-    was deleted is not made again by its pods lingering on)."""
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    if not isinstance(meta, dict):
-        return False
-    t = senders.tracking
-    if not t.selects(str(meta.get("namespace", "")), meta.get("labels")):
-        return False
-    if verdict is None:
-        return creating_since(obj) is not None
-    return not verdict.terminal or (verdict.failed and t.fresh(verdict.at))
-
-
-def _runs(obj: object, verdict: PodVerdict | None) -> datetime | None:
-    """When the pod started, if it runs: its phase is Running and no container waits for a
-    reason (a crash loop's pod is Running by its phase, its container is not)."""
-    status = obj.get("status") if isinstance(obj, dict) else None
-    if verdict is not None or not isinstance(status, dict) or status.get("phase") != "Running":
-        return None
-    return (parse_time(status.get("startTime")) or datetime.now(UTC)).replace(microsecond=0)
-
-
-def _set_since(by_task: dict[TaskRef, dict[PodKey, datetime]], key: PodKey,
-               task: PodTask | None, since: datetime | None) -> bool:
-    """Keep the pod in its task's map (since ``since``), or not (None); whether that changed
-    (the caller holds the lock)."""
-    if not isinstance(task, PodTask) or task.error:
-        return False
-    ref = TaskRef(key[0], task.task)
-    pods = by_task.get(ref)
-    if (pods.get(key) if pods is not None else None) == since:
-        return False
-    if since is not None:
-        by_task.setdefault(ref, {})[key] = since
-    else:
-        assert pods is not None
-        del pods[key]
-        if not pods:
-            del by_task[ref]
-    return True
-
-
-def _node(obj: object) -> str:
-    spec = obj.get("spec") if isinstance(obj, dict) else None
-    node = spec.get("nodeName") if isinstance(spec, dict) else None
-    return node[:253] if isinstance(node, str) else ""
 
 
 def _spoofed(message: str) -> Rejection:
@@ -227,10 +173,15 @@ class PodSource:
             p = _pod(obj, self.senders.keys)
             if p is not None:
                 self._listed.add(p[0])
-                verdict = pod_verdict(obj, seen=now)
-                self.senders.put(*p, verdict, track=_tracks(self.senders, obj, verdict),
-                                 running=_runs(obj, verdict), creating=creating_since(obj),
-                                 node=_node(obj))
+                self._put(p, obj, now)
+
+    def _put(self, p: tuple[PodKey, PodTask | None], obj: object, now: datetime) -> None:
+        """The pod as its object reads now: its verdict, whether it makes its task, where
+        it runs or is being created."""
+        verdict = pod_verdict(obj, seen=now)
+        self.senders.put(*p, verdict, track=self.senders.tracking.pod_makes_task(obj, verdict),
+                         running=runs_since(obj, verdict), creating=creating_since(obj),
+                         node=node_of(obj))
 
     def list_done(self, resource_version: str) -> None:
         for k in self._mine - self._listed:  # deleted while the watch was down
@@ -244,10 +195,7 @@ class PodSource:
         p = _pod(obj, self.senders.keys)
         if p is not None and wtype in ("ADDED", "MODIFIED"):
             self._mine.add(p[0])
-            verdict = pod_verdict(obj, seen=datetime.now(UTC))
-            self.senders.put(*p, verdict, track=_tracks(self.senders, obj, verdict),
-                             running=_runs(obj, verdict), creating=creating_since(obj),
-                             node=_node(obj))
+            self._put(p, obj, datetime.now(UTC))
         elif p is not None and wtype == "DELETED":
             self._mine.discard(p[0])
             self.senders.delete(p[0], pod_verdict(obj, deleted=True, seen=datetime.now(UTC)))
@@ -272,15 +220,8 @@ class Senders:
         # labels (its owner claim is checked before the task is made), oldest first; bounded
         # like the verdicts (beyond, the oldest forgotten: a task already held stays held).
         self._tracked: OrderedDict[TaskRef, tuple[str, PodTask]] = OrderedDict()
-        # The pods of each task whose phase is Running now, with their start (what the fold
-        # observes: how many, since when), and those stuck being created, since when (the
-        # kubelet's Events say why: kubelet_events.py).
-        self._running: dict[TaskRef, dict[PodKey, datetime]] = {}
-        self._creating: dict[TaskRef, dict[PodKey, datetime]] = {}
-        # The node of each running pod, and the running pods of each node: a node that stops
-        # being Ready wakes the tasks of its pods (``tasks_on``).
-        self._node_of: dict[PodKey, str] = {}
-        self._on_node: dict[str, set[PodKey]] = {}
+        # Where each task's pods are: running (since, on which node), being created.
+        self._places = Placements()
         self.policy = policy or ProofPolicy(get)
         # Told (on the watch loop: it must be cheap) the task of a pod whose verdict changed.
         self.on_change = on_change
@@ -313,10 +254,10 @@ class Senders:
             self._deleted.pop(key, None)
             self._negative.pop(key, None)
             changed = self._judge(key, task, verdict)
-            self._place(key, node if running is not None else "")
-            if _set_since(self._running, key, task, running) | _set_since(
-                    self._creating, key, task, creating):
-                changed = TaskRef(key[0], task.task) if isinstance(task, PodTask) else None
+            if isinstance(task, PodTask) and not task.error and self._places.update(
+                    key, TaskRef(key[0], task.task), running=running, creating=creating,
+                    node=node):
+                changed = TaskRef(key[0], task.task)
             if track and isinstance(task, PodTask) and not task.error:
                 ref = TaskRef(key[0], task.task)
                 if ref not in self._tracked:
@@ -330,52 +271,24 @@ class Senders:
     def creating(self, task: TaskRef) -> list[tuple[PodKey, datetime]]:
         """The pods of ``task`` being created now, and since when."""
         with self._lock:
-            return list(self._creating.get(task, {}).items())
-
-    def _place(self, key: PodKey, node: str) -> None:
-        """The running pod ``key`` is on ``node`` ("": not running, or on none); under the
-        lock."""
-        before = self._node_of.get(key, "")
-        if before == node:
-            return
-        if before:
-            on = self._on_node[before]
-            on.discard(key)
-            if not on:
-                del self._on_node[before]
-            del self._node_of[key]
-        if node:
-            self._node_of[key] = node
-            self._on_node.setdefault(node, set()).add(key)
+            return self._places.creating(task)
 
     def tasks_on(self, node: str) -> set[TaskRef]:
         """The tasks of the pods running on ``node``."""
         with self._lock:
-            return {TaskRef(k[0], info.task) for k in self._on_node.get(node, ())
-                    if isinstance(info := self._live.get(k), PodTask)}
+            return self._places.tasks_on(node)
 
     def on_lost_nodes(self, task: TaskRef, lost: Callable[[str], NodeLoss | None]
                       ) -> list[PodVerdict]:
-        """The pods of ``task`` still Running on a node that is not Ready, as waiting
-        (NodeLost) verdicts."""
+        """The pods of ``task`` still Running on a node that is not Ready (NodeLost)."""
         with self._lock:
-            placed = [(k, self._node_of.get(k, "")) for k in self._running.get(task, ())]
-        now = datetime.now(UTC)
-        out = []
-        for (_ns, name, uid), node in placed:
-            loss = lost(node) if node else None
-            if loss is not None:
-                out.append(lost_on_node(name, uid, node, loss, now))
-        return out
+            return self._places.on_lost_nodes(task, lost)
 
     def running(self, task: TaskRef, lost: Callable[[str], NodeLoss | None]
                 = lambda node: None) -> tuple[int, datetime | None]:
-        """How many pods of ``task`` run now (on a node that is Ready), and the earliest of
-        their starts."""
+        """How many pods of ``task`` run now (on a node that is Ready), and since when."""
         with self._lock:
-            pods = [since for k, since in self._running.get(task, {}).items()
-                    if lost(self._node_of.get(k, "")) is None]
-        return (len(pods), min(pods)) if pods else (0, None)
+            return self._places.running(task, lost)
 
     def tracked(self, task: TaskRef) -> tuple[str, PodTask] | None:
         """The first pod selected by ``--track`` that names ``task`` (its name, its labels'
@@ -400,9 +313,8 @@ class Senders:
                 self._forget(old, old_task)
             ended = verdict if verdict is not None and verdict.terminal else \
                 gone(key[1], key[2], datetime.now(UTC))
-            _set_since(self._running, key, task, None)
-            _set_since(self._creating, key, task, None)
-            self._place(key, "")
+            if isinstance(task, PodTask) and not task.error:
+                self._places.forget(key, TaskRef(key[0], task.task))
             changed = self._judge(key, task, ended)
         if changed is not None:
             self.on_change(changed)

@@ -19,7 +19,9 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from tidings._compat import UTC
+from tidings.schemas.observed import PodVerdict
 
+from .kubelet_events import creating_since
 from .settings import Settings
 
 # One requirement of an equality-based label selector: (key, op, value), op one of
@@ -80,6 +82,21 @@ class Tracking:
 
     def selects(self, ns: str, labels: object) -> bool:
         return self.namespace(ns) and matches(self.selector, labels)
+
+    def pod_makes_task(self, obj: object, verdict: PodVerdict | None) -> bool:
+        """The pod ``obj`` (its verdict: ``observed.pod_verdict``) makes its task exist: in a
+        tracked namespace, selected, and it cannot run: not scheduled, waiting for a reason,
+        stuck being created, or failed (not longer ago than the history kept). A pod that
+        runs, or ran, says so itself when it is instrumented, and its platform object makes
+        its task anyway (a task that finished and was deleted is not made again by its pods
+        lingering on)."""
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict) or not self.selects(str(meta.get("namespace", "")),
+                                                          meta.get("labels")):
+            return False
+        if verdict is None:
+            return creating_since(obj) is not None
+        return not verdict.terminal or (verdict.failed and self.fresh(verdict.at))
 
     def fresh(self, ended: datetime | None) -> bool:
         """An end at ``ended`` (None: not ended) is recent enough to make a task."""

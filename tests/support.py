@@ -80,6 +80,16 @@ def create_kwok_pod(admin: Any, namespace: str, name: str, *, labels: dict[str, 
     return {"name": pod.metadata.name, "uid": pod.metadata.uid}
 
 
+def node_reports(core: Any, node: str, ready: bool, down: str = "runtime is down") -> None:
+    """Write a node's Ready condition as its kubelet writes it (a node with no kubelet:
+    Ready, then NotReady with the message ``down``)."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    core.patch_node_status(node, {"status": {"conditions": [{
+        "type": "Ready", "status": str(ready), "lastHeartbeatTime": now,
+        "lastTransitionTime": now, "reason": "KubeletReady" if ready else "KubeletNotReady",
+        "message": "kubelet is posting ready status" if ready else down}]}})
+
+
 def pod_phase(admin: Any, namespace: str, name: str) -> str:
     from kubernetes import client
 

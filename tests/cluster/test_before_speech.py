@@ -26,7 +26,7 @@ from tests.cluster.test_platform_truth import (
     watch_code,
 )
 from tests.cluster.test_pod_truth import cli, column, kubelet, terminated
-from tests.support import eventually
+from tests.support import eventually, node_reports
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -177,18 +177,13 @@ def test_a_worker_on_a_node_that_stops_reporting_is_on_a_lost_node_then_evicted(
     core = client.CoreV1Api(admin)
     lost = f"lost-{namespace}"
 
-    def node_reports(ready: bool) -> None:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        core.patch_node_status(lost, {"status": {"conditions": [{
-            "type": "Ready", "status": str(ready), "lastHeartbeatTime": now,
-            "lastTransitionTime": now, "reason": "KubeletReady" if ready else "KubeletNotReady",
-            "message": "kubelet is posting ready status" if ready else
-            "container runtime is down"}]}})
+    def reports(ready: bool) -> None:
+        node_reports(core, lost, ready, down="container runtime is down")
 
     core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {
         "name": lost, "labels": {"kubernetes.io/hostname": lost}}})
     try:
-        node_reports(ready=True)
+        reports(ready=True)
         w = start_watcher()
         pod = core.create_namespaced_pod(namespace, {
             "apiVersion": "v1", "kind": "Pod", "metadata": {
@@ -202,7 +197,7 @@ def test_a_worker_on_a_node_that_stops_reporting_is_on_a_lost_node_then_evicted(
         report(cp, namespace, {"name": "long-run-0", "uid": pod.metadata.uid}, 0.3)
         eventually(lambda: status(admin, namespace, "long-run").get("phase") == "Running",
                    30, f"the worker running\n{w.tail()}")
-        node_reports(ready=False)
+        reports(ready=False)
         st = eventually(lambda: (s := status(admin, namespace, "long-run")).get(
             "reason") == "NodeLost" and s, 30, f"the node lost\n{w.tail()}")
         (waiting,) = st["waitingPods"]

@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,14 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from tests.support import create_kwok_pod, eventually, pod_phase, raw_event, write_cri_log
+from tests.support import (
+    create_kwok_pod,
+    eventually,
+    node_reports,
+    pod_phase,
+    raw_event,
+    write_cri_log,
+)
 from tools.devcluster import NODE_NAME, REPO_ROOT, ControlPlane, ControlPlaneError
 
 
@@ -165,11 +171,7 @@ def test_a_node_that_goes_not_ready_has_its_pods_evicted(
     lost = f"lost-{namespace}"
 
     def kubelet_reports(ready: bool) -> None:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        core.patch_node_status(lost, {"status": {"conditions": [{
-            "type": "Ready", "status": str(ready), "lastHeartbeatTime": now,
-            "lastTransitionTime": now, "reason": "KubeletReady" if ready else "KubeletNotReady",
-            "message": "kubelet is posting ready status" if ready else "runtime is down"}]}})
+        node_reports(core, lost, ready)
 
     core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {
         "name": lost, "labels": {"kubernetes.io/hostname": lost}}})

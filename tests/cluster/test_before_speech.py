@@ -154,13 +154,15 @@ def test_a_pod_stuck_being_created_is_explained_by_the_kubelets_events_about_it(
                                "state": {"waiting": {"reason": "ContainerCreating"}}}]})
     message = ('MountVolume.SetUp failed for volume "conf" : configmap "does-not-exist" '
                'not found')
-    client.CoreV1Api(admin).create_namespaced_event(namespace, {
+    # (as events.k8s.io/v1 with its eventTime: an Event without one breaks the official
+    # client's list of every namespace's Events, which another test reads)
+    client.EventsV1Api(admin).create_namespaced_event(namespace, {
         "metadata": {"name": f"{pod['name']}.failedmount"},
-        "involvedObject": {"kind": "Pod", "namespace": namespace, "name": pod["name"],
-                           "uid": pod["uid"], "apiVersion": "v1"},
-        "reason": "FailedMount", "message": message, "type": "Warning",
-        "source": {"component": "kubelet", "host": "kwok-node-0"},
-        "firstTimestamp": scheduled, "lastTimestamp": scheduled, "count": 1})
+        "eventTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "reportingController": "kubelet", "reportingInstance": "kwok-node-0",
+        "action": "MountVolume", "reason": "FailedMount", "note": message, "type": "Warning",
+        "regarding": {"kind": "Pod", "namespace": namespace, "name": pod["name"],
+                      "uid": pod["uid"], "apiVersion": "v1"}})
     st = eventually(lambda: (s := status(admin, namespace, "no-volume")).get(
         "reason") == "FailedMount" and s, 60, f"the kubelet's reason shown\n{w.tail()}")
     assert st["phase"] == "Pending"

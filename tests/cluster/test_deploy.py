@@ -571,7 +571,9 @@ def test_the_viewer_reads_but_never_writes(api_client: Callable[[str], Any], adm
         == namespace] == ["v"]
     assert len(events.list_namespaced_event(namespace,
                                             field_selector=f"reportingController={BUS}").items) == 1
-    assert events.list_event_for_all_namespaces(limit=1) is not None
+    # (the raw answer: the official client's model refuses a legacy Event with no eventTime,
+    # such as the node lifecycle controller records for a node in default)
+    assert events.list_event_for_all_namespaces(limit=1, _preload_content=False).status == 200
     assert [p.metadata.name for p in core.list_namespaced_pod(namespace).items] == ["v-0"]
     eventually(lambda: pod_phase(admin, namespace, "v-0") == "Running", 30, "pod Running")
     text = eventually(lambda: core.read_namespaced_pod_log("v-0", namespace, container="main"),

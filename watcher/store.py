@@ -248,17 +248,10 @@ class Store:
             # An object of this task that was deleted (by the TTL, or found gone or replaced)
             # is a decision: its objects alone never make it again, only a new fact does.
             create = create and not e.stale_uids and not e.buried
-            if create and e.uid is None and e.rv is None and e.version == 0:
-                # A tracked task with no object yet: written once, whatever it holds, so
-                # that it is seen (Pending) before any of its pods speaks.
-                before = self._hot(task, e)
-                e.observed = seen or None
-                e.state = seen.apply(before)
-                e.version += 1
-                e.touched = time.monotonic()
-                e.pods_checked |= check_pods
-                return before, e.state
-            if (seen or None) == e.observed and (e.pods_checked or not check_pods):
+            # A tracked task with no object yet is written once, whatever it holds, so that
+            # it is seen (Pending) before any of its pods speaks.
+            first = create and e.uid is None and e.rv is None and e.version == 0
+            if not first and (seen or None) == e.observed and (e.pods_checked or not check_pods):
                 # Nothing new seen (most folds): the state has it already, since the facts
                 # folded meanwhile never change what a view adds to it.
                 return None
@@ -269,7 +262,7 @@ class Store:
                 return None
             e.observed = seen or None  # (an empty view, once applied, clears the waiting)
             after = seen.apply(before)
-            if after is before:
+            if after is before and not first:
                 return None
             e.state = after
             e.version += 1

@@ -214,20 +214,17 @@ class Folder:
         went while no watcher watched."""
         verdicts = self.senders.verdicts(task)
         check = not self.store.pods_checked(task)
-        if check:
-            state = self.store.get(task)
-            if state is not None and not state.finished and state.pods:
-                seen = {(v.pod, v.uid) for v in verdicts}
-                verdicts += [v for v in self.senders.gone(
-                    task, [p for p in state.pods if p not in seen])]
+        state = self.store.get(task)
+        if check and state is not None and not state.finished and state.pods:
+            seen = {(v.pod, v.uid) for v in verdicts}
+            verdicts += [v for v in self.senders.gone(
+                task, [p for p in state.pods if p not in seen])]
         platform = self.platform.outcome(task)
         if platform is None:
             # No pod of this term verified its claim yet (a restart): the object the status
             # already follows still decides.
-            state = self.store.get(task)
             known = state.observed.platform if state is not None else None
             platform = self.platform.current(task, known) if known is not None else None
-        state = self.store.get(task)
         spoke = state is not None and state.counters.get("events_applied", 0) > 0
         seen_now = Observations(tuple(v for v in verdicts if v.terminal),
                                 (*(v for v in verdicts if not v.terminal),

@@ -44,7 +44,7 @@ from tidings.cli.dev import devcluster
 
 REPO = Path(__file__).resolve().parents[1]
 EXE = str(Path(sys.executable).parent / "tidings")
-FLOOR = ("from tidings.kube import connect; from tidings.schemas.contract import "
+FLOOR = ("from tidings.kube import connect; from tidings.schemas.wire.contract import "
          "taskfeedback_path; print(connect().get(taskfeedback_path('{ns}', 'bench-1'))"
          "['status']['phase'])")
 IMPORT_CPU = ("import time; t = time.process_time(); import tidings.emitter; "

@@ -108,8 +108,8 @@ def child(a: argparse.Namespace) -> None:
     import orjson
 
     from tidings.kube import JSON
-    from tidings.schemas.event import PodRef, TaskRef
-    from tidings.schemas.payloads import LogLink
+    from tidings.schemas.wire.event import PodRef, TaskRef
+    from tidings.schemas.wire.payloads import LogLink
 
     pod_name, pod_uid = a.pod.split(":", 1)
     n = int(a.seconds * 3000)  # more than one sender can do (it stops there if it can)
@@ -136,7 +136,7 @@ def child(a: argparse.Namespace) -> None:
         os._exit(0)
     if a.child == "raw":
         from tidings.kube import connect
-        from tidings.schemas.event import build_event
+        from tidings.schemas.wire.event import build_event
 
         client = connect(a.kubeconfig, maxsize=2)
         inst = uuid.uuid4().hex
@@ -223,7 +223,7 @@ def realistic_child(a: argparse.Namespace, emitter: Any, config: Any, identity: 
 
 def applied_in_status(kube: Any, ns: str) -> int:
     """Events in the TaskFeedback statuses of ``ns`` (from their version vectors)."""
-    from tidings.schemas.version_vector import VersionVector
+    from tidings.schemas.engine.version_vector import VersionVector
 
     items = kube.request("GET", f"/apis/tidings.dev/v1alpha1/namespaces/{ns}/taskfeedbacks")
     n = 0
@@ -236,7 +236,7 @@ def applied_in_status(kube: Any, ns: str) -> int:
 def phase(name: str, a: argparse.Namespace, cp: Any, kube: Any, kubeconfig: str,
           tmp: Path) -> dict[str, Any]:
     """One phase's figures, or {"unreliable": why} when it could not be measured."""
-    from tidings.schemas.constants import TASK_LABEL
+    from tidings.schemas.wire.constants import TASK_LABEL
 
     ns = f"e2e-{name.replace('+', '-')}-{uuid.uuid4().hex[:6]}"
     kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})

@@ -37,8 +37,8 @@ import urllib3
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.transport import EVENTS_PATH, KubeTransport
 from tidings.kube import connect
-from tidings.schemas.event import PodRef, TaskRef, build_event
-from tidings.schemas.payloads import LogLink
+from tidings.schemas.wire.event import PodRef, TaskRef, build_event
+from tidings.schemas.wire.payloads import LogLink
 
 
 def bodies(ns: str, n: int) -> list[dict[str, object]]:

@@ -152,7 +152,7 @@ def etcd_bytes(etcd_url: str, prefix: str) -> tuple[int, int]:
 
 def run_variant(name: str, window: float | None, a: argparse.Namespace, cp: Any, kube: Any,
                 ns: str, python: str, tmp: Path) -> dict[str, Any]:
-    from tidings.schemas.constants import BUS_CONTROLLER, TASK_LABEL
+    from tidings.schemas.wire.constants import BUS_CONTROLLER, TASK_LABEL
 
     task = f"hf-{uuid.uuid4().hex[:6]}"
     pod = kube.request("POST", f"/api/v1/namespaces/{ns}/pods", body={

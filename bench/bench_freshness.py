@@ -55,9 +55,10 @@ from support import (  # bench/support.py
 from training_run import HF_METRICS, Run, hf_run_bodies  # bench/training_run.py
 
 from tidings.kube import Client, KubeError, connect
-from tidings.schemas.constants import TASK_LABEL
-from tidings.schemas.event import PodRef, TaskRef, build_event
-from tidings.schemas.payloads import (
+from tidings.schemas.engine.version_vector import VersionVector
+from tidings.schemas.wire.constants import TASK_LABEL
+from tidings.schemas.wire.event import PodRef, TaskRef, build_event
+from tidings.schemas.wire.payloads import (
     DeckReady,
     LogLink,
     Metric,
@@ -66,7 +67,6 @@ from tidings.schemas.payloads import (
     Progress,
     SpanSummary,
 )
-from tidings.schemas.version_vector import VersionVector
 
 POLICIES = {
     # name: (label, watcher flags)

@@ -29,10 +29,10 @@ from tidings.schemas import (
     fold_all,
     parse_event,
 )
-from tidings.schemas.event import ParsedEvent
-from tidings.schemas.health import evaluate, judge, next_stall
-from tidings.schemas.state import TaskState
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.engine.state import TaskState
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.status.health import evaluate, judge, next_stall
+from tidings.schemas.wire.event import ParsedEvent
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 

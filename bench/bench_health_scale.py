@@ -71,9 +71,9 @@ def measure(n: int, runs: int) -> dict[str, Any]:
     import orjson
 
     from tidings.schemas import fold_all
-    from tidings.schemas import health as h
-    from tidings.schemas.event import TaskRef
-    from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
+    from tidings.schemas.status import health as h
+    from tidings.schemas.status.encoder import STATUS_BUDGET, to_status
+    from tidings.schemas.wire.event import TaskRef
 
     evs = events(n)
     task = TaskRef("ml", "big")

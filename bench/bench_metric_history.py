@@ -32,10 +32,10 @@ from support import KeepEvents, load_averages  # bench/support.py
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.items import LatestSlot
 from tidings.schemas import ParsedEvent, TaskRef, fold_all, fold_many, new_state, parse_event
-from tidings.schemas.fastpath import fast_watch_line
-from tidings.schemas.record import fields_of
-from tidings.schemas.status_decoder import expanded
-from tidings.schemas.status_encoder import NAMED_FIELDS, STATUS_BUDGET, to_status
+from tidings.schemas.status.decoder import expanded
+from tidings.schemas.status.encoder import NAMED_FIELDS, STATUS_BUDGET, to_status
+from tidings.schemas.wire.fastpath import fast_watch_line
+from tidings.schemas.wire.record import fields_of
 
 TASK = "train-1m"
 

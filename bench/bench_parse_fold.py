@@ -2,7 +2,7 @@
 
 The baseline, measured in the same run: the official client's path for the same lines,
 ``kubernetes.watch.Watch().unmarshal_event(line, "EventsV1Event")`` (JSON -> model objects,
-no validation, no fold). The watcher's path is ``fast_watch_line`` (schemas/fastpath.py,
+no validation, no fold). The watcher's path is ``fast_watch_line`` (schemas/wire/fastpath.py,
 msgspec; the same results as ``parse_watch_line``, the reference, which property tests
 prove) with ``fold`` (single) or, as the watcher runs it, ``fold_many`` of each task's
 events of one socket read (batched). The reference path (``parse_watch_line``, no msgspec)
@@ -43,7 +43,7 @@ from tidings.schemas import (
     new_state,
     parse_watch_line,
 )
-from tidings.schemas.fastpath import fast_watch_line
+from tidings.schemas.wire.fastpath import fast_watch_line
 
 
 def make_lines(n: int, tasks: int = 8, instances_per_task: int = 4, seed: int = 1) -> list[bytes]:

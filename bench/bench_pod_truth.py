@@ -43,8 +43,8 @@ from typing import Any
 from support import Watcher, cpu_seconds, job_pod, load_averages, post_event  # bench/support.py
 
 from tidings.kube import Client, KubeError, connect
-from tidings.schemas.event import ObjectRef, PodRef, TaskRef, build_event
-from tidings.schemas.payloads import Progress
+from tidings.schemas.wire.event import ObjectRef, PodRef, TaskRef, build_event
+from tidings.schemas.wire.payloads import Progress
 
 NODE = "kwok-node-0"
 # Minimal CRDs of the platform kinds the watcher watches besides Jobs (their controllers are

@@ -43,7 +43,7 @@ from support import (  # bench/support.py
 )
 
 from tidings.kube import Client, KubeError, connect
-from tidings.schemas.contract import taskfeedback_path
+from tidings.schemas.wire.contract import taskfeedback_path
 
 # tests/node runs this bench's --smoke on the suite's real node (tests/cluster skips it).
 NEEDS_REAL_NODE = True

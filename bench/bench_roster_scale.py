@@ -28,9 +28,9 @@ T0 = datetime(2026, 12, 1, tzinfo=UTC)
 def measure(n: int) -> dict[str, Any]:
     """One row: fold of ``n`` one-report workers, observe of their ``n`` pod ends."""
     from tidings.schemas import PodRef, Progress, TaskRef, build_event, fold_all, parse_event
-    from tidings.schemas.observed import PodVerdict
-    from tidings.schemas.observing import observe
-    from tidings.schemas.status_encoder import to_status
+    from tidings.schemas.engine.observed import PodVerdict
+    from tidings.schemas.engine.observing import observe
+    from tidings.schemas.status.encoder import to_status
 
     task = TaskRef("ml", "big")
     events = [parse_event(build_event(task=task, pod=PodRef(f"w-{i:06d}", f"uid-{i}"),

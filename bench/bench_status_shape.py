@@ -49,8 +49,8 @@ from training_run import Run  # bench/training_run.py
 
 from tidings.kube import JSON, METADATA_ONLY, Client, connect
 from tidings.schemas import TaskRef
-from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
-from tidings.schemas.record import without
+from tidings.schemas.wire.contract import taskfeedback_body, taskfeedback_path
+from tidings.schemas.wire.record import without
 from tidings.watcher.writer import FIELD_MANAGER
 
 GROUP, PLURAL = "bench.tidings.dev", "statusshapes"

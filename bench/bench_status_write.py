@@ -73,7 +73,7 @@ from tidings.schemas import (
     fold_all,
     parse_event,
 )
-from tidings.schemas.contract import events_path, taskfeedback_body, taskfeedback_path
+from tidings.schemas.wire.contract import events_path, taskfeedback_body, taskfeedback_path
 from tidings.watcher.writer import FIELD_MANAGER, json_values, status_body, write_cost
 
 T0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)

@@ -44,7 +44,7 @@ from tidings.schemas import (
     fold_all,
     parse_event,
 )
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.status.encoder import to_status
 from tidings.watcher.store import Store
 
 T0 = datetime(2026, 12, 1, 9, 0, 0, tzinfo=timezone.utc)

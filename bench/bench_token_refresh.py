@@ -30,8 +30,8 @@ from support import (  # bench/support.py
 )
 
 from tidings.kube import KubeError, connect
-from tidings.schemas.contract import taskfeedback_path
-from tidings.schemas.status_decoder import expanded
+from tidings.schemas.status.decoder import expanded
+from tidings.schemas.wire.contract import taskfeedback_path
 
 NEEDS_REAL_NODE = True
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"

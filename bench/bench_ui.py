@@ -40,7 +40,7 @@ from support import (  # bench/support.py
 )
 
 from tidings.kube import MERGE_PATCH, Client, ListWatch, WatchLines, connect
-from tidings.schemas.contract import taskfeedback_path
+from tidings.schemas.wire.contract import taskfeedback_path
 
 NS = "bench"
 TIDINGS = str(REPO / ".venv" / "bin" / "tidings")

@@ -40,7 +40,7 @@ from support import (  # bench/support.py
 )
 
 from tidings.kube import MERGE_PATCH, Client, connect
-from tidings.schemas.contract import pods_path, taskfeedback_path
+from tidings.schemas.wire.contract import pods_path, taskfeedback_path
 
 NS = f"bench-attack-{os.getpid()}"  # (a plane of `tidings dev up` may be measured twice)
 EVIL = {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site",

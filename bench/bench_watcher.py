@@ -31,10 +31,10 @@ import orjson
 from support import post_event  # bench/support.py
 
 from tidings.kube import Client, KubeError, connect
-from tidings.schemas.constants import BUS_CONTROLLER, TASK_LABEL
-from tidings.schemas.event import PodRef, TaskRef, build_event
-from tidings.schemas.payloads import LogLink, Progress, SpanSummary
-from tidings.schemas.version_vector import VersionVector
+from tidings.schemas.engine.version_vector import VersionVector
+from tidings.schemas.wire.constants import BUS_CONTROLLER, TASK_LABEL
+from tidings.schemas.wire.event import PodRef, TaskRef, build_event
+from tidings.schemas.wire.payloads import LogLink, Progress, SpanSummary
 
 REPO = Path(__file__).resolve().parents[1]
 

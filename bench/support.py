@@ -30,8 +30,8 @@ from tidings.schemas import (
     fold_all,
     parse_event,
 )
-from tidings.schemas.contract import events_path
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.wire.contract import events_path
 
 REPO = Path(__file__).resolve().parents[1]
 TICK = os.sysconf("SC_CLK_TCK")

@@ -27,7 +27,7 @@ from support import KeepEvents  # bench/support.py
 
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.schemas import ParsedEvent, TaskRef, fold_all, parse_event
-from tidings.schemas.state import TaskState
+from tidings.schemas.engine.state import TaskState
 
 # What Trainer.log sends on_log every `logging_steps` (transformers 4.4x), at an evaluation
 # (Trainer.evaluate: logged, then on_evaluate), and once at the end of train().

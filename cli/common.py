@@ -48,7 +48,7 @@ def not_found(message: str) -> NoReturn:
 
 def _one_line(message: str) -> str:
     # Messages may quote server text; keep them to one harmless line.
-    from tidings.schemas.text import sanitize_text
+    from tidings.schemas.wire.text import sanitize_text
 
     return " ".join(sanitize_text(message).split()) or "error"
 
@@ -299,7 +299,7 @@ def _complete_names(ctx: typer.Context, incomplete: str,
 
 def complete_task(ctx: typer.Context, incomplete: str) -> list[str]:
     """Shell completion of TASK: TaskFeedback names."""
-    from tidings.schemas.contract import taskfeedback_path
+    from tidings.schemas.wire.contract import taskfeedback_path
 
     return _complete_names(ctx, incomplete, lambda ns: [
         (taskfeedback_path(ns), {}, "metadata.name")])
@@ -308,7 +308,7 @@ def complete_task(ctx: typer.Context, incomplete: str) -> list[str]:
 def complete_app(ctx: typer.Context, incomplete: str) -> list[str]:
     """Shell completion of APP (`lineage`, `logs`): the tasks (TaskFeedback names) and the
     subjects of PodSpawned records."""
-    from tidings.schemas.contract import BUS_SELECTOR, events_path, taskfeedback_path
+    from tidings.schemas.wire.contract import BUS_SELECTOR, events_path, taskfeedback_path
 
     return _complete_names(ctx, incomplete, lambda ns: [
         (taskfeedback_path(ns), {}, "metadata.name"),
@@ -335,7 +335,7 @@ def check_name(value: str, what: str) -> str:
 
 def check_task(value: str) -> str:
     """A task id, by the one rule the library, `tidings emit` and the watcher also apply."""
-    from tidings.schemas.names import TASK_ID_RULE, valid_task_id
+    from tidings.schemas.wire.names import TASK_ID_RULE, valid_task_id
 
     if not valid_task_id(value):
         invalid(f"task {_one_line(value)[:80]!r} is not a valid task id ({TASK_ID_RULE})")
@@ -376,7 +376,7 @@ def parse_request_timeout(value: str) -> float:
 
 def safe(value: object) -> str:
     """Any text that came from the cluster, neutralised for a terminal (defence in depth)."""
-    from tidings.schemas.text import sanitize_text
+    from tidings.schemas.wire.text import sanitize_text
 
     return sanitize_text(value if isinstance(value, str) else str(value))
 

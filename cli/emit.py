@@ -87,9 +87,9 @@ def _check(model: Any, **fields: Any) -> None:
     """Validate the payload here, so bad input is exit 2 and not a silent drop."""
     from pydantic import ValidationError
 
-    from tidings.schemas.constants import INSTANCE_LIMIT, SEQ_MAX
-    from tidings.schemas.note import NoteTooLarge, encode_note_bytes
-    from tidings.schemas.rejection import describe_validation_error
+    from tidings.schemas.wire.constants import INSTANCE_LIMIT, SEQ_MAX
+    from tidings.schemas.wire.note import NoteTooLarge, encode_note_bytes
+    from tidings.schemas.wire.rejection import describe_validation_error
 
     try:
         payload = model(**fields)
@@ -111,7 +111,7 @@ def _deliver(send: Callable[[Any], None], to: Delivery) -> None:
         sender_proof_setting,
     )
     from tidings.kube import ConfigError, connect
-    from tidings.schemas.names import task_id_error
+    from tidings.schemas.wire.names import task_id_error
 
     kubeconfig, context, timeout = to.kubeconfig, to.context, to.timeout
     if kubeconfig is None and context is None and no_cluster_configured():
@@ -180,7 +180,7 @@ def log_link(
     to: Delivery = DEFAULT_DELIVERY,
 ) -> None:
     """Publish a named link (W&B run, dashboard, logs)."""
-    from tidings.schemas.payloads import LogLink
+    from tidings.schemas.wire.payloads import LogLink
 
     _check(LogLink, name=name, url=url)
     _deliver(lambda em: em.log_link(name, url), to)
@@ -194,7 +194,7 @@ def deck_ready(
     to: Delivery = DEFAULT_DELIVERY,
 ) -> None:
     """Announce that a report deck is ready."""
-    from tidings.schemas.payloads import DeckReady
+    from tidings.schemas.wire.payloads import DeckReady
 
     _check(DeckReady, name=name, uri=uri)
     _deliver(lambda em: em.deck_ready(name, uri), to)
@@ -226,7 +226,7 @@ def metric(
     to: Delivery = DEFAULT_DELIVERY,
 ) -> None:
     """Report the latest value of a named scalar metric (loss, learning rate, accuracy)."""
-    from tidings.schemas.payloads import Metric
+    from tidings.schemas.wire.payloads import Metric
 
     _check(Metric, name=name, value=value, step=step)
     _deliver(lambda em: em.metric(name, value, step=step), to)
@@ -241,7 +241,7 @@ def progress(
     to: Delivery = DEFAULT_DELIVERY,
 ) -> None:
     """Report progress."""
-    from tidings.schemas.payloads import Progress
+    from tidings.schemas.wire.payloads import Progress
 
     _check(Progress, fraction=fraction, message=message, final=final)
     _deliver(lambda em: em.progress(fraction, message, final), to)
@@ -255,7 +255,7 @@ def fail(
     to: Delivery = DEFAULT_DELIVERY,
 ) -> None:
     """Report that this worker failed (a failed final progress; the task's phase: Failed)."""
-    from tidings.schemas.payloads import Progress
+    from tidings.schemas.wire.payloads import Progress
 
     _check(Progress, fraction=fraction, message=message, final=True, failed=True)
     _deliver(lambda em: em.fail(message, fraction), to)
@@ -271,7 +271,7 @@ def span(
     to: Delivery = DEFAULT_DELIVERY,
 ) -> None:
     """Report one finished span (sent as a SpanSummary of count 1)."""
-    from tidings.schemas.payloads import SpanSummary
+    from tidings.schemas.wire.payloads import SpanSummary
 
     t0, t1 = _parse_time(start, "--start"), _parse_time(end, "--end")
     if t1 < t0:

@@ -30,8 +30,8 @@ from tidings.cli.common import (
 )
 from tidings.kube import Client, ConfigError, Impersonation, KubeError, StatusPredicates
 from tidings.kube import connect as connect_client
-from tidings.schemas.constants import API_VERSION
-from tidings.schemas.contract import (
+from tidings.schemas.wire.constants import API_VERSION
+from tidings.schemas.wire.contract import (
     EVENTS_RESOURCE,
     TASKFEEDBACK_RESOURCE,
     events_path,

@@ -2,7 +2,7 @@
 by prefix), and what became of each of them. The pods come from its PodSpawned records, the
 reporting pods its TaskFeedback status records, and the pods whose labels name the task
 (``tidings.dev/task=<app>``, or their platform's task key: a Job's, JobSet's, TrainJob's or
-Workflow's name, the watcher's key list in ``schemas/platform.py``), all of them: a record
+Workflow's name, the watcher's key list in ``schemas/wire/platform.py``), all of them: a record
 never hides the pods found by status and label.
 
 Who may speak for an app's lineage: nobody on their word. A record counts only when the pod
@@ -43,15 +43,20 @@ from tidings.schemas import (
     parse_time,
     parse_watch_line,
 )
-from tidings.schemas.contract import (
+from tidings.schemas.wire.contract import (
     TASKFEEDBACK_RESOURCE,
     lineage_selector,
     pod_selector,
     pods_path,
     taskfeedback_path,
 )
-from tidings.schemas.platform import DEFAULT_TASK_KEYS, parse_task_keys, pod_task, task_selector
-from tidings.schemas.record import POD_FIELDS, fields_of
+from tidings.schemas.wire.platform import (
+    DEFAULT_TASK_KEYS,
+    parse_task_keys,
+    pod_task,
+    task_selector,
+)
+from tidings.schemas.wire.record import POD_FIELDS, fields_of
 
 # Where a pod of the app was found (a pod may be found several ways; see `Found`).
 SPAWNED = "spawned"  # a PodSpawned record names it

@@ -71,7 +71,7 @@ def lineage(
     check_name(app, "app")
     from tidings.cli import lineage as lin
     from tidings.cli.namespace import open_app
-    from tidings.schemas.constants import TASK_LABEL
+    from tidings.schemas.wire.constants import TASK_LABEL
 
     k, ns = open_app(app, namespace, all_namespaces, conn)
     found = lin.discover(k, ns, app)

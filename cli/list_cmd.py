@@ -50,7 +50,7 @@ def row(obj: KubeObject, wide: bool, namespaced: bool,
     """One table row: the CRD's printer columns (with -o wide, the workers too: the CRD
     cannot add ``final`` and ``podFinal``), from the task's summary (the page's row)."""
     from tidings._compat import UTC
-    from tidings.schemas.summary import age, eta_text, summarize
+    from tidings.schemas.view.summary import age, eta_text, summarize
 
     def text(value: Any) -> str:
         return "<none>" if value is None or value == "" else safe(value)
@@ -213,7 +213,7 @@ def list_tasks(
         invalid("--watch takes one NAME at most")
 
     from tidings.cli.kube import Action, connect_with
-    from tidings.schemas.contract import TASKFEEDBACK_RESOURCE, taskfeedback_path
+    from tidings.schemas.wire.contract import TASKFEEDBACK_RESOURCE, taskfeedback_path
 
     def echo(text: str) -> None:
         sys.stdout.write(text)

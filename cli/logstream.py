@@ -16,7 +16,7 @@ from tidings.cli.kube import Kube
 from tidings.cli.logtail import Dedup, Options, Printer, Tail, shutdown, since_time, ts_key
 from tidings.cli.logtargets import PodView, Target, targets
 from tidings.schemas import TASK_LABEL, LineageEntry
-from tidings.schemas.contract import TERMINAL_PHASES
+from tidings.schemas.wire.contract import TERMINAL_PHASES
 
 __all__ = ["Dedup", "LogMux", "Options", "Printer", "Target", "since_time", "ts_key"]
 

@@ -25,7 +25,7 @@ from tidings.cli.common import CliError, safe
 from tidings.cli.kube import Action, ApiError, Kube, lines
 from tidings.cli.logtargets import PodView, Target
 from tidings.kube.flowcontrol import Backoff
-from tidings.schemas.contract import TERMINAL_PHASES, pods_path
+from tidings.schemas.wire.contract import TERMINAL_PHASES, pods_path
 
 # stern-like palette: distinct, readable on dark and light terminals.
 _PALETTE = (31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96)

@@ -22,8 +22,8 @@ from tidings.cli.lineage import names_task, vouches
 from tidings.kube.flowcontrol import Backoff
 from tidings.kube.objects import KubeObject
 from tidings.schemas import TASK_LABEL, LineageEntry
-from tidings.schemas.contract import TERMINAL_PHASES
-from tidings.schemas.platform import task_selector
+from tidings.schemas.wire.contract import TERMINAL_PHASES
+from tidings.schemas.wire.platform import task_selector
 
 
 class Wanted(Protocol):

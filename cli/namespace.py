@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from tidings.cli.common import EXIT_INVALID, CliError, Connection, not_found
 from tidings.cli.kube import Action, ApiError, Kube, connect_with
-from tidings.schemas.contract import (
+from tidings.schemas.wire.contract import (
     TASKFEEDBACK_RESOURCE,
     lineage_selector,
     task_selector,
     taskfeedback_path,
 )
-from tidings.schemas.event import TaskRef
+from tidings.schemas.wire.event import TaskRef
 
 
 def open_task(task: str, namespace: str | None, all_namespaces: bool, conn: Connection,

@@ -12,12 +12,12 @@ from typing import Any
 
 from tidings._compat import UTC
 from tidings.cli.common import safe
-from tidings.schemas.event import TaskRef
-from tidings.schemas.health import judge
-from tidings.schemas.state import TaskState
-from tidings.schemas.status_decoder import NOTHING_UNREAD, Unread, expanded, read_status
-from tidings.schemas.status_encoder import to_status
-from tidings.schemas.view import read_refused
+from tidings.schemas.engine.state import TaskState
+from tidings.schemas.status.decoder import NOTHING_UNREAD, Unread, expanded, read_status
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.status.health import judge
+from tidings.schemas.view.model import read_refused
+from tidings.schemas.wire.event import TaskRef
 
 SOURCE_CR = "TaskFeedback"
 SOURCE_EVENTS = "events"

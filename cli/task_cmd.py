@@ -63,7 +63,7 @@ def create(
         invalid(f"--owner {safe(owner)!r}: use RESOURCE/NAME, e.g. job/train")
     from tidings.cli.kube import Action, api_error, connect_with
     from tidings.emitter.task import TaskFeedbackError, create_task_feedback
-    from tidings.schemas.contract import TASKFEEDBACK_RESOURCE
+    from tidings.schemas.wire.contract import TASKFEEDBACK_RESOURCE
 
     kube = connect_with(conn, namespace)
     ns = kube.namespace

@@ -17,7 +17,7 @@ from tidings.kube import ListWatch, WatchLines
 from tidings.kube.objects import KubeObject
 from tidings.kube.watch import Listing
 from tidings.schemas import ParsedEvent, TaskRef, fold, parse_watch_line
-from tidings.schemas.contract import (
+from tidings.schemas.wire.contract import (
     POD_FACTS_SELECTOR,
     TASKFEEDBACK_RESOURCE,
     task_selector,

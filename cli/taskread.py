@@ -1,6 +1,6 @@
 """Loading a task for `state`, `watch` and `timeline`: its TaskFeedback status when a watcher
 wrote one, else (or with --from-events) its events folded here, each admitted by the
-watcher's own rule (``schemas/admission.py``, its reads answered by the watcher's checks
+watcher's own rule (``schemas/engine/admission.py``, its reads answered by the watcher's checks
 over this client), beside what its pods and its platform object say now.
 """
 
@@ -16,7 +16,7 @@ from tidings.cli.kube import NO_CRD, Action, ApiError, Kube, found_elsewhere
 from tidings.cli.snapshot import SOURCE_EVENTS, Refusals, Snapshot, cr_snapshot, status_of
 from tidings.kube.objects import Event, TaskFeedback
 from tidings.schemas import ParsedEvent, TaskRef, TaskState, fold_all, parse_event
-from tidings.schemas.admission import (
+from tidings.schemas.engine.admission import (
     Retry,
     TaskObject,
     about_its_pod,
@@ -24,16 +24,16 @@ from tidings.schemas.admission import (
     as_task_fact,
     is_task_fact,
 )
-from tidings.schemas.contract import (
+from tidings.schemas.engine.observed import PodVerdict, gone, pod_verdict
+from tidings.schemas.engine.observing import observe
+from tidings.schemas.wire.contract import (
     POD_FACTS_SELECTOR,
     TASKFEEDBACK_RESOURCE,
     task_selector,
     taskfeedback_path,
 )
-from tidings.schemas.observed import PodVerdict, gone, pod_verdict
-from tidings.schemas.observing import observe
-from tidings.schemas.platform import pod_task
-from tidings.schemas.rejection import Rejection
+from tidings.schemas.wire.platform import pod_task
+from tidings.schemas.wire.rejection import Rejection
 
 if TYPE_CHECKING:
     from tidings.watcher.platform import PlatformTasks

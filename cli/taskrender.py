@@ -1,6 +1,6 @@
 """Drawing a task in the terminal: the table view of `state` (and `watch` on a terminal),
 the one line `watch` prints when piped, and the sparkline of a metric's history. Both render
-the view model the page renders too (``schemas/view.py``)."""
+the view model the page renders too (``schemas/view/model.py``)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,7 @@ from typing import Any
 from tidings._compat import UTC
 from tidings.cli.common import safe
 from tidings.cli.snapshot import SOURCE_CR, Snapshot
-from tidings.schemas.contract import FAILED, SUCCEEDED
-from tidings.schemas.history import heights
-from tidings.schemas.payloads import NON_FINITE
-from tidings.schemas.times import format_seconds
-from tidings.schemas.view import (
+from tidings.schemas.view.model import (
     CURVE_HEADERS,
     RegisterRow,
     RegisterTable,
@@ -26,6 +22,10 @@ from tidings.schemas.view import (
     scalar_text,
     task_view,
 )
+from tidings.schemas.wire.contract import FAILED, SUCCEEDED
+from tidings.schemas.wire.history import heights
+from tidings.schemas.wire.payloads import NON_FINITE
+from tidings.schemas.wire.times import format_seconds
 
 
 def _t(value: object, style: str = "") -> Any:
@@ -85,7 +85,7 @@ def progress_bar(fraction: float, width: int = 24) -> str:
 
 
 def view(snap: Snapshot) -> TaskView:
-    """The snapshot's view model (schemas/view.py): what the page shows too. A local fold's
+    """The snapshot's view model (schemas/view/model.py): what the page shows too. A local fold's
     health is judged now, with the watcher's default thresholds."""
     return task_view(snap.state, snap.status, now=datetime.now(UTC))
 

@@ -97,7 +97,7 @@ def render(task: str, namespace: str, data: list[dict[str, Any]], width: int) ->
     from rich.table import Table
     from rich.text import Text
 
-    from tidings.schemas.view import fmt_seconds
+    from tidings.schemas.view.model import fmt_seconds
 
     span_total = max(r["offset_s"] + r["duration_s"] for r in data)
     axis = f"0s{fmt_seconds(span_total).rjust(width - 2)}"
@@ -158,7 +158,7 @@ def _cells(text: str) -> int:
 def elide(text: str, cells: int) -> str:
     """``text`` cut to at most ``cells`` monospace cells, ending in '…' when cut (never
     inside a grapheme: the cut is `schemas`' own)."""
-    from tidings.schemas.payloads import cut_text
+    from tidings.schemas.wire.payloads import cut_text
 
     if _cells(text) <= cells:
         return text
@@ -227,7 +227,7 @@ def _clock(seconds: int) -> str:
 
 def _lines(data: list[dict[str, Any]]) -> list[tuple[dict[str, Any], bool, str]]:
     """The chart's lines, top to bottom: (row, is a lane, its stats text)."""
-    from tidings.schemas.view import fmt_seconds
+    from tidings.schemas.view.model import fmt_seconds
 
     out = []
     for r in data:
@@ -257,7 +257,7 @@ def svg(task: str, namespace: str, data: list[dict[str, Any]]) -> str:
     from datetime import datetime
 
     from tidings._compat import UTC
-    from tidings.schemas.view import fmt_seconds
+    from tidings.schemas.view.model import fmt_seconds
 
     font, small, big, pad, gap = 12, 11, 15, 10, 8
     label_w, chart_w, row_h, lane_h, top = 220, 560, 26, 20, 72

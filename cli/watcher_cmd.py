@@ -8,7 +8,7 @@ from typing import Annotated, Any, get_type_hints
 import typer
 
 from tidings.cli.common import option_group
-from tidings.schemas.health import THRESHOLDS
+from tidings.schemas.status.health import THRESHOLDS
 from tidings.watcher.logs import LogFormat, LogLevel
 from tidings.watcher.settings import Options, flag_names, options
 

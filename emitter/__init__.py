@@ -32,7 +32,7 @@ from .spans import Span
 from .spans import traced as _traced
 
 if TYPE_CHECKING:  # the payload models load on the sender thread, never at import
-    from tidings.schemas.payloads import Payload
+    from tidings.schemas.wire.payloads import Payload
 
 __all__ = [
     "Emitter",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tidings.schemas.constants import WORKERS_MAX
+from tidings.schemas.wire.constants import WORKERS_MAX
 
 if TYPE_CHECKING:
     from tidings.kube.auth import BoundPod

@@ -28,8 +28,8 @@ import weakref
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from tidings.schemas.refs import ObjectRef, TaskRef, valid_uid
-from tidings.schemas.text import valid_text
+from tidings.schemas.wire.refs import ObjectRef, TaskRef, valid_uid
+from tidings.schemas.wire.text import valid_text
 
 from .aggregate import SpanAggregator
 from .config import EmitterConfig, Identity
@@ -38,7 +38,7 @@ from .items import STOP, WAKE, Flush, FlushGate, Item, LatestSlot, ProgressSlot,
 from .outcome import exit_flush_begins, install_crash_hooks, install_sigterm_flush
 
 if TYPE_CHECKING:  # the sender, the payload models and the transport load on the sender thread
-    from tidings.schemas.payloads import Payload
+    from tidings.schemas.wire.payloads import Payload
 
     from .sender import Sender
     from .transport import Transport

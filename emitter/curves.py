@@ -1,5 +1,5 @@
 """What a window's latest value would lose of a metric, kept in the pod: each name's exact
-extremes and its own spread sample of the run (the rule of schemas/history.py), and what of
+extremes and its own spread sample of the run (the rule of schemas/wire/history.py), and what of
 them the watcher has not been told yet.
 
 The sender sends the latest value of a name per window; a loop that logs every step loses
@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tidings.schemas.history import BUCKETS, curve_value
+from tidings.schemas.wire.history import BUCKETS, curve_value
 
 _STEP_MAX = 2**53
 

@@ -1,7 +1,7 @@
 """Building the Events of one emitter instance: each payload validated (a refusal counted
 and logged once), addressed (to the task, or, knowing no task id, to the pod itself, from
 the identity learned from the token: config.py), numbered (seq) and stamped (a time never
-before the last one) as ``schemas.event.build_event`` wants; a packed window's parts kept
+before the last one) as ``schemas.wire.event.build_event`` wants; a packed window's parts kept
 valid one by one when the whole is not.
 """
 
@@ -15,11 +15,18 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from tidings._compat import UTC
-from tidings.schemas.event import ObjectRef, PodRef, TaskRef, build_event
-from tidings.schemas.kinds import KNOWN_PAYLOADS
-from tidings.schemas.names import task_id_error
-from tidings.schemas.payloads import Metrics, Payload, Progress, SpanSummary, Window, payload_type
-from tidings.schemas.rejection import describe_validation_error
+from tidings.schemas.wire.event import ObjectRef, PodRef, TaskRef, build_event
+from tidings.schemas.wire.kinds import KNOWN_PAYLOADS
+from tidings.schemas.wire.names import task_id_error
+from tidings.schemas.wire.payloads import (
+    Metrics,
+    Payload,
+    Progress,
+    SpanSummary,
+    Window,
+    payload_type,
+)
+from tidings.schemas.wire.rejection import describe_validation_error
 
 from .aggregate import COUNT, ERRORS, FIRST_START, LAST_END, MAX, MIN, TOTAL, Agg
 from .config import Identity, learned_identity, token_says

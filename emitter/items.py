@@ -13,8 +13,8 @@ import threading
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
-    from tidings.schemas.payloads import Payload
-    from tidings.schemas.refs import ObjectRef, TaskRef
+    from tidings.schemas.wire.payloads import Payload
+    from tidings.schemas.wire.refs import ObjectRef, TaskRef
 
 from .curves import Curve
 

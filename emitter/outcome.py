@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from types import FrameType, TracebackType
 from typing import Any, NoReturn, Protocol
 
-from tidings.schemas.text import cut_text, sanitize_text
+from tidings.schemas.wire.text import cut_text, sanitize_text
 
 
 class _FlushSettings(Protocol):

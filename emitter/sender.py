@@ -21,8 +21,8 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from tidings.kube.flowcontrol import TokenBucket
-from tidings.schemas.kinds import KNOWN_PAYLOADS
-from tidings.schemas.payloads import Metric, Progress
+from tidings.schemas.wire.kinds import KNOWN_PAYLOADS
+from tidings.schemas.wire.payloads import Metric, Progress
 
 from . import window
 from .aggregate import COUNT, Agg, SpanAggregator, merge

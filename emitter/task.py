@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidings.kube import Client, ConfigError, KubeError, StatusPredicates
-from tidings.schemas.constants import TASK_LABEL
-from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
-from tidings.schemas.event import ObjectRef, valid_uid
+from tidings.schemas.wire.constants import TASK_LABEL
+from tidings.schemas.wire.contract import taskfeedback_body, taskfeedback_path
+from tidings.schemas.wire.event import ObjectRef, valid_uid
 
 from .transport import FIELD_MANAGER
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import orjson
 
 from tidings.kube import JSON, BoundPod, Client, ConfigError, KubeError, bound_pod, connect
-from tidings.schemas.contract import events_path
+from tidings.schemas.wire.contract import events_path
 
 log = logging.getLogger("tidings.emitter")
 

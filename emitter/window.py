@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from tidings.schemas.constants import NOTE_LIMIT, SCHEMA_VERSION, SEQ_MAX
-from tidings.schemas.payloads import (
+from tidings.schemas.wire.constants import NOTE_LIMIT, SCHEMA_VERSION, SEQ_MAX
+from tidings.schemas.wire.payloads import (
     METRIC_POINTS_MAX,
     METRIC_ROWS_MAX,
     NON_FINITE,

@@ -20,7 +20,7 @@ from flytekit.deck.deck import DECK_FILE_NAME  # type: ignore[import-not-found, 
 
 from tidings.emitter import Emitter, get_emitter
 from tidings.emitter.outcome import report_failure
-from tidings.schemas.payloads import DECK_SCHEMES
+from tidings.schemas.wire.payloads import DECK_SCHEMES
 
 from .report import mlflow_active_run_url, wandb_run_url
 

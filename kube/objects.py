@@ -111,7 +111,7 @@ class TaskFeedbackSpec(TypedDict, total=False):
 
 
 class TaskFeedback(KubeObject, total=False):
-    """A TaskFeedback; its status is the fold's encoding (schemas/status_decoder.py reads
+    """A TaskFeedback; its status is the fold's encoding (schemas/status/decoder.py reads
     it, deploy/crd.yaml documents it)."""
 
     spec: TaskFeedbackSpec

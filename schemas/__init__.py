@@ -46,8 +46,22 @@ targeted an entry.
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .completion import TaskProgress
-    from .constants import (
+    from .engine.completion import TaskProgress
+    from .engine.folding import fold, fold_all, fold_checked, fold_many
+    from .engine.lineage import LineageEntry, fold_lineage
+    from .engine.state import (
+        CLOCK_SKEW,
+        COUNTER_NAMES,
+        DEFAULT_LIMITS,
+        Limits,
+        Named,
+        SpanAgg,
+        TaskState,
+        new_state,
+    )
+    from .engine.version_vector import VersionVector
+    from .engine.workers import ProgressState
+    from .wire.constants import (
         API_GROUP,
         API_VERSION,
         BUS_CONTROLLER,
@@ -62,7 +76,7 @@ if TYPE_CHECKING:
         TASK_LABEL,
         URL_LIMIT,
     )
-    from .event import (
+    from .wire.event import (
         ParsedEvent,
         WatchItem,
         build_event,
@@ -70,10 +84,8 @@ if TYPE_CHECKING:
         parse_event,
         parse_watch_line,
     )
-    from .folding import fold, fold_all, fold_checked, fold_many
-    from .lineage import LineageEntry, fold_lineage
-    from .note import decode_note, encode_note, encode_note_bytes, valid_instance, valid_seq
-    from .payloads import (
+    from .wire.note import decode_note, encode_note, encode_note_bytes, valid_instance, valid_seq
+    from .wire.payloads import (
         DeckReady,
         LogLink,
         Metric,
@@ -88,89 +100,77 @@ if TYPE_CHECKING:
         payload_type,
         span_summaries,
     )
-    from .refs import ObjectRef, PodRef, TaskRef
-    from .rejection import Rejection, RejectReason
-    from .state import (
-        CLOCK_SKEW,
-        COUNTER_NAMES,
-        DEFAULT_LIMITS,
-        Limits,
-        Named,
-        SpanAgg,
-        TaskState,
-        new_state,
-    )
-    from .text import sanitize_text
-    from .times import format_time, parse_time
-    from .version_vector import VersionVector
-    from .workers import ProgressState
+    from .wire.refs import ObjectRef, PodRef, TaskRef
+    from .wire.rejection import Rejection, RejectReason
+    from .wire.text import sanitize_text
+    from .wire.times import format_time, parse_time
 
 # Each name loads its own module on first use (PEP 562): `tidings.emitter` imports the
 # references alone (the payloads and the Event contract load on its sender thread), never
 # the fold and the state it does not run.
 _LAZY = {
-    "API_GROUP": "constants",
-    "API_VERSION": "constants",
-    "BUS_CONTROLLER": "constants",
-    "EVENTS_API_VERSION": "constants",
-    "INSTANCE_ANNOTATION": "constants",
-    "KIND": "constants",
-    "NAME_LIMIT": "constants",
-    "NOTE_LIMIT": "constants",
-    "PLURAL": "constants",
-    "SCHEMA_VERSION": "constants",
-    "SEQ_ANNOTATION": "constants",
-    "TASK_LABEL": "constants",
-    "URL_LIMIT": "constants",
-    "ObjectRef": "refs",
-    "ParsedEvent": "event",
-    "PodRef": "refs",
-    "TaskRef": "refs",
-    "WatchItem": "event",
-    "build_event": "event",
-    "event_name": "event",
-    "parse_event": "event",
-    "parse_watch_line": "event",
-    "fold": "folding",
-    "fold_all": "folding",
-    "fold_checked": "folding",
-    "fold_many": "folding",
-    "LineageEntry": "lineage",
-    "fold_lineage": "lineage",
-    "decode_note": "note",
-    "encode_note": "note",
-    "encode_note_bytes": "note",
-    "valid_instance": "note",
-    "valid_seq": "note",
-    "DeckReady": "payloads",
-    "LogLink": "payloads",
-    "Metric": "payloads",
-    "Metrics": "payloads",
-    "Payload": "payloads",
-    "PodSpawned": "payloads",
-    "Progress": "payloads",
-    "SpanSummaries": "payloads",
-    "SpanSummary": "payloads",
-    "UnknownPayload": "payloads",
-    "Window": "payloads",
-    "payload_type": "payloads",
-    "span_summaries": "payloads",
-    "Rejection": "rejection",
-    "RejectReason": "rejection",
-    "CLOCK_SKEW": "state",
-    "COUNTER_NAMES": "state",
-    "DEFAULT_LIMITS": "state",
-    "Limits": "state",
-    "Named": "state",
-    "ProgressState": "workers",
-    "SpanAgg": "state",
-    "TaskProgress": "completion",
-    "TaskState": "state",
-    "new_state": "state",
-    "sanitize_text": "text",
-    "format_time": "times",
-    "parse_time": "times",
-    "VersionVector": "version_vector",
+    "API_GROUP": "wire.constants",
+    "API_VERSION": "wire.constants",
+    "BUS_CONTROLLER": "wire.constants",
+    "EVENTS_API_VERSION": "wire.constants",
+    "INSTANCE_ANNOTATION": "wire.constants",
+    "KIND": "wire.constants",
+    "NAME_LIMIT": "wire.constants",
+    "NOTE_LIMIT": "wire.constants",
+    "PLURAL": "wire.constants",
+    "SCHEMA_VERSION": "wire.constants",
+    "SEQ_ANNOTATION": "wire.constants",
+    "TASK_LABEL": "wire.constants",
+    "URL_LIMIT": "wire.constants",
+    "ObjectRef": "wire.refs",
+    "ParsedEvent": "wire.event",
+    "PodRef": "wire.refs",
+    "TaskRef": "wire.refs",
+    "WatchItem": "wire.event",
+    "build_event": "wire.event",
+    "event_name": "wire.event",
+    "parse_event": "wire.event",
+    "parse_watch_line": "wire.event",
+    "fold": "engine.folding",
+    "fold_all": "engine.folding",
+    "fold_checked": "engine.folding",
+    "fold_many": "engine.folding",
+    "LineageEntry": "engine.lineage",
+    "fold_lineage": "engine.lineage",
+    "decode_note": "wire.note",
+    "encode_note": "wire.note",
+    "encode_note_bytes": "wire.note",
+    "valid_instance": "wire.note",
+    "valid_seq": "wire.note",
+    "DeckReady": "wire.payloads",
+    "LogLink": "wire.payloads",
+    "Metric": "wire.payloads",
+    "Metrics": "wire.payloads",
+    "Payload": "wire.payloads",
+    "PodSpawned": "wire.payloads",
+    "Progress": "wire.payloads",
+    "SpanSummaries": "wire.payloads",
+    "SpanSummary": "wire.payloads",
+    "UnknownPayload": "wire.payloads",
+    "Window": "wire.payloads",
+    "payload_type": "wire.payloads",
+    "span_summaries": "wire.payloads",
+    "Rejection": "wire.rejection",
+    "RejectReason": "wire.rejection",
+    "CLOCK_SKEW": "engine.state",
+    "COUNTER_NAMES": "engine.state",
+    "DEFAULT_LIMITS": "engine.state",
+    "Limits": "engine.state",
+    "Named": "engine.state",
+    "ProgressState": "engine.workers",
+    "SpanAgg": "engine.state",
+    "TaskProgress": "engine.completion",
+    "TaskState": "engine.state",
+    "new_state": "engine.state",
+    "sanitize_text": "wire.text",
+    "format_time": "wire.times",
+    "parse_time": "wire.times",
+    "VersionVector": "engine.version_vector",
 }
 
 

@@ -112,6 +112,6 @@ def raw_event(namespace: str, name: str, *, controller: str, note: str = "hello"
 
 def expanded(status: dict[str, Any]) -> dict[str, Any]:
     """``status`` with its records read into their fields (the readers' own function)."""
-    from tidings.schemas.status_decoder import expanded as read_records
+    from tidings.schemas.status.decoder import expanded as read_records
 
     return read_records(status)

@@ -19,7 +19,7 @@ from tidings.cli.kube import Action, Kube, api_error, translate_error, watch_mes
 from tidings.kube import KubeError, Listing, ListWatch, Page, WatchLines
 from tidings.kube.flowcontrol import Backoff
 from tidings.kube.objects import KubeObject
-from tidings.schemas.contract import TASKFEEDBACK_RESOURCE, taskfeedback_path
+from tidings.schemas.wire.contract import TASKFEEDBACK_RESOURCE, taskfeedback_path
 
 Key = tuple[str, str]  # (namespace, name)
 

@@ -1,6 +1,6 @@
 """The page's HTML: Jinja2 templates (autoescaped, and every value neutralised first by the
-same rule as the terminal's, schemas/text.py) over the view model of schemas/view.py, so a
-status becomes rows in one place for the CLI and the page alike.
+same rule as the terminal's, schemas/wire/text.py) over the view model of
+schemas/view/model.py, so a status becomes rows in one place for the CLI and the page alike.
 
 Each part a live update replaces (a row of the list, the body of a task, its lineage tree,
 the banner) is a template of its own, rendered once per change and shared by every tab.
@@ -23,12 +23,8 @@ from tidings.cli import lineage as lin
 from tidings.cli.timeline_cmd import rows as timeline_rows
 from tidings.kube.objects import KubeObject
 from tidings.schemas import TaskRef, TaskState
-from tidings.schemas.contract import FAILED, PENDING, RUNNING, SUCCEEDED
-from tidings.schemas.history import heights
-from tidings.schemas.status_decoder import decode_status
-from tidings.schemas.text import sanitize_text
-from tidings.schemas.times import format_seconds
-from tidings.schemas.view import (
+from tidings.schemas.status.decoder import decode_status
+from tidings.schemas.view.model import (
     TaskView,
     age,
     eta_text,
@@ -37,6 +33,10 @@ from tidings.schemas.view import (
     summarize,
     task_view,
 )
+from tidings.schemas.wire.contract import FAILED, PENDING, RUNNING, SUCCEEDED
+from tidings.schemas.wire.history import heights
+from tidings.schemas.wire.text import sanitize_text
+from tidings.schemas.wire.times import format_seconds
 from tidings.ui.hub import Key
 
 PHASES = (PENDING, RUNNING, SUCCEEDED, FAILED)

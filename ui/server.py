@@ -34,7 +34,7 @@ from starlette.staticfiles import StaticFiles
 
 from tidings.cli.common import CliError
 from tidings.cli.kube import Action, Kube
-from tidings.schemas.contract import TASKFEEDBACK_RESOURCE, taskfeedback_path
+from tidings.schemas.wire.contract import TASKFEEDBACK_RESOURCE, taskfeedback_path
 from tidings.ui import pages
 from tidings.ui.guard import ASGIApp, Guard, allowed_hosts, is_loopback
 from tidings.ui.hub import Hub, Key

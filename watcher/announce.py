@@ -21,11 +21,11 @@ from typing import Any, Final, NamedTuple
 
 from tidings._compat import UTC
 from tidings.kube import Client, KubeError
-from tidings.schemas.constants import API_VERSION, KIND
-from tidings.schemas.contract import events_path
-from tidings.schemas.event import TaskRef
-from tidings.schemas.payloads import cut_text
-from tidings.schemas.times import format_time
+from tidings.schemas.wire.constants import API_VERSION, KIND
+from tidings.schemas.wire.contract import events_path
+from tidings.schemas.wire.event import TaskRef
+from tidings.schemas.wire.payloads import cut_text
+from tidings.schemas.wire.times import format_time
 
 log = logging.getLogger("tidings.watcher.announce")
 

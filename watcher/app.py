@@ -16,7 +16,7 @@ from typing import Any
 
 from tidings.kube import Client, KubeError, connect
 from tidings.kube.flowcontrol import Backoff
-from tidings.schemas.event import TaskRef
+from tidings.schemas.wire.event import TaskRef
 
 from .auth import Authorizer
 from .controller import Controller

@@ -18,8 +18,8 @@ from typing import Any
 from cachetools import TTLCache
 
 from tidings.kube import Client, KubeError
-from tidings.schemas.constants import API_GROUP, PLURAL
-from tidings.schemas.contract import ACCESS_REVIEWS_PATH, TOKEN_REVIEWS_PATH
+from tidings.schemas.wire.constants import API_GROUP, PLURAL
+from tidings.schemas.wire.contract import ACCESS_REVIEWS_PATH, TOKEN_REVIEWS_PATH
 
 log = logging.getLogger("tidings.watcher.auth")
 

@@ -1,4 +1,4 @@
-"""The reads the admission rule asks for (``schemas/admission.py``'s ``Checks``): may an
+"""The reads the admission rule asks for (``schemas/engine/admission.py``'s ``Checks``): may an
 event's sender pod speak for its task (``senders.py``), and is the owner the pod's labels
 claim a live object (``platform.py``). The watcher's fold and `tidings state --from-events`
 both answer the rule with it.
@@ -6,10 +6,10 @@ both answer the rule with it.
 
 from __future__ import annotations
 
-from tidings.schemas.admission import Retry, Verdict
-from tidings.schemas.event import ParsedEvent, TaskRef
-from tidings.schemas.payloads import PodSpawned
-from tidings.schemas.rejection import Rejection
+from tidings.schemas.engine.admission import Retry, Verdict
+from tidings.schemas.wire.event import ParsedEvent, TaskRef
+from tidings.schemas.wire.payloads import PodSpawned
+from tidings.schemas.wire.rejection import Rejection
 
 from .platform import PlatformTasks
 from .senders import Senders

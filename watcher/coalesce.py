@@ -3,7 +3,7 @@
 Per key: at most one write in flight; whatever state is newest when the write begins is what
 gets written, so any number of folds between two writes cost one write. A key with a
 *critical* change (a phase change, or a fact its kind declares critical in
-schemas/kinds.py: a link, a deck, a final or failed report) may be
+schemas/wire/kinds.py: a link, a deck, a final or failed report) may be
 written ``interval`` after its last write, and is paced by what the key already wrote in the
 last ``hot_window`` (default twice ``interval``: a second): one write per window, with a
 burst of two. A task with a steady stream of critical facts costs one write a second instead
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from tidings.kube.flowcontrol import Backoff
-from tidings.schemas.event import ParsedEvent
-from tidings.schemas.kinds import COALESCIBLE, CRITICAL, Urgency, urgency
-from tidings.schemas.payloads import Progress, Window
-from tidings.schemas.state import TaskState
+from tidings.schemas.engine.state import TaskState
+from tidings.schemas.wire.event import ParsedEvent
+from tidings.schemas.wire.kinds import COALESCIBLE, CRITICAL, Urgency, urgency
+from tidings.schemas.wire.payloads import Progress, Window
 
 K = TypeVar("K", bound=Hashable)
 
@@ -41,7 +41,7 @@ __all__ = ["COALESCIBLE", "CRITICAL", "Coalescer", "critical_change", "ends_stal
 
 
 def fact_kind(ev: ParsedEvent) -> Urgency:
-    """The event's urgency, as its kind declares it (schemas/kinds.py): "coalescible" for
+    """The event's urgency, as its kind declares it (schemas/wire/kinds.py): "coalescible" for
     facts a newer one supersedes (span windows, non-final progress), else "critical"
     (links, decks, final progress, warnings, payload types not known here)."""
     return urgency(ev.payload, ev.warning)

@@ -17,17 +17,17 @@ from datetime import timedelta
 from typing import Any
 
 from tidings.kube import Client, paginate
-from tidings.schemas.admission import Retry
-from tidings.schemas.contract import (
+from tidings.schemas.engine.admission import Retry
+from tidings.schemas.engine.state import Limits, TaskState
+from tidings.schemas.status.health import stalled_since_written
+from tidings.schemas.wire.contract import (
     BUS_SELECTOR,
     events_path,
     pods_path,
     taskfeedback_path,
 )
-from tidings.schemas.event import TaskRef
-from tidings.schemas.health import stalled_since_written
-from tidings.schemas.rejection import Rejection
-from tidings.schemas.state import Limits, TaskState
+from tidings.schemas.wire.event import TaskRef
+from tidings.schemas.wire.rejection import Rejection
 
 from .announce import Announcer
 from .delivery import Delivery, EventSource

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidings.kube.objects import KubeObject
-from tidings.schemas.admission import Retry, about_its_pod, as_task_fact, regards_a_task
-from tidings.schemas.event import ParsedEvent, TaskRef, WatchItem, parse_event
-from tidings.schemas.fastpath import fast_watch_line
-from tidings.schemas.platform import PodTask
-from tidings.schemas.rejection import Rejection
+from tidings.schemas.engine.admission import Retry, about_its_pod, as_task_fact, regards_a_task
+from tidings.schemas.wire.event import ParsedEvent, TaskRef, WatchItem, parse_event
+from tidings.schemas.wire.fastpath import fast_watch_line
+from tidings.schemas.wire.platform import PodTask
+from tidings.schemas.wire.rejection import Rejection
 
 from .logs import RejectionLog
 from .metrics import Metrics

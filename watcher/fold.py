@@ -1,5 +1,5 @@
 """The fold workers: a worker takes a task's key and folds every pending event of that task
-(never two workers for one key), each admitted by the one rule (``schemas/admission.py``,
+(never two workers for one key), each admitted by the one rule (``schemas/engine/admission.py``,
 answered by ``checks.py``) into the run ``runs.py`` names; then what the task's pods and its
 platform object say is folded beside the facts, and the writer and the health clock told.
 """
@@ -12,14 +12,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from tidings._compat import UTC
-from tidings.schemas.admission import Retry, TaskObject, admission
-from tidings.schemas.event import ParsedEvent, TaskRef
-from tidings.schemas.folding import fold_checked
-from tidings.schemas.observed import PodVerdict
-from tidings.schemas.payloads import Progress
-from tidings.schemas.platform import PodTask
-from tidings.schemas.rejection import Rejection, RejectReason
-from tidings.schemas.state import TaskState
+from tidings.schemas.engine.admission import Retry, TaskObject, admission
+from tidings.schemas.engine.folding import fold_checked
+from tidings.schemas.engine.observed import PodVerdict
+from tidings.schemas.engine.state import TaskState
+from tidings.schemas.wire.event import ParsedEvent, TaskRef
+from tidings.schemas.wire.payloads import Progress
+from tidings.schemas.wire.platform import PodTask
+from tidings.schemas.wire.rejection import Rejection, RejectReason
 
 from .checks import AdmissionChecks
 from .coalesce import critical_change, reporters

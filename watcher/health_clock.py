@@ -17,10 +17,10 @@ from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 
 from tidings._compat import UTC
-from tidings.schemas.contract import RUNNING
-from tidings.schemas.event import TaskRef
-from tidings.schemas.health import HealthSettings, next_stall, next_stall_of
-from tidings.schemas.state import TaskState
+from tidings.schemas.engine.state import TaskState
+from tidings.schemas.status.health import HealthSettings, next_stall, next_stall_of
+from tidings.schemas.wire.contract import RUNNING
+from tidings.schemas.wire.event import TaskRef
 
 from .queue import WorkQueue
 from .store import Store

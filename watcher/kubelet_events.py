@@ -17,9 +17,9 @@ from typing import Any, Final
 
 from tidings._compat import UTC
 from tidings.kube import Client, KubeError
-from tidings.schemas.contract import events_path
-from tidings.schemas.observed import WAITING, PodVerdict, clean_message, clean_reason
-from tidings.schemas.times import parse_time
+from tidings.schemas.engine.observed import WAITING, PodVerdict, clean_message, clean_reason
+from tidings.schemas.wire.contract import events_path
+from tidings.schemas.wire.times import parse_time
 
 log = logging.getLogger("tidings.watcher.kubelet_events")
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from tidings._compat import UTC
 from tidings.kube import Client, KubeError
-from tidings.schemas.contract import lease_path
-from tidings.schemas.times import format_time
+from tidings.schemas.wire.contract import lease_path
+from tidings.schemas.wire.times import format_time
 
 log = logging.getLogger("tidings.watcher.leader")
 

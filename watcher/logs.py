@@ -15,8 +15,8 @@ from typing import IO, TYPE_CHECKING
 from tidings._compat import StrEnum
 
 if TYPE_CHECKING:
-    from tidings.schemas.event import ParsedEvent, TaskRef
-    from tidings.schemas.rejection import Rejection
+    from tidings.schemas.wire.event import ParsedEvent, TaskRef
+    from tidings.schemas.wire.rejection import Rejection
 
 log = logging.getLogger("tidings.watcher")
 

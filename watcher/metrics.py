@@ -18,9 +18,9 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
-from tidings.schemas.event import ParsedEvent
-from tidings.schemas.health import HEALTH_CONDITIONS
-from tidings.schemas.rejection import RejectReason
+from tidings.schemas.status.health import HEALTH_CONDITIONS
+from tidings.schemas.wire.event import ParsedEvent
+from tidings.schemas.wire.rejection import RejectReason
 
 from .auth import REASONS
 from .coalesce import COALESCIBLE, CRITICAL, fact_kind

@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from tidings.kube import KubeError
 from tidings.kube.objects import KubeObject
-from tidings.schemas.event import WatchItem
-from tidings.schemas.observed import NodeLoss, node_loss
+from tidings.schemas.engine.observed import NodeLoss, node_loss
+from tidings.schemas.wire.event import WatchItem
 
 from .reflector import object_line
 

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from datetime import datetime
 
 from tidings._compat import UTC
-from tidings.schemas.event import TaskRef
-from tidings.schemas.observed import NodeLoss, PodVerdict, lost_on_node
-from tidings.schemas.times import parse_time
+from tidings.schemas.engine.observed import NodeLoss, PodVerdict, lost_on_node
+from tidings.schemas.wire.event import TaskRef
+from tidings.schemas.wire.times import parse_time
 
 PodKey = tuple[str, str, str]  # namespace, name, uid
 _Since = dict[TaskRef, dict[PodKey, datetime]]

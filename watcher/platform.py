@@ -9,7 +9,7 @@ is tried again quietly), so that
   whose name a new one took, is refused;
 - the TaskFeedback is created owned by that verified object (``owner``);
 - the object's own outcome, as its controller reports it, decides the task it owns
-  (``outcome``; schemas/observed.py reads it);
+  (``outcome``; schemas/engine/observed.py reads it);
 - a batch/v1 Job's ``spec.completions`` is its task's worker count (``completions``);
 - an object that is the outermost platform object of a task (``Seen.root``: no JobSet or
   TrainJob controls it, and its pod template names no task by a key read before its own)
@@ -32,11 +32,11 @@ from typing import Any, Final
 
 from tidings.kube import Client, KubeError
 from tidings.kube.objects import KubeObject
-from tidings.schemas.admission import Retry
-from tidings.schemas.constants import WORKERS_MAX
-from tidings.schemas.event import ObjectRef, TaskRef, WatchItem
-from tidings.schemas.observed import PlatformOutcome, platform_outcome
-from tidings.schemas.platform import (
+from tidings.schemas.engine.admission import Retry
+from tidings.schemas.engine.observed import PlatformOutcome, platform_outcome
+from tidings.schemas.wire.constants import WORKERS_MAX
+from tidings.schemas.wire.event import ObjectRef, TaskRef, WatchItem
+from tidings.schemas.wire.platform import (
     DEFAULT_TASK_KEYS,
     JOB_NAME_LABEL,
     JOBSET_NAME_LABEL,
@@ -45,7 +45,7 @@ from tidings.schemas.platform import (
     PodTask,
     jobset_of,
 )
-from tidings.schemas.rejection import Rejection, RejectReason
+from tidings.schemas.wire.rejection import Rejection, RejectReason
 
 from .reflector import object_line
 from .tracking import OFF, Tracking

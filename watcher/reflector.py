@@ -27,7 +27,7 @@ from tidings.kube import (
 )
 from tidings.kube.flowcontrol import Backoff
 from tidings.kube.objects import KubeObject
-from tidings.schemas.event import WatchItem
+from tidings.schemas.wire.event import WatchItem
 
 log = logging.getLogger("tidings.watcher.reflector")
 

@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from tidings.kube import Client, KubeError
-from tidings.schemas.contract import taskfeedback_path
-from tidings.schemas.event import ObjectRef, TaskRef
+from tidings.schemas.wire.contract import taskfeedback_path
+from tidings.schemas.wire.event import ObjectRef, TaskRef
 
 from .health_clock import HealthClock
 from .logs import task_fields

@@ -6,7 +6,7 @@ Trust is keyed by (namespace, name, uid), never name and uid alone. The rules, i
 
 1. A task fact comes from a pod in the task's own namespace whose labels name the task
    (the first key of the task key list it carries: ``tidings.dev/task``, else its
-   platform's, ``schemas/platform.py``): the live pod. A fact about
+   platform's, ``schemas/wire/platform.py``): the live pod. A fact about
    the pod itself (an emitter that knows no task id) belongs to the task its labels name
    (``task_of``); a pod never seen, whose labels cannot be read, has no known task: such a
    fact is refused (``unknown_task``), never guessed.
@@ -24,7 +24,7 @@ Pods are cached by label-filtered informers (one reflector source per task key, 
 label selector cannot say "any of these keys"); a cache miss falls back to a direct GET,
 since a new pod may race its first event.
 
-The same watches say how each pod ended or why it waits (``schemas/observed.py``): the cache
+The same watches say how each pod ended or why it waits (``schemas/engine/observed.py``): the cache
 keeps that verdict beside the pod's task, indexed by task, and tells ``on_change`` when a
 pod's verdict changes, so the watcher reads the pods' ends with no watch and no GET more.
 """
@@ -42,17 +42,17 @@ from typing import Any
 from tidings._compat import UTC
 from tidings.kube import Client, KubeError
 from tidings.kube.objects import KubeObject
-from tidings.schemas.admission import Retry
-from tidings.schemas.constants import TASK_LABEL
-from tidings.schemas.contract import SENDER_POLICY as POLICY
-from tidings.schemas.contract import SENDER_POLICY_BINDING_PATH as BINDING_PATH
-from tidings.schemas.contract import SENDER_POLICY_PATH as POLICY_PATH
-from tidings.schemas.contract import pods_path
-from tidings.schemas.event import ParsedEvent, PodRef, TaskRef, WatchItem
-from tidings.schemas.observed import NodeLoss, PodVerdict, gone, pod_verdict
-from tidings.schemas.payloads import PodSpawned
-from tidings.schemas.platform import DEFAULT_TASK_KEYS, PodTask, other_keys, pod_task
-from tidings.schemas.rejection import Rejection, RejectReason
+from tidings.schemas.engine.admission import Retry
+from tidings.schemas.engine.observed import NodeLoss, PodVerdict, gone, pod_verdict
+from tidings.schemas.wire.constants import TASK_LABEL
+from tidings.schemas.wire.contract import SENDER_POLICY as POLICY
+from tidings.schemas.wire.contract import SENDER_POLICY_BINDING_PATH as BINDING_PATH
+from tidings.schemas.wire.contract import SENDER_POLICY_PATH as POLICY_PATH
+from tidings.schemas.wire.contract import pods_path
+from tidings.schemas.wire.event import ParsedEvent, PodRef, TaskRef, WatchItem
+from tidings.schemas.wire.payloads import PodSpawned
+from tidings.schemas.wire.platform import DEFAULT_TASK_KEYS, PodTask, other_keys, pod_task
+from tidings.schemas.wire.rejection import Rejection, RejectReason
 
 from .kubelet_events import creating_since
 from .placements import Placements, PodKey, node_of, runs_since

@@ -1,9 +1,9 @@
 """The watcher's settings, declared once: each one's default, flag help, environment variable
 and bounds. `tidings watcher run` builds its flags from these fields and from the health
-conditions' thresholds (schemas/health.py's registry, ``THRESHOLDS``), the process
+conditions' thresholds (schemas/status/health.py's registry, ``THRESHOLDS``), the process
 (``app``) checks them and the controller reads them.
 
-Only the standard library is imported, and schemas/health.py, which imports nothing more:
+Only the standard library is imported, and schemas/status/health.py, which imports nothing more:
 the CLI reads these declarations to build its --help.
 """
 
@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from tidings.schemas.health import THRESHOLDS, HealthSettings
+from tidings.schemas.status.health import THRESHOLDS, HealthSettings
 
 
 def setting(default: Any, help: str | None = None, *, env: str | None = None,
@@ -77,7 +77,7 @@ class Settings:
         0.0, "Delete a finished TaskFeedback that nobody owns (no ownerReferences) and its "
         "bus events this many seconds after its last fact (0: never).",
         env="TIDINGS_TTL_AFTER_FINISHED", minimum=0)
-    # schemas.state.CLOCK_SKEW, written out: importing the state module would load pydantic
+    # schemas.engine.state.CLOCK_SKEW, written out: importing the state module would load pydantic
     # into every `tidings --help` (a unit test keeps the two equal).
     clock_skew: float = setting(
         2.0, "Seconds an event's eventTime may be ahead of the API "
@@ -114,7 +114,7 @@ class Settings:
         [], "With --track platform, namespaces besides kube-* and the watcher's own whose "
         "objects are not tracked (repeatable or comma-separated).",
         env="TIDINGS_TRACK_SKIP_NAMESPACES")
-    # Health: each condition's thresholds by name (schemas/health.py's registry declares them
+    # Health: each condition's thresholds by name (schemas/status/health.py's registry declares them
     # with their flags; absent: the default). The watcher judges silence on a clock and
     # writes a task's status only when a worker's silence passes its limit.
     health: dict[str, float] = setting({})  # noqa: RUF009 - setting() is a dataclasses.field
@@ -202,21 +202,21 @@ def _out_of_bounds(where: str, value: float, low: float, high: float | None,
 
 
 def options(**flags: Any) -> Options:
-    """The ``Options`` a command line gives: each health threshold's flag (schemas/health.py
+    """The ``Options`` a command line gives: each health threshold's flag (schemas/status/health.py
     declares them: ``Threshold.flag``, ``Threshold.env``) goes into ``health``."""
     health = {name: flags.pop(name) for name in THRESHOLDS if name in flags}
     return Options(**flags, health=health)
 
 
 def health_settings(s: Settings) -> HealthSettings:
-    """The ``schemas.health.HealthSettings`` these settings name."""
+    """The ``schemas.status.health.HealthSettings`` these settings name."""
     return HealthSettings(**s.health)
 
 
 def task_keys(s: Settings) -> tuple[str, ...]:
-    """The task key list the settings name (schemas/platform.py's default when unset).
+    """The task key list the settings name (schemas/wire/platform.py's default when unset).
     Raises ValueError for a bad list."""
-    from tidings.schemas.platform import DEFAULT_TASK_KEYS, parse_task_keys
+    from tidings.schemas.wire.platform import DEFAULT_TASK_KEYS, parse_task_keys
 
     return parse_task_keys(s.task_label_keys) if s.task_label_keys.strip() \
         else DEFAULT_TASK_KEYS

@@ -33,15 +33,15 @@ from datetime import datetime
 
 import orjson
 
-from tidings.schemas.event import ObjectRef, ParsedEvent, TaskRef
-from tidings.schemas.folding import fold_checked
-from tidings.schemas.observed import PlatformOutcome, PodVerdict
-from tidings.schemas.observing import observe
-from tidings.schemas.rejection import RejectReason
-from tidings.schemas.state import DEFAULT_LIMITS, Limits, TaskState, new_state
-from tidings.schemas.status_decoder import NOTHING_UNREAD, Unread, decode_status, read_status
-from tidings.schemas.status_encoder import to_status
-from tidings.schemas.version_vector import VersionVector
+from tidings.schemas.engine.folding import fold_checked
+from tidings.schemas.engine.observed import PlatformOutcome, PodVerdict
+from tidings.schemas.engine.observing import observe
+from tidings.schemas.engine.state import DEFAULT_LIMITS, Limits, TaskState, new_state
+from tidings.schemas.engine.version_vector import VersionVector
+from tidings.schemas.status.decoder import NOTHING_UNREAD, Unread, decode_status, read_status
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.wire.event import ObjectRef, ParsedEvent, TaskRef
+from tidings.schemas.wire.rejection import RejectReason
 
 
 @dataclass(slots=True)
@@ -74,7 +74,7 @@ class Entry:
     # Events refused for this task, by reason (persisted as status.refused).
     refused: dict[str, int] = field(default_factory=dict)
     # What the object's status held that could not be read: written back as it was (a
-    # partial read is never written over; see schemas/status_decoder.py's ``Unread``).
+    # partial read is never written over; see schemas/status/decoder.py's ``Unread``).
     unread: Unread = NOTHING_UNREAD
     # The version the health clock asked to be written (its state did not change, the
     # time did): a rebase finding the status equal to our state must still write it.

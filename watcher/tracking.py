@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from tidings._compat import UTC
-from tidings.schemas.observed import PodVerdict
+from tidings.schemas.engine.observed import PodVerdict
 
 from .kubelet_events import creating_since
 from .settings import Settings

@@ -29,16 +29,16 @@ from typing import cast
 from tidings._compat import UTC
 from tidings.kube import Client, KubeError
 from tidings.kube.objects import TaskFeedback
-from tidings.schemas.contract import (
+from tidings.schemas.engine.state import TaskState
+from tidings.schemas.status.decoder import decode_status, read_status
+from tidings.schemas.wire.contract import (
     events_path,
     pod_facts_selector,
     task_selector,
     taskfeedback_path,
 )
-from tidings.schemas.event import TaskRef
-from tidings.schemas.state import TaskState
-from tidings.schemas.status_decoder import decode_status, read_status
-from tidings.schemas.times import from_epoch, parse_time
+from tidings.schemas.wire.event import TaskRef
+from tidings.schemas.wire.times import from_epoch, parse_time
 
 log = logging.getLogger("tidings.watcher.ttl")
 

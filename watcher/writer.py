@@ -33,13 +33,13 @@ from tidings._compat import UTC
 from tidings.emitter.task import owner_reference
 from tidings.kube import JSON, METADATA_ONLY, Client, KubeError
 from tidings.kube.flowcontrol import TokenBucket
-from tidings.schemas.admission import Retry
-from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
-from tidings.schemas.event import ObjectRef, TaskRef
-from tidings.schemas.health import DEFAULT_HEALTH, HEALTH_CONDITIONS, HealthSettings, judge
-from tidings.schemas.state import TaskState
-from tidings.schemas.status_decoder import NOTHING_UNREAD, Unread
-from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
+from tidings.schemas.engine.admission import Retry
+from tidings.schemas.engine.state import TaskState
+from tidings.schemas.status.decoder import NOTHING_UNREAD, Unread
+from tidings.schemas.status.encoder import STATUS_BUDGET, to_status
+from tidings.schemas.status.health import DEFAULT_HEALTH, HEALTH_CONDITIONS, HealthSettings, judge
+from tidings.schemas.wire.contract import taskfeedback_body, taskfeedback_path
+from tidings.schemas.wire.event import ObjectRef, TaskRef
 
 from .coalesce import Coalescer, ends_stall
 from .logs import task_fields

@@ -13,7 +13,7 @@ import sys
 
 from tidings import emitter as tidings
 from tidings.emitter.task import create_task_feedback
-from tidings.schemas.event import ObjectRef
+from tidings.schemas.wire.event import ObjectRef
 
 
 def own(task: str) -> int:

@@ -33,7 +33,7 @@ PYTHON = REPO_ROOT / ".venv" / "bin" / "python"
 
 
 def payload_for(seq: int, count: int) -> Any:
-    from tidings.schemas.payloads import DeckReady, LogLink, Progress, SpanSummary
+    from tidings.schemas.wire.payloads import DeckReady, LogLink, Progress, SpanSummary
 
     kind = seq % 4
     if seq == count:
@@ -66,7 +66,7 @@ def emit_main(argv: list[str]) -> int:
     a = ap.parse_args(argv)
 
     from tidings.kube import KubeError, connect
-    from tidings.schemas.event import PodRef, TaskRef, build_event
+    from tidings.schemas.wire.event import PodRef, TaskRef, build_event
 
     kube = connect(a.kubeconfig)
     pod_name, pod_uid = a.pod.split(":", 1)
@@ -150,8 +150,8 @@ def expected_status(namespace: str, task: str, bodies: list[dict[str, Any]],
     as ``task_status`` reads the written one."""
     from kubernetes import client
 
-    from tidings.schemas.event import ParsedEvent, TaskRef, parse_event
-    from tidings.schemas.folding import fold_all
+    from tidings.schemas.engine.folding import fold_all
+    from tidings.schemas.wire.event import ParsedEvent, TaskRef, parse_event
     from tidings.watcher.writer import status_body
 
     ref = TaskRef(namespace, task)

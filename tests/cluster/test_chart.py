@@ -172,7 +172,7 @@ def test_task_label_keys_become_the_watcher_flag(helm_env: dict[str, str]) -> No
 
 def test_health_thresholds_become_the_watchers_flags(helm_env: dict[str, str]) -> None:
     """``watcher.health`` names each threshold as its flag in camelCase (the thresholds are
-    schemas/health.py's registry: none is listed in the chart); the watcher takes each one
+    schemas/status/health.py's registry: none is listed in the chart); the watcher takes each one
     rendered, and refuses a name it does not know with a one-line error."""
     tidings = str(Path(sys.executable).parent / "tidings")
     docs = render(helm_env, "watcher.health.stallFactor=20", "watcher.health.stallMin=90",

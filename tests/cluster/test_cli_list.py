@@ -22,7 +22,7 @@ from tests.cluster.support_cli import (
     invoke,
     proc_pool,
 )
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.status.encoder import to_status
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster

@@ -34,7 +34,7 @@ from tidings.schemas import (
     fold_all,
     parse_event,
 )
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.status.encoder import to_status
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster

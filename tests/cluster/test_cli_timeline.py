@@ -22,8 +22,8 @@ from tests.cluster.support_cli import (
     write_status,
 )
 from tidings.schemas import Progress, SpanSummary
-from tidings.schemas.payloads import Window, span_row
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.wire.payloads import Window, span_row
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -186,7 +186,7 @@ def test_span_names_xml_forbids_still_make_a_readable_svg(
     status a watcher (or anyone with status rights) wrote is read back: the SVG, the JSON and
     the terminal output all stay well-formed, the names shown without the noncharacters."""
     from tidings.schemas import TaskRef, fold_all, parse_event
-    from tidings.schemas.event import PodRef, build_event
+    from tidings.schemas.wire.event import PodRef, build_event
 
     t = datetime.now(UTC).timestamp()
     for seq, name in enumerate(NONCHARACTER_NAMES):

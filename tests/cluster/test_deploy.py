@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 from tests.cluster.test_controlplane import bound_token, client_with_token
 from tests.support import create_kwok_pod, eventually, pod_phase, write_cri_log
 from tidings.schemas import COUNTER_NAMES, TaskRef, fold_all
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.status.encoder import to_status
 from tools.devcluster import REPO_ROOT, ControlPlane
 
 pytestmark = pytest.mark.cluster

@@ -18,9 +18,9 @@ from tests.support import create_kwok_pod
 from tidings.emitter import Emitter, EmitterConfig, Identity, Span
 from tidings.emitter.transport import KubeTransport
 from tidings.kube import connect
-from tidings.schemas.constants import BUS_CONTROLLER, NOTE_LIMIT
-from tidings.schemas.event import ParsedEvent, event_name, parse_event
-from tidings.schemas.payloads import (
+from tidings.schemas.wire.constants import BUS_CONTROLLER, NOTE_LIMIT
+from tidings.schemas.wire.event import ParsedEvent, event_name, parse_event
+from tidings.schemas.wire.payloads import (
     DeckReady,
     LogLink,
     PodSpawned,

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from tests.cluster.test_emitter import TASK, parsed_events, workload
 from tidings.cli.main import app
-from tidings.schemas.payloads import DeckReady, LogLink, Progress, Window, span_summaries
+from tidings.schemas.wire.payloads import DeckReady, LogLink, Progress, Window, span_summaries
 from tools.devcluster import ControlPlane
 
 TIDINGS = str(Path(sys.executable).parent / "tidings")

@@ -20,7 +20,7 @@ from tidings.emitter import Emitter, EmitterConfig
 from tidings.emitter.transport import KubeTransport
 from tidings.kube import Client, ClusterConfig, connect
 from tidings.kube.auth import NoAuth, bearer
-from tidings.schemas.payloads import LogLink
+from tidings.schemas.wire.payloads import LogLink
 from tools.devcluster import ControlPlane
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}

@@ -25,7 +25,7 @@ from tests.support import create_kwok_pod, eventually
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.transport import KubeTransport, connect
 from tidings.schemas import LogLink, Progress
-from tidings.schemas.constants import TASK_LABEL
+from tidings.schemas.wire.constants import TASK_LABEL
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster

@@ -28,8 +28,8 @@ from tidings.emitter.task import (
 )
 from tidings.emitter.transport import KubeTransport
 from tidings.kube import connect
-from tidings.schemas.constants import BUS_CONTROLLER
-from tidings.schemas.contract import taskfeedback_path
+from tidings.schemas.wire.constants import BUS_CONTROLLER
+from tidings.schemas.wire.contract import taskfeedback_path
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster

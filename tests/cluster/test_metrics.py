@@ -19,7 +19,7 @@ from tests.support import create_kwok_pod, eventually
 from tidings.cli.taskrender import SPARK_BLOCKS
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.transport import KubeTransport, connect
-from tidings.schemas.history import HISTORY_POINTS
+from tidings.schemas.wire.history import HISTORY_POINTS
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -114,7 +114,7 @@ def test_tidings_emit_metric_delivers_numbers_and_refuses_what_is_not_one(
         control_plane: ControlPlane, admin: Any, namespace: str) -> None:
     from tests.cluster.test_emitter import parsed_events
     from tests.cluster.test_emitter_cli import env_for, one_line, run
-    from tidings.schemas.payloads import Metric, Window
+    from tidings.schemas.wire.payloads import Metric, Window
 
     env = env_for(control_plane, admin, namespace)
     ok = run(["metric", "log_likelihood", "-0.5", "--step", "3"], env)  # a negative VALUE
@@ -143,7 +143,7 @@ def test_a_nan_beyond_the_metrics_cap_is_judged_and_survives_a_watcher_restart(
     NonFiniteMetrics said AllFinite. It is named now, and a new watcher that reads the status
     (a restart, a failover) still names it: the status keeps the names beyond the cap."""
     from tests.cluster.support_cli import emit
-    from tidings.schemas.payloads import Metrics
+    from tidings.schemas.wire.payloads import Metrics
 
     task = "wide-metrics"
     pod = create_kwok_pod(admin, namespace, f"{task}-0", labels={"tidings.dev/task": task})

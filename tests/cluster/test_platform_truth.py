@@ -5,7 +5,7 @@ running the Job controller and the garbage collector.
 A real batch/v1 Job retries a worker that crashed or was OOM-killed and completes: the task
 follows it to Succeeded, 100 %, its failed attempt shown as retried. JobSet, TrainJob and
 Argo Workflow objects (minimal CRDs: their controllers are not built here) get the status
-their controllers write (upstream sources cited in schemas/observed.py). A forged owner uid
+their controllers write (upstream sources cited in schemas/engine/observed.py). A forged owner uid
 is refused; a Job replaced under the same name is a new run with a new TaskFeedback."""
 
 from __future__ import annotations

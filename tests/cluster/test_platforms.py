@@ -385,7 +385,7 @@ def test_a_pod_never_seen_whose_task_cannot_be_known_is_counted_not_guessed(
 def test_the_policy_admits_a_fact_about_the_sender_s_own_pod_and_no_other(
         control_plane: ControlPlane, admin: Any, policy: None, namespace: str) -> None:
     from tidings.schemas import ObjectRef, PodRef, TaskRef, build_event
-    from tidings.schemas.payloads import LogLink
+    from tidings.schemas.wire.payloads import LogLink
 
     grant_workload(admin, namespace)
     me = pod(admin, namespace, "me-0", {"batch.kubernetes.io/job-name": "j"}, [])

@@ -21,7 +21,7 @@ from tests.cluster.support_watcher import WatcherProc, task_status
 from tests.cluster.test_watcher import crd, kubeconfig, metric, start_watcher, watchers  # noqa: F401
 from tests.support import create_kwok_pod, eventually
 from tidings.schemas import PodRef, Progress, TaskRef, build_event
-from tidings.schemas.constants import TASK_LABEL
+from tidings.schemas.wire.constants import TASK_LABEL
 
 pytestmark = pytest.mark.cluster
 

@@ -31,7 +31,7 @@ from tidings.schemas import (
     build_event,
     format_time,
 )
-from tidings.schemas.status_encoder import STATUS_BUDGET
+from tidings.schemas.status.encoder import STATUS_BUDGET
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -280,7 +280,7 @@ def test_a_status_write_answered_with_metadata_only_still_refuses_a_stale_writer
     object's metadata only (the API server encodes no status back). The new resourceVersion
     is in the answer, and a write at the old one is refused (409): a stale writer never wins."""
     from tidings.kube import JSON, METADATA_ONLY, KubeError, connect
-    from tidings.schemas.contract import taskfeedback_body, taskfeedback_path
+    from tidings.schemas.wire.contract import taskfeedback_body, taskfeedback_path
     from tidings.watcher.writer import FIELD_MANAGER
 
     kube = connect(str(control_plane.kubeconfig("admin")))

@@ -32,8 +32,8 @@ from tidings.schemas import (
     TaskState,
     build_event,
 )
-from tidings.schemas.payloads import DeckReady, LogLink, Progress, SpanSummary
-from tidings.schemas.status_decoder import decode_status
+from tidings.schemas.status.decoder import decode_status
+from tidings.schemas.wire.payloads import DeckReady, LogLink, Progress, SpanSummary
 from tools.devcluster import REPO_ROOT, ControlPlane
 
 pytestmark = pytest.mark.cluster

@@ -25,9 +25,9 @@ from tests.cluster.test_emitter import emitter_for
 from tests.support import create_kwok_pod, eventually
 from tidings.emitter import Identity
 from tidings.schemas import TaskState
-from tidings.schemas.payloads import LogLink, Progress
-from tidings.schemas.status_encoder import to_status
-from tidings.schemas.times import parse_time
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.wire.payloads import LogLink, Progress
+from tidings.schemas.wire.times import parse_time
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster

@@ -29,9 +29,9 @@ from tests.cluster.test_trust import (  # noqa: F401 - fixtures
 )
 from tests.support import eventually, expanded
 from tidings.schemas import PodRef, PodSpawned, TaskRef, build_event
-from tidings.schemas.constants import BUS_CONTROLLER
-from tidings.schemas.payloads import LogLink, Progress, SpanSummary
-from tidings.schemas.status_decoder import decode_status
+from tidings.schemas.status.decoder import decode_status
+from tidings.schemas.wire.constants import BUS_CONTROLLER
+from tidings.schemas.wire.payloads import LogLink, Progress, SpanSummary
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster

@@ -42,8 +42,8 @@ from tidings.schemas import (
     fold_all,
     parse_event,
 )
-from tidings.schemas.state import TaskState
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.engine.state import TaskState
+from tidings.schemas.status.encoder import to_status
 from tools import chromium
 from tools.devcluster import ControlPlane
 
@@ -321,8 +321,8 @@ def test_a_worker_oom_killed_without_a_word_counts_alike_in_the_row_the_page_and
         control_plane: ControlPlane) -> None:
     """One worker, OOM-killed before any final report: final by its pod's end and failed in
     the list's row (not 0/1), as on its page, in `tidings list -o wide` and `tidings state`."""
-    from tidings.schemas.observed import PodVerdict
-    from tidings.schemas.observing import observe
+    from tidings.schemas.engine.observed import PodVerdict
+    from tidings.schemas.engine.observing import observe
 
     state = a_state(namespace, "oom", [Progress(fraction=0.5, message="epoch 1")])
     (pod,) = state.workers

@@ -190,8 +190,8 @@ def test_lineage_events_are_skipped_not_rejected(admin: Any, namespace: str, kub
                                                  start_watcher: Any) -> None:
     from kubernetes import client
 
-    from tidings.schemas.event import ObjectRef, PodRef, TaskRef, build_event
-    from tidings.schemas.payloads import PodSpawned
+    from tidings.schemas.wire.event import ObjectRef, PodRef, TaskRef, build_event
+    from tidings.schemas.wire.payloads import PodSpawned
 
     w = start_watcher()
     pod = create_kwok_pod(admin, namespace, "app-pod", labels={TASK_LABEL: "app"})

@@ -40,7 +40,7 @@ def _latency_count(w: WatcherProc, kind: str) -> float:
 
 
 def _is_critical(seq: int, total: int) -> bool:
-    from tidings.schemas.payloads import Progress, SpanSummary
+    from tidings.schemas.wire.payloads import Progress, SpanSummary
 
     p = payload_for(seq, total)
     return not (isinstance(p, SpanSummary) or (isinstance(p, Progress) and not p.final))
@@ -102,7 +102,7 @@ def test_a_rejected_event_is_logged_once_across_a_forced_relist(
     # A bus event the parser refuses (its note is no payload): named in the log as well.
     from kubernetes import client
 
-    from tidings.schemas.constants import BUS_CONTROLLER
+    from tidings.schemas.wire.constants import BUS_CONTROLLER
 
     client.EventsV1Api(admin).create_namespaced_event(
         namespace, raw_event(namespace, "malformed-1", controller=BUS_CONTROLLER))

@@ -28,7 +28,7 @@ def watchers() -> Iterator[list[WatcherProc]]:
 
 
 def _has(admin: Any, namespace: str, task: str, seq: int) -> bool:
-    from tidings.schemas.version_vector import VersionVector
+    from tidings.schemas.engine.version_vector import VersionVector
 
     st = task_status(admin, namespace, task) or {}
     return VersionVector.from_text(st.get("applied", "")).contains(f"{task}-i", seq)
@@ -38,9 +38,9 @@ def test_a_critical_fact_overtakes_a_backlog_of_coalescible_writes(
         control_plane: Any, admin: Any, namespace: str, tmp_path: Path,
         watchers: list[WatcherProc]) -> None:
     from tidings.kube import connect
-    from tidings.schemas.constants import TASK_LABEL
-    from tidings.schemas.event import PodRef, TaskRef, build_event
-    from tidings.schemas.payloads import LogLink, Progress, SpanSummary
+    from tidings.schemas.wire.constants import TASK_LABEL
+    from tidings.schemas.wire.event import PodRef, TaskRef, build_event
+    from tidings.schemas.wire.payloads import LogLink, Progress, SpanSummary
 
     control_plane.kubectl_run("apply", "-f", str(REPO_ROOT / "deploy/crd.yaml"))
     control_plane.wait_established("taskfeedbacks.tidings.dev")
@@ -110,9 +110,9 @@ def test_span_windows_are_written_at_the_coalescing_interval_not_per_window(
     import time
 
     from tidings.kube import connect
-    from tidings.schemas.constants import TASK_LABEL
-    from tidings.schemas.event import PodRef, TaskRef, build_event
-    from tidings.schemas.payloads import Progress, SpanSummaries, span_row
+    from tidings.schemas.wire.constants import TASK_LABEL
+    from tidings.schemas.wire.event import PodRef, TaskRef, build_event
+    from tidings.schemas.wire.payloads import Progress, SpanSummaries, span_row
 
     control_plane.kubectl_run("apply", "-f", str(REPO_ROOT / "deploy/crd.yaml"))
     control_plane.wait_established("taskfeedbacks.tidings.dev")

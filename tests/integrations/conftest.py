@@ -18,7 +18,7 @@ import pytest
 from tests.cluster.support_watcher import REPO_ROOT
 from tests.cluster.test_watcher import crd, start_watcher, watchers  # noqa: F401 - fixtures
 from tests.support import create_kwok_pod
-from tidings.schemas.constants import TASK_LABEL
+from tidings.schemas.wire.constants import TASK_LABEL
 
 FRAMEWORKS = ("transformers", "lightning", "flytekit", "mlflow", "wandb", "torch")
 WORKLOADS = Path(__file__).with_name("workloads.py")

@@ -14,7 +14,7 @@ from kubernetes import client
 
 from tests.node.support import pod, run_pod, wait_phase
 from tests.support import create_kwok_pod, eventually
-from tidings.schemas.observed import pod_verdict
+from tidings.schemas.engine.observed import pod_verdict
 from tools.devcluster import ControlPlane
 from tools.devnode import RealNode
 

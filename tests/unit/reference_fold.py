@@ -2,7 +2,7 @@
 
 Kept verbatim (its imports and constructors adapted; the per-entry merges and the
 compaction, unchanged since, are imported from the engine) as the oracle of the property
-tests: every fold of schemas/folding.py (``fold``, ``fold_many``, ``fold_checked``) must give
+tests: every fold of schemas/engine/folding.py (``fold``, ``fold_many``, ``fold_checked``) must give
 byte-identical statuses and equal states. Each event copies the maps it touches and builds
 new immutable entries, which is slow and obviously per event; it is not used by the code.
 """
@@ -13,25 +13,9 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import TypeVar
 
-from tidings.schemas.apply import _count, _set_named
-from tidings.schemas.caps import events_of, insert_capped
-from tidings.schemas.constants import MESSAGE_LIMIT, non_finite_text
-from tidings.schemas.event import ParsedEvent
-from tidings.schemas.folding import _compact
-from tidings.schemas.payloads import (
-    DeckReady,
-    LogLink,
-    Metric,
-    Metrics,
-    PodSpawned,
-    Progress,
-    SpanSummaries,
-    SpanSummary,
-    UnknownPayload,
-    Window,
-    cut_text,
-)
-from tidings.schemas.roster import (
+from tidings.schemas.engine.apply import _count, _set_named
+from tidings.schemas.engine.folding import _compact
+from tidings.schemas.engine.roster import (
     FAILED,
     FINAL,
     FRACTION_MASK,
@@ -44,9 +28,25 @@ from tidings.schemas.roster import (
     pod_hash,
     uid_print,
 )
-from tidings.schemas.spans import WINDOW_BUCKETS
-from tidings.schemas.state import Beyond, Limits, Named, SpanAgg, TaskState
-from tidings.schemas.workers import merge_progress
+from tidings.schemas.engine.spans import WINDOW_BUCKETS
+from tidings.schemas.engine.state import Beyond, Limits, Named, SpanAgg, TaskState
+from tidings.schemas.engine.workers import merge_progress
+from tidings.schemas.wire.caps import events_of, insert_capped
+from tidings.schemas.wire.constants import MESSAGE_LIMIT, non_finite_text
+from tidings.schemas.wire.event import ParsedEvent
+from tidings.schemas.wire.payloads import (
+    DeckReady,
+    LogLink,
+    Metric,
+    Metrics,
+    PodSpawned,
+    Progress,
+    SpanSummaries,
+    SpanSummary,
+    UnknownPayload,
+    Window,
+    cut_text,
+)
 
 K = TypeVar("K")
 V = TypeVar("V")

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from tidings.schemas.version_vector import VersionVector
+from tidings.schemas.engine.version_vector import VersionVector
 
 
 def canon(o: Any) -> Any:

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidings.schemas import LogLink, PodRef, PodSpawned, Progress, TaskRef
-from tidings.schemas.admission import (
+from tidings.schemas.engine.admission import (
     Retry,
     TaskObject,
     Verdict,
@@ -22,10 +22,10 @@ from tidings.schemas.admission import (
     admission,
     is_task_fact,
 )
-from tidings.schemas.constants import KIND, TASK_LABEL
-from tidings.schemas.event import ObjectRef, ParsedEvent, build_event, parse_event
-from tidings.schemas.platform import DEFAULT_TASK_KEYS, pod_task
-from tidings.schemas.rejection import Rejection, RejectReason
+from tidings.schemas.wire.constants import KIND, TASK_LABEL
+from tidings.schemas.wire.event import ObjectRef, ParsedEvent, build_event, parse_event
+from tidings.schemas.wire.platform import DEFAULT_TASK_KEYS, pod_task
+from tidings.schemas.wire.rejection import Rejection, RejectReason
 from tidings.watcher.controller import Controller
 from tidings.watcher.metrics import Metrics
 from tidings.watcher.settings import Settings
@@ -135,7 +135,7 @@ def test_the_watcher_and_the_local_fold_admit_the_same_facts(
     assert cli_admits(raws, uid) == watcher_admits(raws, uid, stale)
 
 
-# --- the rule itself (schemas/admission.py), pure --------------------------------------
+# --- the rule itself (schemas/engine/admission.py), pure --------------------------------------
 
 SPOOF = Rejection.of(RejectReason.SPOOFED_SENDER, "spoofed")
 FORGED = Rejection.of(RejectReason.UNVERIFIED_OWNER, "forged")

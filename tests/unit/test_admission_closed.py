@@ -9,14 +9,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tidings.schemas import PodRef, PodSpawned, Progress, TaskRef, fold, new_state
-from tidings.schemas.constants import TASK_LABEL
-from tidings.schemas.contract import SENDER_POLICY as POLICY
-from tidings.schemas.contract import SENDER_POLICY_BINDING_PATH, SENDER_POLICY_PATH
-from tidings.schemas.event import ParsedEvent, build_event, parse_event
-from tidings.schemas.platform import DEFAULT_TASK_KEYS, pod_task
-from tidings.schemas.record import POD_FIELDS, fields_of
-from tidings.schemas.rejection import Rejection, RejectReason
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.wire.constants import TASK_LABEL
+from tidings.schemas.wire.contract import SENDER_POLICY as POLICY
+from tidings.schemas.wire.contract import SENDER_POLICY_BINDING_PATH, SENDER_POLICY_PATH
+from tidings.schemas.wire.event import ParsedEvent, build_event, parse_event
+from tidings.schemas.wire.platform import DEFAULT_TASK_KEYS, pod_task
+from tidings.schemas.wire.record import POD_FIELDS, fields_of
+from tidings.schemas.wire.rejection import Rejection, RejectReason
 from tidings.watcher.senders import ProofPolicy, Senders
 
 NS = "team-a"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidings.schemas.event import TaskRef
+from tidings.schemas.wire.event import TaskRef
 from tidings.watcher.announce import CONTROLLER, Transition, event_body, transitions
 
 TASK = TaskRef("team-a", "train")

@@ -15,8 +15,8 @@ from tidings.cli.common import CliError, parse_request_timeout
 from tidings.cli.jsonpath import TemplateError, parse_template, render
 from tidings.cli.kube import NO_CRD, Action, api_error, client_timeout, no_such_resource
 from tidings.cli.list_cmd import header, row, table
-from tidings.schemas import view
-from tidings.schemas.times import parse_time
+from tidings.schemas.view import model as view
+from tidings.schemas.wire.times import parse_time
 
 DATA = {"kind": "List", "items": [
     {"metadata": {"name": "a", "labels": {"app.kubernetes.io/name": "x"}},
@@ -75,7 +75,7 @@ def test_request_timeout_becomes_a_client_timeout() -> None:
 
 
 def age(t: str | None, now: datetime | None = None) -> str:
-    """The one age formatter (schemas/view.py) of a time as the status writes it."""
+    """The one age formatter (schemas/view/model.py) of a time as the status writes it."""
     return view.age(parse_time(t), now or datetime.now(UTC))
 
 

@@ -21,7 +21,7 @@ from tidings.cli.common import CliError, Output, check_name, dump, parse_duratio
 from tidings.cli.logstream import Dedup, since_time, ts_key
 from tidings.cli.main import app
 from tidings.cli.timeline_cmd import busy_bar, svg
-from tidings.schemas.status_decoder import decode_status
+from tidings.schemas.status.decoder import decode_status
 
 HOSTILE = "ok\x1b[31mred\x1b]0;pwned\x07\x9b2J\x08\r\x00end\u202e"
 
@@ -192,7 +192,7 @@ def test_a_command_is_built_without_its_siblings(monkeypatch: pytest.MonkeyPatch
 
 def test_a_list_row_loads_no_page_model() -> None:
     # A row of `tidings get`/`list` (every output format) reads the object with the list
-    # row's model (schemas/summary.py): the page's model, its eleven dataclasses, stays out.
+    # row's model (schemas/view/summary.py): the page's model, its eleven dataclasses, stays out.
     obj = {"metadata": {"name": "t", "namespace": "ns", "creationTimestamp":
                         "2026-11-30T11:00:00Z"},
            "status": {"phase": "Running", "progress": {"percent": 40, "message": "m",
@@ -208,7 +208,8 @@ def test_a_list_row_loads_no_page_model() -> None:
              "    p = Printer(fmt, True, sys.stdout.write)\n"
              "    p.listing([obj], '9')\n"
              "    p.change(obj)\n"
-             "print('LOADED', sorted(m for m in ('tidings.schemas.view', 'tidings.schemas.state',"
+             "print('LOADED', sorted(m for m in ('tidings.schemas.view.model',"
+             " 'tidings.schemas.engine.state',"
              " 'pydantic', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True).stdout

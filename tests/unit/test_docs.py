@@ -147,7 +147,7 @@ def test_the_recipe_wires_nothing_but_a_rolebinding_and_a_label() -> None:
     # tidings-workload and a pod whose labels name its task; the process learns the rest.
     import yaml
 
-    from tidings.schemas.platform import DEFAULT_TASK_KEYS
+    from tidings.schemas.wire.platform import DEFAULT_TASK_KEYS
 
     docs = list(yaml.safe_load_all((ROOT / "deploy/examples/local-pod.yaml").read_text()))
     by_kind = {d["kind"]: d for d in docs}

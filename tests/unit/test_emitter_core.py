@@ -13,9 +13,9 @@ from tests.support import eventually
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.retry import SendError
 from tidings.emitter.transport import LogSink
-from tidings.schemas.constants import NOTE_LIMIT
-from tidings.schemas.event import ParsedEvent, parse_event
-from tidings.schemas.payloads import (
+from tidings.schemas.wire.constants import NOTE_LIMIT
+from tidings.schemas.wire.event import ParsedEvent, parse_event
+from tidings.schemas.wire.payloads import (
     LogLink,
     Payload,
     PodSpawned,

@@ -13,9 +13,9 @@ from tests.unit.test_emitter_core import Recorder, make
 from tests.unit.test_metrics import sent_metrics
 from tidings.emitter.curves import Curve
 from tidings.schemas import TaskRef, fold_all
-from tidings.schemas.constants import NOTE_LIMIT
-from tidings.schemas.history import BUCKETS, HISTORY_POINTS, curve_value, sample
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.wire.constants import NOTE_LIMIT
+from tidings.schemas.wire.history import BUCKETS, HISTORY_POINTS, curve_value, sample
 
 TASK = TaskRef("ml", "run-7")
 

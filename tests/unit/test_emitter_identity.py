@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from tests.unit import test_emitter_core
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.kube.auth import BoundPod, bound_pod
-from tidings.schemas.constants import SENDER_UID_ANNOTATION, WORKERS_MAX
-from tidings.schemas.event import parse_event
-from tidings.schemas.payloads import LogLink, Progress
-from tidings.schemas.rejection import Rejection
+from tidings.schemas.wire.constants import SENDER_UID_ANNOTATION, WORKERS_MAX
+from tidings.schemas.wire.event import parse_event
+from tidings.schemas.wire.payloads import LogLink, Progress
+from tidings.schemas.wire.rejection import Rejection
 
 POD = BoundPod("ml", "train-7-0-abcde", "6f1c2d3e-0000-4000-8000-000000000001")
 

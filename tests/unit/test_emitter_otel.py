@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.test_emitter_core import make
-from tidings.schemas.payloads import span_summaries
+from tidings.schemas.wire.payloads import span_summaries
 
 trace_sdk = pytest.importorskip("opentelemetry.sdk.trace")
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.unit.test_emitter_core import make
 from tidings.emitter.outcome import CRASH_MESSAGE_LIMIT, crash_message
-from tidings.schemas.payloads import Progress
+from tidings.schemas.wire.payloads import Progress
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,7 +47,7 @@ def run_child(tmp_path: Path, body: str) -> tuple[subprocess.CompletedProcess[st
     script = PREAMBLE + textwrap.dedent(body)
     proc = subprocess.run([sys.executable, "-c", script, str(out)], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=60)
-    from tidings.schemas.event import ParsedEvent, parse_event
+    from tidings.schemas.wire.event import ParsedEvent, parse_event
 
     events = [parse_event(json.loads(line)) for line in
               (out.read_text().splitlines() if out.exists() else [])]
@@ -282,7 +282,7 @@ def sigterm_child(tmp_path: Path, body: str, *, env: dict[str, str] | None = Non
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    from tidings.schemas.event import ParsedEvent, parse_event
+    from tidings.schemas.wire.event import ParsedEvent, parse_event
 
     events = [parse_event(json.loads(line)) for line in
               (out.read_text().splitlines() if out.exists() else [])]

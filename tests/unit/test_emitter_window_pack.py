@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from tidings.emitter import window
 from tidings.emitter.aggregate import Agg
 from tidings.emitter.items import LatestKey, LatestUpdate
-from tidings.schemas.constants import NOTE_LIMIT, SEQ_MAX
-from tidings.schemas.note import encode_note_bytes
-from tidings.schemas.payloads import Window
+from tidings.schemas.wire.constants import NOTE_LIMIT, SEQ_MAX
+from tidings.schemas.wire.note import encode_note_bytes
+from tidings.schemas.wire.payloads import Window
 
 INSTANCE = "a" * 32
 names = st.from_regex(r"[a-z][a-z0-9_.]{0,80}", fullmatch=True)

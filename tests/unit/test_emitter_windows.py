@@ -8,8 +8,8 @@ import time
 from tests.support import eventually
 from tests.unit.test_emitter_core import make
 from tidings.emitter import EmitterConfig
-from tidings.schemas.constants import NOTE_LIMIT
-from tidings.schemas.payloads import Progress, Window, span_summaries
+from tidings.schemas.wire.constants import NOTE_LIMIT
+from tidings.schemas.wire.payloads import Progress, Window, span_summaries
 
 
 def _training_loop(em: object, seconds: float, steps_per_s: float = 100.0) -> int:

@@ -28,10 +28,10 @@ from tidings.schemas import (
     fold_many,
     new_state,
 )
-from tidings.schemas.event import event_name
-from tidings.schemas.folding import fold_checked
-from tidings.schemas.state import TaskState
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.engine.folding import fold_checked
+from tidings.schemas.engine.state import TaskState
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.wire.event import event_name
 
 
 def restart_scene(n: int, *, spread: int = 20, seed: int = 7) -> list[ParsedEvent]:
@@ -164,9 +164,9 @@ def test_the_watcher_folds_a_relist_in_pages_as_one_batch() -> None:
     500, a fold worker free between pages. Folded page by page, a later page's older events
     would meet a watermark the earlier pages' finals raised; the fold waits for the list's
     end, and every final lands."""
-    from tidings.schemas.constants import TASK_LABEL
-    from tidings.schemas.platform import PodTask
-    from tidings.schemas.status_decoder import decode_status
+    from tidings.schemas.status.decoder import decode_status
+    from tidings.schemas.wire.constants import TASK_LABEL
+    from tidings.schemas.wire.platform import PodTask
     from tidings.watcher.controller import Controller, Settings
     from tidings.watcher.delivery import EventSource
     from tidings.watcher.metrics import Metrics
@@ -205,8 +205,8 @@ def test_the_watcher_folds_a_relist_in_pages_as_one_batch() -> None:
 def test_a_late_event_from_the_watch_is_counted_as_a_fact_lost() -> None:
     """Outside a list, an event created before the watermark reached the watcher after
     compaction passed it: cause "late" (what the alert watches), not "late_relisted"."""
-    from tidings.schemas.constants import TASK_LABEL
-    from tidings.schemas.platform import PodTask
+    from tidings.schemas.wire.constants import TASK_LABEL
+    from tidings.schemas.wire.platform import PodTask
     from tidings.watcher.controller import Controller, Settings
     from tidings.watcher.metrics import Metrics
 

@@ -16,12 +16,12 @@ import pytest
 
 from tidings._compat import UTC
 from tidings.schemas import ParsedEvent, PodRef, Progress, TaskRef, build_event, parse_event
-from tidings.schemas.folding import fold_all
-from tidings.schemas.health import NAMES_LISTED, HealthSettings, evaluate, judge, next_stall
-from tidings.schemas.payloads import Metric, Window
-from tidings.schemas.state import Limits, TaskState
-from tidings.schemas.status_decoder import decode_status
-from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
+from tidings.schemas.engine.folding import fold_all
+from tidings.schemas.engine.state import Limits, TaskState
+from tidings.schemas.status.decoder import decode_status
+from tidings.schemas.status.encoder import STATUS_BUDGET, to_status
+from tidings.schemas.status.health import NAMES_LISTED, HealthSettings, evaluate, judge, next_stall
+from tidings.schemas.wire.payloads import Metric, Window
 
 TASK = TaskRef("team-a", "big-job")
 T0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)
@@ -179,7 +179,7 @@ def test_paces_round_trip_and_a_bad_item_is_kept_aside() -> None:
     assert len(status["paces"]) == 3  # 64 + 64 + 2 pods
     assert decode_status(TASK, status) == state
     status["paces"][1] = "w-064 x 1 2 3 4"
-    from tidings.schemas.status_decoder import read_status
+    from tidings.schemas.status.decoder import read_status
 
     read = read_status(TASK, status)
     assert read.unread.items["paces"] == ("w-064 x 1 2 3 4",) and not read.unread.partial
@@ -218,8 +218,8 @@ def test_a_report_of_a_stalled_worker_is_as_urgent_as_the_stall() -> None:
     """The watcher wrote Stalled at once (the health clock) but the next report that cleared
     it waited for the coalescing interval: 5 of every 6 s stalled for a worker reporting
     every 6 s against a 5 s limit."""
-    from tidings.schemas.constants import TASK_LABEL
-    from tidings.schemas.platform import PodTask
+    from tidings.schemas.wire.constants import TASK_LABEL
+    from tidings.schemas.wire.platform import PodTask
     from tidings.watcher.coalesce import ends_stall, reporters
     from tidings.watcher.controller import Controller, Settings
     from tidings.watcher.metrics import Metrics
@@ -261,7 +261,7 @@ def test_a_report_of_a_stalled_worker_is_as_urgent_as_the_stall() -> None:
 def test_the_view_shows_what_was_not_judged() -> None:
     """`tidings state` and the page give a health condition a line of its own when it holds
     and, now, when it is Unknown: the line says what was not judged."""
-    from tidings.schemas.view import task_view
+    from tidings.schemas.view.model import task_view
 
     status = to_status(job(100))
     del status["paces"]

@@ -1,4 +1,4 @@
-"""The health registry (schemas/health.py, ``HEALTH``) is the one list of health conditions:
+"""The health registry (schemas/status/health.py, ``HEALTH``) is the one list of health conditions:
 these tests walk it and fail when a condition is missing anywhere one must be known: its
 example (a state where it holds), the status (its condition, its list in ``status.health``,
 the summary), the CRD and the chart's copy, the watcher's flags, bounds and gauge, the alert,
@@ -23,8 +23,10 @@ from typer.testing import CliRunner
 
 from tidings._compat import UTC
 from tidings.schemas import ParsedEvent, PodRef, TaskRef, build_event, parse_event
-from tidings.schemas.folding import fold_all
-from tidings.schemas.health import (
+from tidings.schemas.engine.folding import fold_all
+from tidings.schemas.engine.state import TaskState
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.status.health import (
     DEFAULT_HEALTH,
     HEALTH,
     HEALTH_CONDITIONS,
@@ -34,10 +36,8 @@ from tidings.schemas.health import (
     Threshold,
     judge,
 )
-from tidings.schemas.payloads import Metric, Payload, Progress
-from tidings.schemas.state import TaskState
-from tidings.schemas.status_encoder import to_status
-from tidings.schemas.view import task_view
+from tidings.schemas.view.model import task_view
+from tidings.schemas.wire.payloads import Metric, Payload, Progress
 from tidings.watcher.metrics import Metrics
 from tidings.watcher.settings import Options, health_settings, options, problems
 

@@ -20,7 +20,7 @@ from tidings.integrations.report import (
     mlflow_run_url,
     scalar,
 )
-from tidings.schemas.payloads import LogLink, Metric, Metrics, Progress
+from tidings.schemas.wire.payloads import LogLink, Metric, Metrics, Progress
 
 
 class Tensor:

@@ -29,9 +29,10 @@ from tidings.schemas import (
     new_state,
     parse_event,
 )
-from tidings.schemas.kinds import KNOWN_PAYLOADS
-from tidings.schemas.note import decode_note, decode_obj, encode_note
-from tidings.schemas.payloads import (
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.wire.kinds import KNOWN_PAYLOADS
+from tidings.schemas.wire.note import decode_note, decode_obj, encode_note
+from tidings.schemas.wire.payloads import (
     DeckReady,
     LogLink,
     Metric,
@@ -44,8 +45,7 @@ from tidings.schemas.payloads import (
     Window,
     span_row,
 )
-from tidings.schemas.status_encoder import to_status
-from tidings.schemas.text import REPLACEMENT, sanitize_text, valid_text
+from tidings.schemas.wire.text import REPLACEMENT, sanitize_text, valid_text
 
 SURROGATES = ["\udcc3", "\ud800", "\udfff", "\ud83d\ude00", "\udc80\udcff"]
 # Any character at all (surrogates are excluded by default), plus strings sure to hold one.

@@ -1,4 +1,4 @@
-"""The kind registry (schemas/kinds.py) is the one list of kinds of fact: these tests walk it
+"""The kind registry (schemas/wire/kinds.py) is the one list of kinds of fact: these tests walk it
 and fail when a kind is missing anywhere a kind must be known: the CRD and the chart's copy,
 the status codec, the CLI's rendering, the reference fold (the oracle of the fold) and the
 write urgency."""
@@ -21,9 +21,12 @@ from tidings._compat import UTC
 from tidings.cli.snapshot import SOURCE_CR, Snapshot
 from tidings.cli.taskrender import render
 from tidings.schemas import ParsedEvent, PodRef, TaskRef, build_event, parse_event
-from tidings.schemas.apply import APPLY
-from tidings.schemas.folding import fold_all
-from tidings.schemas.kinds import (
+from tidings.schemas.engine.apply import APPLY
+from tidings.schemas.engine.folding import fold_all
+from tidings.schemas.engine.state import COUNTER_NAMES, Limits
+from tidings.schemas.status.decoder import decode_status
+from tidings.schemas.status.encoder import BUDGET_DROP_ORDER, named_fields, to_status
+from tidings.schemas.wire.kinds import (
     COALESCIBLE,
     CRITICAL,
     KINDS,
@@ -32,7 +35,7 @@ from tidings.schemas.kinds import (
     Kind,
     urgency,
 )
-from tidings.schemas.payloads import (
+from tidings.schemas.wire.payloads import (
     NON_FINITE,
     DeckReady,
     LogLink,
@@ -47,9 +50,6 @@ from tidings.schemas.payloads import (
     Window,
     span_row,
 )
-from tidings.schemas.state import COUNTER_NAMES, Limits
-from tidings.schemas.status_decoder import decode_status
-from tidings.schemas.status_encoder import BUDGET_DROP_ORDER, named_fields, to_status
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = [ROOT / "deploy" / "crd.yaml", ROOT / "deploy" / "chart" / "crds" /
@@ -142,7 +142,7 @@ def test_every_kind_is_in_the_crd_and_the_charts_copy(kind: Kind, crd: Path) -> 
     if kind.detail_rank is not None:
         assert kind.detail_drop in status["budgetDropped"]["properties"]
     if kind.family == "named":
-        # Each entry a record (schemas/record.py) whose description names every field, its
+        # Each entry a record (schemas/wire/record.py) whose description names every field, its
         # value fields' first; a value that may not be finite goes under its non_finite key.
         entry = section["additionalProperties"]
         text = " ".join(entry["description"].split())
@@ -253,7 +253,7 @@ def test_budget_order_and_counters_come_from_the_registry() -> None:
     assert len(set(COUNTER_NAMES)) == len(COUNTER_NAMES)
 
 
-# The payloads the watcher's fast parse (schemas/fastpath.py) leaves to the reference parse,
+# The payloads the watcher's fast parse (schemas/wire/fastpath.py) leaves to the reference parse,
 # each with why that costs nothing worth its code. Every other kind must take the fast path:
 # a kind added to the registry without a decoder there fails the test below (it would parse
 # several times slower, silently), until it gets one or a reason here.
@@ -269,8 +269,8 @@ REFERENCE_PARSE_ONLY: dict[type[BaseModel], str] = {
 def test_every_kind_takes_the_watchers_fast_parse_or_says_why_not(
         kind: Kind, model: type[BaseModel]) -> None:
     pytest.importorskip("msgspec", reason="the watcher extra (tidings[watcher]) is not installed")
-    from tidings.schemas import fastpath
-    from tidings.schemas.event import parse_watch_line
+    from tidings.schemas.wire import fastpath
+    from tidings.schemas.wire.event import parse_watch_line
 
     payload, _ = EXAMPLES[model]
     raw = build_event(task=TASK, pod=POD, payload=payload, instance="i" * 32, seq=1, time=T0)
@@ -285,7 +285,7 @@ def test_every_kind_takes_the_watchers_fast_parse_or_says_why_not(
     else:
         assert fast == parse_watch_line(line), (
             f"{model.__name__} takes the reference parse: give it a decoder in "
-            "schemas/fastpath.py, or a reason in REFERENCE_PARSE_ONLY")
+            "schemas/wire/fastpath.py, or a reason in REFERENCE_PARSE_ONLY")
 
 
 @pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))

@@ -12,10 +12,17 @@ from hypothesis import strategies as st
 
 from tidings.emitter import Identity
 from tidings.emitter.task import TASK_UID_ANNOTATION, owner_ref, owner_reference, pod_task_uid
-from tidings.schemas.event import ObjectRef, ParsedEvent, PodRef, TaskRef, build_event, parse_event
-from tidings.schemas.folding import fold
-from tidings.schemas.payloads import LogLink, Progress
-from tidings.schemas.state import new_state
+from tidings.schemas.engine.folding import fold
+from tidings.schemas.engine.state import new_state
+from tidings.schemas.wire.event import (
+    ObjectRef,
+    ParsedEvent,
+    PodRef,
+    TaskRef,
+    build_event,
+    parse_event,
+)
+from tidings.schemas.wire.payloads import LogLink, Progress
 from tidings.watcher.ttl import expired, finished
 from tidings.watcher.writer import status_body
 

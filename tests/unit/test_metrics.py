@@ -23,14 +23,14 @@ from tests.unit.test_emitter_core import Recorder, make, unpack
 from tidings._compat import UTC
 from tidings.emitter import Emitter
 from tidings.schemas import ParsedEvent, PodRef, TaskRef, build_event, parse_event
-from tidings.schemas.constants import NOTE_LIMIT
-from tidings.schemas.folding import fold, fold_all
-from tidings.schemas.note import decode_note, encode_note
-from tidings.schemas.payloads import Metric, Metrics
-from tidings.schemas.rejection import Rejection
-from tidings.schemas.state import Limits, new_state
-from tidings.schemas.status_decoder import decode_status, read_status
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.engine.folding import fold, fold_all
+from tidings.schemas.engine.state import Limits, new_state
+from tidings.schemas.status.decoder import decode_status, read_status
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.wire.constants import NOTE_LIMIT
+from tidings.schemas.wire.note import decode_note, encode_note
+from tidings.schemas.wire.payloads import Metric, Metrics
+from tidings.schemas.wire.rejection import Rejection
 
 TASK = TaskRef("ml", "run-7")
 T0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)
@@ -328,7 +328,7 @@ def test_a_metrics_note_round_trips_and_refuses_duplicate_or_bad_rows() -> None:
 def test_the_budget_gives_up_histories_before_metric_names() -> None:
     """Issue 26 item 2: over budget, the metrics keep their names, values and extremes; the
     histories go first (budgetDropped.metricHistory), from the largest names on."""
-    from tidings.schemas.status_encoder import BUDGET_DROP_ORDER
+    from tidings.schemas.status.encoder import BUDGET_DROP_ORDER
 
     assert BUDGET_DROP_ORDER.index("metricHistory") < BUDGET_DROP_ORDER.index("metrics")
     evs = []

@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from tests.unit import reference_fold as ref
 from tests.unit.test_kinds import POD, T0, TASK, event_of
 from tidings.schemas import ParsedEvent, build_event, parse_event
-from tidings.schemas.folding import fold_all
-from tidings.schemas.health import judge
-from tidings.schemas.payloads import Metric, Metrics
-from tidings.schemas.state import Limits, TaskState, new_state
-from tidings.schemas.status_decoder import decode_status, read_status
-from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
+from tidings.schemas.engine.folding import fold_all
+from tidings.schemas.engine.state import Limits, TaskState, new_state
+from tidings.schemas.status.decoder import decode_status, read_status
+from tidings.schemas.status.encoder import STATUS_BUDGET, to_status
+from tidings.schemas.status.health import judge
+from tidings.schemas.wire.payloads import Metric, Metrics
 
 
 def at(payload: Any, seq: int, secs: int) -> ParsedEvent:

@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 from tests.unit.test_kinds import TASK, event_of
 from tidings.cli.snapshot import SOURCE_CR, Snapshot
 from tidings.cli.taskrender import SPARK_BLOCKS, SPARK_WIDTH, render, sparkline
-from tidings.schemas import history
-from tidings.schemas.folding import fold_all
-from tidings.schemas.history import curve_value, heights
-from tidings.schemas.payloads import Metric
-from tidings.schemas.status_decoder import decode_status
-from tidings.schemas.status_encoder import to_status
-from tidings.schemas.view import task_view
+from tidings.schemas.engine.folding import fold_all
+from tidings.schemas.status.decoder import decode_status
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.view.model import task_view
+from tidings.schemas.wire import history
+from tidings.schemas.wire.history import curve_value, heights
+from tidings.schemas.wire.payloads import Metric
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 # The edges a curve meets: the largest doubles, the subnormals, zero of both signs.

@@ -18,8 +18,8 @@ from tests.unit.test_emitter_core import make
 from tests.unit.test_schemas_fold import T0, TASK, make_event
 from tidings._compat import UTC
 from tidings.schemas import LogLink, ParsedEvent, PodRef, fold_all
-from tidings.schemas.state import CLOCK_SKEW
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.engine.state import CLOCK_SKEW
+from tidings.schemas.status.encoder import to_status
 from tidings.watcher.app import Options
 from tidings.watcher.controller import Settings
 

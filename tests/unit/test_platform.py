@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidings.schemas import LogLink, ParsedEvent, PodRef, Progress, TaskRef
-from tidings.schemas.constants import API_VERSION, KIND, TASK_LABEL
-from tidings.schemas.event import ObjectRef
-from tidings.schemas.platform import (
+from tidings.schemas.wire.constants import API_VERSION, KIND, TASK_LABEL
+from tidings.schemas.wire.event import ObjectRef
+from tidings.schemas.wire.platform import (
     DEFAULT_TASK_KEYS,
     JOB_NAME_LABEL,
     JOBSET_NAME_LABEL,
@@ -27,7 +27,7 @@ from tidings.schemas.platform import (
     parse_task_keys,
     pod_task,
 )
-from tidings.schemas.rejection import Rejection
+from tidings.schemas.wire.rejection import Rejection
 from tidings.watcher.controller import Controller, Settings
 from tidings.watcher.metrics import Metrics
 from tidings.watcher.platform import JOB, Seen
@@ -323,7 +323,7 @@ def test_a_reporting_pod_gone_while_no_watcher_watched_is_found_gone() -> None:
 
 
 def test_pod_ends_are_bounded_but_never_for_a_task_the_watcher_holds() -> None:
-    from tidings.schemas.observed import gone
+    from tidings.schemas.engine.observed import gone
 
     senders = Senders(None, holds=lambda task: task.name == "held", max_verdicts=2)
     for i, name in enumerate(["other", "other", "other", "held", "held"]):

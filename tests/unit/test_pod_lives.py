@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 from tests.unit.test_schemas_fold import T0, TASK
 from tidings.schemas import ParsedEvent, PodRef, Progress, build_event, fold_all, parse_event
-from tidings.schemas.folding import fold_many
-from tidings.schemas.observed import PodVerdict
-from tidings.schemas.observing import observe
-from tidings.schemas.state import TaskState
-from tidings.schemas.status_decoder import decode_status
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.engine.folding import fold_many
+from tidings.schemas.engine.observed import PodVerdict
+from tidings.schemas.engine.observing import observe
+from tidings.schemas.engine.state import TaskState
+from tidings.schemas.status.decoder import decode_status
+from tidings.schemas.status.encoder import to_status
 
 FIRST = PodRef("recreate-0", "uid-first")
 SECOND = PodRef("recreate-0", "uid-second")
@@ -187,7 +187,7 @@ def test_born_is_the_server_s_clock_not_the_sender_s() -> None:
 
 
 def test_the_view_shows_the_worker_running_and_replaced_not_failed() -> None:
-    from tidings.schemas.view import task_view
+    from tidings.schemas.view.model import task_view
 
     s = observe(fold_all(TASK, [*FIRST_LIFE, *SECOND_LIFE, *STEADY]), [deleted(FIRST, 10)])
     row = next(w for w in task_view(s).workers if w.pod == "recreate-0")

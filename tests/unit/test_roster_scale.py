@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from tests.unit.test_schemas_fold import T0, TASK, make_event
 from tidings.schemas import Limits, PodRef, Progress, fold_all, new_state
-from tidings.schemas.folding import fold_many
-from tidings.schemas.observed import PodVerdict
-from tidings.schemas.observing import observe
-from tidings.schemas.roster import pod_hash
+from tidings.schemas.engine.folding import fold_many
+from tidings.schemas.engine.observed import PodVerdict
+from tidings.schemas.engine.observing import observe
+from tidings.schemas.engine.roster import pod_hash
 
 CAP = Limits(roster=5)
 

@@ -3,7 +3,7 @@ and the admission policy know: a change here is a wire change, so it must fail a
 
 from __future__ import annotations
 
-from tidings.schemas.contract import (
+from tidings.schemas.wire.contract import (
     BUS_SELECTOR,
     EVENTS_RESOURCE,
     SENDER_POLICY_BINDING_PATH,

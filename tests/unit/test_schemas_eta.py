@@ -18,10 +18,10 @@ from tests.support import expanded
 from tests.unit.test_schemas_fold import T0, TASK, make_event
 from tidings._compat import UTC
 from tidings.schemas import ParsedEvent, PodRef, Progress, TaskState, fold_all
-from tidings.schemas.completion import ETA_HORIZON
-from tidings.schemas.status_decoder import decode_status
-from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
-from tidings.schemas.times import parse_time
+from tidings.schemas.engine.completion import ETA_HORIZON
+from tidings.schemas.status.decoder import decode_status
+from tidings.schemas.status.encoder import STATUS_BUDGET, to_status
+from tidings.schemas.wire.times import parse_time
 
 # Every eventTime and creationTimestamp the contract accepts (RFC 3339, years 1..9999).
 times = st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59),

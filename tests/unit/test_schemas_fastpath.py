@@ -30,14 +30,14 @@ from tidings.schemas import (
     WatchItem,
     Window,
     build_event,
-    fastpath,
     fold_many,
     new_state,
     parse_watch_line,
 )
-from tidings.schemas.fastpath import fast_watch_line
-from tidings.schemas.payloads import span_row
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.wire import fastpath
+from tidings.schemas.wire.fastpath import fast_watch_line
+from tidings.schemas.wire.payloads import span_row
 
 # Payloads the fast path handles, with the text and number shapes that make it hesitate.
 texts = st.sampled_from(["a", "train_step", " padded ", "x" * 80, "naïve", "emoji 👩‍💻", "a\u200bb",
@@ -399,6 +399,6 @@ def test_the_one_known_difference_numbers_beyond_float_range_in_unread_fields() 
 def test_schemas_and_the_emitter_import_without_msgspec() -> None:
     # msgspec comes with tidings[watcher] only: a workload's install never has it.
     code = ("import sys; sys.modules['msgspec'] = None\n"
-            "import tidings.schemas, tidings.schemas.state, tidings.emitter\n"
-            "assert 'tidings.schemas.fastpath' not in sys.modules")
+            "import tidings.schemas, tidings.schemas.engine.state, tidings.emitter\n"
+            "assert 'tidings.schemas.wire.fastpath' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -45,8 +45,8 @@ from tidings.schemas import (
     new_state,
     parse_event,
 )
-from tidings.schemas.status_decoder import decode_status
-from tidings.schemas.status_encoder import BUDGET_DROP_ORDER, STATUS_BUDGET, to_status
+from tidings.schemas.status.decoder import decode_status
+from tidings.schemas.status.encoder import BUDGET_DROP_ORDER, STATUS_BUDGET, to_status
 
 TASK = TaskRef("team-a", "train-42")
 T0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)

@@ -1,6 +1,6 @@
 """The one fold engine against the reference per-event fold, on random hostile streams.
 
-``fold``, ``fold_many`` (in any batching) and ``fold_checked`` all run schemas/folding.py's
+``fold``, ``fold_many`` (in any batching) and ``fold_checked`` all run schemas/engine/folding.py's
 engine; ``tests/unit/reference_fold.py`` is the per-event fold it replaced (a batch is the
 per-event fold of its events in creation order). Streams mix
 re-deliveries, other tasks' events, sender clocks far ahead of the API server's (clamped),
@@ -33,12 +33,12 @@ from tidings.schemas import (
     TaskState,
     fold,
     fold_many,
-    folding,
     new_state,
 )
-from tidings.schemas.folding import creation_order, fold_checked
-from tidings.schemas.payloads import span_row
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.engine import folding
+from tidings.schemas.engine.folding import creation_order, fold_checked
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.wire.payloads import span_row
 
 OTHER = TaskRef("team-b", "other")
 TINY = Limits(links=2, decks=1, spans=2, span_lanes=2, pods=2, unknown_types=1, workers=2,

@@ -29,9 +29,9 @@ from tidings.schemas import (
     fold_many,
     new_state,
 )
-from tidings.schemas._fast import slot_constructor
-from tidings.schemas.state import SpanAgg
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.engine.state import SpanAgg
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.wire._fast import slot_constructor
 
 OTHER = TaskRef("team-b", "other")
 

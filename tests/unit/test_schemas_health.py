@@ -21,7 +21,10 @@ from hypothesis import strategies as st
 
 from tests.unit.test_schemas_fold import T0, TASK, make_event
 from tidings.schemas import Metric, ParsedEvent, PodRef, Progress, TaskState, fold_all
-from tidings.schemas.health import (
+from tidings.schemas.engine.roster import decode_paces, encode_paces, pod_hash
+from tidings.schemas.status.decoder import decode_status
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.status.health import (
     DEFAULT_HEALTH,
     HealthSettings,
     evaluate,
@@ -30,9 +33,6 @@ from tidings.schemas.health import (
     next_stall_of,
     stalled_since_written,
 )
-from tidings.schemas.roster import decode_paces, encode_paces, pod_hash
-from tidings.schemas.status_decoder import decode_status
-from tidings.schemas.status_encoder import to_status
 from tidings.watcher.settings import Settings, health_settings
 
 
@@ -209,14 +209,14 @@ def loaded(imports: str, modules: tuple[str, ...]) -> list[str]:
 
 
 def test_the_status_encoder_does_not_load_health() -> None:
-    assert loaded("tidings.schemas.status_encoder, tidings.schemas.folding",
-                  ("tidings.schemas.health",)) == []
+    assert loaded("tidings.schemas.status.encoder, tidings.schemas.engine.folding",
+                  ("tidings.schemas.status.health",)) == []
 
 
 def test_health_and_the_watchers_settings_load_no_pydantic() -> None:
     # `tidings watcher run --help` builds its flags from the registry's thresholds.
-    assert loaded("tidings.schemas.health, tidings.watcher.settings",
-                  ("pydantic", "tidings.schemas.state")) == []
+    assert loaded("tidings.schemas.status.health, tidings.watcher.settings",
+                  ("pydantic", "tidings.schemas.engine.state")) == []
 
 
 def received(evs: list[ParsedEvent], behind: float) -> list[ParsedEvent]:

@@ -14,7 +14,7 @@ from tidings.schemas import (
     build_event,
     parse_event,
 )
-from tidings.schemas import event as event_mod
+from tidings.schemas.wire import event as event_mod
 
 
 def _raw(pod: PodRef, seq: int) -> dict[str, object]:

@@ -29,8 +29,8 @@ from tidings.schemas import (
     encode_note,
     encode_note_bytes,
 )
-from tidings.schemas.note import NoteTooLarge
-from tidings.schemas.payloads import name_error
+from tidings.schemas.wire.note import NoteTooLarge
+from tidings.schemas.wire.payloads import name_error
 
 # Text that is worst-case for a byte budget: 3- and 4-byte characters, combining marks,
 # zero-width joiners, and characters that double in size when JSON-escaped.

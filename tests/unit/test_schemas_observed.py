@@ -20,8 +20,8 @@ from tests.unit.test_schemas_fold import T0, TASK, without_duplicates
 from tests.unit.test_schemas_roster import report
 from tidings._compat import UTC
 from tidings.schemas import Limits, ParsedEvent, TaskState, fold_all, new_state
-from tidings.schemas.folding import fold_many
-from tidings.schemas.observed import (
+from tidings.schemas.engine.folding import fold_many
+from tidings.schemas.engine.observed import (
     MESSAGE_LIMIT,
     REASON_LIMIT,
     PlatformOutcome,
@@ -30,18 +30,18 @@ from tidings.schemas.observed import (
     platform_outcome,
     pod_verdict,
 )
-from tidings.schemas.observing import observe
-from tidings.schemas.roster import (
+from tidings.schemas.engine.observing import observe
+from tidings.schemas.engine.roster import (
     decode_ends,
     encode_end_uids,
     encode_ends,
     pod_hash,
     with_end_uids,
 )
-from tidings.schemas.status_decoder import decode_status, read_status
-from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
-from tidings.schemas.summary import summarize
-from tidings.schemas.view import task_view
+from tidings.schemas.status.decoder import decode_status, read_status
+from tidings.schemas.status.encoder import STATUS_BUDGET, to_status
+from tidings.schemas.view.model import task_view
+from tidings.schemas.view.summary import summarize
 
 SEEN = datetime(2026, 11, 30, 3, 5, tzinfo=UTC)
 T = "2026-11-30T03:02:00Z"

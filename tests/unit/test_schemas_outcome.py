@@ -29,9 +29,9 @@ from tidings.schemas import (
     fold_many,
     new_state,
 )
-from tidings.schemas.folding import creation_order
-from tidings.schemas.status_decoder import decode_status
-from tidings.schemas.status_encoder import STATUS_BUDGET, to_status
+from tidings.schemas.engine.folding import creation_order
+from tidings.schemas.status.decoder import decode_status
+from tidings.schemas.status.encoder import STATUS_BUDGET, to_status
 
 A, B = PodRef("worker-a", "uid-a"), PodRef("worker-b", "uid-b")
 

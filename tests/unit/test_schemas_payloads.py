@@ -192,7 +192,7 @@ def test_unknown_payload_is_sanitised_and_type_checked() -> None:
 def test_printable_text_is_never_changed_by_sanitize() -> None:
     """sanitize_text returns printable text untouched without running its regexes; that is
     only sound if no printable character is one the regexes strip or replace."""
-    from tidings.schemas import text
+    from tidings.schemas.wire import text
 
     printable = "".join(c for c in map(chr, range(0x110000)) if c.isprintable())
     for pattern in (text._ESC_SEQ, text._SPACE_LIKE, text._DROP, text._ANY_BAD):
@@ -230,12 +230,12 @@ def test_sanitized_text_is_legal_xml(s: str) -> None:
 
 
 def test_the_precomputed_format_characters_are_the_unicode_database_s() -> None:
-    """schemas/text.py keeps the Cf ranges instead of walking every code point at import:
+    """schemas/wire/text.py keeps the Cf ranges instead of walking every code point at import:
     they must be exactly what the walk finds, for this Python's Unicode version (a version
     without a table walks at import, so it is right by construction)."""
     import unicodedata
 
-    from tidings.schemas import text
+    from tidings.schemas.wire import text
 
     assert text.format_ranges() == text.format_ranges_computed()
     if unicodedata.unidata_version in text._FORMAT_RANGES:

@@ -27,11 +27,11 @@ from tidings.schemas import (
     parse_event,
     span_summaries,
 )
-from tidings.schemas.constants import NOTE_LIMIT
-from tidings.schemas.note import decode_obj, encode_note_bytes
-from tidings.schemas.payloads import SPAN_ROWS_MAX, span_row
-from tidings.schemas.rejection import Rejection, RejectReason
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.wire.constants import NOTE_LIMIT
+from tidings.schemas.wire.note import decode_obj, encode_note_bytes
+from tidings.schemas.wire.payloads import SPAN_ROWS_MAX, span_row
+from tidings.schemas.wire.rejection import Rejection, RejectReason
 
 TASK = TaskRef("team-a", "train-42")
 POD = PodRef("worker-0", "uid-0")

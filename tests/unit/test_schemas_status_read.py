@@ -29,8 +29,8 @@ from tidings.schemas import (
     UnknownPayload,
     fold_all,
 )
-from tidings.schemas.status_decoder import NOTHING_UNREAD, StatusRead, read_status
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.status.decoder import NOTHING_UNREAD, StatusRead, read_status
+from tidings.schemas.status.encoder import to_status
 
 MAP_SECTIONS = ("links", "decks", "metrics", "spans", "unknownTypes")
 

@@ -29,7 +29,7 @@ from tidings.schemas import (
     parse_event,
     span_summaries,
 )
-from tidings.schemas.kinds import COALESCIBLE, urgency
+from tidings.schemas.wire.kinds import COALESCIBLE, urgency
 
 TASK = TaskRef("ml", "run-7")
 POD = PodRef("train-0", "uid-train-0")

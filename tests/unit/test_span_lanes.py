@@ -26,9 +26,9 @@ from tidings.schemas import (
     new_state,
     parse_event,
 )
-from tidings.schemas.payloads import SpanSummaries, span_row
-from tidings.schemas.status_decoder import decode_status
-from tidings.schemas.status_encoder import BUDGET_DROP_ORDER, to_status
+from tidings.schemas.status.decoder import decode_status
+from tidings.schemas.status.encoder import BUDGET_DROP_ORDER, to_status
+from tidings.schemas.wire.payloads import SpanSummaries, span_row
 
 TASK = TaskRef("ml", "bert-7")
 T0 = datetime(2026, 11, 30, 3, 0, 0, tzinfo=UTC)

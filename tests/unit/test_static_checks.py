@@ -60,6 +60,50 @@ def test_schemas_import_nothing_else_of_ours() -> None:
                       "kubernetes") == []
 
 
+# The core's layers, bottom first: each imports only the layers below it (and itself).
+SCHEMA_LAYERS = ("wire", "engine", "status", "view")
+
+
+def schema_imports(path: Path) -> set[str]:
+    """The tidings.schemas modules one schemas module imports, as dotted names under
+    tidings.schemas (relative imports resolved), read from its syntax tree."""
+    import ast
+
+    here = path.relative_to(ROOT / "schemas").with_suffix("").parts
+    package = here[:-1]  # a module's package, and an __init__'s own
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - (node.level - 1)]
+                module = ".".join((*base, *(node.module.split(".") if node.module else ())))
+            elif node.module and node.module.startswith("tidings.schemas"):
+                module = node.module.removeprefix("tidings.schemas").lstrip(".")
+            else:
+                continue
+            found |= {f"{module}.{a.name}".lstrip(".") for a in node.names} | {module}
+        elif isinstance(node, ast.Import):
+            found |= {a.name.removeprefix("tidings.schemas").lstrip(".") for a in node.names
+                      if a.name.startswith("tidings.schemas.")}
+    return found
+
+
+def test_the_core_layers_import_only_downwards() -> None:
+    # wire <- engine <- status <- view: the picture of the core is its folders.
+    assert {p.name for p in (ROOT / "schemas").iterdir() if p.is_dir()
+            and p.name != "__pycache__"} == set(SCHEMA_LAYERS)
+    upward = []
+    for rank, layer in enumerate(SCHEMA_LAYERS):
+        for path in sorted((ROOT / "schemas" / layer).rglob("*.py")):
+            for name in sorted(schema_imports(path)):
+                top = name.split(".")[0]
+                if top in SCHEMA_LAYERS and SCHEMA_LAYERS.index(top) > rank:
+                    upward.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert upward == []
+    # Every module lives in a layer: only the package's front door sits at the top.
+    assert sorted(p.name for p in (ROOT / "schemas").glob("*.py")) == ["__init__.py"]
+
+
 def test_the_emitter_imports_nothing_of_the_watcher_or_the_cli() -> None:
     # It runs inside workloads, which install neither (nor their extras).
     assert imports_of("emitter", "tidings.watcher", "tidings.cli") == []
@@ -127,7 +171,7 @@ def test_the_emitter_and_its_calls_load_no_payload_model_on_the_workload_s_path(
     """`import tidings.emitter` (issue 27: at most 0.15 s of CPU, bench/bench_cli_startup.py)
     and the workload's calls load neither pydantic nor the payload models, the sender or the
     Kubernetes client: the sender thread does, when it starts."""
-    heavy = ("pydantic", "tidings.schemas.payloads", "tidings.schemas.event",
+    heavy = ("pydantic", "tidings.schemas.wire.payloads", "tidings.schemas.wire.event",
              "tidings.emitter.sender", "tidings.kube", "tenacity", "urllib3", "yaml", "orjson")
     code = ("import sys, tidings.emitter as t\n"
             "from tidings.emitter import Emitter, Identity\n"
@@ -146,7 +190,8 @@ def test_the_watcher_image_copies_every_package_folder() -> None:
 
     packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
         "packages"]
-    folders = {p.split(".", 1)[1] if "." in p else p for p in packages}
+    # A sub-package (tidings.schemas.wire) lives inside its top-level folder's copy.
+    folders = {p.split(".")[1] if "." in p else p for p in packages}
     assert {"tidings", "schemas", "kube", "emitter"} <= folders
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
     assert [f for f in sorted(folders) if f"COPY {f}/ {f}/" not in dockerfile] == []

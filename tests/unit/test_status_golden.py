@@ -45,19 +45,19 @@ from tidings.schemas import (
     build_event,
     parse_event,
 )
-from tidings.schemas import payloads as pay
-from tidings.schemas.folding import fold_all, fold_many
-from tidings.schemas.health import (
+from tidings.schemas.engine.folding import fold_all, fold_many
+from tidings.schemas.engine.observed import PlatformOutcome, PodVerdict
+from tidings.schemas.engine.observing import observe
+from tidings.schemas.status.decoder import read_status
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.status.health import (
     DEFAULT_HEALTH,
     HealthSettings,
     judge,
     next_stall,
     stalled_since_written,
 )
-from tidings.schemas.observed import PlatformOutcome, PodVerdict
-from tidings.schemas.observing import observe
-from tidings.schemas.status_decoder import read_status
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.wire import payloads as pay
 from tidings.watcher.writer import status_body
 
 GOLDEN = Path(__file__).parent / "data" / "status_golden.json"

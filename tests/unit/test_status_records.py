@@ -1,4 +1,4 @@
-"""The status's records (schemas/record.py): one string per entry that reads back to exactly
+"""The status's records (schemas/wire/record.py): one string per entry that reads back to exactly
 the fields it was written from, a strict reader for anything else, and a layout the CRD
 documents field by field."""
 
@@ -14,9 +14,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidings.schemas import history
-from tidings.schemas.history import Series
-from tidings.schemas.record import (
+from tidings.schemas.status.encoder import NAMED_FIELDS
+from tidings.schemas.wire import history
+from tidings.schemas.wire.history import Series
+from tidings.schemas.wire.record import (
     POD_FIELDS,
     RECORD_LIMIT,
     SPAN_FIELDS,
@@ -27,7 +28,6 @@ from tidings.schemas.record import (
     unpack,
     without,
 )
-from tidings.schemas.status_encoder import NAMED_FIELDS
 
 LAYOUT: dict[str, FieldType] = types_of((
     ("n", "int"), ("x", "float"), ("flag", "bool"), ("key", "str"), ("note", "text")))

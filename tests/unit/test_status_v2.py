@@ -17,8 +17,8 @@ import orjson
 import pytest
 
 from tidings.schemas import Limits, TaskRef
-from tidings.schemas.status_decoder import expanded, read_status
-from tidings.schemas.status_encoder import STATUS_VERSION, to_status
+from tidings.schemas.status.decoder import expanded, read_status
+from tidings.schemas.status.encoder import STATUS_VERSION, to_status
 
 from .status_canon import canon, subset_diff
 

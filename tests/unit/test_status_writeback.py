@@ -13,12 +13,13 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidings.schemas import ParsedEvent, PodRef, TaskRef, build_event, fold, parse_event, record
-from tidings.schemas.kinds import NAMED_KINDS
-from tidings.schemas.payloads import Progress
-from tidings.schemas.record import POD_FIELDS, SPAN_FIELDS, WORKER_FIELDS, FieldType
-from tidings.schemas.status_decoder import StatusRead, expanded, read_status
-from tidings.schemas.status_encoder import NAMED_FIELDS, to_status
+from tidings.schemas import ParsedEvent, PodRef, TaskRef, build_event, fold, parse_event
+from tidings.schemas.status.decoder import StatusRead, expanded, read_status
+from tidings.schemas.status.encoder import NAMED_FIELDS, to_status
+from tidings.schemas.wire import record
+from tidings.schemas.wire.kinds import NAMED_KINDS
+from tidings.schemas.wire.payloads import Progress
+from tidings.schemas.wire.record import POD_FIELDS, SPAN_FIELDS, WORKER_FIELDS, FieldType
 from tidings.watcher.writer import status_body
 
 from .status_canon import canon

@@ -14,7 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tidings.cli.timeline_cmd import elide, rows, svg, ticks
-from tidings.schemas.state import SpanAgg
+from tidings.schemas.engine.state import SpanAgg
 
 T0 = 1.7e9
 

@@ -12,11 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidings._compat import UTC
-from tidings.schemas.event import TaskRef
-from tidings.schemas.observing import observe
-from tidings.schemas.state import new_state
-from tidings.schemas.status_decoder import decode_status
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.engine.observing import observe
+from tidings.schemas.engine.state import new_state
+from tidings.schemas.status.decoder import decode_status
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.wire.event import TaskRef
 from tidings.watcher.platform import JOB, JOBSET, TRAINJOB, WORKFLOW, PlatformTasks
 from tidings.watcher.settings import Settings
 from tidings.watcher.tracking import Tracking, matches, parse_selector
@@ -165,7 +165,7 @@ def test_running_pods_are_kept_only_until_the_task_speaks() -> None:
     differ from the fold of its facts."""
     from tests.unit.test_schemas_fold import TASK
     from tests.unit.test_schemas_roster import report
-    from tidings.schemas.folding import fold_all
+    from tidings.schemas.engine.folding import fold_all
 
     spoke = fold_all(TASK, [report(1, 0, 0.5, workers=1)])
     assert spoke.counters["events_applied"] == 1
@@ -192,8 +192,8 @@ def test_a_pod_is_creating_only_while_scheduled_and_no_container_started() -> No
 
 
 def test_a_node_not_ready_makes_its_running_pods_workers_on_a_lost_node() -> None:
-    from tidings.schemas.observed import node_loss
-    from tidings.schemas.platform import PodTask
+    from tidings.schemas.engine.observed import node_loss
+    from tidings.schemas.wire.platform import PodTask
     from tidings.watcher.nodes import Nodes
     from tidings.watcher.senders import Senders
 

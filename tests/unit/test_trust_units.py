@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.transport import LogSink
 from tidings.schemas import Rejection, RejectReason, sanitize_text
-from tidings.schemas.names import task_id_error, valid_task_id
-from tidings.schemas.note import decode_obj
-from tidings.schemas.payloads import DECK_SCHEMES, span_inconsistency
-from tidings.schemas.text import has_invisible
+from tidings.schemas.wire.names import task_id_error, valid_task_id
+from tidings.schemas.wire.note import decode_obj
+from tidings.schemas.wire.payloads import DECK_SCHEMES, span_inconsistency
+from tidings.schemas.wire.text import has_invisible
 
 # The two Kubernetes rules a task id must meet at once (apimachinery's validation regexes).
 SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")

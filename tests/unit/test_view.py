@@ -1,4 +1,4 @@
-"""The view model (schemas/view.py) and the page's HTML made from it (tidings.ui.pages): a
+"""The view model (schemas/view/model.py) and the page's HTML made from it (tidings.ui.pages): a
 status becomes rows in one place, whatever it holds; the page shows every kind the CLI
 shows; anything from the cluster is escaped, and only an http(s) URL becomes a link."""
 
@@ -22,11 +22,9 @@ from tests.support import expanded
 from tests.unit.test_kinds import EXAMPLES, TASK, event_of, models
 from tidings._compat import UTC
 from tidings.schemas import PodRef, build_event, parse_event
-from tidings.schemas.folding import fold_all
-from tidings.schemas.kinds import Kind
-from tidings.schemas.payloads import LogLink, Progress
-from tidings.schemas.state import TaskState
-from tidings.schemas.view import (
+from tidings.schemas.engine.folding import fold_all
+from tidings.schemas.engine.state import TaskState
+from tidings.schemas.view.model import (
     TaskView,
     WorkerCounts,
     age,
@@ -35,10 +33,12 @@ from tidings.schemas.view import (
     summarize,
     task_view,
 )
+from tidings.schemas.wire.kinds import Kind
+from tidings.schemas.wire.payloads import LogLink, Progress
 
 pytest.importorskip("jinja2", reason="the ui extra (tidings[ui]) is not installed")
-from tidings.schemas.status_decoder import decode_status
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.status.decoder import decode_status
+from tidings.schemas.status.encoder import to_status
 from tidings.ui import pages
 
 HOSTILE = '<img src=x onerror="window.pwned=1">'
@@ -193,7 +193,7 @@ def test_a_metrics_curve_comes_from_the_view_to_the_page_and_the_terminal() -> N
 
     from tidings.cli.snapshot import SOURCE_CR, Snapshot
     from tidings.cli.taskrender import render, sparkline
-    from tidings.schemas.payloads import Metric
+    from tidings.schemas.wire.payloads import Metric
 
     status = a_status(Metric(name="loss", value=2.0, step=0),
                       Metric(name="loss", value=0.25, step=30, min=0.125, max=2.5,
@@ -250,9 +250,9 @@ def page_text(html: str) -> str:
 def a_busy_state() -> tuple[TaskState, dict[str, Any]]:
     """Two workers (one OOM-killed without a word, one running), a metric with a history, a
     link, a span, a pod waiting: something in each part of a task's view."""
-    from tidings.schemas.observed import PodVerdict
-    from tidings.schemas.observing import observe
-    from tidings.schemas.payloads import Metric, SpanSummary
+    from tidings.schemas.engine.observed import PodVerdict
+    from tidings.schemas.engine.observing import observe
+    from tidings.schemas.wire.payloads import Metric, SpanSummary
 
     t = datetime(2026, 11, 30, 3, 5, tzinfo=UTC)
     other = PodRef("worker-1", "uid-1")
@@ -350,8 +350,8 @@ def test_an_oom_killed_worker_reads_the_same_in_all_four_places(
     """One worker, OOM-killed without a final report: final by its pod's end and failed, in
     the list (not 0/1), on the page and in `state`. Under a Job that still runs it was an
     attempt the Job retried; once the Job gave up (backoffLimit 0), it was not retried."""
-    from tidings.schemas.observed import PlatformOutcome, PodVerdict
-    from tidings.schemas.observing import observe
+    from tidings.schemas.engine.observed import PlatformOutcome, PodVerdict
+    from tidings.schemas.engine.observing import observe
 
     t = datetime(2026, 11, 30, 3, 5, tzinfo=UTC)
     state = fold_all(TASK, [event_of(Progress(fraction=0.5, message="epoch 1"))])
@@ -396,9 +396,9 @@ def test_reading_a_status_into_its_page_builds_no_payload_validator() -> None:
     status = to_status(fold_all(TASK, [event_of(p, seq=n + 1) for n, (p, _) in
                                        enumerate(EXAMPLES.values())]))
     probe = ("import sys, orjson\n"
-             "from tidings.schemas import TaskRef, payloads\n"
-             "from tidings.schemas.status_decoder import read_status\n"
-             "from tidings.schemas.view import task_view\n"
+             "from tidings.schemas import TaskRef\nfrom tidings.schemas.wire import payloads\n"
+             "from tidings.schemas.status.decoder import read_status\n"
+             "from tidings.schemas.view.model import task_view\n"
              "status = orjson.loads(sys.stdin.buffer.read())\n"
              f"read = read_status(TaskRef({TASK.namespace!r}, {TASK.name!r}), status)\n"
              "view = task_view(read.state, status)\n"
@@ -427,8 +427,8 @@ def test_a_server_on_another_address_than_loopback_says_so() -> None:
 def test_a_pods_end_and_a_waiting_pod_are_in_the_one_view() -> None:
     # What the kubelet says of a worker's death is shown beside what its process said, in
     # the terminal and on the page alike (both render task_view).
-    from tidings.schemas.observed import PodVerdict
-    from tidings.schemas.observing import observe
+    from tidings.schemas.engine.observed import PodVerdict
+    from tidings.schemas.engine.observing import observe
 
     t = datetime(2026, 11, 30, 3, 5, tzinfo=UTC)
     state = fold_all(TASK, [event_of(Progress(fraction=0.3, message="epoch 1")),

@@ -10,8 +10,8 @@ from typing import Any
 
 from tests.support import eventually
 from tidings.schemas import LogLink, PodRef, TaskRef
-from tidings.schemas.constants import TASK_LABEL
-from tidings.schemas.event import ObjectRef, build_event, parse_event
+from tidings.schemas.wire.constants import TASK_LABEL
+from tidings.schemas.wire.event import ObjectRef, build_event, parse_event
 from tidings.watcher.delivery import Delivery
 from tidings.watcher.logs import RejectionLog
 from tidings.watcher.metrics import Metrics

@@ -8,8 +8,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from tidings.schemas import LogLink, ParsedEvent, PodRef, PodSpawned, Progress, TaskRef
-from tidings.schemas.constants import API_VERSION, KIND, TASK_LABEL
-from tidings.schemas.platform import PodTask
+from tidings.schemas.wire.constants import API_VERSION, KIND, TASK_LABEL
+from tidings.schemas.wire.platform import PodTask
 from tidings.watcher.controller import Controller, Settings
 from tidings.watcher.metrics import Metrics
 
@@ -140,7 +140,7 @@ def test_after_the_ttl_deleted_a_run_its_late_facts_are_refused_and_a_new_run_st
 
 
 def _window(sender: PodRef, spans: int, seq: int) -> ParsedEvent:
-    from tidings.schemas.payloads import Window, span_row
+    from tidings.schemas.wire.payloads import Window, span_row
 
     base_us = int(1000 * 1e6)
     rows = [span_row("step", spans, 0.25 * spans, 0.25, 0.25, 1000.0, 1000.0 + spans, 0,
@@ -172,7 +172,7 @@ def test_a_pod_s_end_read_before_the_events_list_completes_nothing_until_the_lis
     ended, and its last window and final are in the events still coming. Folding the pod's
     end first made the task Succeeded (by its pod's end) without them, and a status written
     then told `kubectl wait --for=condition=Completed` it was over."""
-    from tidings.schemas.contract import RUNNING, SUCCEEDED
+    from tidings.schemas.wire.contract import RUNNING, SUCCEEDED
     from tidings.watcher.delivery import EventSource
 
     c = Controller(None, Settings(), Metrics())  # type: ignore[arg-type]
@@ -196,7 +196,7 @@ def test_a_pod_s_end_read_before_the_events_list_completes_nothing_until_the_lis
 
 
 def _succeeded(name: str, uid: str) -> object:
-    from tidings.schemas.observed import pod_verdict
+    from tidings.schemas.engine.observed import pod_verdict
 
     return pod_verdict({"metadata": {"name": name, "uid": uid, "namespace": "team-a"},
                         "status": {"phase": "Succeeded"}}, seen=T0 + timedelta(minutes=5))

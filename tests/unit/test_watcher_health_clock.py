@@ -15,7 +15,7 @@ import pytest
 from tests.support import eventually
 from tests.unit.test_schemas_fold import TASK, make_event
 from tidings.schemas import PodRef, Progress, TaskRef, TaskState, fold_all
-from tidings.schemas.health import HealthSettings, next_stall
+from tidings.schemas.status.health import HealthSettings, next_stall
 from tidings.watcher.health_clock import HealthClock
 from tidings.watcher.store import Store
 

@@ -25,9 +25,9 @@ from tidings.schemas import (
     build_event,
     parse_event,
 )
-from tidings.schemas.event import ParsedEvent
-from tidings.schemas.folding import fold
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.engine.folding import fold
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.wire.event import ParsedEvent
 from tidings.watcher.coalesce import fact_kind
 from tidings.watcher.logs import LogFormat, OncePerEvent, announcer, configure, level_number
 from tidings.watcher.metrics import Metrics

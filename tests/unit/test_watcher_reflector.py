@@ -11,7 +11,7 @@ import pytest
 
 from tidings.kube import KubeError
 from tidings.kube.flowcontrol import Backoff
-from tidings.schemas.event import WatchItem, parse_watch_line
+from tidings.schemas.wire.event import WatchItem, parse_watch_line
 from tidings.watcher.reflector import Reflector
 
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tidings.cli.main import app
-from tidings.schemas.health import THRESHOLDS
+from tidings.schemas.status.health import THRESHOLDS
 from tidings.watcher.settings import Options, Settings, problems
 
 
@@ -23,7 +23,7 @@ def test_every_declared_flag_is_a_flag_of_watcher_run_with_its_help_and_env() ->
         assert " ".join(f.metadata["help"].split()) in shown, f.name
         if f.metadata["env"]:
             assert f.metadata["env"] in shown, f.name
-    # The health conditions' thresholds are flags too, declared by schemas/health.py.
+    # The health conditions' thresholds are flags too, declared by schemas/status/health.py.
     for t in THRESHOLDS.values():
         assert " ".join(t.help.split()) in shown and t.flag in shown and t.env in shown
     # Internal knobs are settings but never flags.

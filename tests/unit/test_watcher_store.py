@@ -6,8 +6,8 @@ from datetime import datetime
 
 from tidings._compat import UTC
 from tidings.schemas import LogLink, PodRef, TaskRef, build_event, parse_event
-from tidings.schemas.event import ParsedEvent
-from tidings.schemas.status_encoder import to_status
+from tidings.schemas.status.encoder import to_status
+from tidings.schemas.wire.event import ParsedEvent
 from tidings.watcher.store import Store
 
 A, B, C, D = (TaskRef("ns", name) for name in ("a", "b", "c", "d"))
@@ -207,8 +207,8 @@ def test_a_rebase_onto_a_re_created_object_starts_from_its_status() -> None:
     new uid). Run 1's state must not be written onto it: the state becomes the new object's
     status, plus the unsaved events that name no object or the new one."""
     from tidings.schemas import Progress
-    from tidings.schemas.folding import fold_all
-    from tidings.schemas.state import new_state
+    from tidings.schemas.engine.folding import fold_all
+    from tidings.schemas.engine.state import new_state
 
     def ev(seq: int, uid: str, payload: object, inst: str = "i1") -> ParsedEvent:
         p = parse_event(build_event(task=A, pod=PodRef("p", "u1", "ns"),
@@ -237,7 +237,7 @@ def test_a_deleted_objects_state_does_not_move_onto_the_next_object() -> None:
     """Issue 18, item 3: the write finds the object gone (404). What was written to it goes
     with it; of the unsaved events only those naming no object re-create one."""
     from tidings.schemas import Progress
-    from tidings.schemas.folding import fold_all
+    from tidings.schemas.engine.folding import fold_all
 
     def ev(seq: int, uid: str, inst: str) -> ParsedEvent:
         p = parse_event(build_event(task=A, pod=PodRef("p", "u1", "ns"),
@@ -274,8 +274,8 @@ def test_a_state_never_carries_another_objects_events(names: list[tuple[str, str
     """Whatever was folded for object uid-1 and not written, after a re-read finds uid-2 (or
     nothing): none of the events naming uid-1 is in the state, every other one is."""
     from tidings.schemas import Progress
-    from tidings.schemas.folding import fold_all
-    from tidings.schemas.state import new_state
+    from tidings.schemas.engine.folding import fold_all
+    from tidings.schemas.engine.state import new_state
 
     events = []
     for seq, (uid, inst) in enumerate(names, 1):

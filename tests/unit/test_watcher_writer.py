@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from tests.support import eventually
 from tidings._compat import UTC
 from tidings.kube import KubeError
-from tidings.schemas.event import ParsedEvent, PodRef, TaskRef
-from tidings.schemas.folding import fold
-from tidings.schemas.payloads import LogLink, Progress, SpanSummaries, SpanSummary
-from tidings.schemas.state import TaskState, new_state
+from tidings.schemas.engine.folding import fold
+from tidings.schemas.engine.state import TaskState, new_state
+from tidings.schemas.wire.event import ParsedEvent, PodRef, TaskRef
+from tidings.schemas.wire.payloads import LogLink, Progress, SpanSummaries, SpanSummary
 from tidings.watcher.coalesce import COALESCIBLE, CRITICAL, Coalescer, fact_kind
 from tidings.watcher.metrics import Metrics
 from tidings.watcher.store import Store

@@ -2,9 +2,9 @@
 documents (``to_status``), cut to a byte budget by giving up detail in ``BUDGET_DROP_ORDER``.
 
 Empty maps, zero counters and absent values are left out. Health is not judged here: who
-writes or shows a status judges it (schemas/health.py's ``judge``, at a time) and hands the
+writes or shows a status judges it (schemas/status/health.py's ``judge``, at a time) and hands the
 judgment in; encoding a state to keep it (the watcher's compacted tasks) judges nothing. The
-inverse is schemas/status_decoder.py; the layout is summed up in ``tidings.schemas``'s
+inverse is schemas/status/decoder.py; the layout is summed up in ``tidings.schemas``'s
 docstring.
 """
 
@@ -14,14 +14,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from . import history, record
-from .completion import TaskProgress, aggregate, outcome_conditions, percent
-from .contract import FAILED
-from .kinds import BUDGET_RANKED, NAMED_KINDS, Kind
-from .observed import Observed, PodVerdict
-from .payloads import non_finite_text
-from .record import POD_FIELDS, SPAN_FIELDS, WORKER_FIELDS, FieldType, pack
-from .roster import (
+from ..engine.completion import TaskProgress, aggregate, outcome_conditions, percent
+from ..engine.observed import Observed, PodVerdict
+from ..engine.roster import (
     OrderKey,
     Roster,
     encode_end_uids,
@@ -31,15 +26,20 @@ from .roster import (
     encode_other_ends,
     encode_paces,
 )
-from .state import COUNTER_NAMES, Beyond, Named, SpanAgg, TaskState, us
-from .times import format_seconds, format_time, from_epoch
-from .workers import ProgressState
+from ..engine.state import COUNTER_NAMES, Beyond, Named, SpanAgg, TaskState, us
+from ..engine.workers import ProgressState
+from ..wire import history, record
+from ..wire.contract import FAILED
+from ..wire.kinds import BUDGET_RANKED, NAMED_KINDS, Kind
+from ..wire.payloads import non_finite_text
+from ..wire.record import POD_FIELDS, SPAN_FIELDS, WORKER_FIELDS, FieldType, pack
+from ..wire.times import format_seconds, format_time, from_epoch
 
 if TYPE_CHECKING:
     from .health import Judgment
 
 # The layout version of ``.status``: 3 writes each entry of the record sections (links, decks,
-# metrics, spans and their lanes, workers, sender pods) as one string (schemas/record.py);
+# metrics, spans and their lanes, workers, sender pods) as one string (schemas/wire/record.py);
 # 2 wrote them as JSON objects of the same fields (still read); 1 was the snake_case layout
 # (no longer read).
 STATUS_VERSION = 3
@@ -60,7 +60,7 @@ class Drop(NamedTuple):
 
 # What ``to_status(budget=...)`` gives up, in this order, while the status is over budget:
 # the sender pods and the pods' outcomes first, then each kind's section by its
-# ``drop_rank``, or the detail of its entries by its ``detail_rank`` (schemas/kinds.py,
+# ``drop_rank``, or the detail of its entries by its ``detail_rank`` (schemas/wire/kinds.py,
 # ``BUDGET_RANKED``), with the running workers' paces (``paces``, what a restarted watcher
 # judges health by: the roster's marks say who reports, the paces how) after the metrics'
 # histories and before any metric, span, deck or link a person reads. Dedup data, phase,

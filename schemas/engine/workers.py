@@ -1,19 +1,20 @@
 """One worker's progress register: ``ProgressState``, the Progress that wins for a reporting
 pod, and how a Progress merges into it (``merge_progress``): a final beats any non-final,
 then the latest wins, and the earliest is kept beside it as the start of the worker's pace.
-The fold keeps one per pod for the ``workers`` smallest pod names (every pod is in the roster,
-schemas/roster.py); the completion rule's aggregate and ETA and the health conditions read it.
+The fold keeps one per pod for the ``workers`` smallest pod names (every pod is in the
+roster, schemas/engine/roster.py); the completion rule's aggregate and ETA and the health
+conditions read it.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from .caps import events_of, insert_capped
-from .constants import MESSAGE_LIMIT
-from .payloads import Progress
+from ..wire.caps import events_of, insert_capped
+from ..wire.constants import MESSAGE_LIMIT
+from ..wire.payloads import Progress
+from ..wire.text import cut_text
 from .roster import OrderKey
-from .text import cut_text
 
 
 class ProgressState(NamedTuple):

@@ -5,7 +5,7 @@ compact text field (``to_text``): ``inst=lo-hi,seq inst2=lo-hi``, instances sort
 sorted; instance ids never contain ``=``, ``,`` or spaces, so the encoding is unambiguous.
 One string is one field for the API server, however many instances it holds. An entry may end
 in ``@<epoch seconds>``: the newest creationTimestamp of that instance's events, which dedup
-compaction needs (see schemas/folding.py).
+compaction needs (see schemas/engine/folding.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .note import valid_instance, valid_seq
+from ..wire.note import valid_instance, valid_seq
 
 Range = tuple[int, int]
 _SEQ_TOP = 2**64  # above every valid seq: (seq, _SEQ_TOP) sorts after every range starting at seq

@@ -82,7 +82,7 @@ class Failure(NamedTuple):
 
 
 class PodEnd(NamedTuple):
-    """How a pod ended as its object says it (schemas/observed.py), compact: ``explained``
+    """How a pod ended as its object says it (schemas/engine/observed.py), compact: ``explained``
     when the object said how (False: only that it is gone), ``at`` in epoch seconds, and
     whether it failed; ``uid`` the fingerprint of the life it ended (0: not known, an older
     status's, which counts for any life). Tuple order is the join: the larger end wins."""

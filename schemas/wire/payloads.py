@@ -2,7 +2,7 @@
 
 Strict, frozen pydantic models; every text field is sanitised and every URL vetted on the way in.
 Text that was not valid UTF-8 (a lone surrogate) is made valid (U+FFFD) in every text field,
-names and URLs included, before any other rule reads it (``schemas.text.valid_text``).
+names and URLs included, before any other rule reads it (``schemas.wire.text.valid_text``).
 """
 
 from __future__ import annotations
@@ -414,7 +414,7 @@ class Metric(BaseModel):
     an infinity) is kept: on the wire it is the string ``"NaN"``, ``"Infinity"`` or
     ``"-Infinity"`` (``NON_FINITE``).
 
-    What a window's latest value alone would lose, the sender adds (schemas/history.py):
+    What a window's latest value alone would lose, the sender adds (schemas/wire/history.py):
     ``min``/``max``, the extremes of every finite value it saw of the name when they lie
     beyond what it sent before, and ``points``, earlier (step, value) pairs of its own spread
     sample of the run (on the wire a flat ``[step, value, step, value, ...]`` list); the

@@ -1,9 +1,9 @@
 """The fold of observations: what the objects of a task's pods and of the platform object
-that owns it say (schemas/observed.py reads them: how a pod ended, why it waits, the
+that owns it say (schemas/engine/observed.py reads them: how a pod ended, why it waits, the
 platform's outcome), merged into the task's state beside the facts (``observe``).
 
 Each observation is a join, and what it decides is read from the joined state, so
-observations commute with each other and with the events (schemas/folding.py).
+observations commute with each other and with the events (schemas/engine/folding.py).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 
-from .caps import insert_capped, no_events
+from ..wire.caps import insert_capped, no_events
+from ..wire.times import epoch
 from .observed import Observed, PlatformOutcome, PodVerdict
 from .roster import PodEnd, insert_life_end, pod_hash, uid_print, with_ends
 from .state import TaskState, with_counter
-from .times import epoch
 
 
 def observe(state: TaskState, pods: Iterable[PodVerdict] = (), *,
@@ -24,7 +24,7 @@ def observe(state: TaskState, pods: Iterable[PodVerdict] = (), *,
             platform: PlatformOutcome | None = None,
             running: tuple[int, datetime | None] | None = None) -> TaskState:
     """Merge what the task's pods' objects and its platform's object say
-    (schemas/observed.py) into ``state``. Pure and total like ``fold``; idempotent, and
+    (schemas/engine/observed.py) into ``state``. Pure and total like ``fold``; idempotent, and
     order-insensitive among observations and with the facts: each is a join, and what it
     decides is read from the joined state (a pod's own final, whenever it arrives, decides
     over its pod's end: ``Roster.end_of``).

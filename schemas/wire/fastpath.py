@@ -135,7 +135,7 @@ class _Line(Struct):
 
 if (BUS_CONTROLLER, ACTION, EVENTS_API_VERSION, KIND, API_VERSION) != (
         "tidings.dev/bus", "Report", "events.k8s.io/v1", "TaskFeedback", "tidings.dev/v1alpha1"):
-    raise ImportError("schemas/fastpath.py's Literal types no longer match constants.py")
+    raise ImportError("schemas/wire/fastpath.py's Literal types no longer match constants.py")
 
 
 _decode_line = msgspec.json.Decoder(_Line).decode

@@ -1,9 +1,9 @@
 """The completion rule: a task's phase, its aggregate progress and estimated completion time,
 and the outcome conditions (``Completed``, ``Failed``, ``PodsReady``) its status carries.
 
-It reads a folded state through ``Folded``, the parts of ``TaskState`` (schemas/state.py) it
+It reads a folded state through ``Folded``, the parts of ``TaskState`` (schemas/engine/state.py) it
 needs, so the state can ask it for its own phase without this module importing the state;
-each worker's record is schemas/workers.py's.
+each worker's record is schemas/engine/workers.py's.
 
 The rule reads the roster (every reporting pod), never the capped detailed records, so no
 failed or final report is lost to a cap and a task of up to WORKERS_MAX declared workers
@@ -26,8 +26,10 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
-from .constants import MESSAGE_LIMIT
-from .contract import FAILED, PENDING, RUNNING, SUCCEEDED, condition
+from ..wire.constants import MESSAGE_LIMIT
+from ..wire.contract import FAILED, PENDING, RUNNING, SUCCEEDED, condition, retries
+from ..wire.text import cut_text
+from ..wire.times import from_epoch
 from .observed import WAITING, Observed, PlatformOutcome
 from .roster import FAILED as FAILED_BIT
 from .roster import FINAL as FINAL_BIT
@@ -40,9 +42,6 @@ from .roster import (
     pod_hash,
     uid_print,
 )
-from .summary import retries
-from .text import cut_text
-from .times import from_epoch
 from .workers import ProgressState
 
 # The farthest past a worker's latest report its pace may put the task's estimated

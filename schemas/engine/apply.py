@@ -2,12 +2,12 @@
 
 ``Work`` is that state under construction: the input state, and each map the run writes,
 copied on its first write and then changed in place, so a batch costs one copy per map.
-``APPLY`` maps each payload model of the kind registry (schemas/kinds.py) to its merge: a named
+``APPLY`` maps each payload model of the kind registry (schemas/wire/kinds.py) to its merge: a named
 kind's is generic (a last-writer-wins register per name), the other families have their own
-(progress into the workers and the roster, span summaries into schemas/spans.py's
+(progress into the workers and the roster, span summaries into schemas/engine/spans.py's
 accumulators, a window into its parts, lineage and unknown types into counters). Every merge
 is a join or a register with a total order, so the order of events cannot matter
-(schemas/folding.py's docstring).
+(schemas/engine/folding.py's docstring).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from datetime import datetime
 from operator import attrgetter
 from typing import TypeVar, cast
 
-from .caps import K, events_of, insert_capped, one_each
-from .constants import MESSAGE_LIMIT, non_finite_text
-from .event import ParsedEvent
-from .history import merge as merge_report
-from .kinds import KINDS, Kind, Report
-from .payloads import (
+from ..wire.caps import K, events_of, insert_capped, one_each
+from ..wire.constants import MESSAGE_LIMIT, non_finite_text
+from ..wire.event import ParsedEvent
+from ..wire.history import merge as merge_report
+from ..wire.kinds import KINDS, Kind, Report
+from ..wire.payloads import (
     Metric,
     Payload,
     PodSpawned,
@@ -33,6 +33,8 @@ from .payloads import (
     UnknownPayload,
     Window,
 )
+from ..wire.text import cut_text
+from ..wire.times import epoch
 from .roster import (
     FAILED,
     FINAL,
@@ -53,8 +55,6 @@ from .roster import (
 )
 from .spans import SpanRun
 from .state import Beyond, Named, NamedValue, TaskState
-from .text import cut_text
-from .times import epoch
 from .workers import ProgressState, merge_progress
 
 # --- per-entry merges, in place on a map the run owns ------------------------------------
@@ -431,7 +431,7 @@ def _apply_progress(w: Work, ev: ParsedEvent, p: Progress, t: datetime) -> None:
 
 
 def _named_apply(kind: Kind, model: type) -> Apply:
-    """The apply of a named kind's ``model`` (schemas/kinds.py): the payload's ``key`` names
+    """The apply of a named kind's ``model`` (schemas/wire/kinds.py): the payload's ``key`` names
     a last-writer-wins register holding its value fields (one: the value; several: a tuple).
     A batch model's rows are each merged as one event of their name would be."""
     section, cap, counter, report = kind.section, attrgetter(kind.cap), kind.capped, kind.report
@@ -478,7 +478,7 @@ def _apply_unknown(w: Work, ev: ParsedEvent, p: UnknownPayload, t: datetime) -> 
         w.bump("unknown_capped", capped)
 
 
-# What the payload models of each family (schemas/kinds.py) do; named kinds are generic.
+# What the payload models of each family (schemas/wire/kinds.py) do; named kinds are generic.
 # (Each function takes its own type; the table is keyed by exactly that type.)
 _FAMILY_APPLY: dict[type, Apply] = {
     SpanSummary: cast(Apply, _apply_span),

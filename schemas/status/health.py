@@ -3,7 +3,7 @@
 latest value is NaN or infinite) and ``Straggling`` (a running worker far behind the median
 pace of its task), as metav1 conditions and as lists a reader can use.
 
-The conditions are a registry, ``HEALTH``, as kinds of fact are (schemas/kinds.py): an entry
+The conditions are a registry, ``HEALTH``, as kinds of fact are (schemas/wire/kinds.py): an entry
 says the condition's type, the ``status.health`` list of what it names (pods or metrics), the
 flag a named worker gets in the view, its thresholds (``Threshold``: the watcher's flags and
 environment variables, the chart's ``watcher.health`` values) and how it judges a state. The
@@ -12,7 +12,7 @@ read the registry; ARCHITECTURE.md ("Adding a health condition") lists the steps
 
 Health sits beside the status, not inside it: ``judge`` makes its part of a status (the
 conditions and ``status.health``), which the watcher's writer and the view hand to the status
-encoder (schemas/status_encoder.py). Compacting an idle task encodes it without a judgment.
+encoder (schemas/status/encoder.py). Compacting an idle task encodes it without a judgment.
 
 Pure, and only the standard library underneath (the watcher's settings read the registry to
 build `tidings watcher run --help`). Silence depends on *when* it is judged, so the time of
@@ -21,7 +21,7 @@ everything else is a function of the folded state. ``tidings state --from-events
 with the defaults.
 
 Every reporting worker is judged, not only the detailed records (the 64 smallest pod
-names): the roster keeps each running pod's pace (schemas/roster.py's ``Pace``). A condition
+names): the roster keeps each running pod's pace (schemas/engine/roster.py's ``Pace``). A condition
 names the first few (``NAMES_SHOWN``) and counts the rest, and ``status.health`` lists the
 ``NAMES_LISTED`` smallest names with ``counts`` of all. Where something could not be judged
 (a running worker whose pace a budget-cut status did not keep, pods beyond the roster's cap)
@@ -42,13 +42,13 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from tidings._compat import UTC
 
-from .constants import non_finite_text
-from .contract import RUNNING, condition
-from .roster import Pace, pod_hash
-from .times import format_seconds
+from ..engine.roster import Pace, pod_hash
+from ..wire.constants import non_finite_text
+from ..wire.contract import RUNNING, condition
+from ..wire.times import format_seconds
 
 if TYPE_CHECKING:  # (the model loads pydantic: only its types are needed here)
-    from .state import TaskState
+    from ..engine.state import TaskState
 
 # Names a condition's message lists (the rest are counted; ``health`` lists them all).
 NAMES_SHOWN = 5
@@ -153,7 +153,7 @@ class HealthCondition:
 
 
 class Running(NamedTuple):
-    """The running workers of a task as the roster knows them (schemas/roster.py: every
+    """The running workers of a task as the roster knows them (schemas/engine/roster.py: every
     reporting pod, not only the detailed ones): the pace of each that has one, how many have
     none (a status cut by its byte budget was read: their pace was not kept), and whether
     pods beyond the roster's cap reported (never seen, so never judged)."""

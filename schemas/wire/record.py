@@ -134,7 +134,7 @@ def types_of(keys: Iterable[tuple[str, FieldType]]) -> dict[str, FieldType]:
     return out
 
 
-# --- the status's records (schemas/status_encoder.py writes them, status_decoder.py reads) ---
+# --- the status's records (schemas/status/encoder.py writes them, status_decoder.py reads) ---
 
 # A span name's aggregate (``spans``; each lane of ``spanLanes`` the same, without ``unlaned``
 # and ``pod``): ``pod`` names the one pod that sent every summary (its lane is the entry).

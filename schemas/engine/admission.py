@@ -13,10 +13,10 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Protocol
 
-from .constants import API_VERSION, KIND
-from .event import ParsedEvent, TaskRef
-from .payloads import PodSpawned
-from .rejection import Rejection, RejectReason
+from ..wire.constants import API_VERSION, KIND
+from ..wire.event import ParsedEvent, TaskRef
+from ..wire.payloads import PodSpawned
+from ..wire.rejection import Rejection, RejectReason
 
 
 class Retry(Enum):

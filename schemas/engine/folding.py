@@ -2,14 +2,14 @@
 
 ``fold``, ``fold_many`` and ``fold_checked`` (the watcher's) all run ``_run``: one loop that
 decides what happens to each event (wrong task, duplicate, late, applied) and one table,
-``APPLY`` (schemas/apply.py), of what each payload type does to the state. A run copies each
+``APPLY`` (schemas/engine/apply.py), of what each payload type does to the state. A run copies each
 map it writes once (on its first write) and changes the copy in place, so a batch costs one
 copy per map and a single event the copy of the one map it touches; span aggregates are
-summed in place during a run and built once at its end (schemas/spans.py). ``fold`` is pure
+summed in place during a run and built once at its end (schemas/engine/spans.py). ``fold`` is pure
 and total; the state round-trips through the TaskFeedback ``.status`` dict
-(schemas/status_encoder.py's ``to_status``, schemas/status_decoder.py's ``read_status``; the
+(schemas/status/encoder.py's ``to_status``, schemas/status/decoder.py's ``read_status``; the
 camelCase layout is documented in deploy/crd.yaml). What the pods' and the platform's
-objects say is folded beside the events by schemas/observing.py.
+objects say is folded beside the events by schemas/engine/observing.py.
 
 Order-insensitivity, precisely: for a set of events with distinct (instance, seq), folding any
 permutation, with any duplicates mixed in, yields an identical ``to_status()`` except for
@@ -39,7 +39,7 @@ names, are a function of the set of events.
 
 Many workers, one task: progress is kept per reporting pod (its own last-writer-wins, a
 final beating any non-final) in detail for the ``workers`` smallest pod names, and every
-pod is in the roster (schemas/roster.py: its final and failed flags OR-ed, its largest
+pod is in the roster (schemas/engine/roster.py: its final and failed flags OR-ed, its largest
 fraction, by a hash of its name; the largest declared count, the earliest failed final and
 the latest final as registers), which is all the completion rule reads, so no cap hides an
 outcome. The rule: a task *fails* as soon as any worker reports a failed final; it
@@ -84,11 +84,11 @@ from typing import NamedTuple, TypeVar
 
 from tidings._compat import UTC
 
+from ..wire.caps import insert_capped, one_each
+from ..wire.event import ParsedEvent, TaskRef
+from ..wire.times import epoch
 from .apply import APPLY, Work
-from .caps import insert_capped, one_each
-from .event import ParsedEvent, TaskRef
 from .state import DEFAULT_LIMITS, Limits, TaskState, new_state, new_task_state, with_counter
-from .times import epoch
 from .version_vector import VersionVector
 
 V = TypeVar("V")

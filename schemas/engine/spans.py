@@ -2,19 +2,19 @@
 aggregates, per name and per (name, sender pod) lane.
 
 Within a run the aggregates a summary touches are accumulators (``_SpanAcc``): sums kept in
-place and windows kept raw, each made into one ``SpanAgg`` (schemas/state.py) at the end of
+place and windows kept raw, each made into one ``SpanAgg`` (schemas/engine/state.py) at the end of
 the run (``SpanRun.result``). Lanes follow the cap rule: the task keeps the ``span_lanes``
 smallest (name, pod) pairs of its kept names, so the kept lanes are the same for any order
-(schemas/folding.py's docstring).
+(schemas/engine/folding.py's docstring).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .caps import events_of, insert_capped
-from .constants import INT64_MAX
-from .payloads import SpanSummary
+from ..wire.caps import events_of, insert_capped
+from ..wire.constants import INT64_MAX
+from ..wire.payloads import SpanSummary
 from .state import NO_LANES, Limits, SpanAgg, new_span_agg, us
 
 # Buckets across a span name's whole extent (so the busy intervals stay ~WINDOW_BUCKETS / 2).

@@ -1,6 +1,6 @@
 """A task's row in the task list, from its TaskFeedback object alone: what `tidings list`
 and `get` print and the page's list shows, with the one count of a task's workers and the one
-age (part of the view model of schemas/view.py, which re-exports it). Light on purpose: a list
+age (part of the view model of schemas/view/model.py, which re-exports it). Light on purpose: a list
 row needs none of the page's model, so `tidings get` loads this module only.
 """
 
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .contract import FAILED
-from .times import parse_time
+from ..wire.contract import FAILED, retries
+from ..wire.times import parse_time
 
 # The conditions the phase (and status.reason) already say.
 COMPLETED = "Completed"
@@ -83,11 +83,6 @@ class WorkerCounts:
         return "".join(text for text, _ in self.words(short))
 
 
-def retries(platform_decides: bool, phase: str) -> bool:
-    """Whether a failed worker is an attempt its platform ran again (shown "retried") rather
-    than the outcome: under a platform object that decides the task's outcome, until that
-    object failed the task (a Job that gave up retried nothing more)."""
-    return platform_decides and phase != FAILED
 
 
 def count_workers(*, final: int, failed: int, ended_final: int, ended_failed: int,

@@ -1,12 +1,12 @@
 """The folded state of a task: its caps (``Limits``), its registers and ``TaskState`` itself.
 
-``new_state`` makes the empty state; the fold fills it (schemas/folding.py with the events,
-schemas/observing.py with what the pods' and the platform's objects say); the status encoder
-writes it (schemas/status_encoder.py) and the decoder reads it back
-(schemas/status_decoder.py). Its phase and aggregate progress are the completion rule's
-(schemas/completion.py). The rules that give each field its meaning (order keys, caps, the
-roster, dedup compaction) are in schemas/folding.py's docstring; the cap rule itself is
-schemas/caps.py, a worker's register schemas/workers.py.
+``new_state`` makes the empty state; the fold fills it (schemas/engine/folding.py with the events,
+schemas/engine/observing.py with what the pods' and the platform's objects say); the status encoder
+writes it (schemas/status/encoder.py) and the decoder reads it back
+(schemas/status/decoder.py). Its phase and aggregate progress are the completion rule's
+(schemas/engine/completion.py). The rules that give each field its meaning (order keys, caps, the
+roster, dedup compaction) are in schemas/engine/folding.py's docstring; the cap rule itself is
+schemas/wire/caps.py, a worker's register schemas/engine/workers.py.
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import NamedTuple
 
-from ._fast import slot_constructor
+from ..wire._fast import slot_constructor
+from ..wire.constants import WORKERS_MAX
+from ..wire.contract import FAILED, SUCCEEDED
+from ..wire.event import ParsedEvent
+from ..wire.history import Series
+from ..wire.kinds import KINDS, Kind, Scalar
+from ..wire.refs import TaskRef
+from ..wire.times import epoch
 from .completion import TaskProgress, aggregate, phase_of
-from .constants import WORKERS_MAX
-from .contract import FAILED, SUCCEEDED
-from .event import ParsedEvent
-from .history import Series
-from .kinds import KINDS, Kind, Scalar
 from .observed import EMPTY_OBSERVED, Observed
-from .refs import TaskRef
 from .roster import EMPTY_ROSTER, OrderKey, Roster
-from .times import epoch
 from .version_vector import VersionVector
 from .workers import ProgressState
 
@@ -101,7 +101,7 @@ class Named(NamedTuple):
     """A last-writer-wins register: ``value`` written by the event with order key ``at``;
     ``events`` counts the events that targeted this name (needed to count them when capped).
     A kind with a curve (metrics) also joins every report into ``series``: the name's
-    extremes and history (schemas/history.py)."""
+    extremes and history (schemas/wire/history.py)."""
 
     value: NamedValue
     at: OrderKey
@@ -197,7 +197,7 @@ class TaskState:
     unknown: Mapping[str, int]  # unknown payload type -> events
     warnings: int
     roster: Roster  # every reporting pod's outcome: what the completion rule reads
-    # What the pods' objects and the platform's object say (schemas/observed.py).
+    # What the pods' objects and the platform's object say (schemas/engine/observed.py).
     observed: Observed
     limits: Limits = field(default=DEFAULT_LIMITS, compare=False)
     # A kind's section -> its names beyond the cap (``Beyond``), for kinds that keep them.

@@ -1,8 +1,8 @@
 """The ``.status`` decoder: what a TaskFeedback's status holds, read back into a ``TaskState``
-entry by entry (``read_status``), the inverse of schemas/status_encoder.py's ``to_status``.
+entry by entry (``read_status``), the inverse of schemas/status/encoder.py's ``to_status``.
 
 Layouts 3 (each entry of links, decks, metrics, spans, spanLanes, workers and pods one record
-string, schemas/record.py) and 2 (the same entries as JSON objects of the same fields, a span
+string, schemas/wire/record.py) and 2 (the same entries as JSON objects of the same fields, a span
 name's lanes inside its entry) are read: each entry by ``record.fields_of``, whichever it is.
 
 For every status the fold wrote, reading gives the state back. Anything else (a hand-edited or
@@ -28,14 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
-from . import history
-from .caps import events_of, no_events, one_each, trim
-from .constants import INT64_MAX, MESSAGE_LIMIT, NAME_LIMIT, NON_FINITE, TYPE_LIMIT, WORKERS_MAX
-from .contract import FAILED, RUNNING, SUCCEEDED
-from .event import TaskRef
-from .kinds import NAMED_KINDS, Kind, Scalar, ValueField
-from .note import valid_instance, valid_seq
-from .observed import (
+from ..engine.observed import (
     WAITING,
     Observed,
     PlatformOutcome,
@@ -44,16 +37,7 @@ from .observed import (
     clean_reason,
     exit_code_of,
 )
-from .record import (
-    POD_FIELDS,
-    RECORD_LIMIT,
-    SEP,
-    SPAN_FIELDS,
-    WORKER_FIELDS,
-    FieldType,
-    fields_of,
-)
-from .roster import (
+from ..engine.roster import (
     FINAL,
     Failure,
     OrderKey,
@@ -74,8 +58,35 @@ from .roster import (
     with_end_uids,
     with_ends,
 )
-from .state import DEFAULT_LIMITS, Beyond, Limits, Named, SpanAgg, TaskState, new_state, us
-from .status_encoder import (
+from ..engine.state import DEFAULT_LIMITS, Beyond, Limits, Named, SpanAgg, TaskState, new_state, us
+from ..engine.version_vector import VersionVector
+from ..engine.workers import ProgressState
+from ..wire import history
+from ..wire.caps import events_of, no_events, one_each, trim
+from ..wire.constants import (
+    INT64_MAX,
+    MESSAGE_LIMIT,
+    NAME_LIMIT,
+    NON_FINITE,
+    TYPE_LIMIT,
+    WORKERS_MAX,
+)
+from ..wire.contract import FAILED, RUNNING, SUCCEEDED
+from ..wire.event import TaskRef
+from ..wire.kinds import NAMED_KINDS, Kind, Scalar, ValueField
+from ..wire.note import valid_instance, valid_seq
+from ..wire.record import (
+    POD_FIELDS,
+    RECORD_LIMIT,
+    SEP,
+    SPAN_FIELDS,
+    WORKER_FIELDS,
+    FieldType,
+    fields_of,
+)
+from ..wire.text import cut_text, sanitize_text
+from ..wire.times import epoch, parse_time
+from .encoder import (
     COUNTER_KEYS,
     NAMED_FIELDS,
     STATUS_VERSION,
@@ -85,10 +96,6 @@ from .status_encoder import (
     span_record,
     worker_record,
 )
-from .text import cut_text, sanitize_text
-from .times import epoch, parse_time
-from .version_vector import VersionVector
-from .workers import ProgressState
 
 # The oldest layout still read (1, snake_case, is not: the next write replaces it).
 OLDEST_READ = 2
@@ -493,7 +500,7 @@ def _paces(st: Mapping[str, Any], roster: Roster, workers: Mapping[str, Progress
     """The paces of the roster's running pods: those ``paces`` holds (an unreadable item goes
     to ``r``), and for a detailed worker whose pace the status lacks (its budget left it
     out, or it was written before paces), the pace its record implies. A running pod with
-    neither is not judged (schemas/health.py says how many)."""
+    neither is not judged (schemas/status/health.py says how many)."""
     data = st.get("paces", [])
     marks = roster.marks
     out: dict[int, Pace] = {}

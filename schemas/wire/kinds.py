@@ -8,7 +8,7 @@ the status codec, the write scheduler and the CLI read this table instead of nam
 
 A *named* kind (links, decks, metrics) is a map of last-writer-wins registers, one per name;
 its entry alone makes the fold, the status codec and the CLI handle it. The other families
-(spans, progress, window, lineage, unknown) have their own merge in schemas/apply.py.
+(spans, progress, window, lineage, unknown) have their own merge in schemas/engine/apply.py.
 ARCHITECTURE.md ("Adding a kind of fact") lists the steps.
 """
 
@@ -94,7 +94,7 @@ class Kind:
     values: tuple[ValueField, ...] = ()
     batch: str = ""
     # Named kinds with a curve: a payload's report (value, step, min, max, points), joined
-    # into the register's extremes and history (schemas/history.py) whatever its order.
+    # into the register's extremes and history (schemas/wire/history.py) whatever its order.
     report: Callable[[Any], Report] | None = None
     # CLI: the table title; ``age`` adds a column with how long ago each entry was written;
     # ``inline``: the one-line view (``watch`` piped) shows the registers as name=value.

@@ -24,10 +24,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
-from .contract import FAILED, RUNNING, SUCCEEDED
-from .payloads import cut_text
-from .text import sanitize_text
-from .times import epoch, parse_time
+from ..wire.contract import FAILED, RUNNING, SUCCEEDED
+from ..wire.payloads import cut_text
+from ..wire.text import sanitize_text
+from ..wire.times import epoch, parse_time
 
 WAITING: Final = "Waiting"
 # Characters of a reason (a CamelCase word upstream) and of a message kept.

@@ -139,3 +139,10 @@ def condition(ctype: str, true: bool | None, reason: str, message: str, at: date
     condition that could not judge all it judges)."""
     return {"type": ctype, "status": "Unknown" if true is None else "True" if true else "False",
             "reason": reason, "message": message, "lastTransitionTime": format_seconds(at)}
+
+
+def retries(platform_decides: bool, phase: str) -> bool:
+    """Whether a failed worker is an attempt its platform ran again (shown "retried") rather
+    than the outcome: under a platform object that decides the task's outcome, until that
+    object failed the task (a Job that gave up retried nothing more)."""
+    return platform_decides and phase != FAILED

@@ -2,7 +2,7 @@
 every renderer (the CLI's tables in cli/taskrender.py and cli/list_cmd.py, the web page in ui/),
 so the terminal and the page can never tell a status apart differently.
 
-``summarize`` (its own light module, schemas/summary.py, re-exported here) makes a row of the
+``summarize`` (its own light module, schemas/view/summary.py, re-exported here) makes a row of the
 task list from a TaskFeedback object, reading its status entry by entry (an entry it cannot
 read is left out, never an error); ``task_view`` makes the page of one task from its folded
 state. Strings are kept as the cluster gave them: each renderer neutralises them for its
@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .contract import FAILED, SUCCEEDED
+from ..wire.contract import FAILED, SUCCEEDED, retries
+from ..wire.times import parse_time
 from .summary import (
     COMPLETED,
     PHASE_CONDITIONS,
@@ -34,15 +35,13 @@ from .summary import (
     json_map,
     json_str,
     read_conditions,
-    retries,
     summarize,
 )
-from .times import parse_time
 
 if TYPE_CHECKING:  # the page's view loads them (task_view); a list row reads the object alone
-    from .kinds import Kind, Scalar
-    from .refs import TaskRef
-    from .state import Named, TaskState
+    from ..engine.state import Named, TaskState
+    from ..wire.kinds import Kind, Scalar
+    from ..wire.refs import TaskRef
 
 # The columns of a kind with a curve (metrics): its exact extremes and its history.
 CURVE_HEADERS = ("MIN", "MAX", "HISTORY")
@@ -84,7 +83,7 @@ class RegisterRow:
 
 @dataclass(frozen=True, slots=True)
 class RegisterTable:
-    """The registers of one named kind, as the registry (schemas/kinds.py) says to show it."""
+    """The registers of one named kind, as the registry (schemas/wire/kinds.py) says to show it."""
 
     kind: Kind
     rows: tuple[RegisterRow, ...]
@@ -113,7 +112,7 @@ class WorkerRow:
     failed attempt under a platform that decides (retried), or running; ``bad`` says it is
     bad news. ``ended``: how its pod ended, as the kubelet says (``Failed: OOMKilled (exit
     137)``), when it did. ``flags``: the health conditions that name it, each by its word
-    (schemas/health.py's registry: ``stalled``, ``straggling``)."""
+    (schemas/status/health.py's registry: ``stalled``, ``straggling``)."""
 
     pod: str
     fraction: float | None
@@ -191,7 +190,7 @@ class TaskView:
     counters: tuple[tuple[str, int], ...]
     # The watcher's refusals of the task's events, by reason (status.refused).
     refused: tuple[tuple[str, int], ...]
-    # Health (schemas/health.py): the conditions that hold, or "Healthy" ("": not judged,
+    # Health (schemas/status/health.py): the conditions that hold, or "Healthy" ("": not judged,
     # e.g. a status of a watcher before health), and when silence was judged.
     health_summary: str = ""
     judged_at: datetime | None = None
@@ -227,12 +226,12 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
     (its conditions, health and refusals are the watcher's word); without one (a local fold)
     the conditions are what the status of this state would say, its health judged at ``now``
     with the default thresholds (the watcher's rule)."""
-    from .health import HEALTH
-    from .kinds import NAMED_KINDS  # (the payload models: not for `tidings list`'s rows)
+    from ..status.health import HEALTH
+    from ..wire.kinds import NAMED_KINDS  # (the payload models: not for `tidings list`'s rows)
 
     if status is None:
-        from .health import judge
-        from .status_encoder import to_status
+        from ..status.encoder import to_status
+        from ..status.health import judge
 
         status = to_status(state, health=judge(state, now))
     said = json_map(status.get("health"))
@@ -285,7 +284,7 @@ def _names(v: Any) -> frozenset[str]:
 
 
 def _worker_row(state: TaskState, pod: str) -> WorkerRow:
-    from .roster import pod_hash, uid_print
+    from ..engine.roster import pod_hash, uid_print
 
     w = state.workers.get(pod)
     v = state.observed.pods.get(pod)
@@ -319,7 +318,7 @@ def _worker_row(state: TaskState, pod: str) -> WorkerRow:
 
 
 def _register_row(kind: Kind, name: str, entry: Named) -> RegisterRow:
-    from .payloads import web_link
+    from ..wire.payloads import web_link
 
     raw = entry.value
     values = raw if isinstance(raw, tuple) else (raw,)
@@ -349,7 +348,7 @@ def scalar_text(v: Scalar) -> str:
     if v is None:
         return ""
     if isinstance(v, float):
-        from .payloads import non_finite_text  # (loaded already by a task's view)
+        from ..wire.payloads import non_finite_text  # (loaded already by a task's view)
 
         return non_finite_text(v) or f"{v:.6g}"
     return str(v)

@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from .event import ParsedEvent, PodRef, TaskRef
-from .payloads import PodSpawned
+from ..wire.event import ParsedEvent, PodRef, TaskRef
+from ..wire.payloads import PodSpawned
 
 
 @dataclass(frozen=True, slots=True)

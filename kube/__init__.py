@@ -9,7 +9,9 @@ Light on purpose (urllib3, orjson, PyYAML): it runs inside workload images.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tidings._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .auth import BoundPod, CredentialError, bound_pod
@@ -73,21 +75,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tidings.kube' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    # dir(), help() and editors' completion see the names __getattr__ loads, without loading.
-    return sorted({*globals(), *__all__})
-
 
 def connect(kubeconfig: str | None = None, context: str | None = None, *,
             namespace: str | None = None, impersonate: Impersonation | None = None,
@@ -133,3 +120,5 @@ __all__ = [
     "paginate",
     "parse_retry_after",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)

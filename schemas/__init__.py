@@ -43,7 +43,9 @@ documents every field, and empty maps, zero counters and absent values are left 
 targeted an entry.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tidings._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .engine.completion import TaskProgress
@@ -174,21 +176,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tidings.schemas' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    # dir(), help() and editors' completion see the names __getattr__ loads, without loading.
-    return sorted({*globals(), *__all__})
-
 
 __all__ = [
     "API_GROUP",
@@ -255,6 +242,8 @@ __all__ = [
     "valid_instance",
     "valid_seq",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)
 
 
 def new_instance_id() -> str:

@@ -1,4 +1,4 @@
-"""The public API is visible (issue 34 item 8): a package that loads its names lazily
+"""The public API is visible: a package that loads its names lazily
 (PEP 562 ``__getattr__``) still lists them to ``dir()``, ``help()`` and editors' completion
 (a module ``__dir__``), without loading them."""
 
@@ -17,11 +17,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def lazy_packages() -> list[str]:
-    """Every package of ours whose ``__init__`` defines a module-level ``__getattr__``."""
+    """Every package of ours whose ``__init__`` defines or assigns a module-level
+    ``__getattr__`` (its own, or tidings._lazy's ``lazy_exports``)."""
     out = []
     for init in sorted(ROOT.glob("*/__init__.py")):
         tree = ast.parse(init.read_text())
-        if any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body):
+        if any((isinstance(n, ast.FunctionDef) and n.name == "__getattr__")
+               or (isinstance(n, ast.Assign) and any(
+                   isinstance(t, ast.Tuple) and any(getattr(e, "id", "") == "__getattr__"
+                                                    for e in t.elts) for t in n.targets))
+               for n in tree.body):
             package = init.parent.name
             out.append("tidings" if package == "tidings" else f"tidings.{package}")
     return out

@@ -95,6 +95,10 @@ def test_a_job_whose_pod_cannot_pull_its_image_is_pending_with_the_kubelets_reas
     # one for the transition however often the status is written.
     table = cp.kubectl_run("get", "taskfeedback", "pull-missing", "-n", namespace)
     assert "ImagePullBackOff" in table and "Pending" in table
+    # A controller (or a script) waits on the condition as on any other object's.
+    waited = cp.kubectl_run("wait", "taskfeedback/pull-missing", "-n", namespace,
+                            "--for=condition=PodsReady=False", "--timeout=30s")
+    assert "condition met" in waited, waited
     eventually(lambda: announced(admin, namespace, "pull-missing") == [
         ("Warning", "ImagePullBackOff")], 30, "the transition announced")
     described = cp.kubectl_run("describe", "taskfeedback", "pull-missing", "-n", namespace)

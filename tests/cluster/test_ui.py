@@ -347,6 +347,44 @@ def test_a_worker_oom_killed_without_a_word_counts_alike_in_the_row_the_page_and
     assert page.errors == []
 
 
+def test_a_task_whose_pods_wait_shows_each_pod_its_reason_and_age_in_the_row_and_the_page(
+        serve: Callable[..., UiServer], page: Any, admin: Any, namespace: str,
+        control_plane: ControlPlane) -> None:
+    """Before any pod speaks: the list's row shows the first waiting reason, the page a
+    row per waiting pod with its reason, message and age, as `tidings state` does."""
+    from tidings.schemas.engine.observed import WAITING, PodVerdict
+    from tidings.schemas.engine.observing import observe
+
+    since = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=3)
+    state = a_state(namespace, "stuck", [])
+    status = to_status(observe(state, waiting=[
+        PodVerdict("stuck-0", "uid-0", WAITING, "ImagePullBackOff",
+                   'container main: ImagePullBackOff: Back-off pulling image "w:nope"', None,
+                   since),
+        PodVerdict("stuck-1", "uid-1", WAITING, "Unschedulable",
+                   "0/2 nodes are available: 2 Insufficient cpu.", None, since)]))
+    assert status["phase"] == "Pending", status
+    write_task(admin, namespace, "stuck", status)
+    server = serve("-n", namespace)
+    page.goto(server.url)
+    row = page.locator(f"tr[id='row:{namespace}/stuck']")
+    eventually(lambda: row.count() == 1 and "ImagePullBackOff" in row.inner_text(),
+               what="the row's reason")
+    page.goto(f"{server.url}tasks/{namespace}/stuck")
+    section = page.locator("#task-body section", has_text="Waiting pods")
+    eventually(lambda: section.count() == 1, what="the waiting pods' table")
+    rows = [r.split("\t") for r in section.locator("tbody tr").all_inner_texts()]
+    assert [(r[0], r[1]) for r in rows] == [("stuck-0", "ImagePullBackOff"),
+                                            ("stuck-1", "Unschedulable")], rows
+    assert all(r[2].strip() in ("3m ago", "3m0s ago", "3m1s ago") or "3m" in r[2]
+               for r in rows), rows
+    assert 'Back-off pulling image "w:nope"' in rows[0][3]
+    assert "Insufficient cpu" in rows[1][3]
+    shown = invoke(control_plane, "state", "stuck", "-n", namespace).stdout
+    assert "Waiting pods" in shown and "Insufficient cpu" in shown, shown
+    assert page.errors == []
+
+
 def test_a_task_page_draws_each_metrics_curve_and_a_lane_per_pod(
         serve: Callable[..., UiServer], page: Any, admin: Any, namespace: str) -> None:
     """Issue 26 items 2 and 3 on the page: a metric's sparkline with its exact min and max,

@@ -17,10 +17,10 @@ medians of the wall time, its ratios to kubectl and to the floor measured in the
 median CPU time (user + system) of each process and its ratio to the floor's (steadier than the
 wall time when other work shares the cores), and the load average before and after;
 ``--instructions`` adds each Python command's instruction count (valgrind), which no load
-moves. The "floor" row is a Python process that only reads the kubeconfig, makes the same GET
-with the one Kubernetes client (urllib3 over TLS) and prints the phase: no command of ours can
-be faster. Goals: the emitter imports in <= 0.15 s of CPU (issue 27); get, list and state take
-<= 1.3x the floor's wall time (issue 35).
+moves. The "floor" row is a bare Python GET: PyYAML reads the kubeconfig, urllib3 makes the
+same GET over TLS and the phase is printed, with nothing of ours (so our client's own import
+and config reading count against us). Goals: the emitter imports in <= 0.15 s of CPU; get and
+list take <= 1.3x the floor's wall time, state <= 1.6x.
 """
 
 from __future__ import annotations
@@ -44,9 +44,20 @@ from tidings.cli.dev import devcluster
 
 REPO = Path(__file__).resolve().parents[1]
 EXE = str(Path(sys.executable).parent / "tidings")
-FLOOR = ("from tidings.kube import connect; from tidings.schemas.wire.contract import "
-         "taskfeedback_path; print(connect().get(taskfeedback_path('{ns}', 'bench-1'))"
-         "['status']['phase'])")
+# The floor: a bare GET with nothing of ours. PyYAML reads the kubeconfig (its C loader, as
+# kube/config.py does), urllib3 makes the one TLS GET with the context's CA and token, and the
+# phase is printed. Our own client's import and config reading are part of what is measured.
+FLOOR = """import base64, json, os, yaml, urllib3
+c = yaml.load(open(os.environ["KUBECONFIG"]), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+ctx = next(x["context"] for x in c["contexts"] if x["name"] == c["current-context"])
+cl = next(x["cluster"] for x in c["clusters"] if x["name"] == ctx["cluster"])
+user = next(x["user"] for x in c["users"] if x["name"] == ctx["user"])
+ca = cl.get("certificate-authority-data")
+http = urllib3.PoolManager(ca_cert_data=base64.b64decode(ca).decode() if ca else None,
+                           ca_certs=cl.get("certificate-authority"))
+path = "/apis/tidings.dev/v1alpha1/namespaces/{ns}/taskfeedbacks/bench-1"
+r = http.request("GET", cl["server"] + path, headers={{"Authorization": "Bearer " + user["token"]}})
+print(json.loads(r.data)["status"]["phase"])"""
 IMPORT_CPU = ("import time; t = time.process_time(); import tidings.emitter; "
               "print(time.process_time() - t)")
 
@@ -149,7 +160,7 @@ def measure(a: argparse.Namespace, load_before: str) -> None:
     with dc.admin_kubeconfig(a.kubeconfig, prefix="tidings-bench-startup-") as kubeconfig:
         setup(kubectl, kubeconfig, ns)
         env = {**os.environ, "KUBECONFIG": kubeconfig}
-        floor_name = "floor: python + tidings.kube GET"
+        floor_name = "floor: bare GET (PyYAML + urllib3)"
         commands = {
             "kubectl get taskfeedback bench-1": [kubectl, "-n", ns, "get", "taskfeedback",
                                                  "bench-1"],
@@ -157,8 +168,8 @@ def measure(a: argparse.Namespace, load_before: str) -> None:
             "tidings list": [EXE, "list", "-n", ns],
             "tidings state bench-1": [EXE, "state", "bench-1", "-n", ns],
             "tidings --help": [EXE, "--help"],
-            # The floor of any Python command here: the interpreter, the one Kubernetes client
-            # and one GET, with no CLI at all.
+            # The floor of any Python command here: the interpreter, the kubeconfig read and
+            # one GET, with nothing of ours.
             floor_name: [sys.executable, "-c", FLOOR.format(ns=ns)],
         }
         if before is not None:
@@ -194,7 +205,7 @@ def measure(a: argparse.Namespace, load_before: str) -> None:
         print(f"\n{'command (valgrind --tool=callgrind)':<40}{'M instr':>10}{'x floor':>9}")
         for name, n in counted.items():
             print(f"{name:<40}{n / 1e6:>10.1f}{n / counted[floor_name]:>9.2f}")
-    print("\ngoal: get, list and state <= 1.30x the floor")
+    print("\ngoals: get and list <= 1.30x the floor, state <= 1.60x")
 
 
 if __name__ == "__main__":

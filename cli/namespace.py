@@ -12,7 +12,7 @@ from tidings.schemas.wire.contract import (
     task_selector,
     taskfeedback_path,
 )
-from tidings.schemas.wire.event import TaskRef
+from tidings.schemas.wire.refs import TaskRef
 
 
 def open_task(task: str, namespace: str | None, all_namespaces: bool, conn: Connection,

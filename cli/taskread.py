@@ -14,28 +14,18 @@ from tidings._compat import UTC
 from tidings.cli.common import EXIT_NOT_FOUND, EXIT_UNREACHABLE, CliError, not_found, safe
 from tidings.cli.kube import NO_CRD, Action, ApiError, Kube, found_elsewhere
 from tidings.cli.snapshot import SOURCE_EVENTS, Refusals, Snapshot, cr_snapshot, status_of
-from tidings.kube.objects import Event, TaskFeedback
-from tidings.schemas import ParsedEvent, TaskRef, TaskState, fold_all, parse_event
-from tidings.schemas.engine.admission import (
-    Retry,
-    TaskObject,
-    about_its_pod,
-    admission,
-    as_task_fact,
-    is_task_fact,
-)
-from tidings.schemas.engine.observed import PodVerdict, gone, pod_verdict
-from tidings.schemas.engine.observing import observe
+from tidings.kube.objects import TaskFeedback
 from tidings.schemas.wire.contract import (
     POD_FACTS_SELECTOR,
     TASKFEEDBACK_RESOURCE,
     task_selector,
     taskfeedback_path,
 )
-from tidings.schemas.wire.platform import pod_task
-from tidings.schemas.wire.rejection import Rejection
+from tidings.schemas.wire.refs import TaskRef
 
 if TYPE_CHECKING:
+    from tidings.kube.objects import Event
+    from tidings.schemas import ParsedEvent, TaskState
     from tidings.watcher.platform import PlatformTasks
     from tidings.watcher.senders import Senders
 
@@ -49,6 +39,8 @@ def _unreachable(what: str) -> CliError:
 
 def sender_of(p: object, raw: Any = None) -> str:
     """The pod an event says it comes from, ``namespace/name`` (sanitised, bounded)."""
+    from tidings.schemas import ParsedEvent
+
     if isinstance(p, ParsedEvent):
         return safe(f"{p.sender.namespace or p.task.namespace}/{p.sender.name}")
     related = raw.get("related") if isinstance(raw, dict) else None
@@ -125,6 +117,8 @@ class TaskReader:
         """Why the watcher would not fold the parse result ``p`` into the task whose
         TaskFeedback has ``uid`` ("": none exists; None: unknown, not checked): (a
         RejectReason value, or ``not_a_task_fact``; the message); None when it would."""
+        from tidings.schemas import ParsedEvent, Rejection
+        from tidings.schemas.engine.admission import Retry, TaskObject, admission, is_task_fact
         if isinstance(p, Rejection):
             return p.reason.value, p.message
         if not is_task_fact(p, self.ref):
@@ -144,6 +138,9 @@ class TaskReader:
     def pod_fact(self, p: object) -> ParsedEvent | None:
         """A pod's fact about itself as a fact of this task when the pod's labels name it
         (as the watcher retargets it); None when it is another task's, or no such fact."""
+        from tidings.schemas import ParsedEvent, Rejection
+        from tidings.schemas.engine.admission import Retry, about_its_pod, as_task_fact
+
         if not (isinstance(p, ParsedEvent) and about_its_pod(p)):
             return None
         info = self.senders.task_of(p)
@@ -182,6 +179,8 @@ class TaskReader:
                     ) -> Snapshot:
         """The task's own events and the facts its pods sent about themselves, folded here
         (``uid``: its TaskFeedback's, as ``refusal`` takes it)."""
+        from tidings.schemas import ParsedEvent, fold_all, parse_event
+
         ref = self.ref
         try:
             raw, rv = self.kube.list_events(ref.namespace, task_selector(ref.name))
@@ -206,6 +205,8 @@ class TaskReader:
         """The facts pods of the namespace sent about themselves whose labels name this
         task (as the watcher folds them: an emitter that knows no task id); the others are
         not this task's, so they are neither folded nor counted here."""
+        from tidings.schemas import parse_event
+
         raw, _ = self.kube.list_events(self.ref.namespace, POD_FACTS_SELECTOR)
         return [(None, fact) for obj in raw if (fact := self.pod_fact(parse_event(obj)))]
 
@@ -215,6 +216,10 @@ class TaskReader:
         know is missing here: how a pod that is gone ended (it shows as deleted), and a wait
         that is over."""
         from tidings.cli.lineage import list_labelled, task_keys
+        from tidings.schemas.engine.admission import Retry
+        from tidings.schemas.engine.observed import PodVerdict, gone, pod_verdict
+        from tidings.schemas.engine.observing import observe
+        from tidings.schemas.wire.platform import pod_task
 
         ref, platform = self.ref, self.platform
         now = datetime.now(UTC)

@@ -26,14 +26,14 @@ GROUP, VERSION, PLURAL = "tidings.dev", "v1alpha1", "taskfeedbacks"
 RECORD = "tidings-watcher-deletions"  # the default Lease's name, "-deletions"
 
 
-def recorded(admin: Any, namespace: str, task: str) -> int | None:
+def recorded(admin: Any, namespace: str, task: str, record: str = RECORD) -> int | None:
     """The second the watcher's durable record says ``task`` was deleted in (the record is
     kept beside the Lease: here, in the test's namespace)."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     try:
-        cm = client.CoreV1Api(admin).read_namespaced_config_map(RECORD, namespace)
+        cm = client.CoreV1Api(admin).read_namespaced_config_map(record, namespace)
     except ApiException as e:
         if e.status == 404:
             return None
@@ -57,14 +57,14 @@ def run(admin: Any, namespace: str, kubeconfig: Path, task: str, i: int, link: s
                       f"the run written\n{w.tail()}")
 
 
-def delete(admin: Any, namespace: str, task: str, w: Any) -> int:
+def delete(admin: Any, namespace: str, task: str, w: Any, record: str = RECORD) -> int:
     """Delete the TaskFeedback as a user would; the second the watcher recorded it in."""
     from kubernetes import client
 
     client.CustomObjectsApi(admin).delete_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, task)
     eventually(lambda: task_status(admin, namespace, task) is None, 30, "deleted")
-    at = eventually(lambda: recorded(admin, namespace, task), 30,
+    at = eventually(lambda: recorded(admin, namespace, task, record), 30,
                     f"the deletion recorded\n{w.tail()}")
     assert isinstance(at, int)
     return at
@@ -115,3 +115,24 @@ def test_a_new_run_after_the_deletion_makes_a_new_taskfeedback_of_its_own_facts(
     again = task_status(admin, namespace, task)
     assert again is not None and "old-run" not in json.dumps(again), again.get("links")
     assert again["firstEventTime"] == new["firstEventTime"]
+
+
+def test_the_deletion_survives_a_handover(
+        control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,  # noqa: F811
+        start_watcher: Callable[..., Any]) -> None:  # noqa: F811
+    """Two replicas: the leader sees the deletion and dies; the standby that takes over reads
+    the record before it lists the bus, and the deleted run stays gone."""
+    lease = ["--lease-namespace", namespace, "--lease-name", "h", "--lease-duration", "4",
+             "--renew-deadline", "3", "--retry-period", "0.5"]
+    a = start_watcher(*lease, leader=True, ready=False)
+    assert a.wait_leading(20), a.tail()
+    b = start_watcher(*lease, leader=True, ready=False)
+    task = f"train-{uuid.uuid4().hex[:6]}"
+    run(admin, namespace, kubeconfig, task, 0, "https://wandb.example/old-run", a)
+    delete(admin, namespace, task, a, record="h-deletions")
+    a.kill()
+    assert b.wait_leading(15), b.tail()
+    eventually(lambda: idle(b), 60, f"the new leader idle\n{b.tail()}")
+    back = task_status(admin, namespace, task)
+    assert back is None, (back or {}).get("links")
+    assert metric(b, 'tidings_watcher_events_skipped_total{cause="deleted_run"}') >= 2

@@ -2,9 +2,10 @@
 means, and the record's form: ``schemas/deletions.py``).
 
 A metadata-only list+watch of the TaskFeedbacks sees each deletion (a user's, the garbage
-collector's, the TTL's); delivery then drops the bus events the API server created up to
-that second for that task (``events_skipped{cause="deleted_run"}``), so a relist cannot fold
-the deleted run into a new TaskFeedback. The record is written by the leader alone (fenced by
+collector's, the TTL's; a relist, those made while its watch was down); delivery then drops
+the listed bus events of that task, naming no TaskFeedback uid, that the API server created
+up to that second (``events_skipped{cause="deleted_run"}``), so a relist cannot fold the
+deleted run into a new TaskFeedback. The record is written by the leader alone (fenced by
 its lease) to one ConfigMap beside its Lease, in the watcher's own namespace, where no
 workload may write (RBAC: the watcher's Role there names that one ConfigMap), and read at the
 start of every term before the bus is listed. Deletions are remembered for the event TTL

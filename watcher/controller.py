@@ -161,15 +161,16 @@ class Controller:
         return r
 
     def start(self) -> None:
-        # The deletions the terms before saw, before any bus event is listed (first: a start
-        # that fails here, and is tried again, holds nothing yet).
+        # The reads first: a start that fails on one is tried again on this controller, and
+        # must leave no hold behind (it would never be released: no task would be folded).
+        # The deletions the terms before saw are read before any bus event is listed.
         self.deletions.load()
-        # Held from here, before anything can be folded (the pods are listed first).
-        listed: list[str | None] = [*self.s.namespaces] or [None]
-        sources = [EventSource(self.delivery, ns) for ns in listed]
         t0 = time.monotonic()
         loaded = self._load()
         log.info("loaded %d task states in %.2fs", loaded, time.monotonic() - t0)
+        # Held from here, before anything can be folded (the pods are listed first).
+        listed: list[str | None] = [*self.s.namespaces] or [None]
+        sources = [EventSource(self.delivery, ns) for ns in listed]
         # Each deletion from now on (the TaskFeedbacks' metadata alone).
         deleted = [self._reflector(p, [], self.deletions.source(), metadata_only=True)
                    for p in self._paths(taskfeedback_path)]

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -278,3 +279,23 @@ def test_a_record_that_cannot_be_read_for_now_holds_the_term_back() -> None:
         assert e.status == 503
     else:
         raise AssertionError("a term must not list the bus without the record")
+
+
+@pytest.mark.parametrize("record", [("tidings-system", "tidings-watcher-deletions"), None])
+def test_a_start_that_fails_on_a_read_and_is_tried_again_leaves_no_hold(
+        record: tuple[str, str] | None) -> None:
+    """``app`` tries a start that failed (the API server unreachable) again on the same
+    controller: a hold of the event lists left by the failed start would never be released,
+    and no task of that term would ever be folded."""
+    from tidings.watcher.controller import Controller
+    from tidings.watcher.settings import Settings
+
+    class Down:
+        def request(self, method: str, path: str, **kw: Any) -> Any:
+            raise KubeError(503, "unavailable", reason="ServiceUnavailable")
+
+    c = Controller(Down(), Settings(), Metrics(), deletions_at=record)  # type: ignore[arg-type]
+    for _ in range(2):
+        with pytest.raises(KubeError):
+            c.start()
+    assert not c.store._listing

@@ -33,6 +33,9 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 # whose caller needs no more than the new resourceVersion: the API server does not encode,
 # and the client does not read, the whole object back.
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+# A list's answer as its items' metadata only (PartialObjectMetadataList; a watch takes
+# METADATA_ONLY, each event's object as PartialObjectMetadata).
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 
 # (connect, read) seconds.
 DEFAULT_TIMEOUT = (5.0, 30.0)
@@ -229,10 +232,11 @@ class Client:
         return items, rv
 
     def stream(self, path: str, query: Query = None, *,
-               timeout: Timeout = None) -> BaseHTTPResponse:
+               timeout: Timeout = None, accept: str | None = None) -> BaseHTTPResponse:
         """An open streaming GET (a watch or a log follow); read it with ``iter_lines``
         and ``close`` it (another thread may close it to stop the reader)."""
-        return self.open("GET", path, query=query, timeout=timeout, stream=True)
+        return self.open("GET", path, query=query, timeout=timeout, stream=True,
+                         accept=accept)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -18,7 +18,15 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .client import Client, Query, Timeout, iter_line_batches, paginate
+from .client import (
+    METADATA_LIST,
+    METADATA_ONLY,
+    Client,
+    Query,
+    Timeout,
+    iter_line_batches,
+    paginate,
+)
 from .errors import KubeError
 from .flowcontrol import Backoff
 from .objects import KubeObject
@@ -79,8 +87,11 @@ class ListWatch:
                  resource_version: str | None = None, lists: bool = True,
                  watch_timeout: int = 60, timeout: Timeout = None, list_timeout: Timeout = None,
                  page_size: int = 500, short_watch: float = 1.0, backoff: Backoff | None = None,
-                 on_error: Callable[[Exception], None] = _ignore) -> None:
+                 on_error: Callable[[Exception], None] = _ignore,
+                 metadata_only: bool = False) -> None:
         self.client, self.path = client, path
+        # Only the objects' metadata, listed and watched (the rest neither encoded nor read).
+        self.metadata_only = metadata_only
         pairs = query.items() if isinstance(query, Mapping) else query or []
         self.query = [(k, v) for k, v in pairs if v is not None]
         self.resource_version = resource_version
@@ -163,8 +174,13 @@ class ListWatch:
 
     def _list(self) -> Iterator[Page]:
         rv = ""
-        for page in paginate(lambda q: self.client.get(self.path, q, timeout=self.list_timeout),
-                             self.query, self.page_size):
+        def get(q: list[tuple[str, Any]]) -> Any:
+            if not self.metadata_only:
+                return self.client.get(self.path, q, timeout=self.list_timeout)
+            return self.client.request("GET", self.path, query=q, timeout=self.list_timeout,
+                                       accept=METADATA_LIST)
+
+        for page in paginate(get, self.query, self.page_size):
             meta = page.get("metadata") or {}
             rv = str(meta.get("resourceVersion") or "")
             items = page.get("items")
@@ -178,7 +194,10 @@ class ListWatch:
                  ("timeoutSeconds", str(self.watch_timeout))]
         started = time.monotonic()
         lines = 0
-        resp = self._resp = self.client.stream(self.path, query, timeout=self.timeout)
+        resp = self._resp = self.client.stream(self.path, query, timeout=self.timeout) \
+            if not self.metadata_only else self.client.stream(self.path, query,
+                                                              timeout=self.timeout,
+                                                              accept=METADATA_ONLY)
         try:
             if self._stop.is_set():
                 return

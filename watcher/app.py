@@ -150,7 +150,9 @@ def _lead(kube: Client, watch_kube: Client, metrics: Metrics,
             over.set()
 
         threading.Thread(target=hold, name="lease", daemon=True).start()
-    controller = Controller(kube, o, metrics, watch_kube=watch_kube, may_write=may_write)
+    # The record of deleted TaskFeedbacks lives beside the Lease (the watcher's namespace).
+    controller = Controller(kube, o, metrics, watch_kube=watch_kube, may_write=may_write,
+                            deletions_at=(o.lease_namespace, f"{o.lease_name}-deletions"))
     holder["controller"] = controller
     try:
         started = _start_controller(controller, over)

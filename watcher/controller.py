@@ -18,6 +18,7 @@ from typing import Any
 
 from tidings.kube import Client, paginate
 from tidings.schemas.engine.admission import Retry
+from tidings.schemas.engine.deletions import keep_for
 from tidings.schemas.engine.state import Limits, TaskState
 from tidings.schemas.status.health import stalled_since_written
 from tidings.schemas.wire.contract import (
@@ -30,6 +31,7 @@ from tidings.schemas.wire.event import TaskRef
 from tidings.schemas.wire.rejection import Rejection
 
 from .announce import Announcer
+from .deletions import DeletionRecord
 from .delivery import Delivery, EventSource
 from .fold import Folder
 from .health_clock import HealthClock
@@ -56,7 +58,7 @@ class Controller:
 
     def __init__(self, kube: Client, settings: Settings, metrics: Metrics,
                  watch_kube: Client | None = None,
-                 may_write: Any = None) -> None:
+                 may_write: Any = None, deletions_at: tuple[str, str] | None = None) -> None:
         self.kube, self.s, self.metrics = kube, settings, metrics
         self.watch_kube = watch_kube or kube
         self.store = Store(Limits(clock_skew=timedelta(seconds=settings.clock_skew),
@@ -87,8 +89,14 @@ class Controller:
                                   due=lambda task: self.writer.changed(task, critical=True))
         # A relist delivers every event again: each rejection is logged once per event.
         rejections = RejectionLog(lambda reason: metrics.events_rejected.labels(reason).inc())
+        # Deleted TaskFeedbacks, kept in the ConfigMap ``deletions_at`` (namespace, name)
+        # across terms: a relist does not fold their runs back.
+        self.deletions = DeletionRecord(kube, deletions_at,
+                                        keep_for(settings.event_ttl, settings.clock_skew),
+                                        metrics, may_write=may_write or (lambda: True))
         self.delivery = Delivery(self.store, self.queue, self.senders, metrics, rejections,
-                                 retry_after=settings.sender_retry)
+                                 retry_after=settings.sender_retry,
+                                 deletions=self.deletions.deletions)
         self.folder = Folder(self.store, self.queue, self.writer, metrics, self.senders,
                              self.platform,
                              Runs(kube, self.store, self.platform, self.senders, self.health),
@@ -138,7 +146,8 @@ class Controller:
         t.start()
         self._threads.append(t)
 
-    def _reflector(self, path: str, selector: list[tuple[str, str]], source: Any) -> Reflector:
+    def _reflector(self, path: str, selector: list[tuple[str, str]], source: Any,
+                   metadata_only: bool = False) -> Reflector:
         resource = source.resource
         r = Reflector(
             self.watch_kube, path, selector, source,
@@ -146,18 +155,26 @@ class Controller:
             if resource == "events" else None,
             on_restart=lambda: self.metrics.watch_restarts.labels(resource).inc(),
             watch_timeout=self.s.watch_timeout, page_size=self.s.page_size,
-            quiet=getattr(source, "quiet", None))
+            quiet=getattr(source, "quiet", None), metadata_only=metadata_only)
         self._reflectors.append(r)
         self._thread(r.run, f"reflector-{resource}")
         return r
 
     def start(self) -> None:
-        # Held from here, before anything can be folded (the pods are listed first).
-        listed: list[str | None] = [*self.s.namespaces] or [None]
-        sources = [EventSource(self.delivery, ns) for ns in listed]
+        # The reads first: a start that fails on one is tried again on this controller, and
+        # must leave no hold behind (it would never be released: no task would be folded).
+        # The deletions the terms before saw are read before any bus event is listed.
+        self.deletions.load()
         t0 = time.monotonic()
         loaded = self._load()
         log.info("loaded %d task states in %.2fs", loaded, time.monotonic() - t0)
+        # Held from here, before anything can be folded (the pods are listed first).
+        listed: list[str | None] = [*self.s.namespaces] or [None]
+        sources = [EventSource(self.delivery, ns) for ns in listed]
+        # Each deletion from now on (the TaskFeedbacks' metadata alone).
+        deleted = [self._reflector(p, [], self.deletions.source(), metadata_only=True)
+                   for p in self._paths(taskfeedback_path)]
+        self._thread(lambda: self.deletions.run(self._stopping), "deletions")
         # One pod informer per task key and namespace: a selector cannot say "any of these".
         pods = [self._reflector(p, [("labelSelector", src.key)], src)
                 for p in self._paths(pods_path) for src in self.senders.sources()]
@@ -168,7 +185,7 @@ class Controller:
         objects.append(self._reflector("/api/v1/nodes", [], self.nodes.source()))
         # Best effort (a cache miss falls back to a GET anyway), and never long for the
         # platform kinds, some of which may not be served here at all.
-        for readers, seconds in ((pods, 10.0), (objects, 2.0)):
+        for readers, seconds in ((pods, 10.0), (objects, 2.0), (deleted, 10.0)):
             deadline = time.monotonic() + seconds
             for r in readers:
                 r.synced.wait(max(0.0, deadline - time.monotonic()))
@@ -270,6 +287,7 @@ class Controller:
         """Stop at once without flushing (the lease is lost: writing more could overwrite a
         newer leader's state). Workers still busy finish their item, fenced by ``may_write``."""
         self._stopping.set()
+        self.deletions.stop()
         self.health.stop()
         self.delivery.stop()
         for r in self._reflectors:
@@ -289,7 +307,9 @@ class Controller:
         while self.queue.pending() and time.monotonic() < deadline:
             time.sleep(0.02)
         flushed = self.writer.flush(max(0.0, deadline - time.monotonic()))
+        self.deletions.flush()  # (a deletion seen in the last second is not lost either)
         self._stopping.set()
+        self.deletions.stop()
         self.health.stop()
         self.delivery.stop()
         self.queue.shutdown()

@@ -15,6 +15,7 @@ from typing import Any
 
 from tidings.kube.objects import KubeObject
 from tidings.schemas.engine.admission import Retry, about_its_pod, as_task_fact, regards_a_task
+from tidings.schemas.engine.deletions import Deletions, of_deleted_run
 from tidings.schemas.wire.event import ParsedEvent, TaskRef, WatchItem, parse_event
 from tidings.schemas.wire.fastpath import fast_watch_line
 from tidings.schemas.wire.platform import PodTask
@@ -41,17 +42,21 @@ class Delivery:
     metrics: Metrics
     rejections: RejectionLog
     retry_after: float  # seconds before a pod the API could not answer for is read again
-    # Facts about pods the cache does not know yet, by pod, until the resolver reads it.
-    _unresolved: dict[PodKey, list[ParsedEvent]] = field(default_factory=dict)
+    # The deleted TaskFeedbacks (``deletions.py``): a list's events of their runs are dropped.
+    deletions: Deletions = field(default_factory=Deletions)
+    # Facts about pods the cache does not know yet, by pod, until the resolver reads it (and
+    # whether a list brought each).
+    _unresolved: dict[PodKey, list[tuple[ParsedEvent, bool]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _resolve: WorkQueue[PodKey] = field(default_factory=WorkQueue)
 
     def deliver_many(self, results: Sequence[ParsedEvent | Rejection | None],
-                     raws: Sequence[Any] = ()) -> None:
+                     raws: Sequence[Any] = (), listed: bool = False) -> None:
         """Count, buffer each event under its task, mark the tasks dirty: the counters, the
         store and the queue once per batch, so a socket read wakes the fold workers once, not
         once per event. ``raws[i]`` (the Event object or its watch line) names ``results[i]``
-        in the log when it is refused."""
+        in the log when it is refused. ``listed``: a list brought them (a deleted run's are
+        dropped: ``_not_deleted``)."""
         m = self.metrics
         m.events_seen.inc(len(results))
         events: list[ParsedEvent] = []
@@ -65,16 +70,32 @@ class Delivery:
                     if known is not None:
                         events.append(known)
                     else:
-                        self._defer(r)
+                        self._defer(r, listed)
                 else:
                     not_task += 1  # lineage (PodSpawned) is not a task fact
             elif isinstance(r, Rejection):
                 self.rejections.unparsed(r, raws[i] if i < len(raws) else None)
         if not_task:
             m.events_skipped.labels("not_task").inc(not_task)
+        if listed:
+            events = self._not_deleted(events)
         if events:
             self.store.push_many(events)
             self.queue.add_many(dict.fromkeys(ev.task for ev in events))
+
+    def _not_deleted(self, events: list[ParsedEvent]) -> list[ParsedEvent]:
+        """The listed events but those of a deleted TaskFeedback's run (a list brings them
+        again after the deletion, and they would make the object again), counted. A watch
+        brings events as they are created: this term folds them as they come (a deleted
+        object's state is started anew by the writer, which finds it gone)."""
+        deletions = self.deletions
+        if not deletions:  # (no deletion remembered: nothing to look up)
+            return events
+        kept = [ev for ev in events if not of_deleted_run(
+            ev.created, ev.regarding_uid, deletions.deleted(ev.task))]
+        if len(kept) != len(events):
+            self.metrics.events_skipped.labels("deleted_run").inc(len(events) - len(kept))
+        return kept
 
     def _task_known(self, ev: ParsedEvent) -> ParsedEvent | None:
         """The fact retargeted to its pod's task when the pod cache already knows it (O(1),
@@ -86,11 +107,11 @@ class Delivery:
         return None
 
     # --- the resolver -------------------------------------------------------------------
-    def _defer(self, ev: ParsedEvent) -> None:
+    def _defer(self, ev: ParsedEvent, listed: bool) -> None:
         s = ev.sender
         pod = (s.namespace or ev.task.namespace, s.name, s.uid)
         with self._lock:
-            self._unresolved.setdefault(pod, []).append(ev)
+            self._unresolved.setdefault(pod, []).append((ev, listed))
         self._resolve.add(pod)
 
     def unresolved(self) -> int:
@@ -112,18 +133,22 @@ class Delivery:
             facts = self._unresolved.get(pod)
         if not facts:
             return
-        verdict = self.senders.task_of(facts[0])
+        verdict = self.senders.task_of(facts[0][0])
         if verdict is Retry.LATER:
             self._resolve.add_after(pod, self.retry_after)
             return
         with self._lock:
             facts = self._unresolved.pop(pod, [])
         if isinstance(verdict, Rejection):
-            for ev in facts:  # no task to count it in: the metric and the log
+            for ev, _ in facts:  # no task to count it in: the metric and the log
                 self.rejections.refused(ev.task, ev, verdict)
             return
         assert isinstance(verdict, PodTask)
-        retargeted = [as_task_fact(ev, verdict.task) for ev in facts]
+        retargeted = [as_task_fact(ev, verdict.task) for ev, listed in facts if not listed]
+        retargeted += self._not_deleted([as_task_fact(ev, verdict.task)
+                                         for ev, listed in facts if listed])
+        if not retargeted:
+            return
         self.store.push_many(retargeted)
         self.queue.add_many(dict.fromkeys(ev.task for ev in retargeted))
 
@@ -152,7 +177,7 @@ class EventSource:
             self.delivery.store.hold(self.namespace)
 
     def list_page(self, items: list[KubeObject]) -> None:
-        self.delivery.deliver_many([parse_event(obj) for obj in items], items)
+        self.delivery.deliver_many([parse_event(obj) for obj in items], items, listed=True)
 
     def list_done(self, resource_version: str) -> None:
         if self._listing:

@@ -62,7 +62,9 @@ class Metrics:
             p + "events_skipped",
             "Events not folded: lineage events, deletions, already-applied duplicates, "
             "events created before the compaction watermark (late: from the watch, a fact "
-            "lost; late_relisted: listed again, of an instance compaction forgot).",
+            "lost; late_relisted: listed again, of an instance compaction forgot), events of "
+            "a run whose TaskFeedback was deleted (deleted_run: created up to the deletion, "
+            "listed again).",
             ["cause"], registry=r)
         self.queue_depth = Gauge(p + "queue_depth", "Task keys waiting to be folded.",
                                  registry=r)
@@ -90,6 +92,14 @@ class Metrics:
         self.ttl_deleted = Counter(
             p + "ttl_deleted",
             "Finished, unowned TaskFeedbacks deleted after --ttl-after-finished.", registry=r)
+        self.deletions_remembered = Gauge(
+            p + "deletions_remembered",
+            "Deleted TaskFeedbacks remembered (for the event TTL), whose runs' events are "
+            "not folded again.", registry=r)
+        self.deletion_record_writes = Counter(
+            p + "deletion_record_writes",
+            "Writes of the record of deleted TaskFeedbacks (its ConfigMap), by result.",
+            ["result"], registry=r)
         self.leader = Gauge(p + "leader", "1 while this replica is the active one.", registry=r)
         self.ready = Gauge(p + "ready", "1 once the initial list has been folded.", registry=r)
         self.sender_lookups = Counter(
@@ -125,13 +135,16 @@ class Metrics:
             self.events_rejected.labels(reason.value)
         for cause in ("gone", "short_watch", "decode_error", "error", "start"):
             self.relists.labels(cause)
-        for cause in ("not_task", "deleted", "duplicate", "late", "late_relisted"):
+        for cause in ("not_task", "deleted", "duplicate", "late", "late_relisted",
+                      "deleted_run"):
             self.events_skipped.labels(cause)
         # conflict: refused by the resourceVersion precondition (then re-read and rebased);
         # fenced: not sent, the lease is not held; unreadable: not sent, the status holds a
         # part that could not be read (never written over).
         for result in ("ok", "error", "conflict", "fenced", "unreadable"):
             self.status_writes.labels(result)
+        for result in ("ok", "error"):
+            self.deletion_record_writes.labels(result)
 
     def saved(self, events: Iterable[ParsedEvent], now: float | None = None) -> None:
         """``events`` are in the status now: observe how long each took from its sender."""

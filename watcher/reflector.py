@@ -71,7 +71,8 @@ class Reflector:
                  on_restart: Callable[[], None] = lambda: None,
                  watch_timeout: int = 60, page_size: int = 500, short_watch: float = 1.0,
                  backoff: Backoff | None = None,
-                 quiet: Callable[[Exception], bool] | None = None) -> None:
+                 quiet: Callable[[Exception], bool] | None = None,
+                 metadata_only: bool = False) -> None:
         self.source = source
         self.on_relist, self.on_restart = on_relist, on_restart
         # Failures the source says itself (True: not logged here); retried all the same, and
@@ -81,7 +82,8 @@ class Reflector:
         self.synced = threading.Event()  # the first list has been delivered
         self.loop = ListWatch(client, path, selector, watch_timeout=watch_timeout,
                               page_size=page_size, short_watch=short_watch, backoff=backoff,
-                              on_error=self._failed)
+                              on_error=self._failed,
+                              metadata_only=metadata_only)
 
     @property
     def resource_version(self) -> str | None:

@@ -264,6 +264,16 @@ def test_the_chart_installs_upgrades_and_uninstalls(own_cluster: ControlPlane,
     assert client.EventsV1Api(as_watcher).list_event_for_all_namespaces(limit=1) is not None
     assert client.CustomObjectsApi(as_watcher).list_cluster_custom_object(
         "tidings.dev", "v1alpha1", "taskfeedbacks")["items"] == []
+    # Its record of deleted TaskFeedbacks, beside its Lease in the release namespace: that
+    # one ConfigMap.
+    core = client.CoreV1Api(as_watcher)
+    core.create_namespaced_config_map(NS, {"metadata": {"name": "tidings-watcher-deletions"},
+                                           "data": {"deletions.json": "{}"}})
+    record = core.read_namespaced_config_map("tidings-watcher-deletions", NS)
+    core.replace_namespaced_config_map("tidings-watcher-deletions", NS, record)
+    with pytest.raises(client.ApiException) as denied:
+        core.read_namespaced_config_map("kube-root-ca.crt", NS)
+    assert denied.value.status == 403
 
     upgraded = helm(helm_env, "upgrade", "tidings", str(CHART), "-n", NS, *values, "--set",
                     "replicas=3", "--set", "watcher.ttlAfterFinished=60", *kube)

@@ -31,6 +31,7 @@ GROUP, VERSION, PLURAL = "tidings.dev", "v1alpha1", "taskfeedbacks"
 SYSTEM_NS = "tidings-system"
 POLICY = "tidings-sender-identity"
 DENIAL = "may only emit events about itself"
+RECORD = "tidings-watcher-deletions"  # the watcher's record of deleted TaskFeedbacks
 
 
 def kubectl(cp: ControlPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -531,6 +532,16 @@ def test_a_workload_can_create_events_and_nothing_else(control_plane: ControlPla
     forbidden(lambda: crs.patch_namespaced_custom_object_status(
         GROUP, VERSION, namespace, PLURAL, "w", {"status": {"phase": "Running"}}))
     forbidden(lambda: client.CoreV1Api(as_me).read_namespaced_pod("w-0", namespace))
+    # Nor forge the watcher's record of deleted TaskFeedbacks (which hides a run's facts from
+    # the next term): it lives in the watcher's namespace, where a workload may write nothing.
+    core = client.CoreV1Api(as_me)
+    forged = {"metadata": {"name": RECORD},
+              "data": {"deletions.json": json.dumps({"version": 1, "deleted": {
+                  namespace: {"victim": int(datetime.now(UTC).timestamp())}}})}}
+    forbidden(lambda: core.create_namespaced_config_map(SYSTEM_NS, forged))
+    forbidden(lambda: core.replace_namespaced_config_map(RECORD, SYSTEM_NS, forged))
+    forbidden(lambda: core.patch_namespaced_config_map(RECORD, SYSTEM_NS, forged))
+    forbidden(lambda: core.read_namespaced_config_map(RECORD, SYSTEM_NS))
 
 
 @pytest.fixture
@@ -646,6 +657,19 @@ def test_the_watcher_can_do_its_job_and_no_more(control_plane: ControlPlane, adm
     lease.spec.holder_identity = "watcher-1"
     leases.replace_namespaced_lease(lease_name, SYSTEM_NS, lease)
     assert leases.read_namespaced_lease(lease_name, SYSTEM_NS).spec.holder_identity == "watcher-1"
+
+    # Beside it, its record of deleted TaskFeedbacks: that one ConfigMap, nothing else.
+    record = {"metadata": {"name": RECORD}, "data": {"deletions.json": "{}"}}
+    if not _exists(lambda: client.CoreV1Api(admin).read_namespaced_config_map(RECORD,
+                                                                              SYSTEM_NS)):
+        core.create_namespaced_config_map(SYSTEM_NS, record)
+    held = core.read_namespaced_config_map(RECORD, SYSTEM_NS)
+    held.data = {"deletions.json": '{"version":1,"deleted":{}}'}
+    core.replace_namespaced_config_map(RECORD, SYSTEM_NS, held)
+    forbidden(lambda: core.read_namespaced_config_map("kube-root-ca.crt", SYSTEM_NS))
+    forbidden(lambda: core.list_namespaced_config_map(SYSTEM_NS))
+    forbidden(lambda: core.delete_namespaced_config_map(RECORD, SYSTEM_NS))
+    forbidden(lambda: core.create_namespaced_config_map(namespace, record))
 
     # Its read API asks the API server who calls and whether they may read the task.
     reviewed = client.AuthenticationV1Api(as_watcher).create_token_review(

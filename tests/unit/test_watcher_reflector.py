@@ -172,3 +172,30 @@ def test_a_batched_source_gets_each_read_whole_and_an_error_mid_read_still_relis
     assert src.batches == [2, 3, 1]
     assert [i.resource_version for i in src.items] == ["5", "6", "7", "", "20"]
     assert relists == ["start", "gone"]
+
+
+def test_a_metadata_only_loop_asks_for_the_metadata_alone_in_both_list_and_watch() -> None:
+    """A list's answer is a PartialObjectMetadataList, a watch's objects PartialObjectMetadata:
+    one Accept offering both makes the API server's watch send nothing at all."""
+    from tidings.kube import ListWatch, WatchLines
+    from tidings.kube.client import METADATA_LIST, METADATA_ONLY
+
+    asked: list[tuple[str, str | None]] = []
+
+    class Meta:
+        def request(self, method: str, path: str, *, query: Any = None, timeout: Any = None,
+                    accept: str | None = None) -> Any:
+            asked.append(("list", accept))
+            return {"metadata": {"resourceVersion": "1"}, "items": []}
+
+        def stream(self, path: str, query: Any, *, timeout: Any,
+                   accept: str | None = None) -> Any:
+            asked.append(("watch", accept))
+            return Reads([[line("ADDED", "2")]])
+
+    lw = ListWatch(Meta(), "/apis/tidings.dev/v1alpha1/taskfeedbacks",  # type: ignore[arg-type]
+                   metadata_only=True)
+    for change in lw:
+        if isinstance(change, WatchLines):
+            lw.stop()
+    assert asked == [("list", METADATA_LIST), ("watch", METADATA_ONLY)]

@@ -5,6 +5,7 @@ write urgency."""
 
 from __future__ import annotations
 
+import inspect
 import io
 import re
 from datetime import datetime
@@ -28,6 +29,7 @@ from tidings.schemas.kinds import (
     CRITICAL,
     KINDS,
     KNOWN_PAYLOADS,
+    NAMED_KINDS,
     SHRINKABLE,
     Kind,
     urgency,
@@ -237,6 +239,40 @@ def test_the_cli_shows_every_kind(kind: Kind, model: type[BaseModel]) -> None:
     out = io.StringIO()
     Console(file=out, width=200, color_system=None).print(render(Snapshot(state, SOURCE_CR)))
     assert marker in out.getvalue(), f"the CLI does not show {model.__name__}"
+
+
+@pytest.mark.parametrize("kind", [k for k in NAMED_KINDS if k.command], ids=lambda k: k.name)
+def test_emit_sends_each_named_kind_through_its_emitter_method(
+        kind: Kind, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `tidings emit`'s sub-commands of named kinds are built from the registry: each takes
+    # the example's key and values, checks them with the kind's model and calls the Emitter
+    # method of the same name with them.
+    from typer.testing import CliRunner
+
+    from tidings.cli import emit
+    from tidings.emitter import Emitter
+
+    payload, _ = EXAMPLES[kind.models[0]]
+    fields = {f: getattr(payload, f) for f in (kind.key, *(v.attr for v in kind.values))}
+    method = kind.command.replace("-", "_")
+    inspect.signature(getattr(Emitter, method)).bind(None, **fields)  # the method takes them
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    class Recorder:
+        def __getattr__(self, name: str) -> Any:
+            return lambda **kw: calls.append((name, kw))
+
+    monkeypatch.setattr(emit, "_deliver", lambda send, to: send(Recorder()))
+    argv = [kind.command]
+    for v in (kind.key, *(v.attr for v in kind.values)):
+        if fields[v] is None:
+            continue
+        optional = v != kind.key and next(f for f in kind.values if f.attr == v).optional
+        argv += ([str(fields[v])] if kind.arguments and not optional
+                 else [f"--{v}", str(fields[v])])
+    res = CliRunner().invoke(emit.app, argv)
+    assert res.exit_code == 0, res.output
+    assert calls == [(method, fields)]
 
 
 def test_budget_order_and_counters_come_from_the_registry() -> None:

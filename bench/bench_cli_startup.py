@@ -19,8 +19,8 @@ wall time when other work shares the cores), and the load average before and aft
 ``--instructions`` adds each Python command's instruction count (valgrind), which no load
 moves. The "floor" row is a Python process that only reads the kubeconfig, makes the same GET
 with the one Kubernetes client (urllib3 over TLS) and prints the phase: no command of ours can
-be faster. Goals: the emitter imports in <= 0.15 s of CPU (issue 27); get, list and state take
-<= 1.3x the floor's wall time (issue 35).
+be faster. Goals: the emitter imports in <= 0.15 s of CPU; get, list and state take
+<= 1.3x the floor's wall time.
 """
 
 from __future__ import annotations

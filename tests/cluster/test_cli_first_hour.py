@@ -1,4 +1,4 @@
-"""kubectl habits against the real control plane (issue 21 item 2): `tidings get NAME` as
+"""kubectl habits against the real control plane: `tidings get NAME` as
 `kubectl get taskfeedback NAME`, app names that complete for `logs`/`lineage`, and kubectl's
 "No resources found in NS namespace." wording."""
 

@@ -439,7 +439,7 @@ def test_logs_follow_ends_the_stream_of_a_pod_that_drops_the_label(
     assert not [x for x in p.out if "SECRET" in x]
 
 
-# --- issue 18 item 2: a decoy lineage record hides nothing ---------------------------------
+# --- a decoy lineage record hides nothing ---------------------------------
 
 
 def test_a_decoy_lineage_record_never_hides_the_task_s_real_pods(

@@ -349,7 +349,7 @@ def test_a_worker_oom_killed_without_a_word_counts_alike_in_the_row_the_page_and
 
 def test_a_task_page_draws_each_metrics_curve_and_a_lane_per_pod(
         serve: Callable[..., UiServer], page: Any, admin: Any, namespace: str) -> None:
-    """Issue 26 items 2 and 3 on the page: a metric's sparkline with its exact min and max,
+    """Metric curves and span lanes on the page: a metric's sparkline with its exact min and max,
     from the one view model, and the timeline (`tidings timeline`'s SVG) with a lane per pod
     under a span name, the slow one marked."""
     now = time.time()
@@ -387,7 +387,7 @@ def test_a_task_page_draws_each_metrics_curve_and_a_lane_per_pod(
 
 def test_a_curve_at_the_limits_of_a_double_draws_in_chromium(
         serve: Callable[..., UiServer], page: Any, admin: Any, namespace: str) -> None:
-    """Issue 34 item 3: a metric from 1e308 to -1.8e308 (the range overflows) with a
+    """A metric from 1e308 to -1.8e308 (the range overflows) with a
     subnormal point drew ``points="0.0,nan …"``, which Chromium refuses; every point draws
     now, and the extremes print."""
     write_task(admin, namespace, "edges", a_status(namespace, "edges", [
@@ -588,7 +588,7 @@ def test_a_screenshot_of_a_task_page_is_not_blank(
     assert len(set(pixels)) > 50  # text, bars, badges: not one flat colour
 
 
-# --- issue 34 items 5 and 6: the page cross-site, exposed, and bounded ----------------------
+# --- the page cross-site, exposed, and bounded ----------------------
 
 EVIL = {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site",
         "Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"}

@@ -113,8 +113,8 @@ def test_the_default_window_keeps_a_pod_within_twelve_events_a_minute() -> None:
 
 def test_a_final_supersedes_the_progress_the_sender_holds_for_its_window() -> None:
     """The last window's non-final progress, still held when the final comes, is not sent
-    after it: the fold keeps the final anyway, so it would cost an Event for nothing (issue
-    28's Events per pod-minute)."""
+    after it: the fold keeps the final anyway, so it would cost an Event for nothing (the
+    Events per pod-minute are bounded)."""
     em, rec = make(span_window_s=3600.0)
     em.progress(0.1, "started")
     eventually(lambda: len(rec.bodies) == 1, 5, "the first window sent at once")

@@ -156,7 +156,7 @@ def test_every_kind_is_in_the_crd_and_the_charts_copy(kind: Kind, crd: Path) -> 
         for f in kind.values:
             if f.non_finite:
                 assert all(token in text for token in NON_FINITE), f.non_finite
-        if kind.report is not None:  # a curve: its extremes and history (issue 26 item 2)
+        if kind.report is not None:  # a curve: its extremes and history
             assert {"min", "max", "history"} <= set(layout)
             assert list(layout)[-1] == kind.detail == "history"  # last: the budget cuts it
 
@@ -341,7 +341,7 @@ def test_a_final_progress_is_critical_and_a_running_one_coalescible() -> None:
 @pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))
 def test_the_write_scheduler_takes_each_kinds_urgency(kind: Kind,
                                                       model: type[BaseModel]) -> None:
-    """Issue 18 item 7: the watcher's write urgency is the kind's, for every kind (a
+    """The watcher's write urgency is the kind's, for every kind (a
     multi-name SpanSummaries window was taken for a critical fact and written at once)."""
     from tidings.watcher.coalesce import fact_kind
 

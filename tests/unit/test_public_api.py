@@ -1,4 +1,4 @@
-"""The public API is visible (issue 34 item 8): a package that loads its names lazily
+"""The public API is visible: a package that loads its names lazily
 (PEP 562 ``__getattr__``) still lists them to ``dir()``, ``help()`` and editors' completion
 (a module ``__dir__``), without loading them."""
 

@@ -1,4 +1,4 @@
-"""The pure trust rules of issue 10: the task-id rule, invisible characters, the deck URI
+"""The pure trust rules: the task-id rule, invisible characters, the deck URI
 allow-list and SpanSummary consistency (properties, with hypothesis)."""
 
 from __future__ import annotations

@@ -185,7 +185,7 @@ def test_a_metric_history_draws_a_sparkline() -> None:
 
 
 def test_a_metrics_curve_comes_from_the_view_to_the_page_and_the_terminal() -> None:
-    """Issue 26 item 2: a metric's extremes and history are the view model's (RegisterRow
+    """A metric's extremes and history are the view model's (RegisterRow
     points, low, high), which `tidings state` and the page both draw."""
     import io
 

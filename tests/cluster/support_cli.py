@@ -116,8 +116,8 @@ def closed_port_kubeconfig(cp: ControlPlane, folder: Path) -> Path:
 
 
 def install_crd(control_plane: ControlPlane) -> str:
-    """The TaskFeedback CRD, installed (idempotently) and Established. Use as a fixture:
-    ``_crd = pytest.fixture(scope="session", name="crd")(install_crd)``."""
+    """The TaskFeedback CRD, installed (idempotently) and Established: the ``crd`` fixture
+    (tests/cluster/conftest.py)."""
     control_plane.kubectl_run("apply", "-f", str(REPO_ROOT / "deploy" / "crd.yaml"))
     control_plane.wait_established(f"{PLURAL}.{API_GROUP}")
     return f"{PLURAL}.{API_GROUP}"
@@ -187,8 +187,8 @@ class Proc:
 
 
 def proc_pool(control_plane: ControlPlane) -> Iterator[Callable[..., Proc]]:
-    """make(*args) -> Proc; every process is stopped at teardown. Use as a fixture:
-    ``_procs = pytest.fixture(name="proc_factory")(proc_pool)``."""
+    """make(*args) -> Proc; every process is stopped at teardown: the ``proc_factory``
+    fixture (tests/cluster/conftest.py)."""
     procs: list[Proc] = []
 
     def make(*args: str) -> Proc:

@@ -17,7 +17,6 @@ from tests.cluster.support_cli import (
     emit,
     grant,
     invoke,
-    proc_pool,
     record_spawn,
 )
 from tests.cluster.support_watcher import WatcherProc, task_status
@@ -27,7 +26,6 @@ from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
 TASK_LABEL = "tidings.dev/task"
-_procs = pytest.fixture(name="proc_factory")(proc_pool)
 # The watcher fixtures of test_watcher.py (a watcher process per test, killed at the end).
 crd, kubeconfig, watchers, start_watcher = tw.crd, tw.kubeconfig, tw.watchers, tw.start_watcher
 

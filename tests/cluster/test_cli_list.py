@@ -20,14 +20,11 @@ from tests.cluster.support_cli import (
     grant,
     install_crd,
     invoke,
-    proc_pool,
 )
 from tidings.schemas.status_encoder import to_status
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
-_crd = pytest.fixture(scope="session", name="crd")(install_crd)
-_procs = pytest.fixture(name="proc_factory")(proc_pool)
 
 URL = ("https://grafana.example.com/d/abcdef/very-long-dashboard-name?orgId=1&var-namespace="
        "ml-team&var-pod=train-worker-0&from=now-6h&to=now&refresh=30s&var-extra=" + "x" * 60)

@@ -16,7 +16,6 @@ from tests.cluster.support_cli import (
     assert_harmless,
     closed_port_kubeconfig,
     emit,
-    install_crd,
     invoke,
     task_pod,
     write_status,
@@ -27,7 +26,6 @@ from tidings.schemas.status_encoder import to_status
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
-_crd = pytest.fixture(scope="session", name="crd")(install_crd)
 
 
 def _spans(admin: Any, ns: str, task: str) -> None:

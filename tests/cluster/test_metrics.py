@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.support_cli import install_crd, invoke, proc_pool
+from tests.cluster.support_cli import invoke
 from tests.cluster.support_watcher import WatcherProc, task_status
 from tests.support import create_kwok_pod, eventually
 from tidings.cli.taskrender import SPARK_BLOCKS
@@ -23,8 +23,6 @@ from tidings.schemas.history import HISTORY_POINTS
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
-_crd = pytest.fixture(scope="session", name="crd")(install_crd)
-_procs = pytest.fixture(name="proc_factory")(proc_pool)
 
 TASK = "train-metrics"
 STEPS = 500

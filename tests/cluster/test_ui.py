@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.support_cli import TIDINGS, grant, install_crd, invoke
+from tests.cluster.support_cli import TIDINGS, grant, invoke
 from tests.support import create_kwok_pod, cri_log_line, eventually, expanded, write_cri_log
 from tidings.schemas import (
     DeckReady,
@@ -48,7 +48,6 @@ from tools import chromium
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
-_crd = pytest.fixture(scope="session", name="crd")(install_crd)
 
 HOSTILE = '<img src=x onerror="window.pwned=1">'
 GROUP, VERSION, PLURAL = "tidings.dev", "v1alpha1", "taskfeedbacks"

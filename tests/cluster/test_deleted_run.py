@@ -4,7 +4,6 @@ watcher restarts and lists them again. A deletion is a decision."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.support_watcher import task_status
-from tests.cluster.test_health import emitter, kubeconfig, pod_for  # noqa: F401
+from tests.cluster.test_health import kubeconfig, new_task  # noqa: F401
 from tests.cluster.test_pod_truth import idle
 from tests.cluster.test_watcher import crd, start_watcher, watchers  # noqa: F401 - fixtures
 from tests.support import eventually
@@ -31,9 +30,7 @@ def test_a_taskfeedback_deleted_by_a_user_does_not_come_back_after_a_restart(
     from kubernetes import client
 
     w = start_watcher()
-    task = f"train-{uuid.uuid4().hex[:6]}"
-    pod = pod_for(admin, namespace, task)
-    em = emitter(kubeconfig, namespace, task, pod)
+    task, _pod, em = new_task(admin, namespace, kubeconfig)
     em.log_link("wandb", "https://wandb.example/old-run")
     em.progress(1.0, "done", final=True)
     assert em.flush(15)

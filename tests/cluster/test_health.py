@@ -53,6 +53,14 @@ def emitter(kubeconfig: Path, namespace: str, task: str, pod: dict[str, str]) ->
                    transport=KubeTransport(connect(str(kubeconfig))))
 
 
+def new_task(admin: Any, namespace: str, kubeconfig: Path
+             ) -> tuple[str, dict[str, str], Emitter]:
+    """A fresh task id, its worker pod (labelled for it) and an emitter speaking as that pod."""
+    task = f"train-{uuid.uuid4().hex[:6]}"
+    pod = pod_for(admin, namespace, task)
+    return task, pod, emitter(kubeconfig, namespace, task, pod)
+
+
 def cli(kubeconfig: Path, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     return subprocess.run([TIDINGS, *args, "--kubeconfig", str(kubeconfig)],
                           capture_output=True, text=True, timeout=timeout)
@@ -240,9 +248,7 @@ def test_a_nan_loss_is_kept_and_named_by_non_finite_metrics(
         control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
         start_watcher: Callable[..., Any]) -> None:  # noqa: F811
     start_watcher()
-    task = f"train-{uuid.uuid4().hex[:6]}"
-    pod = pod_for(admin, namespace, task)
-    em = emitter(kubeconfig, namespace, task, pod)
+    task, pod, em = new_task(admin, namespace, kubeconfig)
     em.metric("loss", 0.7, step=10)
     em.progress(0.2, "step 10")
     assert em.flush(15)
@@ -354,9 +360,7 @@ def test_a_hand_edited_entry_blanks_nothing_and_survives_a_restart_and_a_new_fac
         control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
         start_watcher: Callable[..., Any]) -> None:  # noqa: F811
     first = start_watcher()
-    task = f"train-{uuid.uuid4().hex[:6]}"
-    pod = pod_for(admin, namespace, task)
-    em = emitter(kubeconfig, namespace, task, pod)
+    task, pod, em = new_task(admin, namespace, kubeconfig)
     em.log_link("wandb", "https://wandb.example/run")
     em.metric("loss", 0.42, step=60)
     em.progress(0.6, "step 60")
@@ -396,9 +400,7 @@ def test_a_status_that_is_partly_unreadable_is_never_written_over(
         control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
         start_watcher: Callable[..., Any]) -> None:  # noqa: F811
     w = start_watcher()
-    task = f"train-{uuid.uuid4().hex[:6]}"
-    pod = pod_for(admin, namespace, task)
-    em = emitter(kubeconfig, namespace, task, pod)
+    task, _pod, em = new_task(admin, namespace, kubeconfig)
     em.progress(0.6, "step 60")
     assert em.flush(15)
     good = eventually(lambda: (s := task_status(admin, namespace, task)) and s.get("roster")

@@ -176,14 +176,20 @@ class Proc:
                 self._q.get(timeout=min(left, 0.2))
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # Ctrl-C
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return int(self.proc.returncode)
+        return interrupt(self.proc)
+
+
+def interrupt(proc: subprocess.Popen[str], grace: float = 10.0) -> int:
+    """Ctrl-C ``proc`` (unless it ended) as a user stops a command, killed if it has not ended
+    within ``grace`` seconds; its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    return int(proc.returncode)
 
 
 def proc_pool(control_plane: ControlPlane) -> Iterator[Callable[..., Proc]]:

@@ -13,7 +13,6 @@ import ipaddress
 import json
 import os
 import queue
-import signal
 import socket
 import statistics
 import subprocess
@@ -28,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.support_cli import TIDINGS, grant, invoke
+from tests.cluster.support_cli import TIDINGS, grant, interrupt, invoke
 from tests.support import create_kwok_pod, cri_log_line, eventually, expanded, write_cri_log
 from tidings.schemas import (
     DeckReady,
@@ -112,14 +111,7 @@ class UiServer:
             conn.close()
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # Ctrl-C
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return int(self.proc.returncode)
+        return interrupt(self.proc, grace=15.0)
 
 
 @pytest.fixture

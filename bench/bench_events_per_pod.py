@@ -45,8 +45,8 @@ from support import REPO, add_control_plane_arg, control_plane, load_average  # 
 
 VARIANTS = {"window 6 s (default)": None, "window 6 s, no metric curves": None,
             "window 2 s": 2.0, "window 0 (budget-bound)": 0.0}
-# The variant whose emitter keeps no metric curve (the Window rows before issue 26 item 2:
-# the latest value only, no extremes, no points).
+# The variant whose emitter keeps no metric curve (the Window rows before metrics kept
+# their curve: the latest value only, no extremes, no points).
 NO_CURVES = "window 6 s, no metric curves"
 
 
@@ -240,7 +240,7 @@ def main() -> None:
               f"{r['by_reason'].get('Window', 0) / (r['seconds'] / 60):.1f} | {reasons} | "
               f"{r['api_bytes']:,} | {r['etcd_bytes']:,} ({r['etcd_keys']} keys) | "
               f"{r['etcd_per_min']:,.0f} | {r['wait'] * 1000:.0f} ms |")
-    print("\n(goal, issue 28: <= 12 Events per pod-minute at the default budget, no final, "
+    print("\n(goal: <= 12 Events per pod-minute at the default budget, no final, "
           "failure, link or deck delayed; a critical wait is the call to its delivery. A pod-"
           "minute is a minute of the run as it went: a loaded machine stretches the steps. "
           "The run's own critical facts, a link, a deck and the final, are in the count)")

@@ -384,8 +384,8 @@ def main() -> None:
     for r in rows:
         print(f"{r.ljust(width)}  " + "  ".join(columns[h].get(r, "").ljust(w)
                                                 for h, w in zip(heads, colw, strict=True)))
-    print("\ngoals (issue 28): critical p99 <= 2 s; staleness max <= 15 s; the status writes "
-          "within 0.25 API-server cores (its CPU minus the no-watcher floor); issue 35, "
+    print("\ngoals: critical p99 <= 2 s; staleness max <= 15 s; the status writes "
+          "within 0.25 API-server cores (its CPU minus the no-watcher floor); with "
           "--shape real: critical p99 <= 2 s, staleness max <= 30 s within --write-budget 0.25"
           f"\n(watcher logs in {tmp})")
 

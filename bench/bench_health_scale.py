@@ -1,4 +1,4 @@
-"""Benchmark what judging the health of every worker costs at scale (issue 34, item 1): a task
+"""Benchmark what judging the health of every worker costs at scale: a task
 of N reporting workers (64, 1,000, 10,000), one of them silent and one straggling, both last
 in name order; per N the memory the folded state holds per worker, the fold's time per
 progress report, the time to judge its health (``judge``, inside every status write) and to

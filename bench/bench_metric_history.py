@@ -1,6 +1,6 @@
 """Benchmark (not a test): a long training run's metrics, end to end through the real emitter
-and the fold: the TaskFeedback status size of a million-step run with 64 metrics (issue 26
-item 2; the budget is ``STATUS_BUDGET``), the notes it took, the workload-thread cost of
+and the fold: the TaskFeedback status size of a million-step run with 64 metrics (the
+budget is ``STATUS_BUDGET``), the notes it took, the workload-thread cost of
 ``Emitter.metric`` with the curve (emitter/curves.py) against the same call without it, and
 the watcher's cost of the run's events (the fast parse of each watch line, ``fold_many`` of
 batches of 256, the status as written with the budget) with the curves' extremes and points

@@ -328,7 +328,7 @@ def main() -> None:
         us = [1e6 * x / n for x in xs]
         print(f"{label:<74} {1e6 * med[key] / n:>9.1f} {min(us):>5.1f}-{max(us):<6.1f} "
               f"{n / med[key]:>10,.0f} {m_off / med[key]:>9.1f}x")
-    print(f"\ngoal (issue 12): the watcher path >= 8x the baseline per event; "
+    print(f"\ngoal: the watcher path >= 8x the baseline per event; "
           f"single {m_off / med['fast']:.1f}x, batched {m_off / med['fast_batched']:.1f}x")
     print(f"ceiling if parse, validation and fold were free (orjson.loads alone): "
           f"{m_off / med['floor']:.1f}x")

@@ -1,4 +1,4 @@
-"""Benchmark what reading the pods' ends and the platform objects costs the watcher (issue 25):
+"""Benchmark what reading the pods' ends and the platform objects costs the watcher:
 its CPU per event and the watches it holds per namespace, this checkout's watcher against a
 baseline watcher (``--baseline``: the ``tidings`` of another checkout, e.g. main's), on one
 local control plane, in the same run.

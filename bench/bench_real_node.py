@@ -1,4 +1,4 @@
-"""Benchmark the real node (issue 32's goals): how long joining it to the local plane takes,
+"""Benchmark the real node: how long joining it to the local plane takes,
 how fast a pod starts on it with its image present, and how soon an OOM kill by a container's
 memory limit reaches the TaskFeedback; kwok's pods, on the same plane in the same run, are the
 baseline of a pod's start.

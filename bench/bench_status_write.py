@@ -386,7 +386,7 @@ def main() -> None:
               f"{med['kube-apiserver'] / max(base['kube-apiserver'], 1e-9):.2f} | "
               f"{med['etcd']:.2f} | {med['etcd'] / max(base['etcd'], 1e-9):.2f} | "
               f"{estimate} |")
-    print("\n(goals, issue 35: a real training task's status write (hf-300) <= 4x an event "
+    print("\n(goals: a real training task's status write (hf-300) <= 4x an event "
           "create, the typical one <= 3.5x; create = a bus event, the same run)")
     if profiles:
         print(f"\nWhere kube-apiserver's CPU goes (profile samples, each to the first stage "

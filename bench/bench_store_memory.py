@@ -1,5 +1,5 @@
 """Benchmark (not a test): the watcher's memory per tracked task, live vs compact, against
-the size of the same task's status JSON, in the same run (issue 12: at most 2 KB per idle
+the size of the same task's status JSON, in the same run (at most 2 KB per idle
 task, 100k tasks in at most 250 MB).
 
     .venv/bin/python bench/bench_store_memory.py [--tasks 100000] [--sample 5000]

@@ -1,5 +1,5 @@
-"""Prove once that the emitter and the watcher outlive their token (issue 32, "time-bound
-truths"): on a real node, a workload pod and a watcher pod each mount a projected
+"""Prove once that the emitter and the watcher outlive their token (a token is a
+time-bound truth): on a real node, a workload pod and a watcher pod each mount a projected
 service-account token of the shortest life the API allows (600 s), which the kubelet
 replaces at 80 % of it (480 s). The workload reports every --every seconds for --minutes; the
 watcher (the image from deploy/Dockerfile, as its chart runs it, with this short token

@@ -1,4 +1,5 @@
-"""`tidings ui` under the attacks of issue 34 (items 5 and 6), on the real API server: what
+"""`tidings ui` under attack (requests from another site, a page
+exposed beyond loopback, streams without end), on the real API server: what
 the server process holds (threads, file descriptors, resident memory) and what the API
 server answers for it, for this checkout's `tidings` and, with ``--before VENV``, another
 checkout's, in the same run on the same plane.

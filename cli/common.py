@@ -275,6 +275,7 @@ def _complete_names(ctx: typer.Context, incomplete: str,
     printed into the user's prompt)."""
     try:
         from tidings.kube import connect
+        from tidings.schemas.wire.names import valid_object_name
 
         p = ctx.params
         namespace = p.get("namespace")
@@ -292,7 +293,7 @@ def _complete_names(ctx: typer.Context, incomplete: str,
                     names.add(str(value or ""))
         finally:
             client.close()
-        return sorted(n for n in names if n.startswith(incomplete) and _NAME.match(n))
+        return sorted(n for n in names if n.startswith(incomplete) and valid_object_name(n))
     except Exception:
         return []
 
@@ -318,16 +319,16 @@ def complete_app(ctx: typer.Context, incomplete: str) -> list[str]:
 
 # --- input validation ----------------------------------------------------------------------
 
-# App names are object names (a DNS-1123 subdomain); field selectors never see ',' or '='.
-_NAME = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?\Z")
-_NS = re.compile(r"^[a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?\Z")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def check_name(value: str, what: str) -> str:
     """An app (or other object) name: lowercase letters, digits, '-' and '.'."""
-    if not _NAME.match(value):
+    # App names are object names, by the schemas' rule: field selectors never see ',' or '='.
+    from tidings.schemas.wire.names import valid_object_name
+
+    if not valid_object_name(value):
         shown = _one_line(value)[:80]
         invalid(f"{what} {shown!r} is not a valid name (lowercase letters, digits, '-', '.')")
     return value
@@ -343,7 +344,9 @@ def check_task(value: str) -> str:
 
 
 def check_namespace(value: str) -> str:
-    if not _NS.match(value):
+    from tidings.schemas.wire.names import valid_namespace
+
+    if not valid_namespace(value):
         invalid(f"namespace {_one_line(value)[:80]!r} is not a valid namespace name")
     return value
 

@@ -6,21 +6,49 @@ cluster), 4 forbidden. Errors are one line on stderr. Heavy imports wait for the
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer._click import Command
 from typer._click.types import ParamType
+from typer.core import TyperGroup
 
 from tidings._compat import UTC, fromisoformat
 from tidings.cli.common import EXIT_FORBIDDEN, EXIT_INVALID, Context, option_group
 from tidings.cli.common import EXIT_UNREACHABLE as EXIT_UNDELIVERED
 from tidings.cli.common import fail as _fail  # `fail` is also a command here
 
+if TYPE_CHECKING:
+    from tidings.schemas.wire.kinds import Kind
+
+
+class EmitGroup(TyperGroup):
+    """`tidings emit`: the hand-written sub-commands, after those of the named kinds, which
+    are built from the kind registry on first use: `tidings --help` loads this module for
+    the group's one line and must not import the registry's payload models (pydantic)."""
+
+    _commands: MutableMapping[str, Command]
+    _named = False
+
+    @property  # (click reads and writes ``commands`` directly: lazy for both)
+    def commands(self) -> MutableMapping[str, Command]:
+        if not self._named:
+            self._named = True
+            self._commands = {**_named_commands(), **self._commands}
+        return self._commands
+
+    @commands.setter
+    def commands(self, value: MutableMapping[str, Command]) -> None:
+        self._commands = value
+
+
 app = typer.Typer(
+    cls=EmitGroup,
     help="Emit one fact about the current task (the pod from its service-account token; the "
          "downward-API environment and flags override it). Exits 0 only once the event is "
          "delivered.",
@@ -172,34 +200,6 @@ def _deliver(send: Callable[[Any], None], to: Delivery) -> None:
               EXIT_UNDELIVERED)
 
 
-@app.command("log-link")
-@delivery
-def log_link(
-    name: Annotated[str, typer.Option("--name", help="Link name, e.g. wandb.")],
-    url: Annotated[str, typer.Option("--url", help="An http(s) URL.")],
-    to: Delivery = DEFAULT_DELIVERY,
-) -> None:
-    """Publish a named link (W&B run, dashboard, logs)."""
-    from tidings.schemas.wire.payloads import LogLink
-
-    _check(LogLink, name=name, url=url)
-    _deliver(lambda em: em.log_link(name, url), to)
-
-
-@app.command("deck-ready")
-@delivery
-def deck_ready(
-    name: Annotated[str, typer.Option("--name", help="Deck name.")],
-    uri: Annotated[str, typer.Option("--uri", help="Where the deck is (s3://, gs://, https://).")],
-    to: Delivery = DEFAULT_DELIVERY,
-) -> None:
-    """Announce that a report deck is ready."""
-    from tidings.schemas.wire.payloads import DeckReady
-
-    _check(DeckReady, name=name, uri=uri)
-    _deliver(lambda em: em.deck_ready(name, uri), to)
-
-
 class Number(ParamType):
     """A float that says "number" when it is none (click's own says "not a valid float"),
     with nan and the infinities among the numbers, as Python's float() reads them."""
@@ -213,23 +213,57 @@ class Number(ParamType):
             self.fail(f"{value!r} is not a number (nan, inf and -inf are)", param, ctx)
 
 
-@app.command("metric", context_settings={"ignore_unknown_options": True})  # VALUE may be -0.5
-@delivery
-def metric(
-    name: Annotated[str, typer.Argument(help="Metric name, e.g. loss.")],
-    value: Annotated[float, typer.Argument(
-        click_type=Number(),
-        help="Its latest value (nan, inf and -inf are sent as such: the task's "
-             "NonFiniteMetrics condition names them).")],
-    step: Annotated[int | None, typer.Option("--step", min=0, show_default=False,
-                                             help="The training step it belongs to.")] = None,
-    to: Delivery = DEFAULT_DELIVERY,
-) -> None:
-    """Report the latest value of a named scalar metric (loss, learning rate, accuracy)."""
-    from tidings.schemas.wire.payloads import Metric
+def _value_param(name: str, type_: str, help_: str, *, flag: bool, optional: bool = False,
+                 minimum: int | None = None) -> inspect.Parameter:
+    """One field of a named kind as typer reads it: an argument, or a flag ``--name``."""
+    py: Any = {"str": str, "float": float, "int": int}[type_]
+    number = Number() if type_ == "float" else None
+    if optional:
+        info: Any = typer.Option(f"--{name}", min=minimum, show_default=False, help=help_,
+                                 click_type=number)
+        return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                 annotation=Annotated[py | None, info])
+    info = (typer.Option(f"--{name}", min=minimum, help=help_, click_type=number) if flag
+            else typer.Argument(min=minimum, help=help_, click_type=number))
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                             annotation=Annotated[py, info])
 
-    _check(Metric, name=name, value=value, step=step)
-    _deliver(lambda em: em.metric(name, value, step=step), to)
+
+def _named_command(commands: typer.Typer, kind: Kind) -> None:
+    """`tidings emit <kind.command>`: one fact of a named kind, its arguments and flags read
+    from the kind's entry in the registry (its key, then its value fields)."""
+    model, method = kind.models[0], kind.command.replace("-", "_")
+    params = [_value_param(kind.key, "str", kind.key_help, flag=not kind.arguments)]
+    params += [_value_param(f.attr, f.type, f.help, flag=not kind.arguments,
+                            optional=f.optional, minimum=f.minimum) for f in kind.values]
+    params.append(inspect.Parameter("to", inspect.Parameter.KEYWORD_ONLY,
+                                    default=DEFAULT_DELIVERY, annotation=Delivery))
+
+    def command(*, to: Delivery, **fields: Any) -> None:
+        _check(model, **fields)
+        _deliver(lambda em: getattr(em, method)(**fields), to)
+
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__name__ = method
+    # A negative VALUE (-0.5) is no option: arguments take what follows them as it is.
+    settings = {"ignore_unknown_options": True} if kind.arguments else None
+    commands.command(kind.command, help=kind.command_help, context_settings=settings)(
+        delivery(command))
+
+
+def _named_commands() -> dict[str, Command]:
+    """The sub-commands of the named kinds that have one, in the registry's order."""
+    from typer.main import get_command_from_info
+
+    from tidings.schemas.wire.kinds import NAMED_KINDS
+
+    commands = typer.Typer()
+    for kind in NAMED_KINDS:
+        if kind.command:
+            _named_command(commands, kind)
+    return {info.name or "": get_command_from_info(info, pretty_exceptions_short=True,
+                                                   rich_markup_mode=None)
+            for info in commands.registered_commands}
 
 
 @app.command("progress")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated, Generic, TypeVar
 
 import typer
@@ -114,9 +114,18 @@ def watch(
         ended = ended or time.monotonic()
         return s.state.settled or time.monotonic() - ended >= grace
 
-    def step(s: Snapshot) -> Snapshot | None:
-        left = None if ended is None else max(0.0, grace - (time.monotonic() - ended))
-        return snapshots.next(left)
+    def follow_changes(show: Callable[[Snapshot], None]) -> Snapshot:
+        # Shows each snapshot after the first until the task is done, or quiet past the
+        # grace; returns the last.
+        s = snap
+        while not done(s):
+            left = None if ended is None else max(0.0, grace - (time.monotonic() - ended))
+            nxt = snapshots.next(left)
+            if nxt is None:
+                break
+            s = nxt
+            show(s)
+        return s
 
     if output == "jsonl":
         # One compact object per change, flushed, so `| jq` or a script sees each at once.
@@ -129,31 +138,16 @@ def watch(
             sys.stdout.flush()
 
         emit_line(snap)
-        while not done(snap):
-            nxt = step(snap)
-            if nxt is None:
-                break
-            snap = nxt
-            emit_line(snap)
+        last = follow_changes(emit_line)
     elif not out.is_terminal:
         # Piped (CI logs, scripts): one line per change, then the full view at the end.
         typer.echo(one_line(snap))
-        while not done(snap):
-            nxt = step(snap)
-            if nxt is None:
-                break
-            snap = nxt
-            typer.echo(one_line(snap))
-        out.print(render(snap))
+        last = follow_changes(lambda s: typer.echo(one_line(s)))
+        out.print(render(last))
     else:
         with Live(render(snap), console=out, refresh_per_second=8) as live:
-            while not done(snap):
-                nxt = step(snap)
-                if nxt is None:
-                    break
-                snap = nxt
-                live.update(render(snap), refresh=True)
-    if snap.state.failed:
+            last = follow_changes(lambda s: live.update(render(s), refresh=True))
+    if last.state.failed:
         raise typer.Exit(EXIT_FAILED)
 
 

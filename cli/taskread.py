@@ -73,7 +73,7 @@ def object_uid(obj: TaskFeedback | None, cr_error: ApiError | None) -> str | Non
 
 class TaskReader:
     """Reads one task over one client. It keeps what it read through the watcher's code (the
-    pods, the platform objects; issue 10, item 6: the CLI's fold and the watcher's status
+    pods, the platform objects, so that the CLI's fold and the watcher's status
     cannot disagree), so a `watch` that reads again asks only what it does not know."""
 
     def __init__(self, kube: Kube, ref: TaskRef) -> None:

@@ -87,7 +87,8 @@ def progress_bar(fraction: float, width: int = 24) -> str:
 def view(snap: Snapshot) -> TaskView:
     """The snapshot's view model (schemas/view/model.py): what the page shows too. A local fold's
     health is judged now, with the watcher's default thresholds."""
-    return task_view(snap.state, snap.status, now=datetime.now(UTC))
+    return task_view(snap.state, snap.status, now=datetime.now(UTC),
+                     partial=snap.unread.partial)
 
 
 def render(snap: Snapshot) -> Any:
@@ -115,17 +116,15 @@ def render(snap: Snapshot) -> Any:
         head.add_row("Workers", worker_text(v.worker_counts))
     else:
         head.add_row("Progress", _t("no progress reported"))
-    phase = v.phase
     if snap.unread.partial and snap.status is not None:
-        # What could be read does not decide the outcome: show the watcher's word for it.
-        phase = safe(snap.status.get("phase", "")) or "unknown"
         head.add_row("Status", _t("partly unreadable: the watcher does not write over it "
                                   "(see below)", "red"))
         written = snap.status.get("progress")
         if isinstance(written, dict) and "percent" in written:
             head.add_row("As written", _t(f"{safe(written.get('percent'))}% "
                                           f"{safe(written.get('message', ''))}"))
-    head.add_row("Phase", _t(phase, {SUCCEEDED: "green", FAILED: "red"}.get(phase, "yellow")))
+    head.add_row("Phase", _t(v.phase, {SUCCEEDED: "green", FAILED: "red"}.get(v.phase,
+                                                                             "yellow")))
     if v.health_summary:
         judged = "" if v.judged_at is None or snap.source != SOURCE_CR \
             else f" (judged {_ago(v.judged_at)} by the watcher)"

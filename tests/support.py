@@ -14,6 +14,17 @@ from tools.devcluster import NODE_NAME
 T = TypeVar("T")
 
 
+class FakeClock:
+    """A clock a test moves by hand (``clock.now += 5``), for code that takes its clock as a
+    callable (``clock()``: seconds)."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def eventually(probe: Callable[[], T | None], timeout: float = 30.0, what: str = "condition",
                interval: float = 0.05) -> T:
     """Return the first truthy result of probe(); fail with `what` when the deadline passes."""

@@ -22,8 +22,8 @@ from tidings._compat import UTC
 from tidings.cli import lineage as lin
 from tidings.cli.timeline_cmd import rows as timeline_rows
 from tidings.kube.objects import KubeObject
-from tidings.schemas import TaskRef, TaskState
-from tidings.schemas.status.decoder import decode_status
+from tidings.schemas import TaskRef
+from tidings.schemas.status.decoder import StatusRead, read_status
 from tidings.schemas.view.model import (
     TaskView,
     age,
@@ -135,18 +135,18 @@ class Cache:
         self.bodies.pop(key, None)
 
 
-def state_of(obj: KubeObject) -> tuple[TaskState, Mapping[str, Any]]:
-    """The task's state as its status holds it (TaskState's decoder: what it cannot read
-    is left out), and the status itself."""
+def read_of(obj: KubeObject) -> tuple[StatusRead, Mapping[str, Any]]:
+    """The task's state as its status holds it (what it cannot read is left out, and said),
+    and the status itself."""
     s = summarize(obj)
     status = obj.get("status")
     status = status if isinstance(status, Mapping) else {}
-    return decode_status(TaskRef(s.namespace, s.name), status), status
+    return read_status(TaskRef(s.namespace, s.name), status), status
 
 
 def view_of(obj: KubeObject) -> TaskView:
-    state, status = state_of(obj)
-    return task_view(state, status)
+    read, status = read_of(obj)
+    return task_view(read.state, status, partial=read.unread.partial)
 
 
 def spans_digest(view: TaskView) -> str:
@@ -165,7 +165,7 @@ def task_body(obj: KubeObject) -> str:
 def timeline_svg(obj: KubeObject) -> str:
     from tidings.cli.timeline_cmd import svg
 
-    state, _ = state_of(obj)
+    state = read_of(obj)[0].state
     return svg(state.task.name, state.task.namespace, timeline_rows(state))
 
 

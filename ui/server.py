@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import secrets
 import socket
 import time
@@ -35,6 +34,7 @@ from starlette.staticfiles import StaticFiles
 from tidings.cli.common import CliError
 from tidings.cli.kube import Action, Kube
 from tidings.schemas.wire.contract import TASKFEEDBACK_RESOURCE, taskfeedback_path
+from tidings.schemas.wire.names import valid_namespace, valid_object_name
 from tidings.ui import pages
 from tidings.ui.guard import ASGIApp, Guard, allowed_hosts, is_loopback
 from tidings.ui.hub import Hub, Key
@@ -59,9 +59,6 @@ SECURITY_HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"cross-origin-resource-policy", b"same-origin"),
 ]
-
-_NAME = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?\Z")
-
 
 class SecurityHeaders:
     """Adds SECURITY_HEADERS to every response (pages, events, assets, errors)."""
@@ -225,7 +222,7 @@ class Ui:
 
     def _task_key(self, request: Request) -> Key:
         ns, name = request.path_params["namespace"], request.path_params["name"]
-        if not (_NAME.match(ns) and _NAME.match(name) and len(ns) <= 63):
+        if not (valid_namespace(ns) and valid_object_name(name)):
             raise HTTPException(404, "not found: no such task page (invalid name)")
         return ns, name
 

@@ -65,7 +65,7 @@ class Admitted:
             self.late += 1
             return True
         # Every event is checked (a repeat by its kept verdict): a (name, uid) seen before
-        # says nothing about the namespace an event now claims (issue 10, item 1).
+        # says nothing about the namespace an event now claims.
         verdict = admission(ev, self.obj, self.checks)
         if verdict is Retry.LATER:
             self.later.append(ev)
@@ -139,7 +139,7 @@ class Folder:
         if not store.seeded(task):
             # A task new to this watcher: its senders are checked before anything is kept
             # or read for it, so a name that only refused events claim costs no lasting
-            # memory and no API call (issue 18, item 4).
+            # memory and no API call.
             pending = store.pending(task)
             said = [checks.screen(ev) for ev in pending]
             if not any(type(v) is str for v in said):

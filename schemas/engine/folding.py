@@ -85,7 +85,7 @@ from typing import NamedTuple, TypeVar
 from tidings._compat import UTC
 
 from ..wire.caps import insert_capped, one_each
-from ..wire.event import ParsedEvent, TaskRef
+from ..wire.event import ParsedEvent, PodRef, TaskRef
 from ..wire.times import epoch
 from .apply import APPLY, Work
 from .state import DEFAULT_LIMITS, Limits, TaskState, new_state, new_task_state, with_counter
@@ -110,153 +110,201 @@ def _horizon(lim: Limits) -> int:
     return int((lim.event_ttl + lim.ttl_margin).total_seconds())
 
 
+class _Ran(NamedTuple):
+    """What one run did: the state, the index after the last event it folded, that event's
+    creation second when compaction may forget (the caller compacts; else None), and the
+    duplicates it skipped without counting them in the state (``count_dups=False``)."""
+
+    state: TaskState
+    end: int
+    due: int | None
+    uncounted: int
+
+
 def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups: bool,
-         admit: Admit | None, taken: list[ParsedEvent] | None, dropped: list[int]
-         ) -> tuple[TaskState, int, int | None]:
+         admit: Admit | None, taken: list[ParsedEvent] | None) -> _Ran:
     """Fold ``events[start:]`` into ``state`` until an applied event may make compaction
-    forget instances (a raise of the watermark that forgets nobody, the run makes itself).
-    Returns the state, the index after the last event folded, and that event's creation
-    second when compaction may forget (the caller compacts), else None."""
-    w = Work(state)
-    task, lim, counters = state.task, w.lim, w.counters
-    skew, horizon, max_instances = lim.clock_skew, _horizon(lim), lim.max_instances
-    contains = state.applied.contains
-    ranges = state.applied._r.get  # contains(), its common case inline: the newest range
-    added: dict[str, set[int]] = {}  # (instance, seq) applied in this run
-    pods: dict[tuple[str, str], int] | None = None
-    times: Mapping[str, int] = state.instance_times
-    times_w: dict[str, int] | None = None
-    watermark = state.watermark
-    first, last, warnings = state.first_event_time, state.last_event_time, state.warnings
-    # Consecutive events often share one creationTimestamp object (it has second precision
-    # and the parsers intern it): its epoch and clock bound are computed once per object.
-    last_created: datetime | None = None
-    last_c = 0
-    bound = _EPOCH0
-    last_sender = None
-    key = ("", "")
-    local = True
-    n_wrong = n_dups = n_late = n_clamped = n_applied = 0
-    n = len(events)
-    due: int | None = None
-    k = start
-    while k < n:
+    forget instances (a raise of the watermark that forgets nobody, the run makes itself)."""
+    run = _Run(state, admit, taken)
+    duplicate, admitted_time, apply = run.duplicate, run.admitted_time, run.apply
+    task, k, n = state.task, start, len(events)
+    while k < n and run.due is None:
         ev = events[k]
         k += 1
         if ev.task is not task and ev.task != task:
-            n_wrong += 1
-            continue
-        instance, seq = ev.instance, ev.seq
-        seen = added.get(instance)
-        # Duplicates (relists, retries) are decided by the version vector before any work.
-        rs = ranges(instance)
-        if (seen is not None and seq in seen) or (rs and (
-                rs[-1][0] <= seq <= rs[-1][1] if seq >= rs[-1][0] else contains(instance, seq))):
-            n_dups += 1
-            continue
-        created = ev.created
-        t = ev.event_time
-        if created is not None:
-            if created is not last_created:
-                last_created, last_c = created, epoch(created)
-                try:
-                    bound = created + skew
-                except OverflowError:  # created within the skew of year 9999's end
-                    bound = _LAST_TIME
-            c = last_c
-            if c < watermark:
-                if admit is not None:
-                    admit(ev, True)
-                if taken is not None:
-                    taken.append(ev)
-                n_late += 1
-                continue
-            if admit is not None and not admit(ev, False):
-                continue
-            tc = times.get(instance)
-            if tc is None or tc < c:
-                if times_w is None:
-                    times = times_w = dict(times)
-                times_w[instance] = c
-            # Superset of "``_compact`` would change something": the run ends here, unless
-            # all it would do is raise the watermark to ``c - horizon`` without forgetting
-            # anyone (every event of a new creation second asks): then the run raises it
-            # itself and goes on, the events after this one judged against the new one.
-            if c - horizon > watermark or len(times) > max_instances:
-                if len(times) <= max_instances and min(times.values()) >= c - horizon:
-                    watermark = c - horizon
-                else:
-                    due = c
-            if t > bound:
-                t = bound
-                n_clamped += 1
-        elif admit is not None and not admit(ev, False):
-            continue
-        if taken is not None:
-            taken.append(ev)
-        n_applied += 1
+            run.n_wrong += 1
+        elif not duplicate(ev):
+            t = admitted_time(ev)
+            if t is not None:
+                apply(ev, t)
+    new, uncounted = run.result(count_dups)
+    return _Ran(new, k, run.due, uncounted)
+
+
+class _Run:
+    """One run's bookkeeping: what it applied (by instance), the maps it copied, its clock
+    and watermark, and its counts; the steps an event goes through, in the order ``_run``
+    takes them (duplicate? admitted, and at what time? apply), and the state at the end."""
+
+    # What every run starts with (class defaults: a fold of one event builds a run too).
+    # Consecutive events often share one creationTimestamp object (it has second precision
+    # and the parsers intern it): its epoch and clock bound are computed once per object;
+    # likewise a sender's key and locality once per sender object.
+    last_created: datetime | None = None
+    last_c = 0
+    bound = _EPOCH0
+    last_sender: PodRef | None = None
+    key = ("", "")
+    local = True
+    n_wrong = n_dups = n_late = n_clamped = n_applied = 0
+    due: int | None = None
+    pods: dict[tuple[str, str], int] | None = None
+    times_w: dict[str, int] | None = None
+
+    def __init__(self, state: TaskState, admit: Admit | None,
+                 taken: list[ParsedEvent] | None) -> None:
+        self.state, self.admit, self.taken = state, admit, taken
+        self.w = w = Work(state)
+        self.skew, self.horizon, self.max_instances = (w.lim.clock_skew, _horizon(w.lim),
+                                                       w.lim.max_instances)
+        self.contains = state.applied.contains
+        self.added: dict[str, set[int]] = {}  # (instance, seq) applied in this run
+        self.times: Mapping[str, int] = state.instance_times
+        self.watermark = state.watermark
+        self.first, self.last = state.first_event_time, state.last_event_time
+        self.warnings = state.warnings
+
+    def duplicate(self, ev: ParsedEvent) -> bool:
+        """Whether ``ev`` was applied already (before this run or in it): counted, skipped.
+        Relists and retries are decided by the version vector before any work."""
+        seen = self.added.get(ev.instance)
+        if (seen is not None and ev.seq in seen) or self.contains(ev.instance, ev.seq):
+            self.n_dups += 1
+            return True
+        return False
+
+    def admitted_time(self, ev: ParsedEvent) -> datetime | None:
+        """The time ``ev`` is ordered by when it is to be applied; None when it is not: late
+        (created before the watermark: counted, and taken) or refused by ``admit``."""
+        created, admit = ev.created, self.admit
+        if created is None:
+            return ev.event_time if admit is None or admit(ev, False) else None
+        if created is not self.last_created:
+            self.last_created, self.last_c = created, epoch(created)
+            try:
+                self.bound = created + self.skew
+            except OverflowError:  # created within the skew of year 9999's end
+                self.bound = _LAST_TIME
+        c = self.last_c
+        if c < self.watermark:
+            if admit is not None:
+                admit(ev, True)
+            if self.taken is not None:
+                self.taken.append(ev)
+            self.n_late += 1
+            return None
+        if admit is not None and not admit(ev, False):
+            return None
+        self._saw_created(ev.instance, c)
+        if ev.event_time > self.bound:
+            self.n_clamped += 1
+            return self.bound
+        return ev.event_time
+
+    def _saw_created(self, instance: str, c: int) -> None:
+        """``instance`` has an event created in second ``c``: its newest creation time, and
+        whether compaction is due. A superset of "``_compact`` would change something": the
+        run ends after this event, unless all it would do is raise the watermark to ``c -
+        horizon`` without forgetting anyone (every event of a new creation second asks):
+        then the run raises it itself and goes on, the events after this one judged against
+        the new one."""
+        times = self.times
+        tc = times.get(instance)
+        if tc is None or tc < c:
+            if self.times_w is None:
+                self.times = self.times_w = dict(times)
+            self.times_w[instance] = c
+            times = self.times
+        if c - self.horizon > self.watermark or len(times) > self.max_instances:
+            if len(times) <= self.max_instances and min(times.values()) >= c - self.horizon:
+                self.watermark = c - self.horizon
+            else:
+                self.due = c
+
+    def apply(self, ev: ParsedEvent, t: datetime) -> None:
+        """Apply ``ev`` at time ``t``: its payload (the ``APPLY`` table), its sender's count,
+        the task's first and last event times, its warning, and its (instance, seq)."""
+        if self.taken is not None:
+            self.taken.append(ev)
+        self.n_applied += 1
         p = ev.payload
         apply = APPLY.get(type(p))
         if apply is not None:
-            apply(w, ev, p, t)
-        if pods is None:
-            pods = dict(state.pod_events)
-        sender = ev.sender
-        if sender is not last_sender:
-            last_sender, key = sender, (sender.name, sender.uid)
+            apply(self.w, ev, p, t)
+        self._count_sender(ev.sender)
+        if self.first is None or t < self.first:
+            self.first = t
+        if self.last is None or t > self.last:
+            self.last = t
+        if ev.warning:
+            self.warnings += 1
+        seen = self.added.get(ev.instance)
+        if seen is None:
+            self.added[ev.instance] = {ev.seq}
+        else:
+            seen.add(ev.seq)
+
+    def _count_sender(self, sender: PodRef) -> None:
+        if self.pods is None:
+            self.pods = dict(self.state.pod_events)
+        if sender is not self.last_sender:
+            self.last_sender, self.key = sender, (sender.name, sender.uid)
             # ``pods`` lists the task's reporting pods by name and uid, pods of the task's
-            # namespace: a controller recording lineage from its own namespace is no such pod
-            # (read as one, its live pod would show as a dead pod of the task).
-            local = sender.namespace in ("", task.namespace)
-        if local:
+            # namespace: a controller recording lineage from its own namespace is no such
+            # pod (read as one, its live pod would show as a dead pod of the task).
+            self.local = sender.namespace in ("", self.state.task.namespace)
+        if self.local:
+            pods, key = self.pods, self.key
             cur = pods.get(key)
             if cur is not None:
                 pods[key] = cur + 1
             else:
-                capped = insert_capped(pods, key, 1, lim.pods, one_each)
+                capped = insert_capped(pods, key, 1, self.w.lim.pods, one_each)
                 if capped:
+                    counters = self.w.counters
                     counters["pods_capped"] = counters.get("pods_capped", 0) + capped
-        if first is None or t < first:
-            first = t
-        if last is None or t > last:
-            last = t
-        if ev.warning:
-            warnings += 1
-        if seen is None:
-            added[instance] = {seq}
-        else:
-            seen.add(seq)
-        if due is not None:
-            break
-    if not count_dups:
-        dropped[0] += n_dups
-        n_dups = 0
-    if n_applied:
-        counters["events_applied"] = counters.get("events_applied", 0) + n_applied
-    if n_wrong or n_dups or n_late or n_clamped:  # (rarely: one test, not a loop, per run)
-        for name, m in (("wrong_task", n_wrong), ("duplicates", n_dups),
-                        ("late_skipped", n_late), ("time_clamped", n_clamped)):
-            if m:
-                counters[name] = counters.get(name, 0) + m
-    return new_task_state(
-        task=task,
-        named=state.named if w.named_w is None else _merged(state.named, w.named_w),
-        spans=state.spans if w.spans_w is None else w.spans_w.result(),
-        workers=state.workers if w.workers_w is None else w.workers_w,
-        pod_events=state.pod_events if pods is None else pods,
-        applied=state.applied.with_seqs(added),
-        instance_times=times,
-        watermark=watermark,
-        first_event_time=first,
-        last_event_time=last,
-        counters=counters,
-        unknown=state.unknown if w.unknown_w is None else w.unknown_w,
-        warnings=warnings,
-        roster=w.roster(),
-        observed=state.observed,
-        limits=lim,
-        beyond=state.beyond if w.beyond_w is None else _merged(state.beyond, w.beyond_w),
-    ), k, due
+
+    def result(self, count_dups: bool) -> tuple[TaskState, int]:
+        """The state this run made, and the duplicates it did not count in it."""
+        state, w, counters = self.state, self.w, self.w.counters
+        uncounted = 0 if count_dups else self.n_dups
+        if self.n_applied:
+            counters["events_applied"] = counters.get("events_applied", 0) + self.n_applied
+        dups = self.n_dups - uncounted
+        if self.n_wrong or dups or self.n_late or self.n_clamped:  # (rarely: one test a run)
+            for name, m in (("wrong_task", self.n_wrong), ("duplicates", dups),
+                            ("late_skipped", self.n_late), ("time_clamped", self.n_clamped)):
+                if m:
+                    counters[name] = counters.get(name, 0) + m
+        return new_task_state(
+            task=state.task,
+            named=state.named if w.named_w is None else _merged(state.named, w.named_w),
+            spans=state.spans if w.spans_w is None else w.spans_w.result(),
+            workers=state.workers if w.workers_w is None else w.workers_w,
+            pod_events=state.pod_events if self.pods is None else self.pods,
+            applied=state.applied.with_seqs(self.added),
+            instance_times=self.times,
+            watermark=self.watermark,
+            first_event_time=self.first,
+            last_event_time=self.last,
+            counters=counters,
+            unknown=state.unknown if w.unknown_w is None else w.unknown_w,
+            warnings=self.warnings,
+            roster=w.roster(),
+            observed=state.observed,
+            limits=w.lim,
+            beyond=state.beyond if w.beyond_w is None else _merged(state.beyond, w.beyond_w),
+        ), uncounted
 
 
 def _merged(named: Mapping[str, Mapping[str, V]], written: dict[str, dict[str, V]]
@@ -328,16 +376,18 @@ def creation_order(events: Sequence[ParsedEvent]) -> Sequence[ParsedEvent]:
 
 
 def _fold_events(state: TaskState, events: Sequence[ParsedEvent], count_dups: bool = True,
-                 admit: Admit | None = None, taken: list[ParsedEvent] | None = None,
-                 dropped: list[int] | None = None) -> TaskState:
-    i, n = 0, len(events)
-    out = [0] if dropped is None else dropped
+                 admit: Admit | None = None, taken: list[ParsedEvent] | None = None
+                 ) -> tuple[TaskState, int]:
+    """``events`` folded into ``state`` run by run, compacting between runs; and the
+    duplicates skipped without counting them (``count_dups=False``)."""
+    i, n, uncounted = 0, len(events), 0
     while True:
-        state, i, due = _run(state, events, i, count_dups, admit, taken, out)
-        if due is not None:
-            state = _compacted(state, due)
+        ran = _run(state, events, i, count_dups, admit, taken)
+        state, i, uncounted = ran.state, ran.end, uncounted + ran.uncounted
+        if ran.due is not None:
+            state = _compacted(state, ran.due)
         if i >= n:
-            return state
+            return state, uncounted
 
 
 # --- the public folds ---------------------------------------------------------------------
@@ -349,7 +399,7 @@ def fold(state: TaskState, ev: ParsedEvent) -> TaskState:
     Events of another task are not applied (counted in ``wrong_task``).
     """
     try:
-        return _fold_events(state, (ev,))
+        return _fold_events(state, (ev,))[0]
     except Exception:  # totality beats strictness here; the counter makes the bug visible
         return with_counter(state, "fold_errors")
 
@@ -361,7 +411,7 @@ def fold_many(state: TaskState, events: Iterable[ParsedEvent]) -> TaskState:
     Pure and total, like ``fold``."""
     evs = creation_order(events if isinstance(events, list | tuple) else list(events))
     try:
-        return _fold_events(state, evs)
+        return _fold_events(state, evs)[0]
     except Exception:
         # Never expected. Redone event by event, each failing event is counted in
         # fold_errors exactly as ``fold`` counts it, so the two stay equivalent even here.
@@ -396,10 +446,9 @@ def fold_checked(state: TaskState, events: Sequence[ParsedEvent], admit: Admit |
 
     events = creation_order(events)
     taken: list[ParsedEvent] = []
-    dropped = [0]
     try:
-        return Checked(_fold_events(state, events, False, asked, taken, dropped), taken,
-                       dropped[0])
+        folded, dups = _fold_events(state, events, False, asked, taken)
+        return Checked(folded, taken, dups)
     except Exception:
         pass
     # Never expected: the per-event loop the engine stands for, with ``fold`` (total). It asks

@@ -221,14 +221,19 @@ class TaskView:
 
 
 def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
-              now: datetime | None = None) -> TaskView:
+              now: datetime | None = None, *, partial: bool = False) -> TaskView:
     """The view of a folded state; ``status`` is the TaskFeedback status it was read from
     (its conditions, health and refusals are the watcher's word); without one (a local fold)
     the conditions are what the status of this state would say, its health judged at ``now``
-    with the default thresholds (the watcher's rule)."""
+    with the default thresholds (the watcher's rule). ``partial``: a part of ``status``
+    could not be read (``Unread.partial``), so what was read does not decide the outcome
+    and the phase shown is the status's own, as written ("unknown" without one)."""
     from ..status.health import HEALTH
     from ..wire.kinds import NAMED_KINDS  # (the payload models: not for `tidings list`'s rows)
 
+    shown_phase = state.phase
+    if partial and status is not None:
+        shown_phase = json_str(status.get("phase")) or "unknown"
     if status is None:
         from ..status.encoder import to_status
         from ..status.health import judge
@@ -254,7 +259,7 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
     noisy = {k: v for k, v in state.counters.items() if v and k != "events_applied"}
     noisy.update({f"unknown:{k}": v for k, v in state.unknown.items()})
     return TaskView(
-        task=state.task, phase=phase, progress=progress,
+        task=state.task, phase=shown_phase, progress=progress,
         worker_counts=count_workers(
             final=r.finals, failed=r.failures, ended_final=r.pod_finals,
             ended_failed=r.pod_failures, total=max(len(r.marks), r.declared),

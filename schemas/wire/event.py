@@ -27,7 +27,7 @@ from .constants import (
     SENDER_UID_ANNOTATION,
     SEQ_ANNOTATION,
 )
-from .names import valid_task_id
+from .names import valid_object_name, valid_task_id
 from .note import decode_envelope, encode_note, valid_instance, valid_seq
 from .payloads import Payload, PodSpawned, payload_type
 from .refs import ObjectRef as ObjectRef  # (refs.py: no dependency; importable from here too)
@@ -41,7 +41,6 @@ from .times import format_time, parse_time
 _DIGEST_HEX = 16
 _NAME_MAX = 253
 _NON_DNS = re.compile(r"[^a-z0-9.\-]+")
-_POD_NAME = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?\Z")
 
 
 @lru_cache(maxsize=4096)  # few distinct task names; this sits on the watcher's hot path
@@ -217,7 +216,7 @@ def _sender(name: str, uid: str, namespace: str) -> PodRef | None:
 
     Callers pass only short strings (no longer than the patterns can match), so the cache's
     size stays bounded."""
-    if not _POD_NAME.match(name) or not valid_uid(uid):
+    if not valid_object_name(name) or not valid_uid(uid):
         return None
     return PodRef(name, uid, namespace)
 

@@ -49,6 +49,8 @@ class ValueField:
     # A float that may be NaN or infinite: such a value goes in the status under this key
     # instead, spelt "NaN", "Infinity" or "-Infinity" (JSON has no number for it).
     non_finite: str = ""
+    help: str = ""  # `tidings emit`'s help for the field's argument or flag
+    minimum: int | None = None  # `tidings emit` refuses less (an int field: a step)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,14 @@ class Kind:
     title: str = ""
     age: bool = False
     inline: bool = False
+    # Named kinds: the `tidings emit` sub-command that sends one fact of the kind (also the
+    # Emitter method, '_' for '-', called with the key and value fields by name), its help
+    # and the key's; ``arguments``: the key and required values are positional (NAME VALUE),
+    # else flags (--name --url).
+    command: str = ""
+    command_help: str = ""
+    key_help: str = ""
+    arguments: bool = False
 
     def urgency_of(self, payload: Payload) -> Urgency:
         if self.critical_if is not None and self.critical_if(payload):
@@ -123,17 +133,28 @@ def _metric_report(m: Metric) -> Report:
 KINDS: tuple[Kind, ...] = (
     Kind("links", (payloads.LogLink,), "named", CRITICAL, section="links", cap="links",
          capped="links_capped", drop_rank=60,
-         values=(ValueField("url", "str", "URL", style="cyan"),), title="Links"),
+         values=(ValueField("url", "str", "URL", style="cyan", help="An http(s) URL."),),
+         title="Links", command="log-link", key_help="Link name, e.g. wandb.",
+         command_help="Publish a named link (W&B run, dashboard, logs)."),
     Kind("decks", (payloads.DeckReady,), "named", CRITICAL, section="decks", cap="decks",
          capped="decks_capped", drop_rank=50,
-         values=(ValueField("uri", "str", "URI", style="cyan"),), title="Decks"),
+         values=(ValueField("uri", "str", "URI", style="cyan",
+                            help="Where the deck is (s3://, gs://, https://)."),),
+         title="Decks", command="deck-ready", key_help="Deck name.",
+         command_help="Announce that a report deck is ready."),
     Kind("metrics", (payloads.Metric, payloads.Metrics), "named", COALESCIBLE,
          section="metrics", cap="metrics", capped="metrics_capped", batch="metrics",
          beyond="metricsBeyond", unjudged="metrics_unjudged",
          drop_rank=35, detail="history", detail_drop="metricHistory", detail_rank=30,
-         values=(ValueField("value", "float", "VALUE", non_finite="nonFinite"),
-                 ValueField("step", "int", "STEP", optional=True)),
-         report=_metric_report, title="Metrics", age=True, inline=True),
+         values=(ValueField("value", "float", "VALUE", non_finite="nonFinite",
+                            help="Its latest value (nan, inf and -inf are sent as such: the "
+                                 "task's NonFiniteMetrics condition names them)."),
+                 ValueField("step", "int", "STEP", optional=True, minimum=0,
+                            help="The training step it belongs to.")),
+         report=_metric_report, title="Metrics", age=True, inline=True,
+         command="metric", key_help="Metric name, e.g. loss.", arguments=True,
+         command_help="Report the latest value of a named scalar metric (loss, learning "
+                      "rate, accuracy)."),
     Kind("spans", (payloads.SpanSummary, payloads.SpanSummaries), "spans", COALESCIBLE,
          section="spans", cap="spans", capped="spans_capped", drop_rank=40,
          detail_section="spanLanes", detail_drop="spanLanes", detail_rank=25, title="Spans"),

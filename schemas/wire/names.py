@@ -1,4 +1,5 @@
-"""The task-id rule, one function for the library, `tidings emit`, the CLI and the watcher.
+"""The naming rules, one definition each for the library, `tidings emit`, the CLI, the page and
+the watcher: object names (DNS-1123 subdomains), namespace names (DNS-1123 labels) and task ids.
 
 A task id is both the TaskFeedback's object name (a DNS-1123 subdomain) and the value of the
 pod label ``tidings.dev/task`` (at most 63 characters of ``[A-Za-z0-9._-]``, alphanumeric at
@@ -12,6 +13,10 @@ import re
 
 from .constants import TASK_ID_MAX
 
+# A DNS-1123 subdomain: what the API server accepts as an object name (pods, TaskFeedbacks).
+_OBJECT_NAME = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?\Z")
+# A DNS-1123 label: what the API server accepts as a namespace name.
+_NAMESPACE = re.compile(r"^[a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?\Z")
 _TASK_ID = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 
 TASK_ID_RULE = (
@@ -33,3 +38,15 @@ def task_id_error(task: object) -> str | None:
 def valid_task_id(task: object) -> bool:
     """True when ``task`` can be both a TaskFeedback name and a ``tidings.dev/task`` value."""
     return isinstance(task, str) and len(task) <= TASK_ID_MAX and bool(_TASK_ID.match(task))
+
+
+def valid_object_name(name: str) -> bool:
+    """True when ``name`` can name a Kubernetes object: a DNS-1123 subdomain (lowercase
+    letters, digits, '-' and '.', at most 253 characters, alphanumeric at both ends)."""
+    return bool(_OBJECT_NAME.match(name))
+
+
+def valid_namespace(name: str) -> bool:
+    """True when ``name`` can name a namespace: a DNS-1123 label (lowercase letters, digits
+    and '-', at most 63 characters, alphanumeric at both ends)."""
+    return bool(_NAMESPACE.match(name))

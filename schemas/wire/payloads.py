@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, TypeAlias
 from urllib.parse import quote, urlsplit
 
@@ -31,6 +32,8 @@ from .constants import NAME_LIMIT, TYPE_LIMIT, URL_LIMIT, WORKERS_MAX
 from .constants import NON_FINITE as NON_FINITE  # (their home is constants.py)
 from .constants import non_finite_text as non_finite_text
 from .history import HISTORY_POINTS
+from .names import valid_object_name
+from .refs import valid_uid
 from .text import cut_text as cut_text  # (its home is text.py; importers here keep working)
 from .text import has_invisible, sanitize_text, valid_text
 
@@ -171,23 +174,21 @@ def _any_uri(v: Any) -> Any:
 WebUrl = Annotated[str, BeforeValidator(_web_url)]
 SafeUri = Annotated[str, BeforeValidator(_any_uri)]
 
-_K8S_NAME = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?\Z")
-_UID = re.compile(r"^[A-Za-z0-9\-]{1,64}\Z")
 _TYPE = re.compile(rf"^[A-Za-z][A-Za-z0-9_.\-]{{0,{TYPE_LIMIT - 1}}}\Z")
 
 
-def _check(pattern: re.Pattern[str], what: str) -> AfterValidator:
+def _check(valid: Callable[[str], object], what: str) -> AfterValidator:
     def check(v: str) -> str:
-        if not pattern.match(v):
+        if not valid(v):
             raise ValueError(f"not a valid {what}")
         return v
 
     return AfterValidator(check)
 
 
-PodName = Annotated[str, _check(_K8S_NAME, "Kubernetes object name")]
-Uid = Annotated[str, _check(_UID, "UID")]
-TypeName = Annotated[str, _check(_TYPE, "payload type")]
+PodName = Annotated[str, _check(valid_object_name, "Kubernetes object name")]
+Uid = Annotated[str, _check(valid_uid, "UID")]
+TypeName = Annotated[str, _check(_TYPE.match, "payload type")]
 Seconds = Annotated[float, Field(ge=0.0, le=9.0e9)]
 Epoch = Annotated[float, Field(ge=0.0, le=1.0e11)]
 Counter = Annotated[int, Field(ge=0, le=2**53)]
@@ -609,7 +610,7 @@ class UnknownPayload(BaseModel):
     # The Event reason of an unknown payload is its ``type`` field; see ``payload_type``.
     TYPE: ClassVar[str] = "Unknown"
 
-    type: Annotated[str, BeforeValidator(_clean_text), _check(_TYPE, "payload type")]
+    type: Annotated[str, BeforeValidator(_clean_text), _check(_TYPE.match, "payload type")]
     version: Annotated[int, Field(ge=1, le=2**31)]
     raw: Annotated[dict[str, Any], BeforeValidator(_clean_raw)] = Field(default_factory=dict)
 

@@ -116,8 +116,8 @@ def closed_port_kubeconfig(cp: ControlPlane, folder: Path) -> Path:
 
 
 def install_crd(control_plane: ControlPlane) -> str:
-    """The TaskFeedback CRD, installed (idempotently) and Established. Use as a fixture:
-    ``_crd = pytest.fixture(scope="session", name="crd")(install_crd)``."""
+    """The TaskFeedback CRD, installed (idempotently) and Established: the ``crd`` fixture
+    (tests/cluster/conftest.py)."""
     control_plane.kubectl_run("apply", "-f", str(REPO_ROOT / "deploy" / "crd.yaml"))
     control_plane.wait_established(f"{PLURAL}.{API_GROUP}")
     return f"{PLURAL}.{API_GROUP}"
@@ -176,19 +176,25 @@ class Proc:
                 self._q.get(timeout=min(left, 0.2))
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # Ctrl-C
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return int(self.proc.returncode)
+        return interrupt(self.proc)
+
+
+def interrupt(proc: subprocess.Popen[str], grace: float = 10.0) -> int:
+    """Ctrl-C ``proc`` (unless it ended) as a user stops a command, killed if it has not ended
+    within ``grace`` seconds; its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    return int(proc.returncode)
 
 
 def proc_pool(control_plane: ControlPlane) -> Iterator[Callable[..., Proc]]:
-    """make(*args) -> Proc; every process is stopped at teardown. Use as a fixture:
-    ``_procs = pytest.fixture(name="proc_factory")(proc_pool)``."""
+    """make(*args) -> Proc; every process is stopped at teardown: the ``proc_factory``
+    fixture (tests/cluster/conftest.py)."""
     procs: list[Proc] = []
 
     def make(*args: str) -> Proc:

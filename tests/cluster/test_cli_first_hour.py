@@ -1,4 +1,4 @@
-"""kubectl habits against the real control plane (issue 21 item 2): `tidings get NAME` as
+"""kubectl habits against the real control plane: `tidings get NAME` as
 `kubectl get taskfeedback NAME`, app names that complete for `logs`/`lineage`, and kubectl's
 "No resources found in NS namespace." wording."""
 
@@ -11,22 +11,22 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.support_cli import install_crd, invoke, proc_pool, record_spawn
-from tests.cluster.test_cli_list import _complete, _patch_status, _status, _task
+from tests.cluster.support_cli import invoke, record_spawn
+from tests.cluster.test_cli_list import (  # noqa: F401 (two_tasks: a fixture)
+    _complete,
+    _patch_status,
+    _status,
+    _task,
+    two_tasks,
+)
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
-_crd = pytest.fixture(scope="session", name="crd")(install_crd)
-_procs = pytest.fixture(name="proc_factory")(proc_pool)
 
 
 @pytest.fixture
-def tasks(control_plane: ControlPlane, namespace: str, crd: str) -> str:
-    _task(control_plane, namespace, "train-a", {"team": "a"},
-          _status(namespace, "train-a", 0.4, "epoch 2 of 5"))
-    _task(control_plane, namespace, "train-b", {"team": "b"},
-          _status(namespace, "train-b", 1.0, "done", final=True))
-    return namespace
+def tasks(two_tasks: str) -> str:  # noqa: F811 - the two tasks `tidings list`'s tests use
+    return two_tasks
 
 
 def test_get_name_is_kubectl_get_taskfeedback_name(control_plane: ControlPlane,

@@ -17,7 +17,6 @@ from tests.cluster.support_cli import (
     emit,
     grant,
     invoke,
-    proc_pool,
     record_spawn,
 )
 from tests.cluster.support_watcher import WatcherProc, task_status
@@ -27,7 +26,6 @@ from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
 TASK_LABEL = "tidings.dev/task"
-_procs = pytest.fixture(name="proc_factory")(proc_pool)
 # The watcher fixtures of test_watcher.py (a watcher process per test, killed at the end).
 crd, kubeconfig, watchers, start_watcher = tw.crd, tw.kubeconfig, tw.watchers, tw.start_watcher
 
@@ -439,7 +437,7 @@ def test_logs_follow_ends_the_stream_of_a_pod_that_drops_the_label(
     assert not [x for x in p.out if "SECRET" in x]
 
 
-# --- issue 18 item 2: a decoy lineage record hides nothing ---------------------------------
+# --- a decoy lineage record hides nothing ---------------------------------
 
 
 def test_a_decoy_lineage_record_never_hides_the_task_s_real_pods(

@@ -20,14 +20,11 @@ from tests.cluster.support_cli import (
     grant,
     install_crd,
     invoke,
-    proc_pool,
 )
 from tidings.schemas.status.encoder import to_status
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
-_crd = pytest.fixture(scope="session", name="crd")(install_crd)
-_procs = pytest.fixture(name="proc_factory")(proc_pool)
 
 URL = ("https://grafana.example.com/d/abcdef/very-long-dashboard-name?orgId=1&var-namespace="
        "ml-team&var-pod=train-worker-0&from=now-6h&to=now&refresh=30s&var-extra=" + "x" * 60)
@@ -177,11 +174,35 @@ def test_impersonation_meets_rbac(control_plane: ControlPlane, two_tasks: str) -
     assert res.exit_code == 0 and "train-b" in res.stdout, res.output
 
 
-def test_request_timeout(control_plane: ControlPlane, two_tasks: str) -> None:
-    for value in ("0", "30", "30s", "1m"):
+def test_request_timeout(control_plane: ControlPlane, two_tasks: str,
+                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each request carries the timeout asked for, as urllib3 is given it (a total; for 0 the
+    # default connect limit and no read limit): a list that merely succeeds would pass with
+    # the flag parsed and dropped.
+    import urllib3
+
+    from tidings.cli.kube import REQUEST_TIMEOUT
+
+    sent: list[str] = []
+    urlopen = urllib3.HTTPConnectionPool.urlopen
+
+    def spy(self: urllib3.HTTPConnectionPool, *args: Any, **kw: Any) -> Any:
+        sent.append(repr(kw.get("timeout")))
+        return urlopen(self, *args, **kw)
+
+    monkeypatch.setattr(urllib3.HTTPConnectionPool, "urlopen", spy)
+    for value, meant in (("0", urllib3.Timeout(connect=REQUEST_TIMEOUT[0], read=None)),
+                         ("30", urllib3.Timeout(total=30.0)), ("30s", urllib3.Timeout(total=30.0)),
+                         ("1m", urllib3.Timeout(total=60.0))):
+        sent.clear()
         res = invoke(control_plane, "list", "-n", two_tasks, "-o", "name",
                      "--request-timeout", value)
         assert res.exit_code == 0 and "train-a" in res.stdout, (value, res.output)
+        assert sent and set(sent) == {repr(meant)}, (value, sent)
+    sent.clear()
+    res = invoke(control_plane, "state", "train-a", "-n", two_tasks, "--request-timeout", "1m")
+    assert res.exit_code == 0 and sent and set(sent) == {repr(urllib3.Timeout(total=60.0))}, (
+        res.output, sent)
     for cmd in (["list"], ["state", "train-a"], ["watch", "train-a"], ["timeline", "train-a"],
                 ["task", "create", "t", "--owner", "cm/x"]):
         res = invoke(control_plane, *cmd, "-n", two_tasks, "--request-timeout", "soon")

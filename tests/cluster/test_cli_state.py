@@ -18,9 +18,7 @@ from tests.cluster.support_cli import (
     closed_port_kubeconfig,
     emit,
     grant,
-    install_crd,
     invoke,
-    proc_pool,
     write_status,
 )
 from tests.cluster.support_watcher import unjudged
@@ -38,8 +36,6 @@ from tidings.schemas.status.encoder import to_status
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
-_crd = pytest.fixture(scope="session", name="crd")(install_crd)
-_procs = pytest.fixture(name="proc_factory")(proc_pool)
 
 
 def _facts(admin: Any, ns: str, task: str) -> list[dict[str, Any]]:

@@ -16,7 +16,6 @@ from tests.cluster.support_cli import (
     assert_harmless,
     closed_port_kubeconfig,
     emit,
-    install_crd,
     invoke,
     task_pod,
     write_status,
@@ -27,7 +26,6 @@ from tidings.schemas.wire.payloads import Window, span_row
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
-_crd = pytest.fixture(scope="session", name="crd")(install_crd)
 
 
 def _spans(admin: Any, ns: str, task: str) -> None:
@@ -76,7 +74,7 @@ def test_timeline_draws_the_spans(control_plane: ControlPlane, admin: Any, names
 def test_timeline_has_a_lane_per_pod_and_marks_the_slow_one(
         control_plane: ControlPlane, admin: Any, namespace: str, tmp_path: Path,
         crd: str, packed: bool) -> None:
-    """Issue 26 item 3: two workers run train_step, one three times slower; under the span
+    """Two workers run train_step, one three times slower; under the span
     name each pod has its own lane, in the terminal, the SVG and -o json, the slow one
     marked, while the name's totals count both. ``windows``: each summary in a Window
     event, as the emitter sends a callback's spans: the lane is the Window's sender's."""
@@ -133,7 +131,7 @@ def test_timeline_has_a_lane_per_pod_and_marks_the_slow_one(
 def test_timeline_hostile_names_and_no_spans(control_plane: ControlPlane, admin: Any,
                                              namespace: str, tmp_path: Path) -> None:
     t = datetime.now(UTC).timestamp()
-    # Names are kept whole or refused (issue 18 item 10): one with controls never reaches a
+    # Names are kept whole or refused: one with controls never reaches a
     # view, while one with markup is kept, and every view must make it harmless.
     for seq, name in enumerate(("<b>" + HOSTILE[:50], "<b>a & 'b' \"c\"</b>")):
         emit(admin, namespace, "odd", SpanSummary(name="x", count=1, total_s=1, min_s=1,
@@ -181,7 +179,7 @@ NONCHARACTER_NAMES = ["step\uffff", "\ufffeload", "ev\ufdd0al", "x\U0010ffff"]
 def test_span_names_xml_forbids_still_make_a_readable_svg(
         control_plane: ControlPlane, admin: Any, namespace: str, crd: str,
         tmp_path: Path) -> None:
-    """Issue 18 item 5, the attacker's side: a sender names its spans with U+FFFF, U+FFFE
+    """The attacker's side of invisible names: a sender names its spans with U+FFFF, U+FFFE
     and other noncharacters. The events are folded by the CLI (no watcher here), and the
     status a watcher (or anyone with status rights) wrote is read back: the SVG, the JSON and
     the terminal output all stay well-formed, the names shown without the noncharacters."""
@@ -195,7 +193,7 @@ def test_span_names_xml_forbids_still_make_a_readable_svg(
              note={"v": 1, "t": "SpanSummary", "i": "inst-1", "s": seq, "name": name,
                    "count": 1, "total_s": 1.0, "min_s": 1.0, "max_s": 1.0,
                    "first_start": t - 4 + seq, "last_end": t - 3 + seq})
-    # Such names are refused whole now (issue 18 item 10: a name is kept whole or refused,
+    # Such names are refused whole now (a name is kept whole or refused,
     # so "step\uffff" cannot become a second "step"); a plain one beside them is kept.
     emit(admin, namespace, "odd", SpanSummary(name="ok", count=1, total_s=1, min_s=1, max_s=1,
                                               first_start=t - 1, last_end=t), 9)

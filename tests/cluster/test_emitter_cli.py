@@ -114,7 +114,7 @@ def test_subprocess_exit_codes(control_plane: ControlPlane, admin: Any, namespac
 
 def test_invalid_utf8_in_argv_is_delivered_made_valid(control_plane: ControlPlane, admin: Any,
                                                       namespace: str) -> None:
-    """Issue 34 item 4: `tidings emit progress 0.5 --message "$(printf '\\xc3 step')"` was
+    """`tidings emit progress 0.5 --message "$(printf '\\xc3 step')"` was
     "not delivered within 15s: timed out" (the sender thread failed on the lone surrogate
     Python makes of the byte). Every text argument is made valid (U+FFFD) and delivered."""
     env = env_for(control_plane, admin, namespace)

@@ -1,5 +1,5 @@
-"""Health, and statuses no value can break, on the real control plane with a real watcher
-(issue 25, items 5, 6 and 9): Stalled from silence (`kubectl wait --for=condition=Stalled`,
+"""Health, and statuses no value can break, on the real control plane with a real watcher:
+Stalled from silence (`kubectl wait --for=condition=Stalled`,
 cleared by the next report, one write per change however long the silence), NonFiniteMetrics
 from a NaN loss, Straggling from the median pace; an eventTime from a skewed clock that used
 to stop every status write; an admin's hand-edited status that used to blank the task."""
@@ -51,6 +51,14 @@ def emitter(kubeconfig: Path, namespace: str, task: str, pod: dict[str, str]) ->
     return Emitter(EmitterConfig(retry_initial_s=0.05, rate=50, burst=50),
                    identity=Identity.from_env(env),
                    transport=KubeTransport(connect(str(kubeconfig))))
+
+
+def new_task(admin: Any, namespace: str, kubeconfig: Path
+             ) -> tuple[str, dict[str, str], Emitter]:
+    """A fresh task id, its worker pod (labelled for it) and an emitter speaking as that pod."""
+    task = f"train-{uuid.uuid4().hex[:6]}"
+    pod = pod_for(admin, namespace, task)
+    return task, pod, emitter(kubeconfig, namespace, task, pod)
 
 
 def cli(kubeconfig: Path, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
@@ -144,7 +152,7 @@ def test_a_silent_worker_is_stalled_on_the_clock_once_and_clears_on_its_next_rep
 def test_a_silent_worker_beyond_the_64_detailed_ones_is_stalled(
         control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
         start_watcher: Callable[..., Any]) -> None:  # noqa: F811
-    """Issue 34 item 1: in a 100-pod job whose last pod (by name, beyond the 64 detailed
+    """In a 100-pod job whose last pod (by name, beyond the 64 detailed
     workers) went silent, the task said Healthy. The other 99 report every 10 s: 100 s of
     silence allowed them, so only the silent one stalls while the test runs. It reported
     every 0.1 s and first (silence is counted from when its reports were received, not from
@@ -196,7 +204,7 @@ def test_a_worker_whose_clock_is_behind_is_judged_by_when_its_reports_arrive(
 def test_a_report_that_ends_a_stall_is_written_as_soon_as_the_stall_was(
         control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
         start_watcher: Callable[..., Any]) -> None:  # noqa: F811
-    """Issue 34 item 7: the health clock wrote a stall at once, but the report that ended it
+    """The health clock wrote a stall at once, but the report that ended it
     waited for the coalescing interval (a worker reporting every 6 s against a 5 s limit
     read Stalled 5 s of every 6). With a 120 s coalescing interval, the clearing must land
     within the deadline below all the same."""
@@ -240,9 +248,7 @@ def test_a_nan_loss_is_kept_and_named_by_non_finite_metrics(
         control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
         start_watcher: Callable[..., Any]) -> None:  # noqa: F811
     start_watcher()
-    task = f"train-{uuid.uuid4().hex[:6]}"
-    pod = pod_for(admin, namespace, task)
-    em = emitter(kubeconfig, namespace, task, pod)
+    task, pod, em = new_task(admin, namespace, kubeconfig)
     em.metric("loss", 0.7, step=10)
     em.progress(0.2, "step 10")
     assert em.flush(15)
@@ -296,7 +302,7 @@ def test_a_worker_far_behind_the_median_pace_is_straggling(
     assert shown.returncode == 0 and "straggling" in shown.stdout
 
 
-# --- item 5: the ETA cannot stop a write ---------------------------------------------------
+# --- the ETA cannot stop a write ---------------------------------------------------
 
 
 def test_an_event_time_from_a_skewed_clock_stops_no_write_and_no_command(
@@ -334,7 +340,7 @@ def test_an_event_time_from_a_skewed_clock_stops_no_write_and_no_command(
     assert "estimatedCompletionTime" not in local["status"]["progress"]
 
 
-# --- item 6: a hand-edited status is read entry by entry -----------------------------------
+# --- a hand-edited status is read entry by entry -----------------------------------
 
 
 def patch_status(cp: ControlPlane, namespace: str, task: str, patch: dict[str, Any]) -> None:
@@ -354,9 +360,7 @@ def test_a_hand_edited_entry_blanks_nothing_and_survives_a_restart_and_a_new_fac
         control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
         start_watcher: Callable[..., Any]) -> None:  # noqa: F811
     first = start_watcher()
-    task = f"train-{uuid.uuid4().hex[:6]}"
-    pod = pod_for(admin, namespace, task)
-    em = emitter(kubeconfig, namespace, task, pod)
+    task, pod, em = new_task(admin, namespace, kubeconfig)
     em.log_link("wandb", "https://wandb.example/run")
     em.metric("loss", 0.42, step=60)
     em.progress(0.6, "step 60")
@@ -396,9 +400,7 @@ def test_a_status_that_is_partly_unreadable_is_never_written_over(
         control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
         start_watcher: Callable[..., Any]) -> None:  # noqa: F811
     w = start_watcher()
-    task = f"train-{uuid.uuid4().hex[:6]}"
-    pod = pod_for(admin, namespace, task)
-    em = emitter(kubeconfig, namespace, task, pod)
+    task, _pod, em = new_task(admin, namespace, kubeconfig)
     em.progress(0.6, "step 60")
     assert em.flush(15)
     good = eventually(lambda: (s := task_status(admin, namespace, task)) and s.get("roster")

@@ -269,7 +269,7 @@ def test_a_ttl_delete_cut_short_never_leaves_a_task_s_facts_without_its_object(
         crd: None, start_watcher: Callable[..., Any]) -> None:  # noqa: F811
     """A watcher that stops in the middle of a TTL delete (after its first DELETE request)
     leaves the finished TaskFeedback for the next sweep, never the task's bus events without
-    it: a restarted watcher would fold those into a new TaskFeedback (issue 25, item 10)."""
+    it: a restarted watcher would fold those into a new TaskFeedback."""
     from tidings.watcher.ttl import TtlSweeper
 
     pod = client.CoreV1Api(admin).create_namespaced_pod(namespace, {

@@ -1,4 +1,4 @@
-"""Metric facts on the real control plane (issue 20 item 3): a training loop's metrics go
+"""Metric facts on the real control plane: a training loop's metrics go
 from the emitter, coalesced to the latest value per name, through the watcher into
 ``status.metrics``, and ``tidings state`` and ``tidings watch`` show them."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.support_cli import install_crd, invoke, proc_pool
+from tests.cluster.support_cli import invoke
 from tests.cluster.support_watcher import WatcherProc, task_status
 from tests.support import create_kwok_pod, eventually
 from tidings.cli.taskrender import SPARK_BLOCKS
@@ -23,8 +23,6 @@ from tidings.schemas.wire.history import HISTORY_POINTS
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
-_crd = pytest.fixture(scope="session", name="crd")(install_crd)
-_procs = pytest.fixture(name="proc_factory")(proc_pool)
 
 TASK = "train-metrics"
 STEPS = 500
@@ -77,7 +75,7 @@ def test_a_training_loops_metrics_reach_the_status_and_the_cli(
     assert got["learning_rate"] == {**got["learning_rate"], "value": 3e-4, "step": STEPS - 1}
     assert got["eval_accuracy"]["value"] == 0.875 and "step" not in got["eval_accuracy"]
     assert all(e["events"] >= 1 for e in got.values())
-    # The curve (issue 26 item 2): exact extremes of every value logged, though only a few
+    # The curve: exact extremes of every value logged, though only a few
     # were sent as latest values, and a history from step 0 to the last, kept by the API
     # server (the CRD's schema would prune fields it does not document).
     loss = got["loss"]
@@ -122,7 +120,7 @@ def test_tidings_emit_metric_delivers_numbers_and_refuses_what_is_not_one(
     (ev,) = parsed_events(admin, namespace)
     assert isinstance(ev.payload, Window)  # a metric is coalescible: it leaves in a window
     assert ev.payload.metrics == (Metric(name="log_likelihood", value=-0.5, step=3),)
-    # NaN and infinities are numbers a diverging run reports (issue 25, item 9).
+    # NaN and infinities are numbers a diverging run reports.
     nan = run(["metric", "loss", "nan", "--step", "4"], env)
     assert nan.returncode == 0, nan.stderr
     sent = [m for e in parsed_events(admin, namespace) if isinstance(e.payload, Window)
@@ -139,7 +137,7 @@ def test_tidings_emit_metric_delivers_numbers_and_refuses_what_is_not_one(
 def test_a_nan_beyond_the_metrics_cap_is_judged_and_survives_a_watcher_restart(
         control_plane: ControlPlane, admin: Any, namespace: str, crd: str,
         tmp_path: Path) -> None:
-    """Issue 34 item 2: with 64 metric names held, a 65th sent as NaN was capped away and
+    """With 64 metric names held, a 65th sent as NaN was capped away and
     NonFiniteMetrics said AllFinite. It is named now, and a new watcher that reads the status
     (a restart, a failover) still names it: the status keeps the names beyond the cap."""
     from tests.cluster.support_cli import emit

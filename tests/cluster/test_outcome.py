@@ -1,5 +1,5 @@
 """A worker's outcome on the real control plane with a real watcher: a failure keeps the
-progress made (issue 18, item 11: `fail()` used to report 0 %), and a process that dies of
+progress made (`fail()` used to report 0 %), and a process that dies of
 an uncaught exception, or leaves ``with tidings.run():``, ends its task within seconds."""
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ elif how == "sigterm":
 def test_a_non_zero_exit_or_sigterm_fails_the_task_with_its_code_or_message(
         how: str, code: int, message: str, admin: Any, namespace: str, kubeconfig: Path,
         tmp_path: Path, start_watcher: Callable[..., Any]) -> None:  # noqa: F811
-    """Issue 25, item 2: SystemExit bypasses the excepthook and SIGTERM's default handler
+    """SystemExit bypasses the excepthook and SIGTERM's default handler
     skips the exit flush, so these tasks stayed Running 50 % for ever."""
     start_watcher()
     task, env = worker(admin, namespace)

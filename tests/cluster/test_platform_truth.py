@@ -1,5 +1,5 @@
 """The platform object as ground truth of a task's outcome, and owners as claims until
-verified (issue 25, items 3 and 4), on the real control plane with kube-controller-manager
+verified, on the real control plane with kube-controller-manager
 running the Job controller and the garbage collector.
 
 A real batch/v1 Job retries a worker that crashed or was OOM-killed and completes: the task
@@ -104,7 +104,7 @@ def watch_code(cp: ControlPlane, namespace: str, task: str) -> subprocess.Comple
                           timeout=60, env={**os.environ, "COLUMNS": "200"})
 
 
-# --- item 3: retries, the task follows its Job ------------------------------------------------
+# --- retries, the task follows its Job ------------------------------------------------
 
 
 @pytest.mark.parametrize("death", ["failed_final", "oom_killed"])
@@ -205,7 +205,7 @@ def test_a_restarted_watcher_still_follows_the_job_its_task_follows(
     assert st["platform"]["phase"] == "Succeeded" and st["progress"]["percent"] == 100
 
 
-# --- item 3: JobSet, TrainJob, Workflow, as their controllers write their status ----------
+# --- JobSet, TrainJob, Workflow, as their controllers write their status ----------
 
 # (the object's plural, its group/version, the status its controller writes, the phase and
 # the Failed condition's reason the task must show)
@@ -266,7 +266,7 @@ def test_a_platform_object_s_terminal_status_decides_its_task(
                                                           else 0)
 
 
-# --- item 4: owners are claims until verified -------------------------------------------------
+# --- owners are claims until verified -------------------------------------------------
 
 
 def test_a_forged_controller_uid_is_refused_and_the_real_job_owns_its_task(

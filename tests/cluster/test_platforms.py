@@ -1,4 +1,4 @@
-"""Zero wiring (issue 19) on the real control plane: a real batch/v1 Job whose pods the real Job
+"""Zero wiring on the real control plane: a real batch/v1 Job whose pods the real Job
 controller makes, and pods labelled and owned exactly as the JobSet controller, Kubeflow
 Trainer, Kubeflow's training-operator and Argo Workflows make them (their objects are real,
 through minimal CRDs, since their controllers are not built here), each emitting with

@@ -1,4 +1,4 @@
-"""The pod is the ground truth of a worker's death (issue 25, item 1), on the real control
+"""The pod is the ground truth of a worker's death, on the real control
 plane: a labelled kwok pod reports 50 %, then its status is patched as a kubelet would write
 it (`kubectl patch --subresource=status`), or the pod is deleted. kwok does not write over
 it: its pod-ready stage fires only for a Pending pod whose Ready condition is not True (kwok

@@ -1,4 +1,4 @@
-"""Zero wiring on the pods the platforms' real controllers make (issue 27): the JobSet controller,
+"""Zero wiring on the pods the platforms' real controllers make: the JobSet controller,
 Kubeflow Trainer's controller manager and Argo Workflows' workflow-controller, each built from
 its pinned module (tools/platforms/) and installed from its release's manifests, run on a
 control plane of this module's own with the Job controller and the garbage collector

@@ -3,13 +3,12 @@ watcher writing: an entry a record cannot hold is kept as it was, and the task's
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.cluster.support_watcher import raw_task_status, task_status
-from tests.cluster.test_health import emitter, kubeconfig, patch_status, pod_for  # noqa: F401
+from tests.cluster.test_health import kubeconfig, new_task, patch_status  # noqa: F401
 from tests.cluster.test_watcher import crd, start_watcher, watchers  # noqa: F401 - fixtures
 from tests.support import eventually
 from tools.devcluster import ControlPlane
@@ -21,9 +20,7 @@ def test_a_worker_edited_in_with_a_forged_field_does_not_stop_the_final_landing(
         control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,  # noqa: F811
         start_watcher: Callable[..., Any]) -> None:  # noqa: F811
     w = start_watcher()
-    task = f"train-{uuid.uuid4().hex[:6]}"
-    pod = pod_for(admin, namespace, task)
-    em = emitter(kubeconfig, namespace, task, pod)
+    task, _pod, em = new_task(admin, namespace, kubeconfig)
     em.progress(0.5, "half")
     assert em.flush(15)
     eventually(lambda: (s := task_status(admin, namespace, task))

@@ -276,7 +276,7 @@ def test_22000_instances_on_one_task_stay_under_the_budget_and_complete(
 
 def test_a_status_write_answered_with_metadata_only_still_refuses_a_stale_writer(
         control_plane: ControlPlane, crd: None, namespace: str) -> None:
-    """The watcher's write (issue 28): a PUT of /status at a resourceVersion, answered with the
+    """The watcher's write: a PUT of /status at a resourceVersion, answered with the
     object's metadata only (the API server encodes no status back). The new resourceVersion
     is in the answer, and a write at the old one is refused (409): a stale writer never wins."""
     from tidings.kube import JSON, METADATA_ONLY, KubeError, connect

@@ -1,4 +1,4 @@
-"""Trust and exactness (issue 10 items 1, 2, 4, 5, 6, 8, 9) against the real control plane:
+"""Trust and exactness against the real control plane:
 real pods, their real pod-bound tokens, the installed admission policy, `tidings watcher run`
 and `tidings` as processes. Each test is the attack (or the loss) the issue reports, and the
 good events that must still get through."""
@@ -154,8 +154,7 @@ def state_of(admin: Any, namespace: str, task: str) -> TaskState | None:
 
 
 def finished(state: TaskState | None) -> bool:
-    # TaskState.finished once the status shape of issue 11 lands; completed until then.
-    return bool(state is not None and getattr(state, "finished", state.completed))
+    return bool(state is not None and state.finished)
 
 
 def idle(w: WatcherProc) -> bool:
@@ -177,7 +176,7 @@ def rejected(w: WatcherProc, reason: str) -> float:
     return metric(w, f'tidings_watcher_events_rejected_total{{reason="{reason}"}}')
 
 
-# --- item 1: trust is keyed by namespace, name and uid -----------------------------------
+# --- trust is keyed by namespace, name and uid -----------------------------------
 
 
 def test_a_controller_cannot_launder_trust_across_namespaces(
@@ -225,7 +224,7 @@ def test_a_controller_cannot_launder_trust_across_namespaces(
     assert metric(w, "tidings_watcher_events_applied_total") == 2
 
 
-# --- item 2: a deleted pod's authenticated events are not lost -------------------------
+# --- a deleted pod's authenticated events are not lost -------------------------
 
 
 def test_events_of_a_pod_deleted_while_no_watcher_ran_are_applied(
@@ -273,7 +272,7 @@ def test_events_of_a_pod_deleted_while_no_watcher_ran_are_applied(
     eventually(lambda: rejected(w, "spoofed_sender") == 1, 10, "the proofless event rejected")
 
 
-# --- item 4: pod names longer than reportingInstance's 128 characters --------------------
+# --- pod names longer than reportingInstance's 128 characters --------------------
 
 
 def test_a_pod_with_a_253_character_name_can_emit(
@@ -299,7 +298,7 @@ def test_a_pod_with_a_253_character_name_can_emit(
     assert f"reportingInstance must be {name[:128]}" in denied(as_pod, namespace, spoof)
 
 
-# --- item 5: one task-id rule everywhere --------------------------------------------------
+# --- one task-id rule everywhere --------------------------------------------------
 
 
 def test_task_ids_that_cannot_be_object_names_are_refused_at_the_first_emit(
@@ -343,7 +342,7 @@ def test_task_ids_that_cannot_be_object_names_are_refused_at_the_first_emit(
     assert "'_'" not in res.stderr
 
 
-# --- item 6: the CLI's local fold applies the watcher's sender check -------------------
+# --- the CLI's local fold applies the watcher's sender check -------------------
 
 
 def test_state_from_events_agrees_with_the_watcher_on_a_forged_sender(
@@ -374,7 +373,7 @@ def test_state_from_events_agrees_with_the_watcher_on_a_forged_sender(
     assert local == from_watcher
 
 
-# --- item 8: lineage authorisation ------------------------------------------------------
+# --- lineage authorisation ------------------------------------------------------
 
 
 def test_lineage_is_taken_only_from_pods_that_confirm_it(
@@ -444,7 +443,7 @@ def test_lineage_is_taken_only_from_pods_that_confirm_it(
     assert "SECRET" not in res.stdout and "db-0: not labelled" in res.stderr
 
 
-# --- item 9: lookalike names, hostile URIs, impossible spans -----------------------------
+# --- lookalike names, hostile URIs, impossible spans -----------------------------
 
 
 def test_hostile_text_uris_and_spans_are_rejected_and_counted_while_good_events_apply(

@@ -1,4 +1,4 @@
-"""Issue 18 items 1, 6 and 10 and issue 20 item 4 against the real control plane, with
+"""Many workers, time, names and the ETA against the real control plane, with
 `tidings watcher run` as a process: many workers (a failure beyond the 64 detailed records
 fails the task, 66 declared finals complete it), a future-dated link that no longer pins its
 value, an emitter whose clock stepped back keeping its own order, long names refused (never
@@ -59,7 +59,7 @@ def status_when(admin: Any, namespace: str, task: str, ok: Callable[[TaskState],
     return eventually(probe, timeout, what)
 
 
-# --- item 1: no cap hides an outcome ----------------------------------------------------------
+# --- no cap hides an outcome ----------------------------------------------------------
 
 
 def test_66_workers_a_failure_beyond_the_detailed_64_fails_and_66_finals_complete(
@@ -96,7 +96,7 @@ def test_66_workers_a_failure_beyond_the_detailed_64_fails_and_66_finals_complet
     assert tt.rejected(w, "spoofed_sender") == 0
 
 
-# --- item 6: a future eventTime wins for seconds, and an instance's seq orders its facts ----
+# --- a future eventTime wins for seconds, and an instance's seq orders its facts ----
 
 
 def test_a_link_dated_9999_loses_to_one_sent_seconds_later_by_another_pod(
@@ -145,7 +145,7 @@ def test_an_emitter_whose_clock_stepped_back_keeps_its_own_order(
     assert s.link_entries["wandb"].at[2] == 2  # seq 2 of the one instance
 
 
-# --- item 10: long names are refused, never merged ---------------------------------------------
+# --- long names are refused, never merged ---------------------------------------------
 
 
 def test_two_long_names_are_refused_by_emit_and_by_the_watcher_never_merged(
@@ -177,7 +177,7 @@ def test_two_long_names_are_refused_by_emit_and_by_the_watcher_never_merged(
     assert s.links == {"x" * 64: "https://e.example/whole"}  # kept whole, nothing cut
 
 
-# --- issue 20 item 4: the estimated completion time ---------------------------------------------
+# --- the estimated completion time ---------------------------------------------
 
 
 def test_the_estimated_completion_is_in_the_status_state_watch_and_list(

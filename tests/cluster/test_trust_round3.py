@@ -1,4 +1,4 @@
-"""Truth under attack, round 3 (issue 18, items 3, 4, 8, 9 and 12) on the real control plane:
+"""Truth under attack on the real control plane:
 real kwok pods and their pod-bound tokens, the installed admission policy, `tidings watcher
 run` and `tidings` as processes. Each test is the attack the issue reports, and the honest
 facts that must still get through."""
@@ -84,7 +84,7 @@ def watcher_log(w: WatcherProc) -> str:
     return w.log.read_text() if w.log.exists() else ""
 
 
-# --- item 12: the rejection log names the pod's label and the claimed task --------------
+# --- the rejection log names the pod's label and the claimed task --------------
 
 
 def test_a_rejection_names_the_pods_real_label_and_the_claimed_task(
@@ -117,7 +117,7 @@ def test_a_rejection_names_the_pods_real_label_and_the_claimed_task(
     assert taskfeedback(admin, namespace, "victim") is None
 
 
-# --- item 3: one object, one run ---------------------------------------------------------
+# --- one object, one run ---------------------------------------------------------
 
 
 def test_a_re_created_taskfeedback_starts_clean_and_the_deleted_runs_events_stay_out(
@@ -194,7 +194,7 @@ def test_a_re_created_taskfeedback_starts_clean_and_the_deleted_runs_events_stay
         == unjudged({k: v for k, v in status.items() if k != "refused"})
 
 
-# --- item 4: refused events cost nothing lasting ----------------------------------------
+# --- refused events cost nothing lasting ----------------------------------------
 
 
 def rss_kib(pid: int) -> int:
@@ -282,7 +282,7 @@ def test_a_flood_of_refused_task_names_leaves_no_state_and_reads_nothing(
     assert rss_second - rss_first < 4 * 1024
 
 
-# --- item 8: say why --------------------------------------------------------------------
+# --- say why --------------------------------------------------------------------
 
 
 def test_state_names_each_refusal_and_the_status_counts_them_without_changing_else(
@@ -338,7 +338,7 @@ def test_state_names_each_refusal_and_the_status_counts_them_without_changing_el
     assert "refused:\n    spoofedSender: 3" in res.stdout
 
 
-# --- item 9: TTL on the server's clock, and a late fact after the delete ----------------
+# --- TTL on the server's clock, and a late fact after the delete ----------------
 
 
 def test_ttl_counts_idleness_on_the_servers_clock_and_a_late_fact_does_not_revive_the_task(

@@ -13,7 +13,6 @@ import ipaddress
 import json
 import os
 import queue
-import signal
 import socket
 import statistics
 import subprocess
@@ -28,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.support_cli import TIDINGS, grant, install_crd, invoke
+from tests.cluster.support_cli import TIDINGS, grant, interrupt, invoke
 from tests.support import create_kwok_pod, cri_log_line, eventually, expanded, write_cri_log
 from tidings.schemas import (
     DeckReady,
@@ -48,7 +47,6 @@ from tools import chromium
 from tools.devcluster import ControlPlane
 
 pytestmark = pytest.mark.cluster
-_crd = pytest.fixture(scope="session", name="crd")(install_crd)
 
 HOSTILE = '<img src=x onerror="window.pwned=1">'
 GROUP, VERSION, PLURAL = "tidings.dev", "v1alpha1", "taskfeedbacks"
@@ -113,14 +111,7 @@ class UiServer:
             conn.close()
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # Ctrl-C
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return int(self.proc.returncode)
+        return interrupt(self.proc, grace=15.0)
 
 
 @pytest.fixture
@@ -387,7 +378,7 @@ def test_a_task_whose_pods_wait_shows_each_pod_its_reason_and_age_in_the_row_and
 
 def test_a_task_page_draws_each_metrics_curve_and_a_lane_per_pod(
         serve: Callable[..., UiServer], page: Any, admin: Any, namespace: str) -> None:
-    """Issue 26 items 2 and 3 on the page: a metric's sparkline with its exact min and max,
+    """Metric curves and span lanes on the page: a metric's sparkline with its exact min and max,
     from the one view model, and the timeline (`tidings timeline`'s SVG) with a lane per pod
     under a span name, the slow one marked."""
     now = time.time()
@@ -425,7 +416,7 @@ def test_a_task_page_draws_each_metrics_curve_and_a_lane_per_pod(
 
 def test_a_curve_at_the_limits_of_a_double_draws_in_chromium(
         serve: Callable[..., UiServer], page: Any, admin: Any, namespace: str) -> None:
-    """Issue 34 item 3: a metric from 1e308 to -1.8e308 (the range overflows) with a
+    """A metric from 1e308 to -1.8e308 (the range overflows) with a
     subnormal point drew ``points="0.0,nan …"``, which Chromium refuses; every point draws
     now, and the extremes print."""
     write_task(admin, namespace, "edges", a_status(namespace, "edges", [
@@ -626,7 +617,7 @@ def test_a_screenshot_of_a_task_page_is_not_blank(
     assert len(set(pixels)) > 50  # text, bars, badges: not one flat colour
 
 
-# --- issue 34 items 5 and 6: the page cross-site, exposed, and bounded ----------------------
+# --- the page cross-site, exposed, and bounded ----------------------
 
 EVIL = {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site",
         "Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"}

@@ -1,5 +1,5 @@
 """`tidings watch TASK --wait` started before the task's pods exist (the CI use), against the
-real control plane (issue 25, item 8): it used to follow only the facts regarding the
+real control plane: it used to follow only the facts regarding the
 TaskFeedback, so a zero-wiring task (pods reporting about themselves) stayed "Pending, 0
 events" while the status said Succeeded, until its events watch timed out a minute later.
 Now it follows the task however its pods are wired and exits with the outcome's code within

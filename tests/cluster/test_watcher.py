@@ -342,7 +342,7 @@ def test_spoofed_senders_are_rejected_and_counted(admin: Any, namespace: str, ku
                and metric(w, "tidings_watcher_status_writes_in_flight") == 0, 10,
                "the watcher to be idle")
     # Nothing the spoofers sent changed the status, except the count of what was refused
-    # (issue 18, item 8: the task's owner is told, by reason).
+    # (the task's owner is told, by reason).
     after = eventually(lambda: (s := task_status(admin, namespace, "victim") or {}).get(
         "refused") and s, 20, "the refusals counted in the status")
     assert after.pop("refused") == {"spoofedSender": 6}

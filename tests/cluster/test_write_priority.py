@@ -103,7 +103,7 @@ COALESCE_S = 4.0
 def test_span_windows_are_written_at_the_coalescing_interval_not_per_window(
         control_plane: Any, admin: Any, namespace: str, tmp_path: Path,
         watchers: list[WatcherProc]) -> None:
-    """Issue 18 item 7: a SpanSummaries note (several span names, what the emitter sends each
+    """A SpanSummaries note (several span names, what the emitter sends each
     window) is coalescible like any span fact: 6 s of windows cost a status write per
     coalescing interval (4 s here), not one per window (12), which they cost when the
     scheduler took the multi-name note for a critical fact."""

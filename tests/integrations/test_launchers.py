@@ -1,4 +1,4 @@
-"""The real Trainers started as each launcher starts them (issue 25 item 7): two processes in
+"""The real Trainers started as each launcher starts them: two processes in
 one pod are one worker whose local rank 0 reports, so the task completes at 100 % under
 torchrun, accelerate launch, DeepSpeed's launcher and MPI (Open MPI's mpirun, MPICH's Hydra),
 not at 50 % for ever. The launchers that run on CPU here run for real; DeepSpeed's is not

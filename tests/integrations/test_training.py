@@ -55,7 +55,7 @@ def test_a_training_run_reports_progress_metrics_and_its_end(
     assert result["stats"]["refused"] == 0
     metric = status["metrics"][name]  # from global rank 0
     assert math.isfinite(metric["value"]) and metric["step"] > 0, metric
-    # Issue 26 item 3: each training step and each evaluation is a span of the pod, so the
+    # Each training step and each evaluation is a span of the pod, so the
     # run's timeline shows them (it printed "no spans recorded"). Spans are coalescible too.
     def spans_in() -> dict[str, Any] | None:
         got = (task_status(admin, namespace, task) or {}).get("spans", {})
@@ -105,7 +105,7 @@ DIVERGED = {"hf": "grad_norm", "lightning": "train_loss"}
 def test_a_diverging_run_reports_its_nan_metrics(
         framework: str, tmp_path: Path, admin: Any, namespace: str, task_pod: TaskPod,
         start_watcher: Callable[..., Any]) -> None:
-    """Issue 25, item 9: the callbacks used to drop NaN values, so the most important signal
+    """The callbacks used to drop NaN values, so the most important signal
     of a diverging run vanished; now the metric's entry says NaN and the task's
     NonFiniteMetrics condition names it."""
     start_watcher()

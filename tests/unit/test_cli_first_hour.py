@@ -1,5 +1,5 @@
 """What a newcomer types in the first hour, without a cluster: errors that name the file and
-the place that is wrong (issue 21 item 5), and the shell completions (item 2)."""
+the place that is wrong, and the shell completions."""
 
 from __future__ import annotations
 

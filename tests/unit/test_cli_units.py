@@ -148,7 +148,7 @@ def test_help_imports_nothing_heavy() -> None:
 
 
 def test_a_command_line_loads_its_own_command_alone(tmp_path: Path) -> None:
-    # `tidings get` (issue 35: <= 1.3x a bare Python GET, bench/bench_cli_startup.py) builds
+    # `tidings get` (<= 1.3x a bare Python GET, bench/bench_cli_startup.py) builds
     # and imports its own command only, and its flags cost no pydantic (typer >= 0.29
     # coerces every flag through a pydantic TypeAdapter: pyproject pins below it); a one-shot
     # get loads no list+watch loop either.
@@ -282,7 +282,7 @@ def test_include_and_exclude_filters_select_lines_like_stern() -> None:
     assert Options().shows("anything") and not Options(exclude=(re.compile(""),)).shows("x")
 
 
-# --- refusals of a local fold (issue 18, item 8) ------------------------------------------
+# --- refusals of a local fold ------------------------------------------
 
 
 @given(st.lists(st.tuples(st.sampled_from(["spoofed_sender", "other_object", "bad_name"]),

@@ -143,7 +143,7 @@ def recipe_block() -> str:
 
 
 def test_the_recipe_wires_nothing_but_a_rolebinding_and_a_label() -> None:
-    # Issue 21 item 1: with zero wiring the workload needs its ServiceAccount bound to
+    # With zero wiring the workload needs its ServiceAccount bound to
     # tidings-workload and a pod whose labels name its task; the process learns the rest.
     import yaml
 

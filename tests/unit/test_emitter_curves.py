@@ -1,4 +1,4 @@
-"""The pod's side of a metric's curve (emitter/curves.py, issue 26 item 2): the emitter sends
+"""The pod's side of a metric's curve (emitter/curves.py): the emitter sends
 a window's latest value, so the extremes and the early points must come from it: each row
 carries the extremes beyond what it told before and the sample's unsent points in the room
 the note leaves, every note within 1 kB, O(1) per call and bounded memory."""
@@ -182,7 +182,7 @@ def test_a_second_value_at_the_same_step_leaves_nothing_to_tell() -> None:
 
 
 def test_a_non_finite_latest_value_is_sent_and_still_carries_the_extremes() -> None:
-    """A diverging run (issue 25 item 9): the window's latest value is NaN or an infinity and
+    """A diverging run: the window's latest value is NaN or an infinity and
     is sent as such; the finite values before it still reach the status as the curve's
     extremes and points, and later finite values extend them (a non-finite value told no
     extreme)."""

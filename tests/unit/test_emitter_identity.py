@@ -1,4 +1,4 @@
-"""Zero wiring, the emitter's half (issue 19 item 1, issue 18 item 1): identity from the
+"""Zero wiring, the emitter's half: identity from the
 service-account token's claims, the sender proof only for the token's own pod, a fact about
 the pod itself when no task id is known, truthful flush(), clamped worker counts."""
 
@@ -164,7 +164,7 @@ def test_a_loss_fails_the_flush_that_covers_it_and_no_later_one() -> None:
     em.close(0)
 
 
-# --- TIDINGS_EMIT_WORKERS (issue 18 item 1, the emitter's half) ------------------------------
+# --- TIDINGS_EMIT_WORKERS (the emitter's half) ------------------------------
 
 
 def test_an_out_of_range_worker_count_is_clamped_with_one_line_and_fail_still_sends(

@@ -181,7 +181,7 @@ def test_run_reads_sys_exit_by_its_code(tmp_path: Path, code: str, failed: bool)
         assert final.message == "exit code 3"
 
 
-# --- exits (issue 25, item 2: SystemExit bypasses sys.excepthook) ------------------------
+# --- exits (SystemExit bypasses sys.excepthook) ------------------------
 
 @pytest.mark.parametrize(("body", "code", "message"), [
     ("sys.exit(3)", 3, "exit code 3"),

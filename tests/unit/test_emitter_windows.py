@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from tests.support import eventually
-from tests.unit.test_emitter_core import make
-from tidings.emitter import EmitterConfig
+from tests.unit.test_emitter_core import Recorder, make
+from tidings.emitter import Emitter, EmitterConfig
 from tidings.schemas.wire.constants import NOTE_LIMIT
 from tidings.schemas.wire.payloads import Progress, Window, span_summaries
 
@@ -45,10 +45,17 @@ def test_a_training_loop_sends_one_window_per_window_with_all_its_facts() -> Non
     assert all(len(b["note"].encode()) <= NOTE_LIMIT for b in rec.bodies)
 
 
-def test_the_first_window_goes_at_once_the_next_after_the_window() -> None:
+def after_the_first_window() -> tuple[Emitter, Recorder]:
+    """An emitter with an hour-long span window whose first window ("started", progress 0.1)
+    was sent at once: from here, coalescible facts wait for the window."""
     em, rec = make(span_window_s=3600.0)
     em.progress(0.1, "started")
     eventually(lambda: len(rec.bodies) == 1, 5, "the first window sent at once")
+    return em, rec
+
+
+def test_the_first_window_goes_at_once_the_next_after_the_window() -> None:
+    em, rec = after_the_first_window()
     em.progress(0.2, "later")
     # The window is open: the second waits for it. Shown without a clock: the sender takes
     # the latest progress on every pass, so the pass that sends the link took "later" too,
@@ -65,9 +72,7 @@ def test_the_first_window_goes_at_once_the_next_after_the_window() -> None:
 
 
 def test_critical_facts_never_wait_for_the_window() -> None:
-    em, rec = make(span_window_s=3600.0)
-    em.progress(0.1, "started")
-    eventually(lambda: len(rec.bodies) == 1, 5, "the first window")
+    em, rec = after_the_first_window()
     em.progress(0.2, "coalescible: waits")
     em.log_link("wandb", "https://wandb.example/run/7")
     em.deck_ready("report", "s3://decks/report.html")
@@ -113,11 +118,9 @@ def test_the_default_window_keeps_a_pod_within_twelve_events_a_minute() -> None:
 
 def test_a_final_supersedes_the_progress_the_sender_holds_for_its_window() -> None:
     """The last window's non-final progress, still held when the final comes, is not sent
-    after it: the fold keeps the final anyway, so it would cost an Event for nothing (issue
-    28's Events per pod-minute)."""
-    em, rec = make(span_window_s=3600.0)
-    em.progress(0.1, "started")
-    eventually(lambda: len(rec.bodies) == 1, 5, "the first window sent at once")
+    after it: the fold keeps the final anyway, so it would cost an Event for nothing (the
+    Events per pod-minute are bounded)."""
+    em, rec = after_the_first_window()
     em.metric("loss", 0.5, step=10)
     em.progress(0.9, "step 90/100")
     # The sender takes the progress and holds it for the window (the case the fix is for; a

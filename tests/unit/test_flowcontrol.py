@@ -6,19 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support import FakeClock
 from tidings.kube.flowcontrol import Backoff, TokenBucket
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_take_reserves_into_debt_and_says_how_long_it_lasts() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     b = TokenBucket(rate=10, burst=3, clock=clock)
     assert [b.take() for _ in range(3)] == [0.0, 0.0, 0.0]
     assert [b.take() for _ in range(3)] == pytest.approx([0.1, 0.2, 0.3])
@@ -28,7 +21,7 @@ def test_take_reserves_into_debt_and_says_how_long_it_lasts() -> None:
 
 
 def test_take_of_a_cost_and_its_refund() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     b = TokenBucket(rate=1.0, burst=1.0, clock=clock)
     assert b.take(5.0) == pytest.approx(4.0)  # a cost above the burst: debt, not refusal
     assert b.take(-2.0) == pytest.approx(2.0)  # the estimate was 2 too high
@@ -41,7 +34,7 @@ def test_take_of_a_cost_and_its_refund() -> None:
 @given(st.lists(st.tuples(st.floats(0, 5), st.floats(0, 3)), max_size=60))
 def test_the_bucket_never_lets_more_through_than_burst_plus_rate(steps: list[tuple[float, float]]
                                                                  ) -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     b = TokenBucket(rate=2.0, burst=4.0, clock=clock)
     start, spent = clock.now, 0.0
     for dt, cost in steps:
@@ -68,7 +61,7 @@ def test_backoff_jitter_stretches_but_never_past_the_cap() -> None:
 
 
 def test_bucket_allows_a_burst_then_the_rate() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     bucket = TokenBucket(rate=2.0, burst=3.0, clock=clock)
     assert [bucket.try_take() for _ in range(4)] == [True, True, True, False]
     assert bucket.wait_time() == 0.5
@@ -80,7 +73,7 @@ def test_bucket_allows_a_burst_then_the_rate() -> None:
 
 
 def test_bucket_never_holds_more_than_its_burst() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     bucket = TokenBucket(rate=10.0, burst=2.0, clock=clock)
     clock.now += 3600
     assert bucket.tokens == 2.0
@@ -88,7 +81,7 @@ def test_bucket_never_holds_more_than_its_burst() -> None:
 
 
 def test_bucket_survives_a_clock_going_backwards_and_silly_settings() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     bucket = TokenBucket(rate=0.0, burst=0.0, clock=clock)  # clamped: 1 token, tiny rate
     assert bucket.try_take()
     clock.now -= 50

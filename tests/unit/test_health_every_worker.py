@@ -1,4 +1,4 @@
-"""Health for every worker and health that reads right (issue 34, items 1 and 7), the
+"""Health for every worker and health that reads right, the
 attacker's tests: a silent or straggling worker beyond the 64 detailed records (100, 128, 512
 and 10,000 pods, the culprit last in name order) is judged and named; what cannot be judged
 (a running worker whose pace a budget-cut status did not keep, pods beyond the roster) makes
@@ -65,7 +65,7 @@ def conds(state: TaskState, t: float, s: HealthSettings | None = None) -> dict[s
     return {c["type"]: c for c in status["conditions"]} | {"health": status["health"]}
 
 
-# --- item 1: every worker judged ----------------------------------------------------------
+# --- every worker judged ----------------------------------------------------------
 
 
 @pytest.mark.parametrize("n", [100, 128, 512])
@@ -187,7 +187,7 @@ def test_paces_round_trip_and_a_bad_item_is_kept_aside() -> None:
     assert conds(read.state, 301)["Stalled"]["status"] == "Unknown"
 
 
-# --- item 7: health that reads right -----------------------------------------------------
+# --- health that reads right -----------------------------------------------------
 
 
 def test_progress_that_goes_back_is_behind_and_still_a_pace() -> None:

@@ -1,4 +1,4 @@
-"""A metric's extremes and history (schemas/wire/history.py, issue 26 item 2): exact min and max,
+"""A metric's extremes and history (schemas/wire/history.py): exact min and max,
 at most HISTORY_POINTS points spread over the run with the first and last kept, and the same
 series for any order, grouping or repetition of the reports (the fold's invariants)."""
 

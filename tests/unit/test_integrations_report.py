@@ -39,7 +39,7 @@ class Tensor:
 
 def test_scalar_takes_numbers_and_one_element_tensors_only() -> None:
     assert scalar(3) == 3.0 and scalar(0.25) == 0.25 and scalar(Tensor(1.5)) == 1.5
-    # A diverging loss is reported, not dropped (issue 25, item 9): NonFiniteMetrics.
+    # A diverging loss is reported, not dropped: NonFiniteMetrics.
     assert scalar(-math.inf) == -math.inf and math.isnan(scalar(Tensor(math.nan)) or 0.0)
     for bad in [True, Tensor(1.0, 2.0), "0.5", None, [1.0], {"a": 1}]:
         assert scalar(bad) is None, bad
@@ -149,7 +149,7 @@ def test_a_declared_worker_count_from_the_environment_wins_over_the_world_size()
 
 
 # What each launcher puts in the environment of the processes it starts, one pod running two
-# of them (issue 25 item 7; the launchers' sources are cited in integrations/report.py).
+# of them (the launchers' sources are cited in integrations/report.py).
 LAUNCHERS: dict[str, dict[str, str]] = {
     "torchrun": {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
                  "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"},

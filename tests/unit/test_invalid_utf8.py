@@ -1,4 +1,4 @@
-"""Text that is not valid UTF-8 (issue 34 item 4): a lone surrogate, what Python makes of an
+"""Text that is not valid UTF-8: a lone surrogate, what Python makes of an
 invalid byte in argv or of a file read with errors="surrogateescape", is made valid (U+FFFD)
 in every text field of every kind, at the emitter's call, in the payload models, the note
 codec and the fold; it is never lost on the sender thread."""

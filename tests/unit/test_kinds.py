@@ -5,6 +5,7 @@ write urgency."""
 
 from __future__ import annotations
 
+import inspect
 import io
 import re
 from datetime import datetime
@@ -31,6 +32,7 @@ from tidings.schemas.wire.kinds import (
     CRITICAL,
     KINDS,
     KNOWN_PAYLOADS,
+    NAMED_KINDS,
     SHRINKABLE,
     Kind,
     urgency,
@@ -154,7 +156,7 @@ def test_every_kind_is_in_the_crd_and_the_charts_copy(kind: Kind, crd: Path) -> 
         for f in kind.values:
             if f.non_finite:
                 assert all(token in text for token in NON_FINITE), f.non_finite
-        if kind.report is not None:  # a curve: its extremes and history (issue 26 item 2)
+        if kind.report is not None:  # a curve: its extremes and history
             assert {"min", "max", "history"} <= set(layout)
             assert list(layout)[-1] == kind.detail == "history"  # last: the budget cuts it
 
@@ -239,6 +241,40 @@ def test_the_cli_shows_every_kind(kind: Kind, model: type[BaseModel]) -> None:
     assert marker in out.getvalue(), f"the CLI does not show {model.__name__}"
 
 
+@pytest.mark.parametrize("kind", [k for k in NAMED_KINDS if k.command], ids=lambda k: k.name)
+def test_emit_sends_each_named_kind_through_its_emitter_method(
+        kind: Kind, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `tidings emit`'s sub-commands of named kinds are built from the registry: each takes
+    # the example's key and values, checks them with the kind's model and calls the Emitter
+    # method of the same name with them.
+    from typer.testing import CliRunner
+
+    from tidings.cli import emit
+    from tidings.emitter import Emitter
+
+    payload, _ = EXAMPLES[kind.models[0]]
+    fields = {f: getattr(payload, f) for f in (kind.key, *(v.attr for v in kind.values))}
+    method = kind.command.replace("-", "_")
+    inspect.signature(getattr(Emitter, method)).bind(None, **fields)  # the method takes them
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    class Recorder:
+        def __getattr__(self, name: str) -> Any:
+            return lambda **kw: calls.append((name, kw))
+
+    monkeypatch.setattr(emit, "_deliver", lambda send, to: send(Recorder()))
+    argv = [kind.command]
+    for v in (kind.key, *(v.attr for v in kind.values)):
+        if fields[v] is None:
+            continue
+        optional = v != kind.key and next(f for f in kind.values if f.attr == v).optional
+        argv += ([str(fields[v])] if kind.arguments and not optional
+                 else [f"--{v}", str(fields[v])])
+    res = CliRunner().invoke(emit.app, argv)
+    assert res.exit_code == 0, res.output
+    assert calls == [(method, fields)]
+
+
 def test_budget_order_and_counters_come_from_the_registry() -> None:
     for kind in KINDS:
         if kind.drop_rank is not None:
@@ -305,7 +341,7 @@ def test_a_final_progress_is_critical_and_a_running_one_coalescible() -> None:
 @pytest.mark.parametrize("kind, model", models(), ids=lambda x: getattr(x, "__name__", ""))
 def test_the_write_scheduler_takes_each_kinds_urgency(kind: Kind,
                                                       model: type[BaseModel]) -> None:
-    """Issue 18 item 7: the watcher's write urgency is the kind's, for every kind (a
+    """The watcher's write urgency is the kind's, for every kind (a
     multi-name SpanSummaries window was taken for a critical fact and written at once)."""
     from tidings.watcher.coalesce import fact_kind
 

@@ -113,7 +113,7 @@ def test_a_finished_unowned_task_expires_after_the_ttl_from_its_last_fact() -> N
 
 
 def test_idleness_is_measured_on_the_api_servers_clock_not_the_senders() -> None:
-    """Issue 18, item 9: a worker whose clock is two hours behind does not get its task
+    """A worker whose clock is two hours behind does not get its task
     deleted the moment it finishes; one whose clock is ahead does not keep it longer."""
     behind = stored(final=True, sender_clock=timedelta(hours=-2))
     assert expired(behind, T0 + timedelta(seconds=59), 60) is None

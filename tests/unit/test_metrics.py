@@ -1,4 +1,4 @@
-"""Metric facts (issue 20 item 3): the fold keeps the latest value per name (last writer
+"""Metric facts: the fold keeps the latest value per name (last writer
 wins by order key, like links), idempotent, order-insensitive and capped like the reference
 fold; NaN and infinities never get in; the emitter sends the latest value per name per
 window, so a loop that logs every step does not spend the API budget."""
@@ -52,7 +52,7 @@ finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
 @st.composite
 def metric(draw: st.DrawFn) -> Metric:
     """A report as the emitter sends it: a value at a step, sometimes with the extremes it
-    saw (around the value) and earlier points of its sample (issue 26 item 2)."""
+    saw (around the value) and earlier points of its sample."""
     value = draw(finite)
     lo, hi = draw(st.none() | finite), draw(st.none() | finite)
     small = draw(st.booleans())  # small steps share buckets and steps: where order could leak
@@ -140,7 +140,7 @@ def test_the_cap_keeps_the_smallest_names_and_counts_the_rest() -> None:
                                              (-math.inf, "-Infinity")])
 def test_non_finite_values_are_kept_and_spelt_as_strings_on_the_wire(value: float,
                                                                     wire: str) -> None:
-    """A diverging loss is a health fact (issue 25, item 9): the model keeps it, the note
+    """A diverging loss is a health fact: the model keeps it, the note
     spells it as protobuf's JSON mapping does (JSON has no NaN), and it reads back."""
     m = Metric(name="loss", value=value, step=3)
     note = encode_note(m)
@@ -211,7 +211,7 @@ def test_metric_names_follow_the_name_rules() -> None:
         Metric(name="lo\u200bss", value=1.0)
     with pytest.raises(ValidationError):
         Metric(name="   ", value=1.0)
-    # Kept whole or refused like every name (issue 18 item 10): never cut into another.
+    # Kept whole or refused like every name: never cut into another.
     with pytest.raises(ValidationError, match="never cut"):
         Metric(name="x" * 500, value=1.0)
     assert Metric(name="x" * 64, value=1.0).name == "x" * 64
@@ -326,7 +326,7 @@ def test_a_metrics_note_round_trips_and_refuses_duplicate_or_bad_rows() -> None:
 
 
 def test_the_budget_gives_up_histories_before_metric_names() -> None:
-    """Issue 26 item 2: over budget, the metrics keep their names, values and extremes; the
+    """Over budget, the metrics keep their names, values and extremes; the
     histories go first (budgetDropped.metricHistory), from the largest names on."""
     from tidings.schemas.status.encoder import BUDGET_DROP_ORDER
 

@@ -1,4 +1,4 @@
-"""NonFiniteMetrics never claims what it did not see (issue 34, item 2): with the metrics cap
+"""NonFiniteMetrics never claims what it did not see: with the metrics cap
 full, a name beyond it sent as NaN was capped away and the condition said AllFinite. A name
 beyond the cap now keeps its latest value's finiteness (``state.beyond``, ``metricsBeyond``
 in the status) for the ``Limits.beyond`` smallest such names; reports of names beyond those

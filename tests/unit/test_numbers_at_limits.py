@@ -1,4 +1,4 @@
-"""Numbers at their limits (issue 34, item 3): every finite double a metric may hold (±1.8e308,
+"""Numbers at their limits: every finite double a metric may hold (±1.8e308,
 subnormals, a range that overflows) draws in the terminal's sparkline and the page's SVG and
 prints, and the extremes the fold keeps cover every point it keeps (a sender's ``min``/``max``
 only widen them)."""

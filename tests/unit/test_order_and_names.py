@@ -1,4 +1,4 @@
-"""Issue 18 items 6 and 10, pure: a future eventTime wins for at most the clock skew (2 s by
+"""Time and names, pure: a future eventTime wins for at most the clock skew (2 s by
 default, the watcher's one setting), an emitter instance's own seq orders its facts even
 after its clock steps back, and a name is kept whole or refused, never merged with another."""
 
@@ -110,7 +110,7 @@ def test_two_long_names_that_differ_late_are_both_refused_counted_and_logged_onc
         em.deck_ready("d" * 65, "s3://b/k")
         em.record_span("s" * 65, 1.0, 2.0)
         em.log_link("wandb", "https://e.com/ok")
-        assert not em.flush(5)  # four refused: flush does not report success (issue 19)
+        assert not em.flush(5)  # four refused: flush does not report success
     assert [e.payload for e in rec.parsed()] == [LogLink(name="wandb", url="https://e.com/ok")]
     assert em.stats()["invalid"] >= 3
     said = [r.getMessage() for r in caplog.records if "never cut" in r.getMessage()]

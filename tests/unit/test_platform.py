@@ -1,4 +1,4 @@
-"""The task from the platform's own labels (issue 19 items 2 and 3), pure: which key names a
+"""The task from the platform's own labels, pure: which key names a
 pod's task, which object owns it, and the watcher's handling of a fact about a pod (the
 sender cache holds the pods, so nothing asks the API server)."""
 
@@ -198,7 +198,7 @@ def test_a_fact_about_a_known_pod_is_folded_into_its_platform_task() -> None:
 
 
 def test_a_pod_claiming_an_owner_no_live_object_is_is_refused() -> None:
-    """Issue 25, item 4 (a): a bare pod labelled for the Job with a forged controller-uid."""
+    """A bare pod labelled for the Job with a forged controller-uid."""
     c = Controller(None, Settings(), Metrics())  # type: ignore[arg-type]
     c.platform.put(JOB, ("ml", "victim"), Seen(UID, None, 1, None))
     forged = "0f0f0f0f-0000-4000-8000-000000000000"
@@ -263,7 +263,7 @@ def test_a_task_fact_from_a_job_pod_is_checked_against_its_job_label() -> None:
                                "the event claims task victim")
 
 
-# --- what the pod informers say of each pod (issue 25, item 1) ------------------------------
+# --- what the pod informers say of each pod ------------------------------
 
 
 def pod_line(wtype: str, labels: dict[str, str], status: dict[str, Any],

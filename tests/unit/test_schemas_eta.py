@@ -1,4 +1,4 @@
-"""The estimated completion time is bounded (issue 25, item 5): a worker whose progress carries
+"""The estimated completion time is bounded: a worker whose progress carries
 an old eventTime (a skewed clock) made ``estimated_completion`` overflow past year 9999, so
 every status write of its task raised and ``tidings state --from-events`` crashed. Over the
 whole range of times and fractions the contract accepts, the status encodes, round-trips and

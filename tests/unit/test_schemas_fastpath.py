@@ -66,7 +66,7 @@ fast_payloads: st.SearchStrategy[Payload] = st.one_of(
             for j in range(k)]}),
         st.sampled_from(["", "naïve", "step 3/10"]), st.sampled_from([0, 1_700_000_000_000_000]),
         st.integers(0, 2), st.integers(0, 2),
-        # A metric's extremes and sample points (issue 26 item 2), as many as the row takes.
+        # A metric's extremes and sample points, as many as the row takes.
         st.sampled_from([[], [None, None, []], [-1.5, 7.0, [0, 2.0, 8, 1.0]],
                          [None, 9.25, [3, 0.5]], [-0.0, None]])),
     st.builds(SpanSummary, name=st.sampled_from(["s", "eval"]), count=st.just(1),
@@ -309,7 +309,7 @@ def test_every_event_field_is_judged_alike() -> None:
                 assert_same(parse_watch_line(line), fast_watch_line(line))
 
 
-# A Window's metric row beside a good one: a metric's extremes and points (issue 26 item 2)
+# A Window's metric row beside a good one: a metric's extremes and points
 # at and past their bounds, of other JSON types, in other shapes.
 METRIC_ROWS: list[Any] = [
     ["loss", 0.5, 3, 0.25], ["loss", 0.5, 3, 0.25, 1.0], ["loss", 0.5, 3, None, 1.0],
@@ -326,7 +326,7 @@ METRIC_ROWS: list[Any] = [
     ["loss", 0.5, 3, None, None, None], ["loss", 0.5, 3, None, None, {}],
     ["loss", 0.5, 3, None, None, [0, 0.5], 7], ["loss", 0.5], ["lr", 0.5, 3, 0.25],
     ["loss", 1, 3, 0.25], ["loss", 0.5, 3.0, 0.25], ["naïve", 0.5, 3, 0.25], ["", 0.5, 3, 0.1],
-    # a non-finite latest value (issue 25 item 9) beside the finite run's extremes and points
+    # a non-finite latest value beside the finite run's extremes and points
     ["loss", "NaN", 3, 0.25, 1.0, [0, 1.0]], ["loss", "-Infinity", 3, 0.25],
     ["loss", "Infinity", None, None, 9.0], ["loss", "NaN", 3, "NaN"], ["loss", "nan", 3, 0.25],
 ]

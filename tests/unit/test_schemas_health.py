@@ -1,4 +1,4 @@
-"""Health from silence and from the numbers (issue 25, item 9), the pure derivation: Stalled
+"""Health from silence and from the numbers, the pure derivation: Stalled
 (a running worker silent far longer than its own pace, judged at a given time), Straggling
 (far behind the median pace) and NonFiniteMetrics (a NaN or infinite latest value), as
 metav1 conditions and as the status's ``health`` lists. Order-insensitive like the fold."""

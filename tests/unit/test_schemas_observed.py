@@ -1,4 +1,4 @@
-"""The pod and the platform object as ground truth (issue 25, items 1 and 3, pure half): how a
+"""The pod and the platform object as ground truth (the pure half): how a
 pod's object reads (OOM kill, a signal, eviction, preemption, deletion, success, waiting),
 how a platform object reads (Job, JobSet, TrainJob, Workflow, as their controllers write
 them), and how the fold merges those observations beside the processes' own facts:
@@ -354,7 +354,7 @@ def test_pod_outcomes_round_trip_and_garbage_is_refused() -> None:
     assert restored == s
     assert with_end_uids(decode_ends(encode_ends(s.roster.ends)),
                          encode_end_uids(s.roster.ends)) == s.roster.ends
-    # Read entry by entry (issue 25, item 6): an unreadable pod outcome is kept verbatim
+    # Read entry by entry: an unreadable pod outcome is kept verbatim
     # beside the rest; an unreadable roster or platform makes the read partial (shown, never
     # written over).
     exploded = {"pod": "x", "phase": "Exploded", "reason": "", "at": T}

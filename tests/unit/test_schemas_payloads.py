@@ -166,7 +166,7 @@ def test_models_are_strict_frozen_and_closed() -> None:
 
 
 def test_long_names_are_refused_whole_never_cut() -> None:
-    """Issue 18 item 10: two names that differ after the 63rd character must not collapse
+    """Two names that differ after the 63rd character must not collapse
     into one cut key; a name is kept whole up to NAME_LIMIT and refused beyond."""
     base = "x" * 63
     with pytest.raises(ValidationError, match="more than 64") as err:
@@ -207,11 +207,11 @@ NONCHARACTERS = [chr(c) for c in range(0xFDD0, 0xFDF0)] + [
 
 def test_noncharacters_are_stripped() -> None:
     """XML 1.0 forbids U+FFFE and U+FFFF: a span named 'step\\uffff' made the timeline SVG
-    unreadable (issue 18 item 5). No noncharacter is text, so none survives."""
+    unreadable. No noncharacter is text, so none survives."""
     assert len(NONCHARACTERS) == 66
     assert sanitize_text("step\uffff") == "step"
     assert sanitize_text("a" + "".join(NONCHARACTERS) + "b") == "ab"
-    # A name is kept whole or refused (issue 18 item 10): one holding a noncharacter is
+    # A name is kept whole or refused: one holding a noncharacter is
     # refused, so it never reaches a file either.
     with pytest.raises(ValidationError, match="control characters"):
         SpanSummary(name="step\ufffe", count=1, total_s=1, min_s=1, max_s=1, first_start=1,

@@ -1,5 +1,5 @@
-"""Many workers (issue 18 item 1, fold half) and the estimated completion time (issue 20
-item 4): the completion rule reads the roster of every reporting pod, so no failed or final
+"""Many workers (the fold's half) and the estimated completion time: the completion rule
+reads the roster of every reporting pod, so no failed or final
 report is lost to the 64 detailed records, a task of up to WORKERS_MAX declared workers
 completes, and the roster folds idempotently and in any order (against the reference fold).
 Pure; hypothesis where a rule must hold for every arrival order."""

@@ -1,4 +1,4 @@
-"""A status is read entry by entry (issue 25, item 6): one hand-edited entry (a link whose
+"""A status is read entry by entry: one hand-edited entry (a link whose
 ``at`` is no order key, which the CRD accepts) used to blank the whole task, so readers showed
 Pending and the watcher's next write erased the run's links and metrics. Now every readable
 entry is kept, an unreadable entry is kept verbatim and written back as it was, and a part

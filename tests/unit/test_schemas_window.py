@@ -47,7 +47,7 @@ def _event(payload: object, seq: int = 5, pod: PodRef = POD) -> ParsedEvent:
 def _window() -> Window:
     return Window.model_validate({
         "progress": {"fraction": 0.25, "message": "step 250/1000", "workers": 2},
-        # loss with its extremes and two earlier points of its curve (issue 26 item 2)
+        # loss with its extremes and two earlier points of its curve
         "metrics": [["loss", 0.5, 250, 0.25, 2.0, [0, 2.0, 128, 0.75]],
                     ["learning_rate", 1e-4, 250]],
         "base_us": 1_790_000_000_000_000,

@@ -1,4 +1,4 @@
-"""One lane per pod under each span name (issue 26 item 3): the fold keeps each sender pod's
+"""One lane per pod under each span name: the fold keeps each sender pod's
 aggregate of a span name beside the name's totals, for the task's smallest (name, pod)
 pairs, the rest counted; the same for any order; the totals stay exact; the status budget
 gives the lanes up before anything else of the spans."""

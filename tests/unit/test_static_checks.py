@@ -168,7 +168,7 @@ def test_the_workload_path_imports_nothing_heavy() -> None:
 
 
 def test_the_emitter_and_its_calls_load_no_payload_model_on_the_workload_s_path() -> None:
-    """`import tidings.emitter` (issue 27: at most 0.15 s of CPU, bench/bench_cli_startup.py)
+    """`import tidings.emitter` (at most 0.15 s of CPU, bench/bench_cli_startup.py)
     and the workload's calls load neither pydantic nor the payload models, the sender or the
     Kubernetes client: the sender thread does, when it starts."""
     heavy = ("pydantic", "tidings.schemas.wire.payloads", "tidings.schemas.wire.event",

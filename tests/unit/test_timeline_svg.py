@@ -45,7 +45,7 @@ def chart(spans: dict[str, SpanAgg], task: str = "fit", namespace: str = "ml") -
     return svg(task, namespace, rows(types.SimpleNamespace(spans=spans)))
 
 
-# The cases of issue 21: a 500-character name, a 3 µs span, wide characters, long heading.
+# What broke the SVG before: a 500-character name, a 3 µs span, wide characters, long heading.
 CASES = {
     "long name": {"data-loading-" + "x" * 490: agg(T0, T0 + 30, count=1000),
                   "epoch": agg(T0 + 30, T0 + 3000, count=12, errors=3)},
@@ -54,7 +54,7 @@ CASES = {
     "coarse window": {"step": agg(T0 + 1e-6, T0 + 4e-6, shift=3)},
     "wide characters": {"進捗" * 100: agg(T0, T0 + 2), "e\u0301" * 300: agg(T0 + 1, T0 + 5)},
     "hours": {"train": agg(T0, T0 + 7 * 3600, count=10**6, errors=10**5)},
-    # Issue 26 item 3: a lane per pod under each name, one slow, names at the API's limit.
+    # A lane per pod under each name, one slow, names at the API's limit.
     "pods": {"train_step": laned({f"trainer-{i}": agg(T0, T0 + 60, count=300 - 200 * (i == 2))
                                   for i in range(4)}),
              "evaluation": laned({"trainer-0-" + "p" * 243: agg(T0 + 60, T0 + 70),
@@ -178,7 +178,7 @@ def test_elide_counts_cells_and_never_splits_a_character() -> None:
     assert elide("e\u0301" * 10, 4) == "e\u0301" + "…"
 
 
-# Any character at all, lone surrogates and noncharacters included (issue 18 item 5).
+# Any character at all, lone surrogates and noncharacters included.
 ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=80)
 
 
@@ -195,7 +195,7 @@ def test_any_names_make_a_well_formed_svg(names: list[str], task: str,
 
 
 def test_a_slow_pod_has_its_own_lane_in_orange() -> None:
-    """Issue 26 item 3: under each span name, one lane per pod; the pod whose mean span is
+    """Under each span name, one lane per pod; the pod whose mean span is
     well above its peers' is marked slow (orange in the SVG, "slow" in the terminal)."""
     data = rows(types.SimpleNamespace(spans=CASES["pods"]))
     step = next(r for r in data if r["name"] == "train_step")

@@ -1,4 +1,4 @@
-"""The pure trust rules of issue 10: the task-id rule, invisible characters, the deck URI
+"""The pure trust rules: the task-id rule, invisible characters, the deck URI
 allow-list and SpanSummary consistency (properties, with hypothesis)."""
 
 from __future__ import annotations
@@ -14,7 +14,12 @@ from hypothesis import strategies as st
 from tidings.emitter import Emitter, EmitterConfig, Identity
 from tidings.emitter.transport import LogSink
 from tidings.schemas import Rejection, RejectReason, sanitize_text
-from tidings.schemas.wire.names import task_id_error, valid_task_id
+from tidings.schemas.wire.names import (
+    task_id_error,
+    valid_namespace,
+    valid_object_name,
+    valid_task_id,
+)
 from tidings.schemas.wire.note import decode_obj
 from tidings.schemas.wire.payloads import DECK_SCHEMES, span_inconsistency
 from tidings.schemas.wire.text import has_invisible
@@ -36,6 +41,27 @@ def test_a_task_id_is_exactly_an_object_name_that_is_also_a_label_value(s: str) 
     assert (err is None) is both
     if err is not None:
         assert "\n" not in err and len(err) < 400 and "'_'" not in err.split(" is not valid")[1]
+
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+
+
+@given(ids)
+def test_a_namespace_name_is_exactly_a_dns_label(s: str) -> None:
+    assert valid_namespace(s) is (len(s) <= 63 and bool(DNS_LABEL.match(s)))
+
+
+@given(ids | st.from_regex(r"\A[a-z0-9][a-z0-9.\-]{240,260}\Z"))
+def test_every_dns_subdomain_is_an_object_name_and_nothing_else_is(s: str) -> None:
+    # The rule is the subdomain's alphabet and ends, a little looser inside ("a..b" passes):
+    # the API server has the last word, the rule keeps ',', '=' and oddities off the wire.
+    if len(s) <= 253 and SUBDOMAIN.match(s):
+        assert valid_object_name(s)
+    if valid_object_name(s):
+        assert 1 <= len(s) <= 253 and set(s) <= set("abcdefghijklmnopqrstuvwxyz0123456789.-")
+        assert s[0] not in ".-" and s[-1] not in ".-"
+    if valid_task_id(s):  # a task id is a TaskFeedback name
+        assert valid_object_name(s)
 
 
 @pytest.mark.parametrize("task", ["Train_42", "train_42", "UPPER", "a" * 64, "-x", "x-", "",

@@ -1,6 +1,6 @@
-"""`tidings ui`'s request policy as pure code (issue 34 item 5): the Host a request names
+"""`tidings ui`'s request policy as pure code: the Host a request names
 (DNS rebinding, with the address served on loopback or not) and the site it comes from
-(cross-site requests), on every route; the page's log lines and sessions bounded (item 6)."""
+(cross-site requests), on every route; the page's log lines and sessions bounded."""
 
 from __future__ import annotations
 

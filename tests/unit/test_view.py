@@ -185,7 +185,7 @@ def test_a_metric_history_draws_a_sparkline() -> None:
 
 
 def test_a_metrics_curve_comes_from_the_view_to_the_page_and_the_terminal() -> None:
-    """Issue 26 item 2: a metric's extremes and history are the view model's (RegisterRow
+    """A metric's extremes and history are the view model's (RegisterRow
     points, low, high), which `tidings state` and the page both draw."""
     import io
 
@@ -304,7 +304,8 @@ def test_the_cli_and_the_page_read_one_view(monkeypatch: pytest.MonkeyPatch) -> 
                    workers=tuple(replace(w, state=f"state-{n}") for n, w in enumerate(v.workers)))
     made: list[tuple[TaskState, Any]] = []
 
-    def one_view(state: TaskState, status: Any = None, now: datetime | None = None) -> TaskView:
+    def one_view(state: TaskState, status: Any = None, now: datetime | None = None, *,
+                 partial: bool = False) -> TaskView:
         made.append((state, status))
         return told
 
@@ -462,3 +463,21 @@ def test_a_lone_stalled_worker_still_gets_its_row() -> None:
     assert row is not None and '<span class="cond">stalled</span>' in row.group(1)
     assert any(ln.split()[:1] == [pod] and "stalled" in ln
                for ln in terminal(state, status).splitlines())
+
+
+def test_a_status_read_in_part_shows_its_own_phase_in_the_cli_and_on_the_page() -> None:
+    # What could be read of a partial status does not decide the outcome (the watcher never
+    # writes over it): the view shows the phase as written, one rule for `state`, `watch`'s
+    # line and the page.
+    from tidings.cli.snapshot import cr_snapshot
+    from tidings.cli.taskrender import one_line, view
+
+    final = Progress(fraction=1.0, message="done", final=True)
+    status = {**a_status(final), "roster": {"reporting": 3, "final": 3, "marks": "x"},
+              "phase": "Failed"}  # (what was read says Succeeded: the written word differs)
+    snap = cr_snapshot(TASK, status, "7")
+    assert snap.unread.partial and snap.state.phase == "Succeeded"
+    assert view(snap).phase == "Failed" and "failed" in one_line(snap)
+    assert pages.view_of(obj(status)).phase == "Failed"
+    assert task_view(snap.state, {**status, "phase": 7}, partial=True).phase == "unknown"
+    assert task_view(snap.state, status).phase == snap.state.phase  # a whole read: its own

@@ -58,7 +58,7 @@ def test_a_kept_verdict_never_answers_for_lineage_or_another_namespace() -> None
     assert _value(m, "tidings_watcher_events_rejected_total", reason="spoofed_sender") == 1
 
 
-# --- issue 18: refused names, the object's uid, a TTL-deleted run -----------------------
+# --- refused names, the object's uid, a TTL-deleted run -----------------------
 
 
 def _other(name: str, seq: int, *, instance: str = "inst-1", uid: str = "",

@@ -69,7 +69,7 @@ def test_a_silent_worker_is_judged_once_when_its_limit_passes() -> None:
 @pytest.mark.parametrize("pods", [None, {"w-0"}], ids=["every worker", "those a fold moved"])
 def test_a_worker_that_reported_since_is_judged_at_its_new_limit_not_the_old_one(
         pods: set[str] | None) -> None:
-    """With ``pods`` (issue 34 item 1: a task of 10,000 workers is folded many times a
+    """With ``pods`` (a task of 10,000 workers is folded many times a
     second, so after a fold the clock looks at the workers that reported only), the 1 s
     stays and comes early: the clock writes nothing then, and judges at the true time."""
     with ticking() as (store, clock, judged):

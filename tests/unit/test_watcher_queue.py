@@ -9,16 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support import eventually
+from tests.support import FakeClock, eventually
 from tidings.watcher.queue import ShutDown, WorkQueue
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_fifo_and_duplicates_collapse_while_dirty() -> None:

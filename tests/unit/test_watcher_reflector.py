@@ -77,6 +77,14 @@ def line(wtype: str, rv: str, **obj: Any) -> bytes:
     return orjson.dumps({"type": wtype, "object": {"metadata": {"resourceVersion": rv}, **obj}})
 
 
+def run_until_stopped(r: Reflector) -> None:
+    """``r.run()`` on a thread of its own, which the script's last stream stops."""
+    t = threading.Thread(target=r.run)
+    t.start()
+    t.join(10)
+    assert not t.is_alive()
+
+
 def run(streams: list[Any], short_watch: float = 1.0) -> tuple[Script, Src, list[str]]:
     relists: list[str] = []
     src = Src()
@@ -86,10 +94,7 @@ def run(streams: list[Any], short_watch: float = 1.0) -> tuple[Script, Src, list
                   on_relist=relists.append, short_watch=short_watch,
                   backoff=Backoff(base=0.001, cap=0.002))
     holder["r"] = r
-    t = threading.Thread(target=r.run)
-    t.start()
-    t.join(10)
-    assert not t.is_alive()
+    run_until_stopped(r)
     return script, src, relists
 
 
@@ -165,10 +170,7 @@ def test_a_batched_source_gets_each_read_whole_and_an_error_mid_read_still_relis
     r = Reflector(script, "/x", [], src, on_relist=relists.append,  # type: ignore[arg-type]
                   backoff=Backoff(base=0.001, cap=0.002))
     holder["r"] = r
-    t = threading.Thread(target=r.run)
-    t.start()
-    t.join(10)
-    assert not t.is_alive()
+    run_until_stopped(r)
     assert src.batches == [2, 3, 1]
     assert [i.resource_version for i in src.items] == ["5", "6", "7", "", "20"]
     assert relists == ["start", "gone"]

@@ -203,7 +203,7 @@ def test_a_state_its_status_cannot_rebuild_stays_live_and_is_counted() -> None:
 
 
 def test_a_rebase_onto_a_re_created_object_starts_from_its_status() -> None:
-    """Issue 18, item 3: the 409 re-read finds the task's object deleted and re-created (a
+    """The 409 re-read finds the task's object deleted and re-created (a
     new uid). Run 1's state must not be written onto it: the state becomes the new object's
     status, plus the unsaved events that name no object or the new one."""
     from tidings.schemas import Progress
@@ -234,7 +234,7 @@ def test_a_rebase_onto_a_re_created_object_starts_from_its_status() -> None:
 
 
 def test_a_deleted_objects_state_does_not_move_onto_the_next_object() -> None:
-    """Issue 18, item 3: the write finds the object gone (404). What was written to it goes
+    """The write finds the object gone (404). What was written to it goes
     with it; of the unsaved events only those naming no object re-create one."""
     from tidings.schemas import Progress
     from tidings.schemas.engine.folding import fold_all

@@ -479,17 +479,22 @@ def test_no_write_without_the_lease() -> None:
     w.stop()
 
 
+def _first_writes(store: Store, w: StatusWriter, tasks: int, timeout: float) -> float:
+    """Starts ``w``, changes ``tasks`` new tasks at once; the seconds until all are written."""
+    w.start()
+    t0 = time.monotonic()
+    for i in range(tasks):
+        _apply(store, w, TaskRef("ns", f"t{i}"), 1)
+    assert w.flush(timeout)
+    return time.monotonic() - t0
+
+
 def test_global_write_budget_bounds_writes_across_tasks() -> None:
     kube = FakeKube()
     store = Store()
     w = StatusWriter(kube, store, Metrics(), interval=0.0, workers=8,  # type: ignore[arg-type]
                      slow={}, max_rate=20)
-    w.start()
-    t0 = time.monotonic()
-    for i in range(60):
-        _apply(store, w, TaskRef("ns", f"t{i}"), 1)
-    assert w.flush(10)
-    elapsed = time.monotonic() - t0
+    elapsed = _first_writes(store, w, 60, timeout=10)
     assert len(kube.objects) == 60
     assert elapsed >= (60 - 20) / 20 * 0.9, f"60 writes in {elapsed:.2f}s exceed 20/s + burst"
     w.stop()
@@ -505,12 +510,7 @@ def test_the_cost_budget_bounds_estimated_api_server_time() -> None:
     # ~350 ms in all, so they take several seconds after the one-second burst.
     w = StatusWriter(kube, store, m, interval=0.0, workers=8,  # type: ignore[arg-type]
                      slow={}, budget=0.05)
-    w.start()
-    t0 = time.monotonic()
-    for i in range(40):
-        _apply(store, w, TaskRef("ns", f"t{i}"), 1)
-    assert w.flush(30)
-    elapsed = time.monotonic() - t0
+    elapsed = _first_writes(store, w, 40, timeout=30)
     spent = m.status_write_cost._value.get()
     assert len(kube.objects) == 40
     assert spent >= 40 * (write_cost(0) + write_cost(200)) / 1000

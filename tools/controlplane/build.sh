@@ -10,11 +10,8 @@ etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$here/g
 helm_mod="$root/tools/helm"
 helm_version=$(awk '$1 == "helm.sh/helm/v3" {print $2; exit}' "$helm_mod/go.mod")
 out="${TIDINGS_BIN_CACHE:-$root/.cache/controlplane}/l${BIN_LAYOUT}_kube-${KUBERNETES_VERSION}_etcd-${etcd_version}_kwok-${KWOK_VERSION}_helm-${helm_version}"
-if [ -f "$out/.complete" ]; then
-  echo "$out"
-  exit 0
-fi
-mkdir -p "$out"
+. "$here/cache.sh"
+use_cache "$out"
 cd "$here"
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -trimpath"
 . "$here/kube-ldflags.sh"

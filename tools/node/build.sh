@@ -14,11 +14,8 @@ plane="$root/tools/controlplane"
 NODE_LAYOUT=1
 containerd_version=$(awk '$1 == "github.com/containerd/containerd/v2" {print $2; exit}' "$here/containerd/go.mod")
 out="${TIDINGS_NODE_CACHE:-$root/.cache/node}/l${NODE_LAYOUT}_kube-${KUBERNETES_VERSION}_containerd-${containerd_version}"
-if [ -f "$out/.complete" ]; then
-  echo "$out"
-  exit 0
-fi
-mkdir -p "$out"
+. "$plane/cache.sh"
+use_cache "$out"
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -trimpath"
 . "$plane/kube-ldflags.sh"
 step() { echo "building $1 ..." >&2; }

@@ -219,20 +219,23 @@ def _join_pace(paces: dict[int, Pace], h: int, pod: str, t: datetime, heard: dat
                pm: int) -> None:
     """Join a report at ``t`` with ``pm``, received at ``heard``, into the pace of pod ``h``
     (roster.Pace says the rule: the earliest and the latest by (time, fraction), a count,
-    the latest time heard); inline, since every Progress passes here."""
+    the latest time heard, the lowest by (fraction, latest time)); inline, since every
+    Progress passes here."""
     ms = epoch_ms(t)
     hms = epoch_ms(heard)
     cur = paces.get(h)
     if cur is None:
-        paces[h] = _new_mark(Pace, (pod, 1, ms, pm, ms, pm, hms))
+        paces[h] = _new_mark(Pace, (pod, 1, ms, pm, ms, pm, hms, ms, pm))
         return
-    name, n, first_ms, first_pm, last_ms, last_pm, heard_ms = cur
+    name, n, first_ms, first_pm, last_ms, last_pm, heard_ms, low_ms, low_pm = cur
     if ms < first_ms or (ms == first_ms and pm < first_pm):
         first_ms, first_pm = ms, pm
     if ms > last_ms or (ms == last_ms and pm > last_pm):
         last_ms, last_pm = ms, pm
+    if pm < low_pm or (pm == low_pm and ms > low_ms):
+        low_ms, low_pm = ms, pm
     paces[h] = _new_mark(Pace, (name, n + 1, first_ms, first_pm, last_ms, last_pm,
-                                hms if hms > heard_ms else heard_ms))
+                                hms if hms > heard_ms else heard_ms, low_ms, low_pm))
 
 
 def _count(entries: dict[K, int], key: K, cap: int) -> int:

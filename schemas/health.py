@@ -255,7 +255,7 @@ def _stalled(state: TaskState, now: datetime | None, s: HealthSettings) -> Found
     stalled: dict[str, Silence] = {}
     soonest: int | None = None
     factor, least, unpaced = s["stall_factor"], s["stall_min"], s["stall_unpaced"]
-    for pod, reports, first_ms, _, last_ms, _, heard_ms in run.paces:
+    for pod, reports, first_ms, _, last_ms, _, heard_ms, _, _ in run.paces:
         limit, interval = _allowed(reports, last_ms - first_ms, factor, least, unpaced)
         onset = _onset_us(heard_ms, limit)
         if onset > _LAST_US:
@@ -328,8 +328,8 @@ def _non_finite_says(state: TaskState, found: Found, now: datetime | None) -> Sa
 
 class Paces(NamedTuple):
     """What Straggling judged: the running workers, how many of them have a pace (progress
-    per second: two reports at different times), the median of those paces (None: too few
-    to judge), and the newest report they rest on."""
+    per second: two reports at different times), the median of the forward ones (None: too
+    few to judge, or none forward), and the newest report they rest on."""
 
     run: Running
     paced: int
@@ -342,11 +342,15 @@ def _straggling(state: TaskState, now: datetime | None, s: HealthSettings) -> Fo
     if state.phase != RUNNING:
         return Found({})
     run = _running(state)
-    # A pace may be negative (progress went back, 0.5 then 0.1): that worker is behind.
+    # A pace is counted since the worker's lowest report (roster.Pace: a worker resumed
+    # from an earlier checkpoint is judged by its latest run); one that is not forward (it
+    # just went back, or is stuck) may be behind, but is no part of the median: two
+    # restarted workers would otherwise make the median not forward and hide a stuck one.
     rates = {p.pod: rate for p in run.paces if (rate := p.rate) is not None}
     newest = max((p.heard_ms for p in run.paces), default=None)
     need = max(2, int(s["straggle_min_workers"]))
-    median = statistics.median(rates.values()) if len(rates) >= need else None
+    forward = [rate for rate in rates.values() if rate > 0]
+    median = statistics.median(forward) if len(rates) >= need and forward else None
     straggling: dict[str, float] = {}  # pod -> its pace over the median pace
     if median is not None and median > 0:
         straggling = {pod: rate / median for pod, rate in sorted(rates.items())
@@ -367,12 +371,12 @@ def _straggling_says(state: TaskState, found: Found, now: datetime | None) -> Sa
         said = _names(paces, len(named)) + f" ({len(named)} of {ctx.paced} with a pace)"
         return Said("BehindMedianPace", said + (f"; {rest}" if rest else ""), ctx.newest)
     tail = f"; {rest}" if rest else ""
-    if ctx.median is None:
+    if ctx.median is None and ctx.paced < ctx.need:
         return Said("TooFewPaced", f"{_workers(ctx.paced, 'running worker')} with a pace, "
                     f"fewer than the {ctx.need} Straggling is judged among" + tail)
-    if ctx.median <= 0:
-        return Said("NoStraggler", f"the median pace of {_workers(ctx.paced, 'running worker')}"
-                    " is not forward: none is behind it" + tail)
+    if ctx.median is None:
+        return Said("NoStraggler", f"no pace of {_workers(ctx.paced, 'running worker')} is "
+                    "forward: none is behind another" + tail)
     if ctx.paced == ctx.run.workers and not rest:
         return Said("NoStraggler", f"none of the {ctx.paced} running workers far behind the "
                     "median pace")
@@ -537,7 +541,7 @@ def _soonest(paces: Iterable[Pace], now: datetime, settings: HealthSettings
     soonest: int | None = None
     factor, least, unpaced = (settings["stall_factor"], settings["stall_min"],
                               settings["stall_unpaced"])
-    for _, reports, first_ms, _, last_ms, _, heard_ms in paces:
+    for _, reports, first_ms, _, last_ms, _, heard_ms, _, _ in paces:
         onset = _onset_us(heard_ms, _allowed(reports, last_ms - first_ms, factor, least,
                                              unpaced)[0])
         if now_us < onset <= _LAST_US and (soonest is None or onset < soonest):

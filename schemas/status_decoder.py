@@ -516,8 +516,10 @@ def _paces(st: Mapping[str, Any], roster: Roster, workers: Mapping[str, Progress
             continue
         first_at, first_fraction = (w.at, w.fraction) if w.first_at is None \
             else (w.first_at, w.first_fraction)
-        out[h] = Pace(pod, w.events, epoch_ms(first_at[0]), mark_bits(first_fraction, False, False),
-                      epoch_ms(w.at[0]), mark_bits(w.fraction, False, False), epoch_ms(w.at[0]))
+        first_ms, first_pm = epoch_ms(first_at[0]), mark_bits(first_fraction, False, False)
+        out[h] = Pace(pod, w.events, first_ms, first_pm, epoch_ms(w.at[0]),
+                      mark_bits(w.fraction, False, False), epoch_ms(w.at[0]), first_ms,
+                      first_pm)
     return out
 
 

@@ -221,8 +221,10 @@ def _roster(r: Roster, ev: ParsedEvent, p: Progress, key: OrderKey, cap: int,
         old = paces.get(h)
         lo = (ms, frac) if old is None else min((old.first_ms, old.first_pm), (ms, frac))
         hi = (ms, frac) if old is None else max((old.last_ms, old.last_pm), (ms, frac))
+        # The lowest report: the smallest fraction, the latest of those.
+        low = (frac, -ms) if old is None else min((old.low_pm, -old.low_ms), (frac, -ms))
         paces[h] = Pace(pod, 1 if old is None else old.reports + 1, *lo, *hi,
-                        hms if old is None else max(old.heard_ms, hms))
+                        hms if old is None else max(old.heard_ms, hms), -low[1], low[0])
     if len(marks) > cap:
         largest = max(marks)
         capped = marks.pop(largest).events

@@ -44,7 +44,7 @@ from tidings._compat import UTC
 
 from .constants import non_finite_text
 from .contract import RUNNING, condition
-from .roster import Pace, pod_hash
+from .roster import Pace, QuietPeriod, pod_hash
 from .times import format_seconds
 
 if TYPE_CHECKING:  # (the model loads pydantic: only its types are needed here)
@@ -245,6 +245,43 @@ def _at_us(us: int) -> datetime:
     return _EPOCH + timedelta(microseconds=us)
 
 
+class Held(NamedTuple):
+    """A running worker quiet on purpose (payloads.Quiet): why, until when its declared
+    period runs (as held to the watcher's ``quiet_max``), and whether that cap cut it."""
+
+    reason: str
+    until: datetime
+    clipped: bool
+
+
+class Silent(NamedTuple):
+    """What Stalled judged: the running workers, and those it did not call stalled only
+    because they declared a quiet period still running (by pod)."""
+
+    run: Running
+    held: Mapping[str, Held]
+
+
+def _onset(pace: Pace, quiet: Mapping[int, QuietPeriod], factor: float, least: float,
+           unpaced: float, cap_ms: float) -> tuple[int, float, float | None, QuietPeriod | None]:
+    """When ``pace``'s silence passes its limit, in epoch microseconds, the limit, its
+    report interval, and the quiet period that put that time off (None: none did).
+
+    A quiet period the worker declared after its latest report counts like a report at its
+    end: the usual allowance runs from there. It counts from when it was received, held to
+    ``cap_ms`` (a sender cannot keep health quiet for ever), and its next report ends it."""
+    pod, reports, first_ms, _, last_ms, _, heard_ms, _, _ = pace
+    limit, interval = _allowed(reports, last_ms - first_ms, factor, least, unpaced)
+    onset = _onset_us(heard_ms, limit)
+    if quiet and cap_ms > 0:
+        q = quiet.get(pod_hash(pod))
+        if q is not None and (q.heard_ms, q.at_ms) >= (heard_ms, last_ms):
+            later = _onset_us(q.heard_ms + int(min(q.ms, cap_ms)), limit)
+            if later > onset:
+                return later, limit, interval, q
+    return onset, limit, interval, None
+
+
 def _stalled(state: TaskState, now: datetime | None, s: HealthSettings) -> Found | None:
     if now is None:
         return None  # silence is judged at a time, or not at all
@@ -253,27 +290,47 @@ def _stalled(state: TaskState, now: datetime | None, s: HealthSettings) -> Found
     run = _running(state)
     now_us = _us(now)
     stalled: dict[str, Silence] = {}
+    held: dict[str, Held] = {}
     soonest: int | None = None
     factor, least, unpaced = s["stall_factor"], s["stall_min"], s["stall_unpaced"]
-    for pod, reports, first_ms, _, last_ms, _, heard_ms, _, _ in run.paces:
-        limit, interval = _allowed(reports, last_ms - first_ms, factor, least, unpaced)
-        onset = _onset_us(heard_ms, limit)
+    quiet, cap_ms = state.roster.quiet, s["quiet_max"] * 1000
+    for pace in run.paces:
+        onset, limit, interval, q = _onset(pace, quiet, factor, least, unpaced, cap_ms)
         if onset > _LAST_US:
             continue
         if now_us >= onset:
-            stalled[pod] = Silence(_at_us(heard_ms * 1000), limit, interval)
-        elif soonest is None or onset < soonest:
-            soonest = onset
+            stalled[pace.pod] = Silence(_at_us(pace.heard_ms * 1000), limit, interval)
+        else:
+            usual = onset if q is None else _onset_us(pace.heard_ms, limit)
+            if now_us >= usual:
+                assert q is not None
+                held[pace.pod] = Held(q.reason, _at_us((q.heard_ms + int(min(q.ms, cap_ms)))
+                                                       * 1000), q.ms > cap_ms)
+            elif soonest is None or usual < soonest:
+                soonest = usual  # (then it is shown quiet: a change)
+            if soonest is None or onset < soonest:
+                soonest = onset
     return Found(dict(sorted(stalled.items())), None if soonest is None else _at_us(soonest),
-                 run, run.unjudged)
+                 Silent(run, dict(sorted(held.items()))), run.unjudged)
+
+
+def _held_says(held: Mapping[str, Held]) -> str:
+    """The workers quiet on purpose, as a clause ("" when none is)."""
+    if not held:
+        return ""
+    details = (f"{pod} ({x.reason or 'no reason given'}) until {format_seconds(x.until)}"
+               + (" (a longer period declared, held to the watcher's cap)" if x.clipped else "")
+               for pod, x in held.items())
+    return f"{_workers(len(held))} quiet on purpose: " + _names(details, len(held))
 
 
 def _stalled_says(state: TaskState, found: Found, now: datetime | None) -> Said:
     stalled: Mapping[str, Silence] = found.named
-    run: Running | None = found.context
-    if state.phase != RUNNING or run is None:
+    ctx: Silent | None = found.context
+    if state.phase != RUNNING or ctx is None:
         return Said("NotRunning", "the task is not running")
-    rest = run.not_judged()
+    run = ctx.run
+    rest = "; ".join(x for x in (_held_says(ctx.held), run.not_judged()) if x)
     if stalled and now is not None:
         first = min(stalled.values(), key=lambda x: x.since + timedelta(seconds=x.limit))
         details = (f"{pod} silent for {_duration((now - x.since).total_seconds())}"
@@ -284,9 +341,13 @@ def _stalled_says(state: TaskState, found: Found, now: datetime | None) -> Said:
         return Said("NoProgressReports", said + (f"; {rest}" if rest else ""),
                     first.since + timedelta(seconds=first.limit))
     judged = len(run.paces)
-    if rest:
+    if run.not_judged():
         return Said("NotJudged", f"{_workers(judged, 'running worker')} reported within "
                     f"{'its' if judged == 1 else 'their'} pace; {rest}")
+    tail = f"; {rest}" if rest else ""
+    if ctx.held:
+        return Said("QuietOnPurpose", f"no running worker is silent beyond its pace or the "
+                    f"quiet period it declared{tail}")
     if judged == 1:
         return Said("Reporting", "the running worker reported within its pace")
     if judged == 0:
@@ -393,7 +454,11 @@ HEALTH: tuple[HealthCondition, ...] = (
         Threshold("stall_min", 60.0, "... and at least this many seconds (a worker reporting "
                   "every second: Stalled after a minute).", minimum=1, unit=" s"),
         Threshold("stall_unpaced", 600.0, "Seconds of silence after which a worker that has "
-                  "reported only once (no pace yet) is Stalled.", minimum=1, unit=" s"))),
+                  "reported only once (no pace yet) is Stalled.", minimum=1, unit=" s"),
+        Threshold("quiet_max", 3600.0, "The longest quiet period a worker may declare "
+                  "(tidings.emitter.quiet: a checkpoint, an evaluation) before it is judged "
+                  "again: a longer one is held to this (0: declarations are ignored).",
+                  minimum=0, maximum=86400, unit=" s"))),
     # lastTransitionTime: the earliest non-finite value.
     HealthCondition("NonFiniteMetrics", "nonFinite", "metric", "", _non_finite,
                     _non_finite_says),
@@ -490,7 +555,8 @@ def _listed(named: Mapping[str, Any]) -> list[str]:
 def health_json(health: Health) -> dict[str, Any]:
     """``status.health``: the summary (a printer column), when it was evaluated, and what
     each condition names (the ``NAMES_LISTED`` smallest, sorted; ``counts``: how many in
-    all): the lists of pods first, then those of metrics."""
+    all): the lists of pods first, then those of metrics; then the running workers not
+    called stalled only because a quiet period they declared still runs (``quiet``)."""
     out: dict[str, Any] = {"summary": health.summary}
     if health.evaluated_at is not None:
         out["evaluatedAt"] = format_seconds(health.evaluated_at)
@@ -500,6 +566,11 @@ def health_json(health: Health) -> dict[str, Any]:
         if named:
             out[c.names] = _listed(named)
             counts[c.names] = len(named)
+    f = health.found.get(_STALLED.type)
+    held = f.context.held if f is not None and isinstance(f.context, Silent) else {}
+    if held:
+        out["quiet"] = _listed(held)
+        counts["quiet"] = len(held)
     if counts:
         out["counts"] = counts
     return out
@@ -531,21 +602,24 @@ def next_stall(state: TaskState, now: datetime,
     watcher asks after every fold that moved a pace."""
     if state.phase != RUNNING:
         return None
-    return _soonest(_running(state).paces, now, settings)
+    return _soonest(_running(state).paces, now, settings, state.roster.quiet)
 
 
-def _soonest(paces: Iterable[Pace], now: datetime, settings: HealthSettings
-             ) -> datetime | None:
+def _soonest(paces: Iterable[Pace], now: datetime, settings: HealthSettings,
+             quiet: Mapping[int, QuietPeriod]) -> datetime | None:
     """The earliest time after ``now`` the silence of one of ``paces`` passes its limit."""
     now_us = _us(now)
     soonest: int | None = None
     factor, least, unpaced = (settings["stall_factor"], settings["stall_min"],
                               settings["stall_unpaced"])
-    for _, reports, first_ms, _, last_ms, _, heard_ms, _, _ in paces:
-        onset = _onset_us(heard_ms, _allowed(reports, last_ms - first_ms, factor, least,
-                                             unpaced)[0])
-        if now_us < onset <= _LAST_US and (soonest is None or onset < soonest):
-            soonest = onset
+    cap_ms = settings["quiet_max"] * 1000
+    for pace in paces:
+        onset, limit, _, q = _onset(pace, quiet, factor, least, unpaced, cap_ms)
+        # (A worker quiet on purpose changes twice: shown quiet when its usual limit
+        # passes, stalled when the period and the allowance after it are over.)
+        for t in (onset,) if q is None else (onset, _onset_us(pace.heard_ms, limit)):
+            if now_us < t <= _LAST_US and (soonest is None or t < soonest):
+                soonest = t
     return None if soonest is None else _at_us(soonest)
 
 
@@ -560,7 +634,7 @@ def next_stall_of(state: TaskState, pods: Iterable[str], now: datetime,
     r = state.roster
     paces = [p for h in {pod_hash(pod) for pod in pods}
              if (p := r.paces.get(h)) is not None and not (r.pod_finals and r.end_of(h))]
-    return _soonest(paces, now, settings)
+    return _soonest(paces, now, settings, r.quiet)
 
 
 def stalled_since_written(state: TaskState, status: Any, settings: HealthSettings,

@@ -24,6 +24,8 @@ from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import NamedTuple
 
+from .constants import QUIET_LIMIT_S, QUIET_REASON_LIMIT
+
 OrderKey = tuple[datetime, str, int]
 
 # A mark's bits: the fraction in 1/10,000 (what Progress keeps: four decimals), then flags.
@@ -146,6 +148,21 @@ class Pace(NamedTuple):
             if span > 0 else None
 
 
+class QuietPeriod(NamedTuple):
+    """A worker's declared quiet period (payloads.Quiet), the latest it declared: when the
+    API server received it (``heard_ms``, whole seconds: the period counts from it), its
+    order time (``at_ms``: of a report received in the same second, the later one by it
+    ends the period), the period declared (``ms``) and why. The latest by (heard, order
+    time, period, reason) wins: a join. It holds until the worker's next report (a
+    report received after it: schemas/health.py)."""
+
+    pod: str
+    heard_ms: int
+    at_ms: int
+    ms: int
+    reason: str
+
+
 def epoch_ms(t: datetime) -> int:
     """An order time as whole epoch milliseconds, rounded down (what a pace keeps)."""
     return (t - _EPOCH) // _MS
@@ -187,6 +204,9 @@ class Roster(NamedTuple):
     # fingerprint): ``ends`` holds the end of the mark's life when one is known, else the
     # largest (``place_end``), so no life's end is lost to another's.
     other_ends: Mapping[int, Mapping[int, PodEnd]] = {}
+    # The quiet period each pod without a final declared last (by pod hash, the ``roster``
+    # cap smallest kept): what Stalled reads beside its pace.
+    quiet: Mapping[int, QuietPeriod] = {}
 
     def end_of(self, h: int) -> PodEnd | None:
         """The end that decides the pod ``h``'s outcome: its pod's, when it reported no
@@ -608,3 +628,28 @@ def decode_paces(item: str) -> dict[int, Pace]:
         out[pod_hash(pod)] = Pace(pod, reports, first_ms, first_pm, last_ms, last_pm,
                                   heard_ms, low_ms, low_pm)
     return out
+
+
+# --- the status text of the quiet periods -------------------------------------------------
+# One item per pod, sorted by name: ``<pod> <heard ms> <order time - heard ms> <period ms>
+# <reason>`` (the reason last: it may hold spaces).
+
+
+def encode_quiet(quiet: Mapping[int, QuietPeriod]) -> list[str]:
+    return [f"{q.pod} {q.heard_ms} {q.at_ms - q.heard_ms} {q.ms} {q.reason}"
+            for q in sorted(quiet.values())]
+
+
+def decode_quiet(item: str) -> tuple[int, QuietPeriod]:
+    """One item of ``encode_quiet``; ValueError on anything it could not have written."""
+    parts = item.split(" ", 4)
+    if len(parts) != 5 or not all(p.removeprefix("-").isascii() and p.removeprefix("-").isdigit()
+                                  and len(p) <= 16 for p in parts[1:4]):
+        raise ValueError("bad quiet period")
+    pod, reason = parts[0], parts[4]
+    heard_ms, delta, ms = map(int, parts[1:4])
+    if not (0 < len(pod) <= 253 and set(pod) <= _POD_CHARS and abs(heard_ms) < 2**48
+            and abs(delta) < 2**48 and 0 < ms <= QUIET_LIMIT_S * 1000
+            and len(reason) <= QUIET_REASON_LIMIT):
+        raise ValueError("bad quiet period")
+    return pod_hash(pod), QuietPeriod(pod, heard_ms, heard_ms + delta, ms, reason)

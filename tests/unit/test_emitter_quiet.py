@@ -62,3 +62,13 @@ def test_the_module_function_uses_the_default_emitter() -> None:
     finally:
         emitter.set_emitter(old)
     assert [type(p.payload) for p in rec.parsed()] == [Quiet]
+
+
+@pytest.mark.parametrize("seconds", ["0", "-5", "86401", "nan", "inf"])
+def test_tidings_emit_quiet_refuses_a_period_out_of_range(seconds: str) -> None:
+    from typer.testing import CliRunner
+
+    from tidings.cli.main import app
+
+    res = CliRunner().invoke(app, ["emit", "quiet", "--", seconds, "checkpoint"])
+    assert res.exit_code == 2 and "invalid Quiet" in res.stderr, res.output

@@ -543,6 +543,9 @@ def conditions(state: TaskState, health: Health) -> list[dict[str, Any]]:
     return out
 
 
+# The ``status.health`` list of the running workers quiet on purpose (the view flags each).
+QUIET_LIST = "quiet"
+
 # Names a ``status.health`` list holds at most (the smallest; ``counts`` says how many in
 # all), so a task of 10,000 stalled workers has a small status.
 NAMES_LISTED = 64
@@ -569,8 +572,8 @@ def health_json(health: Health) -> dict[str, Any]:
     f = health.found.get(_STALLED.type)
     held = f.context.held if f is not None and isinstance(f.context, Silent) else {}
     if held:
-        out["quiet"] = _listed(held)
-        counts["quiet"] = len(held)
+        out[QUIET_LIST] = _listed(held)
+        counts[QUIET_LIST] = len(held)
     if counts:
         out["counts"] = counts
     return out

@@ -113,7 +113,8 @@ class WorkerRow:
     failed attempt under a platform that decides (retried), or running; ``bad`` says it is
     bad news. ``ended``: how its pod ended, as the kubelet says (``Failed: OOMKilled (exit
     137)``), when it did. ``flags``: the health conditions that name it, each by its word
-    (schemas/health.py's registry: ``stalled``, ``straggling``)."""
+    (schemas/health.py's registry: ``stalled``, ``straggling``), and ``quiet`` for a worker
+    silent on purpose within the quiet period it declared."""
 
     pod: str
     fraction: float | None
@@ -227,7 +228,7 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
     (its conditions, health and refusals are the watcher's word); without one (a local fold)
     the conditions are what the status of this state would say, its health judged at ``now``
     with the default thresholds (the watcher's rule)."""
-    from .health import HEALTH
+    from .health import HEALTH, QUIET_LIST
     from .kinds import NAMED_KINDS  # (the payload models: not for `tidings list`'s rows)
 
     if status is None:
@@ -241,6 +242,8 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
         if c.subject == "worker":
             for pod in _names(said.get(c.names)):
                 flags[pod] = (*flags.get(pod, ()), c.flag)
+    for pod in _names(said.get(QUIET_LIST)):  # (not stalled: silent on purpose, it said)
+        flags[pod] = (*flags.get(pod, ()), "quiet")
     r = state.roster
     agg = state.progress
     phase = state.phase

@@ -157,3 +157,13 @@ def test_a_quiet_period_before_any_report_waits_for_one() -> None:
     s = fold_all(TASK, received([quiet(0, 0, 120), *reports(0, [1, 2], [0.1, 0.2])], 0))
     # Declared before its reports: the reports end it.
     assert conds(s, at(10), TIGHT)["Stalled"]["status"] == "True"
+
+
+def test_the_terminal_and_the_page_flag_a_worker_quiet_on_purpose() -> None:
+    from tidings.schemas.view import task_view
+
+    evs = received([*reports(0, list(range(30))), quiet(0, 29.5, 120),
+                    *reports(1, list(range(60)))], 0)
+    s = fold_all(TASK, evs)
+    flags = {w.pod: w.flags for w in task_view(s, status_of(s, at(60), TIGHT)).workers}
+    assert flags == {"w-0": ("quiet",), "w-1": ()}

@@ -262,24 +262,16 @@ class Silent(NamedTuple):
     held: Mapping[str, Held]
 
 
-def _onset(pace: Pace, quiet: Mapping[int, QuietPeriod], factor: float, least: float,
-           unpaced: float, cap_ms: float) -> tuple[int, float, float | None, QuietPeriod | None]:
-    """When ``pace``'s silence passes its limit, in epoch microseconds, the limit, its
-    report interval, and the quiet period that put that time off (None: none did).
-
-    A quiet period the worker declared after its latest report counts like a report at its
-    end: the usual allowance runs from there. It counts from when it was received, held to
-    ``cap_ms`` (a sender cannot keep health quiet for ever), and its next report ends it."""
-    pod, reports, first_ms, _, last_ms, _, heard_ms, _, _ = pace
-    limit, interval = _allowed(reports, last_ms - first_ms, factor, least, unpaced)
-    onset = _onset_us(heard_ms, limit)
-    if quiet and cap_ms > 0:
-        q = quiet.get(pod_hash(pod))
-        if q is not None and (q.heard_ms, q.at_ms) >= (heard_ms, last_ms):
-            later = _onset_us(q.heard_ms + int(min(q.ms, cap_ms)), limit)
-            if later > onset:
-                return later, limit, interval, q
-    return onset, limit, interval, None
+def _quiet_end(quiet: Mapping[int, QuietPeriod], pod: str, heard_ms: int, last_ms: int,
+               cap_ms: float) -> tuple[QuietPeriod, int] | None:
+    """The quiet period ``pod`` declared after its latest report (heard at ``heard_ms``, of
+    order time ``last_ms``), and when it ends, in epoch ms: from when it was received, held
+    to ``cap_ms`` (a sender cannot keep health quiet for ever); None: none holds. Its next
+    report ends it."""
+    q = quiet.get(pod_hash(pod))
+    if q is None or (q.heard_ms, q.at_ms) < (heard_ms, last_ms):
+        return None
+    return q, q.heard_ms + int(min(q.ms, cap_ms))
 
 
 def _stalled(state: TaskState, now: datetime | None, s: HealthSettings) -> Found | None:
@@ -294,22 +286,28 @@ def _stalled(state: TaskState, now: datetime | None, s: HealthSettings) -> Found
     soonest: int | None = None
     factor, least, unpaced = s["stall_factor"], s["stall_min"], s["stall_unpaced"]
     quiet, cap_ms = state.roster.quiet, s["quiet_max"] * 1000
-    for pace in run.paces:
-        onset, limit, interval, q = _onset(pace, quiet, factor, least, unpaced, cap_ms)
+    quiet = quiet if cap_ms > 0 else {}
+    for pod, reports, first_ms, _, last_ms, _, heard_ms, _, _ in run.paces:
+        limit, interval = _allowed(reports, last_ms - first_ms, factor, least, unpaced)
+        onset = usual = _onset_us(heard_ms, limit)
+        # A quiet period declared after the latest report counts like a report at its end:
+        # the usual allowance runs from there.
+        ends = _quiet_end(quiet, pod, heard_ms, last_ms, cap_ms) if quiet else None
+        if ends is not None:
+            onset = max(onset, _onset_us(ends[1], limit))
         if onset > _LAST_US:
             continue
         if now_us >= onset:
-            stalled[pace.pod] = Silence(_at_us(pace.heard_ms * 1000), limit, interval)
-        else:
-            usual = onset if q is None else _onset_us(pace.heard_ms, limit)
+            stalled[pod] = Silence(_at_us(heard_ms * 1000), limit, interval)
+            continue
+        if ends is not None and onset > usual:
             if now_us >= usual:
-                assert q is not None
-                held[pace.pod] = Held(q.reason, _at_us((q.heard_ms + int(min(q.ms, cap_ms)))
-                                                       * 1000), q.ms > cap_ms)
+                q, end_ms = ends
+                held[pod] = Held(q.reason, _at_us(end_ms * 1000), q.ms > cap_ms)
             elif soonest is None or usual < soonest:
                 soonest = usual  # (then it is shown quiet: a change)
-            if soonest is None or onset < soonest:
-                soonest = onset
+        if soonest is None or onset < soonest:
+            soonest = onset
     return Found(dict(sorted(stalled.items())), None if soonest is None else _at_us(soonest),
                  Silent(run, dict(sorted(held.items()))), run.unjudged)
 
@@ -616,13 +614,21 @@ def _soonest(paces: Iterable[Pace], now: datetime, settings: HealthSettings,
     factor, least, unpaced = (settings["stall_factor"], settings["stall_min"],
                               settings["stall_unpaced"])
     cap_ms = settings["quiet_max"] * 1000
-    for pace in paces:
-        onset, limit, _, q = _onset(pace, quiet, factor, least, unpaced, cap_ms)
-        # (A worker quiet on purpose changes twice: shown quiet when its usual limit
-        # passes, stalled when the period and the allowance after it are over.)
-        for t in (onset,) if q is None else (onset, _onset_us(pace.heard_ms, limit)):
-            if now_us < t <= _LAST_US and (soonest is None or t < soonest):
-                soonest = t
+    quiet = quiet if cap_ms > 0 else {}
+    for pod, reports, first_ms, _, last_ms, _, heard_ms, _, _ in paces:
+        onset = _onset_us(heard_ms, _allowed(reports, last_ms - first_ms, factor, least,
+                                             unpaced)[0])
+        if quiet and (ends := _quiet_end(quiet, pod, heard_ms, last_ms, cap_ms)) is not None:
+            # (A worker quiet on purpose changes twice: shown quiet when its usual limit
+            # passes, stalled when the period and the allowance after it are over.)
+            later = _onset_us(ends[1], _allowed(reports, last_ms - first_ms, factor, least,
+                                                unpaced)[0])
+            if later > onset:
+                if now_us < onset and (soonest is None or onset < soonest):
+                    soonest = onset
+                onset = later
+        if now_us < onset <= _LAST_US and (soonest is None or onset < soonest):
+            soonest = onset
     return None if soonest is None else _at_us(soonest)
 
 

@@ -195,6 +195,34 @@ def test_a_worker_quiet_on_purpose_is_shown_quiet_then_stalled_once_its_period_i
     em.close(5)
 
 
+def test_a_sender_cannot_keep_health_quiet_for_longer_than_the_watcher_allows(
+        control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
+        start_watcher: Callable[..., Any]) -> None:  # noqa: F811
+    """A worker declaring a day of quiet (the longest a note may say) under a watcher whose
+    --quiet-max is 8 s is shown held to that cap, then Stalled; a longer period is refused
+    by the emitter and never sent."""
+    start_watcher(*FAST_STALL, "--quiet-max", "8")
+    task = f"hush-{uuid.uuid4().hex[:6]}"
+    pod = pod_for(admin, namespace, task)
+    em = emitter(kubeconfig, namespace, task, pod)
+    for i in range(3):
+        em.progress(0.1 * (i + 1), f"step {i}")
+        assert em.flush(15), em.stats()
+    em.quiet(86_400 * 30, "forever")  # refused here: more than a day
+    assert not em.flush(15) and em.stats()["invalid"] == 1
+    em.quiet(86_400, "a day")
+    assert em.flush(15), em.stats()
+    held = eventually(lambda: (c := condition(task_status(admin, namespace, task), "Stalled"))
+                      and c["reason"] == "QuietOnPurpose" and c, 30, "shown quiet")
+    assert "(a day) until " in held["message"] and "held to the watcher's cap" in \
+        held["message"], held["message"]
+    waited = kubectl_wait(control_plane, namespace, task, "Stalled", timeout=60)
+    assert waited.returncode == 0, waited.stderr
+    status = task_status(admin, namespace, task)
+    assert status and status["counters"]["quietDeclared"] == 1
+    em.close(5)
+
+
 def test_a_silent_worker_beyond_the_64_detailed_ones_is_stalled(
         control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
         start_watcher: Callable[..., Any]) -> None:  # noqa: F811

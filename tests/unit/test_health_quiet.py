@@ -167,3 +167,17 @@ def test_the_terminal_and_the_page_flag_a_worker_quiet_on_purpose() -> None:
     s = fold_all(TASK, evs)
     flags = {w.pod: w.flags for w in task_view(s, status_of(s, at(60), TIGHT)).workers}
     assert flags == {"w-0": ("quiet",), "w-1": ()}
+
+
+@pytest.mark.parametrize("seconds", ["1e9", "0", "-1", "\"600\""])
+def test_a_hand_written_note_out_of_range_is_refused_by_the_watcher_s_parse(
+        seconds: str) -> None:
+    import orjson
+
+    from tidings.schemas import Rejection, RejectReason, build_event, parse_event
+
+    raw = build_event(task=TASK, pod=PodRef("w-0", "uid-0"), payload=Quiet(seconds=5.0),
+                      instance="i" * 32, seq=1, time=at(0))
+    raw["note"] = raw["note"].replace('"seconds":5.0', f'"seconds":{seconds}')
+    got = parse_event(orjson.loads(orjson.dumps(raw)))
+    assert isinstance(got, Rejection) and got.reason == RejectReason.INVALID_PAYLOAD, got

@@ -281,6 +281,23 @@ def progress(
     _deliver(lambda em: em.progress(fraction, message, final), to)
 
 
+@app.command("quiet")
+@delivery
+def quiet(
+    seconds: Annotated[float, typer.Argument(
+        help="How long this worker will be silent on purpose (more than 0, at most a day; "
+             "the watcher holds it to its --quiet-max).")],
+    reason: Annotated[str, typer.Argument(help="Why: checkpoint, evaluation, ...")] = "",
+    to: Delivery = DEFAULT_DELIVERY,
+) -> None:
+    """Declare a quiet period (a checkpoint, an evaluation): the task's Stalled condition
+    waits for its end; this worker's next progress report ends it."""
+    from tidings.schemas.wire.payloads import Quiet
+
+    _check(Quiet, seconds=seconds, reason=reason)
+    _deliver(lambda em: em.quiet(seconds, reason), to)
+
+
 @app.command("fail")
 @delivery
 def fail(

@@ -172,7 +172,9 @@ def render(snap: Snapshot) -> Any:
         for w in v.workers:
             flag = ", ".join(w.flags)
             cells = [_t(w.pod), _t("-" if w.fraction is None else f"{w.fraction * 100:.1f}%"),
-                     _t(w.state, "red" if w.bad else ""), _t(flag, "red"), _t(w.message)]
+                     _t(w.state, "red" if w.bad else ""),
+                     # (quiet on purpose is no fault: only the conditions are red)
+                     _t(flag, "red" if set(w.flags) - {"quiet"} else "yellow"), _t(w.message)]
             if ends:
                 cells.append(_t(w.ended, "red" if w.ended_failed else ""))
             t.add_row(*cells)

@@ -8,6 +8,8 @@
     with tidings.span("epoch"):                 # summed per window into SpanSummary events
         train_one_epoch()
 
+    with tidings.quiet(600, "checkpoint"):      # silent on purpose: not Stalled meanwhile
+        save_checkpoint()
     with tidings.run():                         # success at the end, or a failure naming
         main()                                  # the exception (so does any uncaught crash)
 
@@ -26,7 +28,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .config import EmitterConfig, Identity
-from .core import Emitter, started_emitters
+from .core import Emitter, QuietBlock, started_emitters
 from .outcome import install_crash_hooks, install_sigterm_flush, report_failure
 from .spans import Span
 from .spans import traced as _traced
@@ -48,6 +50,7 @@ __all__ = [
     "metric",
     "pod_spawned",
     "progress",
+    "quiet",
     "record_span",
     "run",
     "set_emitter",
@@ -105,6 +108,14 @@ def metric(name: str, value: float, *, step: int | None = None) -> None:
     samples/s), at training ``step`` when given; coalesced per name. NaN and infinities are
     sent as such: the task's ``NonFiniteMetrics`` condition names them."""
     (_default or get_emitter()).metric(name, value, step=step)
+
+
+def quiet(seconds: float, reason: str = "") -> QuietBlock:
+    """Declare that this worker will be quiet on purpose for up to ``seconds`` from now (a
+    checkpoint, an evaluation): not called ``Stalled`` until that period (held to the
+    watcher's ``--quiet-max``, 1 h by default) and its usual allowance after it are over.
+    Its next progress report ends the period. Usable as ``with quiet(600, "checkpoint"):``."""
+    return (_default or get_emitter()).quiet(seconds, reason)
 
 
 def fail(message: str = "", fraction: float | None = None) -> None:

@@ -1,9 +1,9 @@
 """The Emitter's workload side: O(1) calls that never block or raise, and the control calls
 (flush, close, stats). The sending happens on one daemon thread (sender.py).
 
-Critical facts (links, decks, final progress, lineage) go through a bounded FIFO and wait for
-budget; spans fold into per-window summaries; metrics keep their latest value per name per
-window; non-final progress is one latest-wins slot.
+Critical facts (links, decks, final progress, lineage, declared quiet periods) go through a
+bounded FIFO and wait for budget; spans fold into per-window summaries; metrics keep their
+latest value per name per window; non-final progress is one latest-wins slot.
 
 Text enters here and is made valid at once (``valid_text``: a lone surrogate, what Python
 makes of invalid UTF-8 in ``argv``, becomes U+FFFD), so no text the workload hands over can
@@ -207,6 +207,22 @@ class Emitter:
         except Exception:
             pass
 
+    def quiet(self, seconds: float, reason: str = "") -> QuietBlock:
+        """Declare that this worker will be quiet on purpose for up to ``seconds`` from now
+        (a checkpoint being written, an evaluation), because of ``reason``: the task's
+        ``Stalled`` condition waits for the period (held to the watcher's ``--quiet-max``,
+        1 h by default) and the worker's usual allowance after it, and shows it quiet
+        meanwhile. Its next progress report ends the period. One event, sent at once after
+        any progress still pending (so that report does not end it); a period that is not
+        a number above 0 and at most a day is counted as invalid and not sent. Returns a
+        block for ``with``, which sends nothing more at its end."""
+        try:
+            self._put(("Quiet", {"seconds": float(seconds), "reason": _valid(reason)},
+                       time.time(), False, None))
+        except Exception:  # never into user code
+            self._counters.problem("invalid")
+        return QUIET_BLOCK
+
     def pod_spawned(self, pod_name: str, pod_uid: str, *, app: str, role: str = "",
                     attempt: int = 0, app_kind: str = "", app_api_version: str = "",
                     app_uid: str = "", namespace: str = "") -> None:
@@ -347,6 +363,24 @@ class Emitter:
             s["refused"], s["refused_by_status"] or "", s["undelivered"] + s["queued"],
             s["spans_unsent"], s["dropped_queue_full"], s["dropped_span_names"], s["invalid"],
             s["unaddressable"])
+
+
+class QuietBlock:
+    """What ``quiet`` returns: ``with quiet(600, "checkpoint"): save()`` reads as what it
+    is. The period was declared by the call; the worker's next report ends it, so the
+    block's end sends nothing (an Event per block end would spend the pod's budget on
+    what the next report says anyway)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> QuietBlock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+QUIET_BLOCK = QuietBlock()
 
 
 def _valid(v: Any) -> Any:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidings.kube.flowcontrol import TokenBucket
 from tidings.schemas.wire.kinds import KNOWN_PAYLOADS
-from tidings.schemas.wire.payloads import Metric, Progress
+from tidings.schemas.wire.payloads import Metric, Progress, Quiet
 
 from . import window
 from .aggregate import COUNT, Agg, SpanAggregator, merge
@@ -226,6 +226,8 @@ class Sender:
                 with self._slot.lock:
                     self._slot.coalesced += 1
             self._spans_before_final()
+        elif kind == Quiet.TYPE:
+            self._progress_before_quiet()
         built = self.events.build(KNOWN_PAYLOADS[kind] if kind else None, fields, t, warning,
                                   target)
         if built is not None:
@@ -242,6 +244,19 @@ class Sender:
                 self.outbox.append((*built, carried))
             elif carried[0]:
                 self._n.span_note(*carried, delivered=False)
+
+    def _progress_before_quiet(self) -> None:
+        """Queue a progress report still pending ahead of a declared quiet period: sent
+        after it, that report (made before) would end the period at once."""
+        self._progress_out = self._slot.take(self._progress_out)
+        if self._progress_out is None:
+            return
+        self._merge_window()
+        built, carried, _ = self.take_window()
+        if built is not None:
+            self.outbox.append((*built, carried))
+        elif carried[0]:
+            self._n.span_note(*carried, delivered=False)
 
     def _merge_window(self, retell: bool = True) -> None:
         dropped = merge(self.pending, self._spans.drain(), self._spans.max_names)

@@ -17,7 +17,15 @@ from lightning.pytorch import (  # type: ignore[import-not-found, unused-ignore]
 
 from tidings.emitter import Emitter
 
-from .report import EVAL_SPAN, STEP_SPAN, RunReporter, guarded, mlflow_run_url, wandb_run_url
+from .report import (
+    EVAL_SPAN,
+    QUIET_S,
+    STEP_SPAN,
+    RunReporter,
+    guarded,
+    mlflow_run_url,
+    wandb_run_url,
+)
 
 __all__ = ["TidingsCallback"]
 
@@ -27,7 +35,9 @@ class TidingsCallback(Callback):  # type: ignore[misc, unused-ignore]
 
     Every pod's progress (global step over the estimated stepping batches), the task's
     worker count (``num_nodes``: one pod per node), each training batch and each validation
-    run as spans (``train_step``, ``evaluation``: the pod's lanes in ``tidings timeline``),
+    run as spans (``train_step``, ``evaluation``: the pod's lanes in ``tidings timeline``), a
+    quiet period as each validation starts and each checkpoint is saved (``quiet_s``: the
+    pod is not Stalled while it validates or writes; its next report ends it),
     the logged metrics as Metric facts at the
     Trainer's logging interval and after each validation, the W&B or MLflow logger's run
     page as a LogLink (both from global rank 0), the end of ``fit`` as the worker's final,
@@ -35,8 +45,8 @@ class TidingsCallback(Callback):  # type: ignore[misc, unused-ignore]
     the loop.
     """
 
-    def __init__(self, emitter: Emitter | None = None) -> None:
-        self.reporter = RunReporter(emitter)
+    def __init__(self, emitter: Emitter | None = None, quiet_s: float = QUIET_S) -> None:
+        self.reporter = RunReporter(emitter, quiet_s)
         self._max_steps = 0
 
     @guarded
@@ -72,12 +82,24 @@ class TidingsCallback(Callback):  # type: ignore[misc, unused-ignore]
         # (The sanity check's validation runs before on_train_start has set the ranks.)
         self.reporter.local_rank = int(trainer.local_rank)
         self.reporter.begin_span(EVAL_SPAN)
+        if not trainer.sanity_checking:
+            self.reporter.quiet("evaluation")
 
     @guarded
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.reporter.end_span(EVAL_SPAN)
         if not trainer.sanity_checking:
             self.reporter.metrics(trainer.callback_metrics, int(trainer.global_step))
+            # The validation is over: a report ends its quiet period (a checkpoint saved
+            # after it, by ModelCheckpoint's own on_validation_end, declares its own).
+            self.reporter.step(int(trainer.global_step), self._max_steps)
+
+    @guarded
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        # Called as the checkpoint is built, before the strategy writes it: the pod is quiet
+        # on purpose until the next training batch reports.
+        self.reporter.quiet("checkpoint")
 
     @guarded
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

@@ -30,6 +30,13 @@ MLFLOW_PUBLIC_URL_ENV = "TIDINGS_MLFLOW_URL"
 STEP_SPAN = "train_step"
 EVAL_SPAN = "evaluation"
 
+#: How long a framework callback declares its pod quiet on purpose before a checkpoint is
+#: saved or an evaluation runs, in seconds (the watcher holds it to its ``--quiet-max``, 1 h
+#: by default): the pod is not called Stalled meanwhile. Its next progress report, sent as
+#: the checkpoint or the evaluation ends, ends the period; so a save that hangs is Stalled
+#: this long (and the usual allowance) after it began. 0: never declared.
+QUIET_S = 1800.0
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -63,8 +70,9 @@ class RunReporter:
     pod). Every rank reports its own crash: one failed rank fails the task.
     """
 
-    def __init__(self, emitter: Emitter | None = None) -> None:
+    def __init__(self, emitter: Emitter | None = None, quiet_s: float = QUIET_S) -> None:
         self._emitter = emitter
+        self.quiet_s = quiet_s
         self.global_rank = 0
         self.local_rank = 0
         self.world_size = 1
@@ -98,6 +106,13 @@ class RunReporter:
     def step(self, step: int, max_steps: int) -> None:
         if self.reports_progress and max_steps > 0:
             self.emitter.progress(min(1.0, step / max_steps), f"step {step}/{max_steps}")
+
+    def quiet(self, reason: str) -> None:
+        """The pod is about to be quiet on purpose (``reason``: a checkpoint, an evaluation)
+        for up to ``quiet_s`` (local rank 0, as its progress; one event). Its next progress
+        report ends the period: call ``step`` again as the quiet work ends."""
+        if self.reports_progress and self.quiet_s > 0:
+            self.emitter.quiet(self.quiet_s, reason)
 
     def begin_span(self, name: str) -> None:
         """A span of this pod's work starts (local rank 0: the pod's lane in the timeline);

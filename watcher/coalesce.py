@@ -32,7 +32,7 @@ from tidings.kube.flowcontrol import Backoff
 from tidings.schemas.engine.state import TaskState
 from tidings.schemas.wire.event import ParsedEvent
 from tidings.schemas.wire.kinds import COALESCIBLE, CRITICAL, Urgency, urgency
-from tidings.schemas.wire.payloads import Progress, Window
+from tidings.schemas.wire.payloads import Progress, Quiet, Window
 
 K = TypeVar("K", bound=Hashable)
 
@@ -55,9 +55,10 @@ def critical_change(before: TaskState, after: TaskState, events: Iterable[Parsed
 
 
 def reporters(events: Iterable[ParsedEvent]) -> set[str]:
-    """The pods whose progress reports ``events`` hold (a Progress, or a window with one)."""
+    """The pods whose progress reports ``events`` hold (a Progress, or a window with one), or
+    a quiet period they declared: either moves when the pod's silence is judged."""
     return {ev.sender.name for ev in events if type(p := ev.payload) is Progress
-            or (type(p) is Window and p.progress is not None)}
+            or type(p) is Quiet or (type(p) is Window and p.progress is not None)}
 
 
 def ends_stall(reporting: Collection[str], stalled: Collection[str], more: bool) -> bool:

@@ -19,7 +19,7 @@ from operator import attrgetter
 from typing import TypeVar, cast
 
 from ..wire.caps import K, events_of, insert_capped, one_each
-from ..wire.constants import MESSAGE_LIMIT, non_finite_text
+from ..wire.constants import MESSAGE_LIMIT, QUIET_REASON_LIMIT, non_finite_text
 from ..wire.event import ParsedEvent
 from ..wire.history import merge as merge_report
 from ..wire.kinds import KINDS, Kind, Report
@@ -28,6 +28,7 @@ from ..wire.payloads import (
     Payload,
     PodSpawned,
     Progress,
+    Quiet,
     SpanSummaries,
     SpanSummary,
     UnknownPayload,
@@ -45,6 +46,7 @@ from .roster import (
     OrderKey,
     Pace,
     PodEnd,
+    QuietPeriod,
     Roster,
     epoch_ms,
     mark_bits,
@@ -172,6 +174,7 @@ def _merge_roster(w: Work, ev: ParsedEvent, p: Progress, key: OrderKey, heard: d
                 w.failures += 1
         if new & FINAL:  # (a final ends the pod's pace, whichever came first)
             paces.pop(h, None)
+            w.unquiet(h)
         else:
             _join_pace(paces, h, pod, key[0], heard, fn)
     elif len(marks) < w.lim.roster:
@@ -181,8 +184,12 @@ def _merge_roster(w: Work, ev: ParsedEvent, p: Progress, key: OrderKey, heard: d
             w.relive(h, Life(born, uid))
         if not p.final:
             _join_pace(paces, h, pod, key[0], heard, bits & FRACTION_MASK)
+        else:
+            w.unquiet(h)
     elif h > w.top_mark():
         w.bump("roster_capped")
+        if p.final:
+            w.unquiet(h)
     else:
         largest = w.swap_top_mark(h)
         gone = marks.pop(largest)
@@ -195,6 +202,8 @@ def _merge_roster(w: Work, ev: ParsedEvent, p: Progress, key: OrderKey, heard: d
         w.relive(h, Life(born, uid))
         if not p.final:
             _join_pace(paces, h, pod, key[0], heard, bits & FRACTION_MASK)
+        else:
+            w.unquiet(h)
     _merge_registers(w, pod, p, key)
     return said
 
@@ -219,20 +228,23 @@ def _join_pace(paces: dict[int, Pace], h: int, pod: str, t: datetime, heard: dat
                pm: int) -> None:
     """Join a report at ``t`` with ``pm``, received at ``heard``, into the pace of pod ``h``
     (roster.Pace says the rule: the earliest and the latest by (time, fraction), a count,
-    the latest time heard); inline, since every Progress passes here."""
+    the latest time heard, the lowest by (fraction, latest time)); inline, since every
+    Progress passes here."""
     ms = epoch_ms(t)
     hms = epoch_ms(heard)
     cur = paces.get(h)
     if cur is None:
-        paces[h] = _new_mark(Pace, (pod, 1, ms, pm, ms, pm, hms))
+        paces[h] = _new_mark(Pace, (pod, 1, ms, pm, ms, pm, hms, ms, pm))
         return
-    name, n, first_ms, first_pm, last_ms, last_pm, heard_ms = cur
+    name, n, first_ms, first_pm, last_ms, last_pm, heard_ms, low_ms, low_pm = cur
     if ms < first_ms or (ms == first_ms and pm < first_pm):
         first_ms, first_pm = ms, pm
     if ms > last_ms or (ms == last_ms and pm > last_pm):
         last_ms, last_pm = ms, pm
+    if pm < low_pm or (pm == low_pm and ms > low_ms):
+        low_ms, low_pm = ms, pm
     paces[h] = _new_mark(Pace, (name, n + 1, first_ms, first_pm, last_ms, last_pm,
-                                hms if hms > heard_ms else heard_ms))
+                                hms if hms > heard_ms else heard_ms, low_ms, low_pm))
 
 
 def _count(entries: dict[K, int], key: K, cap: int) -> int:
@@ -278,6 +290,7 @@ class Work:
         "others_w",
         "paces_w",
         "permyriads",
+        "quiet_w",
         "spans_w",
         "state",
         "unknown_w",
@@ -299,6 +312,7 @@ class Work:
         # The pods' ends, copied when a new life of a name with an end picks its own.
         self.ends_w: dict[int, PodEnd] | None = None
         self.others_w: dict[int, Mapping[int, PodEnd]] = {}
+        self.quiet_w: dict[int, QuietPeriod] | None = None  # (copied on the first change)
 
     def registers(self, section: str) -> dict[str, Named]:
         """The run's copy of the named kind ``section``'s registers."""
@@ -367,15 +381,28 @@ class Work:
         if h in ends:
             place_end(ends, self.others_w, h, life)
 
+    def quiet(self) -> dict[int, QuietPeriod]:
+        """The run's copy of the roster's quiet periods."""
+        if self.quiet_w is None:
+            self.quiet_w = dict(self.state.roster.quiet)
+        return self.quiet_w
+
+    def unquiet(self, h: int) -> None:
+        """The pod ``h`` has a final: a quiet period it declared is over."""
+        if h in (self.state.roster.quiet if self.quiet_w is None else self.quiet_w):
+            del self.quiet()[h]
+
     def roster(self) -> Roster:
         if self.marks_w is None:
-            return self.state.roster
+            r = self.state.roster
+            return r if self.quiet_w is None else r._replace(quiet=self.quiet_w)
         r = self.state.roster
         ends = r.ends if self.ends_w is None else self.ends_w
         out = Roster(self.marks_w, self.declared, self.finals, self.failures,
                      self.permyriads, self.first_failure, self.last_final, ends,
                      paces=self.paces_w, lives=self.lives_w,
-                     other_ends=r.other_ends if self.ends_w is None else self.others_w)
+                     other_ends=r.other_ends if self.ends_w is None else self.others_w,
+                     quiet=r.quiet if self.quiet_w is None else self.quiet_w)
         # The pods' ends count only for pods without a final of their own: a new mark or
         # final moves those tallies (rarely: only a task with an ended pod has ends).
         return with_ends(out) if ends else out
@@ -464,6 +491,37 @@ def _named_apply(kind: Kind, model: type) -> Apply:
     return apply
 
 
+def _apply_quiet(w: Work, ev: ParsedEvent, p: Quiet, t: datetime) -> None:
+    """A worker's declared quiet period: the latest it declared (roster.Quiet, a join),
+    while it has no final; the ``roster`` cap smallest pods kept, as its marks are."""
+    w.bump("quiet_declared")
+    pod = ev.sender.name
+    h = pod_hash(pod)
+    marks = w.state.roster.marks if w.marks_w is None else w.marks_w
+    m = marks.get(h)
+    if m is not None and m.bits & FINAL:
+        return
+    created = ev.created
+    heard_ms = epoch_ms(t if created is None else created)
+    q = QuietPeriod(pod, heard_ms, epoch_ms(t), max(1, round(p.seconds * 1000)),
+                    cut_text(p.reason, QUIET_REASON_LIMIT))
+    quiet = w.state.roster.quiet if w.quiet_w is None else w.quiet_w
+    cur = quiet.get(h)
+    if cur is not None:
+        if q > cur:
+            w.quiet()[h] = q
+        return
+    cap = w.lim.roster
+    if len(quiet) >= cap:
+        largest = max(quiet, default=-1)
+        if h > largest or cap <= 0:
+            w.bump("quiet_capped")
+            return
+        del w.quiet()[largest]
+        w.bump("quiet_capped")
+    w.quiet()[h] = q
+
+
 def _apply_pod_spawned(w: Work, ev: ParsedEvent, p: PodSpawned, t: datetime) -> None:
     w.bump("pods_spawned")
 
@@ -485,6 +543,7 @@ _FAMILY_APPLY: dict[type, Apply] = {
     SpanSummaries: cast(Apply, _apply_spans),
     Progress: cast(Apply, _apply_progress),
     Window: cast(Apply, _apply_window),
+    Quiet: cast(Apply, _apply_quiet),
     PodSpawned: cast(Apply, _apply_pod_spawned),
     UnknownPayload: cast(Apply, _apply_unknown),
 }

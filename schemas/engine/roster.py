@@ -24,6 +24,8 @@ from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import NamedTuple
 
+from ..wire.constants import QUIET_LIMIT_S, QUIET_REASON_LIMIT
+
 OrderKey = tuple[datetime, str, int]
 
 # A mark's bits: the fraction in 1/10,000 (what Progress keeps: four decimals), then flags.
@@ -108,14 +110,20 @@ class Life(NamedTuple):
 class Pace(NamedTuple):
     """A running reporting pod's pace, what health judges it by: its name, how many Progress
     reports it joins, the first and the latest of them, each as (epoch milliseconds of its
-    order time, fraction in 1/10,000), and when the latest report was received (``heard_ms``:
+    order time, fraction in 1/10,000), when the latest report was received (``heard_ms``:
     the largest API server ``creationTimestamp`` of its events, whole seconds; the order
-    time for an event without one). On a tie of times the smaller fraction is the first and
-    the larger the latest, so the join is a function of the set of reports.
+    time for an event without one), and its lowest report (``low_ms``, ``low_pm``: the
+    smallest fraction, the latest such). On a tie of times the smaller fraction is the
+    first and the larger the latest, so the join is a function of the set of reports.
 
     The pace and the report interval are the sender's own durations (a clock that is off
     by a constant cancels out in them); silence is counted from ``heard_ms`` alone: a sender
-    whose clock is minutes behind would otherwise look silent for minutes."""
+    whose clock is minutes behind would otherwise look silent for minutes.
+
+    A worker resumed from an earlier checkpoint reports less than it did: its pace from its
+    first report is not forward though it moves again. Its pace is counted from its lowest
+    report, where its latest run began (a minimum, so still a join); a worker that starts
+    at 0 and reports it a few times is likewise judged from when it began to move."""
 
     pod: str
     reports: int
@@ -124,14 +132,35 @@ class Pace(NamedTuple):
     last_ms: int
     last_pm: int
     heard_ms: int
+    low_ms: int
+    low_pm: int
 
     @property
     def rate(self) -> float | None:
-        """Progress per second from its first report to its latest, negative when it went
-        back (None: no time between them)."""
+        """Progress per second since its lowest report; when no time lies between that and
+        the latest (it just went back, or never moved), from its first report: then 0 or
+        negative (None: no time between them either)."""
+        span = self.last_ms - self.low_ms
+        if span > 0:
+            return (self.last_pm - self.low_pm) / FRACTION_SCALE / (span / 1000)
         span = self.last_ms - self.first_ms
         return (self.last_pm - self.first_pm) / FRACTION_SCALE / (span / 1000) \
             if span > 0 else None
+
+
+class QuietPeriod(NamedTuple):
+    """A worker's declared quiet period (payloads.Quiet), the latest it declared: when the
+    API server received it (``heard_ms``, whole seconds: the period counts from it), its
+    order time (``at_ms``: of a report received in the same second, the later one by it
+    ends the period), the period declared (``ms``) and why. The latest by (heard, order
+    time, period, reason) wins: a join. It holds until the worker's next report (a
+    report received after it: schemas/status/health.py)."""
+
+    pod: str
+    heard_ms: int
+    at_ms: int
+    ms: int
+    reason: str
 
 
 def epoch_ms(t: datetime) -> int:
@@ -175,6 +204,9 @@ class Roster(NamedTuple):
     # fingerprint): ``ends`` holds the end of the mark's life when one is known, else the
     # largest (``place_end``), so no life's end is lost to another's.
     other_ends: Mapping[int, Mapping[int, PodEnd]] = {}
+    # The quiet period each pod without a final declared last (by pod hash, the ``roster``
+    # cap smallest kept): what Stalled reads beside its pace.
+    quiet: Mapping[int, QuietPeriod] = {}
 
     def end_of(self, h: int) -> PodEnd | None:
         """The end that decides the pod ``h``'s outcome: its pod's, when it reported no
@@ -543,8 +575,10 @@ def roster_of(records: Iterable[tuple[str, float, bool, bool, int, OrderKey, str
 
 # --- the status text of the paces ---------------------------------------------------------
 # Per pod, sorted by name, ``<pod> <reports> <first ms> <first 1/10,000> <latest - first ms>
-# <latest 1/10,000>[ <heard - latest ms>]`` (the last only when it is not 0: a status written
-# before it was kept reads as heard at the latest report's time); ``PACES_PER_ITEM`` of them,
+# <latest 1/10,000>[ <heard - latest ms>[ <lowest - first ms> <lowest 1/10,000>]]`` (the
+# heard time only when it is not 0 or a lowest report follows: a status written before it
+# was kept reads as heard at the latest report's time; the lowest report only when it is not
+# the first, which a status written before it was kept reads it as); ``PACES_PER_ITEM`` of them,
 # comma-separated, in one string (one JSON value for many pods: a status write's cost grows
 # with its values). About 40 characters a pod; the status budget gives items up from the
 # last (the largest names).
@@ -552,12 +586,17 @@ PACES_PER_ITEM = 64
 _POD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-")
 
 
+def _pace_text(p: Pace) -> str:
+    low = (p.low_ms, p.low_pm) != (p.first_ms, p.first_pm)
+    return (f"{p.pod} {p.reports} {p.first_ms} {p.first_pm} {p.last_ms - p.first_ms} "
+            f"{p.last_pm}" + (f" {p.heard_ms - p.last_ms}" if low or p.heard_ms != p.last_ms
+                              else "")
+            + (f" {p.low_ms - p.first_ms} {p.low_pm}" if low else ""))
+
+
 def encode_paces(paces: Mapping[int, Pace]) -> list[str]:
     ordered = sorted(paces.values())
-    return [",".join(f"{p.pod} {p.reports} {p.first_ms} {p.first_pm} "
-                     f"{p.last_ms - p.first_ms} {p.last_pm}"
-                     + (f" {p.heard_ms - p.last_ms}" if p.heard_ms != p.last_ms else "")
-                     for p in ordered[i:i + PACES_PER_ITEM])
+    return [",".join(_pace_text(p) for p in ordered[i:i + PACES_PER_ITEM])
             for i in range(0, len(ordered), PACES_PER_ITEM)]
 
 
@@ -569,20 +608,48 @@ def decode_paces(item: str) -> dict[int, Pace]:
         parts = record.split(" ")
         # (Only the first time may be negative, an order time before 1970, and when it was
         # heard, to within the clock skew allowed before the latest order time.)
-        if len(parts) not in (6, 7) or not all(
+        if len(parts) not in (6, 7, 9) or not all(
                 p.isascii() and p.isdigit() and len(p) <= 15
                 for p in (parts[2].removeprefix("-"), *parts[3:6],
-                          *(x.removeprefix("-") for x in parts[6:]))) \
+                          *(x.removeprefix("-") for x in parts[6:7]), *parts[7:])) \
                 or not (parts[1].isascii() and parts[1].isdigit() and len(parts[1]) <= 18):
             raise ValueError("bad pace")
         pod = parts[0]
         reports, first_ms, first_pm, span, last_pm = map(int, parts[1:6])
         last_ms = first_ms + span
-        heard_ms = last_ms + int(parts[6]) if len(parts) == 7 else last_ms
+        heard_ms = last_ms + int(parts[6]) if len(parts) >= 7 else last_ms
+        low_ms, low_pm = (first_ms + int(parts[7]), int(parts[8])) if len(parts) == 9 \
+            else (first_ms, first_pm)
         if not (0 < len(pod) <= 253 and set(pod) <= _POD_CHARS and reports >= 1
                 and first_pm <= FRACTION_SCALE and last_pm <= FRACTION_SCALE
-                and abs(first_ms) < 2**48 and last_ms < 2**48 and abs(heard_ms) < 2**48):
+                and abs(first_ms) < 2**48 and last_ms < 2**48 and abs(heard_ms) < 2**48
+                and low_ms <= last_ms and low_pm <= first_pm and low_pm <= last_pm):
             raise ValueError("bad pace")
         out[pod_hash(pod)] = Pace(pod, reports, first_ms, first_pm, last_ms, last_pm,
-                                  heard_ms)
+                                  heard_ms, low_ms, low_pm)
     return out
+
+
+# --- the status text of the quiet periods -------------------------------------------------
+# One item per pod, sorted by name: ``<pod> <heard ms> <order time - heard ms> <period ms>
+# <reason>`` (the reason last: it may hold spaces).
+
+
+def encode_quiet(quiet: Mapping[int, QuietPeriod]) -> list[str]:
+    return [f"{q.pod} {q.heard_ms} {q.at_ms - q.heard_ms} {q.ms} {q.reason}"
+            for q in sorted(quiet.values())]
+
+
+def decode_quiet(item: str) -> tuple[int, QuietPeriod]:
+    """One item of ``encode_quiet``; ValueError on anything it could not have written."""
+    parts = item.split(" ", 4)
+    if len(parts) != 5 or not all(p.removeprefix("-").isascii() and p.removeprefix("-").isdigit()
+                                  and len(p) <= 16 for p in parts[1:4]):
+        raise ValueError("bad quiet period")
+    pod, reason = parts[0], parts[4]
+    heard_ms, delta, ms = map(int, parts[1:4])
+    if not (0 < len(pod) <= 253 and set(pod) <= _POD_CHARS and abs(heard_ms) < 2**48
+            and abs(delta) < 2**48 and 0 < ms <= QUIET_LIMIT_S * 1000
+            and len(reason) <= QUIET_REASON_LIMIT):
+        raise ValueError("bad quiet period")
+    return pod_hash(pod), QuietPeriod(pod, heard_ms, heard_ms + delta, ms, reason)

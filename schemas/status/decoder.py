@@ -43,6 +43,7 @@ from ..engine.roster import (
     OrderKey,
     Pace,
     PodEnd,
+    QuietPeriod,
     Roster,
     counts,
     decode_ends,
@@ -50,6 +51,7 @@ from ..engine.roster import (
     decode_marks,
     decode_other_ends,
     decode_paces,
+    decode_quiet,
     epoch_ms,
     mark_bits,
     place_end,
@@ -144,7 +146,7 @@ def _no_key(item: Any) -> None:
 
 _ITEM_KEYS: dict[str, Callable[[Any], Any]] = {
     "workers": _worker_key, "pods": _pod_key, "podOutcomes": _verdict_key,
-    "waitingPods": _verdict_key, "paces": _no_key}
+    "waitingPods": _verdict_key, "paces": _no_key, "quiet": _no_key}
 
 
 @dataclass(frozen=True, slots=True)
@@ -523,8 +525,36 @@ def _paces(st: Mapping[str, Any], roster: Roster, workers: Mapping[str, Progress
             continue
         first_at, first_fraction = (w.at, w.fraction) if w.first_at is None \
             else (w.first_at, w.first_fraction)
-        out[h] = Pace(pod, w.events, epoch_ms(first_at[0]), mark_bits(first_fraction, False, False),
-                      epoch_ms(w.at[0]), mark_bits(w.fraction, False, False), epoch_ms(w.at[0]))
+        first_ms, first_pm = epoch_ms(first_at[0]), mark_bits(first_fraction, False, False)
+        out[h] = Pace(pod, w.events, first_ms, first_pm, epoch_ms(w.at[0]),
+                      mark_bits(w.fraction, False, False), epoch_ms(w.at[0]), first_ms,
+                      first_pm)
+    return out
+
+
+def _quiet(st: Mapping[str, Any], roster: Roster, lim: Limits, r: _Reading
+           ) -> dict[int, QuietPeriod]:
+    """The quiet periods ``quiet`` holds of pods without a final (an unreadable item goes to
+    ``r``), the ``roster`` cap smallest pods."""
+    data = st.get("quiet", [])
+    if not isinstance(data, list):
+        r.whole("quiet", ValueError("not a list"))
+        return {}
+    out: dict[int, QuietPeriod] = {}
+    marks = roster.marks
+    for item in data:
+        try:
+            _need(isinstance(item, str), "bad quiet period")
+            h, q = decode_quiet(item)
+        except Exception as e:
+            r.item("quiet", item, e)
+            continue
+        m = marks.get(h)
+        if m is None or not m.bits & FINAL:
+            cur = out.get(h)
+            out[h] = q if cur is None or q > cur else cur
+    if len(out) > lim.roster:
+        out = dict(sorted(out.items())[:lim.roster])
     return out
 
 
@@ -687,7 +717,8 @@ def _from_status(task: TaskRef, st: Mapping[str, Any], lim: Limits, r: _Reading)
     except Exception as e:
         r.whole("roster", e)
         roster, c7 = _roster(None, workers, lim)  # (shown, never written: the read is partial)
-    roster = roster._replace(paces=_paces(st, roster, workers, r))
+    roster = roster._replace(paces=_paces(st, roster, workers, r),
+                             quiet=_quiet(st, roster, lim, r))
     for name, extra in (
         ("spans_capped", c3),
         ("pods_capped", c4),

@@ -25,6 +25,7 @@ from ..engine.roster import (
     encode_marks,
     encode_other_ends,
     encode_paces,
+    encode_quiet,
 )
 from ..engine.state import COUNTER_NAMES, Beyond, Named, SpanAgg, TaskState, us
 from ..engine.workers import ProgressState
@@ -217,6 +218,8 @@ def _status(state: TaskState, health: Judgment | None) -> dict[str, Any]:
         st["roster"] = _roster_json(state.roster)
     if state.roster.paces:
         st["paces"] = encode_paces(state.roster.paces)
+    if state.roster.quiet:
+        st["quiet"] = encode_quiet(state.roster.quiet)
     _observed_json(state.observed, st)
     if state.pod_events:
         st["pods"] = [pod_record(n, u, c) for (n, u), c in sorted(state.pod_events.items())]

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from tidings._compat import UTC
 
-from ..engine.roster import Pace, pod_hash
+from ..engine.roster import Pace, QuietPeriod, pod_hash
 from ..wire.constants import non_finite_text
 from ..wire.contract import RUNNING, condition
 from ..wire.times import format_seconds
@@ -245,6 +245,35 @@ def _at_us(us: int) -> datetime:
     return _EPOCH + timedelta(microseconds=us)
 
 
+class Held(NamedTuple):
+    """A running worker quiet on purpose (payloads.Quiet): why, until when its declared
+    period runs (as held to the watcher's ``quiet_max``), and whether that cap cut it."""
+
+    reason: str
+    until: datetime
+    clipped: bool
+
+
+class Silent(NamedTuple):
+    """What Stalled judged: the running workers, and those it did not call stalled only
+    because they declared a quiet period still running (by pod)."""
+
+    run: Running
+    held: Mapping[str, Held]
+
+
+def _quiet_end(quiet: Mapping[int, QuietPeriod], pod: str, heard_ms: int, last_ms: int,
+               cap_ms: float) -> tuple[QuietPeriod, int] | None:
+    """The quiet period ``pod`` declared after its latest report (heard at ``heard_ms``, of
+    order time ``last_ms``), and when it ends, in epoch ms: from when it was received, held
+    to ``cap_ms`` (a sender cannot keep health quiet for ever); None: none holds. Its next
+    report ends it."""
+    q = quiet.get(pod_hash(pod))
+    if q is None or (q.heard_ms, q.at_ms) < (heard_ms, last_ms):
+        return None
+    return q, q.heard_ms + int(min(q.ms, cap_ms))
+
+
 def _stalled(state: TaskState, now: datetime | None, s: HealthSettings) -> Found | None:
     if now is None:
         return None  # silence is judged at a time, or not at all
@@ -253,27 +282,53 @@ def _stalled(state: TaskState, now: datetime | None, s: HealthSettings) -> Found
     run = _running(state)
     now_us = _us(now)
     stalled: dict[str, Silence] = {}
+    held: dict[str, Held] = {}
     soonest: int | None = None
     factor, least, unpaced = s["stall_factor"], s["stall_min"], s["stall_unpaced"]
-    for pod, reports, first_ms, _, last_ms, _, heard_ms in run.paces:
+    quiet, cap_ms = state.roster.quiet, s["quiet_max"] * 1000
+    quiet = quiet if cap_ms > 0 else {}
+    for pod, reports, first_ms, _, last_ms, _, heard_ms, _, _ in run.paces:
         limit, interval = _allowed(reports, last_ms - first_ms, factor, least, unpaced)
-        onset = _onset_us(heard_ms, limit)
+        onset = usual = _onset_us(heard_ms, limit)
+        # A quiet period declared after the latest report counts like a report at its end:
+        # the usual allowance runs from there.
+        ends = _quiet_end(quiet, pod, heard_ms, last_ms, cap_ms) if quiet else None
+        if ends is not None:
+            onset = max(onset, _onset_us(ends[1], limit))
         if onset > _LAST_US:
             continue
         if now_us >= onset:
             stalled[pod] = Silence(_at_us(heard_ms * 1000), limit, interval)
-        elif soonest is None or onset < soonest:
+            continue
+        if ends is not None and onset > usual:
+            if now_us >= usual:
+                q, end_ms = ends
+                held[pod] = Held(q.reason, _at_us(end_ms * 1000), q.ms > cap_ms)
+            elif soonest is None or usual < soonest:
+                soonest = usual  # (then it is shown quiet: a change)
+        if soonest is None or onset < soonest:
             soonest = onset
     return Found(dict(sorted(stalled.items())), None if soonest is None else _at_us(soonest),
-                 run, run.unjudged)
+                 Silent(run, dict(sorted(held.items()))), run.unjudged)
+
+
+def _held_says(held: Mapping[str, Held]) -> str:
+    """The workers quiet on purpose, as a clause ("" when none is)."""
+    if not held:
+        return ""
+    details = (f"{pod} ({x.reason or 'no reason given'}) until {format_seconds(x.until)}"
+               + (" (a longer period declared, held to the watcher's cap)" if x.clipped else "")
+               for pod, x in held.items())
+    return f"{_workers(len(held))} quiet on purpose: " + _names(details, len(held))
 
 
 def _stalled_says(state: TaskState, found: Found, now: datetime | None) -> Said:
     stalled: Mapping[str, Silence] = found.named
-    run: Running | None = found.context
-    if state.phase != RUNNING or run is None:
+    ctx: Silent | None = found.context
+    if state.phase != RUNNING or ctx is None:
         return Said("NotRunning", "the task is not running")
-    rest = run.not_judged()
+    run = ctx.run
+    rest = "; ".join(x for x in (_held_says(ctx.held), run.not_judged()) if x)
     if stalled and now is not None:
         first = min(stalled.values(), key=lambda x: x.since + timedelta(seconds=x.limit))
         details = (f"{pod} silent for {_duration((now - x.since).total_seconds())}"
@@ -284,9 +339,13 @@ def _stalled_says(state: TaskState, found: Found, now: datetime | None) -> Said:
         return Said("NoProgressReports", said + (f"; {rest}" if rest else ""),
                     first.since + timedelta(seconds=first.limit))
     judged = len(run.paces)
-    if rest:
+    if run.not_judged():
         return Said("NotJudged", f"{_workers(judged, 'running worker')} reported within "
                     f"{'its' if judged == 1 else 'their'} pace; {rest}")
+    tail = f"; {rest}" if rest else ""
+    if ctx.held:
+        return Said("QuietOnPurpose", f"no running worker is silent beyond its pace or the "
+                    f"quiet period it declared{tail}")
     if judged == 1:
         return Said("Reporting", "the running worker reported within its pace")
     if judged == 0:
@@ -328,8 +387,8 @@ def _non_finite_says(state: TaskState, found: Found, now: datetime | None) -> Sa
 
 class Paces(NamedTuple):
     """What Straggling judged: the running workers, how many of them have a pace (progress
-    per second: two reports at different times), the median of those paces (None: too few
-    to judge), and the newest report they rest on."""
+    per second: two reports at different times), the median of the forward ones (None: too
+    few to judge, or none forward), and the newest report they rest on."""
 
     run: Running
     paced: int
@@ -342,11 +401,15 @@ def _straggling(state: TaskState, now: datetime | None, s: HealthSettings) -> Fo
     if state.phase != RUNNING:
         return Found({})
     run = _running(state)
-    # A pace may be negative (progress went back, 0.5 then 0.1): that worker is behind.
+    # A pace is counted since the worker's lowest report (roster.Pace: a worker resumed
+    # from an earlier checkpoint is judged by its latest run); one that is not forward (it
+    # just went back, or is stuck) may be behind, but is no part of the median: two
+    # restarted workers would otherwise make the median not forward and hide a stuck one.
     rates = {p.pod: rate for p in run.paces if (rate := p.rate) is not None}
     newest = max((p.heard_ms for p in run.paces), default=None)
     need = max(2, int(s["straggle_min_workers"]))
-    median = statistics.median(rates.values()) if len(rates) >= need else None
+    forward = [rate for rate in rates.values() if rate > 0]
+    median = statistics.median(forward) if len(rates) >= need and forward else None
     straggling: dict[str, float] = {}  # pod -> its pace over the median pace
     if median is not None and median > 0:
         straggling = {pod: rate / median for pod, rate in sorted(rates.items())
@@ -367,12 +430,12 @@ def _straggling_says(state: TaskState, found: Found, now: datetime | None) -> Sa
         said = _names(paces, len(named)) + f" ({len(named)} of {ctx.paced} with a pace)"
         return Said("BehindMedianPace", said + (f"; {rest}" if rest else ""), ctx.newest)
     tail = f"; {rest}" if rest else ""
-    if ctx.median is None:
+    if ctx.median is None and ctx.paced < ctx.need:
         return Said("TooFewPaced", f"{_workers(ctx.paced, 'running worker')} with a pace, "
                     f"fewer than the {ctx.need} Straggling is judged among" + tail)
-    if ctx.median <= 0:
-        return Said("NoStraggler", f"the median pace of {_workers(ctx.paced, 'running worker')}"
-                    " is not forward: none is behind it" + tail)
+    if ctx.median is None:
+        return Said("NoStraggler", f"no pace of {_workers(ctx.paced, 'running worker')} is "
+                    "forward: none is behind another" + tail)
     if ctx.paced == ctx.run.workers and not rest:
         return Said("NoStraggler", f"none of the {ctx.paced} running workers far behind the "
                     "median pace")
@@ -389,7 +452,11 @@ HEALTH: tuple[HealthCondition, ...] = (
         Threshold("stall_min", 60.0, "... and at least this many seconds (a worker reporting "
                   "every second: Stalled after a minute).", minimum=1, unit=" s"),
         Threshold("stall_unpaced", 600.0, "Seconds of silence after which a worker that has "
-                  "reported only once (no pace yet) is Stalled.", minimum=1, unit=" s"))),
+                  "reported only once (no pace yet) is Stalled.", minimum=1, unit=" s"),
+        Threshold("quiet_max", 3600.0, "The longest quiet period a worker may declare "
+                  "(tidings.emitter.quiet: a checkpoint, an evaluation) before it is judged "
+                  "again: a longer one is held to this (0: declarations are ignored).",
+                  minimum=0, maximum=86400, unit=" s"))),
     # lastTransitionTime: the earliest non-finite value.
     HealthCondition("NonFiniteMetrics", "nonFinite", "metric", "", _non_finite,
                     _non_finite_says),
@@ -474,6 +541,9 @@ def conditions(state: TaskState, health: Health) -> list[dict[str, Any]]:
     return out
 
 
+# The ``status.health`` list of the running workers quiet on purpose (the view flags each).
+QUIET_LIST = "quiet"
+
 # Names a ``status.health`` list holds at most (the smallest; ``counts`` says how many in
 # all), so a task of 10,000 stalled workers has a small status.
 NAMES_LISTED = 64
@@ -486,7 +556,8 @@ def _listed(named: Mapping[str, Any]) -> list[str]:
 def health_json(health: Health) -> dict[str, Any]:
     """``status.health``: the summary (a printer column), when it was evaluated, and what
     each condition names (the ``NAMES_LISTED`` smallest, sorted; ``counts``: how many in
-    all): the lists of pods first, then those of metrics."""
+    all): the lists of pods first, then those of metrics; then the running workers not
+    called stalled only because a quiet period they declared still runs (``quiet``)."""
     out: dict[str, Any] = {"summary": health.summary}
     if health.evaluated_at is not None:
         out["evaluatedAt"] = format_seconds(health.evaluated_at)
@@ -496,6 +567,11 @@ def health_json(health: Health) -> dict[str, Any]:
         if named:
             out[c.names] = _listed(named)
             counts[c.names] = len(named)
+    f = health.found.get(_STALLED.type)
+    held = f.context.held if f is not None and isinstance(f.context, Silent) else {}
+    if held:
+        out[QUIET_LIST] = _listed(held)
+        counts[QUIET_LIST] = len(held)
     if counts:
         out["counts"] = counts
     return out
@@ -527,19 +603,30 @@ def next_stall(state: TaskState, now: datetime,
     watcher asks after every fold that moved a pace."""
     if state.phase != RUNNING:
         return None
-    return _soonest(_running(state).paces, now, settings)
+    return _soonest(_running(state).paces, now, settings, state.roster.quiet)
 
 
-def _soonest(paces: Iterable[Pace], now: datetime, settings: HealthSettings
-             ) -> datetime | None:
+def _soonest(paces: Iterable[Pace], now: datetime, settings: HealthSettings,
+             quiet: Mapping[int, QuietPeriod]) -> datetime | None:
     """The earliest time after ``now`` the silence of one of ``paces`` passes its limit."""
     now_us = _us(now)
     soonest: int | None = None
     factor, least, unpaced = (settings["stall_factor"], settings["stall_min"],
                               settings["stall_unpaced"])
-    for _, reports, first_ms, _, last_ms, _, heard_ms in paces:
+    cap_ms = settings["quiet_max"] * 1000
+    quiet = quiet if cap_ms > 0 else {}
+    for pod, reports, first_ms, _, last_ms, _, heard_ms, _, _ in paces:
         onset = _onset_us(heard_ms, _allowed(reports, last_ms - first_ms, factor, least,
                                              unpaced)[0])
+        if quiet and (ends := _quiet_end(quiet, pod, heard_ms, last_ms, cap_ms)) is not None:
+            # (A worker quiet on purpose changes twice: shown quiet when its usual limit
+            # passes, stalled when the period and the allowance after it are over.)
+            later = _onset_us(ends[1], _allowed(reports, last_ms - first_ms, factor, least,
+                                                unpaced)[0])
+            if later > onset:
+                if now_us < onset and (soonest is None or onset < soonest):
+                    soonest = onset
+                onset = later
         if now_us < onset <= _LAST_US and (soonest is None or onset < soonest):
             soonest = onset
     return None if soonest is None else _at_us(soonest)
@@ -556,7 +643,7 @@ def next_stall_of(state: TaskState, pods: Iterable[str], now: datetime,
     r = state.roster
     paces = [p for h in {pod_hash(pod) for pod in pods}
              if (p := r.paces.get(h)) is not None and not (r.pod_finals and r.end_of(h))]
-    return _soonest(paces, now, settings)
+    return _soonest(paces, now, settings, r.quiet)
 
 
 def stalled_since_written(state: TaskState, status: Any, settings: HealthSettings,

@@ -112,7 +112,8 @@ class WorkerRow:
     failed attempt under a platform that decides (retried), or running; ``bad`` says it is
     bad news. ``ended``: how its pod ended, as the kubelet says (``Failed: OOMKilled (exit
     137)``), when it did. ``flags``: the health conditions that name it, each by its word
-    (schemas/status/health.py's registry: ``stalled``, ``straggling``)."""
+    (schemas/status/health.py's registry: ``stalled``, ``straggling``), and ``quiet`` for a worker
+    silent on purpose within the quiet period it declared."""
 
     pod: str
     fraction: float | None
@@ -228,7 +229,7 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
     with the default thresholds (the watcher's rule). ``partial``: a part of ``status``
     could not be read (``Unread.partial``), so what was read does not decide the outcome
     and the phase shown is the status's own, as written ("unknown" without one)."""
-    from ..status.health import HEALTH
+    from ..status.health import HEALTH, QUIET_LIST
     from ..wire.kinds import NAMED_KINDS  # (the payload models: not for `tidings list`'s rows)
 
     shown_phase = state.phase
@@ -245,6 +246,8 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
         if c.subject == "worker":
             for pod in _names(said.get(c.names)):
                 flags[pod] = (*flags.get(pod, ()), c.flag)
+    for pod in _names(said.get(QUIET_LIST)):  # (not stalled: silent on purpose, it said)
+        flags[pod] = (*flags.get(pod, ()), "quiet")
     r = state.roster
     agg = state.progress
     phase = state.phase

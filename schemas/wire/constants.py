@@ -70,3 +70,10 @@ def non_finite_text(v: float) -> str | None:
 # The API paths, selectors and phase names built from these are in contract.py.
 
 
+
+# The longest quiet period a worker may declare (payloads.Quiet), in seconds: one day. A
+# longer one is refused; within it the watcher holds a declaration to its own cap
+# (``quiet_max``, 1 h by default: schemas/status/health.py). A quiet period's reason is kept cut
+# to QUIET_REASON_LIMIT characters.
+QUIET_LIMIT_S: Final = 86_400.0
+QUIET_REASON_LIMIT: Final = 64

@@ -8,7 +8,7 @@ the status codec, the write scheduler and the CLI read this table instead of nam
 
 A *named* kind (links, decks, metrics) is a map of last-writer-wins registers, one per name;
 its entry alone makes the fold, the status codec and the CLI handle it. The other families
-(spans, progress, window, lineage, unknown) have their own merge in schemas/engine/apply.py.
+(spans, progress, window, quiet, lineage, unknown) have their own merge in schemas/engine/apply.py.
 ARCHITECTURE.md ("Adding a kind of fact") lists the steps.
 """
 
@@ -29,7 +29,7 @@ Urgency = Literal["critical", "coalescible"]
 CRITICAL: Final = "critical"
 COALESCIBLE: Final = "coalescible"
 
-Family = Literal["named", "spans", "progress", "window", "lineage", "unknown"]
+Family = Literal["named", "spans", "progress", "window", "quiet", "lineage", "unknown"]
 # One scalar of a named register's value; None is an optional field left out.
 Scalar = str | int | float | None
 # What one report adds to a curve: value, step, the sender's min and max, earlier points.
@@ -164,6 +164,12 @@ KINDS: tuple[Kind, ...] = (
     # A worker's window of coalescible facts (progress, metrics, spans) in one note: each part
     # is folded, capped and shown as its own kind's (no section of its own).
     Kind("window", (payloads.Window,), "window", COALESCIBLE),
+    # A worker's declared quiet period (one per running pod, the latest received): what
+    # Stalled reads beside its pace. Bounded like the roster, by pod; never urgent (it only
+    # keeps a condition from holding).
+    Kind("quiet", (payloads.Quiet,), "quiet", COALESCIBLE, section="quiet", cap="roster",
+         capped="quiet_capped", counters=("quiet_declared",), drop_rank=33,
+         shrink=("reason",)),
     Kind("lineage", (payloads.PodSpawned,), "lineage", CRITICAL, counters=("pods_spawned",)),
     Kind("unknown", (payloads.UnknownPayload,), "unknown", CRITICAL, section="unknownTypes",
          cap="unknown_types", capped="unknown_capped", counters=("unknown_payloads",),

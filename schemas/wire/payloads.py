@@ -28,7 +28,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from .constants import NAME_LIMIT, TYPE_LIMIT, URL_LIMIT, WORKERS_MAX
+from .constants import NAME_LIMIT, QUIET_LIMIT_S, TYPE_LIMIT, URL_LIMIT, WORKERS_MAX
 from .constants import NON_FINITE as NON_FINITE  # (their home is constants.py)
 from .constants import non_finite_text as non_finite_text
 from .history import HISTORY_POINTS
@@ -559,6 +559,20 @@ class Window(BaseModel):
         return max((m.wire_version for m in self.metrics), default=1)
 
 
+class Quiet(BaseModel):
+    """This worker will be quiet on purpose for up to ``seconds`` from now (a checkpoint
+    being written, an evaluation), because of ``reason``: its silence is not called
+    ``Stalled`` until that period, and the usual allowance after it, are over. The period
+    counts from when the API server received the note, not the sender's clock; the
+    worker's next progress report ends it."""
+
+    model_config = _MODEL_CONFIG
+    TYPE: ClassVar[str] = "Quiet"
+
+    seconds: Annotated[float, Field(gt=0.0, le=QUIET_LIMIT_S)]
+    reason: Text = ""
+
+
 class PodSpawned(BaseModel):
     """Lineage record: pod ``pod_name``/``pod_uid`` was spawned for app or owner ``app``."""
 
@@ -616,7 +630,7 @@ class UnknownPayload(BaseModel):
 
 
 Payload: TypeAlias = (LogLink | DeckReady | Metric | Metrics | SpanSummary | SpanSummaries
-                      | Progress | Window | PodSpawned | UnknownPayload)
+                      | Progress | Window | Quiet | PodSpawned | UnknownPayload)
 
 def span_summaries(p: Payload) -> tuple[SpanSummary, ...]:
     """The per-name span summaries ``p`` carries: its rows, itself, or none."""

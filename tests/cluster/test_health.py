@@ -10,6 +10,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -147,6 +148,87 @@ def test_a_silent_worker_is_stalled_on_the_clock_once_and_clears_on_its_next_rep
     assert "stalled" not in (task_status(admin, namespace, task) or {})["health"]
     for e in (em, quiet_em):
         e.close(5)
+
+
+# A quiet period long against FAST_STALL's 2 s, short enough for a test (the rule does not
+# depend on its length: tests/unit/test_health_quiet.py takes it to a day).
+QUIET_S = 30.0
+
+
+def test_a_worker_quiet_on_purpose_is_shown_quiet_then_stalled_once_its_period_is_over(
+        control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
+        start_watcher: Callable[..., Any]) -> None:  # noqa: F811
+    """A worker about to write a checkpoint declares it (tidings.emitter.quiet): silent past
+    its usual limit it is not Stalled but shown quiet on purpose; silent past the period it
+    declared (and the usual allowance), it is Stalled; its next report clears it."""
+    start_watcher(*FAST_STALL)
+    task = f"ckpt-{uuid.uuid4().hex[:6]}"
+    pod = pod_for(admin, namespace, task)
+    em = emitter(kubeconfig, namespace, task, pod)
+    for i in range(4):
+        em.progress(0.1 * (i + 1), f"step {i}")
+        assert em.flush(15), em.stats()
+        eventually(lambda i=i: (s := task_status(admin, namespace, task)) and s.get(
+            "workers", [{}])[0].get("events", 0) >= i + 1, 30, f"report {i} folded")
+    sent = time.monotonic()
+    with em.quiet(QUIET_S, "checkpoint"):
+        assert em.flush(15), em.stats()
+        # Past its usual limit (2 s), the clock writes it quiet on purpose, not stalled.
+        quiet = eventually(lambda: (c := condition(task_status(admin, namespace, task),
+                                                   "Stalled"))
+                           and c["reason"] == "QuietOnPurpose" and c, 30, "shown quiet")
+        assert quiet["status"] == "False"
+        assert f"1 worker quiet on purpose: {pod['name']} (checkpoint) until " in \
+            quiet["message"], quiet["message"]
+        status = task_status(admin, namespace, task)
+        assert status is not None and status["health"]["quiet"] == [pod["name"]]
+        assert status["health"]["summary"] == "Healthy"
+        assert status["quiet"][0].startswith(f"{pod['name']} ")
+        assert time.monotonic() - sent < QUIET_S, "(the machine was too slow to tell)"
+        # The checkpoint hangs: Stalled once the period and the usual allowance are over.
+        waited = kubectl_wait(control_plane, namespace, task, "Stalled", timeout=120)
+        assert waited.returncode == 0, waited.stderr
+    # (The period counts from the API server's receipt, whole seconds: up to 1 s earlier.)
+    assert time.monotonic() - sent >= QUIET_S - 1
+    status = task_status(admin, namespace, task)
+    stalled = condition(status, "Stalled")
+    assert stalled and stalled["reason"] == "NoProgressReports"
+    assert stalled["message"].startswith(f"{pod['name']} silent for "), stalled["message"]
+    assert status and status["health"]["stalled"] == [pod["name"]]
+    assert "quiet" not in status["health"]
+
+    em.progress(0.5, "step 4")  # the checkpoint is written: the report clears it
+    assert em.flush(15)
+    assert kubectl_wait(control_plane, namespace, task, "Stalled=false").returncode == 0
+    em.close(5)
+
+
+def test_a_sender_cannot_keep_health_quiet_for_longer_than_the_watcher_allows(
+        control_plane: ControlPlane, admin: Any, namespace: str, kubeconfig: Path,
+        start_watcher: Callable[..., Any]) -> None:  # noqa: F811
+    """A worker declaring a day of quiet (the longest a note may say) under a watcher whose
+    --quiet-max is 8 s is shown held to that cap, then Stalled; a longer period is refused
+    by the emitter and never sent."""
+    start_watcher(*FAST_STALL, "--quiet-max", "8")
+    task = f"hush-{uuid.uuid4().hex[:6]}"
+    pod = pod_for(admin, namespace, task)
+    em = emitter(kubeconfig, namespace, task, pod)
+    for i in range(3):
+        em.progress(0.1 * (i + 1), f"step {i}")
+        assert em.flush(15), em.stats()
+    em.quiet(86_400 * 30, "forever")  # refused here: more than a day
+    assert not em.flush(15) and em.stats()["invalid"] == 1
+    em.quiet(86_400, "a day")
+    assert em.flush(15), em.stats()
+    held = eventually(lambda: (c := condition(task_status(admin, namespace, task), "Stalled"))
+                      and c["reason"] == "QuietOnPurpose" and c, 30, "shown quiet")
+    assert "(a day) until " in held["message"] and "held to the watcher's cap" in \
+        held["message"], held["message"]
+    waited = kubectl_wait(control_plane, namespace, task, "Stalled", timeout=60)
+    assert waited.returncode == 0, waited.stderr
+    status = task_status(admin, namespace, task)
+    assert status and status["counters"]["quietDeclared"] == 1
+    em.close(5)
 
 
 def test_a_silent_worker_beyond_the_64_detailed_ones_is_stalled(

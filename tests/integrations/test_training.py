@@ -253,3 +253,21 @@ def test_import_tidings_never_imports_a_framework() -> None:
     proc = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_pod_declares_itself_quiet_before_each_evaluation_and_checkpoint(
+        framework: str, tmp_path: Path) -> None:
+    """A checkpoint being written or an evaluation running is silence on purpose: the
+    callback declares it first (one Quiet event each, from the framework's own hooks), so
+    the pod is not Stalled meanwhile; its report after ends it. No cluster: the emitter
+    sinks what it would send."""
+    proc, result = run_workload(framework, tmp_path, {}, "--steps", "6", "--save")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    quiet = result["quiet"]
+    reasons = " ".join(reason for _, reason, _ in quiet)
+    assert "checkpoint" in reasons and "evaluation" in reasons, quiet
+    assert all(seconds == 1800.0 for seconds, _, _ in quiet), quiet
+    # Declared as training stands at step 3 and 6 of 6, before the work that is quiet.
+    assert {round(fraction, 2) for _, _, fraction in quiet} <= {0.5, 1.0}, quiet
+    assert result["stats"]["invalid"] == 0

@@ -3,7 +3,7 @@ config (nothing downloaded), a few steps on CPU, ``callbacks=[TidingsCallback()]
 
     python tests/integrations/workloads.py hf|lightning --out result.json
         [--steps N] [--crash-at STEP] [--diverge-at STEP] [--report-to none|wandb|mlflow]
-        [--devices N]
+        [--devices N] [--save]
 
 The identity comes from the environment, as in a pod (POD_NAME, POD_NAMESPACE, POD_UID,
 TIDINGS_TASK, KUBECONFIG). Writes the training time, the slowest callback hook and the
@@ -12,7 +12,9 @@ emitter's counters to ``--out`` (global rank 0; another rank to ``--out`` + ``.r
 of it as a real crash would; ``--diverge-at`` makes the model's output NaN from that step on,
 as a diverging run's is (the run itself goes on). Started by a launcher (torchrun, accelerate
 launch, DeepSpeed's launcher, mpirun), each process trains its rank of a data-parallel run on
-CPU (gloo); ``--devices`` is Lightning's processes per node.
+CPU (gloo); ``--devices`` is Lightning's processes per node. ``--save`` saves a checkpoint
+every 3 steps; the quiet periods the callback declares (``Emitter.quiet``: before each
+evaluation and checkpoint) are written to ``--out`` as ``quiet``, each with the step then.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from typing import Any
 
 HOOKS = ("on_train_begin", "on_train_start", "on_step_begin", "on_step_end",
          "on_train_batch_start", "on_train_batch_end", "on_log", "on_evaluate",
-         "on_validation_start", "on_validation_end", "on_train_end", "on_exception")
+         "on_validation_start", "on_validation_end", "on_train_end", "on_exception",
+         "on_save", "on_save_checkpoint", "on_epoch_end")
 
 
 class SimulatedOOM(RuntimeError):
@@ -35,6 +38,20 @@ class SimulatedOOM(RuntimeError):
 
 
 seen: dict[str, Any] = {}  # what the framework said of the run (its world size)
+
+
+def record_quiet() -> None:
+    """Each quiet period the callback declares, with the progress reported before it."""
+    from tidings.emitter import Emitter
+
+    declare = Emitter.quiet
+    seen["quiet"] = []
+
+    def quiet(self: Emitter, seconds: float, reason: str = "") -> Any:
+        seen["quiet"].append([seconds, reason, self._fraction])
+        return declare(self, seconds, reason)
+
+    Emitter.quiet = quiet  # type: ignore[method-assign]
 
 
 def timed_hooks(callback: Any, slowest: list[float]) -> Any:
@@ -105,7 +122,8 @@ def run_hf(a: argparse.Namespace, slowest: list[float]) -> None:
             for i in range(32)]
     args = TrainingArguments(
         output_dir=a.workdir, max_steps=a.steps, per_device_train_batch_size=4,
-        logging_steps=2, eval_strategy="steps", eval_steps=3, save_strategy="no",
+        logging_steps=2, eval_strategy="steps", eval_steps=3,
+        save_strategy="steps" if a.save else "no", save_steps=3,
         report_to=[] if a.report_to == "none" else [a.report_to], use_cpu=True,
         disable_tqdm=True, run_name="tidings-it")
     trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:8],
@@ -117,6 +135,7 @@ def run_hf(a: argparse.Namespace, slowest: list[float]) -> None:
 def run_lightning(a: argparse.Namespace, slowest: list[float]) -> None:
     import lightning.pytorch as pl
     import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
     from torch.utils.data import DataLoader, TensorDataset
 
     from tidings.integrations.lightning import TidingsCallback
@@ -158,11 +177,13 @@ def run_lightning(a: argparse.Namespace, slowest: list[float]) -> None:
         logger = WandbLogger(project="tidings-it", save_dir=a.workdir)
     trainer = pl.Trainer(max_steps=a.steps, accelerator="cpu", devices=a.devices,
                          strategy="ddp" if a.devices > 1 else "auto", logger=logger,
-                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_checkpointing=a.save, enable_progress_bar=False,
                          enable_model_summary=False, log_every_n_steps=2,
                          val_check_interval=3, limit_val_batches=2, num_sanity_val_steps=0,
                          default_root_dir=a.workdir,
-                         callbacks=[timed_hooks(TidingsCallback(), slowest)])
+                         callbacks=[timed_hooks(TidingsCallback(), slowest), *(
+                             [ModelCheckpoint(dirpath=a.workdir, every_n_train_steps=3,
+                                              save_top_k=-1)] if a.save else [])])
     seen["world_size"] = int(trainer.world_size)
     trainer.fit(model, DataLoader(data, batch_size=4), DataLoader(data, batch_size=8))
 
@@ -178,7 +199,9 @@ def main() -> None:
     ap.add_argument("--report-to", default="none", choices=["none", "wandb", "mlflow"])
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--local_rank", type=int, default=0)  # DeepSpeed's launcher passes it
+    ap.add_argument("--save", action="store_true")
     a = ap.parse_args()
+    record_quiet()
     a.workdir = a.workdir or str(Path(a.out).parent / "work")
     slowest = [0.0]
     t0 = time.monotonic()

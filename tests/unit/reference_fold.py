@@ -24,6 +24,7 @@ from tidings.schemas.engine.roster import (
     Mark,
     OrderKey,
     Pace,
+    QuietPeriod,
     Roster,
     pod_hash,
     uid_print,
@@ -41,6 +42,7 @@ from tidings.schemas.wire.payloads import (
     Metrics,
     PodSpawned,
     Progress,
+    Quiet,
     SpanSummaries,
     SpanSummary,
     UnknownPayload,
@@ -211,8 +213,10 @@ def _roster(r: Roster, ev: ParsedEvent, p: Progress, key: OrderKey, cap: int,
     # The pod's pace (its earliest and latest report, by time then fraction, and the
     # latest time one was heard) while it has no final.
     paces = dict(r.paces)
+    quiet = dict(r.quiet)
     if marks[h].bits & FINAL:
         paces.pop(h, None)
+        quiet.pop(h, None)  # (a final ends a declared quiet period too)
     else:
         def ms_of(t: datetime) -> int:
             return (t - datetime(1970, 1, 1, tzinfo=_UTC)) // timedelta(milliseconds=1)
@@ -221,8 +225,10 @@ def _roster(r: Roster, ev: ParsedEvent, p: Progress, key: OrderKey, cap: int,
         old = paces.get(h)
         lo = (ms, frac) if old is None else min((old.first_ms, old.first_pm), (ms, frac))
         hi = (ms, frac) if old is None else max((old.last_ms, old.last_pm), (ms, frac))
+        # The lowest report: the smallest fraction, the latest of those.
+        low = (frac, -ms) if old is None else min((old.low_pm, -old.low_ms), (frac, -ms))
         paces[h] = Pace(pod, 1 if old is None else old.reports + 1, *lo, *hi,
-                        hms if old is None else max(old.heard_ms, hms))
+                        hms if old is None else max(old.heard_ms, hms), -low[1], low[0])
     if len(marks) > cap:
         largest = max(marks)
         capped = marks.pop(largest).events
@@ -254,7 +260,8 @@ def _roster(r: Roster, ev: ParsedEvent, p: Progress, key: OrderKey, cap: int,
         sum(1 for m in marks.values() if m.bits & FAILED),
         sum(m.bits & FRACTION_MASK for m in marks.values()), first, last, ends,
         len(ended), len(failed), min(failed, default=None),
-        max((e.at for e in ended.values()), default=None), paces, lives, others), capped, said
+        max((e.at for e in ended.values()), default=None), paces, lives, others, quiet), \
+        capped, said
 
 
 def _metric(metrics: dict[str, Named], beyond: dict[str, Beyond], name: str,
@@ -424,6 +431,26 @@ def _fold(state: TaskState, ev: ParsedEvent) -> TaskState:
         for name, n in extra.items():
             if n:
                 counters[name] = counters.get(name, 0) + n
+    elif tp is Quiet:
+        # The latest declared quiet period per pod without a final (by received time, then
+        # order time, period, reason), the roster cap smallest pods kept.
+        assert isinstance(p, Quiet)
+        counters["quiet_declared"] = counters.get("quiet_declared", 0) + 1
+        h = pod_hash(sender.name)
+        m = roster.marks.get(h)
+        if m is None or not m.bits & FINAL:
+            def ms_of(t: datetime) -> int:
+                return (t - datetime(1970, 1, 1, tzinfo=_UTC)) // timedelta(milliseconds=1)
+
+            q = QuietPeriod(sender.name, ms_of(created or t), ms_of(t),
+                            max(1, round(p.seconds * 1000)), cut_text(p.reason, 64))
+            quiet = dict(roster.quiet)
+            if h not in quiet or q > quiet[h]:
+                quiet[h] = q
+            if len(quiet) > lim.roster:
+                del quiet[max(quiet)]
+                counters["quiet_capped"] = counters.get("quiet_capped", 0) + 1
+            roster = roster._replace(quiet=quiet)
     elif tp is PodSpawned:
         counters["pods_spawned"] = counters.get("pods_spawned", 0) + 1
     elif tp is UnknownPayload:

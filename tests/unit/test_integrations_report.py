@@ -20,7 +20,7 @@ from tidings.integrations.report import (
     mlflow_run_url,
     scalar,
 )
-from tidings.schemas.wire.payloads import LogLink, Metric, Metrics, Progress
+from tidings.schemas.wire.payloads import LogLink, Metric, Metrics, Progress, Quiet
 
 
 class Tensor:
@@ -199,3 +199,27 @@ def test_a_local_size_that_cannot_be_is_passed_over(monkeypatch: pytest.MonkeyPa
     assert local_world_size(8) == 4
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "many")
     assert local_world_size(8) == 1
+
+
+def test_a_pod_declares_its_quiet_periods_from_local_rank_zero_only() -> None:
+    """A checkpoint or an evaluation ahead: local rank 0 declares the pod quiet for
+    ``quiet_s`` (one event), after the progress it reported before; other ranks say
+    nothing, and ``quiet_s=0`` never declares."""
+    r, em, rec = reporter(world_size=8, local_world_size=4)
+    r.quiet_s = 900.0
+    r.step(3, 6)
+    r.quiet("checkpoint")
+    r.step(3, 6)  # the checkpoint is written: the report ends the period
+    payloads = sent(em, rec)
+    quiet = [p for p in payloads if isinstance(p, Quiet)]
+    assert quiet == [Quiet(seconds=900.0, reason="checkpoint")]
+    first = payloads.index(quiet[0])
+    assert any(isinstance(p, Progress) for p in payloads[:first])  # the report made before
+
+    r2, em2, rec2 = reporter(global_rank=5, local_rank=1, world_size=8, local_world_size=4)
+    r2.quiet("evaluation")
+    assert sent(em2, rec2) == []
+    r3, em3, rec3 = reporter()
+    r3.quiet_s = 0
+    r3.quiet("evaluation")
+    assert not [p for p in sent(em3, rec3) if isinstance(p, Quiet)]

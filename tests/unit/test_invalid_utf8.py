@@ -188,6 +188,7 @@ BUILDERS: dict[tuple[str, str], Callable[[str], Any]] = {
                                        "metrics": [[t, 1.0, 1]], "base_us": BASE_US,
                                        "spans": [span_row(t, 1, 1.0, 1.0, 1.0, 1.7e9,
                                                           1.7e9 + 1, 0, BASE_US)]},
+    ("Quiet", "reason"): lambda t: {"seconds": 60.0, "reason": t},
     ("PodSpawned", "pod_name"): lambda t: {"pod_name": t, "pod_uid": "u", "app": "a"},
     ("PodSpawned", "pod_uid"): lambda t: {"pod_name": "p", "pod_uid": t, "app": "a"},
     ("PodSpawned", "app"): lambda t: {"pod_name": "p", "pod_uid": "u", "app": t},

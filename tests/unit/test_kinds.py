@@ -46,6 +46,7 @@ from tidings.schemas.wire.payloads import (
     Payload,
     PodSpawned,
     Progress,
+    Quiet,
     SpanSummaries,
     SpanSummary,
     UnknownPayload,
@@ -81,6 +82,7 @@ EXAMPLES: dict[type[BaseModel], tuple[Payload, str]] = {
         "base_us": 1_700_000_000_000_000, "spans": [
             span_row("ws-ex", 1, 1.0, 1.0, 1.0, 1.7e9, 1.7e9 + 1, 0, 1_700_000_000_000_000)]}),
         "window-ex"),
+    Quiet: (Quiet(seconds=300.0, reason="checkpoint-ex"), "quiet_declared"),
     PodSpawned: (PodSpawned(pod_name="p-1", pod_uid="u-1", app=TASK.name), "pods_spawned"),
     UnknownPayload: (UnknownPayload(type="FutureKind", version=1), "FutureKind"),
 }
@@ -297,6 +299,7 @@ REFERENCE_PARSE_ONLY: dict[type[BaseModel], str] = {
     Metric: "the emitter sends its metrics in Windows; a lone Metric is `tidings emit metric`",
     Metrics: "as Metric: the emitter packs metric rows into Windows",
     PodSpawned: "lineage: one record per pod spawned, not per step",
+    Quiet: "one per checkpoint or evaluation a worker declares, not per step",
     UnknownPayload: "a type this version does not know is the reference's to keep and count",
 }
 

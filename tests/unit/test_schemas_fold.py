@@ -33,6 +33,7 @@ from tidings.schemas import (
     PodRef,
     PodSpawned,
     Progress,
+    Quiet,
     SpanSummary,
     TaskRef,
     TaskState,
@@ -102,6 +103,7 @@ payloads: st.SearchStrategy[Payload] = st.one_of(
         Progress, fraction=st.sampled_from([0.0, 0.5, 1.0]), message=names, final=st.booleans()
     ),
     st.builds(PodSpawned, pod_name=st.sampled_from(["p-1", "p-2"]), pod_uid=names, app=names),
+    st.builds(Quiet, seconds=st.sampled_from([0.5, 120.0, 86_400.0]), reason=names),
     st.builds(UnknownPayload, type=st.sampled_from(["Foo", "Bar", "Baz"]), version=st.just(2)),
 )
 

@@ -275,3 +275,57 @@ def test_a_pace_keeps_when_it_was_heard_and_an_older_one_reads_as_heard_at_its_l
                 "w-0 3 1000 10 2000 30 --1", "w-0 3 1000 10 2000 30 +1"):
         with pytest.raises(ValueError):
             decode_paces(bad)
+
+
+def test_workers_whose_progress_went_back_do_not_hide_a_stuck_one() -> None:
+    """Two workers resumed from an earlier checkpoint (their progress went back) and one
+    stuck at 0.10: each restarted worker is judged by its pace since it went back, a pace
+    that is not forward never makes the median, so the stuck one is flagged."""
+    times = [0, 10, 20, 30, 40]
+    evs = (reports(0, times, [0.4, 0.5, 0.6, 0.3, 0.35])
+           + reports(1, times, [0.4, 0.5, 0.6, 0.2, 0.3])
+           + reports(2, times, [0.1] * 5))
+    s = fold_all(TASK, evs)
+    c = conds(s, at(41))["Straggling"]
+    assert c["status"] == "True", c["message"]
+    assert c["message"] == "w-2 at 0.00 of the median pace (1 of 3 with a pace)"
+    assert status_of(s, at(41))["health"]["straggling"] == ["w-2"]
+    # The restarted workers' paces since they went back survive the status round trip.
+    back = decode_status(TASK, status_of(s, at(41)))
+    assert conds(back, at(41))["Straggling"]["message"] == c["message"]
+
+
+def test_a_worker_that_just_went_back_is_behind_but_never_the_median() -> None:
+    """A worker whose latest report is its lowest (it just went back, or it is stuck) has
+    no forward pace of its own: it may be behind, but it is no part of the median."""
+    times = [0, 10, 20, 30]
+    evs = (reports(0, times, [0.0, 0.1, 0.2, 0.3]) + reports(1, times, [0.0, 0.1, 0.2, 0.3])
+           + reports(2, times, [0.5, 0.6, 0.7, 0.1]) + reports(3, times, [0.5, 0.6, 0.7, 0.2]))
+    s = fold_all(TASK, evs)
+    c = conds(s, at(31))["Straggling"]
+    # w-3 went back to 0.2 and has not moved since: not forward, behind the others' pace.
+    assert c["message"] == ("w-2 at -1.33 of the median pace, w-3 at -1.00 of the median "
+                            "pace (2 of 4 with a pace)"), c["message"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 100), min_size=2, max_size=6), min_size=0,
+                max_size=4), st.randoms(use_true_random=False))
+def test_no_restarted_worker_hides_a_stuck_one_and_the_pace_is_order_insensitive(
+        restarted: list[list[int]], rnd: random.Random) -> None:
+    """Three workers moving forward at 1 % per 10 s and one stuck: however many others
+    report whatever fractions (restarts, back and forth), the stuck one is flagged, and
+    the state is the same in any order of its events."""
+    times = [0, 10, 20, 30, 40]
+    evs = [ev for i in range(3) for ev in reports(i, times, [0.01 * (k + 1) for k in range(5)])]
+    evs += reports(3, times, [0.1] * 5)
+    for i, fractions in enumerate(restarted, start=4):
+        evs += reports(i, [5 * k for k in range(len(fractions))],
+                       [f / 100 for f in fractions])
+    s = fold_all(TASK, evs)
+    rnd.shuffle(evs)
+    assert fold_all(TASK, evs) == s
+    named = evaluate(s, at(41)).named("Straggling")
+    assert "w-3" in named
+    back = decode_status(TASK, status_of(s, at(41)))
+    assert back.roster.paces == s.roster.paces

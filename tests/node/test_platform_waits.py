@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.node.conftest import WatcherInstall
+from tests.node.conftest import NS, WatcherInstall
 from tests.node.support import WORKLOAD_IMAGE, conditions, container, task_status
 from tests.support import eventually
 from tools.devcluster import ControlPlane
@@ -24,14 +24,20 @@ JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 
 
 @pytest.fixture(scope="module")
-def jobset_controller(real_node: RealNode, control_plane: ControlPlane) -> Iterator[None]:
+def jobset_controller(real_node: RealNode, control_plane: ControlPlane,
+                      watcher_install: WatcherInstall) -> Iterator[None]:
     """The JobSet controller on the node's plane for this module; its webhooks taken away
-    after (they would refuse every JobSet with the controller gone)."""
+    after (they would refuse every JobSet with the controller gone). A chart's watcher that
+    is running already is restarted: it would pick the new kind up only at its next retry,
+    and a task it made before then would stay unowned."""
     platforms = Platforms(control_plane)
     try:
         proc = platforms.start("jobset")
     except BinariesMissing as err:  # a checkout without `make platforms`
         pytest.skip(f"no JobSet controller: {err}")
+    if watcher_install.current:
+        watcher_install.kubectl("-n", NS, "rollout", "restart", "deployment/tidings-watcher")
+        watcher_install.wait_ready()
     yield
     proc.stop()
     for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):

@@ -1,6 +1,8 @@
 """The kwok node's simulated kubelet tells the truth the real one tells: a pod ended by
 `ControlPlane.end_pod` (what tests/cluster and the demo use) reads, to the watcher and in its
-status, as the same pod ended for real on the real node: a success, an exit 1, an OOM kill.
+status, as the same pod ended for real on the real node: a success, an exit 1, an OOM kill;
+and a pod made to wait by `ControlPlane.wait_pod` as a real one whose image cannot be pulled
+or whose container crash-loops.
 Where the simulation once lied (a container without its runtime's id, no
 PodReadyToStartContainers condition) this test is the reference."""
 

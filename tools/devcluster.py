@@ -359,6 +359,15 @@ class ControlPlane:
         self.kubectl_run("patch", "pod", name, "-n", namespace, "--subresource=status",
                          "-p", json.dumps({"status": kubelet_end_status(pod, exit_code, reason)}))
 
+    def wait_pod(self, namespace: str, name: str, reason: str, message: str,
+                 last_exit: int | None = None) -> None:
+        """Make a pod's containers wait as a kubelet reports it (``kubelet_waiting_status``:
+        an image pull that fails, or with ``last_exit`` a crash loop)."""
+        pod = json.loads(self.kubectl_run("get", "pod", name, "-n", namespace, "-o", "json"))
+        self.kubectl_run("patch", "pod", name, "-n", namespace, "--subresource=status",
+                         "-p", json.dumps({"status": kubelet_waiting_status(
+                             pod, reason, message, last_exit)}))
+
     def add_real_node(self, timeout: float = 120.0) -> RealNode:
         """Join a real node (tools/devnode.py) to this plane, once: a kubelet and containerd
         whose pods run as containers, and a scheduler for the pods that name no node."""
@@ -516,6 +525,44 @@ def kubelet_end_status(pod: dict[str, Any], exit_code: int = 0,
                 condition("Ready", "False", done), condition("ContainersReady", "False", done),
                 condition("PodScheduled", "True")],
             "containerStatuses": [ended(c) for c in pod["spec"]["containers"]]}
+
+
+def kubelet_waiting_status(pod: dict[str, Any], reason: str, message: str,
+                           last_exit: int | None = None) -> dict[str, Any]:
+    """The status a real kubelet (v1.37.2 with containerd, tests/node) writes while every
+    container of ``pod`` waits with ``reason`` and the kubelet's ``message``: an image it
+    cannot pull (ErrImagePull, ImagePullBackOff: phase Pending, no container yet), or, with
+    ``last_exit``, a container restarted after it exited so (CrashLoopBackOff: phase Running,
+    one restart, the last run's end in lastState). The sandbox is up; the pod not Ready."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    names = [c["name"] for c in pod["spec"]["containers"]]
+    unready = f"containers with unready status: [{' '.join(names)}]"
+
+    def condition(ctype: str, state: str, cause: str | None = None) -> dict[str, Any]:
+        c = {"type": ctype, "status": state, "lastTransitionTime": now}
+        return {**c, **({"reason": cause, "message": unready} if cause else {})}
+
+    def waiting(container: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": container["name"], "image": container["image"], "imageID": "",
+            "ready": False, "restartCount": 0, "started": False, "lastState": {},
+            "state": {"waiting": {"reason": reason, "message": message}}}
+        if last_exit is not None:
+            cid = "containerd://" + secrets.token_hex(32)
+            out.update(containerID=cid, imageID="sha256:" + secrets.token_hex(32),
+                       restartCount=1, lastState={"terminated": {
+                           "containerID": cid, "exitCode": last_exit,
+                           "reason": "Completed" if last_exit == 0 else "Error",
+                           "startedAt": now, "finishedAt": now}})
+        return out
+
+    return {"phase": "Pending" if last_exit is None else "Running",
+            "conditions": [condition("PodReadyToStartContainers", "True"),
+                           condition("Initialized", "True"),
+                           condition("Ready", "False", "ContainersNotReady"),
+                           condition("ContainersReady", "False", "ContainersNotReady"),
+                           condition("PodScheduled", "True")],
+            "containerStatuses": [waiting(c) for c in pod["spec"]["containers"]]}
 
 
 def _http_get(url: str, context: ssl.SSLContext | None = None, token: str | None = None) -> bytes:

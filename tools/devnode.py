@@ -451,6 +451,33 @@ class RealNode:
                    if t.get("key") == "node.kubernetes.io/not-ready"]
         return ready == ["True"] and not tainted
 
+    # ---- a node's death, and its return ---------------------------------------------------
+    def crash(self) -> None:
+        """The node dies as a machine does: its kubelet, kube-proxy, containerd and every
+        container (all in its cgroup) killed at once, with no word to the API server. The
+        scheduler and the API server's link stay: they are the plane's, not the node's (a
+        connection the node had open through the link dies with it). ``restart`` brings it
+        back."""
+        keep = {p.pid for name, p in self.processes.items()
+                if name in ("kube-scheduler", "apiserver-link")}
+        deadline = time.monotonic() + 20
+        while (pids := self._cgroup_pids() - keep) and time.monotonic() < deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
+        for name in ("kubelet", "kube-proxy", "containerd"):
+            popen = self.processes[name].popen
+            if popen is not None:
+                with contextlib.suppress(Exception):
+                    popen.wait(timeout=5)
+
+    def restart(self, timeout: float = 180.0) -> RealNode:
+        """A crashed node started again under its name: the API server's Node object is the
+        old one, which its kubelet takes back (its NoExecute taints lifted once Ready)."""
+        self.stop()
+        return self.start(timeout)
+
     # ---- stop -------------------------------------------------------------------------
     def stop(self) -> None:
         """Stop everything the node started and leave nothing behind: its processes and every

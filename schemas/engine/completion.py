@@ -12,7 +12,9 @@ completes. Who decides what (docs/status.md, "What the status means"):
 - a platform object that owns the task (``observed.platform``: a Job, JobSet, Workflow or
   TrainJob whose controller reports on it) decides its outcome alone: its terminal condition
   is the task's phase, and a worker that failed is an attempt it may retry (until it failed
-  the task: then the failed workers' progress counts, what they reached);
+  the task: then the failed workers' progress counts, what they reached); a Job its
+  controller failed while its pods terminate (``FailureTarget``) decides once none is left
+  to end (``deciding_platform``);
 - otherwise the workers do: a failed final fails the task, and it succeeds once every
   reporting pod is final (and at least ``declared`` of them);
 - a reporting pod is final by its own final report, else by its pod's end (the kubelet's
@@ -79,10 +81,25 @@ class TaskProgress(NamedTuple):
     eta: datetime | None = None
 
 
+def deciding_platform(state: Folded) -> PlatformOutcome | None:
+    """The platform object's outcome as it decides the task: as its controller reports it,
+    except that a Job its controller has failed (``failing``) fails the task once none of
+    its pods is left to end: none waits or runs unreported, every reporting pod is final.
+    Until then its pods' last words may still come; after, nothing would end the wait on a
+    lost node, whose deleted pods no kubelet confirms (the Job's Failed waits for that)."""
+    platform = state.observed.platform
+    if platform is None or not platform.failing:
+        return platform
+    o, r = state.observed, state.roster
+    if o.waiting or o.running or r.finals + r.pod_finals < len(r.marks):
+        return platform
+    return platform._replace(phase=FAILED)
+
+
 def phase_of(state: Folded) -> str:
     """Pending (nothing folded or observed), Running, Succeeded or Failed."""
     r = state.roster
-    platform = state.observed.platform
+    platform = deciding_platform(state)
     if platform is not None and platform.terminal:
         return platform.phase
     n = len(r.marks)
@@ -195,7 +212,7 @@ def aggregate(state: Folded, phase: str | None = None) -> TaskProgress | None:
     if not r.marks:
         return None
     phase = phase or phase_of(state)
-    platform = state.observed.platform
+    platform = deciding_platform(state)
     total, n = _fraction_sum(state, retries(platform is not None, phase))
     fraction = total / max(n, r.declared, 1)
     if platform is not None and phase == SUCCEEDED:
@@ -288,7 +305,7 @@ def outcome_conditions(state: Folded, phase: str) -> list[dict[str, Any]]:
     if start is None:
         return []
     r = state.roster
-    platform = state.observed.platform
+    platform = deciding_platform(state)
     waiting = [_pods_ready(state, phase, start)]
     n = len(r.marks)
     want = max(n, r.declared)

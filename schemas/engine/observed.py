@@ -80,7 +80,10 @@ class PodVerdict(NamedTuple):
 class PlatformOutcome(NamedTuple):
     """The platform object owning a task, as its controller reports it: ``phase`` Running
     until its terminal condition (or a Workflow's terminal phase) says Succeeded or Failed,
-    with that condition's reason and message; ``at`` its time."""
+    with that condition's reason and message; ``at`` its time. A Job its controller has
+    failed while its pods still terminate (Kubernetes 1.31+: ``FailureTarget``, ``Failed``
+    only once every pod ended) is Running with the failure's reason, message and time:
+    ``failing``."""
 
     api_version: str
     kind: str
@@ -94,6 +97,12 @@ class PlatformOutcome(NamedTuple):
     @property
     def terminal(self) -> bool:
         return self.phase in (SUCCEEDED, FAILED)
+
+    @property
+    def failing(self) -> bool:
+        """Failed by its controller, its pods not all ended (only such a running object
+        carries a reason)."""
+        return self.phase == RUNNING and bool(self.reason)
 
     def order(self) -> tuple[bool, int, str, str, str, str]:
         """The join order: terminal over running, then the later; total by the rest."""
@@ -366,6 +375,11 @@ def platform_outcome(api_version: str, kind: str, obj: object) -> PlatformOutcom
             return outcome(phase, clean_reason(c.get("reason"), ctype),
                            clean_message(c.get("message")),
                            parse_time(c.get("lastTransitionTime")))
+    target = _condition(status, "FailureTarget") if kind == "Job" else None
+    if target is not None and target.get("status") == "True":
+        return outcome(RUNNING, clean_reason(target.get("reason"), "FailureTarget"),
+                       clean_message(target.get("message")),
+                       parse_time(target.get("lastTransitionTime")))
     return outcome(RUNNING, "", "", None)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.devcluster import OWNER_MARKER, ControlPlane, ControlPlaneError
+from tools.devcluster import OWNER_MARKER, ControlPlane, ControlPlaneError, kubelet_waiting_status
 
 
 def claim(folder: Path) -> None:
@@ -108,3 +108,26 @@ def test_dev_up_runs_the_controllers_a_cluster_runs_unless_told_not_to(
     res = CliRunner().invoke(app, ["dev", "up", "--state-dir", str(tmp_path / "s"), *flag])
     assert res.exit_code == 1 and "not started in a unit test" in res.stderr, res.output
     assert started == [want]
+
+
+def test_the_simulated_wait_is_a_pull_before_any_container_or_a_crash_loop_after_one() -> None:
+    """What tests/node/test_simulation.py checks against the real kubelet, read by the
+    watcher's rule: a pull that fails has no container yet; a crash loop has the last run."""
+    from datetime import datetime
+
+    from tidings._compat import UTC
+    from tidings.schemas.engine.observed import pod_verdict
+
+    pod = {"metadata": {"name": "p", "uid": "u"},
+           "spec": {"containers": [{"name": "main", "image": "x:nope"}]}}
+    pull = kubelet_waiting_status(pod, "ImagePullBackOff", 'Back-off pulling image "x:nope"')
+    (c,) = pull["containerStatuses"]
+    assert (pull["phase"], "containerID" in c, c["lastState"]) == ("Pending", False, {})
+    crash = kubelet_waiting_status(pod, "CrashLoopBackOff", "back-off 10s", last_exit=3)
+    (c,) = crash["containerStatuses"]
+    assert (crash["phase"], c["restartCount"]) == ("Running", 1)
+    assert c["lastState"]["terminated"]["containerID"] == c["containerID"]
+    for status, reason, code in ((pull, "ImagePullBackOff", None),
+                                 (crash, "CrashLoopBackOff", 3)):
+        v = pod_verdict({**pod, "status": status}, seen=datetime.now(UTC))
+        assert v is not None and (v.phase, v.reason, v.exit_code) == ("Waiting", reason, code)

@@ -206,7 +206,9 @@ def test_a_platform_object_decides_only_once_its_controller_reported_and_by_its_
     target = platform_outcome("batch/v1", "Job", job([
         {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded"}],
         startTime=T))
-    assert target is not None and target.phase == "Running"
+    assert target is not None and (target.phase, target.reason, target.failing) == (
+        "Running", "BackoffLimitExceeded", True)
+    assert not running.failing
     failed = platform_outcome("batch/v1", "Job", job([
         {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded"},
         {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
@@ -411,6 +413,39 @@ def test_the_platform_s_failure_fails_the_task_with_its_reason_whatever_the_work
         "Job train failed: BackoffLimitExceeded: Job has reached the specified backoff limit")
     # Terminal beats running, whichever arrives first.
     assert observe(observe(new_state(TASK), platform=BACKOFF), platform=JOB).phase == "Failed"
+
+
+TARGET = JOB._replace(reason="BackoffLimitExceeded",
+                      message="Job has reached the specified backoff limit",
+                      at=T0 + timedelta(seconds=99))
+TAINT = PodVerdict("w-01", "uid-1", "Failed", "DeletionByTaintManager",
+                   "Taint manager: deleting due to NoExecute taint", None,
+                   T0 + timedelta(seconds=90))
+
+
+def test_a_job_its_controller_failed_fails_the_task_once_none_of_its_pods_is_left_to_end(
+        ) -> None:
+    """FailureTarget, with the Job's Failed waiting for its pods to end: a worker deleted
+    on a lost node never confirms its end, yet it has ended for the task."""
+    working = fold_all(TASK, [report(1, 0, 0.3, workers=1)])
+    # Its worker may still say its last words: the Job has not failed the task yet.
+    assert observe(working, platform=TARGET).phase == "Running"
+    for ended_ in (observe(working, [TAINT]),
+                   fold_many(working, [report(1, 1, 0.3, final=True, failed=True,
+                                              workers=1)])):
+        s = observe(ended_, platform=TARGET)
+        assert s.phase == "Failed" and s.finished
+        c = conditions(s)["Failed"]
+        assert (c["reason"], c["message"], c["lastTransitionTime"]) == (
+            "BackoffLimitExceeded", "Job train failed: BackoffLimitExceeded: Job has reached "
+            "the specified backoff limit", "2026-11-30T03:01:39Z")
+        assert to_status(s)["progress"]["percent"] == 30  # what it reached, no retry
+        # The Job's own Failed, once the node returns, says the same.
+        assert observe(s, platform=BACKOFF).phase == "Failed"
+    # A task no pod of which reported: its pods waiting or running keep it open.
+    quiet = observe(new_state(TASK), platform=TARGET, running=(1, T0))
+    assert quiet.phase == "Running"
+    assert observe(quiet, running=(0, None)).phase == "Failed"
 
 
 def test_a_task_the_platform_failed_keeps_the_progress_its_workers_reached() -> None:

@@ -84,7 +84,7 @@ from typing import NamedTuple, TypeVar
 
 from tidings._compat import UTC
 
-from .apply import APPLY, Work
+from .apply import APPLY, Carry, Work
 from .caps import insert_capped, one_each
 from .event import ParsedEvent, TaskRef
 from .state import DEFAULT_LIMITS, Limits, TaskState, new_state, new_task_state, with_counter
@@ -111,13 +111,13 @@ def _horizon(lim: Limits) -> int:
 
 
 def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups: bool,
-         admit: Admit | None, taken: list[ParsedEvent] | None, dropped: list[int]
-         ) -> tuple[TaskState, int, int | None]:
+         admit: Admit | None, taken: list[ParsedEvent] | None, dropped: list[int],
+         carry: Carry | None = None) -> tuple[TaskState, int, int | None]:
     """Fold ``events[start:]`` into ``state`` until an applied event may make compaction
     forget instances (a raise of the watermark that forgets nobody, the run makes itself).
     Returns the state, the index after the last event folded, and that event's creation
     second when compaction may forget (the caller compacts), else None."""
-    w = Work(state)
+    w = Work(state, carry)
     task, lim, counters = state.task, w.lim, w.counters
     skew, horizon, max_instances = lim.clock_skew, _horizon(lim), lim.max_instances
     contains = state.applied.contains
@@ -332,8 +332,9 @@ def _fold_events(state: TaskState, events: Sequence[ParsedEvent], count_dups: bo
                  dropped: list[int] | None = None) -> TaskState:
     i, n = 0, len(events)
     out = [0] if dropped is None else dropped
+    carry = Carry()  # (the roster's maps, from one run to the next: never the input's)
     while True:
-        state, i, due = _run(state, events, i, count_dups, admit, taken, out)
+        state, i, due = _run(state, events, i, count_dups, admit, taken, out, carry)
         if due is not None:
             state = _compacted(state, due)
         if i >= n:

@@ -23,7 +23,9 @@ documents every field, and empty maps, zero counters and absent values are left 
     workers:    [{pod, fraction, message?, final?, failed?, workers?, at, events,
                   firstAt?, firstFraction?}]          # the 64 smallest pod names, in detail
     roster:     {reporting, final, failed?, declared?, firstFailure?: {pod, at, message},
-                 lastFinal?, marks, outcomes?}  # every pod: what the completion rule reads
+                 lastFinal?, marks, outcomes?,  # every pod: what the completion rule reads
+                 lives?, outcomeUids?, otherOutcomes? | packed}  # packed: all per-pod fields
+                                                    # at once past 512 (the status budget)
     paces:      ["<pod> <reports> <firstMs> <first 1e-4> <latest - first ms> <latest 1e-4>
                   [<received - latest ms>],..."]  # every running pod's pace, 64 a string
     podOutcomes: [{pod, uid, phase, reason, message?, exitCode?, at, explained?}]

@@ -269,12 +269,37 @@ def _copy_of(written: dict[str, dict[str, V]], source: Mapping[str, Mapping[str,
     return entries
 
 
+class Carry:
+    """The roster's maps one run of a fold made, handed to the next run of the same fold
+    (``folding._fold_events``): that run changes them in place instead of copying them, as
+    no one else holds them (the state between two runs is the fold's own). A batch past the
+    instance cap ends a run at every new emitter instance; a copy of 20,000 marks each time
+    made such a batch quadratic."""
+
+    __slots__ = ("ends", "lives", "marks", "others", "paces", "top")
+
+    def __init__(self) -> None:
+        self.marks: dict[int, Mark] | None = None
+        self.paces: dict[int, Pace] | None = None
+        self.lives: dict[int, Life] | None = None
+        self.ends: dict[int, PodEnd] | None = None
+        self.others: dict[int, Mapping[int, PodEnd]] | None = None
+        self.top: list[int] | None = None  # (the max-heap of ``marks``' hashes, if built)
+
+
+def _own(carried: dict[K, V] | None, source: Mapping[K, V]) -> dict[K, V]:
+    """``source`` itself when the fold made it (``carried``), else a copy."""
+    return carried if carried is not None and carried is source else dict(source)
+
+
 class Work:
     """One run's state under construction: the input state, and the maps the run has
-    written (each a copy of the input's, made on the first write, then changed in place)."""
+    written (each a copy of the input's, made on the first write, then changed in place;
+    the roster's, made by the fold's previous run, changed in place: ``Carry``)."""
 
     __slots__ = (
         "beyond_w",
+        "carry",
         "counters",
         "declared",
         "ends_w",
@@ -297,8 +322,9 @@ class Work:
         "workers_w",
     )
 
-    def __init__(self, state: TaskState) -> None:
+    def __init__(self, state: TaskState, carry: Carry | None = None) -> None:
         self.state, self.lim = state, state.limits
+        self.carry = Carry() if carry is None else carry
         self.counters = dict(state.counters)
         self.named_w: dict[str, dict[str, Named]] | None = None
         self.spans_w: SpanRun | None = None
@@ -345,9 +371,13 @@ class Work:
         self.declared, self.finals, self.failures = r.declared, r.finals, r.failures
         self.permyriads = r.permyriads
         self.first_failure, self.last_final = r.first_failure, r.last_final
-        self.marks_w = dict(r.marks)
-        self.paces_w = dict(r.paces)
-        self.lives_w = dict(r.lives)
+        c = self.carry
+        if c.marks is not r.marks:
+            c.top = None  # (the heap is of the carried marks)
+        self.marks_w = c.marks = _own(c.marks, r.marks)
+        self.paces_w = c.paces = _own(c.paces, r.paces)
+        self.lives_w = c.lives = _own(c.lives, r.lives)
+        self.marks_top = c.top
         return self.marks_w
 
     def top_mark(self) -> int:
@@ -355,7 +385,7 @@ class Work:
         the run's first need (a full roster), so a pod past the cap costs O(log n)."""
         heap = self.marks_top
         if heap is None:
-            heap = self.marks_top = [-k for k in self.marks_w or ()]
+            heap = self.marks_top = self.carry.top = [-k for k in self.marks_w or ()]
             heapq.heapify(heap)
         return -heap[0] if heap else -1
 
@@ -376,8 +406,9 @@ class Work:
             r = self.state.roster
             if h not in r.ends:
                 return
-            ends = self.ends_w = dict(r.ends)
-            self.others_w = dict(r.other_ends)
+            c = self.carry
+            ends = self.ends_w = c.ends = _own(c.ends, r.ends)
+            self.others_w = c.others = _own(c.others, r.other_ends)
         if h in ends:
             place_end(ends, self.others_w, h, life)
 

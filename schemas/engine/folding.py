@@ -87,7 +87,7 @@ from tidings._compat import UTC
 from ..wire.caps import insert_capped, one_each
 from ..wire.event import ParsedEvent, PodRef, TaskRef
 from ..wire.times import epoch
-from .apply import APPLY, Work
+from .apply import APPLY, Carry, Work
 from .state import DEFAULT_LIMITS, Limits, TaskState, new_state, new_task_state, with_counter
 from .version_vector import VersionVector
 
@@ -122,10 +122,11 @@ class _Ran(NamedTuple):
 
 
 def _run(state: TaskState, events: Sequence[ParsedEvent], start: int, count_dups: bool,
-         admit: Admit | None, taken: list[ParsedEvent] | None) -> _Ran:
+         admit: Admit | None, taken: list[ParsedEvent] | None, carry: Carry | None = None
+         ) -> _Ran:
     """Fold ``events[start:]`` into ``state`` until an applied event may make compaction
     forget instances (a raise of the watermark that forgets nobody, the run makes itself)."""
-    run = _Run(state, admit, taken)
+    run = _Run(state, admit, taken, carry)
     duplicate, admitted_time, apply = run.duplicate, run.admitted_time, run.apply
     task, k, n = state.task, start, len(events)
     while k < n and run.due is None:
@@ -162,9 +163,9 @@ class _Run:
     times_w: dict[str, int] | None = None
 
     def __init__(self, state: TaskState, admit: Admit | None,
-                 taken: list[ParsedEvent] | None) -> None:
+                 taken: list[ParsedEvent] | None, carry: Carry | None = None) -> None:
         self.state, self.admit, self.taken = state, admit, taken
-        self.w = w = Work(state)
+        self.w = w = Work(state, carry)
         self.skew, self.horizon, self.max_instances = (w.lim.clock_skew, _horizon(w.lim),
                                                        w.lim.max_instances)
         self.contains = state.applied.contains
@@ -381,8 +382,9 @@ def _fold_events(state: TaskState, events: Sequence[ParsedEvent], count_dups: bo
     """``events`` folded into ``state`` run by run, compacting between runs; and the
     duplicates skipped without counting them (``count_dups=False``)."""
     i, n, uncounted = 0, len(events), 0
+    carry = Carry()  # (the roster's maps, from one run to the next: never the input's)
     while True:
-        ran = _run(state, events, i, count_dups, admit, taken)
+        ran = _run(state, events, i, count_dups, admit, taken, carry)
         state, i, uncounted = ran.state, ran.end, uncounted + ran.uncounted
         if ran.due is not None:
             state = _compacted(state, ran.due)

@@ -57,6 +57,7 @@ from ..engine.roster import (
     place_end,
     pod_hash,
     roster_of,
+    unpack_roster,
     with_end_uids,
     with_ends,
 )
@@ -457,9 +458,16 @@ def _roster(data: Any, workers: Mapping[str, ProgressState], lim: Limits
         return roster_of((pod, w.fraction, w.final, w.failed, w.workers, w.at, w.message,
                           w.events) for pod, w in workers.items()), 0
     _need(isinstance(data, Mapping), "bad roster")
-    raw = data.get("marks")
-    _need(isinstance(raw, str), "bad roster")
-    every = decode_marks(raw)
+    packed = data.get("packed")
+    if packed is None:
+        raw = data.get("marks")
+        _need(isinstance(raw, str), "bad roster")
+        every = decode_marks(raw)
+    else:  # (the same facts, packed for the status budget: never beside the fields)
+        _need(isinstance(packed, str) and not any(
+            k in data for k in ("marks", "livesFrom", "lives", "outcomes", "outcomeUids",
+                                "otherOutcomes")), "bad roster")
+        every, packed_lives, packed_ends, packed_others = unpack_roster(packed)
     marks, cut = trim(every, lim.roster, events_of)
     declared = _int(data.get("declared", 0))
     _need(declared <= WORKERS_MAX, "bad roster")
@@ -474,22 +482,28 @@ def _roster(data: Any, workers: Mapping[str, ProgressState], lim: Limits
     finals, failures, permyriads = counts(marks)
     _need((first is not None or not failures) and (last is not None or not finals),
           "bad roster")
-    raw_ends = data.get("outcomes", "")
-    _need(isinstance(raw_ends, str), "bad roster")
-    raw_uids = data.get("outcomeUids", "")
-    _need(isinstance(raw_uids, str), "bad roster")
-    ends, _ = trim(with_end_uids(decode_ends(raw_ends), raw_uids), lim.roster, no_events)
-    # The life of each mark (none in an older writer's status: the next report adopts it).
-    raw_lives = data.get("lives", "")
-    _need(isinstance(raw_lives, str), "bad roster")
-    lives = {} if not raw_lives else {
-        h: life for h, life in decode_lives(raw_lives, data.get("livesFrom", 0), every).items()
-        if h in marks}
+    if packed is None:
+        raw_ends = data.get("outcomes", "")
+        _need(isinstance(raw_ends, str), "bad roster")
+        raw_uids = data.get("outcomeUids", "")
+        _need(isinstance(raw_uids, str), "bad roster")
+        every_end = with_end_uids(decode_ends(raw_ends), raw_uids)
+        # The life of each mark (none in an older writer's status: the next report adopts
+        # it).
+        raw_lives = data.get("lives", "")
+        _need(isinstance(raw_lives, str), "bad roster")
+        packed_lives = {} if not raw_lives else decode_lives(
+            raw_lives, data.get("livesFrom", 0), every)
+        raw_others = data.get("otherOutcomes", "")
+        _need(isinstance(raw_others, str), "bad roster")
+        packed_others = decode_other_ends(raw_others)
+    else:
+        every_end = packed_ends
+    ends, _ = trim(every_end, lim.roster, no_events)
+    lives = {h: life for h, life in packed_lives.items() if h in marks}
     # The ends of the other lives of a name (each name's end then picked as the fold does).
-    raw_others = data.get("otherOutcomes", "")
-    _need(isinstance(raw_others, str), "bad roster")
     others: dict[int, Mapping[int, PodEnd]] = {
-        h: p for h, p in decode_other_ends(raw_others).items() if h in ends}
+        h: p for h, p in packed_others.items() if h in ends}
     for h in list(others):
         place_end(ends, others, h, lives.get(h))
     return with_ends(Roster(marks, declared, finals, failures, permyriads, first,

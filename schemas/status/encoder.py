@@ -26,6 +26,7 @@ from ..engine.roster import (
     encode_other_ends,
     encode_paces,
     encode_quiet,
+    pack_roster,
 )
 from ..engine.state import COUNTER_NAMES, Beyond, Named, SpanAgg, TaskState, us
 from ..engine.workers import ProgressState
@@ -44,10 +45,19 @@ if TYPE_CHECKING:
 # 2 wrote them as JSON objects of the same fields (still read); 1 was the snake_case layout
 # (no longer read).
 STATUS_VERSION = 3
-# The hard byte budget of a written status (JSON, UTF-8), far below etcd's 1.5 MB request limit.
-# 64 KiB: the API server's CPU per status write grows with its bytes (about 0.2 ms/KB in
-# bench/bench_status_write.py), so this also bounds the cost of a write at every cap.
-STATUS_BUDGET = 64 * 1024
+# The byte budget of a whole written status (JSON, UTF-8), the roster included, far below
+# etcd's 1.5 MB request limit: the API server's CPU per status write grows with its bytes
+# (about 0.2 ms/KB in bench/bench_status_write.py), so this bounds the cost of a write at
+# every cap (~80 ms at the largest). Of it, everything but the roster's per-pod facts takes
+# at most ``DETAIL_BUDGET`` (what the drop order gives up to); the roster, never dropped,
+# takes the rest: past ``PACK_FROM`` entries its per-pod facts are written packed
+# (``roster.packed``, schemas/engine/roster.py's ``pack_roster``: about 15 bytes a pod, so the
+# roster's cap of 20,000 pods fits in ~300 KiB, running or ended; bench/bench_roster_scale.py).
+STATUS_BUDGET = 384 * 1024
+DETAIL_BUDGET = 64 * 1024
+# The roster's per-pod entries (marks, ends, other lives' ends) past which they are packed
+# (below it a status is written as it always was: the fields of 512 pods take ~10-20 KiB).
+PACK_FROM = 512
 
 
 class Drop(NamedTuple):
@@ -121,14 +131,24 @@ def to_status(state: TaskState, budget: int | None = None, *,
     each section, the largest names first) while the encoded status is larger, and
     ``budgetDropped`` counts what went per section (the in-memory state keeps it all; only
     the written copy is cut). Phase, conditions, progress, the workers' progress, counters,
-    the roster and the version vector are never dropped."""
-    st = _status(state, health)
+    the roster and the version vector are never dropped.
+
+    ``budget`` bounds the whole status; what the drop order gives up to is the status but
+    the roster's per-pod facts, held to ``min(budget, DETAIL_BUDGET)``, and those facts are
+    packed (``roster.packed``) once they pass ``PACK_FROM`` entries."""
+    r = state.roster
+    pack = budget is not None and len(r.marks) + len(r.ends) + sum(
+        len(p) for p in r.other_ends.values()) > PACK_FROM
+    st = _status(state, health, pack)
     if budget is None:
         return st
+    # (The packed facts' bytes: the roster's share, not the detail's.)
+    packed = len(st["roster"]["packed"]) if pack else 0
+    share = min(budget, DETAIL_BUDGET)
     size = len(orjson.dumps(st)) + _DROPPED_RESERVE
     dropped: dict[str, int] = {}
     for drop in BUDGET_DROPS:
-        if size <= budget:
+        if size <= budget and size - packed <= share:
             break
         section, detail = drop.section, drop.detail
         entries = st.get(section)
@@ -137,7 +157,7 @@ def to_status(state: TaskState, budget: int | None = None, *,
         n = 0
         keys = list(range(len(entries))) if isinstance(entries, list) else list(entries)
         for key in reversed(keys):
-            if size <= budget:
+            if size <= budget and size - packed <= share:
                 break
             if detail:  # the last field of each entry's record, the entries stay
                 entry = entries[key]
@@ -176,7 +196,7 @@ def status_reason(phase: str, conditions: list[dict[str, Any]]) -> str:
     return ""
 
 
-def _status(state: TaskState, health: Judgment | None) -> dict[str, Any]:
+def _status(state: TaskState, health: Judgment | None, pack: bool = False) -> dict[str, Any]:
     phase = state.phase
     st: dict[str, Any] = {"schemaVersion": STATUS_VERSION, "phase": phase}
     conditions = outcome_conditions(state, phase)
@@ -215,7 +235,7 @@ def _status(state: TaskState, health: Judgment | None) -> dict[str, Any]:
     if state.workers:
         st["workers"] = [worker_record(k, w) for k, w in sorted(state.workers.items())]
     if state.roster.marks or state.roster.ends:
-        st["roster"] = _roster_json(state.roster)
+        st["roster"] = _roster_json(state.roster, pack)
     if state.roster.paces:
         st["paces"] = encode_paces(state.roster.paces)
     if state.roster.quiet:
@@ -361,7 +381,7 @@ def _worker_json(pod: str, w: ProgressState) -> dict[str, Any]:
     return out
 
 
-def _roster_json(r: Roster) -> dict[str, Any]:
+def _roster_json(r: Roster, pack: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"reporting": len(r.marks), "final": r.finals}
     if r.failures:
         out["failed"] = r.failures
@@ -378,6 +398,11 @@ def _roster_json(r: Roster) -> dict[str, Any]:
         out["firstFailure"] = {"pod": f.pod, "at": key_text(f.at), "message": f.message}
     if r.last_final is not None:
         out["lastFinal"] = key_text(r.last_final)
+    if pack:  # (the per-pod fields below, together: the status budget)
+        out["packed"] = pack_roster(r.marks, r.lives, r.ends, r.other_ends)
+        if r.replaced:
+            out["replaced"] = r.replaced
+        return out
     out["marks"] = encode_marks(r.marks)
     if r.lives:
         out["livesFrom"], out["lives"] = encode_lives(r.marks, r.lives)

@@ -306,3 +306,36 @@ def test_a_status_write_answered_with_metadata_only_still_refuses_a_stale_writer
     full = kube.request("GET", taskfeedback_path(namespace, "meta-1"))
     assert full["status"]["counters"] == {"eventsApplied": 1}
     assert full["metadata"]["resourceVersion"] == rv1
+
+
+def test_a_packed_roster_of_20000_ended_pods_is_stored_and_read_back(
+        control_plane: ControlPlane, crd: None, namespace: str) -> None:
+    """The CRD takes a status whose roster is packed (no ``marks``), within the whole status
+    budget, and what the API server stores reads back into the roster that was written: a
+    watcher restarting from it decides as the one that wrote it."""
+    from tests.unit.test_status_budget import ended
+    from tidings.kube import JSON, METADATA_ONLY, connect
+    from tidings.schemas.status.decoder import read_status
+    from tidings.schemas.status.encoder import to_status
+    from tidings.schemas.wire.contract import taskfeedback_body, taskfeedback_path
+    from tidings.watcher.writer import FIELD_MANAGER
+
+    state = ended(20_000)
+    written = to_status(state, budget=STATUS_BUDGET)
+    assert "packed" in written["roster"] and "marks" not in written["roster"]
+    kube = connect(str(control_plane.kubeconfig("admin")))
+    created = kube.request("POST", taskfeedback_path(namespace), accept=METADATA_ONLY,
+                           body=taskfeedback_body(namespace, "packed-1"))
+    body = taskfeedback_body(namespace, "packed-1",
+                             resource_version=created["metadata"]["resourceVersion"],
+                             status=written)
+    data = json.dumps(body).encode()
+    assert len(data) <= STATUS_BUDGET + 1024
+    kube.request("PUT", taskfeedback_path(namespace, "packed-1", "status"), data=data,
+                 content_type=JSON, accept=METADATA_ONLY,
+                 query=[("fieldManager", FIELD_MANAGER)])
+    stored = kube.request("GET", taskfeedback_path(namespace, "packed-1"))["status"]
+    assert stored["roster"] == json.loads(json.dumps(written["roster"]))
+    read = read_status(state.task, stored)
+    assert not read.unread and read.state.phase == "Failed"
+    assert read.state.roster._replace(paces={}) == state.roster._replace(paces={})

@@ -4,15 +4,18 @@ ends and reports are batched. Pure; hypothesis. The times are bench/bench_roster
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import random
 from datetime import timedelta
+from functools import reduce
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_schemas_fold import T0, TASK, make_event
-from tidings.schemas import Limits, PodRef, Progress, fold_all, new_state
-from tidings.schemas.engine.folding import fold_many
+from tidings.schemas import Limits, PodRef, Progress, fold, fold_all, new_state
+from tidings.schemas.engine.folding import creation_order, fold_many
 from tidings.schemas.engine.observed import PodVerdict
 from tidings.schemas.engine.observing import observe
 from tidings.schemas.engine.roster import pod_hash
@@ -58,3 +61,30 @@ def test_the_marks_past_the_cap_keep_the_smallest_hashes_in_any_batching(
     assert state.roster == whole.roster
     assert sorted(whole.roster.marks) == sorted({pod_hash(f"p-{i}") for i in pods})[:CAP.roster]
     assert whole.counters.get("roster_capped", 0) == state.counters.get("roster_capped", 0)
+
+
+SMALL = Limits(roster=6, max_instances=4)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 14), st.integers(0, 5), st.booleans()), max_size=40),
+       st.lists(st.tuples(st.integers(0, 14), st.integers(0, 30), st.booleans()), max_size=8),
+       st.integers(1, 40))
+def test_a_batch_past_the_instance_cap_leaves_its_input_as_it_was(
+        raw: list[tuple[int, int, bool]], ended: list[tuple[int, int, bool]], cut: int
+        ) -> None:
+    """A batch whose new emitter instances pass the dedup cap ends a fold run at each of
+    them; the runs hand the roster's maps on rather than copying them (a copy of 20,000
+    marks per new instance made such a batch quadratic), so the state folded before the
+    batch must stay as it was, and the batch gives what one event at a time gives."""
+    events = [dataclasses.replace(
+        make_event(Progress(fraction=0.1 * (k % 10), final=final),
+                   f"inst-{k}".ljust(32, "a"), 0, T0 + timedelta(seconds=secs),
+                   pod=PodRef(f"p-{i}", f"uid-{i}")), created=T0 + timedelta(seconds=secs))
+        for k, (i, secs, final) in enumerate(raw)]
+    before = observe(fold_many(new_state(TASK, SMALL), events[:cut]), [end(*e) for e in ended])
+    kept = copy.deepcopy(before)
+    batch = fold_many(before, events[cut:])
+    assert before == kept
+    one_by_one = reduce(fold, creation_order(events[cut:]), before)
+    assert batch == one_by_one

@@ -82,7 +82,8 @@ def test_the_largest_declared_task_completes_and_round_trips() -> None:
     size = len(orjson.dumps(st))
     restored = decode_status(TASK, json.loads(json.dumps(st)))
     assert restored.phase == "Succeeded" and restored.roster == s.roster
-    print(f"{n} workers: status {size} bytes, roster marks {len(st['roster']['marks'])} chars")
+    assert size <= STATUS_BUDGET
+    print(f"{n} workers: status {size} bytes, roster packed {len(st['roster']['packed'])} chars")
     short = fold_all(TASK, evs[:-1])
     assert short.phase == "Running"
     assert to_status(short)["conditions"][0]["message"] == f"{n - 1} of {n} workers final"

@@ -46,19 +46,10 @@ from ..engine.roster import (
     QuietPeriod,
     Roster,
     counts,
-    decode_ends,
-    decode_lives,
-    decode_marks,
-    decode_other_ends,
-    decode_paces,
-    decode_quiet,
     epoch_ms,
     mark_bits,
     place_end,
     pod_hash,
-    roster_of,
-    unpack_roster,
-    with_end_uids,
     with_ends,
 )
 from ..engine.state import DEFAULT_LIMITS, Beyond, Limits, Named, SpanAgg, TaskState, new_state, us
@@ -98,6 +89,17 @@ from .encoder import (
     pod_record,
     span_record,
     worker_record,
+)
+from .roster_pack import unpack_roster
+from .roster_text import (
+    decode_ends,
+    decode_lives,
+    decode_marks,
+    decode_other_ends,
+    decode_paces,
+    decode_quiet,
+    roster_of,
+    with_end_uids,
 )
 
 # The oldest layout still read (1, snake_case, is not: the next write replaces it).

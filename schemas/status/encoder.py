@@ -16,18 +16,7 @@ import orjson
 
 from ..engine.completion import TaskProgress, aggregate, outcome_conditions, percent
 from ..engine.observed import Observed, PodVerdict
-from ..engine.roster import (
-    OrderKey,
-    Roster,
-    encode_end_uids,
-    encode_ends,
-    encode_lives,
-    encode_marks,
-    encode_other_ends,
-    encode_paces,
-    encode_quiet,
-    pack_roster,
-)
+from ..engine.roster import OrderKey, Roster
 from ..engine.state import COUNTER_NAMES, Beyond, Named, SpanAgg, TaskState, us
 from ..engine.workers import ProgressState
 from ..wire import history, record
@@ -36,6 +25,16 @@ from ..wire.kinds import BUDGET_RANKED, NAMED_KINDS, Kind
 from ..wire.payloads import non_finite_text
 from ..wire.record import POD_FIELDS, SPAN_FIELDS, WORKER_FIELDS, FieldType, pack
 from ..wire.times import format_seconds, format_time, from_epoch
+from .roster_pack import pack_roster
+from .roster_text import (
+    encode_end_uids,
+    encode_ends,
+    encode_lives,
+    encode_marks,
+    encode_other_ends,
+    encode_paces,
+    encode_quiet,
+)
 
 if TYPE_CHECKING:
     from .health import Judgment

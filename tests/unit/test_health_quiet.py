@@ -19,9 +19,9 @@ from pydantic import ValidationError
 from tests.unit.test_schemas_fold import TASK, make_event
 from tests.unit.test_schemas_health import at, conds, received, reports, status_of
 from tidings.schemas import ParsedEvent, PodRef, Quiet, fold_all
-from tidings.schemas.engine.roster import decode_quiet, encode_quiet
 from tidings.schemas.status.decoder import decode_status
 from tidings.schemas.status.health import HealthSettings, evaluate, next_stall
+from tidings.schemas.status.roster_text import decode_quiet, encode_quiet
 
 # Stalled after 2 report intervals, and at least 5 s: a worker reporting every second is
 # Stalled 5 s after its last report unless it declared a quiet period.

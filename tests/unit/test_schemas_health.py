@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from tests.unit.test_schemas_fold import T0, TASK, make_event
 from tidings.schemas import Metric, ParsedEvent, PodRef, Progress, TaskState, fold_all
-from tidings.schemas.engine.roster import decode_paces, encode_paces, pod_hash
+from tidings.schemas.engine.roster import pod_hash
 from tidings.schemas.status.decoder import decode_status
 from tidings.schemas.status.encoder import to_status
 from tidings.schemas.status.health import (
@@ -33,6 +33,7 @@ from tidings.schemas.status.health import (
     next_stall_of,
     stalled_since_written,
 )
+from tidings.schemas.status.roster_text import decode_paces, encode_paces
 from tidings.watcher.settings import Settings, health_settings
 
 

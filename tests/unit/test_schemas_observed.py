@@ -31,15 +31,15 @@ from tidings.schemas.engine.observed import (
     pod_verdict,
 )
 from tidings.schemas.engine.observing import observe
-from tidings.schemas.engine.roster import (
+from tidings.schemas.engine.roster import pod_hash
+from tidings.schemas.status.decoder import decode_status, read_status
+from tidings.schemas.status.encoder import STATUS_BUDGET, to_status
+from tidings.schemas.status.roster_text import (
     decode_ends,
     encode_end_uids,
     encode_ends,
-    pod_hash,
     with_end_uids,
 )
-from tidings.schemas.status.decoder import decode_status, read_status
-from tidings.schemas.status.encoder import STATUS_BUDGET, to_status
 from tidings.schemas.view.model import task_view
 from tidings.schemas.view.summary import summarize
 

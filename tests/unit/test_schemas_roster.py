@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from tests.unit import reference_fold as ref
 from tests.unit.test_schemas_fold import T0, TASK, make_event, without_duplicates
 from tidings.schemas import Limits, ParsedEvent, PodRef, Progress, fold_all, new_state
-from tidings.schemas.engine.roster import decode_marks, encode_marks
 from tidings.schemas.status.decoder import decode_status, read_status
 from tidings.schemas.status.encoder import STATUS_BUDGET, to_status
+from tidings.schemas.status.roster_text import decode_marks, encode_marks
 from tidings.schemas.wire.constants import WORKERS_MAX
 
 

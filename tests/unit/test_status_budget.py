@@ -19,18 +19,11 @@ from tidings.schemas import ParsedEvent, PodRef, Progress, build_event, fold_all
 from tidings.schemas.engine.folding import fold_many
 from tidings.schemas.engine.observed import PodVerdict
 from tidings.schemas.engine.observing import observe
-from tidings.schemas.engine.roster import (
-    FAILED,
-    FINAL,
-    Life,
-    Mark,
-    PodEnd,
-    pack_roster,
-    unpack_roster,
-)
+from tidings.schemas.engine.roster import FAILED, FINAL, Life, Mark, PodEnd
 from tidings.schemas.engine.state import TaskState
 from tidings.schemas.status.decoder import decode_status
 from tidings.schemas.status.encoder import DETAIL_BUDGET, STATUS_BUDGET, to_status
+from tidings.schemas.status.roster_pack import pack_roster, unpack_roster
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -192,7 +192,7 @@ class ObjectSource:
     def list_done(self, resource_version: str) -> None:
         for key in self._mine - self._listed:
             self.platform.delete(self.kind, key)
-        self._mine, self._listed = self._listed, set()
+        self._mine, self._listed = set(self._listed), set()  # (a copy is half the size)
 
     def watch_line(self, line: bytes) -> WatchItem:
         wtype, obj, item = object_line(line)

@@ -363,6 +363,8 @@ def test_a_thousand_waiting_pods_are_named_by_the_first_few_and_counted() -> Non
     assert ready["message"].endswith("(and 997 more)"), ready["message"][-80:]
     restored = decode_status(TASK, json.loads(orjson.dumps(status)))
     assert restored.observed.waiting_more == 984 and to_status(restored) == to_status(s)
+    view = task_view(restored, status)
+    assert len(view.waiting) == 16 and view.waiting_more == 984  # `state` and the page
     # Pods that end leave the count with the next view; none waiting beyond: no count.
     fewer = observe(s, [ended(0)._replace(pod=pulls[0].pod, uid=pulls[0].uid)],
                     waiting=pulls[1:])

@@ -6,7 +6,8 @@ nodes and runs the pods. Per step:
 
   watcher RSS     its resident memory growth, net of the step before (the watcher ready with
                   nothing), per node and per tracked pod (goal: 1 KiB a pod); the tasks'
-                  TaskFeedback states are in the pods' figure (20 pods a task)
+                  states are in the pods' figure (20 pods a task), once more after the idle
+                  tasks went compact (``--compact-after``, 60 s: the steady state)
   structures      the same objects, listed from the API server and put through the watcher's
                   own pod, node and platform caches in this process, measured with tracemalloc
                   (what the caches keep, without the allocator's slack)
@@ -301,6 +302,13 @@ def main() -> None:
             settle(w, all_running, 1800)
             pods_s = time.monotonic() - t
             rss2 = rss_kib(w.proc.pid)
+            # Idle tasks go compact after --compact-after (60 s): the steady state.
+            deadline = time.monotonic() + (0 if a.smoke else 180)
+            while time.monotonic() < deadline and w.metrics().get(
+                    "tidings_watcher_tasks_compact", 0) < a.jobs:
+                time.sleep(2)
+            compact = int(w.metrics().get("tidings_watcher_tasks_compact", 0))
+            rss3 = rss_kib(w.proc.pid)
             time.sleep(0.6)
             r2 = read_counts(counts)
             wcpu = cpu_seconds(w.proc.pid) - wcpu0
@@ -322,6 +330,9 @@ def main() -> None:
           f"{(rss1 - rss0) * 1024 / a.nodes:>9.0f} B {per_node:>16} B")
     print(f"{'pods':<8} {pods:>8} {pods_s:>8.1f} {rss2 - rss1:>8} KiB "
           f"{(rss2 - rss1) * 1024 / pods:>9.0f} B {per_pod:>16} B")
+    print(f"{'compact':<8} {compact:>8} {'':>8} {rss3 - rss1:>8} KiB "
+          f"{(rss3 - rss1) * 1024 / pods:>9.0f} B {'':>16}   (pods, once their tasks "
+          "went compact)")
     print(f"\n(structures: {n_nodes} nodes and {n_pods} pods listed back; watcher ready with "
           f"nothing: {rss0} KiB; watcher CPU over both steps {wcpu:.1f} s)")
     for step, before, after, per in (("nodes", r0, r1, a.nodes), ("pods", r1, r2, pods)):

@@ -1,6 +1,6 @@
-"""The pod caches keep one copy of what pods share (``watcher/interning.py``): 20 pods of a
-Job hold one claim, one task and one node name each, whichever watch event decoded them,
-and the table forgets what no pod holds any more."""
+"""The pod and platform caches keep one copy of what objects share
+(``watcher/interning.py``): 20 pods of a Job hold one claim, one task and one node name,
+whichever watch event decoded them, and the table forgets what no pod holds any more."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from tidings.schemas.event import TaskRef
 from tidings.watcher import interning
 from tidings.watcher.interning import Interner
+from tidings.watcher.platform import JOB, PlatformTasks
 from tidings.watcher.senders import Senders
 from tidings.watcher.settings import Settings
 from tidings.watcher.tracking import Tracking
@@ -103,3 +104,23 @@ def test_an_interned_value_is_an_equal_one(values: list[str]) -> None:
     for v in values:
         got = table(v)
         assert got == v and got is firsts.setdefault(v, got)
+
+
+def test_an_update_of_a_job_that_changes_nothing_keeps_the_copy_held() -> None:
+    platform = PlatformTasks(None)
+    source = platform.sources()[0]
+    assert source.kind is JOB
+
+    def job(i: int) -> dict[str, Any]:
+        out: dict[str, Any] = orjson.loads(orjson.dumps({"metadata": {
+            "name": f"job-{i}", "namespace": "team-a", "uid": f"job-uid-{i}"},
+            "spec": {"completions": 2}, "status": {"active": 2}}))
+        return out
+
+    for i in range(3):
+        source.watch_line(_line("ADDED", job(i)))
+    held = dict(platform._objects)
+    for i in range(3):
+        source.watch_line(_line("MODIFIED", job(i)))
+    assert all(platform._objects[k] is v for k, v in held.items())
+    assert len({id(k[1]) for k in platform._objects}) == 1  # one namespace string

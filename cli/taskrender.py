@@ -183,6 +183,8 @@ def render(snap: Snapshot) -> Any:
         t = table("Waiting pods", "POD", "REASON", "SINCE", "MESSAGE")
         for wp in v.waiting:
             t.add_row(_t(wp.pod), _t(wp.reason, "yellow"), _t(_ago(wp.since)), _t(wp.message))
+        if v.waiting_more:
+            t.add_row(_t(f"... {v.waiting_more} more"), _t(""), _t(""), _t(""))
         parts.append(t)
     if v.pods:
         t = table("Reporting pods", "POD", "UID", "EVENTS")

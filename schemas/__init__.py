@@ -31,6 +31,7 @@ documents every field, and empty maps, zero counters and absent values are left 
     podOutcomes: [{pod, uid, phase, reason, message?, exitCode?, at, explained?}]
                                     # how pods ended, as their objects say (observed.py)
     waitingPods: [{pod, uid, reason, message?, exitCode?, since}]   # why pods wait, now
+    waitingCount?: int              # how many wait, when more than waitingPods names
     platform:   {apiVersion, kind, name, uid, phase, reason?, message?, at?}  # its owner
     pods:       [{name, uid, events}]                      # sender pods, sorted
     unknownTypes: {type: events}

@@ -47,6 +47,7 @@ from tidings.schemas.wire.platform import (
 )
 from tidings.schemas.wire.rejection import Rejection, RejectReason
 
+from .interning import Interner
 from .reflector import object_line
 from .tracking import OFF, Tracking
 
@@ -143,13 +144,15 @@ def _is_root(kind: PlatformKind, obj: object, controller: ObjectRef | None,
 
 
 def _seen(kind: PlatformKind, obj: object, keys: tuple[str, ...] = DEFAULT_TASK_KEYS,
-          tracking: Tracking = OFF) -> tuple[tuple[str, str], Seen] | None:
+          tracking: Tracking = OFF, intern: Callable[[str], str] = str
+          ) -> tuple[tuple[str, str], Seen] | None:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if not isinstance(meta, dict):
         return None
     ns, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
     if not (isinstance(ns, str) and isinstance(name, str) and isinstance(uid, str)):
         return None
+    ns = intern(ns)
     controller = None
     refs = meta.get("ownerReferences")
     for ref in refs if isinstance(refs, list) else []:
@@ -184,7 +187,8 @@ class ObjectSource:
     def list_page(self, items: list[KubeObject]) -> None:
         self.platform.served(self.kind, True)
         for obj in items:
-            got = _seen(self.kind, obj, self.platform.keys, self.platform.tracking)
+            got = _seen(self.kind, obj, self.platform.keys, self.platform.tracking,
+                        self.platform.intern)
             if got is not None:
                 self._listed.add(got[0])
                 self.platform.put(self.kind, *got)
@@ -192,12 +196,12 @@ class ObjectSource:
     def list_done(self, resource_version: str) -> None:
         for key in self._mine - self._listed:
             self.platform.delete(self.kind, key)
-        self._mine, self._listed = self._listed, set()
+        self._mine, self._listed = set(self._listed), set()  # (a copy is half the size)
 
     def watch_line(self, line: bytes) -> WatchItem:
         wtype, obj, item = object_line(line)
         got = None if obj is None else _seen(self.kind, obj, self.platform.keys,
-                                             self.platform.tracking)
+                                             self.platform.tracking, self.platform.intern)
         if got is not None and wtype in ("ADDED", "MODIFIED"):
             self._mine.add(got[0])
             self.platform.put(self.kind, *got)
@@ -228,6 +232,7 @@ class PlatformTasks:
         self.keys, self.tracking = keys, tracking
         self._lock = threading.Lock()
         self._objects: dict[tuple[str, str, str], Seen] = {}  # (kind, namespace, name)
+        self.intern = Interner()  # (the namespaces: one copy each)
         self._served: dict[str, bool] = {}
         # A direct read's answer (a cache miss): (kind, namespace, name) -> (until, the
         # object, or None when there is none), trusted READ_TTL_S.
@@ -244,7 +249,8 @@ class PlatformTasks:
         ns, name = key
         with self._lock:
             before = self._objects.get((kind.kind, ns, name))
-            self._objects[(kind.kind, ns, name)] = seen
+            if before != seen:  # (an update that changes nothing keeps the copy held)
+                self._objects[(kind.kind, ns, name)] = seen
             self._fetched.pop((kind.kind, ns, name), None)
         if before is None or before.uid != seen.uid or before.outcome != seen.outcome:
             self.on_change(TaskRef(ns, name))

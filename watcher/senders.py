@@ -54,6 +54,7 @@ from tidings.schemas.wire.payloads import PodSpawned
 from tidings.schemas.wire.platform import DEFAULT_TASK_KEYS, PodTask, other_keys, pod_task
 from tidings.schemas.wire.rejection import Rejection, RejectReason
 
+from .interning import Interner
 from .kubelet_events import creating_since
 from .placements import Placements, PodKey, node_of, runs_since
 from .reflector import object_line
@@ -90,12 +91,18 @@ def kube_getter(kube: Client) -> Getter:
 _ABSENT = object()  # cache value: no pod of that namespace/name carries that uid
 
 
-def _pod(obj: object, keys: Sequence[str]) -> tuple[PodKey, PodTask | None] | None:
+def _pod(obj: object, keys: Sequence[str], intern: Interner
+         ) -> tuple[PodKey, PodTask | None] | None:
+    """The pod's key and what its labels say, the values it shares with other pods (its
+    namespace, its task's claim) interned."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if not isinstance(meta, dict):
         return None
-    key = (str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", "")))
+    key = (intern(str(meta.get("namespace", ""))), str(meta.get("name", "")),
+           str(meta.get("uid", "")))
     found = pod_task(meta, keys)
+    if found is not None:
+        found = intern(found)
     if found is not None and log.isEnabledFor(logging.DEBUG):
         others = other_keys(meta, keys, found.key)
         if others:
@@ -170,7 +177,7 @@ class PodSource:
     def list_page(self, items: list[KubeObject]) -> None:
         now = datetime.now(UTC)
         for obj in items:
-            p = _pod(obj, self.senders.keys)
+            p = _pod(obj, self.senders.keys, self.senders.intern)
             if p is not None:
                 self._listed.add(p[0])
                 self._put(p, obj, now)
@@ -179,20 +186,24 @@ class PodSource:
         """The pod as its object reads now: its verdict, whether it makes its task, where
         it runs or is being created."""
         verdict = pod_verdict(obj, seen=now)
+        intern = self.senders.intern
+        running, creating = runs_since(obj, verdict), creating_since(obj)
         self.senders.put(*p, verdict, track=self.senders.tracking.pod_makes_task(obj, verdict),
-                         running=runs_since(obj, verdict), creating=creating_since(obj),
-                         node=node_of(obj))
+                         running=None if running is None else intern(running),
+                         creating=None if creating is None else intern(creating),
+                         node=intern(node_of(obj)))
 
     def list_done(self, resource_version: str) -> None:
         for k in self._mine - self._listed:  # deleted while the watch was down
             self.senders.delete(k)
-        self._mine, self._listed = self._listed, set()
+        # A copy: the set grown one add at a time holds twice the slots a copy needs.
+        self._mine, self._listed = set(self._listed), set()
 
     def watch_line(self, line: bytes) -> WatchItem:
         wtype, obj, item = object_line(line)
         if obj is None:
             return item
-        p = _pod(obj, self.senders.keys)
+        p = _pod(obj, self.senders.keys, self.senders.intern)
         if p is not None and wtype in ("ADDED", "MODIFIED"):
             self._mine.add(p[0])
             self._put(p, obj, datetime.now(UTC))
@@ -215,6 +226,8 @@ class Senders:
                  max_verdicts: int = 50_000, tracking: Tracking = OFF) -> None:
         self.get = get
         self.keys = tuple(keys)
+        # What the cached pods share (namespaces, nodes, claims, tasks, times): one copy each.
+        self.intern = Interner()
         self.tracking = tracking
         # Tasks a selected pod makes exist (``--track``), with the first such pod's name and
         # labels (its owner claim is checked before the task is made), oldest first; bounded
@@ -255,8 +268,8 @@ class Senders:
             self._negative.pop(key, None)
             changed = self._judge(key, task, verdict)
             if isinstance(task, PodTask) and not task.error and self._places.update(
-                    key, TaskRef(key[0], task.task), running=running, creating=creating,
-                    node=node):
+                    key, self.intern(TaskRef(key[0], task.task)), running=running,
+                    creating=creating, node=node):
                 changed = TaskRef(key[0], task.task)
             if track and isinstance(task, PodTask) and not task.error:
                 ref = TaskRef(key[0], task.task)
@@ -345,9 +358,17 @@ class Senders:
                     return None
                 self._verdict_count += 1
             if pods is None:
-                pods = self._verdicts[ref] = {}
-            pods[key] = verdict
+                pods = self._verdicts[self.intern(ref)] = {}
+            pods[key] = self._compact(key, verdict)
         return ref
+
+    def _compact(self, key: PodKey, v: PodVerdict) -> PodVerdict:
+        """``v`` holding the pod's own name and uid, and shared copies of what pods share
+        (a thousand pods that cannot pull one image wait with one message)."""
+        i = self.intern
+        return PodVerdict(key[1] if v.pod == key[1] else v.pod,
+                          key[2] if v.uid == key[2] else v.uid, i(v.phase), i(v.reason),
+                          i(v.message), v.exit_code, i(v.at), v.explained)
 
     def _forget(self, key: PodKey, task: PodTask | None) -> None:
         if isinstance(task, PodTask):
@@ -515,7 +536,7 @@ class Senders:
             obj, result = None, None  # unreadable: not known to be gone
         else:
             result = _ABSENT
-        p = _pod(obj, self.keys) if obj is not None else None
+        p = _pod(obj, self.keys, self.intern) if obj is not None else None
         if p is not None and p[0] == key:
             self.put(*p, pod_verdict(obj, seen=datetime.now(UTC)))
             return p[1]

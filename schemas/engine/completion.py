@@ -50,7 +50,7 @@ from .workers import ProgressState
 # completion time; beyond it the estimate is left out (see ``estimated_completion``).
 ETA_HORIZON = timedelta(days=365)
 _ETA_HORIZON_S = ETA_HORIZON.total_seconds()
-# Waiting pods a PodsReady condition names (the status lists them all).
+# Waiting pods a PodsReady condition names (the status lists the first 16 and counts all).
 _WAITING_NAMED = 3
 
 
@@ -351,13 +351,13 @@ def _pods_ready(state: Folded, phase: str, start: datetime) -> dict[str, Any]:
     waiting = sorted(state.observed.waiting.values(), key=lambda v: (v.at, v.pod))
     if waiting:
         first = waiting[0]
-        n = len(waiting)
+        n = len(waiting) + state.observed.waiting_more
         text = ("1 pod of the task waits: " if n == 1 else f"{n} pods of the task wait: ") \
             + "; ".join(f"pod {v.pod}: {v.message or v.reason}" for v in waiting[:_WAITING_NAMED])
-        if n > _WAITING_NAMED:
-            text += f" (and {n - _WAITING_NAMED} more)"
+        # The count of the rest outlives the cut of long names and messages.
+        more = f" (and {n - _WAITING_NAMED} more)" if n > _WAITING_NAMED else ""
         return condition("PodsReady", False, first.reason or WAITING,
-                         cut_text(text, 4 * MESSAGE_LIMIT), first.at)
+                         cut_text(text, 4 * MESSAGE_LIMIT - len(more)) + more, first.at)
     if phase == PENDING:
         return condition("PodsReady", False, "PodsPending", "no pod of the task runs yet",
                          start)

@@ -391,13 +391,16 @@ class Observed(NamedTuple):
     the ``observed_pods`` smallest pod names (every pod's end is in the roster, compact),
     the pods waiting now (the ``waiting`` smallest names: the watcher's current view), the
     platform object's outcome, and how many of its pods run now (the current view: a task
-    whose pods run is Running before any of them reports)."""
+    whose pods run is Running before any of them reports). ``waiting_more``: how many pods
+    wait beyond those ``waiting`` keeps (a thousand stuck pods are named by the first few and
+    counted, never listed)."""
 
     pods: Mapping[str, PodVerdict]
     waiting: Mapping[str, PodVerdict]
     platform: PlatformOutcome | None = None
     running: int = 0
     running_since: datetime | None = None  # the earliest start of the pods running now
+    waiting_more: int = 0
 
 
 EMPTY_OBSERVED = Observed({}, {})

@@ -34,7 +34,9 @@ def observe(state: TaskState, pods: Iterable[PodVerdict] = (), *,
       roster for every pod (the ``roster`` cap of smallest hashes, as its marks) and in
       detail for the ``observed_pods`` smallest names.
     - ``waiting``: the task's pods waiting now, one complete view (None: unchanged); it
-      replaces the one kept, less pods that have ended, the ``waiting`` smallest names.
+      replaces the one kept, less pods that have ended, the ``waiting`` smallest names, and
+      counts the rest (``Observed.waiting_more``; ends seen without a view leave that count
+      as it is: the next view counts again).
     - ``platform``: the outcome of the platform object owning the task, joined with the one
       known (terminal over running, then the later).
     - ``running``: how many of the task's pods run now and the earliest of their starts, one
@@ -77,18 +79,21 @@ def _observe(state: TaskState, pods: Iterable[PodVerdict], waiting: Iterable[Pod
             else:
                 detail[v.pod] = v
     ended = r.ends if ends is None else ends
-    now_waiting = o.waiting
+    now_waiting, more = o.waiting, o.waiting_more
     if waiting is not None:
         view: dict[str, PodVerdict] = {}
         for v in waiting:
             kept = view.get(v.pod)
             if not v.terminal and (kept is None or v.order() > kept.order()):
                 view[v.pod] = v
+        if ended:
+            view = {p: v for p, v in view.items() if pod_hash(p) not in ended}
         now_waiting = dict(sorted(view.items())[:lim.waiting])
-    if ends is not None or waiting is not None:
+        more = len(view) - len(now_waiting)
+    elif ends is not None:
         now_waiting = {p: v for p, v in now_waiting.items() if pod_hash(p) not in ended}
-        if now_waiting == o.waiting:
-            now_waiting = o.waiting
+    if now_waiting == o.waiting:
+        now_waiting = o.waiting
     now_platform = o.platform
     if platform is not None and (now_platform is None
                                  or platform.order() > now_platform.order()):
@@ -98,9 +103,10 @@ def _observe(state: TaskState, pods: Iterable[PodVerdict], waiting: Iterable[Pod
     if state.counters.get("events_applied", 0):
         now_running = (0, None)
     if ends is None and detail is None and now_waiting is o.waiting \
-            and now_platform is o.platform and now_running == (o.running, o.running_since):
+            and more == o.waiting_more and now_platform is o.platform \
+            and now_running == (o.running, o.running_since):
         return state
     return replace(state, roster=r if ends is None else with_ends(
         r._replace(other_ends=others), ends),
                    observed=Observed(o.pods if detail is None else detail, now_waiting,
-                                     now_platform, *now_running))
+                                     now_platform, *now_running, more))

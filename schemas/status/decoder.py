@@ -583,10 +583,13 @@ def _observed(st: Mapping[str, Any], lim: Limits, r: _Reading) -> Observed:
     pods, _ = trim(pods, lim.observed_pods, no_events)
     waiting, _ = trim(waiting, lim.waiting, no_events)
     platform = _part(r, "platform", lambda: _platform(st.get("platform")), None)
+    count = st.get("waitingCount")
+    more = count - len(waiting) if type(count) is int and len(waiting) < count < 2**31 else 0
     running = st.get("runningPods")
     if type(running) is not int or not 0 < running < 2**31:
-        return Observed(pods, waiting, platform)
-    return Observed(pods, waiting, platform, running, parse_time(st.get("runningSince")))
+        return Observed(pods, waiting, platform, waiting_more=more)
+    return Observed(pods, waiting, platform, running, parse_time(st.get("runningSince")),
+                    more)
 
 
 def _platform(raw_p: Any) -> PlatformOutcome | None:

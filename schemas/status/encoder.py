@@ -423,6 +423,8 @@ def _observed_json(o: Observed, st: dict[str, Any]) -> None:
         st["podOutcomes"] = [_verdict_json(v, "at") for _, v in sorted(o.pods.items())]
     if o.waiting:
         st["waitingPods"] = [_verdict_json(v, "since") for _, v in sorted(o.waiting.items())]
+        if o.waiting_more:
+            st["waitingCount"] = len(o.waiting) + o.waiting_more
     if o.running:
         st["runningPods"] = o.running
         if o.running_since is not None:

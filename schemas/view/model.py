@@ -195,6 +195,8 @@ class TaskView:
     # e.g. a status of a watcher before health), and when silence was judged.
     health_summary: str = ""
     judged_at: datetime | None = None
+    # Pods waiting beyond the rows of ``waiting`` (the status names the first few).
+    waiting_more: int = 0
 
     @property
     def health(self) -> tuple[Condition, ...]:
@@ -284,6 +286,7 @@ def task_view(state: TaskState, status: Mapping[str, Any] | None = None,
         refused=read_refused(status),
         health_summary=json_str(said.get("summary")),
         judged_at=parse_time(said.get("evaluatedAt")),
+        waiting_more=observed.waiting_more,
     )
 
 

@@ -346,6 +346,34 @@ def test_observations_are_bounded() -> None:
     assert written["phase"] == "Failed" and written["roster"]["outcomes"]
 
 
+def test_a_thousand_waiting_pods_are_named_by_the_first_few_and_counted() -> None:
+    # A Job of 1,000 pods that cannot pull their image: the status names the first 16 (by
+    # name) and counts them all, within its byte budget with nothing dropped; PodsReady says
+    # how many wait, names three and counts the rest; the count survives a status read.
+    message = 'container main: ImagePullBackOff: Back-off pulling image "' + "r" * 190 + '"'
+    pulls = [PodVerdict(f"train-{i:04d}-" + "p" * 200, f"uid-{i:04d}", "Waiting",
+                        "ImagePullBackOff", message, None, T0 + timedelta(seconds=i % 7))
+             for i in range(1000)]
+    s = observe(new_state(TASK), waiting=pulls[::-1])
+    status = to_status(s, budget=STATUS_BUDGET)
+    size = len(orjson.dumps(status))
+    assert size <= STATUS_BUDGET and "budgetDropped" not in status, size
+    assert [w["pod"] for w in status["waitingPods"]] == sorted(v.pod for v in pulls)[:16]
+    assert status["waitingCount"] == 1000
+    ready = conditions(s)["PodsReady"]
+    assert ready["message"].startswith("1000 pods of the task wait: pod train-0000-")
+    assert ready["message"].endswith("(and 997 more)"), ready["message"][-80:]
+    restored = decode_status(TASK, json.loads(orjson.dumps(status)))
+    assert restored.observed.waiting_more == 984 and to_status(restored) == to_status(s)
+    view = task_view(restored, status)
+    assert len(view.waiting) == 16 and view.waiting_more == 984  # `state` and the page
+    # Pods that end leave the count with the next view; none waiting beyond: no count.
+    fewer = observe(s, [ended(0)._replace(pod=pulls[0].pod, uid=pulls[0].uid)],
+                    waiting=pulls[1:])
+    assert to_status(fewer)["waitingCount"] == 999
+    assert "waitingCount" not in to_status(observe(s, waiting=pulls[:16]))
+
+
 def test_pod_outcomes_round_trip_and_garbage_is_refused() -> None:
     s = observe(fold_all(TASK, [report(i, 0, 0.5) for i in range(3)]),
                 [ended(0), ended(1, failed=False), gone("w-02", "uid-2", SEEN)],

@@ -2,8 +2,12 @@
 ContainerCreating (or PodInitializing) says nothing more in its own object; the reason
 (FailedMount, FailedAttachVolume, FailedCreatePodSandBox, ...) lives only in the Events the
 kubelet and the attach controller record about it. Those are read for that pod alone, once
-it has been creating for ``grace`` seconds, by one list with a field selector on its uid
-(cached ``ttl`` seconds): a bounded lookup, never a cluster-wide Event watch.
+it has been creating for ``grace`` seconds, by one list with a field selector on its uid: a
+bounded lookup, never a cluster-wide Event watch. An answer is kept ``ttl`` seconds; a lookup
+that finds nothing (an image still being pulled also shows as ContainerCreating) waits twice
+as long each time before the next, up to ``MAX_WAIT``, so a pod that creates for a minute
+costs about four lookups and one a minute after that, while a mount that fails at once is
+named within the grace and one round trip.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ STUCK_REASONS: Final = frozenset({
     "FailedCreatePodContainer", "FailedPodSandBoxStatus", "NetworkNotReady",
     "FailedScheduling"})
 MAX_PODS: Final = 10_000  # lookups remembered (beyond: the oldest forgotten)
+FIRST_WAIT: Final = 5.0  # after a first lookup that found nothing (then doubled)
+MAX_WAIT: Final = 60.0  # the longest wait between two lookups that found nothing
 
 
 def creating_since(obj: object) -> datetime | None:
@@ -56,10 +62,11 @@ def creating_since(obj: object) -> datetime | None:
 class KubeletEvents:
     """The lookup: ``why`` a pod is stuck, from its newest explaining Warning Event."""
 
-    def __init__(self, kube: Client | None, *, grace: float = 20.0, ttl: float = 10.0) -> None:
+    def __init__(self, kube: Client | None, *, grace: float = 3.0, ttl: float = 10.0) -> None:
         self.kube, self.grace, self.ttl = kube, grace, ttl
         self._lock = threading.Lock()
-        self._cache: OrderedDict[str, tuple[float, PodVerdict | None]] = OrderedDict()
+        # uid -> (next lookup at, the answer, the wait after this answer when it was none)
+        self._cache: OrderedDict[str, tuple[float, PodVerdict | None, float]] = OrderedDict()
         self.lookups = 0  # API calls made (the bench counts them)
 
     def why(self, namespace: str, pod: str, uid: str, since: datetime) -> PodVerdict | None:
@@ -73,7 +80,9 @@ class KubeletEvents:
                 return hit[1]
         verdict = self._look(namespace, pod, uid)
         with self._lock:
-            self._cache[uid] = (time.monotonic() + self.ttl, verdict)
+            missed = hit[2] * 2 if hit is not None and hit[1] is None else FIRST_WAIT
+            wait = self.ttl if verdict is not None else min(MAX_WAIT, missed)
+            self._cache[uid] = (time.monotonic() + wait, verdict, wait)
             self._cache.move_to_end(uid)
             while len(self._cache) > MAX_PODS:
                 self._cache.popitem(last=False)

@@ -23,7 +23,6 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 
 from support import (
@@ -33,23 +32,14 @@ from support import (
     cpu_seconds,
     job_pod,
     load_average,
+    now,
     pct,
+    rss_kib,
 )
 
 from tidings.kube import Client, connect
 
 NODE = "kwok-node-0"
-
-
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 def requests(kube: Client) -> Counter[tuple[str, str]]:

@@ -28,7 +28,6 @@ import argparse
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,10 +38,11 @@ from support import (  # bench/support.py
     delete_namespace,
     load_averages,
     real_node_plane,
+    until,
     workload_namespace,
 )
 
-from tidings.kube import Client, KubeError, connect
+from tidings.kube import Client, connect
 from tidings.schemas.wire.contract import taskfeedback_path
 
 # tests/node runs this bench's --smoke on the suite's real node (tests/cluster skips it).
@@ -56,18 +56,6 @@ while True:
     hog.append(b"x" * (16 << 20))
 """
 
-
-def until(probe: Callable[[], Any], timeout: float, what: str, every: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            found = probe()
-        except KubeError:
-            found = None
-        if found:
-            return found
-        time.sleep(every)
-    raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def pod_body(name: str, command: list[str], *, node: str | None = None,
@@ -96,7 +84,8 @@ def pod_starts(kube: Client, ns: str, count: int, node: str | None) -> list[floa
         start = time.monotonic()
         kube.request("POST", f"/api/v1/namespaces/{ns}/pods", body=pod_body(
             name, ["python3", "-c", "import time; time.sleep(600)"], node=node))
-        until(lambda n=name: phase(kube, ns, n) == "Running", 120, f"pod {name} Running")
+        until(lambda n=name: phase(kube, ns, n) == "Running", 120, f"pod {name} Running",
+              every=0.02)
         took.append(time.monotonic() - start)
         kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}",
                      body={"gracePeriodSeconds": 0})
@@ -112,10 +101,11 @@ def oom_latencies(kube: Client, ns: str, count: int) -> tuple[list[float], list[
         body = pod_body(name, ["python3", "-c", OOM], memory="96Mi", account="trainer")
         body["metadata"]["labels"] = {"tidings.dev/task": name}
         kube.request("POST", f"/api/v1/namespaces/{ns}/pods", body=body)
-        until(lambda n=name: phase(kube, ns, n) == "Failed", 120, f"{name} OOM-killed")
+        until(lambda n=name: phase(kube, ns, n) == "Failed", 120, f"{name} OOM-killed",
+              every=0.02)
         failed = time.monotonic()
         until(lambda n=name: kube.get(taskfeedback_path(ns, n)).get("status", {})
-              .get("podOutcomes"), 60, f"{name}'s end in its TaskFeedback")
+              .get("podOutcomes"), 60, f"{name}'s end in its TaskFeedback", every=0.02)
         seen.append(time.monotonic() - failed)
         shown = time.time()
         pod = kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")

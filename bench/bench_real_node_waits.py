@@ -7,7 +7,8 @@ times, all the cases of a repetition at once (the load: their pods, and the mach
   image pull      an image no registry has: the kubelet's ErrImagePull / ImagePullBackOff
   crash loop      a container exiting 3, restartPolicy Always: the kubelet's CrashLoopBackOff
   failed mount    a ConfigMap volume that does not exist: the kubelet's FailedMount Event (the
-                  watcher reads a pod's Events once it has been creating for 20 s: by design)
+                  watcher reads a pod's Events once it has been creating for 3 s, then
+                  again after 5 s, 10 s, ... while none explains it)
   node lost       a Job's pod running, then the node's processes killed (RealNode.crash):
                   the node lifecycle controller's Ready=Unknown; --node-losses times, one at
                   a time, the node restarted after each (none in --smoke: it would kill the
@@ -43,6 +44,7 @@ from support import (  # bench/support.py
     load_averages,
     pct,
     real_node_plane,
+    until,
     workload_namespace,
 )
 
@@ -185,18 +187,6 @@ def node_ready(kube: Client, node: str) -> dict[str, Any]:
     return next((c for c in got.get("status", {}).get("conditions", [])
                  if c.get("type") == "Ready"), {})
 
-
-def until(probe: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            found = probe()
-        except KubeError:
-            found = None
-        if found:
-            return found
-        time.sleep(TICK)
-    raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def node_loss(cp: Any, kube: Client, ns: str, rep: int) -> Case:

@@ -33,7 +33,6 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,22 +43,13 @@ from support import (
     cpu_seconds,
     job_pod,
     load_average,
+    now,
+    rss_kib,
 )
 
 from tidings.kube import Client, KubeError, connect, paginate
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
-
-
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 def verb_resource(method: str, path: str, query: Any) -> tuple[str, str]:

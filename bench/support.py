@@ -12,11 +12,12 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from tidings._compat import UTC
 from tidings.kube import Client, KubeError
 from tidings.schemas import (
     DeckReady,
@@ -242,3 +243,31 @@ def delete_namespace(kube: Client, ns: str) -> None:
     outlive it, running on a real node."""
     kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods")
     kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+
+
+def now() -> str:
+    """The time now as the API server writes it (whole seconds, RFC 3339)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rss_kib(pid: int) -> int:
+    """A process's resident memory (KiB), 0 once it is gone."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def until(probe: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
+    """``probe()``'s first true answer (an API error counts as none), polled every ``every``
+    seconds; the bench exits saying what it waited for after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            found = probe()
+        except KubeError:
+            found = None
+        if found:
+            return found
+        time.sleep(every)
+    raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")

@@ -285,7 +285,7 @@ def main() -> None:
                   [c.delays["kill"] for c in losses]))
     print("(from read: 0.00 is the TaskFeedback saying it in the same read round as the "
           f"word, under the {TICK} s read interval)")
-    print("(* whole seconds: up to 1 s more; failed mount includes the watcher's 20 s grace "
+    print("(* whole seconds: up to 1 s more; failed mount includes the watcher's grace (3 s) "
           "before it reads a creating pod's Events)")
 
 

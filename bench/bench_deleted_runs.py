@@ -3,7 +3,8 @@ listed event against it (delivery's ``_not_deleted``: a relist of ``-n`` events 
 tasks, with no deletion recorded and with ``-d``, half of the listed tasks among them), and
 the record's durable form at its byte budget (encode, decode, its size).
 Times are medians of ``-r`` runs on this process's CPU time.
-Run: ``.venv/bin/python bench/bench_deleted_runs.py [-n 100000] [-t 2000] [-d 10000] [-r 5]``.
+Run: ``.venv/bin/python bench/bench_deleted_runs.py [-n 100000] [-t 2000] [-d 10000] [-r 5]
+[--smoke]``.
 """
 
 from __future__ import annotations
@@ -54,7 +55,11 @@ def main() -> None:
     ap.add_argument("-t", type=int, default=2000)
     ap.add_argument("-d", type=int, default=10_000)
     ap.add_argument("-r", type=int, default=5)
+    ap.add_argument("--smoke", action="store_true",
+                    help="small sizes, one run: to check that the bench runs (no figures)")
     a = ap.parse_args()
+    if a.smoke:
+        a.n, a.t, a.d, a.r = 2000, 40, 200, 1
     print(f"load average {os.getloadavg()[0]:.2f}")
     evs = events(a.n, a.t)
     recorded = Deletions.of([(TaskRef(NS, f"t{i}" if i < a.t // 2 else f"gone{i}"), T0)

@@ -100,9 +100,9 @@ class PlatformOutcome(NamedTuple):
 
     @property
     def failing(self) -> bool:
-        """Failed by its controller, its pods not all ended (only such a running object
-        carries a reason)."""
-        return self.phase == RUNNING and bool(self.reason)
+        """A Job failed by its controller, its pods not all ended (FailureTarget: the one
+        running Job that carries a reason; a running Workflow carries its phase as one)."""
+        return self.kind == "Job" and self.phase == RUNNING and bool(self.reason)
 
     def order(self) -> tuple[bool, int, str, str, str, str]:
         """The join order: terminal over running, then the later; total by the rest."""

@@ -209,6 +209,11 @@ def test_a_platform_object_decides_only_once_its_controller_reported_and_by_its_
     assert target is not None and (target.phase, target.reason, target.failing) == (
         "Running", "BackoffLimitExceeded", True)
     assert not running.failing
+    # A running Workflow names its phase ("Running"): not a failure, whatever its workers say.
+    wf = platform_outcome("argoproj.io/v1alpha1", "Workflow", {
+        "metadata": {"name": "train", "uid": "wf-uid"},
+        "status": {"phase": "Running", "startedAt": T}})
+    assert wf is not None and (wf.phase, wf.failing) == ("Running", False)
     failed = platform_outcome("batch/v1", "Job", job([
         {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded"},
         {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",

@@ -35,6 +35,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,7 @@ def etcd_wal_bytes(cp: Any) -> float:
 class Snapshot:
     def __init__(self, cp: Any, kube: Any, pids: dict[str, int]) -> None:
         self.t = time.monotonic()
+        self.wall = time.time()
         self.cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
         self.rss = {name: proc_rss_mib(pid) for name, pid in pids.items()}
         self.requests = apiserver_requests(kube)
@@ -127,15 +129,43 @@ def window(a: Snapshot, b: Snapshot) -> dict[str, Any]:
             "wal": (b.wal - a.wal) / minutes}
 
 
+class Pending:
+    """Reports sent and not yet shown, by object: when each was sent and first shown."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.unseen: dict[str, dict[Any, float]] = {}  # object -> report -> when sent
+        self.waits: list[float] = []
+        self.sent = 0
+
+    def send(self, obj: str, report: Any) -> None:
+        with self.lock:
+            self.unseen.setdefault(obj, {})[report] = time.time()
+            self.sent += 1
+
+    def shown(self, obj: str, covers: Any) -> None:
+        """Every unseen report of ``obj`` that ``covers(report)`` says the object shows."""
+        now = time.time()
+        with self.lock:
+            reports = self.unseen.get(obj) or {}
+            for report in [r for r in reports if covers(r)]:
+                self.waits.append(now - reports.pop(report))
+
+    def done(self, failed: int) -> bool:
+        with self.lock:
+            return len(self.waits) >= self.sent - failed
+
+
 class Observer:
     """Watches one object and records when each shown loss step first appeared."""
 
-    def __init__(self, kubeconfig: str, path: str, name: str, shown: Any) -> None:
+    def __init__(self, kubeconfig: str, path: str, name: str | None, shown: Any) -> None:
         # A client of its own: a watch closed from another thread must not leave a broken
         # connection in the bench's pool.
         self.kube = tkube.connect(kubeconfig)
         self.path, self.name, self.shown = path, name, shown
         self.seen: list[tuple[float, Any]] = []  # (wall time, what the object showed)
+        self.objects: list[tuple[float, dict[str, Any]]] = []
         self.last: dict[str, Any] = {}
         self.stream: Any = None
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -146,9 +176,10 @@ class Observer:
     def run(self) -> None:
         while not self.stopped:
             try:
-                self.stream = self.kube.stream(self.path, {
-                    "watch": "true", "fieldSelector": f"metadata.name={self.name}",
-                    "timeoutSeconds": "600"})
+                query = {"watch": "true", "timeoutSeconds": "600"}
+                if self.name is not None:
+                    query["fieldSelector"] = f"metadata.name={self.name}"
+                self.stream = self.kube.stream(self.path, query)
                 buf = b""
                 for chunk in self.stream.stream(4096):
                     buf += chunk
@@ -156,6 +187,7 @@ class Observer:
                         line, buf = buf.split(b"\n", 1)
                         obj = json.loads(line)["object"]
                         self.last = obj
+                        self.objects.append((time.time(), obj))
                         self.seen.append((time.time(), self.shown(obj)))
             except (KeyError, TypeError, ValueError) as e:  # a bench bug, not the network
                 self.error = repr(e)
@@ -229,6 +261,7 @@ class Bench:
             if time.monotonic() > deadline:
                 raise SystemExit("the watcher did not get ready")
             time.sleep(0.2)
+        self.recordings: dict[str, Any] = {}  # way -> what its last real run sent
         self.platforms = Platforms(self.cp)
         self.folder = self._install_peer()
         self.status_port = self.platforms.ports[PEER]["status"]
@@ -308,6 +341,7 @@ class Bench:
             self._settle(obs, logs, peer=False)
         finally:
             obs.stop()
+        self.recordings["tidings"] = self._record_events(task, pod, float(begin.wall))
         return window(begin, end), latencies(logs, obs.seen, peer=False)
 
     def peer_run(self) -> tuple[dict[str, Any], list[float]]:
@@ -347,6 +381,14 @@ class Bench:
         if not any(shown[0] is not None for _, shown in obs.seen):
             raise SystemExit("the TrainJob never showed the run's progress: "
                              f"{json.dumps(obs.last.get('status'))[:2000]}")
+        # What the run POSTed, in order: every trainerStatus the object showed (each POST
+        # is applied whole), at its offset into the training.
+        posted: list[tuple[float, dict[str, Any]]] = []
+        for t, obj in obs.objects:
+            ts = (obj.get("status") or {}).get("trainerStatus")
+            if ts and (not posted or posted[-1][1] != ts):
+                posted.append((t - begin.wall, ts))
+        self.recordings["peer"] = posted
         return window(begin, end), latencies(logs, obs.seen, peer=True)
 
     def _settle(self, obs: Observer, logs: list[dict[str, Any]], peer: bool) -> None:
@@ -357,6 +399,208 @@ class Bench:
             if logs and len(latencies(logs, obs.seen, peer)) == len(logs):
                 return
             time.sleep(0.2)
+
+    def _record_events(self, task: str, pod: dict[str, Any], began: float
+                       ) -> list[tuple[float, bytes]]:
+        """The Events the run sent (as stored), by their eventTime's offset into the training,
+        as templates: the task's and its pod's names and uid become placeholders."""
+        items, _ = self.kube.list_all(f"/apis/events.k8s.io/v1/namespaces/{self.ns}/events")
+        out = []
+        for ev in items:
+            if not ev["metadata"]["name"].startswith(f"{task}."):
+                continue
+            meta = ev["metadata"]
+            ev["metadata"] = {k: meta[k] for k in ("name", "namespace", "labels", "annotations")
+                              if k in meta}
+            for k in ("deprecatedFirstTimestamp", "deprecatedLastTimestamp", "deprecatedCount",
+                      "deprecatedSource", "series"):
+                ev.pop(k, None)
+            when = datetime.fromisoformat(ev["eventTime"].replace("Z", "+00:00")).timestamp()
+            raw = json.dumps(ev).replace(pod["metadata"]["uid"], "@UID@")
+            raw = raw.replace(pod["metadata"]["name"], "@POD@").replace(task, "@TASK@")
+            out.append((max(0.0, when - began), raw.encode()))
+        return sorted(out, key=lambda x: x[0])
+
+    # ---- N concurrent runs, replayed --------------------------------------------------
+    def scale(self, n: int, seconds: float) -> dict[str, Any]:
+        """``n`` runs of each way at once on kwok pods, each replaying its way's recording
+        (the first ``seconds`` of it), one way after the other, and an idle window."""
+        out = {"tidings": self._scale_tidings(n, seconds), "peer": self._scale_peer(n, seconds)}
+        out["idle"] = self.idle(seconds)
+        return out
+
+    def _replay(self, schedule: list[tuple[float, Any]], send: Any, seconds: float,
+                threads: int = 32) -> Snapshot:
+        """Runs ``send(item)`` at each (offset, item) from now on, on ``threads`` threads;
+        returns the snapshot taken when the window opened."""
+        from concurrent.futures import ThreadPoolExecutor
+        schedule = sorted(schedule, key=lambda x: x[0])
+        start = Snapshot(self.cp, self.kube, self.pids)
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(threads) as pool:
+            for offset, item in schedule:
+                wait = t0 + offset - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                pool.submit(send, item)
+            left = t0 + seconds - time.monotonic()
+            if left > 0:
+                time.sleep(left)
+        return start
+
+    def _scale_tidings(self, n: int, seconds: float) -> dict[str, Any]:
+        import random
+
+        from tidings.schemas.version_vector import VersionVector
+        recording = [(t, raw) for t, raw in self.recordings["tidings"] if t < seconds]
+        ns = self.ns  # the watcher's
+        tasks = [f"s{i:04d}-{uuid.uuid4().hex[:4]}" for i in range(n)]
+        pods = self._pods(ns, {t: {"tidings.dev/task": t} for t in tasks})
+        pending = Pending()
+        failed = [0]
+
+        def shown(obj: dict[str, Any]) -> None:
+            applied = (obj.get("status") or {}).get("applied")
+            if applied:
+                vv = VersionVector.from_text(applied)
+                pending.shown(obj["metadata"]["name"], lambda r: vv.contains(r[0], r[1]))
+
+        watch = Observer(self.admin, f"/apis/tidings.dev/v1alpha1/namespaces/{ns}/taskfeedbacks",
+                         None, shown)
+
+        def send(item: tuple[str, bytes]) -> None:
+            task, raw = item
+            pod = pods[task]
+            body = json.loads(raw.replace(b"@UID@", pod["uid"].encode())
+                              .replace(b"@POD@", pod["name"].encode())
+                              .replace(b"@TASK@", task.encode()))
+            body["metadata"]["namespace"] = ns
+            for ref in ("regarding", "related"):
+                if isinstance(body.get(ref), dict):
+                    body[ref]["namespace"] = ns
+            body["eventTime"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            ann = body["metadata"].get("annotations") or {}
+            pending.send(task, (ann.get("tidings.dev/instance", ""),
+                                int(ann.get("tidings.dev/seq", 0))))
+            try:
+                self.kube.request("POST", f"/apis/events.k8s.io/v1/namespaces/{ns}/events",
+                                  body=body, timeout=(5, 30))
+            except Exception:
+                failed[0] += 1
+
+        # Each run starts somewhere in the recording's first window of coalescing (6 s).
+        schedule = [(t + random.uniform(0, 6), (task, raw)) for task in tasks
+                    for t, raw in recording]
+        start = self._replay(schedule, send, seconds + 6)
+        end = Snapshot(self.cp, self.kube, self.pids)
+        self._drain(lambda: pending.done(failed[0]), 60)
+        watch.stop()
+        return {**window(start, end), "sent": pending.sent, "failed": failed[0],
+                "shown": len(pending.waits), "stale": pending.waits}
+
+    def _scale_peer(self, n: int, seconds: float) -> dict[str, Any]:
+        import random
+        import ssl
+        import urllib.request
+        recording = [(t, ts) for t, ts in self.recordings["peer"] if t < seconds]
+        ns = self._scale_namespace("ps")
+        names = [f"s{i:04d}-{uuid.uuid4().hex[:4]}" for i in range(n)]
+        from concurrent.futures import ThreadPoolExecutor
+
+        def trainjob(name: str) -> None:
+            self.kube.request("POST", f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/"
+                              "trainjobs", body={
+                                  "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                                  "kind": "TrainJob", "metadata": {"name": name},
+                                  "spec": {"runtimeRef": {"name": "torch-distributed"},
+                                           "trainer": {"image": "pytorch", "numNodes": 1}}})
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(trainjob, names))
+        pods = self._pods(ns, {f"{nm}-node-0-0": {"jobset.sigs.k8s.io/jobset-name": nm}
+                               for nm in names})
+
+        def token(name: str) -> str:
+            pod = pods[f"{name}-node-0-0"]
+            got = self.kube.request(
+                "POST", f"/api/v1/namespaces/{ns}/serviceaccounts/trainer/token", body={
+                    "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                    "spec": {"audiences": [f"trainer.kubeflow.org/v1alpha1/namespaces/{ns}/"
+                                           f"trainjobs/{name}/status"],
+                             "expirationSeconds": 3600,
+                             "boundObjectRef": {"kind": "Pod", "apiVersion": "v1",
+                                                "name": pod["name"], "uid": pod["uid"]}}})
+            return str(got["status"]["token"])
+        with ThreadPoolExecutor(16) as pool:
+            tokens = dict(zip(names, pool.map(token, names), strict=True))
+        cm = f"/api/v1/namespaces/{ns}/configmaps"
+        self._drain(lambda: sum(1 for c in self.kube.list_all(cm)[0]
+                                if c["metadata"]["name"].endswith("-tls-config")) >= n, 600)
+        ca = self.kube.get(f"{cm}/{names[0]}-tls-config")["data"]["ca.crt"]
+        context = ssl.create_default_context(cadata=ca)
+        pending = Pending()
+        failed = [0]
+
+        def shown(obj: dict[str, Any]) -> None:
+            step = peer_shown(obj)[0]
+            if step is not None:
+                pending.shown(obj["metadata"]["name"], lambda r: r <= step)
+
+        watch = Observer(self.admin, f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/"
+                         "trainjobs", None, shown)
+
+        def send(item: tuple[str, dict[str, Any]]) -> None:
+            name, ts = item
+            ts = {**ts, "lastUpdatedTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+            step = peer_shown({"status": {"trainerStatus": ts}})[0]
+            pending.send(name, step if step is not None else -1)
+            req = urllib.request.Request(
+                f"https://127.0.0.1:{self.status_port}/apis/trainer.kubeflow.org/v1alpha1/"
+                f"namespaces/{ns}/trainjobs/{name}/status",
+                data=json.dumps({"trainerStatus": ts}).encode(), method="POST",
+                headers={"Authorization": f"Bearer {tokens[name]}",
+                         "Content-Type": "application/json"})
+            try:  # as the callback posts: one connection per POST, a 5 s timeout
+                with urllib.request.urlopen(req, timeout=5, context=context) as resp:
+                    if resp.status != 200:
+                        failed[0] += 1
+            except Exception:
+                failed[0] += 1
+
+        schedule = [(t + random.uniform(0, 5), (name, ts)) for name in names
+                    for t, ts in recording]
+        start = self._replay(schedule, send, seconds + 5, threads=64)
+        end = Snapshot(self.cp, self.kube, self.pids)
+        self._drain(lambda: pending.done(failed[0]), 60)
+        watch.stop()
+        return {**window(start, end), "sent": pending.sent, "failed": failed[0],
+                "shown": len(pending.waits), "stale": pending.waits}
+
+    def _scale_namespace(self, prefix: str) -> str:
+        ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        self.kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
+        self.kube.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts",
+                          body={"metadata": {"name": "trainer"}})
+        return ns
+
+    def _pods(self, ns: str, labels: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        """A kwok pod per key (its name; for tidings the task, whose pod is ``<task>-0``)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def make(key: str) -> tuple[str, dict[str, str]]:
+            name = key if key.endswith("-0-0") else f"{key}-0"
+            pod = self.kube.request("POST", f"/api/v1/namespaces/{ns}/pods", body={
+                "metadata": {"name": name, "labels": labels[key]},
+                "spec": {"nodeName": dc.NODE_NAME, "serviceAccountName": "trainer",
+                         "containers": [{"name": "node", "image": "pytorch"}]}})
+            return key, {"name": name, "uid": pod["metadata"]["uid"]}
+        with ThreadPoolExecutor(16) as pool:
+            return dict(pool.map(make, labels))
+
+    @staticmethod
+    def _drain(done: Any, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.5)
 
     def idle(self, seconds: float) -> dict[str, Any]:
         a = Snapshot(self.cp, self.kube, self.pids)
@@ -426,6 +670,28 @@ def report(rounds: list[dict[str, Any]], lat: dict[str, list[float]], logged: di
     return "\n".join(lines)
 
 
+def scale_report(levels: dict[int, dict[str, Any]]) -> str:
+    lines = ["", "N concurrent runs of each, replaying the real runs' recordings "
+             f"({load_average()})",
+             f"{'runs':>6} {'way':8}{'apiserver cores':>16}{'etcd cores':>11}"
+             f"{'WAL KiB/s':>10}{'req/s':>8}{'writes/s':>9}{'sent':>7}{'failed':>7}"
+             f"{'shown p50/p99/max s':>22}"]
+    for n, lv in levels.items():
+        for way in ("tidings", "peer"):
+            w = net(lv[way], lv["idle"])
+            writes = sum(v for k, v in w["requests"].items()
+                         if k.split()[0] in ("POST", "PUT", "PATCH", "APPLY", "DELETE"))
+            st = lv[way]["stale"]
+            lines.append(
+                f"{n:>6} {way:8}{w['cpu']['kube-apiserver'] / 60:>16.3f}"
+                f"{w['cpu']['etcd'] / 60:>11.3f}{w['wal'] / 1024 / 60:>10.1f}"
+                f"{sum(w['requests'].values()) / 60:>8.1f}{writes / 60:>9.1f}"
+                f"{lv[way]['sent']:>7}{lv[way]['failed']:>7}"
+                f"{pct(st, 50):>8.2f}/{pct(st, 99):.2f}/{max(st, default=float('nan')):.2f}"
+                f" ({lv[way]['shown']} shown)")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -433,6 +699,10 @@ def main() -> None:
     ap.add_argument("--step-s", type=float, default=0.5)
     ap.add_argument("--logging-steps", type=int, default=10)
     ap.add_argument("--json", help="write the raw windows here")
+    ap.add_argument("--scale", default="",
+                    help="after the rounds, N concurrent runs of each way (comma-separated "
+                    "Ns, e.g. 100,1000) on kwok pods, replaying the last round's recordings")
+    ap.add_argument("--scale-seconds", type=float, default=60.0)
     ap.add_argument("--smoke", action="store_true",
                     help="one short round, to check that the bench runs (no figures)")
     a = ap.parse_args()
@@ -455,11 +725,18 @@ def main() -> None:
             r["idle"] = bench.idle(60 * statistics.mean([r[w]["minutes"] for w in order]))
             rounds.append({"idle": r["idle"], **{w: net(r[w], r["idle"]) for w in order}})
             print(f"round {i + 1}/{a.rounds} done", file=sys.stderr, flush=True)
+        levels: dict[int, dict[str, Any]] = {}
+        for n in [int(x) for x in a.scale.split(",") if x]:
+            levels[n] = bench.scale(n, a.scale_seconds)
+            print(f"scale {n} done", file=sys.stderr, flush=True)
     finally:
         bench.stop()
     if a.json:
-        Path(a.json).write_text(json.dumps({"rounds": rounds, "latency": lat}))
+        Path(a.json).write_text(json.dumps({"rounds": rounds, "latency": lat,
+                                            "scale": levels}))
     print(report(rounds, lat, logged))
+    if levels:
+        print(scale_report(levels))
     blind = [w for w, xs in lat.items() if not xs]
     if blind:  # a side whose object never showed a logged step measured nothing
         raise SystemExit(f"no logged step was ever shown by: {', '.join(blind)}")

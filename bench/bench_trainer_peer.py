@@ -430,23 +430,33 @@ class Bench:
         return out
 
     def _replay(self, schedule: list[tuple[float, Any]], send: Any, seconds: float,
-                threads: int = 32) -> Snapshot:
+                threads: int = 32) -> tuple[Snapshot, int]:
         """Runs ``send(item)`` at each (offset, item) from now on, on ``threads`` threads;
-        returns the snapshot taken when the window opened."""
+        returns the snapshot taken when the window opened and how many reports were skipped
+        because no thread was free for them within 5 s (a run's next report would supersede
+        them; the count says when the bench, not the plane, could not keep up)."""
         from concurrent.futures import ThreadPoolExecutor
         schedule = sorted(schedule, key=lambda x: x[0])
+        skipped = [0]
         start = Snapshot(self.cp, self.kube, self.pids)
         t0 = time.monotonic()
+
+        def run(due: float, item: Any) -> None:
+            if time.monotonic() - due > 5:
+                skipped[0] += 1
+                return
+            send(item)
+
         with ThreadPoolExecutor(threads) as pool:
             for offset, item in schedule:
                 wait = t0 + offset - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
-                pool.submit(send, item)
+                pool.submit(run, t0 + offset, item)
             left = t0 + seconds - time.monotonic()
             if left > 0:
                 time.sleep(left)
-        return start
+        return start, skipped[0]
 
     def _scale_tidings(self, n: int, seconds: float) -> dict[str, Any]:
         import random
@@ -491,12 +501,12 @@ class Bench:
         # Each run starts somewhere in the recording's first window of coalescing (6 s).
         schedule = [(t + random.uniform(0, 6), (task, raw)) for task in tasks
                     for t, raw in recording]
-        start = self._replay(schedule, send, seconds + 6)
+        start, skipped = self._replay(schedule, send, seconds + 6)
         end = Snapshot(self.cp, self.kube, self.pids)
         self._drain(lambda: pending.done(failed[0]), 60)
         watch.stop()
         return {**window(start, end), "sent": pending.sent, "failed": failed[0],
-                "shown": len(pending.waits), "stale": pending.waits}
+                "skipped": skipped, "shown": len(pending.waits), "stale": pending.waits}
 
     def _scale_peer(self, n: int, seconds: float) -> dict[str, Any]:
         import random
@@ -568,12 +578,12 @@ class Bench:
 
         schedule = [(t + random.uniform(0, 5), (name, ts)) for name in names
                     for t, ts in recording]
-        start = self._replay(schedule, send, seconds + 5, threads=64)
+        start, skipped = self._replay(schedule, send, seconds + 5, threads=128)
         end = Snapshot(self.cp, self.kube, self.pids)
         self._drain(lambda: pending.done(failed[0]), 60)
         watch.stop()
         return {**window(start, end), "sent": pending.sent, "failed": failed[0],
-                "shown": len(pending.waits), "stale": pending.waits}
+                "skipped": skipped, "shown": len(pending.waits), "stale": pending.waits}
 
     def _scale_namespace(self, prefix: str) -> str:
         ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
@@ -675,7 +685,7 @@ def scale_report(levels: dict[int, dict[str, Any]]) -> str:
              f"({load_average()})",
              f"{'runs':>6} {'way':8}{'apiserver cores':>16}{'etcd cores':>11}"
              f"{'WAL KiB/s':>10}{'req/s':>8}{'writes/s':>9}{'sent':>7}{'failed':>7}"
-             f"{'shown p50/p99/max s':>22}"]
+             f"{'skipped':>8}{'shown p50/p99/max s':>22}"]
     for n, lv in levels.items():
         for way in ("tidings", "peer"):
             w = net(lv[way], lv["idle"])
@@ -686,7 +696,7 @@ def scale_report(levels: dict[int, dict[str, Any]]) -> str:
                 f"{n:>6} {way:8}{w['cpu']['kube-apiserver'] / 60:>16.3f}"
                 f"{w['cpu']['etcd'] / 60:>11.3f}{w['wal'] / 1024 / 60:>10.1f}"
                 f"{sum(w['requests'].values()) / 60:>8.1f}{writes / 60:>9.1f}"
-                f"{lv[way]['sent']:>7}{lv[way]['failed']:>7}"
+                f"{lv[way]['sent']:>7}{lv[way]['failed']:>7}{lv[way]['skipped']:>8}"
                 f"{pct(st, 50):>8.2f}/{pct(st, 99):.2f}/{max(st, default=float('nan')):.2f}"
                 f" ({lv[way]['shown']} shown)")
     return "\n".join(lines)
@@ -703,11 +713,17 @@ def main() -> None:
                     help="after the rounds, N concurrent runs of each way (comma-separated "
                     "Ns, e.g. 100,1000) on kwok pods, replaying the last round's recordings")
     ap.add_argument("--scale-seconds", type=float, default=60.0)
+    ap.add_argument("--status-qps", type=int, default=0,
+                    help="the status server's API client QPS (burst twice it); 0: the "
+                    "release's 5 (burst 10)")
     ap.add_argument("--smoke", action="store_true",
                     help="one short round, to check that the bench runs (no figures)")
     a = ap.parse_args()
     if a.smoke:
         a.rounds, a.steps, a.step_s, a.logging_steps = 1, 12, 0.1, 4
+    if a.status_qps:
+        from tools import devplatforms
+        devplatforms.TRAINER_STATUS_CLIENT.update(qps=a.status_qps, burst=2 * a.status_qps)
     bench = Bench(a)
     rounds: list[dict[str, Any]] = []
     lat: dict[str, list[float]] = {"tidings": [], "peer": []}

@@ -98,6 +98,10 @@ def _trainer_argv(binary: Path, ports: dict[str, int], work: Path) -> list[str]:
             "--metrics-bind-address=0", "--leader-elect=false"]
 
 
+# The status server's own API client limits (the release's defaults); a bench may raise them.
+TRAINER_STATUS_CLIENT = {"qps": 5, "burst": 10}
+
+
 def _trainer_status_argv(binary: Path, ports: dict[str, int], work: Path) -> list[str]:
     # Trainer v2.2+ reads a Configuration file, the status server's port among its fields.
     # It reads two fixed paths a pod has and a host process lacks: its serving certificate
@@ -114,7 +118,7 @@ def _trainer_status_argv(binary: Path, ports: dict[str, int], work: Path) -> lis
               "certManagement": {"enable": True, "webhookServiceName": TRAINER_SERVICE,
                                  "webhookSecretName": TRAINER_SECRET},
               "clientConnection": {"qps": 50, "burst": 100},
-              "statusServer": {"port": ports["status"], "qps": 5, "burst": 10},
+              "statusServer": {"port": ports["status"], **TRAINER_STATUS_CLIENT},
               "featureGates": {"TrainJobStatus": True}}
     (work / "config.yaml").write_text(yaml.safe_dump(config))
     script = ('mount --bind "$1" "$2" && mount -t tmpfs tidings-run /run && '

@@ -276,8 +276,11 @@ class Bench:
     def _install_peer(self) -> Path:
         from tools.devplatforms import PLATFORMS
         folder = PLATFORMS[PEER].folder()
-        crd = next(Path.home().glob("go/pkg/mod/sigs.k8s.io/jobset@v0.12.*/config/components/"
-                                    f"crd/bases/{JOBSET_CRD}"), None)
+        # The JobSet module the build downloaded (its go.mod's), from Go's module cache.
+        modcache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True,
+                                  text=True).stdout.strip() or str(Path.home() / "go/pkg/mod")
+        crd = next(Path(modcache).glob("sigs.k8s.io/jobset@v0.12.*/config/components/"
+                                       f"crd/bases/{JOBSET_CRD}"), None)
         if crd is None:  # the JobSet API the TrainJob controller writes (v0.12, its go.mod's)
             raise SystemExit("JobSet v0.12 CRD not in the Go module cache: "
                              "tools/platforms/build.sh trainer-status")

@@ -340,7 +340,9 @@ class Bench:
             begin, end, logs = self.run_child("tidings", {
                 "POD_NAME": pod["metadata"]["name"], "POD_NAMESPACE": self.ns,
                 "POD_UID": pod["metadata"]["uid"], "TIDINGS_TASK": task,
-                "KUBECONFIG": str(self.workload_kubeconfig)})
+                "KUBECONFIG": str(self.workload_kubeconfig),
+                **({"TIDINGS_EMIT_SPAN_WINDOW_S": str(self.a.tidings_window)}
+                   if self.a.tidings_window else {})})
             self._settle(obs, logs, peer=False)
         finally:
             obs.stop()
@@ -716,6 +718,9 @@ def main() -> None:
                     help="after the rounds, N concurrent runs of each way (comma-separated "
                     "Ns, e.g. 100,1000) on kwok pods, replaying the last round's recordings")
     ap.add_argument("--scale-seconds", type=float, default=60.0)
+    ap.add_argument("--tidings-window", type=float, default=0.0,
+                    help="the emitter's window of coalescible facts in the tidings run "
+                    "(TIDINGS_EMIT_SPAN_WINDOW_S; 0: its default, 6 s)")
     ap.add_argument("--status-qps", type=int, default=0,
                     help="the status server's API client QPS (burst twice it); 0: the "
                     "release's 5 (burst 10)")

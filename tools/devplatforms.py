@@ -98,6 +98,38 @@ def _trainer_argv(binary: Path, ports: dict[str, int], work: Path) -> list[str]:
             "--metrics-bind-address=0", "--leader-elect=false"]
 
 
+# The status server's own API client limits (the release's defaults); a bench may raise them.
+TRAINER_STATUS_CLIENT = {"qps": 5, "burst": 10}
+
+
+def _trainer_status_argv(binary: Path, ports: dict[str, int], work: Path) -> list[str]:
+    # Trainer v2.2+ reads a Configuration file, the status server's port among its fields.
+    # It reads two fixed paths a pod has and a host process lacks: its serving certificate
+    # folder (as v2.0.0) and the in-cluster token, whose issuer names where it fetches the
+    # keys that verify the runs' tokens. Both are given to it alone, in a mount namespace of
+    # its own (no other process, another plane's trainer included, sees them): its folder
+    # bound over the certificate folder, and a token in a private /run (/var/run's target).
+    config = {"apiVersion": "config.trainer.kubeflow.org/v1alpha1", "kind": "Configuration",
+              "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['health']}",
+                         "readinessEndpointName": "readyz", "livenessEndpointName": "healthz"},
+              "metrics": {"bindAddress": "0"},
+              "webhook": {"port": ports["webhook"], "host": "127.0.0.1"},
+              "leaderElection": {"leaderElect": False},
+              "certManagement": {"enable": True, "webhookServiceName": TRAINER_SERVICE,
+                                 "webhookSecretName": TRAINER_SECRET},
+              "clientConnection": {"qps": 50, "burst": 100},
+              "statusServer": {"port": ports["status"], **TRAINER_STATUS_CLIENT},
+              "featureGates": {"TrainJobStatus": True}}
+    (work / "config.yaml").write_text(yaml.safe_dump(config))
+    script = ('mount --bind "$1" "$2" && mount -t tmpfs tidings-run /run && '
+              'mkdir -p /run/secrets/kubernetes.io/serviceaccount && '
+              'cp "$3"/token "$3"/namespace /run/secrets/kubernetes.io/serviceaccount/ && '
+              'shift 3 && exec "$@"')
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+            str(work / "certs"), str(TRAINER_CERT_DIR), str(work / "serviceaccount"),
+            str(binary), f"--config={work / 'config.yaml'}", "--zap-log-level=info"]
+
+
 def _argo_argv(binary: Path, ports: dict[str, int], work: Path) -> list[str]:
     return [str(binary), "--loglevel=info", "--namespace=argo"]
 
@@ -108,6 +140,12 @@ PLATFORMS: dict[str, Platform] = {p.name: p for p in (
     Platform("trainer", "github.com/kubeflow/trainer/v2", "kubeflow-system",
              "kubeflow-trainer-controller-manager",
              ("base/crds", "base/rbac", "base/webhook"), _trainer_argv,
+             lambda ports, work: {}, "healthz"),
+    # The same controller at a release with the TrainJob status server (gate TrainJobStatus),
+    # for the peer benchmark: the suite's tests keep the pinned trainer above.
+    Platform("trainer-status", "github.com/kubeflow/trainer/v2", "kubeflow-system",
+             "kubeflow-trainer-controller-manager",
+             ("base/crds", "base/rbac", "base/webhook"), _trainer_status_argv,
              lambda ports, work: {}, "healthz"),
     # No webhook; its health port (6060) is fixed, so readiness is read from its log, and its
     # metrics server (0.0.0.0:9090 by default) is turned off.
@@ -138,6 +176,7 @@ class Platforms:
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
         self.processes: dict[str, Process] = {}
+        self.ports: dict[str, dict[str, int]] = {}  # platform -> its ports by role
 
     def start(self, name: str, timeout: float = 120.0) -> Process:
         if name in self.processes and self.processes[name].alive():
@@ -146,23 +185,33 @@ class Platforms:
         folder = platform.folder()
         work = self.cp.state_dir / "platforms" / name
         (work / "certs").mkdir(parents=True, exist_ok=True)
-        ports = {"webhook": free_port(), "health": free_port()}
+        ports = {"webhook": free_port(), "health": free_port(), "status": free_port()}
+        self.ports[name] = ports
         ca_file = self.cp.ca_file
         if name == "jobset":  # serves with the control plane's own certificate (127.0.0.1)
             for src, dst in (("serving.crt", "tls.crt"), ("serving.key", "tls.key")):
                 (work / "certs" / dst).write_bytes(
                     (self.cp.state_dir / "pki" / src).read_bytes())
-        if name == "trainer":
+        trainer = name in ("trainer", "trainer-status")
+        if trainer:
             webhook_pki(work / "certs", TRAINER_CA_NAME,
                         f"{TRAINER_SERVICE}.{platform.namespace}.svc")
             ca_file = work / "certs" / "ca.crt"
         self._install(platform, folder, ports["webhook"], ca_file)
-        if name == "trainer":
-            self._trainer_secret(work / "certs")
+        if trainer:
+            self._trainer_secret(work / "certs", platform.namespace)
             TRAINER_CERT_DIR.mkdir(parents=True, exist_ok=True)
+        if name == "trainer":
             for key in ("tls.crt", "tls.key"):  # as the kubelet mounts the Secret
                 (TRAINER_CERT_DIR / key).write_bytes((work / "certs" / key).read_bytes())
         kubeconfig = self._controller_kubeconfig(platform, work)
+        if name == "trainer-status":  # the in-cluster token its status server reads
+            sa = work / "serviceaccount"
+            sa.mkdir(exist_ok=True)
+            (sa / "token").write_text(self.cp.kubectl_run(
+                "create", "token", platform.service_account, "-n", platform.namespace,
+                "--duration=24h").strip())
+            (sa / "namespace").write_text(platform.namespace)
         env = {**os.environ, "KUBECONFIG": str(kubeconfig), **platform.env(ports, work)}
         proc = Process(f"platform-{name}", platform.argv(folder / "controller", ports, work),
                        self.cp.state_dir / "logs" / f"platform-{name}.log", env=env)
@@ -226,12 +275,12 @@ class Platforms:
         path.write_text(yaml.safe_dump(config))
         return path
 
-    def _trainer_secret(self, certs: Path) -> None:
+    def _trainer_secret(self, certs: Path, namespace: str) -> None:
         """Trainer's cert rotator keeps a valid Secret and writes it to its cert folder; this
         one's serving certificate also names 127.0.0.1, which the webhook URLs use."""
         secret: dict[str, Any] = {"apiVersion": "v1", "kind": "Secret",
                   "metadata": {"name": TRAINER_SECRET,
-                               "namespace": PLATFORMS["trainer"].namespace},
+                               "namespace": namespace},
                   "data": {key: base64.b64encode((certs / key).read_bytes()).decode()
                            for key in ("ca.crt", "ca.key", "tls.crt", "tls.key")}}
         self.cp.kubectl_run("apply", "--server-side", "--force-conflicts", "-f", "-",

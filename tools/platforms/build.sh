@@ -4,7 +4,7 @@
 # whose one direct require is the platform's release, so a platform bump rebuilds that
 # platform alone), into a versioned, git-ignored cache folder with the upstream manifests the
 # launcher (tools/devplatforms.py) applies. Prints one folder per platform.
-# Usage: build.sh [argo|jobset|trainer ...]   (default: all of them)
+# Usage: build.sh [argo|jobset|trainer|trainer-status ...]   (default: all of them)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -17,7 +17,10 @@ spec() {
     argo) echo "github.com/argoproj/argo-workflows/v4 github.com/argoproj/argo-workflows/v4/cmd/workflow-controller github.com/argoproj/argo-workflows/v4.version manifests" ;;
     jobset) echo "sigs.k8s.io/jobset sigs.k8s.io/jobset sigs.k8s.io/jobset/pkg/version.GitVersion config" ;;
     trainer) echo "github.com/kubeflow/trainer/v2 github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager - manifests" ;;
-    *) echo "unknown platform '$1' (argo, jobset, trainer)" >&2; return 2 ;;
+    # The same controller at a release with the TrainJob status server, for bench/ only: the
+    # suite keeps its own pinned trainer.
+    trainer-status) echo "github.com/kubeflow/trainer/v2 github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager - manifests" ;;
+    *) echo "unknown platform '$1' (argo, jobset, trainer, trainer-status)" >&2; return 2 ;;
   esac
 }
 
@@ -42,6 +45,6 @@ build() {
 }
 
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(jobset trainer argo)
+[ ${#names[@]} -gt 0 ] || names=(jobset trainer argo trainer-status)
 for name in "${names[@]}"; do spec "$name" >/dev/null; done
 for name in "${names[@]}"; do build "$name"; done

@@ -42,7 +42,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from support import Watcher, cpu_seconds, load_average, pct, workload_namespace  # noqa: E402
+from support import (  # noqa: E402
+    Watcher,
+    cpu_seconds,
+    load_average,
+    pct,
+    until,
+    workload_namespace,
+)
 
 from tidings import kube as tkube  # noqa: E402
 from tidings.schemas.status.decoder import expanded  # noqa: E402
@@ -256,11 +263,7 @@ class Bench:
         self.kube = tkube.connect(self.admin)
         self.ns = workload_namespace(self.cp, self.kube, "peer")
         self.watcher = Watcher(str(self.cp.kubeconfig("admin")), self.ns, self.tmp / "watcher.log")
-        deadline = time.monotonic() + 60
-        while not self.watcher.ready():
-            if time.monotonic() > deadline:
-                raise SystemExit("the watcher did not get ready")
-            time.sleep(0.2)
+        until(self.watcher.ready, 60, "the watcher ready")
         self.recordings: dict[str, Any] = {}  # way -> what its last real run sent
         self.platforms = Platforms(self.cp)
         self.folder = self._install_peer()
